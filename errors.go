@@ -1,0 +1,23 @@
+package ferry
+
+import "errors"
+
+var (
+	// ErrLeaseLost is returned by every write after a claim when the lease it
+	// names is no longer held: it expired and another worker claimed the
+	// event, or the event was released, completed or requeued. Nothing was
+	// changed. A worker that sees it must stop working on the event.
+	ErrLeaseLost = errors.New("ferry: lease lost")
+
+	// ErrNotFound is returned when no event has the given key or row id.
+	ErrNotFound = errors.New("ferry: event not found")
+
+	// ErrRetentionTooShort is returned by a purge, and by configuration
+	// checks, when the retention is shorter than the source's replay window: a
+	// purged key would let the provider's redelivery run the work again.
+	ErrRetentionTooShort = errors.New("ferry: retention shorter than the replay window")
+
+	// ErrInvalidParams is returned for params a store cannot act on (an empty
+	// source or event id, a non-positive TTL). It wraps a reason.
+	ErrInvalidParams = errors.New("ferry: invalid params")
+)

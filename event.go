@@ -1,0 +1,151 @@
+package ferry
+
+import (
+	"net/http"
+	"time"
+)
+
+// State is where an event stands in Ferry's state machine:
+//
+//	pending ──claim──► in_progress ──complete──► done
+//	   ▲                  │   │  └── lease lost, source holds ──► unknown
+//	   └── fail (backoff) ┘   └── attempts or age exhausted ──► dead
+//	   └──── lease expired (worker died) ◄┘
+//
+// done, dead and unknown are terminal until an operator requeues the event.
+type State string
+
+const (
+	// StatePending events wait for a worker; next_attempt_at says from when.
+	StatePending State = "pending"
+	// StateInProgress events are leased to one worker until their lease expires.
+	StateInProgress State = "in_progress"
+	// StateDone events were completed by the worker that held their lease.
+	StateDone State = "done"
+	// StateDead events ran out of attempts or outlived their replay window.
+	StateDead State = "dead"
+	// StateUnknown events lost their lease while a non-idempotent effect may
+	// have run, in a source whose LostLease policy is LostLeaseHold. A person
+	// or a reconciler decides what happened.
+	StateUnknown State = "unknown"
+)
+
+// States lists every state in the order an operator reads them.
+var States = []State{StatePending, StateInProgress, StateDone, StateDead, StateUnknown}
+
+// Valid reports whether s is one of the five states.
+func (s State) Valid() bool {
+	switch s {
+	case StatePending, StateInProgress, StateDone, StateDead, StateUnknown:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether no worker will pick the event up again without an
+// operator's requeue.
+func (s State) Terminal() bool {
+	return s == StateDone || s == StateDead || s == StateUnknown
+}
+
+// Event is one webhook event, keyed by (Source, EventID), with everything the
+// inbox knows of it.
+type Event struct {
+	// ID is the store's row id: stable, unique across sources, and the first
+	// half of a Lease.
+	ID int64
+	// Source is the configured source name ("stripe", "github-main").
+	Source string
+	// EventID is the provider's event id, the deduplication key within Source.
+	EventID string
+	// Type is the provider's event type ("invoice.paid", "push"), if it has one.
+	Type string
+	// Payload holds the raw request body, byte for byte as it was verified.
+	Payload []byte
+	// Headers holds the request headers the receiver chose to keep. Signature
+	// headers are never kept.
+	Headers http.Header
+	// PayloadSHA256 is the SHA-256 of Payload; a later delivery of the same key
+	// with another hash is a conflicting duplicate.
+	PayloadSHA256 []byte
+
+	State State
+	// Attempt counts claims and is the fencing token: every write after a claim
+	// must name the attempt it holds. It never goes down, even on requeue.
+	Attempt int
+	// LeaseOwner names the worker holding the lease; empty when none does.
+	LeaseOwner string
+	// LeaseExpiresAt is when the lease lapses unless heartbeated; zero when no
+	// lease is held.
+	LeaseExpiresAt time.Time
+	// NextAttemptAt is when a pending event becomes due.
+	NextAttemptAt time.Time
+
+	FirstDeliveredAt time.Time
+	LastDeliveredAt  time.Time
+	// Deliveries counts every delivery of this key, duplicates included.
+	Deliveries int
+	// Conflicts counts deliveries of this key whose payload hash differed.
+	Conflicts int
+
+	// ClaimedAt is when the latest attempt started; zero before the first.
+	ClaimedAt time.Time
+	// CompletedAt is when the event was done; zero until then.
+	CompletedAt time.Time
+	// LastError is the error of the latest failed attempt.
+	LastError string
+	// RequeuedAt is when an operator last requeued the event; zero if never.
+	RequeuedAt time.Time
+}
+
+// Lease names one claim of one event: the row and the attempt that holds it.
+// Every write after a claim is fenced by both.
+type Lease struct {
+	ID      int64
+	Attempt int
+}
+
+// Lease returns the lease this event's current attempt holds.
+func (e *Event) Lease() Lease { return Lease{ID: e.ID, Attempt: e.Attempt} }
+
+// Outcome is how one attempt ended, as the attempt ledger records it.
+type Outcome string
+
+const (
+	// OutcomeRunning: the attempt has not reported an end (yet, or ever).
+	OutcomeRunning Outcome = "running"
+	// OutcomeDone: the attempt completed the event.
+	OutcomeDone Outcome = "done"
+	// OutcomeFailed: the attempt failed and the event was scheduled again.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeDead: the attempt failed and the event went dead.
+	OutcomeDead Outcome = "dead"
+	// OutcomeReleased: the worker gave the event back unworked (shutdown).
+	OutcomeReleased Outcome = "released"
+	// OutcomeLeaseExpired: the lease lapsed before the attempt reported; the
+	// event was taken back (or held as unknown). Its effect may or may not have
+	// happened.
+	OutcomeLeaseExpired Outcome = "lease_expired"
+)
+
+// Attempt is one row of the attempt ledger: every claim leaves one, so every
+// repeated side effect leaves a trace.
+type Attempt struct {
+	EventID    int64 // the Event's row ID
+	Attempt    int
+	Worker     string
+	StartedAt  time.Time
+	FinishedAt time.Time // zero while running
+	Outcome    Outcome
+	Error      string
+}
+
+// Conflict is a delivery whose key matched a stored event but whose payload
+// did not. It is kept, never dropped, for an operator to look at.
+type Conflict struct {
+	EventID       int64 // the Event's row ID
+	ReceivedAt    time.Time
+	PayloadSHA256 []byte
+	Payload       []byte
+	Headers       http.Header
+}

@@ -1,0 +1,250 @@
+package ferry
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Store is the durable inbox. Every implementation passes the contract suite
+// in package storetest; postgres.Store and sqlite.Store are the two Ferry
+// ships.
+//
+// Time for leases, backoff and ages is the database's clock, never the
+// caller's. Every write after a claim names the Lease it holds and changes
+// nothing, returning ErrLeaseLost, unless the event is still in_progress under
+// that attempt and its lease has not expired.
+type Store interface {
+	// AttemptList returns the attempt ledger of one event, oldest first.
+	AttemptList(ctx context.Context, params *AttemptListParams) ([]*Attempt, error)
+
+	// ConflictList returns the conflicting deliveries of one event, oldest
+	// first, payloads included.
+	ConflictList(ctx context.Context, params *ConflictListParams) ([]*Conflict, error)
+
+	// EventClaimMany leases up to Limit due events to Owner: pending events
+	// whose next attempt time has come, and in_progress events whose lease has
+	// expired, oldest due first. Each claimed event's attempt goes up by one,
+	// its lease runs TTL from the database's now, and the ledger gets a running
+	// row. An expired attempt's ledger row is closed as lease_expired. Events
+	// of HoldSources whose lease expired are moved to unknown instead.
+	// Concurrent callers never receive the same event.
+	EventClaimMany(ctx context.Context, params *EventClaimManyParams) ([]*Claim, error)
+
+	// EventComplete marks the leased event done and closes its ledger row.
+	EventComplete(ctx context.Context, params *EventCompleteParams) error
+
+	// EventFail closes the attempt as failed: the event goes back to pending
+	// with next attempt time now + RetryDelay, or to dead when Dead is set, the
+	// attempt budget is spent, or the event is older than MaxAge. It returns
+	// the state the event went to.
+	EventFail(ctx context.Context, params *EventFailParams) (State, error)
+
+	// EventGet returns one event by row id, or by (Source, EventID), payload
+	// and headers included. ErrNotFound if there is none.
+	EventGet(ctx context.Context, params *EventGetParams) (*Event, error)
+
+	// EventHeartbeat extends the lease to TTL from the database's now and
+	// returns its new expiry.
+	EventHeartbeat(ctx context.Context, params *EventHeartbeatParams) (time.Time, error)
+
+	// EventList returns events newest first (by row id), filtered, without
+	// payloads or headers, a page at a time.
+	EventList(ctx context.Context, params *EventListParams) (*EventListResult, error)
+
+	// EventPurge deletes done events completed longer than Retention ago,
+	// with their ledger and conflicts. It refuses, with ErrRetentionTooShort,
+	// a Retention shorter than ReplayWindow.
+	EventPurge(ctx context.Context, params *EventPurgeParams) (int, error)
+
+	// EventReceive stores a delivery durably before returning: a new key is
+	// inserted pending and due now; a known key only counts the delivery (and
+	// keeps it as a Conflict when its payload hash differs). A nil error means
+	// the delivery is committed.
+	EventReceive(ctx context.Context, params *EventReceiveParams) (*EventReceiveResult, error)
+
+	// EventRelease gives a leased event back, pending and due now, for another
+	// worker to take at once (graceful shutdown). The attempt still counts.
+	EventRelease(ctx context.Context, params *EventReleaseParams) error
+
+	// EventRequeue puts done, dead or unknown events back to pending, due now,
+	// with a fresh attempt budget (the attempt counter itself never goes down).
+	// It returns how many events it requeued.
+	EventRequeue(ctx context.Context, params *EventRequeueParams) (int, error)
+
+	// Migrate brings the schema up to date. It is safe to call from several
+	// processes at once.
+	Migrate(ctx context.Context) error
+
+	// ReceiptSubscribe returns a channel that receives soon after any instance
+	// sharing the store receives a new event. Signals coalesce: one value may
+	// stand for many receipts, so callers poll as well. The channel closes when
+	// ctx is done.
+	ReceiptSubscribe(ctx context.Context) (<-chan struct{}, error)
+}
+
+// TxStore is a Store that can complete an event inside a transaction the
+// handler also writes in, so that the handler's writes and the fenced done
+// commit or roll back together: exactly-once effects in the same database,
+// without holding a transaction open across a claim. TX is pgx.Tx for
+// postgres.Store and *sql.Tx for sqlite.Store.
+type TxStore[TX any] interface {
+	Store
+
+	// EventCompleteTx is EventComplete inside tx. It returns ErrLeaseLost if
+	// the lease is no longer held; the caller must then roll tx back.
+	EventCompleteTx(ctx context.Context, tx TX, params *EventCompleteParams) error
+
+	// InTx runs fn in a new transaction, committing if fn returns nil and
+	// rolling back otherwise.
+	InTx(ctx context.Context, fn func(tx TX) error) error
+}
+
+// Claim is one event leased by EventClaimMany.
+type Claim struct {
+	// Event is the claimed event, payload and headers included. Its Attempt
+	// and LeaseExpiresAt are those of this claim.
+	Event *Event
+	// PreviousUnfinished is true when the attempt before this one never
+	// reported an end: its worker died or stalled past its lease, and its side
+	// effects may or may not have happened.
+	PreviousUnfinished bool
+}
+
+// LostLeasePolicy says what a claim does with an event whose lease expired.
+type LostLeasePolicy string
+
+const (
+	// LostLeaseRetry claims the event again; the idempotency key protects the
+	// downstream. The default.
+	LostLeaseRetry LostLeasePolicy = "retry"
+	// LostLeaseHold moves the event to unknown for a person to decide.
+	LostLeaseHold LostLeasePolicy = "hold"
+)
+
+// ReceiveOutcome says what EventReceive made of a delivery.
+type ReceiveOutcome string
+
+const (
+	ReceiveNew       ReceiveOutcome = "new"
+	ReceiveDuplicate ReceiveOutcome = "duplicate"
+	// ReceiveConflict is a duplicate key whose payload hash differs from the
+	// stored one. The delivery is kept as a Conflict.
+	ReceiveConflict ReceiveOutcome = "conflict"
+)
+
+type AttemptListParams struct {
+	ID int64 // the event's row id
+}
+
+type ConflictListParams struct {
+	ID int64 // the event's row id
+}
+
+type EventClaimManyParams struct {
+	// Owner names the worker; it is recorded as the lease owner and in the
+	// ledger. Required.
+	Owner string
+	// Limit is the most events to claim. Required, positive.
+	Limit int
+	// TTL is the lease length. Required, positive.
+	TTL time.Duration
+	// Sources limits the claim to these sources. Empty means all.
+	Sources []string
+	// HoldSources are sources whose LostLeasePolicy is LostLeaseHold.
+	HoldSources []string
+}
+
+type EventCompleteParams struct {
+	Lease Lease
+}
+
+type EventFailParams struct {
+	Lease Lease
+	// Error is recorded as the event's last error and in the ledger.
+	Error string
+	// RetryDelay is how long from the database's now until the next attempt.
+	RetryDelay time.Duration
+	// MaxAttempts is the attempt budget since the last requeue; the event is
+	// dead once it is spent. Zero means no limit.
+	MaxAttempts int
+	// MaxAge makes the event dead once it is older than this, counted from
+	// its first delivery or its last requeue, whichever is later. Zero means
+	// no limit.
+	MaxAge time.Duration
+	// Dead sends the event to dead whatever its budget (a permanent error).
+	Dead bool
+}
+
+// EventGetParams names an event by ID, or by Source and EventID when ID is 0.
+type EventGetParams struct {
+	ID      int64
+	Source  string
+	EventID string
+}
+
+type EventHeartbeatParams struct {
+	Lease Lease
+	TTL   time.Duration
+}
+
+type EventListParams struct {
+	// Source filters by source; empty means all.
+	Source string
+	// States filters by state; empty means all.
+	States []State
+	// Since keeps events first delivered at or after it; zero means all.
+	Since time.Time
+	// EventIDContains keeps events whose provider event id contains it.
+	EventIDContains string
+	// Before is the cursor: only events with a row id below it. Zero starts at
+	// the newest.
+	Before int64
+	// Limit is the page size. Defaults to 50; at most 1000.
+	Limit int
+}
+
+type EventListResult struct {
+	Events []*Event
+	// NextBefore is the cursor of the next page; zero when this is the last.
+	NextBefore int64
+}
+
+type EventPurgeParams struct {
+	// Source limits the purge to one source. Required: retention is per source.
+	Source string
+	// Retention is how long a done event is kept after completion.
+	Retention time.Duration
+	// ReplayWindow is how long the source's provider may redeliver.
+	ReplayWindow time.Duration
+}
+
+type EventReceiveParams struct {
+	Source  string // required
+	EventID string // required
+	Type    string
+	Payload []byte
+	Headers http.Header
+}
+
+type EventReceiveResult struct {
+	Outcome ReceiveOutcome
+	// ID is the row id of the stored event.
+	ID int64
+}
+
+type EventReleaseParams struct {
+	Lease Lease
+}
+
+type EventRequeueParams struct {
+	// IDs requeues these events (by row id). When empty, Source and States
+	// select the events instead (bulk replay).
+	IDs []int64
+	// Source limits a bulk requeue to one source; empty means all.
+	Source string
+	// States are the states that may be requeued. Defaults to dead and
+	// unknown for a bulk requeue, and done, dead and unknown for IDs. Pending
+	// and in_progress are never requeued.
+	States []State
+}
