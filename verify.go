@@ -1,0 +1,44 @@
+package ferry
+
+import (
+	"errors"
+	"net/http"
+)
+
+// Verifier checks that a delivery was signed by its provider and reads the
+// event's identity from it. It is pure: raw body bytes and headers in, no I/O.
+// Verifiers for Stripe, GitHub, Shopify, Standard Webhooks and generic HMAC
+// senders live in package provider.
+type Verifier interface {
+	Verify(header http.Header, body []byte) (*Verified, error)
+}
+
+// Verified is what a Verifier read from a genuine delivery.
+type Verified struct {
+	// EventID is the provider's event id: the deduplication key.
+	EventID string
+	// Type is the provider's event type; empty if it sends none.
+	Type string
+}
+
+// Verification errors. A Verifier returns one of these (possibly wrapped) so
+// the receiver can answer with an exact status and a machine-readable reason
+// and without a hint of the expected signature.
+var (
+	// ErrNoSignature: the signature header is absent. 401 missing_signature.
+	ErrNoSignature = errors.New("ferry: signature header missing")
+	// ErrMalformedSignature: the signature header cannot be parsed.
+	// 401 malformed_signature.
+	ErrMalformedSignature = errors.New("ferry: signature header malformed")
+	// ErrBadSignature: no configured secret produces the signature.
+	// 401 bad_signature.
+	ErrBadSignature = errors.New("ferry: signature does not match")
+	// ErrStaleTimestamp: the signed timestamp is outside the tolerance, in the
+	// past or the future. 401 stale_timestamp.
+	ErrStaleTimestamp = errors.New("ferry: timestamp outside tolerance")
+	// ErrNoEventID: the delivery carries no event id. 400 missing_event_id.
+	ErrNoEventID = errors.New("ferry: event id missing")
+	// ErrBadPayload: the body cannot be parsed where the event id must come
+	// from it. 400 bad_payload.
+	ErrBadPayload = errors.New("ferry: payload unparseable")
+)
