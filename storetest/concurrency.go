@@ -1,0 +1,215 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], newEffects func(*testing.T, ferry.TxStore[TX]) Effects[TX]) {
+	// work is a transactional handler: its effect and the fenced done commit
+	// together or not at all.
+	work := func(b *bundle[TX], fx Effects[TX], lease ferry.Lease, key string) error {
+		return b.store.InTx(b.ctx, func(tx TX) error {
+			if err := fx.Insert(b.ctx, tx, key); err != nil {
+				return err
+			}
+			return b.store.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: lease})
+		})
+	}
+	count := func(t *testing.T, b *bundle[TX], fx Effects[TX], key string) int {
+		t.Helper()
+		n, err := fx.Count(b.ctx, key)
+		if err != nil {
+			t.Fatalf("count effects of %s: %v", key, err)
+		}
+		return n
+	}
+
+	t.Run("EffectCommitsWithDone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		fx := newEffects(t, b.store)
+		id := receive(t, b, "stripe", "evt_1")
+		lease := claimOne(t, b, "w1").Event.Lease()
+		if err := work(b, fx, lease, "evt_1"); err != nil {
+			t.Fatal(err)
+		}
+		wantState(t, b, id, ferry.StateDone)
+		wantOutcomes(t, b, id, ferry.OutcomeDone)
+		if n := count(t, b, fx, "evt_1"); n != 1 {
+			t.Fatalf("effects = %d, want 1", n)
+		}
+	})
+
+	t.Run("LostLeaseRollsBackTheEffect", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		fx := newEffects(t, b.store)
+		id := receive(t, b, "stripe", "evt_1")
+		zombie := claimOne(t, b, "zombie").Event.Lease()
+		b.clock.Advance(ttl)
+		live := claimOne(t, b, "w2").Event.Lease()
+		wantLeaseLost(t, "zombie's transaction", work(b, fx, zombie, "evt_1"))
+		if n := count(t, b, fx, "evt_1"); n != 0 {
+			t.Fatalf("a fenced-out handler's effect was committed: %d rows", n)
+		}
+		if err := work(b, fx, live, "evt_1"); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, b, fx, "evt_1"); n != 1 {
+			t.Fatalf("effects = %d, want 1", n)
+		}
+		wantOutcomes(t, b, id, ferry.OutcomeLeaseExpired, ferry.OutcomeDone)
+	})
+
+	t.Run("ExactlyOnceUnderRacingZombies", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		fx := newEffects(t, b.store)
+		const n = 40
+		for i := range n {
+			receive(t, b, "stripe", fmt.Sprint("evt_", i))
+		}
+		zombies := claim(t, b, "zombie", n)
+		if len(zombies) != n {
+			t.Fatalf("zombie claimed %d, want %d", len(zombies), n)
+		}
+		b.clock.Advance(ttl) // the zombie stalls past its leases
+
+		var wg sync.WaitGroup
+		for _, z := range zombies {
+			wg.Go(func() {
+				err := work(b, fx, z.Event.Lease(), z.Event.EventID)
+				if !errors.Is(err, ferry.ErrLeaseLost) {
+					t.Errorf("zombie completed %s: %v", z.Event.EventID, err)
+				}
+			})
+		}
+		for w := range 4 {
+			wg.Go(func() {
+				for {
+					claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: fmt.Sprint("w", w), Limit: 5, TTL: ttl})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if len(claims) == 0 {
+						return
+					}
+					for _, c := range claims {
+						if err := work(b, fx, c.Event.Lease(), c.Event.EventID); err != nil {
+							t.Errorf("live worker on %s: %v", c.Event.EventID, err)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for i := range n {
+			key := fmt.Sprint("evt_", i)
+			if got := count(t, b, fx, key); got != 1 {
+				t.Errorf("%s has %d effects, want exactly 1", key, got)
+			}
+		}
+		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateDone}, Limit: 1000})
+		if err != nil || len(page.Events) != n {
+			t.Fatalf("%d events done, want %d (%v)", len(page.Events), n, err)
+		}
+	})
+}
+
+// testConcurrency: many claimers never hold one event at once, and every
+// event ends done exactly once.
+func testConcurrency[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Run("ClaimersNeverShareAnEvent", func(t *testing.T) {
+		t.Parallel()
+		if testing.Short() {
+			t.Skip("2,000 events; skipped with -short")
+		}
+		b := setup(t)
+		const events, workers = 2000, 8
+		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
+		defer cancel()
+		ids := make([]int64, 0, events)
+		var mu sync.Mutex
+		var receiveWG sync.WaitGroup
+		for w := range 4 {
+			receiveWG.Go(func() {
+				for i := w; i < events; i += 4 {
+					res, err := b.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: fmt.Sprint("evt_", i), Payload: []byte("{}")})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					ids = append(ids, res.ID)
+					mu.Unlock()
+				}
+			})
+		}
+		receiveWG.Wait()
+		if t.Failed() {
+			return
+		}
+
+		holder := map[int64]string{}
+		completed := map[int64]int{}
+		var wg sync.WaitGroup
+		for w := range workers {
+			owner := fmt.Sprint("w", w)
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					claims, err := b.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: owner, Limit: 10, TTL: ttl})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if len(claims) == 0 {
+						return
+					}
+					for _, c := range claims {
+						id := c.Event.ID
+						mu.Lock()
+						if other, held := holder[id]; held {
+							t.Errorf("event %d claimed by %s while %s holds it", id, owner, other)
+						}
+						holder[id] = owner
+						mu.Unlock()
+						if err := b.store.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
+							t.Errorf("complete %d: %v", id, err)
+						}
+						mu.Lock()
+						delete(holder, id)
+						completed[id]++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if len(completed) != events {
+			t.Fatalf("%d events completed, want %d", len(completed), events)
+		}
+		for _, id := range ids {
+			if completed[id] != 1 {
+				t.Errorf("event %d completed %d times", id, completed[id])
+			}
+		}
+		for _, id := range ids {
+			ledger := attempts(t, b, id)
+			if len(ledger) != 1 || ledger[0].Outcome != ferry.OutcomeDone {
+				t.Fatalf("event %d ledger = %+v, want one done attempt", id, ledger)
+			}
+		}
+		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{States: []ferry.State{ferry.StatePending, ferry.StateInProgress}})
+		if err != nil || len(page.Events) != 0 {
+			t.Fatalf("%d events left unfinished (%v)", len(page.Events), err)
+		}
+	})
+}

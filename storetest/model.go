@@ -1,0 +1,217 @@
+package storetest
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// modelEvent is the state machine as a few lines of Go: what the store must
+// agree with after every random operation.
+type modelEvent struct {
+	id         int64
+	key        string
+	state      ferry.State
+	attempt    int
+	base       int
+	deliveries int
+	leaseUntil time.Time
+	nextAt     time.Time
+}
+
+func (e *modelEvent) due(now time.Time) (time.Time, bool) {
+	switch {
+	case e.state == ferry.StatePending && !e.nextAt.After(now):
+		return e.nextAt, true
+	case e.state == ferry.StateInProgress && !e.leaseUntil.After(now):
+		return e.leaseUntil, true
+	}
+	return time.Time{}, false
+}
+
+func (e *modelEvent) holds(l ferry.Lease, now time.Time) bool {
+	return e.state == ferry.StateInProgress && e.attempt == l.Attempt && e.leaseUntil.After(now)
+}
+
+// testModel drives random operation sequences against the store and the
+// model side by side. Each check works in a source of its own, so one store
+// serves every check.
+func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	b := setup(t)
+	run := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		run++
+		source := fmt.Sprint("model", run)
+		events := map[string]*modelEvent{}
+		byID := map[int64]*modelEvent{}
+		var leases []ferry.Lease // every lease ever handed out, stale ones included
+
+		pickLease := func(rt *rapid.T) (ferry.Lease, *modelEvent) {
+			if len(leases) == 0 {
+				rt.Skip("no lease yet")
+			}
+			l := rapid.SampledFrom(leases).Draw(rt, "lease")
+			return l, byID[l.ID]
+		}
+		fenced := func(rt *rapid.T, op string, ev *modelEvent, lease ferry.Lease, err error) bool {
+			held := ev.holds(lease, b.clock.Now())
+			if held && err != nil {
+				rt.Fatalf("%s on held lease %v: %v", op, lease, err)
+			}
+			if !held && !errors.Is(err, ferry.ErrLeaseLost) {
+				rt.Fatalf("%s on lost lease %v (event %+v): err = %v, want ErrLeaseLost", op, lease, *ev, err)
+			}
+			return held
+		}
+
+		rt.Repeat(map[string]func(*rapid.T){
+			"receive": func(rt *rapid.T) {
+				key := rapid.SampledFrom([]string{"a", "b", "c", "d", "e"}).Draw(rt, "key")
+				res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: source, EventID: key, Payload: []byte(key)})
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if ev, ok := events[key]; ok {
+					if res.Outcome != ferry.ReceiveDuplicate || res.ID != ev.id {
+						rt.Fatalf("redelivery of %s: %s %d", key, res.Outcome, res.ID)
+					}
+					ev.deliveries++
+					return
+				}
+				if res.Outcome != ferry.ReceiveNew {
+					rt.Fatalf("first delivery of %s: %s", key, res.Outcome)
+				}
+				ev := &modelEvent{id: res.ID, key: key, state: ferry.StatePending, deliveries: 1, nextAt: b.clock.Now()}
+				events[key], byID[res.ID] = ev, ev
+			},
+			"claim": func(rt *rapid.T) {
+				limit := rapid.IntRange(1, 3).Draw(rt, "limit")
+				now := b.clock.Now()
+				var due []*modelEvent
+				for _, ev := range events {
+					if _, ok := ev.due(now); ok {
+						due = append(due, ev)
+					}
+				}
+				slices.SortFunc(due, func(x, y *modelEvent) int {
+					dx, _ := x.due(now)
+					dy, _ := y.due(now)
+					return cmp.Or(dx.Compare(dy), cmp.Compare(x.id, y.id))
+				})
+				want := due[:min(limit, len(due))]
+				claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: limit, TTL: ttl, Sources: []string{source}})
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if len(claims) != len(want) {
+					rt.Fatalf("claimed %d, want %d", len(claims), len(want))
+				}
+				for i, c := range claims {
+					ev := want[i]
+					if c.Event.ID != ev.id {
+						rt.Fatalf("claim %d got event %d, want %d (oldest due first)", i, c.Event.ID, ev.id)
+					}
+					if c.PreviousUnfinished != (ev.state == ferry.StateInProgress) {
+						rt.Fatalf("event %d PreviousUnfinished = %v from state %s", ev.id, c.PreviousUnfinished, ev.state)
+					}
+					ev.state, ev.attempt, ev.leaseUntil = ferry.StateInProgress, ev.attempt+1, now.Add(ttl)
+					leases = append(leases, c.Event.Lease())
+				}
+			},
+			"heartbeat": func(rt *rapid.T) {
+				lease, ev := pickLease(rt)
+				_, err := b.store.EventHeartbeat(b.ctx, &ferry.EventHeartbeatParams{Lease: lease, TTL: ttl})
+				if fenced(rt, "heartbeat", ev, lease, err) {
+					ev.leaseUntil = b.clock.Now().Add(ttl)
+				}
+			},
+			"complete": func(rt *rapid.T) {
+				lease, ev := pickLease(rt)
+				err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease})
+				if fenced(rt, "complete", ev, lease, err) {
+					ev.state = ferry.StateDone
+				}
+			},
+			"fail": func(rt *rapid.T) {
+				lease, ev := pickLease(rt)
+				delay := time.Duration(rapid.IntRange(0, 40).Draw(rt, "delay_s")) * time.Second
+				maxAttempts := rapid.IntRange(0, 3).Draw(rt, "max_attempts")
+				state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "e", RetryDelay: delay, MaxAttempts: maxAttempts})
+				if !fenced(rt, "fail", ev, lease, err) {
+					return
+				}
+				want := ferry.StatePending
+				if maxAttempts > 0 && ev.attempt-ev.base >= maxAttempts {
+					want = ferry.StateDead
+				}
+				if state != want {
+					rt.Fatalf("fail -> %s, want %s", state, want)
+				}
+				ev.state, ev.nextAt = want, b.clock.Now().Add(delay)
+			},
+			"release": func(rt *rapid.T) {
+				lease, ev := pickLease(rt)
+				err := b.store.EventRelease(b.ctx, &ferry.EventReleaseParams{Lease: lease})
+				if fenced(rt, "release", ev, lease, err) {
+					ev.state, ev.nextAt = ferry.StatePending, b.clock.Now()
+				}
+			},
+			"requeue": func(rt *rapid.T) {
+				if len(byID) == 0 {
+					rt.Skip("no event yet")
+				}
+				ids := make([]int64, 0, len(byID))
+				for id := range byID {
+					ids = append(ids, id)
+				}
+				slices.Sort(ids)
+				ev := byID[rapid.SampledFrom(ids).Draw(rt, "id")]
+				n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{ev.id}})
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if want := map[bool]int{true: 1, false: 0}[ev.state.Terminal()]; n != want {
+					rt.Fatalf("requeue of %s event = %d, want %d", ev.state, n, want)
+				}
+				if n == 1 {
+					ev.state, ev.nextAt, ev.base = ferry.StatePending, b.clock.Now(), ev.attempt
+				}
+			},
+			"advance": func(rt *rapid.T) {
+				b.clock.Advance(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, ttl - time.Second, ttl}).Draw(rt, "advance"))
+			},
+			"": func(rt *rapid.T) {
+				page, err := b.store.EventList(b.ctx, &ferry.EventListParams{Source: source})
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if len(page.Events) != len(events) {
+					rt.Fatalf("store has %d events, model %d", len(page.Events), len(events))
+				}
+				for _, got := range page.Events {
+					want := byID[got.ID]
+					if want == nil {
+						rt.Fatalf("store has event %d the model lacks", got.ID)
+					}
+					if got.State != want.state || got.Attempt != want.attempt || got.Deliveries != want.deliveries {
+						rt.Fatalf("event %s: store (%s, attempt %d, deliveries %d), model (%s, %d, %d)",
+							want.key, got.State, got.Attempt, got.Deliveries, want.state, want.attempt, want.deliveries)
+					}
+					if want.state == ferry.StateInProgress && !got.LeaseExpiresAt.Equal(want.leaseUntil) {
+						rt.Fatalf("event %s lease until %v, model %v", want.key, got.LeaseExpiresAt, want.leaseUntil)
+					}
+					if want.state == ferry.StatePending && !got.NextAttemptAt.Equal(want.nextAt) {
+						rt.Fatalf("event %s next attempt %v, model %v", want.key, got.NextAttemptAt, want.nextAt)
+					}
+				}
+			},
+		})
+	})
+}
