@@ -1,0 +1,564 @@
+package ferry
+
+import (
+	"cmp"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Client. Zero values take the documented defaults.
+type Config struct {
+	// Store is the inbox the client works. Required.
+	Store Store
+
+	// Sources are the per-source policies. A source with a handler but no
+	// entry here gets the defaults of SourcePolicy.
+	Sources []SourcePolicy
+
+	// Workers is how many handlers run at once. Defaults to 10.
+	Workers int
+
+	// LeaseTTL is how long a claim holds an event without a heartbeat; a
+	// dead worker's events are taken back within it. Defaults to 15 seconds.
+	LeaseTTL time.Duration
+
+	// HeartbeatInterval is how often running leases are extended. Defaults to
+	// LeaseTTL/3, and must leave room for at least two missed beats: it may
+	// not exceed LeaseTTL/3.
+	HeartbeatInterval time.Duration
+
+	// PollInterval is how often the client looks for due events when no
+	// receipt notification wakes it (retries coming due, expired leases, a
+	// missed notification). Defaults to 1 second.
+	PollInterval time.Duration
+
+	// ShutdownGrace is how long Stop lets running handlers finish before it
+	// cancels them and releases their events. Defaults to 10 seconds.
+	ShutdownGrace time.Duration
+
+	// RetryBase and RetryCap shape the backoff: attempt n waits a random
+	// time between 0 and min(RetryCap, RetryBase × 2^(n-1)) (exponential
+	// with full jitter). Default to 1 second and 1 hour.
+	RetryBase time.Duration
+	RetryCap  time.Duration
+
+	// ID names this worker in leases and in the attempt ledger. Defaults to
+	// hostname-pid-random.
+	ID string
+
+	// Logger receives one line per failed, dead or lost attempt, and claim
+	// errors. Payloads and headers are never logged. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+
+	// Observer, if set, is told of every attempt's end (metrics plug in
+	// here).
+	Observer Observer
+}
+
+// SourcePolicy is how the client treats one source's events.
+type SourcePolicy struct {
+	// Name is the source name, as events are stored under.
+	Name string
+	// MaxAttempts is the attempt budget before an event goes dead. Defaults
+	// to 25.
+	MaxAttempts int
+	// ReplayWindow is how long the provider redelivers (Stripe and GitHub: 3
+	// days). An event that fails once older than this goes dead, for a person
+	// to see, rather than retrying past the provider's own horizon. Defaults
+	// to 72 hours.
+	ReplayWindow time.Duration
+	// LostLease is what happens to an event whose lease lapsed while a
+	// handler may have been running. Defaults to LostLeaseRetry.
+	LostLease LostLeasePolicy
+}
+
+// Observer is told what the engine did; a metrics adapter implements it.
+// Methods must not block.
+type Observer interface {
+	// AttemptFinished is called once per claimed attempt, with how it ended
+	// (done, failed, dead, released or lease_expired) and how long the
+	// handler ran.
+	AttemptFinished(source string, outcome Outcome, reclaimed bool, handlerTime time.Duration)
+}
+
+// Default settings; see Config.
+const (
+	DefaultWorkers       = 10
+	DefaultLeaseTTL      = 15 * time.Second
+	DefaultPollInterval  = time.Second
+	DefaultShutdownGrace = 10 * time.Second
+	DefaultMaxAttempts   = 25
+	DefaultReplayWindow  = 72 * time.Hour
+)
+
+// Client claims events from a Store and runs their handlers: in batches,
+// with bounded concurrency, a heartbeat per lease, fenced completion, backoff
+// and dead-lettering. Any number of clients, in any number of processes, may
+// share a PostgreSQL store.
+type Client struct {
+	cfg      Config
+	store    Store
+	log      *slog.Logger
+	policies map[string]SourcePolicy
+	handlers map[string]map[string]handler // source → event type ("" for any) → handler
+
+	mu       sync.Mutex
+	started  bool
+	running  map[int64]*job
+	active   int
+	slotFree chan struct{}
+
+	stopClaiming context.CancelFunc
+	stopHandlers context.CancelCauseFunc
+	stopBeats    context.CancelFunc
+	claimDone    chan struct{}
+	beatDone     chan struct{}
+	jobs         sync.WaitGroup
+}
+
+type job struct {
+	lease     Lease
+	source    string
+	reclaimed bool
+	cancel    context.CancelCauseFunc
+	lost      atomic.Bool
+	// deadline is this worker's conservative guess of the lease's end, on its
+	// own clock: only ever used to give up sooner, never to hold on longer.
+	deadline atomic.Int64
+}
+
+var errShutdown = errors.New("ferry: client stopped")
+
+// NewClient checks cfg and fills in its defaults.
+func NewClient(cfg *Config) (*Client, error) {
+	c := *cfg
+	if c.Store == nil {
+		return nil, fmt.Errorf("%w: Config.Store is required", ErrInvalidParams)
+	}
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseTTL/3)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
+	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
+	c.RetryCap = cmp.Or(c.RetryCap, time.Hour)
+	if c.Workers < 0 || c.LeaseTTL < 0 || c.PollInterval < 0 || c.ShutdownGrace < 0 || c.RetryBase < 0 || c.RetryCap < 0 {
+		return nil, fmt.Errorf("%w: Config durations and Workers may not be negative", ErrInvalidParams)
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.LeaseTTL/3 {
+		return nil, fmt.Errorf("%w: HeartbeatInterval %v must be positive and at most LeaseTTL/3 (%v)", ErrInvalidParams, c.HeartbeatInterval, c.LeaseTTL/3)
+	}
+	if c.ID == "" {
+		c.ID = workerID()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	cl := &Client{
+		cfg:      c,
+		store:    c.Store,
+		log:      c.Logger,
+		policies: map[string]SourcePolicy{},
+		handlers: map[string]map[string]handler{},
+		running:  map[int64]*job{},
+		slotFree: make(chan struct{}, 1),
+	}
+	for _, p := range c.Sources {
+		if p.Name == "" {
+			return nil, fmt.Errorf("%w: SourcePolicy.Name is required", ErrInvalidParams)
+		}
+		p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
+		p.ReplayWindow = cmp.Or(p.ReplayWindow, DefaultReplayWindow)
+		if p.LostLease == "" {
+			p.LostLease = LostLeaseRetry
+		}
+		if p.LostLease != LostLeaseRetry && p.LostLease != LostLeaseHold {
+			return nil, fmt.Errorf("%w: source %q: LostLease %q is neither %q nor %q", ErrInvalidParams, p.Name, p.LostLease, LostLeaseRetry, LostLeaseHold)
+		}
+		cl.policies[p.Name] = p
+	}
+	return cl, nil
+}
+
+// ID returns the name this worker leases under.
+func (c *Client) ID() string { return c.cfg.ID }
+
+// Handle registers h for every event of source that no HandleType handler
+// takes. Register before Start.
+func (c *Client) Handle(source string, h HandlerFunc) { c.register(source, "", plainHandler(h)) }
+
+// HandleType registers h for events of source whose type is eventType.
+func (c *Client) HandleType(source, eventType string, h HandlerFunc) {
+	c.register(source, eventType, plainHandler(h))
+}
+
+// HandleTx registers a transactional handler for source: h's writes and the
+// fenced done commit in one transaction of store, which must be the client's
+// own Store. eventType "" takes every type.
+func HandleTx[TX any](c *Client, store TxStore[TX], source, eventType string, h TxHandlerFunc[TX]) {
+	c.register(source, eventType, txHandler[TX]{store: store, fn: h})
+}
+
+func (c *Client) register(source, eventType string, h handler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		panic("ferry: handler registered after Start")
+	}
+	if c.handlers[source] == nil {
+		c.handlers[source] = map[string]handler{}
+	}
+	c.handlers[source][eventType] = h
+}
+
+func (c *Client) policy(source string) SourcePolicy {
+	if p, ok := c.policies[source]; ok {
+		return p
+	}
+	return SourcePolicy{Name: source, MaxAttempts: DefaultMaxAttempts, ReplayWindow: DefaultReplayWindow, LostLease: LostLeaseRetry}
+}
+
+// Start begins claiming and working events of every source with a handler.
+// It returns at once; Stop ends the work.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("ferry: client already started")
+	}
+	if len(c.handlers) == 0 {
+		return errors.New("ferry: no handler registered")
+	}
+	c.started = true
+
+	claimCtx, stopClaiming := context.WithCancel(context.WithoutCancel(ctx))
+	handlerCtx, stopHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	beatCtx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
+	c.stopClaiming, c.stopHandlers, c.stopBeats = stopClaiming, stopHandlers, stopBeats
+	c.claimDone, c.beatDone = make(chan struct{}), make(chan struct{})
+
+	wake, err := c.store.ReceiptSubscribe(claimCtx)
+	if err != nil {
+		c.log.Warn("ferry: receipt notifications unavailable; polling only", "err", err)
+		wake = nil
+	}
+	go c.claimLoop(claimCtx, handlerCtx, wake)
+	go c.heartbeatLoop(beatCtx)
+	return nil
+}
+
+// Stop stops claiming, lets running handlers finish within ShutdownGrace (or
+// until ctx is done), then cancels the rest and releases their events so that
+// another instance takes them at once. It returns when every handler has
+// returned.
+func (c *Client) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.started || c.stopClaiming == nil {
+		c.mu.Unlock()
+		return nil
+	}
+	stopClaiming := c.stopClaiming
+	c.stopClaiming = nil
+	c.mu.Unlock()
+
+	stopClaiming()
+	<-c.claimDone
+
+	finished := make(chan struct{})
+	go func() { c.jobs.Wait(); close(finished) }()
+	grace := time.NewTimer(c.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-finished:
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	c.stopHandlers(errShutdown)
+	<-finished
+	c.stopBeats()
+	<-c.beatDone
+	return nil
+}
+
+func (c *Client) sources() (claim, hold []string) {
+	for s := range c.handlers {
+		claim = append(claim, s)
+		if c.policy(s).LostLease == LostLeaseHold {
+			hold = append(hold, s)
+		}
+	}
+	return claim, hold
+}
+
+func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}) {
+	defer close(c.claimDone)
+	sources, hold := c.sources()
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	failures := 0
+	for {
+		c.mu.Lock()
+		free := c.cfg.Workers - c.active
+		c.mu.Unlock()
+
+		full := false
+		if free > 0 {
+			started := time.Now()
+			claims, err := c.store.EventClaimMany(ctx, &EventClaimManyParams{
+				Owner: c.cfg.ID, Limit: free, TTL: c.cfg.LeaseTTL, Sources: sources, HoldSources: hold,
+			})
+			switch {
+			case ctx.Err() != nil:
+				for _, cl := range claims {
+					c.release(cl.Event.Lease())
+				}
+				return
+			case err != nil:
+				failures++
+				c.log.Warn("ferry: claim failed", "worker", c.cfg.ID, "err", err)
+			default:
+				failures = 0
+				for _, cl := range claims {
+					c.launch(handlerCtx, cl, started)
+				}
+				full = len(claims) == free
+			}
+		}
+		if full {
+			continue // more may be due: claim again at once
+		}
+		resetTimer(poll, max(c.cfg.PollInterval, backoff(failures, c.cfg.PollInterval, 30*c.cfg.PollInterval)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-poll.C:
+		case <-c.slotFree:
+		}
+	}
+}
+
+func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Time) {
+	ev := cl.Event
+	hctx, cancel := context.WithCancelCause(handlerCtx)
+	j := &job{lease: ev.Lease(), source: ev.Source, reclaimed: cl.PreviousUnfinished, cancel: cancel}
+	j.deadline.Store(claimedAt.Add(c.cfg.LeaseTTL).UnixNano())
+	c.mu.Lock()
+	c.running[ev.ID] = j
+	c.active++
+	c.mu.Unlock()
+	c.jobs.Add(1)
+	go func() {
+		defer c.jobs.Done()
+		defer c.finish(j)
+		c.work(hctx, j, cl)
+	}()
+}
+
+func (c *Client) finish(j *job) {
+	j.cancel(nil)
+	c.mu.Lock()
+	delete(c.running, j.lease.ID)
+	c.active--
+	c.mu.Unlock()
+	select {
+	case c.slotFree <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Client) work(ctx context.Context, j *job, cl *Claim) {
+	ev := cl.Event
+	d := &Delivery{
+		Event:              ev,
+		Attempt:            ev.Attempt,
+		IdempotencyKey:     IdempotencyKey(ev.Source, ev.EventID),
+		PreviousUnfinished: cl.PreviousUnfinished,
+	}
+	log := c.log.With("source", ev.Source, "event_id", ev.EventID, "attempt", ev.Attempt, "worker", c.cfg.ID)
+	h := c.handlerFor(ev)
+	started := time.Now()
+	var completed bool
+	var err error
+	if h == nil {
+		err = Permanent(fmt.Errorf("ferry: no handler for source %q type %q", ev.Source, ev.Type))
+	} else {
+		completed, err = runSafely(ctx, h, c, d)
+	}
+	took := time.Since(started)
+	policy := c.policy(ev.Source)
+
+	// A write with a background context: the handler's context may be
+	// cancelled, but the verdict must still reach the store while the lease
+	// holds.
+	wctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, j.deadline.Load()))
+	defer cancel()
+
+	outcome := OutcomeDone
+	switch {
+	case j.lost.Load() || errors.Is(err, ErrLeaseLost):
+		outcome = OutcomeLeaseExpired
+	case completed:
+	case err == nil:
+		if werr := retryWrite(wctx, func() error {
+			return c.store.EventComplete(wctx, &EventCompleteParams{Lease: j.lease})
+		}); werr != nil {
+			outcome = OutcomeLeaseExpired
+			log.Warn("ferry: could not record completion; the event will be retried", "err", werr)
+		}
+	case context.Cause(ctx) == errShutdown:
+		// Cancelled unfinished at shutdown: give it back for another instance.
+		outcome = OutcomeReleased
+		if err := c.store.EventRelease(wctx, &EventReleaseParams{Lease: j.lease}); err != nil {
+			log.Warn("ferry: release at shutdown failed; the lease will lapse instead", "err", err)
+		}
+	default:
+		delay := backoff(ev.Attempt, c.cfg.RetryBase, c.cfg.RetryCap)
+		delay = max(delay, retryAfterOf(err))
+		var state State
+		werr := retryWrite(wctx, func() error {
+			var e error
+			state, e = c.store.EventFail(wctx, &EventFailParams{
+				Lease: j.lease, Error: err.Error(), RetryDelay: delay,
+				MaxAttempts: policy.MaxAttempts, MaxAge: policy.ReplayWindow, Dead: IsPermanent(err),
+			})
+			return e
+		})
+		switch {
+		case werr != nil:
+			outcome = OutcomeLeaseExpired
+			log.Warn("ferry: could not record failure; the lease will lapse", "err", werr, "handler_err", err)
+		case state == StateDead:
+			outcome = OutcomeDead
+			log.Warn("ferry: event dead", "alert", "dead", "err", err)
+		default:
+			outcome = OutcomeFailed
+			log.Info("ferry: attempt failed; retrying", "err", err, "retry_in", delay)
+		}
+	}
+	if outcome == OutcomeLeaseExpired {
+		log.Warn("ferry: lease lost; this attempt's verdict was not recorded", "alert", "lease_lost", "policy", policy.LostLease)
+	}
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.AttemptFinished(ev.Source, outcome, j.reclaimed, took)
+	}
+}
+
+func (c *Client) handlerFor(ev *Event) handler {
+	byType := c.handlers[ev.Source]
+	if h, ok := byType[ev.Type]; ok {
+		return h
+	}
+	return byType[""]
+}
+
+func runSafely(ctx context.Context, h handler, c *Client, d *Delivery) (completed bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			completed, err = false, panicError(p)
+		}
+	}()
+	return h.run(ctx, c, d)
+}
+
+// heartbeatLoop extends every running lease each interval; a lease found
+// lost cancels its handler at once.
+func (c *Client) heartbeatLoop(ctx context.Context) {
+	defer close(c.beatDone)
+	tick := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		c.mu.Lock()
+		jobs := make([]*job, 0, len(c.running))
+		for _, j := range c.running {
+			jobs = append(jobs, j)
+		}
+		c.mu.Unlock()
+		for _, j := range jobs {
+			if j.lost.Load() {
+				continue
+			}
+			sent := time.Now()
+			_, err := c.store.EventHeartbeat(ctx, &EventHeartbeatParams{Lease: j.lease, TTL: c.cfg.LeaseTTL})
+			switch {
+			case err == nil:
+				j.deadline.Store(sent.Add(c.cfg.LeaseTTL).UnixNano())
+			case errors.Is(err, ErrLeaseLost) || time.Now().UnixNano() >= j.deadline.Load():
+				j.lost.Store(true)
+				j.cancel(ErrLeaseLost)
+			case ctx.Err() == nil:
+				c.log.Warn("ferry: heartbeat failed; retrying", "worker", c.cfg.ID, "err", err)
+			}
+		}
+	}
+}
+
+func (c *Client) release(l Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LeaseTTL)
+	defer cancel()
+	if err := c.store.EventRelease(ctx, &EventReleaseParams{Lease: l}); err != nil {
+		c.log.Warn("ferry: release failed; the lease will lapse instead", "err", err)
+	}
+}
+
+// retryWrite retries a store write that failed for any reason but a lost
+// lease, until ctx (bounded by the lease) ends.
+func retryWrite(ctx context.Context, write func() error) error {
+	for i := 0; ; i++ {
+		err := write()
+		if err == nil || errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff(i+1, 50*time.Millisecond, time.Second)):
+		}
+	}
+}
+
+// backoff is exponential with full jitter: a random time in [0, min(limit,
+// base × 2^(n-1))]. n ≤ 0 is no wait.
+func backoff(n int, base, limit time.Duration) time.Duration {
+	if n <= 0 {
+		return base
+	}
+	ceiling := limit
+	if n < 63 {
+		if d := base << (n - 1); d > 0 && d < limit {
+			ceiling = d
+		}
+	}
+	return rand.N(ceiling + 1)
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}
+
+func workerID() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = crand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

@@ -1,0 +1,120 @@
+package ferry
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Delivery is what a handler gets: one event, on one attempt.
+type Delivery struct {
+	// Event is the event, payload and headers included.
+	Event *Event
+	// Attempt is this attempt's number, starting at 1. It is also the lease's
+	// fencing token.
+	Attempt int
+	// IdempotencyKey is stable across every attempt of the event (derived from
+	// its source and event id, on any instance). Send it downstream, as the
+	// Idempotency-Key header for instance, so that a repeated attempt cannot
+	// repeat the effect.
+	IdempotencyKey string
+	// PreviousUnfinished is true when the attempt before this one never
+	// reported an end: its worker died or stalled past its lease. Its effect
+	// may or may not have happened; a handler with a non-idempotent effect
+	// should check the downstream before doing it again.
+	PreviousUnfinished bool
+}
+
+// IdempotencyKey returns the key Ferry hands every attempt of the event
+// (source, eventID): "ferry_" and 32 hex digits of a SHA-256.
+func IdempotencyKey(source, eventID string) string {
+	sum := sha256.Sum256([]byte(source + "\x00" + eventID))
+	return "ferry_" + hex.EncodeToString(sum[:16])
+}
+
+// HandlerFunc works one delivery. A nil error completes the event; an error
+// fails the attempt and schedules a retry with backoff, unless it is
+// Permanent. The context is cancelled the moment the lease is lost or the
+// client stops for good; a handler should return promptly then. A panic is
+// a failed attempt, not a dead worker.
+type HandlerFunc func(ctx context.Context, d *Delivery) error
+
+// TxHandlerFunc works one delivery inside tx, the transaction in which Ferry
+// also marks the event done, fenced by its lease. Its writes commit only if
+// the lease still holds: exactly-once effects in the store's database.
+type TxHandlerFunc[TX any] func(ctx context.Context, tx TX, d *Delivery) error
+
+// Permanent marks err as one no retry will fix (a 404 from the downstream,
+// a payload the handler cannot understand): the event goes dead at once.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &handlerError{err: err, permanent: true}
+}
+
+// RetryAfter asks for the next attempt no sooner than d from now, as a
+// downstream's Retry-After header does. The attempt still counts.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &handlerError{err: err, retryAfter: d}
+}
+
+type handlerError struct {
+	err        error
+	permanent  bool
+	retryAfter time.Duration
+}
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+// IsPermanent reports whether err, or an error it wraps, was marked Permanent.
+func IsPermanent(err error) bool {
+	var he *handlerError
+	return errors.As(err, &he) && he.permanent
+}
+
+func retryAfterOf(err error) time.Duration {
+	var he *handlerError
+	if errors.As(err, &he) {
+		return he.retryAfter
+	}
+	return 0
+}
+
+// handler is how the engine runs either kind of handler: completed reports
+// that the handler's own transaction already completed the event.
+type handler interface {
+	run(ctx context.Context, c *Client, d *Delivery) (completed bool, err error)
+}
+
+type plainHandler HandlerFunc
+
+func (h plainHandler) run(ctx context.Context, _ *Client, d *Delivery) (bool, error) {
+	return false, h(ctx, d)
+}
+
+type txHandler[TX any] struct {
+	store TxStore[TX]
+	fn    TxHandlerFunc[TX]
+}
+
+func (h txHandler[TX]) run(ctx context.Context, _ *Client, d *Delivery) (bool, error) {
+	err := h.store.InTx(ctx, func(tx TX) error {
+		if err := h.fn(ctx, tx, d); err != nil {
+			return err
+		}
+		return h.store.EventCompleteTx(ctx, tx, &EventCompleteParams{Lease: d.Event.Lease()})
+	})
+	return err == nil, err
+}
+
+func panicError(p any) error {
+	return fmt.Errorf("ferry: handler panicked: %v", p)
+}
