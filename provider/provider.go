@@ -1,0 +1,173 @@
+// Package provider verifies webhook signatures from Stripe, GitHub, Shopify,
+// Standard Webhooks senders (Svix and others) and generic HMAC senders.
+//
+// Every verifier implements ferry.Verifier: it is pure (headers and raw body
+// in, no I/O), compares MACs with hmac.Equal only, accepts several secrets at
+// once so a secret can be rotated without dropping deliveries, and never
+// panics on hostile input. Errors wrap the sentinels of package ferry
+// (ferry.ErrBadSignature and the rest) and never contain a secret or an
+// expected signature.
+//
+// Identity errors (ferry.ErrNoEventID, ferry.ErrBadPayload) are returned only
+// for deliveries whose signature checked out, so a forgery is always answered
+// as a signature failure, never as a bad request.
+//
+// All verifiers take one Options struct; build one by name with New, the way
+// a service configuration does:
+//
+//	v, err := provider.New("stripe", provider.Options{Secrets: []string{secret}})
+package provider
+
+import (
+	"crypto/hmac"
+	"errors"
+	"fmt"
+	"hash"
+	"strings"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// DefaultTolerance is how far a signed timestamp may lie from now, in the
+// past or the future, unless Options.Tolerance says otherwise. It matches
+// Stripe's and the Standard Webhooks libraries' default.
+const DefaultTolerance = 5 * time.Minute
+
+var (
+	// ErrInvalidOptions is returned by the constructors for options they
+	// cannot build a verifier from: no secret, an empty or undecodable secret,
+	// a negative tolerance, an incomplete HMAC scheme. It wraps a reason.
+	ErrInvalidOptions = errors.New("provider: invalid options")
+
+	// ErrUnknownProvider is returned by New for a name it does not know. The
+	// message lists the valid names.
+	ErrUnknownProvider = errors.New("provider: unknown provider")
+)
+
+// Options configure every verifier. Fields a provider has no use for are
+// ignored: GitHub, Shopify and generic HMAC signatures carry no timestamp, so
+// Tolerance and Now mean nothing to them.
+type Options struct {
+	// Secrets are the signing secrets; a delivery signed by any one of them is
+	// genuine. List the new secret beside the old one while rotating, then
+	// drop the old. Required, and none may be empty (an empty HMAC key is one
+	// anyone can sign with).
+	//
+	// Stripe secrets are used as shown in the dashboard, "whsec_" included.
+	// Standard Webhooks secrets are "whsec_" followed by base64; the key is
+	// the decoded part (the prefix is optional).
+	Secrets []string
+
+	// Tolerance is how far a signed timestamp may lie from Now, in the past
+	// (a replay) or the future (a skewed or forged clock). Defaults to
+	// DefaultTolerance, 5 minutes.
+	Tolerance time.Duration
+
+	// Now is the clock timestamps are checked against. Defaults to time.Now.
+	Now func() time.Time
+
+	// HMAC describes the scheme of a generic HMAC sender. Only NewHMAC (and
+	// New("hmac", ...)) read it.
+	HMAC HMACOptions
+}
+
+// constructors maps the names New accepts to their constructors.
+var constructors = map[string]func(Options) (ferry.Verifier, error){
+	"github":           func(o Options) (ferry.Verifier, error) { return NewGitHub(o) },
+	"hmac":             func(o Options) (ferry.Verifier, error) { return NewHMAC(o) },
+	"shopify":          func(o Options) (ferry.Verifier, error) { return NewShopify(o) },
+	"standardwebhooks": func(o Options) (ferry.Verifier, error) { return NewStandardWebhooks(o) },
+	"stripe":           func(o Options) (ferry.Verifier, error) { return NewStripe(o) },
+}
+
+// Names returns the provider names New accepts, sorted.
+func Names() []string {
+	return []string{"github", "hmac", "shopify", "standardwebhooks", "stripe"}
+}
+
+// New builds the verifier of the named provider, so a configuration file can
+// pick one by name. Unknown names return ErrUnknownProvider.
+func New(name string, opts Options) (ferry.Verifier, error) {
+	build, ok := constructors[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (valid: %s)", ErrUnknownProvider, name, strings.Join(Names(), ", "))
+	}
+	return build(opts)
+}
+
+// config is Options resolved: keys decoded, defaults applied.
+type config struct {
+	keys      [][]byte
+	tolerance time.Duration
+	now       func() time.Time
+}
+
+// newConfig checks opts and applies defaults; decodeKey turns one secret
+// into its HMAC key.
+func newConfig(opts Options, decodeKey func(string) ([]byte, error)) (config, error) {
+	if len(opts.Secrets) == 0 {
+		return config{}, fmt.Errorf("%w: no secret", ErrInvalidOptions)
+	}
+	if opts.Tolerance < 0 {
+		return config{}, fmt.Errorf("%w: negative tolerance", ErrInvalidOptions)
+	}
+	cfg := config{tolerance: opts.Tolerance, now: opts.Now}
+	if cfg.tolerance == 0 {
+		cfg.tolerance = DefaultTolerance
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	for i, secret := range opts.Secrets {
+		key, err := decodeKey(secret)
+		if err != nil {
+			return config{}, fmt.Errorf("%w: secret %d: %v", ErrInvalidOptions, i, err)
+		}
+		if len(key) == 0 {
+			return config{}, fmt.Errorf("%w: secret %d is empty", ErrInvalidOptions, i)
+		}
+		cfg.keys = append(cfg.keys, key)
+	}
+	return cfg, nil
+}
+
+// rawKey uses a secret's bytes as the key, as Stripe, GitHub and Shopify do.
+func rawKey(secret string) ([]byte, error) { return []byte(secret), nil }
+
+// signedByAny reports whether the MAC of msg (its parts concatenated) under
+// any key equals any of sigs.
+func signedByAny(newHash func() hash.Hash, keys, sigs [][]byte, msg ...[]byte) bool {
+	for _, key := range keys {
+		mac := hmac.New(newHash, key)
+		for _, part := range msg {
+			mac.Write(part)
+		}
+		sum := mac.Sum(nil)
+		for _, sig := range sigs {
+			if hmac.Equal(sum, sig) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkTimestamp refuses a signed time further than tolerance from now, in
+// either direction.
+func checkTimestamp(provider string, signed, now time.Time, tolerance time.Duration) error {
+	age := now.Sub(signed) // saturates instead of overflowing
+	if age > tolerance || age < -tolerance {
+		return fmt.Errorf("%s: %w", provider, ferry.ErrStaleTimestamp)
+	}
+	return nil
+}
+
+// verifyErr wraps a ferry sentinel with the provider's name and a reason
+// that never includes a secret or an expected signature.
+func verifyErr(provider string, sentinel error, reason string) error {
+	if reason == "" {
+		return fmt.Errorf("%s: %w", provider, sentinel)
+	}
+	return fmt.Errorf("%s: %w: %s", provider, sentinel, reason)
+}

@@ -1,0 +1,117 @@
+package provider_test
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/provider"
+)
+
+// The example of the Standard Webhooks reference libraries' tests
+// (standard-webhooks/standard-webhooks, libraries/go/webhook_test.go,
+// TestWebhookSign).
+const (
+	swVectorSecret    = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	swVectorID        = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+	swVectorTimestamp = 1614265330
+	swVectorPayload   = `{"test": 2432232314}`
+	swVectorSignature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+)
+
+func TestStandardWebhooksPublishedVector(t *testing.T) {
+	t.Parallel()
+
+	signedAt := time.Unix(swVectorTimestamp, 0)
+	h, err := ferrytest.SignStandardWebhooks(swVectorSecret, swVectorID, signedAt, []byte(swVectorPayload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Get("Webhook-Signature"); got != swVectorSignature {
+		t.Fatalf("signer: %s, want %s", got, swVectorSignature)
+	}
+
+	// Both secret spellings, prefixed and bare.
+	for _, secret := range []string{swVectorSecret, swVectorSecret[len("whsec_"):]} {
+		v, err := provider.NewStandardWebhooks(provider.Options{
+			Secrets: []string{secret},
+			Now:     func() time.Time { return signedAt.Add(time.Minute) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := http.Header{}
+		h.Set("webhook-id", swVectorID)
+		h.Set("webhook-timestamp", "1614265330")
+		h.Set("webhook-signature", swVectorSignature)
+		got, err := v.Verify(h, []byte(swVectorPayload))
+		if err != nil || got.EventID != swVectorID || got.Type != "" {
+			t.Fatalf("Verify with %q = %+v, %v", secret, got, err)
+		}
+	}
+}
+
+func TestStandardWebhooks(t *testing.T) {
+	t.Parallel()
+
+	const secret, oldSecret = "whsec_bmV3LXNlY3JldC1rZXk=", "whsec_b2xkLXNlY3JldC1rZXk="
+	body := []byte(`{"type":"user.created","data":{}}`)
+	v, err := provider.NewStandardWebhooks(provider.Options{Secrets: []string{secret, oldSecret}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(secret, id string, at time.Time, body []byte) http.Header {
+		h, err := ferrytest.SignStandardWebhooks(secret, id, at, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	signed := sign(secret, "msg_1", now, body)
+	sig := signed.Get("Webhook-Signature")
+	oldSig := sign(oldSecret, "msg_1", now, body).Get("Webhook-Signature")
+	h := func(value string) http.Header { return with(signed, "Webhook-Signature", value) }
+
+	t.Run("Type", func(t *testing.T) {
+		t.Parallel()
+		got, err := v.Verify(signed, body)
+		if err != nil || got.Type != "user.created" {
+			t.Fatalf("Verify = %+v, %v", got, err)
+		}
+	})
+
+	runCases(t, v, []string{secret, oldSecret, secret[len("whsec_"):]}, []verifyCase{
+		{name: "Valid", header: signed, body: body, wantID: "msg_1"},
+		{name: "OldSecret", header: h(oldSig), body: body, wantID: "msg_1"},
+		{name: "SeveralSignatures", header: h("v1a,ignored v2,AAAA " + oldSig + " " + sig), body: body, wantID: "msg_1"},
+		{name: "NotJSON", header: sign(secret, "msg_2", now, []byte("plain")), body: []byte("plain"), wantID: "msg_2"},
+		{name: "MissingHeader", header: h(""), body: body, want: ferry.ErrNoSignature},
+		{name: "NoVersion", header: h("g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="), body: body, want: ferry.ErrMalformedSignature},
+		{name: "NoV1", header: h("v2,AAAA"), body: body, want: ferry.ErrMalformedSignature},
+		{name: "V1NotBase64", header: h("v1,!!!"), body: body, want: ferry.ErrMalformedSignature},
+		{name: "MissingTimestamp", header: with(signed, "Webhook-Timestamp", ""), body: body, want: ferry.ErrMalformedSignature},
+		{name: "BadTimestamp", header: with(signed, "Webhook-Timestamp", "1.7e9"), body: body, want: ferry.ErrMalformedSignature},
+		{name: "WrongSecret", header: sign("whsec_Z3Vlc3M=", "msg_1", now, body), body: body, want: ferry.ErrBadSignature},
+		{name: "TamperedBody", header: signed, body: []byte(`{}`), want: ferry.ErrBadSignature},
+		{name: "TamperedID", header: with(signed, "Webhook-Id", "msg_2"), body: body, want: ferry.ErrBadSignature},
+		{name: "Stale", header: sign(secret, "msg_1", now.Add(-301*time.Second), body), body: body, want: ferry.ErrStaleTimestamp},
+		{name: "Future", header: sign(secret, "msg_1", now.Add(301*time.Second), body), body: body, want: ferry.ErrStaleTimestamp},
+		{name: "MissingID", header: with(sign(secret, "", now, body), "Webhook-Id", ""), body: body, want: ferry.ErrNoEventID},
+	})
+}
+
+func TestStandardWebhooksBadSecret(t *testing.T) {
+	t.Parallel()
+	for _, secret := range []string{"whsec_!!!", "whsec_"} {
+		_, err := provider.NewStandardWebhooks(provider.Options{Secrets: []string{secret}})
+		if !errors.Is(err, provider.ErrInvalidOptions) {
+			t.Errorf("secret %q: error = %v, want ErrInvalidOptions", secret, err)
+		}
+	}
+	if _, err := ferrytest.SignStandardWebhooks("whsec_!!!", "msg_1", now, nil); err == nil {
+		t.Error("SignStandardWebhooks accepted a secret that is not base64")
+	}
+}

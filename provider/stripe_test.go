@@ -1,0 +1,73 @@
+package provider_test
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/provider"
+)
+
+func TestStripe(t *testing.T) {
+	t.Parallel()
+
+	const secret, oldSecret = "whsec_new", "whsec_old"
+	body := []byte(`{"id":"evt_1","type":"invoice.paid","data":{}}`)
+	v, err := provider.NewStripe(provider.Options{Secrets: []string{secret, oldSecret}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := ferrytest.SignStripe(secret, body, now)
+	sig := signed.Get("Stripe-Signature")
+	oldSig := ferrytest.SignStripe(oldSecret, body, now).Get("Stripe-Signature")
+	h := func(value string) http.Header { return with(signed, "Stripe-Signature", value) }
+
+	t.Run("Type", func(t *testing.T) {
+		t.Parallel()
+		got, err := v.Verify(signed, body)
+		if err != nil || got.Type != "invoice.paid" {
+			t.Fatalf("Verify = %+v, %v", got, err)
+		}
+	})
+
+	runCases(t, v, []string{secret, oldSecret}, []verifyCase{
+		{name: "Valid", header: signed, body: body, wantID: "evt_1"},
+		{name: "OldSecret", header: h(oldSig), body: body, wantID: "evt_1"},
+		{name: "SecondV1Matches", header: h(oldSig + ",v1=" + sig[len("t=1700000000,v1="):]), body: body, wantID: "evt_1"},
+		{name: "V0Ignored", header: h(sig + ",v0=nothex"), body: body, wantID: "evt_1"},
+		{name: "AtTolerance", header: ferrytest.SignStripe(secret, body, now.Add(-5*time.Minute)), body: body, wantID: "evt_1"},
+		{name: "MissingHeader", header: http.Header{}, body: body, want: ferry.ErrNoSignature},
+		{name: "Garbage", header: h("garbage"), body: body, want: ferry.ErrMalformedSignature},
+		{name: "NoTimestamp", header: h("v1=" + sig[len("t=1700000000,v1="):]), body: body, want: ferry.ErrMalformedSignature},
+		{name: "BadTimestamp", header: h("t=soon,v1=" + sig[len("t=1700000000,v1="):]), body: body, want: ferry.ErrMalformedSignature},
+		{name: "NoV1", header: h("t=1700000000,v0=abcd"), body: body, want: ferry.ErrMalformedSignature},
+		{name: "V1NotHex", header: h("t=1700000000,v1=zz"), body: body, want: ferry.ErrMalformedSignature},
+		{name: "WrongSecret", header: ferrytest.SignStripe("whsec_other", body, now), body: body, want: ferry.ErrBadSignature},
+		{name: "TamperedBody", header: signed, body: []byte(`{"id":"evt_2"}`), want: ferry.ErrBadSignature},
+		{name: "TamperedTimestamp", header: h("t=1700000001" + sig[len("t=1700000000"):]), body: body, want: ferry.ErrBadSignature},
+		{name: "Stale", header: ferrytest.SignStripe(secret, body, now.Add(-301*time.Second)), body: body, want: ferry.ErrStaleTimestamp},
+		{name: "Future", header: ferrytest.SignStripe(secret, body, now.Add(301*time.Second)), body: body, want: ferry.ErrStaleTimestamp},
+		{name: "MissingID", header: ferrytest.SignStripe(secret, []byte(`{"type":"x"}`), now), body: []byte(`{"type":"x"}`), want: ferry.ErrNoEventID},
+		{name: "BadJSON", header: ferrytest.SignStripe(secret, []byte(`{"id":`), now), body: []byte(`{"id":`), want: ferry.ErrBadPayload},
+		{name: "NumericID", header: ferrytest.SignStripe(secret, []byte(`{"id":1}`), now), body: []byte(`{"id":1}`), want: ferry.ErrBadPayload},
+	})
+}
+
+func TestStripeTolerance(t *testing.T) {
+	t.Parallel()
+
+	body := []byte(`{"id":"evt_1"}`)
+	v, err := provider.NewStripe(provider.Options{Secrets: []string{"s"}, Tolerance: time.Hour, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(ferrytest.SignStripe("s", body, now.Add(-59*time.Minute)), body); err != nil {
+		t.Fatalf("within a 1h tolerance: %v", err)
+	}
+	if _, err := v.Verify(ferrytest.SignStripe("s", body, now.Add(61*time.Minute)), body); !errors.Is(err, ferry.ErrStaleTimestamp) {
+		t.Fatalf("beyond a 1h tolerance: %v", err)
+	}
+}
