@@ -1,6 +1,8 @@
 module github.com/ferry-inbox/ferry
 
-go 1.26
+go 1.26.0
+
+require modernc.org/sqlite v1.62.0
 
 require (
 	github.com/BurntSushi/toml v1.6.0 // indirect
@@ -19,6 +21,5 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 	pgregory.net/rapid v1.3.0 // indirect
 )

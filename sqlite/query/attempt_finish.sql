@@ -1,0 +1,3 @@
+UPDATE ferry_attempt
+SET outcome = :outcome, finished_at = :now, error = :error
+WHERE event_id = :id AND attempt = :attempt

@@ -1,0 +1,4 @@
+DELETE FROM ferry_event
+WHERE source = :source
+  AND state = 'done'
+  AND completed_at <= :cutoff

@@ -1,0 +1,9 @@
+INSERT INTO ferry_event (
+    source, event_id, type, payload, headers, payload_sha256,
+    next_attempt_at, first_delivered_at, last_delivered_at
+) VALUES (
+    :source, :event_id, :type, :payload, :headers, :payload_sha256,
+    :now, :now, :now
+)
+ON CONFLICT (source, event_id) DO NOTHING
+RETURNING id

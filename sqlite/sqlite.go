@@ -1,0 +1,336 @@
+// Package sqlite is Ferry's embedded store: a ferry.TxStore on one SQLite
+// file through modernc.org/sqlite (pure Go, no cgo). It needs no server and
+// suits one process, or a few processes on one host sharing the file.
+//
+// Durability: the database runs in WAL mode with synchronous=FULL, so a
+// receipt that EventReceive acknowledged survives a crash of the process and
+// a power loss of the host.
+//
+// Concurrency: all writes go through one connection (a pool of one) and
+// begin with BEGIN IMMEDIATE, so writers in this process queue in Go instead
+// of failing with SQLITE_BUSY, and writers in other processes wait on
+// SQLite's lock for up to the busy timeout (5 s). Reads (EventGet, EventList,
+// AttemptList, ConflictList) use a separate pool of read-only connections
+// and run beside writes, as WAL allows. SQLite has no SKIP LOCKED; a claim is
+// one write transaction, and write transactions are serialized, so two
+// claimers can never take the same event: correct by construction.
+//
+// Clock: "the database's clock" is the process clock (Config.Now), which
+// processes on one host share.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// busyTimeout is how long a write waits for another process's write lock
+// before it fails with SQLITE_BUSY.
+const busyTimeout = 5 * time.Second
+
+// readConns is the size of the read pool.
+const readConns = 4
+
+// Config configures a Store. The zero value, or a nil *Config, is ready to use.
+type Config struct {
+	// Now overrides the clock; nil means time.Now. For SQLite the process
+	// clock is the database's clock. Tests pass a fake clock. Times are kept
+	// to the microsecond, in UTC.
+	Now func() time.Time
+
+	// MaxPageCount, if > 0, caps the database at this many pages (PRAGMA
+	// max_page_count; a page is 4 KiB by default). A write that would grow
+	// the file past it fails with SQLITE_FULL, as on a full disk; tests use
+	// it to prove that such a write returns an error and leaves nothing
+	// behind. Zero means no cap beyond SQLite's own.
+	MaxPageCount int
+}
+
+// Store is a ferry.TxStore on one SQLite file. Open one per process and
+// file, and Close it when done.
+type Store struct {
+	db     *sql.DB // one connection, BEGIN IMMEDIATE: every write
+	readDB *sql.DB // read-only connections for Get and List
+	now    func() time.Time
+
+	mu          sync.Mutex
+	subscribers map[chan struct{}]struct{}
+	closed      chan struct{}
+	closeOnce   sync.Once
+}
+
+var _ ferry.TxStore[*sql.Tx] = (*Store)(nil)
+
+// Open opens (creating if needed) the SQLite database at path, a file path
+// or a "file:" URI, and configures every connection for durability. config
+// may be nil. Open does not create the schema: call Migrate.
+//
+// The database must be a file: an in-memory database would not be shared by
+// the write and read pools.
+func Open(path string, config *Config) (*Store, error) {
+	if config == nil {
+		config = &Config{}
+	}
+	if path == "" || path == ":memory:" || strings.Contains(path, "mode=memory") {
+		return nil, fmt.Errorf("sqlite: open %q: %w: path must name a file", path, ferry.ErrInvalidParams)
+	}
+
+	pragmas := []string{
+		"busy_timeout(" + strconv.FormatInt(busyTimeout.Milliseconds(), 10) + ")",
+		"foreign_keys(1)",
+		"journal_mode(WAL)",
+		"synchronous(FULL)",
+	}
+	writePragmas := pragmas
+	if config.MaxPageCount > 0 {
+		writePragmas = append(writePragmas[:len(writePragmas):len(writePragmas)],
+			"max_page_count("+strconv.Itoa(config.MaxPageCount)+")")
+	}
+
+	db, err := sql.Open("sqlite", dsn(path, writePragmas, "_txlock=immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	// Connect now: the write connection switches the file to WAL before any
+	// reader opens it, and a bad path fails here rather than on first use.
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
+
+	readDB, err := sql.Open("sqlite", dsn(path, append(pragmas[:len(pragmas):len(pragmas)], "query_only(1)")))
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
+	readDB.SetMaxOpenConns(readConns)
+	readDB.SetMaxIdleConns(readConns)
+
+	now := config.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{
+		db:          db,
+		readDB:      readDB,
+		now:         now,
+		subscribers: make(map[chan struct{}]struct{}),
+		closed:      make(chan struct{}),
+	}, nil
+}
+
+// dsn appends the driver's query parameters to path.
+func dsn(path string, pragmas []string, extra ...string) string {
+	params := make([]string, 0, len(pragmas)+len(extra))
+	for _, p := range pragmas {
+		params = append(params, "_pragma="+url.QueryEscape(p))
+	}
+	params = append(params, extra...)
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	return path + sep + strings.Join(params, "&")
+}
+
+// Close closes both pools and every ReceiptSubscribe channel.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.closed) })
+	return errors.Join(s.readDB.Close(), s.db.Close())
+}
+
+// DB returns the write-capable handle, for handlers' own tables and for
+// tests. It has one connection: do not use it while an InTx function of the
+// same goroutine holds it, or the two wait on each other forever.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// InTx runs fn in a new write transaction (BEGIN IMMEDIATE), committing if
+// fn returns nil and rolling back, and returning fn's error, otherwise. fn
+// must do all its work through tx: the Store's other write methods would
+// wait for the one write connection that tx holds.
+func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	return nil
+}
+
+// writeTx is InTx for the store's own writes: it wraps errors with op.
+func (s *Store) writeTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	err := s.InTx(ctx, fn)
+	if err != nil && !errors.Is(err, ferry.ErrLeaseLost) && !errors.Is(err, ferry.ErrInvalidParams) {
+		return fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	return err
+}
+
+//go:embed migration/*.sql
+var migrationFS embed.FS
+
+// Migrate applies the migrations the database lacks, in order, in one
+// write transaction. It is idempotent, and safe when several processes call
+// it at once: BEGIN IMMEDIATE makes the second wait, and it then finds
+// nothing left to do.
+func (s *Store) Migrate(ctx context.Context) error {
+	names, err := migrationNames()
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	return s.writeTx(ctx, "migrate", func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, migrationTableSQL); err != nil {
+			return err
+		}
+		applied, err := appliedVersions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			version, err := migrationVersion(name)
+			if err != nil {
+				return err
+			}
+			if applied[version] {
+				continue
+			}
+			body, err := migrationFS.ReadFile("migration/" + name)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if _, err := tx.ExecContext(ctx, migrationRecordSQL,
+				sql.Named("version", version),
+				sql.Named("name", name),
+				sql.Named("now", s.nowMicros()),
+			); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// migrationNames lists the embedded migrations in version order.
+func migrationNames() ([]string, error) {
+	entries, err := migrationFS.ReadDir("migration")
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Slice(names, func(i, j int) bool {
+		vi, _ := migrationVersion(names[i])
+		vj, _ := migrationVersion(names[j])
+		return vi < vj
+	})
+	return names, nil
+}
+
+// migrationVersion reads the number a migration's file name starts with
+// ("001_initial.sql" is 1).
+func migrationVersion(name string) (int, error) {
+	prefix, _, _ := strings.Cut(path.Base(name), "_")
+	v, err := strconv.Atoi(prefix)
+	if err != nil {
+		return 0, fmt.Errorf("migration %q: name must start with a number: %w", name, err)
+	}
+	return v, nil
+}
+
+func appliedVersions(ctx context.Context, tx *sql.Tx) (map[int]bool, error) {
+	rows, err := tx.QueryContext(ctx, migrationVersionsSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	applied := make(map[int]bool)
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		applied[v] = true
+	}
+	return applied, rows.Err()
+}
+
+// ReceiptSubscribe returns a channel that receives after this Store commits
+// a change that made events due: a new receipt, a requeue, a release or a
+// failure sent back to pending. Signals coalesce (buffer 1, never blocking
+// the writer). It is in-process only: other processes sharing the file are
+// not signalled and rely on polling. The channel closes when ctx is done or
+// the Store is closed.
+func (s *Store) ReceiptSubscribe(ctx context.Context) (<-chan struct{}, error) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.subscribers[ch] = struct{}{}
+	s.mu.Unlock()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-s.closed:
+		}
+		s.mu.Lock()
+		delete(s.subscribers, ch)
+		s.mu.Unlock()
+		close(ch)
+	}()
+	return ch, nil
+}
+
+// broadcast wakes every subscriber without waiting for any.
+func (s *Store) broadcast() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.subscribers {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// nowTime is the clock, in UTC, truncated to the microsecond that the
+// database keeps.
+func (s *Store) nowTime() time.Time {
+	return time.UnixMicro(s.now().UnixMicro()).UTC()
+}
+
+func (s *Store) nowMicros() int64 { return s.now().UnixMicro() }
+
+// fromMicros turns a stored time into a UTC time.Time; NULL is the zero time.
+func fromMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(v.Int64).UTC()
+}
