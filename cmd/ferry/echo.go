@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ferry-inbox/ferry/provider"
+)
+
+// runEcho is a stand-in for the user's app: it prints each forwarded event,
+// checks Ferry's signature, and can fail the first attempts of each event to
+// show retries with one idempotency key.
+func runEcho(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:3000", "`host:port` to listen on")
+	secret := fs.String("secret", "", "the forward secret (whsec_...) to verify Ferry's signature with; unchecked when empty")
+	failFirst := fs.Int("fail-first", 0, "answer 500 to the first `N` attempts of each event")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var verify func(http.Header, []byte) error
+	if *secret != "" {
+		v, err := provider.NewStandardWebhooks(provider.Options{Secrets: []string{*secret}})
+		if err != nil {
+			return usagef("--secret: %v", err)
+		}
+		verify = func(h http.Header, b []byte) error { _, err := v.Verify(h, b); return err }
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		sig := "unchecked"
+		if verify != nil {
+			sig = "valid"
+			if err := verify(r.Header, body); err != nil {
+				sig = "INVALID"
+			}
+		}
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		seen[key]++
+		n := seen[key]
+		mu.Unlock()
+		status := http.StatusOK
+		if n <= *failFirst {
+			status = http.StatusInternalServerError
+		}
+		fmt.Printf("%s %s/%s type=%s attempt=%s idempotency-key=%s signature=%s bytes=%d -> %d\n",
+			time.Now().Format(time.TimeOnly), r.Header.Get("Ferry-Source"), r.Header.Get("Ferry-Event-Id"),
+			r.Header.Get("Ferry-Event-Type"), r.Header.Get("Ferry-Attempt"), key, sig, len(body), status)
+		w.WriteHeader(status)
+	})
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ferry echo: listening on http://%s\n", ln.Addr())
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package ferryhttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/provider"
+)
+
+// ForwarderOptions configure a Forwarder.
+type ForwarderOptions struct {
+	// URL receives one POST per event attempt. Required.
+	URL string
+	// Secret, if set, signs each request the Standard Webhooks way
+	// ("whsec_" + base64), so the app can verify it came from Ferry.
+	Secret string
+	// Timeout bounds one request. Defaults to 10 seconds.
+	Timeout time.Duration
+	// Client sends the requests. Defaults to a client that does not follow
+	// redirects (a redirect is reported, not silently followed).
+	Client *http.Client
+	// Now is the clock for the signature timestamp. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Forwarder is the service's ready-made handler: it POSTs the original body
+// to the app, with the original content type and the headers
+// Idempotency-Key, Ferry-Event-Id, Ferry-Event-Type, Ferry-Source and
+// Ferry-Attempt, until the app answers 2xx.
+//
+// 408, 409, 425, 429, 5xx and network errors are retried (a Retry-After is
+// honoured); any other answer is permanent and the event goes dead with the
+// status and the start of the response recorded.
+type Forwarder struct {
+	opts ForwarderOptions
+	key  []byte
+}
+
+// NewForwarder checks opts and fills in defaults.
+func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
+	if opts.URL == "" {
+		return nil, errors.New("ferryhttp: ForwarderOptions.URL is required")
+	}
+	f := &Forwarder{opts: opts}
+	if opts.Secret != "" {
+		key, err := provider.DecodeStandardWebhooksSecret(opts.Secret)
+		if err != nil {
+			return nil, fmt.Errorf("ferryhttp: forward secret: %w", err)
+		}
+		f.key = key
+	}
+	if f.opts.Timeout <= 0 {
+		f.opts.Timeout = 10 * time.Second
+	}
+	if f.opts.Client == nil {
+		f.opts.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if f.opts.Now == nil {
+		f.opts.Now = time.Now
+	}
+	return f, nil
+}
+
+// Handle forwards one delivery; it is a ferry.HandlerFunc.
+func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
+	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
+	defer cancel()
+	ev := d.Event
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.opts.URL, bytes.NewReader(ev.Payload))
+	if err != nil {
+		return ferry.Permanent(fmt.Errorf("forward: %w", err))
+	}
+	contentType := ev.Headers.Get("Content-Type")
+	if contentType == "" {
+		contentType = "application/json"
+	}
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("User-Agent", "ferry")
+	req.Header.Set("Idempotency-Key", d.IdempotencyKey)
+	req.Header.Set("Ferry-Event-Id", ev.EventID)
+	req.Header.Set("Ferry-Source", ev.Source)
+	req.Header.Set("Ferry-Attempt", strconv.Itoa(d.Attempt))
+	if ev.Type != "" {
+		req.Header.Set("Ferry-Event-Type", ev.Type)
+	}
+	if f.key != nil {
+		ts := strconv.FormatInt(f.opts.Now().Unix(), 10)
+		mac := hmac.New(sha256.New, f.key)
+		mac.Write([]byte(d.IdempotencyKey + "." + ts + "."))
+		mac.Write(ev.Payload)
+		req.Header.Set("Webhook-Id", d.IdempotencyKey)
+		req.Header.Set("Webhook-Timestamp", ts)
+		req.Header.Set("Webhook-Signature", "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	}
+
+	resp, err := f.opts.Client.Do(req)
+	if err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
+
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	err = fmt.Errorf("forward: app answered %s: %q", resp.Status, snippet)
+	if !retryable(resp.StatusCode) {
+		return ferry.Permanent(err)
+	}
+	if wait := parseRetryAfter(resp.Header.Get("Retry-After"), f.opts.Now()); wait > 0 {
+		return ferry.RetryAfter(err, wait)
+	}
+	return err
+}
+
+func retryable(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return status >= 500
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; anything else is 0.
+// It is capped at a day so a broken header cannot park an event for ever.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.Atoi(v); err == nil {
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), 24*time.Hour)
+}

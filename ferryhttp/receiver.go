@@ -1,0 +1,282 @@
+// Package ferryhttp is Ferry's HTTP edge: the receiver that verifies and
+// durably accepts webhooks, the forwarder that delivers them to an app, and
+// the health endpoints.
+package ferryhttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// Source is one webhook sender the receiver accepts at /webhooks/{Name}.
+type Source struct {
+	// Name is the URL path segment and the stored source name. Required.
+	Name string
+	// Verifier checks signatures and reads the event id. Required.
+	Verifier ferry.Verifier
+	// MaxBodyBytes is the largest body accepted; a larger one is answered
+	// 413 unread. Defaults to 1 MiB.
+	MaxBodyBytes int64
+}
+
+// ReceiverOptions configure a Receiver.
+type ReceiverOptions struct {
+	// Store receives verified deliveries. Required.
+	Store ferry.Store
+	// Sources are the accepted senders. At least one.
+	Sources []Source
+	// StoreTimeout bounds one durable receive; past it the provider gets 503
+	// and retries. Defaults to 10 seconds.
+	StoreTimeout time.Duration
+	// RetryAfter is sent with every 503. Defaults to 5 seconds.
+	RetryAfter time.Duration
+	// KeepHeaders are the request headers stored with an event. Defaults to
+	// DefaultKeepHeaders. A signature header is never stored, listed or not.
+	KeepHeaders []string
+	// Logger gets one line per delivery: source, event id, outcome, status
+	// and latency; never a secret, a signature or a payload byte. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, is told of every delivery's outcome (metrics).
+	Observer ReceiveObserver
+}
+
+// ReceiveObserver is told of every delivery the receiver answers. Outcome is
+// accepted, duplicate, conflict, rejected or unavailable; reason is the
+// machine-readable reason of a rejection ("bad_signature", ...) or "".
+type ReceiveObserver interface {
+	ObserveReceive(source, outcome, reason string, latency time.Duration)
+}
+
+// DefaultKeepHeaders are stored with each event: the content type and the
+// providers' identity headers. None of them carries a signature.
+var DefaultKeepHeaders = []string{
+	"Content-Type", "User-Agent",
+	"X-GitHub-Event", "X-GitHub-Delivery", "X-GitHub-Hook-ID",
+	"X-Shopify-Topic", "X-Shopify-Webhook-Id", "X-Shopify-Event-Id", "X-Shopify-Shop-Domain",
+	"X-Shopify-Api-Version", "X-Shopify-Triggered-At",
+	"Webhook-Id", "Webhook-Timestamp",
+}
+
+// signatureHeaders are never stored, whatever KeepHeaders says.
+var signatureHeaders = map[string]bool{
+	"Stripe-Signature": true, "X-Hub-Signature": true, "X-Hub-Signature-256": true,
+	"X-Shopify-Hmac-Sha256": true, "Webhook-Signature": true, "Authorization": true, "Cookie": true,
+}
+
+// Receiver answers POST /webhooks/{source}: size limit, raw bytes,
+// signature, timestamp, event id, durable receive, in that order. It answers
+// 2xx only after the store has committed the delivery.
+type Receiver struct {
+	opts     ReceiverOptions
+	sources  map[string]Source
+	keep     []string
+	draining atomic.Bool
+}
+
+// NewReceiver checks opts and fills in defaults.
+func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
+	if opts.Store == nil {
+		return nil, errors.New("ferryhttp: ReceiverOptions.Store is required")
+	}
+	if opts.StoreTimeout <= 0 {
+		opts.StoreTimeout = 10 * time.Second
+	}
+	if opts.RetryAfter <= 0 {
+		opts.RetryAfter = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	r := &Receiver{opts: opts, sources: map[string]Source{}}
+	for _, h := range cmpOrSlice(opts.KeepHeaders, DefaultKeepHeaders) {
+		h = http.CanonicalHeaderKey(h)
+		if !signatureHeaders[h] {
+			r.keep = append(r.keep, h)
+		}
+	}
+	for _, s := range opts.Sources {
+		if s.Name == "" || s.Verifier == nil {
+			return nil, fmt.Errorf("ferryhttp: source %q needs a Name and a Verifier", s.Name)
+		}
+		if _, dup := r.sources[s.Name]; dup {
+			return nil, fmt.Errorf("ferryhttp: source %q configured twice", s.Name)
+		}
+		if s.MaxBodyBytes <= 0 {
+			s.MaxBodyBytes = 1 << 20
+		}
+		r.sources[s.Name] = s
+	}
+	if len(r.sources) == 0 {
+		return nil, errors.New("ferryhttp: no source configured")
+	}
+	return r, nil
+}
+
+// Register mounts the receiver on mux at /webhooks/{source}.
+func (r *Receiver) Register(mux *http.ServeMux) {
+	mux.Handle("/webhooks/{source}", r)
+}
+
+// Drain makes every later delivery a 503 with Retry-After, so providers
+// retry against another instance while this one shuts down. Nothing is
+// acknowledged that is not committed, draining or not.
+func (r *Receiver) Drain() { r.draining.Store(true) }
+
+// answer is one row of the status table: every outcome the receiver can
+// give, with its status and body.
+type answer struct {
+	status  int
+	outcome string // accepted, duplicate, conflict, rejected, unavailable
+	reason  string
+}
+
+var (
+	answerAccepted    = answer{http.StatusOK, "accepted", ""}
+	answerDuplicate   = answer{http.StatusOK, "duplicate", ""}
+	answerConflict    = answer{http.StatusOK, "conflict", ""}
+	answerNoSource    = answer{http.StatusNotFound, "rejected", "unknown_source"}
+	answerMethod      = answer{http.StatusMethodNotAllowed, "rejected", "method_not_allowed"}
+	answerTooLarge    = answer{http.StatusRequestEntityTooLarge, "rejected", "body_too_large"}
+	answerUnreadable  = answer{http.StatusBadRequest, "rejected", "unreadable_body"}
+	answerUnavailable = answer{http.StatusServiceUnavailable, "unavailable", "store_unavailable"}
+	answerDraining    = answer{http.StatusServiceUnavailable, "unavailable", "draining"}
+)
+
+// verifyAnswers maps each verification error to its answer; anything else a
+// Verifier returns is a bad signature.
+var verifyAnswers = []struct {
+	err error
+	answer
+}{
+	{ferry.ErrNoSignature, answer{http.StatusUnauthorized, "rejected", "missing_signature"}},
+	{ferry.ErrMalformedSignature, answer{http.StatusUnauthorized, "rejected", "malformed_signature"}},
+	{ferry.ErrStaleTimestamp, answer{http.StatusUnauthorized, "rejected", "stale_timestamp"}},
+	{ferry.ErrBadSignature, answer{http.StatusUnauthorized, "rejected", "bad_signature"}},
+	{ferry.ErrNoEventID, answer{http.StatusBadRequest, "rejected", "missing_event_id"}},
+	{ferry.ErrBadPayload, answer{http.StatusBadRequest, "rejected", "bad_payload"}},
+}
+
+func verifyAnswer(err error) answer {
+	for _, va := range verifyAnswers {
+		if errors.Is(err, va.err) {
+			return va.answer
+		}
+	}
+	return answer{http.StatusUnauthorized, "rejected", "bad_signature"}
+}
+
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	name := req.PathValue("source")
+	if name == "" {
+		name = strings.TrimPrefix(req.URL.Path, "/webhooks/")
+	}
+	a, eventID := r.receive(w, req, name)
+	r.reply(w, a)
+
+	latency := time.Since(start)
+	level := slog.LevelInfo
+	if a.outcome == "conflict" || a.outcome == "unavailable" {
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{
+		slog.String("source", name), slog.String("event_id", eventID), slog.String("outcome", a.outcome),
+		slog.Int("status", a.status), slog.Duration("latency", latency),
+	}
+	if a.reason != "" {
+		attrs = append(attrs, slog.String("reason", a.reason))
+	}
+	if a.outcome == "conflict" {
+		attrs = append(attrs, slog.String("alert", "conflicting_duplicate"))
+	}
+	r.opts.Logger.LogAttrs(req.Context(), level, "ferry: webhook", attrs...)
+	if r.opts.Observer != nil {
+		r.opts.Observer.ObserveReceive(name, a.outcome, a.reason, latency)
+	}
+}
+
+func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string) (answer, string) {
+	src, ok := r.sources[name]
+	if !ok {
+		return answerNoSource, ""
+	}
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return answerMethod, ""
+	}
+	if r.draining.Load() {
+		return answerDraining, ""
+	}
+	if req.ContentLength > src.MaxBodyBytes {
+		return answerTooLarge, ""
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, src.MaxBodyBytes))
+	if err != nil {
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
+			return answerTooLarge, ""
+		}
+		return answerUnreadable, ""
+	}
+	v, err := src.Verifier.Verify(req.Header, body)
+	if err != nil {
+		return verifyAnswer(err), ""
+	}
+
+	ctx, cancel := context.WithTimeout(req.Context(), r.opts.StoreTimeout)
+	defer cancel()
+	res, err := r.opts.Store.EventReceive(ctx, &ferry.EventReceiveParams{
+		Source: name, EventID: v.EventID, Type: v.Type, Payload: body, Headers: r.keptHeaders(req.Header),
+	})
+	if err != nil {
+		return answerUnavailable, v.EventID
+	}
+	switch res.Outcome {
+	case ferry.ReceiveDuplicate:
+		return answerDuplicate, v.EventID
+	case ferry.ReceiveConflict:
+		return answerConflict, v.EventID
+	}
+	return answerAccepted, v.EventID
+}
+
+func (r *Receiver) keptHeaders(h http.Header) http.Header {
+	out := http.Header{}
+	for _, k := range r.keep {
+		if v := h.Values(k); len(v) > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (r *Receiver) reply(w http.ResponseWriter, a answer) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if a.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", fmt.Sprint(int(r.opts.RetryAfter.Round(time.Second)/time.Second)))
+	}
+	w.WriteHeader(a.status)
+	body := map[string]string{"status": a.outcome}
+	if a.reason != "" {
+		body["error"] = a.reason
+	}
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func cmpOrSlice[T any](v, def []T) []T {
+	if len(v) == 0 {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,386 @@
+// Package config reads and checks the ferry service's TOML configuration.
+// Every error names the key at fault and the fix, so a bad config stops the
+// service at start rather than losing events later.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/provider"
+)
+
+// Config is the whole file.
+type Config struct {
+	Store   Store    `toml:"store"`
+	HTTP    HTTP     `toml:"http"`
+	Worker  Worker   `toml:"worker"`
+	Sources []Source `toml:"source"`
+}
+
+// Store says where events live.
+type Store struct {
+	// URL is "sqlite:PATH" (the embedded default) or "postgres://...".
+	URL string `toml:"url"`
+	// Migrate runs migrations at start. Defaults to true.
+	Migrate *bool `toml:"migrate"`
+}
+
+// HTTP is the listener for the receiver, health checks and the dashboard.
+type HTTP struct {
+	// Listen is host:port. Defaults to 127.0.0.1:8080.
+	Listen string `toml:"listen"`
+	// StoreTimeout bounds one durable receive; past it the provider gets 503
+	// and retries. Defaults to 10s.
+	StoreTimeout Duration `toml:"store_timeout"`
+	// RetryAfter is the Retry-After sent with a 503. Defaults to 5s.
+	RetryAfter Duration `toml:"retry_after"`
+}
+
+// Worker tunes the engine; see ferry.Config for each default.
+type Worker struct {
+	Workers       int      `toml:"workers"`
+	LeaseTTL      Duration `toml:"lease_ttl"`
+	Heartbeat     Duration `toml:"heartbeat"`
+	PollInterval  Duration `toml:"poll_interval"`
+	ShutdownGrace Duration `toml:"shutdown_grace"`
+}
+
+// Source is one webhook sender.
+type Source struct {
+	Name     string   `toml:"name"`
+	Provider string   `toml:"provider"`
+	Secrets  []string `toml:"secrets"`
+	// Tolerance for signed timestamps (Stripe, Standard Webhooks). Defaults
+	// to 5m.
+	Tolerance Duration `toml:"tolerance"`
+	// MaxBody is the largest body accepted, in bytes. Defaults to 1 MiB.
+	MaxBody int64 `toml:"max_body"`
+	// ReplayWindow is how long the provider redelivers. Defaults to 72h.
+	ReplayWindow Duration `toml:"replay_window"`
+	// Retention is how long done events are kept (deduplication needs them
+	// for at least the replay window). Defaults to twice the replay window.
+	Retention Duration `toml:"retention"`
+	// MaxAttempts before an event goes dead. Defaults to 25.
+	MaxAttempts int `toml:"max_attempts"`
+	// LostLease is "retry" (default) or "hold".
+	LostLease string `toml:"lost_lease"`
+	// HMAC describes a generic HMAC sender (provider = "hmac").
+	HMAC HMAC `toml:"hmac"`
+	// Forward is where the service sends each event.
+	Forward Forward `toml:"forward"`
+}
+
+// HMAC mirrors provider.HMACOptions.
+type HMAC struct {
+	Header        string `toml:"header"`
+	Prefix        string `toml:"prefix"`
+	Encoding      string `toml:"encoding"`
+	Algorithm     string `toml:"algorithm"`
+	EventIDHeader string `toml:"event_id_header"`
+	EventIDField  string `toml:"event_id_field"`
+	TypeHeader    string `toml:"type_header"`
+	TypeField     string `toml:"type_field"`
+}
+
+// Forward is the app that receives events from the service.
+type Forward struct {
+	// URL receives a POST per event. Required for a worker.
+	URL string `toml:"url"`
+	// Secret signs forwarded requests the Standard Webhooks way
+	// ("whsec_" + base64). Optional; unsigned when empty.
+	Secret string `toml:"secret"`
+	// Timeout per request. Defaults to 10s.
+	Timeout Duration `toml:"timeout"`
+}
+
+// Duration is a time.Duration written as "15s", "72h".
+type Duration struct{ time.Duration }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration; write it like \"15s\", \"5m\" or \"72h\"", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// Defaults applied by Load.
+const (
+	DefaultListen       = "127.0.0.1:8080"
+	DefaultMaxBody      = 1 << 20
+	DefaultStoreTimeout = 10 * time.Second
+	DefaultRetryAfter   = 5 * time.Second
+	DefaultForwardTime  = 10 * time.Second
+)
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("config invalid")
+
+// Load reads, expands and checks the file at path.
+func Load(path string) (*Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(raw, os.LookupEnv)
+}
+
+// Parse is Load on bytes, with lookup resolving ${NAME} references.
+func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
+	var c Config
+	md, err := toml.Decode(string(raw), &c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		keys := make([]string, len(undecoded))
+		for i, k := range undecoded {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("%w: unknown key %s: check its spelling against docs/configuration.md", ErrInvalid, strings.Join(keys, ", "))
+	}
+	var errs []error
+	expand := func(key string, s *string) {
+		v, err := expandEnv(*s, lookup)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", key, err))
+		}
+		*s = v
+	}
+	expand("store.url", &c.Store.URL)
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		for j := range s.Secrets {
+			expand(fmt.Sprintf("source[%d].secrets[%d]", i, j), &s.Secrets[j])
+		}
+		expand(fmt.Sprintf("source[%d].forward.url", i), &s.Forward.URL)
+		expand(fmt.Sprintf("source[%d].forward.secret", i), &s.Forward.Secret)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	c.applyDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expandEnv replaces ${NAME} (only that form, so a secret may hold a "$").
+func expandEnv(s string, lookup func(string) (string, bool)) (string, error) {
+	var missing []string
+	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
+		name := ref[2 : len(ref)-1]
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			missing = append(missing, name)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("environment variable %s is not set: export it before starting ferry", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+func (c *Config) applyDefaults() {
+	if c.Store.Migrate == nil {
+		t := true
+		c.Store.Migrate = &t
+	}
+	if c.HTTP.Listen == "" {
+		c.HTTP.Listen = DefaultListen
+	}
+	if c.HTTP.StoreTimeout.Duration == 0 {
+		c.HTTP.StoreTimeout.Duration = DefaultStoreTimeout
+	}
+	if c.HTTP.RetryAfter.Duration == 0 {
+		c.HTTP.RetryAfter.Duration = DefaultRetryAfter
+	}
+	if c.Worker.LeaseTTL.Duration == 0 {
+		c.Worker.LeaseTTL.Duration = ferry.DefaultLeaseTTL
+	}
+	if c.Worker.Heartbeat.Duration == 0 {
+		c.Worker.Heartbeat.Duration = c.Worker.LeaseTTL.Duration / 3
+	}
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		if s.MaxBody == 0 {
+			s.MaxBody = DefaultMaxBody
+		}
+		if s.ReplayWindow.Duration == 0 {
+			s.ReplayWindow.Duration = ferry.DefaultReplayWindow
+		}
+		if s.Retention.Duration == 0 {
+			s.Retention.Duration = 2 * s.ReplayWindow.Duration
+		}
+		if s.MaxAttempts == 0 {
+			s.MaxAttempts = ferry.DefaultMaxAttempts
+		}
+		if s.LostLease == "" {
+			s.LostLease = string(ferry.LostLeaseRetry)
+		}
+		if s.Forward.Timeout.Duration == 0 {
+			s.Forward.Timeout.Duration = DefaultForwardTime
+		}
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	if _, _, err := c.StoreKind(); err != nil {
+		bad("store.url", "%v", err)
+	}
+	if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+		bad("http.listen", "%q is not host:port: write it like \"127.0.0.1:8080\"", c.HTTP.Listen)
+	}
+	w := c.Worker
+	if w.Workers < 0 {
+		bad("worker.workers", "is %d: use a positive number, or leave it out for %d", w.Workers, ferry.DefaultWorkers)
+	}
+	if w.LeaseTTL.Duration < time.Second {
+		bad("worker.lease_ttl", "is %v: use at least 1s (the default is %v)", w.LeaseTTL.Duration, ferry.DefaultLeaseTTL)
+	}
+	if w.Heartbeat.Duration <= 0 || 3*w.Heartbeat.Duration > w.LeaseTTL.Duration {
+		bad("worker.heartbeat", "is %v but lease_ttl is %v: the TTL must be at least 3 × heartbeat so a living worker survives two missed beats; use heartbeat ≤ %v", w.Heartbeat.Duration, w.LeaseTTL.Duration, w.LeaseTTL.Duration/3)
+	}
+	if len(c.Sources) == 0 {
+		bad("source", "none configured: add a [[source]] table with name, provider and secrets")
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Sources {
+		key := fmt.Sprintf("source[%d]", i)
+		if s.Name != "" {
+			key = fmt.Sprintf("source[%d] (%s)", i, s.Name)
+		}
+		switch {
+		case s.Name == "":
+			bad(key+".name", "missing: name the source; it becomes the URL path /webhooks/NAME")
+		case !validName(s.Name):
+			bad(key+".name", "%q: use letters, digits, '-' and '_' only (it is a URL path segment)", s.Name)
+		case seen[s.Name]:
+			bad(key+".name", "%q is used twice: source names must be unique", s.Name)
+		}
+		seen[s.Name] = true
+		if !slices.Contains(provider.Names(), s.Provider) {
+			bad(key+".provider", "%q: use one of %s", s.Provider, strings.Join(provider.Names(), ", "))
+		} else if _, err := c.Verifier(s); err != nil {
+			bad(key, "%v", err)
+		}
+		if len(s.Secrets) == 0 {
+			bad(key+".secrets", "missing: list the signing secret, e.g. secrets = [\"${%s_WEBHOOK_SECRET}\"]", strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_")))
+		}
+		if s.MaxBody < 0 {
+			bad(key+".max_body", "is %d: use a positive number of bytes", s.MaxBody)
+		}
+		if s.Retention.Duration < s.ReplayWindow.Duration {
+			bad(key+".retention", "%v is shorter than replay_window %v: a purged key would let a redelivery run the work again; use at least %v", s.Retention.Duration, s.ReplayWindow.Duration, s.ReplayWindow.Duration)
+		}
+		if s.MaxAttempts < 0 {
+			bad(key+".max_attempts", "is %d: use a positive number", s.MaxAttempts)
+		}
+		if s.LostLease != string(ferry.LostLeaseRetry) && s.LostLease != string(ferry.LostLeaseHold) {
+			bad(key+".lost_lease", "%q: use \"retry\" or \"hold\"", s.LostLease)
+		}
+		if s.Forward.URL != "" {
+			u, err := url.Parse(s.Forward.URL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				bad(key+".forward.url", "%q is not an http(s) URL: write it like \"http://127.0.0.1:3000/webhooks\"", s.Forward.URL)
+			}
+		}
+		if s.Forward.Secret != "" {
+			if _, err := provider.DecodeStandardWebhooksSecret(s.Forward.Secret); err != nil {
+				bad(key+".forward.secret", "is not a Standard Webhooks secret (\"whsec_\" + base64): %v", err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(errs))
+	}
+	return nil
+}
+
+func joinLines(errs []error) error {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "\n  "))
+}
+
+func validName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// StoreKind splits store.url into "sqlite" and a path, or "postgres" and the
+// URL itself.
+func (c *Config) StoreKind() (kind, dsn string, err error) {
+	u := c.Store.URL
+	switch {
+	case u == "":
+		return "", "", errors.New("missing: set it to \"sqlite:ferry.db\" or \"postgres://user@host/db\"")
+	case strings.HasPrefix(u, "sqlite:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(u, "sqlite:"), "//")
+		if path == "" {
+			return "", "", errors.New("\"sqlite:\" needs a file path, like \"sqlite:ferry.db\"")
+		}
+		return "sqlite", path, nil
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		return "postgres", u, nil
+	}
+	return "", "", fmt.Errorf("unknown scheme in %q: use \"sqlite:PATH\" or \"postgres://...\"", redactURL(u))
+}
+
+// Verifier builds the source's signature verifier.
+func (c *Config) Verifier(s Source) (ferry.Verifier, error) {
+	return provider.New(s.Provider, provider.Options{
+		Secrets:   s.Secrets,
+		Tolerance: s.Tolerance.Duration,
+		HMAC: provider.HMACOptions{
+			Header: s.HMAC.Header, Prefix: s.HMAC.Prefix,
+			Encoding: provider.Encoding(s.HMAC.Encoding), Algorithm: provider.Algorithm(s.HMAC.Algorithm),
+			EventIDHeader: s.HMAC.EventIDHeader, EventIDField: s.HMAC.EventIDField,
+			TypeHeader: s.HMAC.TypeHeader, TypeField: s.HMAC.TypeField,
+		},
+	})
+}
+
+// Policies returns the engine's per-source policies.
+func (c *Config) Policies() []ferry.SourcePolicy {
+	out := make([]ferry.SourcePolicy, len(c.Sources))
+	for i, s := range c.Sources {
+		out[i] = ferry.SourcePolicy{Name: s.Name, MaxAttempts: s.MaxAttempts, ReplayWindow: s.ReplayWindow.Duration, LostLease: ferry.LostLeasePolicy(s.LostLease)}
+	}
+	return out
+}
+
+// redactURL drops a password from a URL before it is printed.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
+}

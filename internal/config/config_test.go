@@ -1,0 +1,78 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+const good = `
+[store]
+url = "sqlite:ferry.db"
+[http]
+listen = "127.0.0.1:8080"
+[[source]]
+name = "stripe"
+provider = "stripe"
+secrets = ["${STRIPE_WEBHOOK_SECRET}"]
+replay_window = "72h"
+[source.forward]
+url = "http://127.0.0.1:3000/webhooks/stripe"
+`
+
+func TestParseDefaultsAndExpansion(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(good), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_abc$def"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Sources[0]
+	if s.Secrets[0] != "whsec_abc$def" {
+		t.Errorf("secret = %q: ${} expansion must leave a literal $ alone", s.Secrets[0])
+	}
+	if s.MaxBody != DefaultMaxBody || s.Retention.Duration != 144*time.Hour || s.MaxAttempts != 25 || s.LostLease != "retry" {
+		t.Errorf("source defaults: %+v", s)
+	}
+	if c.Worker.LeaseTTL.Duration != 15*time.Second || c.Worker.Heartbeat.Duration != 5*time.Second || !*c.Store.Migrate {
+		t.Errorf("worker defaults: %+v", c.Worker)
+	}
+	if kind, path, err := c.StoreKind(); kind != "sqlite" || path != "ferry.db" || err != nil {
+		t.Errorf("StoreKind = %s %s %v", kind, path, err)
+	}
+}
+
+// Every bad config stops the start with the key and the fix.
+func TestParseRejects(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})
+	for _, tc := range []struct {
+		name, edit, from, wantKey, wantFix string
+	}{
+		{"missing env", `"${STRIPE_WEBHOOK_SECRET}"`, `"${NOPE}"`, "source[0].secrets[0]", "export it"},
+		{"retention below replay window", `replay_window = "72h"`, `replay_window = "72h"` + "\nretention = \"24h\"", "retention", "use at least 72h"},
+		{"ttl below 3 heartbeats", `[http]`, "[worker]\nlease_ttl = \"10s\"\nheartbeat = \"5s\"\n[http]", "worker.heartbeat", "heartbeat ≤"},
+		{"bad url", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "ftp:/x"`, "forward.url", "http(s) URL"},
+		{"unknown provider", `provider = "stripe"`, `provider = "paypal"`, "provider", "use one of"},
+		{"no secrets", `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = []`, "secrets", "STRIPE_WEBHOOK_SECRET"},
+		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
+		{"bad store", `url = "sqlite:ferry.db"`, `url = "mysql://x"`, "store.url", "sqlite:PATH"},
+		{"bad lost_lease", `replay_window = "72h"`, `replay_window = "72h"` + "\nlost_lease = \"drop\"", "lost_lease", `"hold"`},
+		{"bad duration", `replay_window = "72h"`, `replay_window = "3 days"`, "", "72h"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := strings.Replace(good, tc.edit, tc.from, 1)
+			_, err := Parse([]byte(raw), vars)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), tc.wantKey) || !strings.Contains(err.Error(), tc.wantFix) {
+				t.Errorf("error %q lacks key %q or fix %q", err, tc.wantKey, tc.wantFix)
+			}
+		})
+	}
+}

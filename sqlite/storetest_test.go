@@ -1,0 +1,46 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+func TestContract(t *testing.T) {
+	t.Parallel()
+	storetest.Exercise(t, storetest.Harness[*sql.Tx]{
+		NewStore: func(t *testing.T, now func() time.Time) ferry.TxStore[*sql.Tx] {
+			s, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		NewEffects: func(t *testing.T, st ferry.TxStore[*sql.Tx]) storetest.Effects[*sql.Tx] {
+			db := st.(*sqlite.Store).DB()
+			if _, err := db.Exec(`CREATE TABLE effect (key TEXT NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			return storetest.Effects[*sql.Tx]{
+				Insert: func(ctx context.Context, tx *sql.Tx, key string) error {
+					_, err := tx.ExecContext(ctx, `INSERT INTO effect (key) VALUES (?)`, key)
+					return err
+				},
+				Count: func(ctx context.Context, key string) (n int, err error) {
+					err = db.QueryRowContext(ctx, `SELECT count(*) FROM effect WHERE key = ?`, key).Scan(&n)
+					return n, err
+				},
+			}
+		},
+	})
+}
