@@ -107,7 +107,9 @@ func requireServer(t testing.TB) {
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("pgtest: PostgreSQL unreachable at %s: %v", URL(), reachErr)
 	}
-	t.Skipf("pgtest: no PostgreSQL at %s (set TEST_DATABASE_URL to point the tests at a server): %v", URL(), reachErr)
+	// One line: pgx puts one line per address tried in its error.
+	reason := strings.Join(strings.Fields(reachErr.Error()), " ")
+	t.Skipf("pgtest: no PostgreSQL at %s; set TEST_DATABASE_URL to point the tests at a server (%s)", URL(), reason)
 }
 
 func adminExec(ctx context.Context, sql string) error {
