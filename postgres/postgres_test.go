@@ -847,3 +847,30 @@ func currentSchema(t *testing.T, s *postgres.Store) string {
 	}
 	return schema
 }
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := pgtest.Schema(t)
+
+	store, err := postgres.Open(ctx, pgtest.ConnString(schema), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := currentSchema(t, store); got != schema {
+		t.Fatalf("schema = %q, want %q", got, schema)
+	}
+	signals, err := store.ReceiptSubscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Close() // stops the subscription and closes the pool Open made
+	for range signals {
+	}
+	if err := store.Pool().Ping(ctx); err == nil {
+		t.Fatal("pool still open after Close")
+	}
+}
