@@ -1,0 +1,131 @@
+// Package pgtest gives each test its own schema on a real PostgreSQL, so
+// tests that must commit can run in parallel without seeing each other.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultURL is the server tests use when TEST_DATABASE_URL is not set.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// connectTimeout bounds the one reachability check, so a missing server
+// costs each test process seconds, not minutes.
+const connectTimeout = 2 * time.Second
+
+var (
+	reachOnce sync.Once
+	reachErr  error
+)
+
+// URL returns TEST_DATABASE_URL, or DefaultURL when it is unset.
+func URL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// Schema creates a fresh schema (ferry_test_<hex>) and returns a pool whose
+// every connection, LISTEN ones included, has it as search_path, and the
+// schema's name. t.Cleanup closes the pool and drops the schema.
+//
+// When no server answers, Schema fails the test under CI=true and skips it
+// otherwise.
+func Schema(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	requireServer(t)
+
+	ctx := context.Background()
+	schema := "ferry_test_" + randomHex(t)
+	if err := adminExec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := adminExec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", schema, err)
+		}
+	})
+
+	config, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		t.Fatalf("pgtest: parse %s: %v", URL(), err)
+	}
+	config.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		t.Fatalf("pgtest: open pool: %v", err)
+	}
+	t.Cleanup(pool.Close) // runs before the drop: cleanups run last in, first out
+	return pool, schema
+}
+
+// ConnString returns URL() with schema as search_path, for child processes
+// that must see the same tables as the test.
+func ConnString(schema string) string {
+	u, err := url.Parse(URL())
+	if err != nil || u.Scheme == "" {
+		// A key=value connection string: append the option.
+		return URL() + " options='-c search_path=" + schema + "'"
+	}
+	q := u.Query()
+	q.Set("options", "-c search_path="+schema)
+	// libpq reads "+" literally, so spaces must be %20.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	return u.String()
+}
+
+// requireServer checks once per process that a server answers, then fails
+// or skips t if none does.
+func requireServer(t testing.TB) {
+	t.Helper()
+	reachOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, URL())
+		if err != nil {
+			reachErr = err
+			return
+		}
+		reachErr = conn.Ping(ctx)
+		conn.Close(ctx)
+	})
+	if reachErr == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("pgtest: PostgreSQL unreachable at %s: %v", URL(), reachErr)
+	}
+	// One line: pgx puts one line per address tried in its error.
+	reason := strings.Join(strings.Fields(reachErr.Error()), " ")
+	t.Skipf("pgtest: no PostgreSQL at %s; set TEST_DATABASE_URL to point the tests at a server (%s)", URL(), reason)
+}
+
+func adminExec(ctx context.Context, sql string) error {
+	conn, err := pgx.Connect(ctx, URL())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+func randomHex(t testing.TB) string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatalf("pgtest: random schema name: %v", err)
+	}
+	return hex.EncodeToString(b)
+}

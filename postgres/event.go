@@ -1,0 +1,438 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// EventList page sizes.
+const (
+	defaultListLimit = 50
+	maxListLimit     = 1000
+)
+
+// querier runs a statement on the pool or inside a caller's transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+	if params.Source == "" || params.EventID == "" {
+		return nil, fmt.Errorf("%w: source and event id are required", ferry.ErrInvalidParams)
+	}
+	headers, err := encodeHeaders(params.Headers)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: event receive: %w", err)
+	}
+	payload := params.Payload
+	if payload == nil {
+		payload = []byte{} // the column is NOT NULL; an empty body is still a body
+	}
+	sum := sha256.Sum256(payload)
+
+	var (
+		result                ferry.EventReceiveResult
+		inserted, conflicting bool
+	)
+	err = s.pool.QueryRow(ctx, eventReceiveSQL, pgx.NamedArgs{
+		"now":            s.nowArg(),
+		"source":         params.Source,
+		"event_id":       params.EventID,
+		"type":           params.Type,
+		"payload":        payload,
+		"headers":        headers,
+		"payload_sha256": sum[:],
+	}).Scan(&result.ID, &inserted, &conflicting)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: event receive: %w", err)
+	}
+	switch {
+	case inserted:
+		result.Outcome = ferry.ReceiveNew
+	case conflicting:
+		result.Outcome = ferry.ReceiveConflict
+	default:
+		result.Outcome = ferry.ReceiveDuplicate
+	}
+	return &result, nil
+}
+
+func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+	switch {
+	case params.Owner == "":
+		return nil, fmt.Errorf("%w: owner is required", ferry.ErrInvalidParams)
+	case params.Limit <= 0:
+		return nil, fmt.Errorf("%w: limit must be positive, got %d", ferry.ErrInvalidParams, params.Limit)
+	case params.TTL <= 0:
+		return nil, fmt.Errorf("%w: ttl must be positive, got %s", ferry.ErrInvalidParams, params.TTL)
+	}
+	rows, _ := s.pool.Query(ctx, eventClaimManySQL, pgx.NamedArgs{
+		"now":          s.nowArg(),
+		"owner":        params.Owner,
+		"limit":        params.Limit,
+		"ttl_us":       micros(params.TTL),
+		"sources":      nonNil(params.Sources),
+		"hold_sources": nonNil(params.HoldSources),
+	})
+	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[claimRow])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: event claim: %w", err)
+	}
+	claims := make([]*ferry.Claim, len(claimed))
+	for i, row := range claimed {
+		event, err := row.event()
+		if err != nil {
+			return nil, fmt.Errorf("postgres: event claim: %w", err)
+		}
+		claims[i] = &ferry.Claim{Event: event, PreviousUnfinished: row.PreviousUnfinished}
+	}
+	return claims, nil
+}
+
+func (s *Store) EventHeartbeat(ctx context.Context, params *ferry.EventHeartbeatParams) (time.Time, error) {
+	if params.TTL <= 0 {
+		return time.Time{}, fmt.Errorf("%w: ttl must be positive, got %s", ferry.ErrInvalidParams, params.TTL)
+	}
+	var expires time.Time
+	err := s.pool.QueryRow(ctx, eventHeartbeatSQL, pgx.NamedArgs{
+		"now":     s.nowArg(),
+		"id":      params.Lease.ID,
+		"attempt": params.Lease.Attempt,
+		"ttl_us":  micros(params.TTL),
+	}).Scan(&expires)
+	if err != nil {
+		return time.Time{}, fenceError("event heartbeat", err)
+	}
+	return expires.UTC(), nil
+}
+
+func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompleteParams) error {
+	return s.complete(ctx, s.pool, params)
+}
+
+// EventCompleteTx completes the event inside tx, so the handler's writes in
+// tx and the fenced done commit or roll back together. On ErrLeaseLost the
+// caller must roll tx back.
+func (s *Store) EventCompleteTx(ctx context.Context, tx pgx.Tx, params *ferry.EventCompleteParams) error {
+	return s.complete(ctx, tx, params)
+}
+
+func (s *Store) complete(ctx context.Context, q querier, params *ferry.EventCompleteParams) error {
+	var id int64
+	err := q.QueryRow(ctx, eventCompleteSQL, leaseArgs(s, params.Lease)).Scan(&id)
+	return fenceError("event complete", err)
+}
+
+func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
+	args := leaseArgs(s, params.Lease)
+	args["error"] = params.Error
+	args["retry_delay_us"] = micros(params.RetryDelay)
+	args["max_attempts"] = params.MaxAttempts
+	args["max_age_us"] = micros(params.MaxAge)
+	args["dead"] = params.Dead
+	var state string
+	if err := s.pool.QueryRow(ctx, eventFailSQL, args).Scan(&state); err != nil {
+		return "", fenceError("event fail", err)
+	}
+	return ferry.State(state), nil
+}
+
+func (s *Store) EventRelease(ctx context.Context, params *ferry.EventReleaseParams) error {
+	var id int64
+	err := s.pool.QueryRow(ctx, eventReleaseSQL, leaseArgs(s, params.Lease)).Scan(&id)
+	return fenceError("event release", err)
+}
+
+func (s *Store) EventGet(ctx context.Context, params *ferry.EventGetParams) (*ferry.Event, error) {
+	var rows pgx.Rows
+	if params.ID != 0 {
+		rows, _ = s.pool.Query(ctx, eventGetByIDSQL, pgx.NamedArgs{"id": params.ID})
+	} else {
+		rows, _ = s.pool.Query(ctx, eventGetByKeySQL, pgx.NamedArgs{"source": params.Source, "event_id": params.EventID})
+	}
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[eventRow])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ferry.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: event get: %w", err)
+	}
+	return row.event()
+}
+
+func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*ferry.EventListResult, error) {
+	limit := params.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	limit = min(limit, maxListLimit)
+	var since any
+	if !params.Since.IsZero() {
+		since = params.Since
+	}
+	var like string
+	if params.EventIDContains != "" {
+		like = "%" + escapeLike(params.EventIDContains) + "%"
+	}
+	rows, _ := s.pool.Query(ctx, eventListSQL, pgx.NamedArgs{
+		"source":        params.Source,
+		"states":        stateStrings(params.States),
+		"since":         since,
+		"event_id_like": like,
+		"before":        params.Before,
+		"limit":         limit + 1, // one more tells whether a next page exists
+	})
+	listed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[eventRow])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: event list: %w", err)
+	}
+	result := &ferry.EventListResult{Events: make([]*ferry.Event, 0, min(len(listed), limit))}
+	for i, row := range listed {
+		if i == limit {
+			result.NextBefore = result.Events[limit-1].ID
+			break
+		}
+		event, err := row.event()
+		if err != nil {
+			return nil, fmt.Errorf("postgres: event list: %w", err)
+		}
+		result.Events = append(result.Events, event)
+	}
+	return result, nil
+}
+
+func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeueParams) (int, error) {
+	states := params.States
+	source := params.Source
+	switch {
+	case len(states) > 0:
+	case len(params.IDs) > 0:
+		states = []ferry.State{ferry.StateDone, ferry.StateDead, ferry.StateUnknown}
+	default:
+		states = []ferry.State{ferry.StateDead, ferry.StateUnknown}
+	}
+	if len(params.IDs) > 0 {
+		source = "" // IDs name the events; Source only narrows a bulk requeue
+	}
+	var count int
+	err := s.pool.QueryRow(ctx, eventRequeueSQL, pgx.NamedArgs{
+		"now":    s.nowArg(),
+		"states": stateStrings(states),
+		"ids":    nonNil(params.IDs),
+		"source": source,
+	}).Scan(&count)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: event requeue: %w", err)
+	}
+	return count, nil
+}
+
+func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) (int, error) {
+	if params.Source == "" {
+		return 0, fmt.Errorf("%w: source is required", ferry.ErrInvalidParams)
+	}
+	if params.Retention < params.ReplayWindow {
+		return 0, fmt.Errorf("postgres: event purge of %s: retention %s, replay window %s: %w",
+			params.Source, params.Retention, params.ReplayWindow, ferry.ErrRetentionTooShort)
+	}
+	tag, err := s.pool.Exec(ctx, eventPurgeSQL, pgx.NamedArgs{
+		"now":          s.nowArg(),
+		"source":       params.Source,
+		"retention_us": micros(params.Retention),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: event purge: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams) ([]*ferry.Attempt, error) {
+	rows, _ := s.pool.Query(ctx, attemptListSQL, pgx.NamedArgs{"id": params.ID})
+	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Attempt, error) {
+		var (
+			a        ferry.Attempt
+			finished *time.Time
+			outcome  string
+			errText  *string
+		)
+		if err := row.Scan(&a.EventID, &a.Attempt, &a.Worker, &a.StartedAt, &finished, &outcome, &errText); err != nil {
+			return nil, err
+		}
+		a.StartedAt = a.StartedAt.UTC()
+		a.FinishedAt = utc(finished)
+		a.Outcome = ferry.Outcome(outcome)
+		a.Error = deref(errText)
+		return &a, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: attempt list: %w", err)
+	}
+	return attempts, nil
+}
+
+func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListParams) ([]*ferry.Conflict, error) {
+	rows, _ := s.pool.Query(ctx, conflictListSQL, pgx.NamedArgs{"id": params.ID})
+	conflicts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Conflict, error) {
+		var (
+			c       ferry.Conflict
+			headers []byte
+		)
+		if err := row.Scan(&c.EventID, &c.ReceivedAt, &c.PayloadSHA256, &c.Payload, &headers); err != nil {
+			return nil, err
+		}
+		c.ReceivedAt = c.ReceivedAt.UTC()
+		var err error
+		c.Headers, err = decodeHeaders(headers)
+		return &c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: conflict list: %w", err)
+	}
+	return conflicts, nil
+}
+
+// leaseArgs are the arguments of the fence every write after a claim shares.
+func leaseArgs(s *Store, lease ferry.Lease) pgx.NamedArgs {
+	return pgx.NamedArgs{"now": s.nowArg(), "id": lease.ID, "attempt": lease.Attempt}
+}
+
+// fenceError maps "no row matched the fence" to ferry.ErrLeaseLost.
+func fenceError(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("postgres: %s: %w", op, ferry.ErrLeaseLost)
+	default:
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	}
+}
+
+// eventRow is one ferry_event row as the queries return it.
+type eventRow struct {
+	ID               int64      `db:"id"`
+	Source           string     `db:"source"`
+	EventID          string     `db:"event_id"`
+	Type             string     `db:"type"`
+	Payload          []byte     `db:"payload"`
+	Headers          []byte     `db:"headers"`
+	PayloadSHA256    []byte     `db:"payload_sha256"`
+	State            string     `db:"state"`
+	Attempt          int        `db:"attempt"`
+	AttemptBase      int        `db:"attempt_base"`
+	LeaseOwner       *string    `db:"lease_owner"`
+	LeaseExpiresAt   *time.Time `db:"lease_expires_at"`
+	NextAttemptAt    time.Time  `db:"next_attempt_at"`
+	FirstDeliveredAt time.Time  `db:"first_delivered_at"`
+	LastDeliveredAt  time.Time  `db:"last_delivered_at"`
+	Deliveries       int        `db:"deliveries"`
+	Conflicts        int        `db:"conflicts"`
+	ClaimedAt        *time.Time `db:"claimed_at"`
+	CompletedAt      *time.Time `db:"completed_at"`
+	LastError        *string    `db:"last_error"`
+	RequeuedAt       *time.Time `db:"requeued_at"`
+}
+
+// claimRow is a claimed event with what the claim learned about the attempt
+// before it.
+type claimRow struct {
+	eventRow
+	PreviousUnfinished bool      `db:"previous_unfinished"`
+	DueAt              time.Time `db:"due_at"` // orders the claims; not returned
+}
+
+func (r *eventRow) event() (*ferry.Event, error) {
+	headers, err := decodeHeaders(r.Headers)
+	if err != nil {
+		return nil, err
+	}
+	return &ferry.Event{
+		ID:               r.ID,
+		Source:           r.Source,
+		EventID:          r.EventID,
+		Type:             r.Type,
+		Payload:          r.Payload,
+		Headers:          headers,
+		PayloadSHA256:    r.PayloadSHA256,
+		State:            ferry.State(r.State),
+		Attempt:          r.Attempt,
+		LeaseOwner:       deref(r.LeaseOwner),
+		LeaseExpiresAt:   utc(r.LeaseExpiresAt),
+		NextAttemptAt:    r.NextAttemptAt.UTC(),
+		FirstDeliveredAt: r.FirstDeliveredAt.UTC(),
+		LastDeliveredAt:  r.LastDeliveredAt.UTC(),
+		Deliveries:       r.Deliveries,
+		Conflicts:        r.Conflicts,
+		ClaimedAt:        utc(r.ClaimedAt),
+		CompletedAt:      utc(r.CompletedAt),
+		LastError:        deref(r.LastError),
+		RequeuedAt:       utc(r.RequeuedAt),
+	}, nil
+}
+
+// encodeHeaders stores no headers as NULL, so they come back nil.
+func encodeHeaders(h http.Header) ([]byte, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(h)
+}
+
+func decodeHeaders(raw []byte) (http.Header, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	var h http.Header
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return nil, fmt.Errorf("decode headers: %w", err)
+	}
+	return h, nil
+}
+
+// escapeLike makes s match literally inside a LIKE pattern whose escape
+// character is PostgreSQL's default, the backslash.
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+func stateStrings(states []ferry.State) []string {
+	out := make([]string, len(states))
+	for i, s := range states {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// nonNil sends an empty array rather than NULL, which cardinality() and ANY
+// would treat as unknown.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func utc(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,86 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migrations holds the schema, one file per version: NNN_name.sql.
+//
+//go:embed migration/*.sql
+var migrations embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// Migrate applies every migration the schema lacks, in one transaction that
+// holds an advisory lock, so instances starting together take turns and the
+// schema is never half migrated.
+func (s *Store) Migrate(ctx context.Context) error {
+	all, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, sql := range []string{migrationLockSQL, migrationTableSQL} {
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return err
+			}
+		}
+		rows, _ := tx.Query(ctx, migrationAppliedSQL)
+		applied, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return err
+		}
+		for _, m := range all {
+			if slices.Contains(applied, int32(m.version)) {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return fmt.Errorf("migration %d %s: %w", m.version, m.name, err)
+			}
+			if _, err := tx.Exec(ctx, migrationRecordSQL, pgx.NamedArgs{"version": m.version, "name": m.name}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	return nil
+}
+
+// loadMigrations parses the embedded files, ordered by version.
+func loadMigrations() ([]migration, error) {
+	names, err := fs.Glob(migrations, "migration/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var all []migration
+	for _, path := range names {
+		base := strings.TrimSuffix(strings.TrimPrefix(path, "migration/"), ".sql")
+		number, name, ok := strings.Cut(base, "_")
+		version, err := strconv.Atoi(number)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("postgres: migration file %s is not named NNN_name.sql", path)
+		}
+		sql, err := migrations.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, migration{version: version, name: name, sql: string(sql)})
+	}
+	slices.SortFunc(all, func(a, b migration) int { return a.version - b.version })
+	return all, nil
+}

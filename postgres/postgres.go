@@ -1,0 +1,99 @@
+// Package postgres is Ferry's production store: ferry.TxStore on PostgreSQL
+// through pgx v5. Any number of Ferry instances can share one database:
+// claims lock rows with FOR UPDATE SKIP LOCKED, every time is the database's
+// clock, and receipts wake other instances with LISTEN/NOTIFY.
+//
+// Tables live in the connection's search_path schema, so one database can
+// hold several isolated inboxes (and tests can each use their own schema).
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+var _ ferry.TxStore[pgx.Tx] = (*Store)(nil)
+
+// Config tunes a Store. The zero value (or nil) is right for production.
+type Config struct {
+	// Now overrides the database clock for every lease, backoff, age and
+	// timestamp, so tests can move time at will. Defaults to nil: PostgreSQL's
+	// now(), the one clock all instances share.
+	Now func() time.Time
+}
+
+// Store is a ferry.TxStore on a pgx pool. It is safe for concurrent use.
+type Store struct {
+	pool      *pgxpool.Pool
+	ownsPool  bool
+	now       func() time.Time
+	closed    context.Context // done once Close is called
+	close     context.CancelFunc
+	listeners sync.WaitGroup
+}
+
+// New returns a Store on pool. The caller keeps ownership of the pool: Close
+// stops the Store's listeners but leaves the pool open. config may be nil.
+func New(pool *pgxpool.Pool, config *Config) *Store {
+	s := &Store{pool: pool}
+	if config != nil {
+		s.now = config.Now
+	}
+	s.closed, s.close = context.WithCancel(context.Background())
+	return s
+}
+
+// Open connects a pool to url and returns a Store that owns it: Close closes
+// the pool. It fails if the server does not answer.
+func Open(ctx context.Context, url string, config *Config) (*Store, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	s := New(pool, config)
+	s.ownsPool = true
+	return s, nil
+}
+
+// Close stops receipt subscriptions, waits for their connections to close,
+// and closes the pool if Open created it.
+func (s *Store) Close() {
+	s.close()
+	s.listeners.Wait()
+	if s.ownsPool {
+		s.pool.Close()
+	}
+}
+
+// Pool returns the pool the Store runs on, for the caller's own queries.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// InTx runs fn in a new transaction, committing if fn returns nil and rolling
+// back otherwise; fn's error is returned as it is.
+func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// nowArg is the @now argument of every query: NULL lets the SQL fall back to
+// the database's now().
+func (s *Store) nowArg() any {
+	if s.now == nil {
+		return nil
+	}
+	return s.now()
+}
+
+// micros passes a duration to SQL, which multiplies it by 1 microsecond:
+// PostgreSQL's own resolution.
+func micros(d time.Duration) int64 { return d.Microseconds() }

@@ -1,0 +1,44 @@
+package postgres
+
+import _ "embed"
+
+// Every statement the store runs, one file each, so the SQL reads as SQL.
+
+var (
+	//go:embed query/attempt_list.sql
+	attemptListSQL string
+	//go:embed query/conflict_list.sql
+	conflictListSQL string
+	//go:embed query/event_claim_many.sql
+	eventClaimManySQL string
+	//go:embed query/event_complete.sql
+	eventCompleteSQL string
+	//go:embed query/event_fail.sql
+	eventFailSQL string
+	//go:embed query/event_get_by_id.sql
+	eventGetByIDSQL string
+	//go:embed query/event_get_by_key.sql
+	eventGetByKeySQL string
+	//go:embed query/event_heartbeat.sql
+	eventHeartbeatSQL string
+	//go:embed query/event_list.sql
+	eventListSQL string
+	//go:embed query/event_purge.sql
+	eventPurgeSQL string
+	//go:embed query/event_receive.sql
+	eventReceiveSQL string
+	//go:embed query/event_release.sql
+	eventReleaseSQL string
+	//go:embed query/event_requeue.sql
+	eventRequeueSQL string
+	//go:embed query/migration_applied.sql
+	migrationAppliedSQL string
+	//go:embed query/migration_lock.sql
+	migrationLockSQL string
+	//go:embed query/migration_record.sql
+	migrationRecordSQL string
+	//go:embed query/migration_table.sql
+	migrationTableSQL string
+	//go:embed query/receipt_channel.sql
+	receiptChannelSQL string
+)

@@ -1,0 +1,80 @@
+-- Leases up to @limit due events to @owner in one statement: due pending
+-- events and in_progress events whose lease expired, oldest due first,
+-- skipping rows another claimer has locked. Expired leases of hold sources
+-- go to unknown instead. Every claim gets a running ledger row; a previous
+-- attempt still running in the ledger is closed as lease_expired.
+WITH clock AS (
+    SELECT coalesce(@now::timestamptz, now()) AS now
+),
+held AS (
+    UPDATE ferry_event
+    SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL
+    WHERE state = 'in_progress'
+      AND lease_expires_at <= (SELECT now FROM clock)
+      AND source = ANY(@hold_sources::text[])
+    RETURNING id, attempt
+),
+held_ledger AS (
+    UPDATE ferry_attempt a
+    SET outcome = 'lease_expired', finished_at = (SELECT now FROM clock)
+    FROM held
+    WHERE a.event_id = held.id AND a.attempt = held.attempt AND a.outcome = 'running'
+),
+-- Two index scans, each stopping at @limit, rather than one sort of every
+-- due event; together they lock at most twice @limit rows for this statement.
+pending_due AS MATERIALIZED (
+    SELECT id, attempt, next_attempt_at AS due_at, false AS expired
+    FROM ferry_event
+    WHERE state = 'pending'
+      AND next_attempt_at <= (SELECT now FROM clock)
+      AND (cardinality(@sources::text[]) = 0 OR source = ANY(@sources::text[]))
+    ORDER BY next_attempt_at, id
+    LIMIT @limit::int
+    FOR UPDATE SKIP LOCKED
+),
+expired_due AS MATERIALIZED (
+    SELECT id, attempt, lease_expires_at AS due_at, true AS expired
+    FROM ferry_event
+    WHERE state = 'in_progress'
+      AND lease_expires_at <= (SELECT now FROM clock)
+      AND (cardinality(@sources::text[]) = 0 OR source = ANY(@sources::text[]))
+      AND NOT source = ANY(@hold_sources::text[])
+    ORDER BY lease_expires_at, id
+    LIMIT @limit::int
+    FOR UPDATE SKIP LOCKED
+),
+due AS (
+    SELECT d.id, d.attempt, d.due_at, d.expired OR a.event_id IS NOT NULL AS previous_unfinished
+    FROM (
+        SELECT * FROM pending_due
+        UNION ALL
+        SELECT * FROM expired_due
+        ORDER BY due_at, id
+        LIMIT @limit::int
+    ) d
+    LEFT JOIN ferry_attempt a
+        ON a.event_id = d.id AND a.attempt = d.attempt AND a.outcome = 'running'
+),
+closed AS (
+    UPDATE ferry_attempt a
+    SET outcome = 'lease_expired', finished_at = (SELECT now FROM clock)
+    FROM due
+    WHERE a.event_id = due.id AND a.attempt = due.attempt AND a.outcome = 'running'
+),
+claimed AS (
+    UPDATE ferry_event e
+    SET state            = 'in_progress',
+        attempt          = e.attempt + 1,
+        lease_owner      = @owner::text,
+        lease_expires_at = (SELECT now FROM clock) + @ttl_us::bigint * interval '1 microsecond',
+        claimed_at       = (SELECT now FROM clock)
+    FROM due
+    WHERE e.id = due.id
+    RETURNING e.*, due.previous_unfinished, due.due_at
+),
+started AS (
+    INSERT INTO ferry_attempt (event_id, attempt, worker, started_at, outcome)
+    SELECT id, attempt, lease_owner, claimed_at, 'running'
+    FROM claimed
+)
+SELECT * FROM claimed ORDER BY due_at, id;

@@ -1,0 +1,35 @@
+-- Closes a leased attempt as failed: dead when told so, when the attempt
+-- budget since the last requeue is spent, or when the event is older than
+-- @max_age_us (from its first delivery or last requeue); pending again after
+-- the retry delay otherwise. No row back means the lease was lost.
+WITH clock AS (
+    SELECT coalesce(@now::timestamptz, now()) AS now
+),
+failed AS (
+    UPDATE ferry_event
+    SET state = CASE
+            WHEN @dead::boolean
+              OR (@max_attempts::int > 0 AND attempt - attempt_base >= @max_attempts::int)
+              OR (@max_age_us::bigint > 0
+                  AND (SELECT now FROM clock) - greatest(first_delivered_at, requeued_at)
+                      >= @max_age_us::bigint * interval '1 microsecond')
+            THEN 'dead' ELSE 'pending' END,
+        next_attempt_at  = (SELECT now FROM clock) + @retry_delay_us::bigint * interval '1 microsecond',
+        last_error       = @error::text,
+        lease_owner      = NULL,
+        lease_expires_at = NULL
+    WHERE id = @id::bigint
+      AND attempt = @attempt::int
+      AND state = 'in_progress'
+      AND lease_expires_at > (SELECT now FROM clock)
+    RETURNING id, attempt, state
+),
+ledger AS (
+    UPDATE ferry_attempt a
+    SET outcome = CASE WHEN failed.state = 'dead' THEN 'dead' ELSE 'failed' END,
+        finished_at = (SELECT now FROM clock),
+        error = @error::text
+    FROM failed
+    WHERE a.event_id = failed.id AND a.attempt = failed.attempt
+)
+SELECT state FROM failed;

@@ -1,0 +1,1 @@
+SELECT * FROM ferry_event WHERE id = @id::bigint;

@@ -1,0 +1,22 @@
+-- Gives a leased event back, pending and due now (graceful shutdown), and
+-- closes its ledger row as released. No row back means the lease was lost.
+WITH clock AS (
+    SELECT coalesce(@now::timestamptz, now()) AS now
+),
+released AS (
+    UPDATE ferry_event
+    SET state = 'pending', next_attempt_at = (SELECT now FROM clock),
+        lease_owner = NULL, lease_expires_at = NULL
+    WHERE id = @id::bigint
+      AND attempt = @attempt::int
+      AND state = 'in_progress'
+      AND lease_expires_at > (SELECT now FROM clock)
+    RETURNING id, attempt
+),
+ledger AS (
+    UPDATE ferry_attempt a
+    SET outcome = 'released', finished_at = (SELECT now FROM clock)
+    FROM released
+    WHERE a.event_id = released.id AND a.attempt = released.attempt
+)
+SELECT id FROM released;

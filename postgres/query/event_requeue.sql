@@ -1,0 +1,21 @@
+-- Puts terminal events back to pending, due now, with a fresh attempt budget
+-- (attempt_base catches up with attempt; attempt itself never goes down), and
+-- wakes the workers. Pending and in_progress events are never touched.
+WITH clock AS (
+    SELECT coalesce(@now::timestamptz, now()) AS now
+),
+requeued AS (
+    UPDATE ferry_event
+    SET state = 'pending', next_attempt_at = (SELECT now FROM clock),
+        attempt_base = attempt, requeued_at = (SELECT now FROM clock),
+        lease_owner = NULL, lease_expires_at = NULL, completed_at = NULL
+    WHERE state = ANY(@states::text[])
+      AND state NOT IN ('pending', 'in_progress')
+      AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
+      AND (@source::text = '' OR source = @source::text)
+    RETURNING id
+),
+notified AS (
+    SELECT pg_notify(ferry_receipt_channel(), '') WHERE EXISTS (SELECT 1 FROM requeued)
+)
+SELECT count(*) FROM requeued LEFT JOIN notified ON true;

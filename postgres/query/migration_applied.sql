@@ -1,0 +1,1 @@
+SELECT version FROM ferry_migration ORDER BY version;

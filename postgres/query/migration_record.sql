@@ -1,0 +1,1 @@
+INSERT INTO ferry_migration (version, name) VALUES (@version::int, @name::text);
