@@ -45,16 +45,16 @@ var _ ferry.Verifier = (*StandardWebhooks)(nil)
 // NewStandardWebhooks returns a Standard Webhooks verifier. It reads
 // Secrets ("whsec_<base64>", or the base64 alone), Tolerance and Now.
 func NewStandardWebhooks(opts Options) (*StandardWebhooks, error) {
-	cfg, err := newConfig(opts, decodeStandardWebhooksSecret)
+	cfg, err := newConfig(opts, DecodeStandardWebhooksSecret)
 	if err != nil {
 		return nil, err
 	}
 	return &StandardWebhooks{cfg: cfg}, nil
 }
 
-// decodeStandardWebhooksSecret returns the HMAC key of a Standard Webhooks
+// DecodeStandardWebhooksSecret returns the HMAC key of a Standard Webhooks
 // secret: the base64 after the optional "whsec_" prefix.
-func decodeStandardWebhooksSecret(secret string) ([]byte, error) {
+func DecodeStandardWebhooksSecret(secret string) ([]byte, error) {
 	text := strings.TrimPrefix(secret, StandardWebhooksSecretPrefix)
 	key, err := base64.StdEncoding.DecodeString(text)
 	if err != nil {
