@@ -13,8 +13,9 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// The Standard Webhooks headers (Svix sends the same under "svix-" names;
-// configure Svix senders to use these).
+// The Standard Webhooks headers. Svix sends the same under "svix-" names
+// (Svix-Id, Svix-Timestamp, Svix-Signature), which are read when
+// Webhook-Signature is absent.
 const (
 	// StandardWebhooksIDHeader carries the message id, the event id; it is
 	// signed and kept on retries.
@@ -67,7 +68,11 @@ func DecodeStandardWebhooksSecret(secret string) ([]byte, error) {
 
 // Verify implements ferry.Verifier.
 func (s *StandardWebhooks) Verify(header http.Header, body []byte) (*ferry.Verified, error) {
-	value := header.Get(StandardWebhooksSignatureHeader)
+	names := [3]string{StandardWebhooksIDHeader, StandardWebhooksTimestampHeader, StandardWebhooksSignatureHeader}
+	if header.Get(names[2]) == "" && header.Get("Svix-Signature") != "" {
+		names = [3]string{"Svix-Id", "Svix-Timestamp", "Svix-Signature"}
+	}
+	value := header.Get(names[2])
 	if value == "" {
 		return nil, verifyErr("standardwebhooks", ferry.ErrNoSignature, "")
 	}
@@ -75,14 +80,14 @@ func (s *StandardWebhooks) Verify(header http.Header, body []byte) (*ferry.Verif
 	if err != nil {
 		return nil, err
 	}
-	timestamp := header.Get(StandardWebhooksTimestampHeader)
+	timestamp := header.Get(names[1])
 	unix, err := strconv.ParseInt(timestamp, 10, 64)
 	if err != nil {
 		return nil, verifyErr("standardwebhooks", ferry.ErrMalformedSignature, "webhook-timestamp is not a unix time")
 	}
 	// An absent id is signed as empty, so a forgery without one is still
 	// told apart from a genuine delivery that lacks it.
-	id := header.Get(StandardWebhooksIDHeader)
+	id := header.Get(names[0])
 	if !signedByAny(sha256.New, s.cfg.keys, sigs, []byte(id), []byte("."), []byte(timestamp), []byte("."), body) {
 		return nil, verifyErr("standardwebhooks", ferry.ErrBadSignature, "")
 	}

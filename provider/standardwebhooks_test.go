@@ -103,6 +103,26 @@ func TestStandardWebhooks(t *testing.T) {
 	})
 }
 
+func TestStandardWebhooksSvixHeaders(t *testing.T) {
+	t.Parallel()
+
+	v, err := provider.NewStandardWebhooks(provider.Options{
+		Secrets: []string{swVectorSecret},
+		Now:     func() time.Time { return time.Unix(swVectorTimestamp, 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Set("svix-id", swVectorID)
+	h.Set("svix-timestamp", "1614265330")
+	h.Set("svix-signature", swVectorSignature)
+	got, err := v.Verify(h, []byte(swVectorPayload))
+	if err != nil || got.EventID != swVectorID {
+		t.Fatalf("Verify = %+v, %v", got, err)
+	}
+}
+
 func TestStandardWebhooksBadSecret(t *testing.T) {
 	t.Parallel()
 	for _, secret := range []string{"whsec_!!!", "whsec_"} {

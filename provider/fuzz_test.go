@@ -1,0 +1,185 @@
+package provider_test
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/provider"
+)
+
+// The verify fuzzers check two things for any input: the verifier returns
+// an event id or a ferry sentinel (and never panics), and a body the signer
+// signed verifies unless its identity is missing or unparseable.
+
+const fuzzSecret = "whsec_ZnV6ei1zZWNyZXQ="
+
+var fuzzBodies = []string{`{"id":"evt_1","type":"t"}`, `{}`, `not json`, `{"id":7}`, ``, `{"id":"\u0000"}`}
+
+// signedOK fails unless a genuinely signed delivery verified or failed only
+// for its identity.
+func signedOK(t *testing.T, err error) {
+	t.Helper()
+	if err != nil && !errors.Is(err, ferry.ErrNoEventID) && !errors.Is(err, ferry.ErrBadPayload) {
+		t.Fatalf("signed delivery refused: %v", err)
+	}
+}
+
+func FuzzStripeHeader(f *testing.F) {
+	for _, seed := range []string{
+		"t=1700000000,v1=" + hex64, "t=1,v1=" + hex64 + ",v0=x,v1=" + hex64, "t=,v1=", "t=1,t=2,v1=" + hex64,
+		",,t=1 , v1=" + hex64, "v1", "=", "t=-9223372036854775808,v1=" + hex64, "t=99999999999999999999",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		_, err := provider.ParseStripeHeader(value)
+		if err != nil && !errors.Is(err, ferry.ErrMalformedSignature) {
+			t.Fatalf("parse error %v is not ErrMalformedSignature", err)
+		}
+	})
+}
+
+func FuzzStripeVerify(f *testing.F) {
+	for _, b := range fuzzBodies {
+		f.Add(ferrytest.SignStripe(fuzzSecret, []byte(b), now).Get("Stripe-Signature"), []byte(b), int64(0))
+	}
+	f.Add("t=1700000000,v1="+hex64, []byte(`{"id":"x"}`), int64(-1e12))
+	v, err := provider.NewStripe(provider.Options{Secrets: []string{fuzzSecret}, Now: clock})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, sig string, body []byte, skew int64) {
+		got, err := v.Verify(http.Header{"Stripe-Signature": {sig}}, body)
+		checkOutcome(t, got, err)
+		at := now.Add(time.Duration(skew%300) * time.Second)
+		_, err = v.Verify(ferrytest.SignStripe(fuzzSecret, body, at), body)
+		signedOK(t, err)
+	})
+}
+
+func FuzzGitHubVerify(f *testing.F) {
+	for _, b := range fuzzBodies {
+		h := ferrytest.SignGitHub(fuzzSecret, "d-1", "push", []byte(b))
+		f.Add(h.Get("X-Hub-Signature-256"), "d-1", []byte(b))
+	}
+	f.Add("sha256=", "", []byte(nil))
+	v, err := provider.NewGitHub(provider.Options{Secrets: []string{fuzzSecret}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, sig, delivery string, body []byte) {
+		got, err := v.Verify(http.Header{"X-Hub-Signature-256": {sig}, "X-Github-Delivery": {delivery}}, body)
+		checkOutcome(t, got, err)
+		_, err = v.Verify(ferrytest.SignGitHub(fuzzSecret, delivery, "push", body), body)
+		signedOK(t, err)
+	})
+}
+
+func FuzzShopifyVerify(f *testing.F) {
+	for _, b := range fuzzBodies {
+		h := ferrytest.SignShopify(fuzzSecret, "w-1", "orders/create", []byte(b))
+		f.Add(h.Get("X-Shopify-Hmac-Sha256"), "w-1", []byte(b))
+	}
+	f.Add("====", "", []byte(nil))
+	v, err := provider.NewShopify(provider.Options{Secrets: []string{fuzzSecret}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, sig, webhookID string, body []byte) {
+		got, err := v.Verify(http.Header{"X-Shopify-Hmac-Sha256": {sig}, "X-Shopify-Webhook-Id": {webhookID}}, body)
+		checkOutcome(t, got, err)
+		_, err = v.Verify(ferrytest.SignShopify(fuzzSecret, webhookID, "t", body), body)
+		signedOK(t, err)
+	})
+}
+
+func FuzzSignatureValue(f *testing.F) {
+	for _, seed := range []string{"sha256=" + hex64, hex64, "sha256=", "AAAA", "g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", "=="} {
+		f.Add(seed, "sha256=", false)
+		f.Add(seed, "", true)
+	}
+	f.Fuzz(func(t *testing.T, value, prefix string, base64 bool) {
+		enc := provider.EncodingHex
+		if base64 {
+			enc = provider.EncodingBase64
+		}
+		mac, err := provider.DecodeSignature(value, prefix, enc, 32)
+		if err == nil && len(mac) != 32 {
+			t.Fatalf("decoded %d bytes, want 32", len(mac))
+		}
+	})
+}
+
+func FuzzStandardWebhooksHeader(f *testing.F) {
+	for _, seed := range []string{swVectorSignature, "v1,a v1,b", "v1a,x " + swVectorSignature, "", " ", "v1,", ",", "v1,===="} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		sigs, err := provider.ParseStandardWebhooksSignatures(value)
+		if err != nil && !errors.Is(err, ferry.ErrMalformedSignature) {
+			t.Fatalf("parse error %v is not ErrMalformedSignature", err)
+		}
+		if err == nil && len(sigs) == 0 {
+			t.Fatal("no error and no signature")
+		}
+	})
+}
+
+func FuzzStandardWebhooksVerify(f *testing.F) {
+	for _, b := range fuzzBodies {
+		h, err := ferrytest.SignStandardWebhooks(fuzzSecret, "msg_1", now, []byte(b))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add("msg_1", h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature"), []byte(b))
+	}
+	f.Add("", "-1", "v1,AAAA v2,x", []byte(nil))
+	v, err := provider.NewStandardWebhooks(provider.Options{Secrets: []string{fuzzSecret}, Now: clock})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, id, timestamp, sig string, body []byte) {
+		h := http.Header{"Webhook-Id": {id}, "Webhook-Timestamp": {timestamp}, "Webhook-Signature": {sig}}
+		got, err := v.Verify(h, body)
+		checkOutcome(t, got, err)
+		signed, err := ferrytest.SignStandardWebhooks(fuzzSecret, id, now, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = v.Verify(signed, body)
+		signedOK(t, err)
+	})
+}
+
+func FuzzHMACVerify(f *testing.F) {
+	scheme := provider.HMACOptions{Header: "X-Sig", Prefix: "v=", Encoding: provider.EncodingBase64, EventIDField: "id", TypeField: "type"}
+	for _, b := range fuzzBodies {
+		h, err := ferrytest.SignHMAC(fuzzSecret, scheme, []byte(b))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(h.Get("X-Sig"), []byte(b))
+	}
+	f.Add("v=", []byte(`{"id":1e999}`))
+	v, err := provider.NewHMAC(provider.Options{Secrets: []string{fuzzSecret}, HMAC: scheme})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, sig string, body []byte) {
+		got, err := v.Verify(http.Header{"X-Sig": {sig}}, body)
+		checkOutcome(t, got, err)
+		signed, err := ferrytest.SignHMAC(fuzzSecret, scheme, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = v.Verify(signed, body)
+		signedOK(t, err)
+	})
+}
+
+// hex64 is a well-formed (and wrong) hex SHA-256.
+const hex64 = "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
