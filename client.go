@@ -114,7 +114,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	started  bool
-	running  map[int64]*job
+	running  map[Lease]*job
 	active   int
 	slotFree chan struct{}
 
@@ -170,7 +170,7 @@ func NewClient(cfg *Config) (*Client, error) {
 		log:      c.Logger,
 		policies: map[string]SourcePolicy{},
 		handlers: map[string]map[string]handler{},
-		running:  map[int64]*job{},
+		running:  map[Lease]*job{},
 		slotFree: make(chan struct{}, 1),
 	}
 	for _, p := range c.Sources {
@@ -354,7 +354,7 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 	j := &job{lease: ev.Lease(), source: ev.Source, reclaimed: cl.PreviousUnfinished, cancel: cancel}
 	j.deadline.Store(claimedAt.Add(c.cfg.LeaseTTL).UnixNano())
 	c.mu.Lock()
-	c.running[ev.ID] = j
+	c.running[j.lease] = j
 	c.active++
 	c.mu.Unlock()
 	c.jobs.Add(1)
@@ -368,7 +368,7 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 func (c *Client) finish(j *job) {
 	j.cancel(nil)
 	c.mu.Lock()
-	delete(c.running, j.lease.ID)
+	delete(c.running, j.lease)
 	c.active--
 	c.mu.Unlock()
 	select {

@@ -120,4 +120,3 @@ func sign(src *config.Source, eventID, eventType string, body []byte) (http.Head
 		return h, nil
 	}
 }
-

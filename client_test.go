@@ -1,0 +1,328 @@
+package ferry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+type clientBundle struct {
+	store *sqlite.Store
+	clock *storetest.Clock // nil: the real clock
+	ctx   context.Context
+}
+
+func setupClient(t *testing.T, fakeClock bool) *clientBundle {
+	t.Helper()
+	b := &clientBundle{ctx: context.Background()}
+	cfg := &sqlite.Config{}
+	if fakeClock {
+		b.clock = storetest.NewClock()
+		cfg.Now = b.clock.Now
+	}
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.store = s
+	return b
+}
+
+func (b *clientBundle) receive(t *testing.T, source, eventID string) int64 {
+	t.Helper()
+	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: source, EventID: eventID, Type: "test", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.ID
+}
+
+// newClient makes a client with fast test settings; edit tweaks them.
+func (b *clientBundle) newClient(t *testing.T, edit func(*ferry.Config)) *ferry.Client {
+	t.Helper()
+	cfg := &ferry.Config{
+		Store: b.store, LeaseTTL: 3 * time.Second, PollInterval: 20 * time.Millisecond,
+		RetryBase: time.Millisecond, RetryCap: 5 * time.Millisecond, ShutdownGrace: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	c, err := ferry.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func start(t *testing.T, c *ferry.Client) {
+	t.Helper()
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+}
+
+// waitState polls the store (not the wall clock of the code under test) until
+// the event reaches want, failing after 20 s.
+func (b *clientBundle) waitState(t *testing.T, id int64, want ferry.State) *ferry.Event {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.State == want {
+			return ev
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("event %d is %s (attempt %d, error %q), want %s", id, ev.State, ev.Attempt, ev.LastError, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *clientBundle) outcomes(t *testing.T, id int64) []ferry.Outcome {
+	t.Helper()
+	list, err := b.store.AttemptList(b.ctx, &ferry.AttemptListParams{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []ferry.Outcome
+	for _, a := range list {
+		out = append(out, a.Outcome)
+	}
+	return out
+}
+
+func TestClient(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CompletesWithAStableIdempotencyKey", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		id := b.receive(t, "stripe", "evt_1")
+		var got []*ferry.Delivery
+		var mu sync.Mutex
+		c := b.newClient(t, nil)
+		c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, d)
+			if len(got) < 3 {
+				return errors.New("downstream 500")
+			}
+			return nil
+		})
+		start(t, c)
+		b.waitState(t, id, ferry.StateDone)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != 3 {
+			t.Fatalf("handler ran %d times, want 3", len(got))
+		}
+		for i, d := range got {
+			if d.Attempt != i+1 || d.IdempotencyKey != ferry.IdempotencyKey("stripe", "evt_1") || d.Event.EventID != "evt_1" || d.PreviousUnfinished {
+				t.Errorf("delivery %d = attempt %d key %s unfinished %v", i, d.Attempt, d.IdempotencyKey, d.PreviousUnfinished)
+			}
+		}
+		if out := b.outcomes(t, id); fmt.Sprint(out) != "[failed failed done]" {
+			t.Errorf("ledger = %v", out)
+		}
+	})
+
+	t.Run("PermanentErrorIsDeadAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		id := b.receive(t, "stripe", "evt_1")
+		c := b.newClient(t, nil)
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error {
+			return ferry.Permanent(errors.New("app answered 404"))
+		})
+		start(t, c)
+		ev := b.waitState(t, id, ferry.StateDead)
+		if ev.Attempt != 1 || ev.LastError != "app answered 404" {
+			t.Errorf("dead after %d attempts with %q", ev.Attempt, ev.LastError)
+		}
+	})
+
+	t.Run("DeadAfterMaxAttempts", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		id := b.receive(t, "stripe", "evt_1")
+		c := b.newClient(t, func(c *ferry.Config) { c.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 4}} })
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return errors.New("always") })
+		start(t, c)
+		if ev := b.waitState(t, id, ferry.StateDead); ev.Attempt != 4 {
+			t.Errorf("dead after %d attempts, want 4", ev.Attempt)
+		}
+	})
+
+	t.Run("PanicIsAFailedAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		first := b.receive(t, "stripe", "boom")
+		second := b.receive(t, "stripe", "fine")
+		c := b.newClient(t, func(c *ferry.Config) { c.Workers = 1 })
+		c.Handle("stripe", func(_ context.Context, d *ferry.Delivery) error {
+			if d.Event.EventID == "boom" && d.Attempt == 1 {
+				panic("handler bug")
+			}
+			return nil
+		})
+		start(t, c)
+		b.waitState(t, second, ferry.StateDone)
+		b.waitState(t, first, ferry.StateDone)
+		if out := b.outcomes(t, first); fmt.Sprint(out) != "[failed done]" {
+			t.Errorf("ledger = %v", out)
+		}
+	})
+
+	t.Run("TypeHandlerBeforeCatchAll", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		id := b.receive(t, "stripe", "evt_1")
+		var which atomic.Value
+		c := b.newClient(t, nil)
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { which.Store("any"); return nil })
+		c.HandleType("stripe", "test", func(context.Context, *ferry.Delivery) error { which.Store("typed"); return nil })
+		start(t, c)
+		b.waitState(t, id, ferry.StateDone)
+		if which.Load() != "typed" {
+			t.Errorf("ran the %v handler", which.Load())
+		}
+	})
+
+	t.Run("LostLeaseCancelsTheHandler", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, true)
+		id := b.receive(t, "stripe", "evt_1")
+		cause := make(chan error, 1)
+		running := make(chan struct{})
+		c := b.newClient(t, func(c *ferry.Config) { c.HeartbeatInterval = 50 * time.Millisecond })
+		c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
+			if d.Attempt > 1 {
+				return nil
+			}
+			close(running)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return ctx.Err()
+		})
+		start(t, c)
+		<-running
+		b.clock.Advance(time.Minute) // the database says the lease is over
+		select {
+		case err := <-cause:
+			if !errors.Is(err, ferry.ErrLeaseLost) {
+				t.Fatalf("handler cancelled with %v, want ErrLeaseLost", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("handler not cancelled after its lease was lost")
+		}
+		// The robbed attempt wrote no verdict; the next claim closed it as
+		// lease_expired and did the work.
+		b.waitState(t, id, ferry.StateDone)
+		if out := b.outcomes(t, id); fmt.Sprint(out) != "[lease_expired done]" {
+			t.Errorf("ledger = %v", out)
+		}
+	})
+
+	t.Run("SlowHandlerOnALivingWorkerIsNeverRobbed", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		id := b.receive(t, "stripe", "evt_1")
+		const ttl = time.Second
+		var runs atomic.Int32
+		slow := func(ctx context.Context, d *ferry.Delivery) error {
+			runs.Add(1)
+			select {
+			case <-time.After(3*ttl + 500*time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		owner := b.newClient(t, func(c *ferry.Config) { c.LeaseTTL = ttl })
+		owner.Handle("stripe", slow)
+		start(t, owner)
+		for runs.Load() == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		thief := b.newClient(t, func(c *ferry.Config) { c.LeaseTTL = ttl })
+		thief.Handle("stripe", slow)
+		start(t, thief)
+		b.waitState(t, id, ferry.StateDone)
+		if n := runs.Load(); n != 1 {
+			t.Errorf("handler ran %d times, want 1", n)
+		}
+		if out := b.outcomes(t, id); fmt.Sprint(out) != "[done]" {
+			t.Errorf("ledger = %v", out)
+		}
+	})
+
+	t.Run("StopReleasesUnfinishedWork", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		id := b.receive(t, "stripe", "evt_1")
+		running := make(chan struct{})
+		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = 100 * time.Millisecond })
+		c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
+			close(running)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		if err := c.Start(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-running
+		if err := c.Stop(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.waitState(t, id, ferry.StatePending)
+		claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "next", Limit: 1, TTL: time.Minute})
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("released event not claimable at once: %d, %v", len(claims), err)
+		}
+		if out := b.outcomes(t, id); fmt.Sprint(out) != "[released running]" {
+			t.Errorf("ledger = %v", out)
+		}
+	})
+
+	t.Run("StopLetsHandlersFinishWithinGrace", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		id := b.receive(t, "stripe", "evt_1")
+		running := make(chan struct{})
+		c := b.newClient(t, nil)
+		c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
+			close(running)
+			time.Sleep(200 * time.Millisecond)
+			return nil
+		})
+		if err := c.Start(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-running
+		if err := c.Stop(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.waitState(t, id, ferry.StateDone)
+	})
+}

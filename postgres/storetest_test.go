@@ -1,0 +1,45 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+func TestContract(t *testing.T) {
+	t.Parallel()
+	storetest.Exercise(t, storetest.Harness[pgx.Tx]{
+		NewStore: func(t *testing.T, now func() time.Time) ferry.TxStore[pgx.Tx] {
+			pool, _ := pgtest.Schema(t)
+			s := postgres.New(pool, &postgres.Config{Now: now})
+			t.Cleanup(s.Close)
+			if err := s.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		NewEffects: func(t *testing.T, st ferry.TxStore[pgx.Tx]) storetest.Effects[pgx.Tx] {
+			pool := st.(*postgres.Store).Pool()
+			if _, err := pool.Exec(context.Background(), `CREATE TABLE effect (key text NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			return storetest.Effects[pgx.Tx]{
+				Insert: func(ctx context.Context, tx pgx.Tx, key string) error {
+					_, err := tx.Exec(ctx, `INSERT INTO effect (key) VALUES ($1)`, key)
+					return err
+				},
+				Count: func(ctx context.Context, key string) (n int, err error) {
+					err = pool.QueryRow(ctx, `SELECT count(*) FROM effect WHERE key = $1`, key).Scan(&n)
+					return n, err
+				},
+			}
+		},
+	})
+}
