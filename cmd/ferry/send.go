@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -61,7 +62,11 @@ func runSend(ctx context.Context, args []string) error {
 	if base == "" {
 		base = "http://" + cfg.HTTP.Listen
 	}
-	req := ferrytest.NewRequest(base+"/webhooks/"+src.Name, header, body).WithContext(ctx)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/"+src.Name, bytes.NewReader(body))
+	if err != nil {
+		return usagef("--to %q: %v", base, err)
+	}
+	req.Header = header
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		return fmt.Errorf("send: %w", err)

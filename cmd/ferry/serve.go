@@ -153,6 +153,7 @@ func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger) (*ferry.Cli
 		Store: st, Sources: cfg.Policies(), Logger: log,
 		Workers: w.Workers, LeaseTTL: w.LeaseTTL.Duration, HeartbeatInterval: w.Heartbeat.Duration,
 		PollInterval: w.PollInterval.Duration, ShutdownGrace: w.ShutdownGrace.Duration,
+		RetryBase: w.RetryBase.Duration, RetryCap: w.RetryCap.Duration,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: worker: %v", errConfig, err)

@@ -54,6 +54,9 @@ type Worker struct {
 	Heartbeat     Duration `toml:"heartbeat"`
 	PollInterval  Duration `toml:"poll_interval"`
 	ShutdownGrace Duration `toml:"shutdown_grace"`
+	// RetryBase and RetryCap shape the backoff between failed attempts.
+	RetryBase Duration `toml:"retry_base"`
+	RetryCap  Duration `toml:"retry_cap"`
 }
 
 // Source is one webhook sender.

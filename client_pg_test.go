@@ -1,0 +1,126 @@
+package ferry_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+// A zombie worker (paused past its leases, then awake and writing) and a live
+// one race over the same events with a transactional handler: every event's
+// effect lands exactly once, because the zombie's fenced done fails and takes
+// its writes down with it.
+func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := pgtest.Schema(t)
+	// A transactional handler holds a connection while it runs: ten paused
+	// zombies plus a live worker need more than pgxpool's default of four.
+	poolCfg, err := pgxpool.ParseConfig(pgtest.ConnString(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poolCfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	clock := storetest.NewClock()
+	st := postgres.New(pool, &postgres.Config{Now: clock.Now})
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE effect (event_id text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	const events = 10
+	for i := range events {
+		if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: fmt.Sprint("evt_", i), Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	effect := func(ctx context.Context, tx pgx.Tx, d *ferry.Delivery) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effect (event_id) VALUES ($1)`, d.Event.EventID)
+		return err
+	}
+	newClient := func(ttl time.Duration) *ferry.Client {
+		c, err := ferry.NewClient(&ferry.Config{
+			Store: st, Workers: events, LeaseTTL: ttl, PollInterval: 20 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	paused, wake := make(chan struct{}, events), make(chan struct{})
+	zombie := newClient(time.Hour) // its first heartbeat would come after 20 minutes
+	ferry.HandleTx(zombie, ferry.TxStore[pgx.Tx](st), "stripe", "", func(_ context.Context, tx pgx.Tx, d *ferry.Delivery) error {
+		paused <- struct{}{}
+		<-wake
+		return effect(context.Background(), tx, d) // writes regardless of its context
+	})
+	if err := zombie.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range events {
+		<-paused
+	}
+	clock.Advance(2 * time.Hour) // the database now says every zombie lease is over
+
+	live := newClient(time.Minute)
+	ferry.HandleTx(live, ferry.TxStore[pgx.Tx](st), "stripe", "", effect)
+	if err := live.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		page, err := st.EventList(ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateDone}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Events) == events {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events done", len(page.Events), events)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(wake)
+	_ = zombie.Stop(ctx)
+	_ = live.Stop(ctx)
+
+	rows, err := pool.Query(ctx, `SELECT event_id, count(*) FROM effect GROUP BY event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		ID string
+		N  int
+	}])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) != events {
+		t.Fatalf("%d events have effects, want %d", len(counts), events)
+	}
+	for _, c := range counts {
+		if c.N != 1 {
+			t.Errorf("%s has %d effects, want exactly 1", c.ID, c.N)
+		}
+	}
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferrytest"
+)
+
+// ferryBin is the real binary, built once for every test in this package.
+var ferryBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ferry-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ferryBin = filepath.Join(dir, "ferry")
+	build := exec.Command("go", "build", "-race", "-o", ferryBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building ferry:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const (
+	stripeSecret  = "whsec_test_stripe_secret"
+	forwardSecret = "whsec_ZmVycnktZGVtby1mb3J3YXJkLXNlY3JldA=="
+)
+
+// writeConfig writes a one-source (stripe) config forwarding to forwardURL.
+func writeConfig(t *testing.T, storeURL, forwardURL, workerExtra string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ferry.toml")
+	cfg := fmt.Sprintf(`
+[store]
+url = %q
+[http]
+listen = "127.0.0.1:0"
+[worker]
+poll_interval = "100ms"
+retry_base = "50ms"
+retry_cap = "200ms"
+%s
+[[source]]
+name = "stripe"
+provider = "stripe"
+secrets = [%q]
+[source.forward]
+url = %q
+secret = %q
+timeout = "30s"
+`, storeURL, workerExtra, stripeSecret, forwardURL, forwardSecret)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// serveProc is a running `ferry serve`.
+type serveProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+func (p *serveProc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+// startServe runs `ferry serve` and waits for its "serving" line.
+func startServe(t *testing.T, config string, args ...string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(ferryBin, append([]string{"serve", "--config", config}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProc{cmd: cmd, exited: make(chan struct{})}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.stderr.WriteString(line + "\n")
+			p.mu.Unlock()
+			var rec struct{ Msg, Listen string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "ferry: serving" {
+				ready <- rec.Listen
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("ferry serve log:\n%s", p.log())
+		}
+	})
+	select {
+	case p.addr = <-ready:
+	case <-p.exited:
+		t.Fatalf("ferry serve exited at start: %v\n%s", p.err, p.log())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ferry serve not serving after 60 s:\n%s", p.log())
+	}
+	return p
+}
+
+// sendStripe posts a signed Stripe delivery and returns the status.
+func sendStripe(t *testing.T, addr, eventID string) int {
+	t.Helper()
+	body := []byte(fmt.Sprintf(`{"id":%q,"type":"invoice.paid","data":{}}`, eventID))
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/stripe", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = ferrytest.SignStripe(stripeSecret, body, time.Now())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// waitFor polls cond every 20 ms until it holds, failing after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func eventState(t *testing.T, st ferry.Store, eventID string) *ferry.Event {
+	t.Helper()
+	ev, err := st.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: eventID})
+	if err != nil {
+		return nil
+	}
+	return ev
+}
+
+func outcomes(t *testing.T, st ferry.Store, id int64) (out []string) {
+	t.Helper()
+	list, err := st.AttemptList(context.Background(), &ferry.AttemptListParams{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list {
+		out = append(out, string(a.Outcome)+"@"+a.Worker)
+	}
+	return out
+}
+
+func runFerry(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(ferryBin, args...)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return o.String(), e.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), 0
+}
