@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -105,7 +106,13 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 
 	resp, err := f.opts.Client.Do(req)
 	if err != nil {
-		return fmt.Errorf("forward: %w", err)
+		// The URL may carry the app's token in its query, and this error is
+		// logged and stored as the event's last error: keep the cause, drop
+		// the URL.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
+		return fmt.Errorf("forward: POST: %w", err)
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -38,14 +39,19 @@ type ReceiverOptions struct {
 	// StoreTimeout bounds one durable receive; past it the provider gets 503
 	// and retries. Defaults to 10 seconds.
 	StoreTimeout time.Duration
-	// RetryAfter is sent with every 503. Defaults to 5 seconds.
+	// RetryAfter is sent with every 503, in whole seconds rounded up (so a
+	// sub-second value is never sent as "retry at once"). Defaults to 5
+	// seconds.
 	RetryAfter time.Duration
 	// KeepHeaders are the request headers stored with an event. Defaults to
-	// DefaultKeepHeaders. A signature header is never stored, listed or not.
+	// DefaultKeepHeaders. A signature header is never stored, listed or not:
+	// neither the providers' own nor any whose name contains "Signature" or
+	// "Hmac" (a generic HMAC sender's header, say).
 	KeepHeaders []string
 	// Logger gets one line per delivery: source, event id, outcome, status
-	// and latency; never a secret, a signature or a payload byte. Defaults to
-	// slog.Default().
+	// and latency, the reason of a rejection, and the store's error when the
+	// answer is 503; never a secret, a signature or a payload byte. Defaults
+	// to slog.Default().
 	Logger *slog.Logger
 	// Observer, if set, is told of every delivery's outcome (metrics).
 	Observer ReceiveObserver
@@ -53,7 +59,8 @@ type ReceiverOptions struct {
 
 // ReceiveObserver is told of every delivery the receiver answers. Outcome is
 // accepted, duplicate, conflict, rejected or unavailable; reason is the
-// machine-readable reason of a rejection ("bad_signature", ...) or "".
+// machine-readable reason of a rejection ("bad_signature", ...) or of a 503
+// ("store_unavailable", "store_timeout", "draining"), or "".
 type ReceiveObserver interface {
 	ObserveReceive(source, outcome, reason string, latency time.Duration)
 }
@@ -66,12 +73,15 @@ var DefaultKeepHeaders = []string{
 	"X-Shopify-Topic", "X-Shopify-Webhook-Id", "X-Shopify-Event-Id", "X-Shopify-Shop-Domain",
 	"X-Shopify-Api-Version", "X-Shopify-Triggered-At",
 	"Webhook-Id", "Webhook-Timestamp",
+	"Svix-Id", "Svix-Timestamp",
 }
 
-// signatureHeaders are never stored, whatever KeepHeaders says.
+// signatureHeaders are never stored, whatever KeepHeaders says; nor is any
+// header isSignatureHeader recognises by name.
 var signatureHeaders = map[string]bool{
 	"Stripe-Signature": true, "X-Hub-Signature": true, "X-Hub-Signature-256": true,
-	"X-Shopify-Hmac-Sha256": true, "Webhook-Signature": true, "Authorization": true, "Cookie": true,
+	"X-Shopify-Hmac-Sha256": true, "Webhook-Signature": true, "Svix-Signature": true,
+	"Authorization": true, "Cookie": true,
 }
 
 // Receiver answers POST /webhooks/{source}: size limit, raw bytes,
@@ -101,7 +111,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	r := &Receiver{opts: opts, sources: map[string]Source{}}
 	for _, h := range cmpOrSlice(opts.KeepHeaders, DefaultKeepHeaders) {
 		h = http.CanonicalHeaderKey(h)
-		if !signatureHeaders[h] {
+		if !isSignatureHeader(h) {
 			r.keep = append(r.keep, h)
 		}
 	}
@@ -150,6 +160,7 @@ var (
 	answerTooLarge    = answer{http.StatusRequestEntityTooLarge, "rejected", "body_too_large"}
 	answerUnreadable  = answer{http.StatusBadRequest, "rejected", "unreadable_body"}
 	answerUnavailable = answer{http.StatusServiceUnavailable, "unavailable", "store_unavailable"}
+	answerTimeout     = answer{http.StatusServiceUnavailable, "unavailable", "store_timeout"}
 	answerDraining    = answer{http.StatusServiceUnavailable, "unavailable", "draining"}
 )
 
@@ -182,7 +193,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if name == "" {
 		name = strings.TrimPrefix(req.URL.Path, "/webhooks/")
 	}
-	a, eventID := r.receive(w, req, name)
+	a, eventID, storeErr := r.receive(w, req, name)
 	r.reply(w, a)
 
 	latency := time.Since(start)
@@ -200,37 +211,45 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if a.outcome == "conflict" {
 		attrs = append(attrs, slog.String("alert", "conflicting_duplicate"))
 	}
+	if storeErr != nil {
+		// Ferry's stores' errors name the operation and the database's
+		// complaint, never the payload they were binding, so an operator
+		// learns why without the log learning the body.
+		attrs = append(attrs, slog.String("err", storeErr.Error()))
+	}
 	r.opts.Logger.LogAttrs(req.Context(), level, "ferry: webhook", attrs...)
 	if r.opts.Observer != nil {
 		r.opts.Observer.ObserveReceive(name, a.outcome, a.reason, latency)
 	}
 }
 
-func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string) (answer, string) {
+// receive runs the checks in order and stores the delivery. It returns the
+// answer, the event id once verified, and the store's error when it failed.
+func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string) (answer, string, error) {
 	src, ok := r.sources[name]
 	if !ok {
-		return answerNoSource, ""
+		return answerNoSource, "", nil
 	}
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		return answerMethod, ""
+		return answerMethod, "", nil
 	}
 	if r.draining.Load() {
-		return answerDraining, ""
+		return answerDraining, "", nil
 	}
 	if req.ContentLength > src.MaxBodyBytes {
-		return answerTooLarge, ""
+		return answerTooLarge, "", nil
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, src.MaxBodyBytes))
 	if err != nil {
 		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
-			return answerTooLarge, ""
+			return answerTooLarge, "", nil
 		}
-		return answerUnreadable, ""
+		return answerUnreadable, "", nil
 	}
 	v, err := src.Verifier.Verify(req.Header, body)
 	if err != nil {
-		return verifyAnswer(err), ""
+		return verifyAnswer(err), "", nil
 	}
 
 	ctx, cancel := context.WithTimeout(req.Context(), r.opts.StoreTimeout)
@@ -239,15 +258,20 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 		Source: name, EventID: v.EventID, Type: v.Type, Payload: body, Headers: r.keptHeaders(req.Header),
 	})
 	if err != nil {
-		return answerUnavailable, v.EventID
+		// store_timeout only when our StoreTimeout ran out; a client that hung
+		// up, or a store that failed on its own, is store_unavailable.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return answerTimeout, v.EventID, err
+		}
+		return answerUnavailable, v.EventID, err
 	}
 	switch res.Outcome {
 	case ferry.ReceiveDuplicate:
-		return answerDuplicate, v.EventID
+		return answerDuplicate, v.EventID, nil
 	case ferry.ReceiveConflict:
-		return answerConflict, v.EventID
+		return answerConflict, v.EventID, nil
 	}
-	return answerAccepted, v.EventID
+	return answerAccepted, v.EventID, nil
 }
 
 func (r *Receiver) keptHeaders(h http.Header) http.Header {
@@ -264,7 +288,8 @@ func (r *Receiver) reply(w http.ResponseWriter, a answer) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if a.status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", fmt.Sprint(int(r.opts.RetryAfter.Round(time.Second)/time.Second)))
+		secs := (r.opts.RetryAfter + time.Second - 1) / time.Second
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 	}
 	w.WriteHeader(a.status)
 	body := map[string]string{"status": a.outcome}
@@ -272,6 +297,14 @@ func (r *Receiver) reply(w http.ResponseWriter, a answer) {
 		body["error"] = a.reason
 	}
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// isSignatureHeader reports whether the canonical header name h may carry a
+// signature or a credential. Generic HMAC senders pick their own header
+// names, so a name is judged by its words as well as by the known list.
+func isSignatureHeader(h string) bool {
+	lower := strings.ToLower(h)
+	return signatureHeaders[h] || strings.Contains(lower, "signature") || strings.Contains(lower, "hmac")
 }
 
 func cmpOrSlice[T any](v, def []T) []T {

@@ -1,0 +1,5 @@
+package ferryhttp
+
+// ParseRetryAfter lets the tests read a Retry-After header the way the
+// forwarder does.
+var ParseRetryAfter = parseRetryAfter

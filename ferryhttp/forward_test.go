@@ -1,0 +1,388 @@
+package ferryhttp_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/provider"
+	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+// forwardSecret is the secret Ferry and the app share.
+var forwardSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("forward-key-0123456789abcdef"))
+
+// recorded is one request the app received.
+type recorded struct {
+	header http.Header
+	body   []byte
+}
+
+// app starts a loopback app that records every request and answers with
+// answer; it returns the server and the channel of recorded requests.
+func app(t *testing.T, answer http.HandlerFunc) (*httptest.Server, <-chan recorded) {
+	t.Helper()
+	got := make(chan recorded, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("app read: %v", err)
+		}
+		got <- recorded{header: r.Header.Clone(), body: body}
+		if answer != nil {
+			answer(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, got
+}
+
+func newForwarder(t *testing.T, opts ferryhttp.ForwarderOptions) *ferryhttp.Forwarder {
+	t.Helper()
+	f, err := ferryhttp.NewForwarder(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// testDelivery is an attempt of a Stripe event whose body is not valid
+// UTF-8, so that any re-encoding would show.
+func testDelivery() *ferry.Delivery {
+	return &ferry.Delivery{
+		Event: &ferry.Event{
+			Source: "stripe", EventID: "evt_fwd", Type: "invoice.paid",
+			Payload: []byte("a=1&b=\x00\xff\xfe\r\n{\"id\":\"evt_fwd\"}"),
+			Headers: http.Header{"Content-Type": {"application/x-www-form-urlencoded; charset=latin1"}},
+		},
+		Attempt:        3,
+		IdempotencyKey: ferry.IdempotencyKey("stripe", "evt_fwd"),
+	}
+}
+
+func TestForwarderRequest(t *testing.T) {
+	t.Parallel()
+
+	t.Run("headers, body and signature", func(t *testing.T) {
+		t.Parallel()
+		srv, got := app(t, nil)
+		now := func() time.Time { return testNow }
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "/hooks", Secret: forwardSecret, Now: now})
+		d := testDelivery()
+		if err := f.Handle(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		want := map[string]string{
+			"Idempotency-Key":  d.IdempotencyKey,
+			"Ferry-Event-Id":   "evt_fwd",
+			"Ferry-Source":     "stripe",
+			"Ferry-Attempt":    "3",
+			"Ferry-Event-Type": "invoice.paid",
+			"Content-Type":     "application/x-www-form-urlencoded; charset=latin1",
+		}
+		for name, value := range want {
+			if r.header.Get(name) != value {
+				t.Errorf("%s = %q, want %q", name, r.header.Get(name), value)
+			}
+		}
+		if string(r.body) != string(d.Event.Payload) {
+			t.Errorf("body = %q, want the payload byte for byte", r.body)
+		}
+
+		v, err := provider.NewStandardWebhooks(provider.Options{Secrets: []string{forwardSecret}, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		verified, err := v.Verify(r.header, r.body)
+		if err != nil {
+			t.Fatalf("the app cannot verify the request: %v", err)
+		}
+		if verified.EventID != d.IdempotencyKey {
+			t.Errorf("webhook-id = %q, want the idempotency key, stable across attempts", verified.EventID)
+		}
+		if _, err := v.Verify(r.header, append(r.body, ' ')); !errors.Is(err, ferry.ErrBadSignature) {
+			t.Errorf("a changed body verified: %v", err)
+		}
+		other, _ := provider.NewStandardWebhooks(provider.Options{Secrets: []string{"whsec_b3RoZXI="}, Now: now})
+		if _, err := other.Verify(r.header, r.body); !errors.Is(err, ferry.ErrBadSignature) {
+			t.Errorf("another secret verified: %v", err)
+		}
+	})
+
+	t.Run("defaults without a type, a content type or a secret", func(t *testing.T) {
+		t.Parallel()
+		srv, got := app(t, nil)
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL})
+		d := testDelivery()
+		d.Event.Type, d.Event.Headers = "", nil
+		if err := f.Handle(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if ct := r.header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type = %q, want application/json", ct)
+		}
+		for _, name := range []string{"Ferry-Event-Type", "Webhook-Signature", "Webhook-Id", "Webhook-Timestamp"} {
+			if v, ok := r.header[name]; ok {
+				t.Errorf("%s sent: %q", name, v)
+			}
+		}
+	})
+
+	t.Run("a bad secret is refused", func(t *testing.T) {
+		t.Parallel()
+		if _, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: "http://127.0.0.1", Secret: "whsec_!!"}); err == nil {
+			t.Fatal("NewForwarder accepted a secret that is not base64")
+		}
+		if _, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{}); err == nil {
+			t.Fatal("NewForwarder accepted no URL")
+		}
+	})
+}
+
+func TestForwarderStatus(t *testing.T) {
+	t.Parallel()
+	var followed atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("/followed", func(http.ResponseWriter, *http.Request) { followed.Add(1) })
+	mux.HandleFunc("/status/{code}", func(w http.ResponseWriter, r *http.Request) {
+		code, _ := strconv.Atoi(r.PathValue("code"))
+		if code >= 300 && code < 400 {
+			w.Header().Set("Location", "/followed")
+		}
+		w.WriteHeader(code)
+		io.WriteString(w, "the app says so")
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	cases := []struct {
+		codes     []int
+		err       bool
+		permanent bool
+	}{
+		{codes: []int{200, 201, 202, 204, 299}},
+		{codes: []int{408, 409, 425, 429, 500, 502, 503, 504, 599}, err: true},
+		{codes: []int{400, 401, 403, 404, 405, 410, 413, 422, 451, 301, 302, 303, 304, 307, 308}, err: true, permanent: true},
+	}
+	for _, tc := range cases {
+		for _, code := range tc.codes {
+			t.Run(strconv.Itoa(code), func(t *testing.T) {
+				t.Parallel()
+				f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "/status/" + strconv.Itoa(code)})
+				err := f.Handle(context.Background(), testDelivery())
+				if (err != nil) != tc.err || ferry.IsPermanent(err) != tc.permanent {
+					t.Fatalf("err = %v (permanent %v), want error %v, permanent %v", err, ferry.IsPermanent(err), tc.err, tc.permanent)
+				}
+				if err != nil && !strings.Contains(err.Error(), strconv.Itoa(code)) {
+					t.Errorf("error %q does not record the status", err)
+				}
+			})
+		}
+	}
+	t.Cleanup(func() { // after every parallel subtest
+		if n := followed.Load(); n != 0 {
+			t.Errorf("a redirect was followed %d times", n)
+		}
+	})
+}
+
+func TestForwarderNetworkErrors(t *testing.T) {
+	t.Parallel()
+
+	t.Run("nothing listening", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewServer(http.NotFoundHandler())
+		url := srv.URL + "/hooks?token=" + appToken
+		srv.Close()
+		err := newForwarder(t, ferryhttp.ForwarderOptions{URL: url}).Handle(context.Background(), testDelivery())
+		if err == nil || ferry.IsPermanent(err) {
+			t.Fatalf("err = %v, want a retryable error", err)
+		}
+		assertNoToken(t, err)
+	})
+
+	t.Run("connection dropped before an answer", func(t *testing.T) {
+		t.Parallel()
+		srv, _ := app(t, func(w http.ResponseWriter, _ *http.Request) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conn.Close()
+		})
+		err := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL}).Handle(context.Background(), testDelivery())
+		if err == nil || ferry.IsPermanent(err) {
+			t.Fatalf("err = %v, want a retryable error", err)
+		}
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		srv, _ := app(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		})
+		t.Cleanup(func() { close(release) }) // before srv.Close, which waits for the handler
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "?token=" + appToken, Timeout: 50 * time.Millisecond})
+		err := f.Handle(context.Background(), testDelivery())
+		if !errors.Is(err, context.DeadlineExceeded) || ferry.IsPermanent(err) {
+			t.Fatalf("err = %v, want a retryable deadline error", err)
+		}
+		assertNoToken(t, err)
+	})
+
+	t.Run("handler context cancelled", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		srv, got := app(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		})
+		t.Cleanup(func() { close(release) })
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-got; cancel() }()
+		err := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL}).Handle(ctx, testDelivery())
+		if !errors.Is(err, context.Canceled) || ferry.IsPermanent(err) {
+			t.Fatalf("err = %v, want a retryable cancellation", err)
+		}
+	})
+}
+
+// appToken is a credential in the forward URL's query, as apps often take
+// one. Errors are logged and stored, so they must not repeat it.
+const appToken = "APP-TOKEN-5e3d1c"
+
+func assertNoToken(t *testing.T, err error) {
+	t.Helper()
+	if strings.Contains(err.Error(), appToken) {
+		t.Errorf("error %q repeats the URL's token", err)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := testNow
+	cases := []struct {
+		header string
+		want   time.Duration
+	}{
+		{"", 0},
+		{"0", 0},
+		{"120", 2 * time.Minute},
+		{"-5", 0},
+		{"soon", 0},
+		{"1.5", 0},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0},
+		{now.Add(2 * time.Hour).Format(time.RFC850), 2 * time.Hour},
+		{"999999999", 24 * time.Hour},
+		{now.Add(30 * 24 * time.Hour).Format(http.TimeFormat), 24 * time.Hour},
+	}
+	for _, tc := range cases {
+		if got := ferryhttp.ParseRetryAfter(tc.header, now); got != tc.want {
+			t.Errorf("ParseRetryAfter(%q) = %s, want %s", tc.header, got, tc.want)
+		}
+	}
+}
+
+// attemptDone tells a test when the client has recorded an attempt.
+type attemptDone chan ferry.Outcome
+
+func (a attemptDone) AttemptFinished(_ string, o ferry.Outcome, _ bool, _ time.Duration) { a <- o }
+
+// TestForwarderThroughClient runs the forwarder as the service does, as a
+// client's handler, and reads the verdict from the store: a Retry-After in
+// seconds or as a date sets the next attempt, and a permanent answer
+// kills the event with the status recorded.
+func TestForwarderThroughClient(t *testing.T) {
+	t.Parallel()
+	clock := storetest.NewClock() // shared: only the store and the forwarder read it
+	cases := []struct {
+		name      string
+		answer    http.HandlerFunc
+		outcome   ferry.Outcome
+		state     ferry.State
+		nextIn    time.Duration // pending only
+		lastError string
+	}{
+		{"2xx completes", func(w http.ResponseWriter, _ *http.Request) {}, ferry.OutcomeDone, ferry.StateDone, 0, ""},
+		{"503 with Retry-After seconds", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(503)
+		}, ferry.OutcomeFailed, ferry.StatePending, time.Hour, "503 Service Unavailable"},
+		{"429 with Retry-After date", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", clock.Now().Add(2*time.Hour).Format(http.TimeFormat))
+			w.WriteHeader(429)
+		}, ferry.OutcomeFailed, ferry.StatePending, 2 * time.Hour, "429 Too Many Requests"},
+		{"404 is permanent", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(404)
+		}, ferry.OutcomeDead, ferry.StateDead, 0, "404 Not Found"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: clock.Now})
+			res, err := st.EventReceive(context.Background(), &ferry.EventReceiveParams{
+				Source: "stripe", EventID: "evt_1", Payload: []byte(`{"id":"evt_1"}`),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, _ := app(t, tc.answer)
+			done := make(attemptDone, 4)
+			c, err := ferry.NewClient(&ferry.Config{
+				Store: st, PollInterval: 20 * time.Millisecond,
+				// Backoff far below the Retry-After, so the wait seen is the app's.
+				RetryBase: time.Millisecond, RetryCap: time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Observer: done,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Handle("stripe", newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL, Now: clock.Now}).Handle)
+			if err := c.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			outcome := <-done
+			if err := c.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if outcome != tc.outcome {
+				t.Fatalf("attempt outcome = %s, want %s", outcome, tc.outcome)
+			}
+			ev, err := st.EventGet(context.Background(), &ferry.EventGetParams{ID: res.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.State != tc.state || !strings.Contains(ev.LastError, tc.lastError) {
+				t.Fatalf("event %s, last error %q; want %s, %q", ev.State, ev.LastError, tc.state, tc.lastError)
+			}
+			if tc.state == ferry.StatePending {
+				if got := ev.NextAttemptAt.Sub(clock.Now()); got != tc.nextIn {
+					t.Errorf("next attempt in %s, want %s", got, tc.nextIn)
+				}
+			}
+		})
+	}
+}

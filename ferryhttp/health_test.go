@@ -1,0 +1,64 @@
+package ferryhttp_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"github.com/ferry-inbox/ferry/ferryhttp"
+)
+
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	get := func(t *testing.T, srv *httptest.Server, path string) (int, string) {
+		t.Helper()
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	serve := func(t *testing.T, h *ferryhttp.Health) *httptest.Server {
+		mux := http.NewServeMux()
+		h.Register(mux)
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+
+	t.Run("ready, then stopping", func(t *testing.T) {
+		t.Parallel()
+		h := &ferryhttp.Health{Store: openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), nil)}
+		srv := serve(t, h)
+		if code, body := get(t, srv, "/healthz"); code != 200 || body != "ok\n" {
+			t.Errorf("/healthz = %d %q", code, body)
+		}
+		if code, body := get(t, srv, "/readyz"); code != 200 || body != "ready\n" {
+			t.Errorf("/readyz = %d %q", code, body)
+		}
+		h.Stopping()
+		if code, _ := get(t, srv, "/readyz"); code != 503 {
+			t.Errorf("/readyz while stopping = %d, want 503", code)
+		}
+		if code, _ := get(t, srv, "/healthz"); code != 200 {
+			t.Errorf("/healthz while stopping = %d, want 200: the process is still up", code)
+		}
+	})
+
+	t.Run("store unreachable", func(t *testing.T) {
+		t.Parallel()
+		st := openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), nil)
+		st.Close()
+		srv := serve(t, &ferryhttp.Health{Store: st})
+		if code, _ := get(t, srv, "/readyz"); code != 503 {
+			t.Errorf("/readyz with a closed store = %d, want 503", code)
+		}
+		if code, _ := get(t, srv, "/healthz"); code != 200 {
+			t.Errorf("/healthz with a closed store = %d, want 200", code)
+		}
+	})
+}

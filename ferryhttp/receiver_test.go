@@ -1,0 +1,587 @@
+package ferryhttp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/sqlite"
+)
+
+// Expected reply bodies.
+var (
+	accepted  = map[string]string{"status": "accepted"}
+	duplicate = map[string]string{"status": "duplicate"}
+	conflict  = map[string]string{"status": "conflict"}
+)
+
+func rejected(reason string) map[string]string {
+	return map[string]string{"status": "rejected", "error": reason}
+}
+
+func unavailable(reason string) map[string]string {
+	return map[string]string{"status": "unavailable", "error": reason}
+}
+
+// receiveCase is one row of the status table.
+type receiveCase struct {
+	name   string
+	before []delivery // sent first; each must be answered 200
+	d      delivery
+	status int
+	body   map[string]string
+
+	// source and eventID name the key the case is about; stored says whether
+	// it must exist afterwards.
+	source, eventID string
+	stored          bool
+	// check, if set, looks further at the stored event.
+	check func(t *testing.T, st ferry.Store, ev *ferry.Event)
+}
+
+func receiveCases() []receiveCase {
+	const mib = 1 << 20
+	big := stripeBodyOfSize("evt_big", mib)
+	tooBig := stripeBodyOfSize("evt_toobig", mib+1)
+	stale := 6 * time.Minute // past provider.DefaultTolerance
+
+	conflictA := `{"id":"evt_conflict","type":"invoice.paid","amount":100}`
+	conflictB := `{"id":"evt_conflict","type":"invoice.paid","amount":999}`
+
+	return []receiveCase{
+		// Accepted, once per provider.
+		{name: "stripe accepted", d: stripe(`{"id":"evt_new","type":"invoice.paid"}`),
+			status: 200, body: accepted, source: "stripe", eventID: "evt_new", stored: true,
+			check: wantType("invoice.paid")},
+		{name: "github accepted", d: github(githubSecret, "gh-new", `{"zen":"hi"}`),
+			status: 200, body: accepted, source: "github", eventID: "gh-new", stored: true,
+			check: wantType("push")},
+		{name: "shopify accepted", d: shopify(shopifySecret, "shop-new", `{"order":1}`),
+			status: 200, body: accepted, source: "shopify", eventID: "shop-new", stored: true,
+			check: wantType("orders/create")},
+		{name: "standard webhooks accepted", d: standardWebhooks(swSecret, "msg_new", `{"type":"user.created"}`, testNow),
+			status: 200, body: accepted, source: "standardwebhooks", eventID: "msg_new", stored: true,
+			check: wantType("user.created")},
+		{name: "svix headers accepted", d: svix("msg_svix", `{"type":"user.deleted"}`),
+			status: 200, body: accepted, source: "standardwebhooks", eventID: "msg_svix", stored: true,
+			check: func(t *testing.T, _ ferry.Store, ev *ferry.Event) {
+				if ev.Headers.Get("Svix-Id") != "msg_svix" || ev.Headers.Get("Svix-Timestamp") == "" {
+					t.Errorf("Svix-Id and Svix-Timestamp not kept: %v", ev.Headers)
+				}
+			}},
+		{name: "hmac accepted", d: hmacDelivery(hmacSecret, "acme-new", `{"n":1}`),
+			status: 200, body: accepted, source: "hmac", eventID: "acme-new", stored: true,
+			check: wantType("thing.happened")},
+		{name: "exactly the 1 MiB default limit accepted", d: stripe(big),
+			status: 200, body: accepted, source: "stripe", eventID: "evt_big", stored: true},
+		{name: "exactly the limit, chunked, accepted", d: chunked(stripe(stripeBodyOfSize("evt_big_chunked", mib))),
+			status: 200, body: accepted, source: "stripe", eventID: "evt_big_chunked", stored: true},
+
+		// Routing.
+		{name: "wrong method", d: delivery{method: http.MethodGet, source: "stripe"},
+			status: 405, body: rejected("method_not_allowed")},
+		{name: "wrong method with a signed body", d: withMethod(http.MethodPut, stripe(`{"id":"evt_put"}`)),
+			status: 405, body: rejected("method_not_allowed"), source: "stripe", eventID: "evt_put"},
+		{name: "unknown source", d: withSource("nope", stripe(`{"id":"evt_nope"}`)),
+			status: 404, body: rejected("unknown_source"), source: "nope", eventID: "evt_nope"},
+
+		// Size.
+		{name: "too large, Content-Length known", d: stripe(tooBig),
+			status: 413, body: rejected("body_too_large"), source: "stripe", eventID: "evt_toobig"},
+		{name: "too large, chunked", d: chunked(stripe(tooBig)),
+			status: 413, body: rejected("body_too_large"), source: "stripe", eventID: "evt_toobig"},
+
+		// Signatures and timestamps.
+		{name: "stripe stale timestamp", d: stripeAt(stripeSecret, `{"id":"evt_stale"}`, testNow.Add(-stale)),
+			status: 401, body: rejected("stale_timestamp"), source: "stripe", eventID: "evt_stale"},
+		{name: "stripe timestamp from the future", d: stripeAt(stripeSecret, `{"id":"evt_future"}`, testNow.Add(stale)),
+			status: 401, body: rejected("stale_timestamp"), source: "stripe", eventID: "evt_future"},
+		{name: "standard webhooks stale timestamp", d: standardWebhooks(swSecret, "msg_stale", `{}`, testNow.Add(-stale)),
+			status: 401, body: rejected("stale_timestamp"), source: "standardwebhooks", eventID: "msg_stale"},
+		{name: "stripe wrong secret", d: stripeAt("whsec_wrong", `{"id":"evt_wrong"}`, testNow),
+			status: 401, body: rejected("bad_signature"), source: "stripe", eventID: "evt_wrong"},
+		{name: "stripe wrong secret and stale", d: stripeAt("whsec_wrong", `{"id":"evt_wrong_stale"}`, testNow.Add(-stale)),
+			status: 401, body: rejected("bad_signature"), source: "stripe", eventID: "evt_wrong_stale"},
+		{name: "stripe tampered body", d: tampered(stripe(`{"id":"evt_tamper","amount":1}`), `{"id":"evt_tamper","amount":9}`),
+			status: 401, body: rejected("bad_signature"), source: "stripe", eventID: "evt_tamper"},
+		{name: "github wrong secret", d: github("wrong", "gh-wrong", `{}`),
+			status: 401, body: rejected("bad_signature"), source: "github", eventID: "gh-wrong"},
+		{name: "shopify wrong secret", d: shopify("wrong", "shop-wrong", `{}`),
+			status: 401, body: rejected("bad_signature"), source: "shopify", eventID: "shop-wrong"},
+		{name: "standard webhooks wrong secret", d: standardWebhooks("whsec_d3Jvbmc=", "msg_wrong", `{}`, testNow),
+			status: 401, body: rejected("bad_signature"), source: "standardwebhooks", eventID: "msg_wrong"},
+		{name: "hmac wrong secret", d: hmacDelivery("wrong", "acme-wrong", `{}`),
+			status: 401, body: rejected("bad_signature"), source: "hmac", eventID: "acme-wrong"},
+		{name: "stripe missing signature", d: stripe(`{"id":"evt_unsigned"}`).with("Stripe-Signature", ""),
+			status: 401, body: rejected("missing_signature"), source: "stripe", eventID: "evt_unsigned"},
+		{name: "github missing signature", d: github(githubSecret, "gh-unsigned", `{}`).with("X-Hub-Signature-256", ""),
+			status: 401, body: rejected("missing_signature"), source: "github", eventID: "gh-unsigned"},
+		{name: "stripe malformed signature", d: stripe(`{"id":"evt_malformed"}`).with("Stripe-Signature", "t=1767322945,v1=not-hex"),
+			status: 401, body: rejected("malformed_signature"), source: "stripe", eventID: "evt_malformed"},
+		{name: "github malformed signature", d: github(githubSecret, "gh-malformed", `{}`).with("X-Hub-Signature-256", "sha1=abc"),
+			status: 401, body: rejected("malformed_signature"), source: "github", eventID: "gh-malformed"},
+		{name: "standard webhooks malformed signature", d: standardWebhooks(swSecret, "msg_malformed", `{}`, testNow).with("Webhook-Signature", "garbage"),
+			status: 401, body: rejected("malformed_signature"), source: "standardwebhooks", eventID: "msg_malformed"},
+
+		// Identity.
+		{name: "github without X-GitHub-Delivery", d: github(githubSecret, "gh-noid", `{}`).with("X-GitHub-Delivery", ""),
+			status: 400, body: rejected("missing_event_id")},
+		{name: "shopify without webhook id", d: shopify(shopifySecret, "shop-noid", `{}`).with("X-Shopify-Webhook-Id", ""),
+			status: 400, body: rejected("missing_event_id")},
+		{name: "standard webhooks without webhook-id", d: standardWebhooks(swSecret, "", `{}`, testNow).with("Webhook-Id", ""),
+			status: 400, body: rejected("missing_event_id")},
+		{name: "stripe body without id", d: stripe(`{"type":"invoice.paid"}`),
+			status: 400, body: rejected("missing_event_id")},
+		{name: "stripe bad JSON", d: stripe(`{"id":"evt_badjson",`),
+			status: 400, body: rejected("bad_payload"), source: "stripe", eventID: "evt_badjson"},
+
+		// Redeliveries.
+		{name: "stripe duplicate", before: []delivery{stripe(`{"id":"evt_dup","type":"a"}`)}, d: stripe(`{"id":"evt_dup","type":"a"}`),
+			status: 200, body: duplicate, source: "stripe", eventID: "evt_dup", stored: true,
+			check: func(t *testing.T, _ ferry.Store, ev *ferry.Event) {
+				if ev.Deliveries != 2 || ev.Conflicts != 0 {
+					t.Errorf("deliveries, conflicts = %d, %d; want 2, 0", ev.Deliveries, ev.Conflicts)
+				}
+			}},
+		{name: "github redelivery", before: []delivery{github(githubSecret, "gh-dup", `{"a":1}`)}, d: github(githubSecret, "gh-dup", `{"a":1}`),
+			status: 200, body: duplicate, source: "github", eventID: "gh-dup", stored: true},
+		{name: "stripe conflicting duplicate", before: []delivery{stripe(conflictA)}, d: stripe(conflictB),
+			status: 200, body: conflict, source: "stripe", eventID: "evt_conflict", stored: true,
+			check: func(t *testing.T, st ferry.Store, ev *ferry.Event) {
+				if ev.Deliveries != 2 || ev.Conflicts != 1 {
+					t.Errorf("deliveries, conflicts = %d, %d; want 2, 1", ev.Deliveries, ev.Conflicts)
+				}
+				if string(ev.Payload) != conflictA {
+					t.Errorf("stored payload = %s, want the first delivery's", ev.Payload)
+				}
+				list, err := st.ConflictList(context.Background(), &ferry.ConflictListParams{ID: ev.ID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(list) != 1 || string(list[0].Payload) != conflictB {
+					t.Fatalf("conflicts = %d, want 1 with the second payload", len(list))
+				}
+				assertNoSignatureHeaders(t, list[0].Headers)
+				if list[0].Headers.Get("Content-Type") != "application/json" {
+					t.Errorf("conflict headers = %v, want Content-Type kept", list[0].Headers)
+				}
+			}},
+	}
+}
+
+func TestReceiverStatusTable(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind.open(t), nil)
+			for _, tc := range receiveCases() {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					for _, d := range tc.before {
+						if r := b.send(t, d); r.status != 200 {
+							t.Fatalf("earlier delivery answered %d %s", r.status, r.raw)
+						}
+					}
+					d := tc.d
+					d.header = d.header.Clone()
+					if d.header == nil {
+						d.header = http.Header{}
+					}
+					d.header.Set("X-Test-Case", tc.name)
+					r := b.send(t, d)
+
+					if r.status != tc.status || !maps.Equal(r.body, tc.body) {
+						t.Fatalf("answer = %d %s, want %d %v", r.status, r.raw, tc.status, tc.body)
+					}
+					if ct := r.header.Get("Content-Type"); ct != "application/json" {
+						t.Errorf("Content-Type = %q", ct)
+					}
+					if tc.status == 405 && r.header.Get("Allow") != http.MethodPost {
+						t.Errorf("Allow = %q, want POST", r.header.Get("Allow"))
+					}
+					if d.chunked {
+						b.mu.Lock()
+						n := b.contentLengths[tc.name]
+						b.mu.Unlock()
+						if n != -1 {
+							t.Fatalf("server saw Content-Length %d: the delivery was not chunked", n)
+						}
+					}
+
+					if tc.eventID == "" {
+						return
+					}
+					ev := event(t, b.store, tc.source, tc.eventID)
+					if !tc.stored {
+						if ev != nil {
+							t.Fatalf("a %d answer stored the event", tc.status)
+						}
+						return
+					}
+					if ev == nil {
+						t.Fatalf("answered %d but the event is not stored", tc.status)
+					}
+					if len(tc.before) == 0 && string(ev.Payload) != string(tc.d.body) {
+						t.Errorf("stored payload differs from the body sent (%d bytes vs %d)", len(ev.Payload), len(tc.d.body))
+					}
+					if ev.Headers.Get("Content-Type") != "application/json" {
+						t.Errorf("stored headers = %v, want Content-Type kept", ev.Headers)
+					}
+					assertNoSignatureHeaders(t, ev.Headers)
+					for _, name := range sentSignatureHeaders {
+						if sig := tc.d.header.Get(name); sig != "" && storedValue(ev.Headers, sig) {
+							t.Errorf("the %s value is stored", name)
+						}
+					}
+					if tc.check != nil {
+						tc.check(t, b.store, ev)
+					}
+				})
+			}
+		})
+	}
+}
+
+func wantType(typ string) func(*testing.T, ferry.Store, *ferry.Event) {
+	return func(t *testing.T, _ ferry.Store, ev *ferry.Event) {
+		t.Helper()
+		if ev.Type != typ {
+			t.Errorf("type = %q, want %q", ev.Type, typ)
+		}
+	}
+}
+
+func chunked(d delivery) delivery { d.chunked = true; return d }
+
+func withMethod(m string, d delivery) delivery { d.method = m; return d }
+
+func withSource(s string, d delivery) delivery { d.source = s; return d }
+
+func tampered(d delivery, body string) delivery { d.body = []byte(body); return d }
+
+func assertNoSignatureHeaders(t *testing.T, h http.Header) {
+	t.Helper()
+	for name := range h {
+		for _, sig := range sentSignatureHeaders {
+			if strings.EqualFold(name, sig) {
+				t.Errorf("signature header %s stored", name)
+			}
+		}
+	}
+}
+
+func storedValue(h http.Header, value string) bool {
+	for _, vs := range h {
+		if slices.Contains(vs, value) {
+			return true
+		}
+	}
+	return false
+}
+
+// failingStore is a real store whose EventReceive is replaced, to make the
+// store fail in ways a test cannot make a database fail on cue.
+type failingStore struct {
+	ferry.Store
+	receive func(ctx context.Context, p *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error)
+}
+
+func (s *failingStore) EventReceive(ctx context.Context, p *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+	return s.receive(ctx, p)
+}
+
+var errStoreDown = errors.New("ferry-test: store down")
+
+// assertUnavailable checks that r is a 503 with Retry-After and reason.
+func assertUnavailable(t *testing.T, r reply, retryAfter, reason string) {
+	t.Helper()
+	if r.status != http.StatusServiceUnavailable || !maps.Equal(r.body, unavailable(reason)) {
+		t.Fatalf("answer = %d %s, want 503 %s", r.status, r.raw, reason)
+	}
+	if got := r.header.Get("Retry-After"); got != retryAfter {
+		t.Errorf("Retry-After = %q, want %q", got, retryAfter)
+	}
+}
+
+func TestReceiverStoreUnavailable(t *testing.T) {
+	t.Parallel()
+
+	t.Run("store returns an error", func(t *testing.T) {
+		t.Parallel()
+		for _, kind := range storeKinds {
+			t.Run(kind.name, func(t *testing.T) {
+				t.Parallel()
+				st := kind.open(t)
+				b := setup(t, &failingStore{Store: st, receive: func(context.Context, *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+					return nil, errStoreDown
+				}}, nil)
+				assertUnavailable(t, b.send(t, stripe(`{"id":"evt_down"}`)), "5", "store_unavailable")
+				if event(t, st, "stripe", "evt_down") != nil {
+					t.Fatal("event stored")
+				}
+			})
+		}
+	})
+
+	t.Run("closed sqlite store", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "ferry.db")
+		st := openSQLiteConfig(t, path, nil)
+		st.Close()
+		b := setup(t, st, nil)
+		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_closed"}`)), "5", "store_unavailable")
+		if event(t, openSQLiteConfig(t, path, nil), "stripe", "evt_closed") != nil {
+			t.Fatal("event stored")
+		}
+	})
+
+	t.Run("closed postgres pool", func(t *testing.T) {
+		t.Parallel()
+		pool, _ := pgtest.Schema(t)
+		st := postgres.New(pool, nil)
+		t.Cleanup(st.Close)
+		if err := st.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		config := pool.Config()
+		closed, err := pgxpool.NewWithConfig(context.Background(), config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed.Close()
+		down := postgres.New(closed, nil)
+		t.Cleanup(down.Close)
+		b := setup(t, down, nil)
+		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_closed"}`)), "5", "store_unavailable")
+		if event(t, st, "stripe", "evt_closed") != nil {
+			t.Fatal("event stored")
+		}
+	})
+
+	t.Run("sqlite full", func(t *testing.T) {
+		t.Parallel()
+		st := openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{MaxPageCount: 40})
+		b := setup(t, st, nil)
+		// 512 KiB does not fit in 40 pages of 4 KiB, but is under the 1 MiB
+		// body limit: the store, not the receiver, refuses it.
+		assertUnavailable(t, b.send(t, stripe(stripeBodyOfSize("evt_full", 512<<10))), "5", "store_unavailable")
+		if event(t, st, "stripe", "evt_full") != nil {
+			t.Fatal("event stored")
+		}
+		// The failed write left nothing behind: a small delivery still fits.
+		if r := b.send(t, stripe(`{"id":"evt_small"}`)); r.status != 200 || !maps.Equal(r.body, accepted) {
+			t.Fatalf("small delivery after the full one = %d %s", r.status, r.raw)
+		}
+	})
+
+	t.Run("postgres rejects writes", func(t *testing.T) {
+		t.Parallel()
+		pool, schema := pgtest.Schema(t)
+		writable := postgres.New(pool, nil)
+		t.Cleanup(writable.Close)
+		if err := writable.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// A pool on the same schema whose every transaction is read-only: the
+		// server is up and answers, but refuses to commit the receipt.
+		config, err := pgxpool.ParseConfig(pgtest.ConnString(schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		config.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+		readOnly, err := pgxpool.NewWithConfig(context.Background(), config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(readOnly.Close)
+		refusing := postgres.New(readOnly, nil)
+		t.Cleanup(refusing.Close)
+		b := setup(t, refusing, nil)
+		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_readonly"}`)), "5", "store_unavailable")
+		if event(t, writable, "stripe", "evt_readonly") != nil {
+			t.Fatal("event stored")
+		}
+		// The read-only store can still read: the rejection was the write.
+		if _, err := refusing.EventList(context.Background(), &ferry.EventListParams{}); err != nil {
+			t.Fatalf("read-only pool cannot read either: %v", err)
+		}
+	})
+
+	t.Run("draining", func(t *testing.T) {
+		t.Parallel()
+		for _, kind := range storeKinds {
+			t.Run(kind.name, func(t *testing.T) {
+				t.Parallel()
+				st := kind.open(t)
+				b := setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.RetryAfter = 30 * time.Second })
+				if r := b.send(t, stripe(`{"id":"evt_before"}`)); r.status != 200 {
+					t.Fatalf("before Drain: %d %s", r.status, r.raw)
+				}
+				b.recv.Drain()
+				assertUnavailable(t, b.send(t, stripe(`{"id":"evt_draining"}`)), "30", "draining")
+				// A redelivery of a stored event is not acknowledged either:
+				// a draining instance commits nothing.
+				assertUnavailable(t, b.send(t, stripe(`{"id":"evt_before"}`)), "30", "draining")
+				if event(t, st, "stripe", "evt_draining") != nil {
+					t.Fatal("event stored while draining")
+				}
+			})
+		}
+	})
+
+	t.Run("store hangs past StoreTimeout", func(t *testing.T) {
+		t.Parallel()
+		st := openSQLite(t)
+		var deadline atomic.Bool
+		b := setup(t, &failingStore{Store: st, receive: func(ctx context.Context, _ *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+			_, ok := ctx.Deadline()
+			deadline.Store(ok)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}}, func(o *ferryhttp.ReceiverOptions) { o.StoreTimeout = 20 * time.Millisecond })
+		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_hang"}`)), "5", "store_timeout")
+		if !deadline.Load() {
+			t.Error("the store's context had no deadline")
+		}
+		if event(t, st, "stripe", "evt_hang") != nil {
+			t.Fatal("event stored")
+		}
+	})
+
+	t.Run("sub-second RetryAfter rounds up", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) { o.RetryAfter = 300 * time.Millisecond })
+		b.recv.Drain()
+		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_x"}`)), "1", "draining")
+	})
+}
+
+func TestReceiverConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind.open(t), nil)
+			const n = 16
+			d := stripe(`{"id":"evt_concurrent","type":"invoice.paid"}`)
+			replies := make([]reply, n)
+			errs := make(chan error, n)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					<-start
+					r, err := b.do(d)
+					if err != nil {
+						errs <- fmt.Errorf("delivery %d: %w", i, err)
+					}
+					replies[i] = r
+				})
+			}
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			var news int
+			for i, r := range replies {
+				switch {
+				case r.status == 200 && maps.Equal(r.body, accepted):
+					news++
+				case r.status == 200 && maps.Equal(r.body, duplicate):
+				default:
+					t.Errorf("delivery %d answered %d %s", i, r.status, r.raw)
+				}
+			}
+			if news != 1 {
+				t.Errorf("%d deliveries answered accepted, want 1", news)
+			}
+			list, err := b.store.EventList(context.Background(), &ferry.EventListParams{Source: "stripe"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Events) != 1 {
+				t.Fatalf("%d events stored, want 1", len(list.Events))
+			}
+			if ev := event(t, b.store, "stripe", "evt_concurrent"); ev.Deliveries != n || ev.Conflicts != 0 {
+				t.Errorf("deliveries, conflicts = %d, %d; want %d, 0", ev.Deliveries, ev.Conflicts, n)
+			}
+		})
+	}
+}
+
+func TestReceiverKeepHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) {
+		// Listing signature headers must not get them stored.
+		o.KeepHeaders = []string{"x-acme-event-id", "X-Acme-Signature", "Stripe-Signature", "Authorization", "X-Other-Hmac"}
+	})
+	d := hmacDelivery(hmacSecret, "acme-keep", `{}`).with("Authorization", "Bearer t0ken").with("X-Other-Hmac", "abc")
+	if r := b.send(t, d); r.status != 200 {
+		t.Fatalf("answer %d %s", r.status, r.raw)
+	}
+	ev := event(t, b.store, "hmac", "acme-keep")
+	want := http.Header{"X-Acme-Event-Id": {"acme-keep"}}
+	if len(ev.Headers) != len(want) || ev.Headers.Get("X-Acme-Event-Id") != "acme-keep" {
+		t.Fatalf("stored headers = %v, want %v", ev.Headers, want)
+	}
+}
+
+func TestNewReceiverOptions(t *testing.T) {
+	t.Parallel()
+	st := openSQLite(t)
+	v := sources(t)[0].Verifier
+	cases := map[string]ferryhttp.ReceiverOptions{
+		"no store":             {Sources: []ferryhttp.Source{{Name: "a", Verifier: v}}},
+		"no source":            {Store: st},
+		"source without name":  {Store: st, Sources: []ferryhttp.Source{{Verifier: v}}},
+		"source without check": {Store: st, Sources: []ferryhttp.Source{{Name: "a"}}},
+		"source twice":         {Store: st, Sources: []ferryhttp.Source{{Name: "a", Verifier: v}, {Name: "a", Verifier: v}}},
+	}
+	for name, opts := range cases {
+		if _, err := ferryhttp.NewReceiver(opts); err == nil {
+			t.Errorf("%s: NewReceiver accepted it", name)
+		}
+	}
+}
+
+func TestReceiverPerSourceLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) {
+		for i := range o.Sources {
+			if o.Sources[i].Name == "stripe" {
+				o.Sources[i].MaxBodyBytes = 100
+			}
+		}
+	})
+	small := stripe(stripeBodyOfSize("evt_100", 100))
+	if r := b.send(t, small); r.status != 200 {
+		t.Fatalf("100 bytes answered %d %s", r.status, r.raw)
+	}
+	for _, d := range []delivery{stripe(stripeBodyOfSize("evt_101", 101)), chunked(stripe(stripeBodyOfSize("evt_101", 101)))} {
+		if r := b.send(t, d); r.status != 413 || !maps.Equal(r.body, rejected("body_too_large")) {
+			t.Fatalf("101 bytes (chunked %v) answered %d %s", d.chunked, r.status, r.raw)
+		}
+	}
+	// Other sources keep the default.
+	if r := b.send(t, github(githubSecret, "gh-200", stripeBodyOfSize("x", 200))); r.status != 200 {
+		t.Fatalf("github, 200 bytes, answered %d %s", r.status, r.raw)
+	}
+}
