@@ -16,6 +16,8 @@ import (
 
 // operator is serve's operator surface: metrics, alerts and the dashboard.
 type operator struct {
+	cfg     *config.Config
+	log     *slog.Logger
 	metrics *prometheus.Metrics
 	stats   ferry.StatsStore
 }
@@ -31,7 +33,7 @@ func newOperator(cfg *config.Config, st ferry.Store, mux *http.ServeMux, listen 
 		return nil, fmt.Errorf("%w: %v", errConfig, err)
 	}
 	reg := prom.NewRegistry()
-	op := &operator{metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), stats: stats}
+	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), stats: stats}
 	if *cfg.Metrics.Enabled {
 		reg.MustRegister(
 			collectors.NewGoCollector(),
@@ -45,5 +47,8 @@ func newOperator(cfg *config.Config, st ferry.Store, mux *http.ServeMux, listen 
 	return op, nil
 }
 
-// start runs the background parts until ctx is done.
-func (op *operator) start(ctx context.Context) {}
+// start runs the background parts until ctx is done: the alert watcher.
+func (op *operator) start(ctx context.Context) {
+	w := newAlertWatcher(op.stats, op.cfg.StatsParams(0), op.log)
+	go w.run(ctx, op.cfg.Alerts.CheckInterval.Duration)
+}
