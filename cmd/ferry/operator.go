@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/config"
 	"github.com/ferry-inbox/ferry/prometheus"
 )
@@ -22,7 +23,7 @@ type operator struct {
 	stats   ferry.StatsStore
 }
 
-// newOperator builds the metrics and mounts /metrics on mux. listen is the
+// newOperator builds the metrics and mounts /metrics and /ui/ on mux. listen is the
 // address the server binds, after --listen.
 func newOperator(cfg *config.Config, st ferry.Store, mux *http.ServeMux, listen string, log *slog.Logger) (*operator, error) {
 	stats, ok := st.(ferry.StatsStore)
@@ -43,6 +44,16 @@ func newOperator(cfg *config.Config, st ferry.Store, mux *http.ServeMux, listen 
 			}),
 		)
 		mux.Handle("GET /metrics", prometheus.Handler(reg))
+	}
+	if *cfg.UI.Enabled {
+		d, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{
+			Store: stats, AtRiskAfter: cfg.AtRiskAfter(), Addr: listen,
+			Token: cfg.UI.Token, User: cfg.UI.User, Password: cfg.UI.Password, Logger: log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: ui: %v", errConfig, err)
+		}
+		d.Register(mux)
 	}
 	return op, nil
 }
