@@ -248,3 +248,79 @@ type EventRequeueParams struct {
 	// and in_progress are never requeued.
 	States []State
 }
+
+// StatsStore is a Store that can summarise itself for operators: counts by
+// state, the oldest waiting work, abandoned attempts and the events at risk
+// of outliving their provider's replay window. postgres.Store and
+// sqlite.Store are StatsStores; metrics, the CLI and the dashboard read it.
+// It is a separate interface so a third-party Store keeps compiling.
+type StatsStore interface {
+	Store
+
+	// EventStats aggregates the whole inbox in one consistent read, timed by
+	// the database's clock. It is one or two aggregate queries over every
+	// event row, so callers that poll it (metrics) cache the result.
+	EventStats(ctx context.Context, params *EventStatsParams) (*EventStats, error)
+}
+
+// EventStatsParams says when an event counts as at risk.
+type EventStatsParams struct {
+	// AtRiskAfter maps a source to the age (from first delivery) past which
+	// its unfinished events are at risk: normally the source's replay window
+	// minus a safety margin. Sources not listed use DefaultAtRiskAfter.
+	AtRiskAfter map[string]time.Duration
+	// DefaultAtRiskAfter applies to sources missing from AtRiskAfter. Zero
+	// means such sources are never at risk.
+	DefaultAtRiskAfter time.Duration
+	// AtRiskLimit is how many at-risk events EventStats lists, oldest first.
+	// Defaults to 0: count them, list none. At most 1000.
+	AtRiskLimit int
+}
+
+// EventStats is a snapshot of the inbox.
+type EventStats struct {
+	// Now is the database clock the snapshot was taken at; ages are from it.
+	Now time.Time
+	// Sources holds one entry per source that has any event, sorted by name.
+	Sources []*SourceStats
+	// AtRisk lists up to AtRiskLimit at-risk events, oldest first, without
+	// payloads or headers.
+	AtRisk []*Event
+}
+
+// SourceStats is the snapshot of one source.
+type SourceStats struct {
+	Source string
+	// States counts events by state; every state is present, zero or not.
+	States map[State]int
+	// OldestPending is the first delivery time of the oldest pending event;
+	// zero when none is pending. A growing age means workers are behind.
+	OldestPending time.Time
+	// OldestInProgress is when the longest-running current attempt was
+	// claimed; zero when none is in progress. A growing age means a handler
+	// is stuck (its heartbeat still runs).
+	OldestInProgress time.Time
+	// LeaseExpired counts in_progress events whose lease has lapsed: their
+	// worker died or stalled, and the next claim will take them back.
+	LeaseExpired int
+	// UnfinishedAttempts counts attempts that were claimed and never reported
+	// an end: ledger rows closed as lease_expired, and running attempts whose
+	// lease has lapsed. Each may or may not have run its side effect.
+	UnfinishedAttempts int
+	// AtRisk counts unfinished events (pending, in_progress or unknown) older
+	// than the source's at-risk age. Dead events are not counted: they are
+	// alerted as dead already.
+	AtRisk int
+	// OldestAtRisk is the first delivery time of the oldest at-risk event;
+	// zero when none is.
+	OldestAtRisk time.Time
+}
+
+// Total is the number of events of the source, in every state.
+func (s *SourceStats) Total() int {
+	n := 0
+	for _, c := range s.States {
+		n += c
+	}
+	return n
+}

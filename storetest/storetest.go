@@ -103,6 +103,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		t.Parallel()
 		testModel(t, setup)
 	})
+	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, setup) })
 }
 
 // receive stores a new delivery and returns its row id.

@@ -36,6 +36,8 @@ func commands() []command {
 		{"migrate", "bring the store's schema up to date", runMigrate},
 		{"send", "sign and send a sample delivery to a running ferry", runSend},
 		{"echo", "a stand-in app: print each forwarded event and verify its signature", runEcho},
+		{"events", "list, show and replay events", runEvents},
+		{"doctor", "check the config and the store; print what is wrong or at risk, with the fix", runDoctor},
 	}
 }
 
@@ -62,6 +64,11 @@ func run(ctx context.Context, args []string) int {
 				return 0
 			case errors.Is(err, flag.ErrHelp):
 				return 0
+			case errors.As(err, new(*exitError)):
+				fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
+				var e *exitError
+				errors.As(err, &e)
+				return e.code
 			case isUsage(err):
 				fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
 				return 2

@@ -65,10 +65,15 @@ func runServe(ctx context.Context, args []string) error {
 	mux := http.NewServeMux()
 	health := &ferryhttp.Health{Store: st}
 	health.Register(mux)
+	op, err := newOperator(cfg, st, mux, cfg.HTTP.Listen, log)
+	if err != nil {
+		return err
+	}
+	op.start(ctx)
 
 	var receiver *ferryhttp.Receiver
 	if runsReceiver {
-		if receiver, err = newReceiver(cfg, st, log); err != nil {
+		if receiver, err = newReceiver(cfg, st, log, op.metrics); err != nil {
 			return err
 		}
 		receiver.Register(mux)
@@ -76,7 +81,7 @@ func runServe(ctx context.Context, args []string) error {
 
 	var client *ferry.Client
 	if runsWorker {
-		if client, err = newClient(cfg, st, log); err != nil {
+		if client, err = newClient(cfg, st, log, op.metrics); err != nil {
 			return err
 		}
 		if err := client.Start(ctx); err != nil {
@@ -132,7 +137,7 @@ func runServe(ctx context.Context, args []string) error {
 	return nil
 }
 
-func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger) (*ferryhttp.Receiver, error) {
+func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferryhttp.ReceiveObserver) (*ferryhttp.Receiver, error) {
 	var sources []ferryhttp.Source
 	for _, s := range cfg.Sources {
 		v, err := cfg.Verifier(s)
@@ -142,15 +147,15 @@ func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger) (*ferryht
 		sources = append(sources, ferryhttp.Source{Name: s.Name, Verifier: v, MaxBodyBytes: s.MaxBody})
 	}
 	return ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{
-		Store: st, Sources: sources, Logger: log,
+		Store: st, Sources: sources, Logger: log, Observer: obs,
 		StoreTimeout: cfg.HTTP.StoreTimeout.Duration, RetryAfter: cfg.HTTP.RetryAfter.Duration,
 	})
 }
 
-func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger) (*ferry.Client, error) {
+func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.Observer) (*ferry.Client, error) {
 	w := cfg.Worker
 	client, err := ferry.NewClient(&ferry.Config{
-		Store: st, Sources: cfg.Policies(), Logger: log,
+		Store: st, Sources: cfg.Policies(), Logger: log, Observer: obs,
 		Workers: w.Workers, LeaseTTL: w.LeaseTTL.Duration, HeartbeatInterval: w.Heartbeat.Duration,
 		PollInterval: w.PollInterval.Duration, ShutdownGrace: w.ShutdownGrace.Duration,
 		RetryBase: w.RetryBase.Duration, RetryCap: w.RetryCap.Duration,

@@ -26,6 +26,9 @@ type Config struct {
 	HTTP    HTTP     `toml:"http"`
 	Worker  Worker   `toml:"worker"`
 	Sources []Source `toml:"source"`
+	UI      UI       `toml:"ui"`
+	Metrics Metrics  `toml:"metrics"`
+	Alerts  Alerts   `toml:"alerts"`
 }
 
 // Store says where events live.
@@ -171,10 +174,14 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 		expand(fmt.Sprintf("source[%d].forward.url", i), &s.Forward.URL)
 		expand(fmt.Sprintf("source[%d].forward.secret", i), &s.Forward.Secret)
 	}
+	expand("ui.token", &c.UI.Token)
+	expand("ui.user", &c.UI.User)
+	expand("ui.password", &c.UI.Password)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
 	c.applyDefaults()
+	c.applyOperatorDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -314,6 +321,7 @@ func (c *Config) validate() error {
 			}
 		}
 	}
+	errs = append(errs, c.validateOperator()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(errs))
 	}

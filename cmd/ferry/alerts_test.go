@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+// An event pushed past its replay window is logged once as at risk, bursts
+// are summed up, and an event held as unknown is logged once.
+func TestAlertWatcher(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range alertBurst + 2 {
+		if _, err := store.EventReceive(ctx, &ferry.EventReceiveParams{
+			Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{"secret_field":"pii"}`),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	w := newAlertWatcher(store, &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"stripe": 60 * time.Hour, "shop": 60 * time.Hour}},
+		slog.New(slog.NewJSONHandler(&buf, nil)))
+
+	lines := func() []map[string]any {
+		t.Helper()
+		if strings.Contains(buf.String(), "pii") {
+			t.Error("a payload reached the log")
+		}
+		var out []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			if l == "" {
+				continue
+			}
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, m)
+		}
+		buf.Reset()
+		return out
+	}
+
+	w.check(ctx)
+	if got := lines(); len(got) != 0 {
+		t.Fatalf("young events: %v, want no warning", got)
+	}
+	clock.Advance(61 * time.Hour)
+	w.check(ctx)
+	got := lines()
+	if len(got) != alertBurst+1 {
+		t.Fatalf("got %d lines, want %d warnings and one summary: %v", len(got), alertBurst, got)
+	}
+	first := got[0]
+	if first["level"] != "WARN" || first["alert"] != "at_risk" || first["source"] != "stripe" || first["event_id"] != "evt_00" || first["age"] != "61h0m0s" {
+		t.Errorf("first warning = %v", first)
+	}
+	if last := got[alertBurst]; last["alert"] != "at_risk" || last["more"] != float64(2) {
+		t.Errorf("summary = %v, want more=2", last)
+	}
+	w.check(ctx)
+	if got := lines(); len(got) != 0 {
+		t.Errorf("second check repeated warnings: %v", got)
+	}
+
+	// An event of a hold source whose lease lapses is held as unknown.
+	if _, err := store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "shop", EventID: "order_1", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() {
+		if _, err := store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Second, Sources: []string{"shop"}, HoldSources: []string{"shop"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim()
+	clock.Advance(2 * time.Second)
+	claim()
+	w.check(ctx)
+	got = lines()
+	if len(got) != 1 || got[0]["alert"] != "unknown" || got[0]["event_id"] != "order_1" || got[0]["source"] != "shop" {
+		t.Errorf("unknown: %v, want one alert=unknown line for shop/order_1", got)
+	}
+	w.check(ctx)
+	if got := lines(); len(got) != 0 {
+		t.Errorf("second check repeated: %v", got)
+	}
+}

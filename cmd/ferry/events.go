@@ -1,0 +1,477 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/config"
+)
+
+// Exit codes beyond 0 (done), 1 (failed) and 2 (bad usage or config), so a
+// script can tell "no such event" and "doctor found problems" apart from a
+// broken store.
+const (
+	exitNotFound = 3
+	exitProblems = 4
+)
+
+// exitError carries an exit code of its own to run.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// errEventNotFound is the error (exit 3) of show and replay when a named
+// event does not exist.
+var errEventNotFound = &exitError{exitNotFound, ferry.ErrNotFound}
+
+func runEvents(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(os.Stderr, eventsUsage)
+		if len(args) == 0 {
+			return usagef("name a subcommand: list, show or replay")
+		}
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "list":
+		return runEventsList(ctx, args[1:], os.Stdout)
+	case "show":
+		return runEventsShow(ctx, args[1:], os.Stdout)
+	case "replay":
+		return runEventsReplay(ctx, args[1:], os.Stdout)
+	}
+	return usagef("unknown subcommand %q: use list, show or replay", args[0])
+}
+
+const eventsUsage = `usage:
+  ferry events list   [--state S] [--source X] [--since 24h|RFC3339] [--id SUBSTR] [--at-risk] [--limit N] [--json]
+  ferry events show   SOURCE EVENT_ID [--payload] [--json]
+  ferry events replay SOURCE EVENT_ID...
+  ferry events replay --state dead --source X
+
+Every subcommand takes --config FILE (default ferry.toml).
+Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 event not found.
+`
+
+// parseInterleaved parses flags that may come after positional arguments
+// ("show stripe evt_1 --json"), which flag.Parse alone stops at.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// eventsEnv is what every events subcommand opens.
+type eventsEnv struct {
+	cfg   *config.Config
+	store ferry.StatsStore
+	close func()
+}
+
+func openEvents(ctx context.Context, configPath string) (*eventsEnv, error) {
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return nil, err
+	}
+	st, closeStore, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	stats, ok := st.(ferry.StatsStore)
+	if !ok {
+		closeStore()
+		return nil, fmt.Errorf("store %T cannot report stats", st)
+	}
+	return &eventsEnv{cfg: cfg, store: stats, close: closeStore}, nil
+}
+
+// eventLine is one event as list --json prints it, one object a line.
+type eventLine struct {
+	ID            int64      `json:"id"`
+	Source        string     `json:"source"`
+	EventID       string     `json:"event_id"`
+	Type          string     `json:"type"`
+	State         string     `json:"state"`
+	Attempt       int        `json:"attempt"`
+	Deliveries    int        `json:"deliveries"`
+	Conflicts     int        `json:"conflicts"`
+	ReceivedAt    time.Time  `json:"received_at"`
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	CompletedAt   *time.Time `json:"completed_at,omitempty"`
+	LastError     string     `json:"last_error"`
+	AtRisk        bool       `json:"at_risk"`
+}
+
+// atRiskFunc says whether an event is at risk at the store's now.
+func atRiskFunc(cfg *config.Config, now time.Time) func(*ferry.Event) bool {
+	after := cfg.AtRiskAfter()
+	return func(e *ferry.Event) bool {
+		d, ok := after[e.Source]
+		if !ok || d <= 0 {
+			return false
+		}
+		unfinished := e.State == ferry.StatePending || e.State == ferry.StateInProgress || e.State == ferry.StateUnknown
+		return unfinished && !e.FirstDeliveredAt.After(now.Add(-d))
+	}
+}
+
+func newEventLine(e *ferry.Event, atRisk bool) eventLine {
+	l := eventLine{
+		ID: e.ID, Source: e.Source, EventID: e.EventID, Type: e.Type, State: string(e.State),
+		Attempt: e.Attempt, Deliveries: e.Deliveries, Conflicts: e.Conflicts,
+		ReceivedAt: e.FirstDeliveredAt, LastError: e.LastError, AtRisk: atRisk,
+	}
+	if e.State == ferry.StatePending {
+		l.NextAttemptAt = &e.NextAttemptAt
+	}
+	if !e.CompletedAt.IsZero() {
+		l.CompletedAt = &e.CompletedAt
+	}
+	return l
+}
+
+func runEventsList(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("events list", flag.ContinueOnError)
+	configPath := fs.String("config", "ferry.toml", "the config `file`")
+	state := fs.String("state", "", "only events in this `state` (pending, in_progress, done, dead, unknown); comma-separate several")
+	source := fs.String("source", "", "only events of this `source`")
+	since := fs.String("since", "", "only events first delivered since this `time`: a duration back from now (\"24h\") or RFC 3339")
+	idContains := fs.String("id", "", "only events whose event id contains this `text`")
+	atRisk := fs.Bool("at-risk", false, "only events at risk of outliving their replay window, oldest first")
+	limit := fs.Int("limit", 100, "the most events to print (at most 1000)")
+	asJSON := fs.Bool("json", false, "print one JSON object a line")
+	positional, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(positional) > 0 {
+		return usagef("unexpected argument %q: list takes only flags", positional[0])
+	}
+	params := &ferry.EventListParams{Source: *source, EventIDContains: *idContains, Limit: *limit}
+	if *limit <= 0 || *limit > 1000 {
+		return usagef("--limit %d: use 1 to 1000", *limit)
+	}
+	if *state != "" {
+		for _, s := range strings.Split(*state, ",") {
+			st := ferry.State(strings.TrimSpace(s))
+			if !st.Valid() {
+				return usagef("--state %q: use pending, in_progress, done, dead or unknown", s)
+			}
+			params.States = append(params.States, st)
+		}
+	}
+	if *since != "" {
+		if d, err := time.ParseDuration(*since); err == nil {
+			params.Since = time.Now().Add(-d)
+		} else if t, err := time.Parse(time.RFC3339, *since); err == nil {
+			params.Since = t
+		} else {
+			return usagef("--since %q: write a duration back from now (\"24h\") or an RFC 3339 time (\"2026-01-02T15:04:05Z\")", *since)
+		}
+	}
+
+	env, err := openEvents(ctx, *configPath)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	stats, err := env.store.EventStats(ctx, env.cfg.StatsParams(*limit))
+	if err != nil {
+		return fmt.Errorf("read stats: %w", err)
+	}
+	isAtRisk := atRiskFunc(env.cfg, stats.Now)
+	var events []*ferry.Event
+	if *atRisk {
+		for _, e := range stats.AtRisk {
+			if matches(e, params) {
+				events = append(events, e)
+			}
+		}
+	} else {
+		res, err := env.store.EventList(ctx, params)
+		if err != nil {
+			return fmt.Errorf("list events: %w", err)
+		}
+		events = res.Events
+	}
+
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		for _, e := range events {
+			if err := enc.Encode(newEventLine(e, isAtRisk(e))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tEVENT ID\tTYPE\tSTATE\tATTEMPT\tDELIVERIES\tRECEIVED\tLAST ERROR")
+	for _, e := range events {
+		st := string(e.State)
+		if isAtRisk(e) {
+			st += " (AT RISK)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Source, e.EventID, e.Type, st, e.Attempt, e.Deliveries,
+			e.FirstDeliveredAt.Format(time.RFC3339), oneLine(e.LastError, 60))
+	}
+	return tw.Flush()
+}
+
+// matches applies list filters to an at-risk event.
+func matches(e *ferry.Event, p *ferry.EventListParams) bool {
+	if p.Source != "" && e.Source != p.Source {
+		return false
+	}
+	if len(p.States) > 0 && !containsState(p.States, e.State) {
+		return false
+	}
+	if !p.Since.IsZero() && e.FirstDeliveredAt.Before(p.Since) {
+		return false
+	}
+	return strings.Contains(e.EventID, p.EventIDContains)
+}
+
+func containsState(states []ferry.State, s ferry.State) bool {
+	for _, x := range states {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// oneLine keeps an error message on one table row.
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		return s[:max-1] + "…"
+	}
+	return s
+}
+
+// eventDetail is show --json.
+type eventDetail struct {
+	eventLine
+	LeaseOwner      string              `json:"lease_owner,omitempty"`
+	LeaseExpiresAt  *time.Time          `json:"lease_expires_at,omitempty"`
+	LastDeliveredAt time.Time           `json:"last_delivered_at"`
+	RequeuedAt      *time.Time          `json:"requeued_at,omitempty"`
+	PayloadSHA256   string              `json:"payload_sha256"`
+	PayloadBytes    int                 `json:"payload_bytes"`
+	Headers         map[string][]string `json:"headers,omitempty"`
+	Payload         json.RawMessage     `json:"payload,omitempty"`
+	PayloadText     string              `json:"payload_text,omitempty"`
+	Attempts        []attemptLine       `json:"attempts"`
+}
+
+type attemptLine struct {
+	Attempt    int        `json:"attempt"`
+	Worker     string     `json:"worker"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Outcome    string     `json:"outcome"`
+	Error      string     `json:"error,omitempty"`
+}
+
+func runEventsShow(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("events show", flag.ContinueOnError)
+	configPath := fs.String("config", "ferry.toml", "the config `file`")
+	payload := fs.Bool("payload", false, "print the payload too (it may hold personal data)")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	positional, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(positional) != 2 {
+		return usagef("want SOURCE EVENT_ID, got %d arguments", len(positional))
+	}
+	env, err := openEvents(ctx, *configPath)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	e, err := env.store.EventGet(ctx, &ferry.EventGetParams{Source: positional[0], EventID: positional[1]})
+	if errors.Is(err, ferry.ErrNotFound) {
+		return fmt.Errorf("%s %s: %w", positional[0], positional[1], errEventNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	attempts, err := env.store.AttemptList(ctx, &ferry.AttemptListParams{ID: e.ID})
+	if err != nil {
+		return err
+	}
+	stats, err := env.store.EventStats(ctx, &ferry.EventStatsParams{})
+	if err != nil {
+		return err
+	}
+	d := eventDetail{
+		eventLine:       newEventLine(e, atRiskFunc(env.cfg, stats.Now)(e)),
+		LeaseOwner:      e.LeaseOwner,
+		LastDeliveredAt: e.LastDeliveredAt,
+		PayloadSHA256:   fmt.Sprintf("%x", e.PayloadSHA256),
+		PayloadBytes:    len(e.Payload),
+		Headers:         e.Headers,
+		Attempts:        []attemptLine{},
+	}
+	if !e.LeaseExpiresAt.IsZero() {
+		d.LeaseExpiresAt = &e.LeaseExpiresAt
+	}
+	if !e.RequeuedAt.IsZero() {
+		d.RequeuedAt = &e.RequeuedAt
+	}
+	if *payload {
+		if json.Valid(e.Payload) {
+			d.Payload = e.Payload
+		} else {
+			d.PayloadText = string(e.Payload)
+		}
+	}
+	for _, a := range attempts {
+		l := attemptLine{Attempt: a.Attempt, Worker: a.Worker, StartedAt: a.StartedAt, Outcome: string(a.Outcome), Error: a.Error}
+		if !a.FinishedAt.IsZero() {
+			l.FinishedAt = &a.FinishedAt
+		}
+		d.Attempts = append(d.Attempts, l)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	state := d.State
+	if d.AtRisk {
+		state += " (AT RISK: unfinished and close to outliving the provider's replay window)"
+	}
+	row("source", e.Source)
+	row("event id", e.EventID)
+	row("type", e.Type)
+	row("state", state)
+	row("attempt", fmt.Sprint(e.Attempt))
+	row("deliveries", fmt.Sprintf("%d (conflicting: %d)", e.Deliveries, e.Conflicts))
+	row("received", e.FirstDeliveredAt.Format(time.RFC3339))
+	row("last delivered", e.LastDeliveredAt.Format(time.RFC3339))
+	if e.State == ferry.StatePending {
+		row("next attempt", e.NextAttemptAt.Format(time.RFC3339))
+	}
+	if e.LeaseOwner != "" {
+		row("lease", e.LeaseOwner+" until "+e.LeaseExpiresAt.Format(time.RFC3339))
+	}
+	if e.LastError != "" {
+		row("last error", oneLine(e.LastError, 200))
+	}
+	row("payload", fmt.Sprintf("%d bytes, sha256 %s", len(e.Payload), d.PayloadSHA256))
+	for name, vs := range e.Headers {
+		row("header "+name, strings.Join(vs, ", "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nattempts:")
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tWORKER\tSTARTED\tFINISHED\tOUTCOME\tERROR")
+	for _, a := range d.Attempts {
+		finished := "-"
+		if a.FinishedAt != nil {
+			finished = a.FinishedAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Worker, a.StartedAt.Format(time.RFC3339), finished, a.Outcome, oneLine(a.Error, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if *payload {
+		fmt.Fprintf(out, "\npayload:\n%s\n", e.Payload)
+	}
+	return nil
+}
+
+func runEventsReplay(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("events replay", flag.ContinueOnError)
+	configPath := fs.String("config", "ferry.toml", "the config `file`")
+	state := fs.String("state", "", "bulk: replay every event in this `state` (dead or unknown) of --source")
+	source := fs.String("source", "", "bulk: the `source` whose events to replay (required with --state)")
+	positional, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	bulk := *state != "" || *source != ""
+	switch {
+	case bulk && len(positional) > 0:
+		return usagef("give SOURCE EVENT_ID... or --state and --source, not both")
+	case bulk && (*state == "" || *source == ""):
+		return usagef("a bulk replay needs both --state (dead or unknown) and --source")
+	case bulk && *state != string(ferry.StateDead) && *state != string(ferry.StateUnknown):
+		return usagef("--state %q: bulk replay takes dead or unknown (replay done events one by one)", *state)
+	case !bulk && len(positional) < 2:
+		return usagef("want SOURCE EVENT_ID..., or --state dead --source X")
+	}
+	env, err := openEvents(ctx, *configPath)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+
+	if bulk {
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}})
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		fmt.Fprintf(out, "replayed %d %s events of %s\n", n, *state, *source)
+		return nil
+	}
+	src := positional[0]
+	var missing, refused []string
+	replayed := 0
+	for _, id := range positional[1:] {
+		e, err := env.store.EventGet(ctx, &ferry.EventGetParams{Source: src, EventID: id})
+		if errors.Is(err, ferry.ErrNotFound) {
+			missing = append(missing, id)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("replay %s %s: %w", src, id, err)
+		}
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}})
+		if err != nil {
+			return fmt.Errorf("replay %s %s: %w", src, id, err)
+		}
+		if n == 0 {
+			refused = append(refused, fmt.Sprintf("%s (%s)", id, e.State))
+			continue
+		}
+		replayed++
+		fmt.Fprintf(out, "replayed %s %s\n", src, id)
+	}
+	if len(refused) > 0 {
+		fmt.Fprintf(out, "not replayed, already queued or running: %s\n", strings.Join(refused, ", "))
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s %s: %w", src, strings.Join(missing, ", "), errEventNotFound)
+	}
+	return nil
+}

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/sqlite"
+)
+
+// binary is the ferry command built once by TestMain; the CLI tests run it
+// as an operator would.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ferry-cli-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "ferry")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build ferry:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cliStore is one store kind as the CLI tests see it: a config for the
+// binary and a way to seed events with a chosen clock.
+type cliStore struct {
+	name   string
+	config func(t *testing.T, extra string) string
+}
+
+// seeder opens the store under test directly with clock now.
+type seeder struct {
+	store ferry.Store
+	close func()
+}
+
+func cliStores() []struct {
+	name  string
+	setup func(t *testing.T) (storeURL string, open func(now func() time.Time) seeder)
+} {
+	return []struct {
+		name  string
+		setup func(t *testing.T) (string, func(now func() time.Time) seeder)
+	}{
+		{"sqlite", func(t *testing.T) (string, func(func() time.Time) seeder) {
+			path := filepath.Join(t.TempDir(), "ferry.db")
+			return "sqlite:" + path, func(now func() time.Time) seeder {
+				s, err := sqlite.Open(path, &sqlite.Config{Now: now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return seeder{s, func() { s.Close() }}
+			}
+		}},
+		{"postgres", func(t *testing.T) (string, func(func() time.Time) seeder) {
+			pool, schema := pgtest.Schema(t)
+			return pgtest.ConnString(schema), func(now func() time.Time) seeder {
+				s := postgres.New(pool, &postgres.Config{Now: now})
+				return seeder{s, s.Close}
+			}
+		}},
+	}
+}
+
+// writeConfig writes a config for storeURL with sources stripe and github.
+func writeConfig(t *testing.T, storeURL, extra string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ferry.toml")
+	raw := fmt.Sprintf(`
+[store]
+url = %q
+[[source]]
+name = "stripe"
+provider = "stripe"
+secrets = ["whsec_cli"]
+replay_window = "72h"
+[[source]]
+name = "github"
+provider = "github"
+secrets = ["gh_cli"]
+%s`, storeURL, extra)
+	if err := os.WriteFile(path, []byte(raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// ferryCLI runs the binary and returns stdout, stderr and the exit code.
+func ferryCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run ferry %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// seedScenario stores, in the store under test:
+//
+//	stripe/evt_done   done
+//	stripe/evt_dead   dead ("card declined")
+//	stripe/evt_old    pending, received 70h ago: at risk (72h window - 12h)
+//	github/gh_fresh   pending, new
+func seedScenario(t *testing.T, open func(now func() time.Time) seeder) {
+	t.Helper()
+	ctx := context.Background()
+	past := func() time.Time { return time.Now().Add(-70 * time.Hour) }
+	s := open(past)
+	receive := func(source, id string) {
+		t.Helper()
+		_, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{
+			Source: source, EventID: id, Type: "invoice.paid",
+			Payload: []byte(`{"id":"` + id + `","amount":4200}`),
+			Headers: map[string][]string{"Content-Type": {"application/json"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive("stripe", "evt_old")
+	s.close()
+
+	s = open(time.Now)
+	defer s.close()
+	receive("stripe", "evt_done")
+	receive("stripe", "evt_dead")
+	receive("github", "gh_fresh")
+	claims, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "seed", Limit: 10, TTL: time.Minute, Sources: []string{"stripe"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims {
+		switch c.Event.EventID {
+		case "evt_done":
+			err = s.store.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()})
+		case "evt_dead":
+			_, err = s.store.EventFail(ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Error: "card declined", Dead: true})
+		default:
+			err = s.store.EventRelease(ctx, &ferry.EventReleaseParams{Lease: c.Event.Lease()})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func listJSON(t *testing.T, args ...string) []eventLine {
+	t.Helper()
+	stdout, stderr, code := ferryCLI(t, append([]string{"events", "list", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("events list %v: exit %d: %s", args, code, stderr)
+	}
+	var out []eventLine
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		if line == "" {
+			continue
+		}
+		var l eventLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("line %q is not JSON: %v", line, err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func eventIDs(lines []eventLine) []string {
+	var ids []string
+	for _, l := range lines {
+		ids = append(ids, l.Source+"/"+l.EventID)
+	}
+	return ids
+}
+
+func TestEventsCLI(t *testing.T) {
+	t.Parallel()
+	for _, kind := range cliStores() {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			storeURL, open := kind.setup(t)
+			cfg := writeConfig(t, storeURL, "")
+			if _, stderr, code := ferryCLI(t, "migrate", "--config", cfg); code != 0 {
+				t.Fatalf("migrate: exit %d: %s", code, stderr)
+			}
+			seedScenario(t, open)
+
+			t.Run("ListAll", func(t *testing.T) {
+				lines := listJSON(t, "--config", cfg)
+				if got := strings.Join(eventIDs(lines), " "); got != "github/gh_fresh stripe/evt_dead stripe/evt_done stripe/evt_old" {
+					t.Fatalf("list = %s, want newest first", got)
+				}
+				byID := map[string]eventLine{}
+				for _, l := range lines {
+					byID[l.EventID] = l
+				}
+				if d := byID["evt_dead"]; d.State != "dead" || d.LastError != "card declined" || d.Attempt != 1 || d.Deliveries != 1 || d.Type != "invoice.paid" || d.ReceivedAt.IsZero() {
+					t.Errorf("evt_dead = %+v", d)
+				}
+				if !byID["evt_old"].AtRisk || byID["gh_fresh"].AtRisk || byID["evt_dead"].AtRisk {
+					t.Errorf("at_risk: old %v, fresh %v, dead %v; want only evt_old", byID["evt_old"].AtRisk, byID["gh_fresh"].AtRisk, byID["evt_dead"].AtRisk)
+				}
+			})
+			t.Run("Filters", func(t *testing.T) {
+				if got := eventIDs(listJSON(t, "--config", cfg, "--state", "dead")); len(got) != 1 || got[0] != "stripe/evt_dead" {
+					t.Errorf("--state dead = %v", got)
+				}
+				if got := eventIDs(listJSON(t, "--config", cfg, "--source", "github")); len(got) != 1 || got[0] != "github/gh_fresh" {
+					t.Errorf("--source github = %v", got)
+				}
+				if got := eventIDs(listJSON(t, "--config", cfg, "--since", "1h")); len(got) != 3 {
+					t.Errorf("--since 1h = %v, want the three recent events", got)
+				}
+				if got := eventIDs(listJSON(t, "--config", cfg, "--at-risk")); len(got) != 1 || got[0] != "stripe/evt_old" {
+					t.Errorf("--at-risk = %v, want stripe/evt_old", got)
+				}
+			})
+			t.Run("Text", func(t *testing.T) {
+				stdout, _, code := ferryCLI(t, "events", "list", "--config", cfg, "--source", "stripe")
+				if code != 0 || !strings.Contains(stdout, "pending (AT RISK)") || !strings.Contains(stdout, "card declined") {
+					t.Errorf("text list (exit %d):\n%s", code, stdout)
+				}
+			})
+			t.Run("Show", func(t *testing.T) {
+				stdout, stderr, code := ferryCLI(t, "events", "show", "stripe", "evt_dead", "--config", cfg, "--json", "--payload")
+				if code != 0 {
+					t.Fatalf("show: exit %d: %s", code, stderr)
+				}
+				var d eventDetail
+				if err := json.Unmarshal([]byte(stdout), &d); err != nil {
+					t.Fatal(err)
+				}
+				var payload bytes.Buffer
+				json.Compact(&payload, d.Payload)
+				if d.State != "dead" || len(d.Attempts) != 1 || d.Attempts[0].Outcome != "dead" || d.Attempts[0].Error != "card declined" ||
+					payload.String() != `{"id":"evt_dead","amount":4200}` || d.Headers["Content-Type"][0] != "application/json" {
+					t.Errorf("show = %s", stdout)
+				}
+				stdout, _, _ = ferryCLI(t, "events", "show", "--config", cfg, "stripe", "evt_dead")
+				if strings.Contains(stdout, "4200") || !strings.Contains(stdout, "card declined") {
+					t.Errorf("show without --payload printed the payload, or no error:\n%s", stdout)
+				}
+			})
+			t.Run("NotFound", func(t *testing.T) {
+				_, stderr, code := ferryCLI(t, "events", "show", "--config", cfg, "stripe", "evt_nope")
+				if code != exitNotFound || !strings.Contains(stderr, "not found") {
+					t.Errorf("show missing: exit %d, stderr %q; want %d", code, stderr, exitNotFound)
+				}
+			})
+			t.Run("Usage", func(t *testing.T) {
+				for _, args := range [][]string{
+					{"events", "list", "--config", cfg, "--state", "stuck"},
+					{"events", "show", "--config", cfg, "stripe"},
+					{"events", "replay", "--config", cfg, "--state", "dead"},
+					{"events", "frobnicate"},
+				} {
+					if _, stderr, code := ferryCLI(t, args...); code != 2 || stderr == "" {
+						t.Errorf("%v: exit %d, stderr %q; want 2 with a hint", args, code, stderr)
+					}
+				}
+			})
+			t.Run("Doctor", func(t *testing.T) {
+				stdout, stderr, code := ferryCLI(t, "doctor", "--config", cfg)
+				if code != exitProblems {
+					t.Errorf("doctor: exit %d, want %d (an event is at risk)", code, exitProblems)
+				}
+				for _, want := range []string{"FAIL  source stripe: 1 events at risk", "at risk: stripe evt_old", "WARN  source stripe: 1 dead events", "ferry events replay --state dead --source stripe", "store: "} {
+					if !strings.Contains(stdout, want) {
+						t.Errorf("doctor output lacks %q:\n%s\n%s", want, stdout, stderr)
+					}
+				}
+			})
+			// Replay last: it changes the states the other subtests read.
+			t.Run("Replay", func(t *testing.T) {
+				stdout, stderr, code := ferryCLI(t, "events", "replay", "--config", cfg, "stripe", "evt_done", "evt_nope")
+				if code != exitNotFound || !strings.Contains(stdout, "replayed stripe evt_done") || !strings.Contains(stderr, "evt_nope") {
+					t.Errorf("replay one + missing: exit %d\n%s\n%s", code, stdout, stderr)
+				}
+				stdout, stderr, code = ferryCLI(t, "events", "replay", "--config", cfg, "--state", "dead", "--source", "stripe")
+				if code != 0 || !strings.Contains(stdout, "replayed 1 dead events of stripe") {
+					t.Errorf("bulk replay: exit %d\n%s\n%s", code, stdout, stderr)
+				}
+				if got := listJSON(t, "--config", cfg, "--state", "dead"); len(got) != 0 {
+					t.Errorf("after bulk replay, dead = %v", eventIDs(got))
+				}
+				if got := listJSON(t, "--config", cfg, "--state", "pending", "--source", "stripe"); len(got) != 3 {
+					t.Errorf("after replays, stripe pending = %v, want 3", eventIDs(got))
+				}
+			})
+		})
+	}
+}
+
+// A config that does not load exits 2 with the key and the fix; doctor on
+// a healthy, empty store exits 0.
+func TestDoctorConfigAndHealthy(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[store]\nurl = \"mysql://x\"\n"), 0o600)
+	if _, stderr, code := ferryCLI(t, "doctor", "--config", bad); code != 2 || !strings.Contains(stderr, "store.url") {
+		t.Errorf("bad config: exit %d, stderr %q", code, stderr)
+	}
+	cfg := writeConfig(t, "sqlite:"+filepath.Join(dir, "ferry.db"), "")
+	if stdout, _, code := ferryCLI(t, "doctor", "--config", cfg); code != exitProblems || !strings.Contains(stdout, "ferry migrate") {
+		t.Errorf("unmigrated store: exit %d, want %d and the fix 'ferry migrate':\n%s", code, exitProblems, stdout)
+	}
+	ferryCLI(t, "migrate", "--config", cfg)
+	if stdout, _, code := ferryCLI(t, "doctor", "--config", cfg); code != 0 {
+		t.Errorf("healthy store: exit %d:\n%s", code, stdout)
+	}
+}
+
+// Without credentials, serve refuses to put the dashboard on a
+// non-loopback address.
+func TestServeRefusesExposedDashboard(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, "sqlite:"+filepath.Join(dir, "ferry.db"), "")
+	_, stderr, code := ferryCLI(t, "serve", "--config", cfg, "--role", "receiver", "--listen", "0.0.0.0:0")
+	if code != 2 || !strings.Contains(stderr, "ui.token") || !strings.Contains(stderr, "not a loopback address") {
+		t.Errorf("serve on 0.0.0.0 without credentials: exit %d, stderr %q; want 2 and the fix", code, stderr)
+	}
+}

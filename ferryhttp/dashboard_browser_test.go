@@ -1,0 +1,127 @@
+package ferryhttp_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
+)
+
+// chromiumPath is where Debian's chromium package installs the browser.
+const chromiumPath = "/usr/bin/chromium"
+
+// TestDashboardBrowser drives Debian's Chromium through the dashboard as an
+// operator would: filter to dead events, open one, replay it, and watch a
+// real worker finish it. It saves a screenshot of the final page as a test
+// artifact (go test -artifacts).
+func TestDashboardBrowser(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is missing; CI must install it: apt-get update && apt-get install -y chromium", chromiumPath)
+		}
+		t.Skipf("%s is missing; install it with: apt-get update && apt-get install -y chromium", chromiumPath)
+	}
+	b := setupDashboard(t, ferryhttp.DashboardOptions{})
+
+	client, err := ferry.NewClient(&ferry.Config{
+		Store: b.store, PollInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Stop(context.Background()) })
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second) // a hung browser must not hang the run
+	defer cancelTimeout()
+
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(b.server.URL+"/ui/"),
+		chromedp.WaitVisible(`#at-risk`),
+		chromedp.SetValue(`#filter-state`, "dead"),
+		chromedp.Click(`#filter-apply`),
+		chromedp.WaitVisible(`#event-table a.event-link`),
+	)
+	if err != nil {
+		t.Fatalf("filter to dead: %v", err)
+	}
+	table, err := chromedp.Run(ctx, chromedp.Text(`#event-table tbody`))
+	if err != nil {
+		t.Fatalf("filter to dead: %v", err)
+	}
+	if !strings.Contains(table, "evt_dead") || strings.Contains(table, "evt_old") || strings.Contains(table, "gh_1") {
+		t.Fatalf("the dead filter shows:\n%s", table)
+	}
+
+	err = chromedp.Do(ctx,
+		chromedp.Click(`#event-table a.event-link`),
+		chromedp.WaitVisible(`#replay`),
+		chromedp.WaitVisible(`#event-state [data-state="dead"]`),
+		chromedp.Click(`#replay`),
+		chromedp.WaitVisible(`#flash`),
+	)
+	if err != nil {
+		t.Fatalf("open and replay: %v", err)
+	}
+	flash, err := chromedp.Run(ctx, chromedp.Text(`#flash`))
+	if err != nil {
+		t.Fatalf("open and replay: %v", err)
+	}
+	if !strings.Contains(flash, "replayed") {
+		t.Fatalf("flash after replay = %q", flash)
+	}
+
+	// The worker takes the replayed event; reload until the page says done.
+	for done := false; !done; {
+		if err := chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(`#event-state`)); err != nil {
+			t.Fatalf("waiting for done: %v", err)
+		}
+		done, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#event-state [data-state="done"]') !== null`))
+		if err != nil {
+			t.Fatalf("waiting for done: %v", err)
+		}
+		if !done {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100) /* 100 means PNG */)
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(t.ArtifactDir(), "dashboard-event-done.png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}

@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+var _ ferry.StatsStore = (*Store)(nil)
+
+var (
+	//go:embed query/event_stats.sql
+	eventStatsSQL string
+	//go:embed query/event_list_at_risk.sql
+	eventListAtRiskSQL string
+)
+
+// EventStats runs the per-source aggregate, then lists at-risk events if
+// asked, both in one repeatable-read transaction so the list agrees with
+// the counts.
+func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) (*ferry.EventStats, error) {
+	args := statsArgs(s, params)
+	stats := &ferry.EventStats{}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, eventStatsSQL, args)
+		var err error
+		stats.Sources, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.SourceStats, error) {
+			var (
+				ss                                       ferry.SourceStats
+				pending, inProgress, done, dead, unknown int
+				oldestPending, oldestRunning, oldestRisk *time.Time
+				now                                      time.Time
+			)
+			if err := row.Scan(&ss.Source, &pending, &inProgress, &done, &dead, &unknown,
+				&oldestPending, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk,
+				&ss.UnfinishedAttempts, &now); err != nil {
+				return nil, err
+			}
+			ss.States = map[ferry.State]int{
+				ferry.StatePending: pending, ferry.StateInProgress: inProgress,
+				ferry.StateDone: done, ferry.StateDead: dead, ferry.StateUnknown: unknown,
+			}
+			ss.OldestPending, ss.OldestInProgress, ss.OldestAtRisk = utc(oldestPending), utc(oldestRunning), utc(oldestRisk)
+			stats.Now = now.UTC()
+			return &ss, nil
+		})
+		if err != nil {
+			return err
+		}
+		if stats.Now.IsZero() { // no events: the aggregate returned no row
+			if err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, now())`, s.nowArg()).Scan(&stats.Now); err != nil {
+				return err
+			}
+			stats.Now = stats.Now.UTC()
+		}
+		if params.AtRiskLimit <= 0 {
+			return nil
+		}
+		args["limit"] = min(params.AtRiskLimit, maxListLimit)
+		rows, _ = tx.Query(ctx, eventListAtRiskSQL, args)
+		listed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[eventRow])
+		if err != nil {
+			return err
+		}
+		for _, row := range listed {
+			event, err := row.event()
+			if err != nil {
+				return err
+			}
+			stats.AtRisk = append(stats.AtRisk, event)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: event stats: %w", err)
+	}
+	return stats, nil
+}
+
+// statsArgs passes the per-source at-risk ages as two parallel arrays, in a
+// stable order.
+func statsArgs(s *Store, params *ferry.EventStatsParams) pgx.NamedArgs {
+	sources := make([]string, 0, len(params.AtRiskAfter))
+	for source := range params.AtRiskAfter {
+		sources = append(sources, source)
+	}
+	sort.Strings(sources)
+	us := make([]int64, len(sources))
+	for i, source := range sources {
+		us[i] = micros(params.AtRiskAfter[source])
+	}
+	return pgx.NamedArgs{
+		"now":             s.nowArg(),
+		"risk_sources":    sources,
+		"risk_us":         us,
+		"default_risk_us": micros(params.DefaultAtRiskAfter),
+	}
+}

@@ -1,0 +1,240 @@
+package prometheus_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/prometheus"
+	"github.com/ferry-inbox/ferry/provider"
+	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+const secret = "whsec_metrics_test"
+
+// TestScriptedRun drives a real receiver and a real client against a SQLite
+// store, then reads /metrics from a real server and checks every series.
+func TestScriptedRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := prom.NewRegistry()
+	sources := []string{"stripe", "github"}
+	metrics := prometheus.NewMetrics(reg, sources)
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{
+		Store:   store,
+		Params:  ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"stripe": 60 * time.Hour, "github": 60 * time.Hour}},
+		Sources: sources,
+		// No cache: the test reads twice and wants fresh values.
+		CacheTTL: time.Nanosecond,
+	}))
+
+	verifier, err := provider.NewStripe(provider.Options{Secrets: []string{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	receiver, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{
+		Store: store, Sources: []ferryhttp.Source{{Name: "stripe", Verifier: verifier}},
+		Observer: metrics, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	receiver.Register(mux)
+	mux.Handle("GET /metrics", prometheus.Handler(reg))
+	server := httptest.NewServer(mux)
+	t.Cleanup(server.Close)
+
+	post := func(path string, header http.Header, body string) int {
+		t.Helper()
+		req := ferrytest.NewRequest(server.URL+path, header, []byte(body))
+		req.RequestURI = ""
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	send := func(id, body string) int {
+		return post("/webhooks/stripe", ferrytest.SignStripe(secret, []byte(body), time.Now()), body)
+	}
+	for _, id := range []string{"evt_ok", "evt_retry", "evt_dead"} {
+		if code := send(id, `{"id":"`+id+`","type":"t"}`); code != http.StatusOK {
+			t.Fatalf("deliver %s: status %d", id, code)
+		}
+	}
+	send("evt_ok", `{"id":"evt_ok","type":"t"}`)                // duplicate
+	send("evt_ok", `{"id":"evt_ok","type":"t","changed":true}`) // conflict
+	post("/webhooks/stripe", ferrytest.SignStripe("whsec_wrong", []byte(`{"id":"evt_x"}`), time.Now()), `{"id":"evt_x"}`)
+	post("/webhooks/probe-"+fmt.Sprint(time.Now().UnixNano()), nil, `{}`) // unknown source
+
+	client, err := ferry.NewClient(&ferry.Config{Store: store, Observer: metrics, Logger: quiet, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
+		switch d.Event.EventID {
+		case "evt_retry":
+			// Retry an hour later by the store clock, which the test holds
+			// still: exactly one attempt.
+			return ferry.RetryAfter(errors.New("downstream 502"), time.Hour)
+		case "evt_dead":
+			return ferry.Permanent(errors.New("unknown customer"))
+		}
+		return nil
+	})
+	if err := client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		s, err := store.EventStats(ctx, &ferry.EventStatsParams{})
+		return err == nil && len(s.Sources) == 1 &&
+			s.Sources[0].States[ferry.StateDone] == 1 && s.Sources[0].States[ferry.StateDead] == 1 &&
+			s.Sources[0].States[ferry.StatePending] == 1
+	})
+	if err := client.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Push the pending event past stripe's at-risk age (60h).
+	clock.Advance(61 * time.Hour)
+
+	got := scrape(t, server.URL+"/metrics")
+	want := map[string]float64{
+		`ferry_received_total{outcome="accepted",reason="",source="stripe"}`:               3,
+		`ferry_received_total{outcome="duplicate",reason="",source="stripe"}`:              1,
+		`ferry_received_total{outcome="conflict",reason="",source="stripe"}`:               1,
+		`ferry_received_total{outcome="rejected",reason="bad_signature",source="stripe"}`:  1,
+		`ferry_received_total{outcome="rejected",reason="unknown_source",source="_other"}`: 1,
+		`ferry_received_total{outcome="accepted",reason="",source="github"}`:               0,
+		`ferry_receive_duration_seconds_count{source="stripe"}`:                            6,
+		`ferry_claimed_total{source="stripe"}`:                                             3,
+		`ferry_completed_total{source="stripe"}`:                                           1,
+		`ferry_failed_total{source="stripe"}`:                                              1,
+		`ferry_dead_total{source="stripe"}`:                                                1,
+		`ferry_lease_lost_total{source="stripe"}`:                                          0,
+		`ferry_reclaimed_total{source="stripe"}`:                                           0,
+		`ferry_handler_duration_seconds_count{outcome="done",source="stripe"}`:             1,
+		`ferry_handler_duration_seconds_count{outcome="failed",source="stripe"}`:           1,
+		`ferry_handler_duration_seconds_count{outcome="dead",source="stripe"}`:             1,
+		`ferry_events{source="stripe",state="done"}`:                                       1,
+		`ferry_events{source="stripe",state="dead"}`:                                       1,
+		`ferry_events{source="stripe",state="pending"}`:                                    1,
+		`ferry_events{source="stripe",state="in_progress"}`:                                0,
+		`ferry_events{source="stripe",state="unknown"}`:                                    0,
+		`ferry_events{source="github",state="pending"}`:                                    0,
+		`ferry_oldest_pending_age_seconds{source="stripe"}`:                                (61 * time.Hour).Seconds(),
+		`ferry_oldest_in_progress_age_seconds{source="stripe"}`:                            0,
+		`ferry_events_lease_expired{source="stripe"}`:                                      0,
+		`ferry_attempts_unfinished{source="stripe"}`:                                       0,
+		`ferry_events_at_risk{source="stripe"}`:                                            1,
+		`ferry_events_at_risk{source="github"}`:                                            0,
+		`ferry_oldest_at_risk_age_seconds{source="stripe"}`:                                (61 * time.Hour).Seconds(),
+		`ferry_stats_up`: 1,
+	}
+	for series, v := range want {
+		g, ok := got[series]
+		if !ok {
+			t.Errorf("%s: missing from /metrics", series)
+			continue
+		}
+		if g != v {
+			t.Errorf("%s = %v, want %v", series, g, v)
+		}
+	}
+	for series := range got {
+		if strings.Contains(series, "probe-") {
+			t.Errorf("%s: an unknown source name became a label", series)
+		}
+	}
+}
+
+// TestStatsDown exports ferry_stats_up 0, and no stale gauges, when the
+// store cannot be read.
+func TestStatsDown(t *testing.T) {
+	t.Parallel()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store.Close() // every read now fails
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: store, Sources: []string{"stripe"}}))
+	server := httptest.NewServer(prometheus.Handler(reg))
+	t.Cleanup(server.Close)
+	got := scrape(t, server.URL)
+	if got["ferry_stats_up"] != 0 || len(got) != 1 {
+		t.Errorf("closed store: got %v, want only ferry_stats_up 0", got)
+	}
+}
+
+// scrape reads a text exposition into series → value.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, res.StatusCode, body)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err != nil {
+			t.Fatalf("unparsable line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// waitFor polls cond until it holds; the test's own deadline bounds it.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if t.Context().Err() != nil {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

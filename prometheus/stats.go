@@ -1,0 +1,136 @@
+package prometheus
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// StatsOptions configure a StatsCollector.
+type StatsOptions struct {
+	// Store is read at scrape time. Required.
+	Store ferry.StatsStore
+	// Params says when an event is at risk (AtRiskLimit is ignored).
+	Params ferry.EventStatsParams
+	// Sources are exported even before they have an event, at zero, so an
+	// alert on a gauge never sees it vanish.
+	Sources []string
+	// CacheTTL is how long one read of the store answers scrapes: several
+	// Prometheus servers, or a fast scrape interval, cost one aggregate query
+	// per TTL. Defaults to 10 seconds.
+	CacheTTL time.Duration
+	// Timeout bounds one read of the store. Defaults to 5 seconds.
+	Timeout time.Duration
+	// Now is the process clock the cache ages by. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// StatsCollector exports the store's state as gauges. Every instance sharing
+// a store exports the same values; aggregate with max(), not sum().
+type StatsCollector struct {
+	opts StatsOptions
+
+	events, oldestPending, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, up *prom.Desc
+
+	mu      sync.Mutex
+	stats   *ferry.EventStats
+	err     error
+	readAt  time.Time
+	hasRead bool
+}
+
+// NewStatsCollector returns a collector to register on the caller's registry.
+func NewStatsCollector(opts StatsOptions) *StatsCollector {
+	if opts.CacheTTL <= 0 {
+		opts.CacheTTL = 10 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	desc := func(name, help string, labels ...string) *prom.Desc {
+		return prom.NewDesc("ferry_"+name, help, labels, nil)
+	}
+	return &StatsCollector{
+		opts:             opts,
+		events:           desc("events", "Events in the store, by source and state.", "source", "state"),
+		oldestPending:    desc("oldest_pending_age_seconds", "Age (since first delivery) of the oldest pending event; 0 when none.", "source"),
+		oldestInProgress: desc("oldest_in_progress_age_seconds", "How long the longest-running current attempt has held its event; 0 when none.", "source"),
+		leaseExpired:     desc("events_lease_expired", "In-progress events whose lease lapsed: their worker died or stalled.", "source"),
+		unfinished:       desc("attempts_unfinished", "Attempts claimed that never reported an end (lease expired); their effect may or may not have happened.", "source"),
+		atRisk:           desc("events_at_risk", "Unfinished events older than their source's replay window minus the margin.", "source"),
+		oldestAtRisk:     desc("oldest_at_risk_age_seconds", "Age of the oldest at-risk event; 0 when none.", "source"),
+		up:               desc("stats_up", "1 if the last read of the store's stats succeeded, 0 if not."),
+	}
+}
+
+// Describe sends every descriptor.
+func (c *StatsCollector) Describe(ch chan<- *prom.Desc) {
+	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.up} {
+		ch <- d
+	}
+}
+
+// Collect reads the store unless the cached read is fresh. When the read
+// fails, only ferry_stats_up (0) is exported: stale gauges would lie.
+func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
+	stats, err := c.read()
+	if err != nil {
+		ch <- prom.MustNewConstMetric(c.up, prom.GaugeValue, 0)
+		return
+	}
+	ch <- prom.MustNewConstMetric(c.up, prom.GaugeValue, 1)
+	seen := map[string]bool{}
+	gauge := func(d *prom.Desc, v float64, labels ...string) {
+		ch <- prom.MustNewConstMetric(d, prom.GaugeValue, v, labels...)
+	}
+	age := func(t time.Time) float64 {
+		if t.IsZero() {
+			return 0
+		}
+		return max(0, stats.Now.Sub(t).Seconds())
+	}
+	emit := func(s *ferry.SourceStats) {
+		seen[s.Source] = true
+		for _, st := range ferry.States {
+			gauge(c.events, float64(s.States[st]), s.Source, string(st))
+		}
+		gauge(c.oldestPending, age(s.OldestPending), s.Source)
+		gauge(c.oldestInProgress, age(s.OldestInProgress), s.Source)
+		gauge(c.leaseExpired, float64(s.LeaseExpired), s.Source)
+		gauge(c.unfinished, float64(s.UnfinishedAttempts), s.Source)
+		gauge(c.atRisk, float64(s.AtRisk), s.Source)
+		gauge(c.oldestAtRisk, age(s.OldestAtRisk), s.Source)
+	}
+	for _, s := range stats.Sources {
+		emit(s)
+	}
+	for _, name := range c.opts.Sources {
+		if !seen[name] {
+			emit(&ferry.SourceStats{Source: name})
+		}
+	}
+}
+
+// read returns the cached snapshot, reading the store if it is stale. The
+// lock makes concurrent scrapes wait for one read instead of each running it.
+func (c *StatsCollector) read() (*ferry.EventStats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hasRead && c.opts.Now().Sub(c.readAt) < c.opts.CacheTTL {
+		return c.stats, c.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+	defer cancel()
+	params := c.opts.Params
+	params.AtRiskLimit = 0
+	c.stats, c.err = c.opts.Store.EventStats(ctx, &params)
+	c.readAt, c.hasRead = c.opts.Now(), true
+	return c.stats, c.err
+}

@@ -1,0 +1,44 @@
+-- One row per source: counts by state, the oldest waiting work, lapsed
+-- leases, attempts that never reported, and events at risk of outliving the
+-- replay window. :risk is a JSON object {source: microseconds}; other
+-- sources are at risk after :default_risk_us, never when it is 0. Times are
+-- unix microseconds; :now is the clock.
+WITH risk AS (
+    SELECT key AS source, value AS us FROM json_each(:risk)
+),
+unfinished AS (
+    SELECT e.source, count(*) AS n
+    FROM ferry_attempt a
+    JOIN ferry_event e ON e.id = a.event_id
+    WHERE a.outcome = 'lease_expired'
+       OR (a.outcome = 'running' AND e.state = 'in_progress' AND e.attempt = a.attempt
+           AND e.lease_expires_at <= :now)
+    GROUP BY e.source
+),
+classified AS (
+    SELECT e.*,
+           e.state IN ('pending', 'in_progress', 'unknown')
+               AND coalesce(risk.us, :default_risk_us) > 0
+               AND e.first_delivered_at <= :now - coalesce(risk.us, :default_risk_us) AS at_risk
+    FROM ferry_event e
+    LEFT JOIN risk ON risk.source = e.source
+),
+events AS (
+    SELECT source,
+           sum(state = 'pending')     AS pending,
+           sum(state = 'in_progress') AS in_progress,
+           sum(state = 'done')        AS done,
+           sum(state = 'dead')        AS dead,
+           sum(state = 'unknown')     AS unknown,
+           min(CASE WHEN state = 'pending' THEN first_delivered_at END) AS oldest_pending,
+           min(CASE WHEN state = 'in_progress' THEN claimed_at END)     AS oldest_in_progress,
+           sum(state = 'in_progress' AND lease_expires_at <= :now)       AS lease_expired,
+           sum(at_risk) AS at_risk,
+           min(CASE WHEN at_risk THEN first_delivered_at END) AS oldest_at_risk
+    FROM classified
+    GROUP BY source
+)
+SELECT events.*, coalesce(unfinished.n, 0) AS unfinished_attempts
+FROM events
+LEFT JOIN unfinished ON unfinished.source = events.source
+ORDER BY events.source

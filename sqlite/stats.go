@@ -1,0 +1,88 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+var _ ferry.StatsStore = (*Store)(nil)
+
+//go:embed query/event_stats.sql
+var eventStatsSQL string
+
+//go:embed query/event_list_at_risk.sql
+var eventListAtRiskSQL string
+
+// EventStats reads the aggregate, and the at-risk list if asked, in one read
+// transaction on the read pool, so the list agrees with the counts and
+// writers are not held up.
+func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) (*ferry.EventStats, error) {
+	risk := make(map[string]int64, len(params.AtRiskAfter))
+	for source, d := range params.AtRiskAfter {
+		risk[source] = d.Microseconds()
+	}
+	riskJSON, err := json.Marshal(risk)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: event stats: %w", err)
+	}
+	now := s.nowTime()
+	args := []any{
+		sql.Named("now", now.UnixMicro()),
+		sql.Named("risk", string(riskJSON)),
+		sql.Named("default_risk_us", params.DefaultAtRiskAfter.Microseconds()),
+	}
+	stats := &ferry.EventStats{Now: now}
+
+	tx, err := s.readDB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: event stats: %w", err)
+	}
+	defer tx.Rollback()
+	if stats.Sources, err = querySourceStats(ctx, tx, args); err != nil {
+		return nil, fmt.Errorf("sqlite: event stats: %w", err)
+	}
+	if params.AtRiskLimit > 0 {
+		args = append(args, sql.Named("limit", min(params.AtRiskLimit, listLimitMax)))
+		rows, err := tx.QueryContext(ctx, eventListAtRiskSQL, args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: event stats: %w", err)
+		}
+		if stats.AtRisk, err = scanEvents(rows); err != nil {
+			return nil, fmt.Errorf("sqlite: event stats: %w", err)
+		}
+	}
+	return stats, nil
+}
+
+func querySourceStats(ctx context.Context, tx *sql.Tx, args []any) ([]*ferry.SourceStats, error) {
+	rows, err := tx.QueryContext(ctx, eventStatsSQL, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*ferry.SourceStats
+	for rows.Next() {
+		var (
+			ss                                       ferry.SourceStats
+			pending, inProgress, done, dead, unknown int
+			oldestPending, oldestRunning, oldestRisk sql.NullInt64
+		)
+		if err := rows.Scan(&ss.Source, &pending, &inProgress, &done, &dead, &unknown,
+			&oldestPending, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk,
+			&ss.UnfinishedAttempts); err != nil {
+			return nil, err
+		}
+		ss.States = map[ferry.State]int{
+			ferry.StatePending: pending, ferry.StateInProgress: inProgress,
+			ferry.StateDone: done, ferry.StateDead: dead, ferry.StateUnknown: unknown,
+		}
+		ss.OldestPending, ss.OldestInProgress, ss.OldestAtRisk = fromMicros(oldestPending), fromMicros(oldestRunning), fromMicros(oldestRisk)
+		out = append(out, &ss)
+	}
+	return out, rows.Err()
+}

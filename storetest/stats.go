@@ -1,0 +1,187 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// testStats checks EventStats on stores that offer it; a store that does
+// not implement ferry.StatsStore skips it.
+func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	statsOf := func(t *testing.T, b *bundle[TX], params *ferry.EventStatsParams) *ferry.EventStats {
+		t.Helper()
+		ss, ok := b.store.(ferry.StatsStore)
+		if !ok {
+			t.Skip("store does not implement ferry.StatsStore")
+		}
+		stats, err := ss.EventStats(b.ctx, params)
+		if err != nil {
+			t.Fatalf("EventStats: %v", err)
+		}
+		return stats
+	}
+	bySource := func(stats *ferry.EventStats) map[string]*ferry.SourceStats {
+		m := map[string]*ferry.SourceStats{}
+		for _, s := range stats.Sources {
+			m[s.Source] = s
+		}
+		return m
+	}
+
+	t.Run("Empty", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		stats := statsOf(t, b, &ferry.EventStatsParams{DefaultAtRiskAfter: time.Hour, AtRiskLimit: 10})
+		if len(stats.Sources) != 0 || len(stats.AtRisk) != 0 {
+			t.Fatalf("empty store: got %d sources, %d at risk; want none", len(stats.Sources), len(stats.AtRisk))
+		}
+		if !stats.Now.Equal(b.clock.Now()) {
+			t.Errorf("Now = %v, want the store clock %v", stats.Now, b.clock.Now())
+		}
+	})
+
+	t.Run("CountsAndAges", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		start := b.clock.Now()
+		// a: one done, one dead, one pending; b: one in_progress whose lease
+		// lapses, with a second claim's running attempt.
+		done := receive(t, b, "a", "done")
+		dead := receive(t, b, "a", "dead")
+		c := claimOne(t, b, "w1")
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		c = claimOne(t, b, "w1")
+		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Error: "boom", Dead: true}); err != nil {
+			t.Fatal(err)
+		}
+		wantState(t, b, done, ferry.StateDone)
+		wantState(t, b, dead, ferry.StateDead)
+
+		b.clock.Advance(time.Minute)
+		pendingAt := b.clock.Now()
+		receive(t, b, "a", "pending")
+		b.clock.Advance(time.Minute)
+		running := receive(t, b, "b", "running")
+		claimedAt := b.clock.Now()
+		claim(t, b, "w2", 1, "b")
+		b.clock.Advance(ttl + time.Second) // the lease of "running" lapses
+
+		stats := statsOf(t, b, &ferry.EventStatsParams{})
+		if !stats.Now.Equal(start.Add(2*time.Minute + ttl + time.Second)) {
+			t.Errorf("Now = %v, want the store clock", stats.Now)
+		}
+		got := bySource(stats)
+		if len(stats.Sources) != 2 || stats.Sources[0].Source != "a" || stats.Sources[1].Source != "b" {
+			t.Fatalf("sources = %v, want a and b in order", got)
+		}
+		a, bb := got["a"], got["b"]
+		wantCounts := func(s *ferry.SourceStats, want map[ferry.State]int) {
+			t.Helper()
+			for _, st := range ferry.States {
+				if s.States[st] != want[st] {
+					t.Errorf("%s: %s = %d, want %d", s.Source, st, s.States[st], want[st])
+				}
+			}
+		}
+		wantCounts(a, map[ferry.State]int{ferry.StateDone: 1, ferry.StateDead: 1, ferry.StatePending: 1})
+		wantCounts(bb, map[ferry.State]int{ferry.StateInProgress: 1})
+		if a.Total() != 3 {
+			t.Errorf("a: Total = %d, want 3", a.Total())
+		}
+		if !a.OldestPending.Equal(pendingAt) || !a.OldestInProgress.IsZero() {
+			t.Errorf("a: oldest pending %v, in progress %v; want %v and zero", a.OldestPending, a.OldestInProgress, pendingAt)
+		}
+		if !bb.OldestInProgress.Equal(claimedAt) || !bb.OldestPending.IsZero() {
+			t.Errorf("b: oldest in progress %v, pending %v; want %v and zero", bb.OldestInProgress, bb.OldestPending, claimedAt)
+		}
+		if a.LeaseExpired != 0 || bb.LeaseExpired != 1 {
+			t.Errorf("lease expired: a %d, b %d; want 0 and 1", a.LeaseExpired, bb.LeaseExpired)
+		}
+		if a.UnfinishedAttempts != 0 || bb.UnfinishedAttempts != 1 {
+			t.Errorf("unfinished attempts: a %d, b %d; want 0 and 1 (a running attempt past its lease)", a.UnfinishedAttempts, bb.UnfinishedAttempts)
+		}
+
+		// The next claim closes the lapsed attempt as lease_expired and
+		// runs a fresh one: still one unfinished, and no lease expired.
+		claim(t, b, "w3", 1, "b")
+		wantOutcomes(t, b, running, ferry.OutcomeLeaseExpired, ferry.OutcomeRunning)
+		bb = bySource(statsOf(t, b, &ferry.EventStatsParams{}))["b"]
+		if bb.UnfinishedAttempts != 1 || bb.LeaseExpired != 0 {
+			t.Errorf("after reclaim: unfinished %d, lease expired %d; want 1 and 0", bb.UnfinishedAttempts, bb.LeaseExpired)
+		}
+	})
+
+	t.Run("AtRisk", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first := b.clock.Now()
+		oldA := receive(t, b, "a", "old-pending")
+		deadA := receive(t, b, "a", "old-dead")
+		c := claim(t, b, "w", 2, "a")
+		for _, cl := range c {
+			if cl.Event.ID == deadA {
+				if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: cl.Event.Lease(), Error: "x", Dead: true}); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := b.store.EventRelease(b.ctx, &ferry.EventReleaseParams{Lease: cl.Event.Lease()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		oldB := receive(t, b, "b", "old")
+		oldC := receive(t, b, "c", "old") // c uses the default
+		b.clock.Advance(2 * time.Hour)
+		receive(t, b, "a", "young")
+
+		params := &ferry.EventStatsParams{
+			AtRiskAfter:        map[string]time.Duration{"a": time.Hour, "b": 3 * time.Hour},
+			DefaultAtRiskAfter: 90 * time.Minute,
+			AtRiskLimit:        10,
+		}
+		stats := statsOf(t, b, params)
+		got := bySource(stats)
+		// a: old-pending is 2h old, past 1h; old-dead is dead, not counted;
+		// young is new. b: 2h is inside 3h. c: past the 90m default.
+		if got["a"].AtRisk != 1 || got["b"].AtRisk != 0 || got["c"].AtRisk != 1 {
+			t.Errorf("at risk: a %d, b %d, c %d; want 1, 0, 1", got["a"].AtRisk, got["b"].AtRisk, got["c"].AtRisk)
+		}
+		if !got["a"].OldestAtRisk.Equal(first) || !got["b"].OldestAtRisk.IsZero() {
+			t.Errorf("oldest at risk: a %v, b %v; want %v and zero", got["a"].OldestAtRisk, got["b"].OldestAtRisk, first)
+		}
+		var ids []int64
+		for _, e := range stats.AtRisk {
+			ids = append(ids, e.ID)
+			if e.Payload != nil {
+				t.Errorf("at-risk event %d carries its payload; lists leave it out", e.ID)
+			}
+		}
+		if len(ids) != 2 || ids[0] != oldA || ids[1] != oldC {
+			t.Errorf("at-risk list = %v, want [%d %d] (oldest first)", ids, oldA, oldC)
+		}
+
+		// The limit caps the list, not the counts; no default means
+		// unlisted sources are never at risk; zero for a source means never.
+		params = &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"a": time.Hour, "b": 0}, AtRiskLimit: 1}
+		stats = statsOf(t, b, params)
+		got = bySource(stats)
+		if got["a"].AtRisk != 1 || got["b"].AtRisk != 0 || got["c"].AtRisk != 0 || len(stats.AtRisk) != 1 {
+			t.Errorf("narrowed: a %d, b %d, c %d, listed %d; want 1, 0, 0, 1", got["a"].AtRisk, got["b"].AtRisk, got["c"].AtRisk, len(stats.AtRisk))
+		}
+		_ = oldB
+
+		// Finishing the event takes it off the list.
+		cl := claim(t, b, "w", 1, "a")
+		if len(cl) != 1 || cl[0].Event.ID != oldA {
+			t.Fatalf("claim took %v, want the old pending event", cl)
+		}
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: cl[0].Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		if n := bySource(statsOf(t, b, &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"a": time.Hour}}))["a"].AtRisk; n != 0 {
+			t.Errorf("after completion: a at risk = %d, want 0", n)
+		}
+	})
+}
