@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,29 +16,6 @@ import (
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
-
-// binary is the ferry command built once by TestMain; the CLI tests run it
-// as an operator would.
-var binary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ferry-cli-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "ferry")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build ferry:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
 
 // cliStore is one store kind as the CLI tests see it: a config for the
 // binary and a way to seed events with a chosen clock.
@@ -83,8 +58,8 @@ func cliStores() []struct {
 	}
 }
 
-// writeConfig writes a config for storeURL with sources stripe and github.
-func writeConfig(t *testing.T, storeURL, extra string) string {
+// writeCLIConfig writes a config for storeURL with sources stripe and github.
+func writeCLIConfig(t *testing.T, storeURL, extra string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ferry.toml")
 	raw := fmt.Sprintf(`
@@ -104,23 +79,6 @@ secrets = ["gh_cli"]
 		t.Fatal(err)
 	}
 	return path
-}
-
-// ferryCLI runs the binary and returns stdout, stderr and the exit code.
-func ferryCLI(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	cmd := exec.Command(binary, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run ferry %v: %v", args, err)
-	}
-	return stdout.String(), stderr.String(), code
 }
 
 // seedScenario stores, in the store under test:
@@ -174,7 +132,7 @@ func seedScenario(t *testing.T, open func(now func() time.Time) seeder) {
 
 func listJSON(t *testing.T, args ...string) []eventLine {
 	t.Helper()
-	stdout, stderr, code := ferryCLI(t, append([]string{"events", "list", "--json"}, args...)...)
+	stdout, stderr, code := runFerry(t, append([]string{"events", "list", "--json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("events list %v: exit %d: %s", args, code, stderr)
 	}
@@ -206,8 +164,8 @@ func TestEventsCLI(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			storeURL, open := kind.setup(t)
-			cfg := writeConfig(t, storeURL, "")
-			if _, stderr, code := ferryCLI(t, "migrate", "--config", cfg); code != 0 {
+			cfg := writeCLIConfig(t, storeURL, "")
+			if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
 				t.Fatalf("migrate: exit %d: %s", code, stderr)
 			}
 			seedScenario(t, open)
@@ -243,13 +201,13 @@ func TestEventsCLI(t *testing.T) {
 				}
 			})
 			t.Run("Text", func(t *testing.T) {
-				stdout, _, code := ferryCLI(t, "events", "list", "--config", cfg, "--source", "stripe")
+				stdout, _, code := runFerry(t, "events", "list", "--config", cfg, "--source", "stripe")
 				if code != 0 || !strings.Contains(stdout, "pending (AT RISK)") || !strings.Contains(stdout, "card declined") {
 					t.Errorf("text list (exit %d):\n%s", code, stdout)
 				}
 			})
 			t.Run("Show", func(t *testing.T) {
-				stdout, stderr, code := ferryCLI(t, "events", "show", "stripe", "evt_dead", "--config", cfg, "--json", "--payload")
+				stdout, stderr, code := runFerry(t, "events", "show", "stripe", "evt_dead", "--config", cfg, "--json", "--payload")
 				if code != 0 {
 					t.Fatalf("show: exit %d: %s", code, stderr)
 				}
@@ -263,13 +221,13 @@ func TestEventsCLI(t *testing.T) {
 					payload.String() != `{"id":"evt_dead","amount":4200}` || d.Headers["Content-Type"][0] != "application/json" {
 					t.Errorf("show = %s", stdout)
 				}
-				stdout, _, _ = ferryCLI(t, "events", "show", "--config", cfg, "stripe", "evt_dead")
+				stdout, _, _ = runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_dead")
 				if strings.Contains(stdout, "4200") || !strings.Contains(stdout, "card declined") {
 					t.Errorf("show without --payload printed the payload, or no error:\n%s", stdout)
 				}
 			})
 			t.Run("NotFound", func(t *testing.T) {
-				_, stderr, code := ferryCLI(t, "events", "show", "--config", cfg, "stripe", "evt_nope")
+				_, stderr, code := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_nope")
 				if code != exitNotFound || !strings.Contains(stderr, "not found") {
 					t.Errorf("show missing: exit %d, stderr %q; want %d", code, stderr, exitNotFound)
 				}
@@ -281,13 +239,13 @@ func TestEventsCLI(t *testing.T) {
 					{"events", "replay", "--config", cfg, "--state", "dead"},
 					{"events", "frobnicate"},
 				} {
-					if _, stderr, code := ferryCLI(t, args...); code != 2 || stderr == "" {
+					if _, stderr, code := runFerry(t, args...); code != 2 || stderr == "" {
 						t.Errorf("%v: exit %d, stderr %q; want 2 with a hint", args, code, stderr)
 					}
 				}
 			})
 			t.Run("Doctor", func(t *testing.T) {
-				stdout, stderr, code := ferryCLI(t, "doctor", "--config", cfg)
+				stdout, stderr, code := runFerry(t, "doctor", "--config", cfg)
 				if code != exitProblems {
 					t.Errorf("doctor: exit %d, want %d (an event is at risk)", code, exitProblems)
 				}
@@ -299,11 +257,11 @@ func TestEventsCLI(t *testing.T) {
 			})
 			// Replay last: it changes the states the other subtests read.
 			t.Run("Replay", func(t *testing.T) {
-				stdout, stderr, code := ferryCLI(t, "events", "replay", "--config", cfg, "stripe", "evt_done", "evt_nope")
+				stdout, stderr, code := runFerry(t, "events", "replay", "--config", cfg, "stripe", "evt_done", "evt_nope")
 				if code != exitNotFound || !strings.Contains(stdout, "replayed stripe evt_done") || !strings.Contains(stderr, "evt_nope") {
 					t.Errorf("replay one + missing: exit %d\n%s\n%s", code, stdout, stderr)
 				}
-				stdout, stderr, code = ferryCLI(t, "events", "replay", "--config", cfg, "--state", "dead", "--source", "stripe")
+				stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--state", "dead", "--source", "stripe")
 				if code != 0 || !strings.Contains(stdout, "replayed 1 dead events of stripe") {
 					t.Errorf("bulk replay: exit %d\n%s\n%s", code, stdout, stderr)
 				}
@@ -325,15 +283,15 @@ func TestDoctorConfigAndHealthy(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.toml")
 	os.WriteFile(bad, []byte("[store]\nurl = \"mysql://x\"\n"), 0o600)
-	if _, stderr, code := ferryCLI(t, "doctor", "--config", bad); code != 2 || !strings.Contains(stderr, "store.url") {
+	if _, stderr, code := runFerry(t, "doctor", "--config", bad); code != 2 || !strings.Contains(stderr, "store.url") {
 		t.Errorf("bad config: exit %d, stderr %q", code, stderr)
 	}
-	cfg := writeConfig(t, "sqlite:"+filepath.Join(dir, "ferry.db"), "")
-	if stdout, _, code := ferryCLI(t, "doctor", "--config", cfg); code != exitProblems || !strings.Contains(stdout, "ferry migrate") {
+	cfg := writeCLIConfig(t, "sqlite:"+filepath.Join(dir, "ferry.db"), "")
+	if stdout, _, code := runFerry(t, "doctor", "--config", cfg); code != exitProblems || !strings.Contains(stdout, "ferry migrate") {
 		t.Errorf("unmigrated store: exit %d, want %d and the fix 'ferry migrate':\n%s", code, exitProblems, stdout)
 	}
-	ferryCLI(t, "migrate", "--config", cfg)
-	if stdout, _, code := ferryCLI(t, "doctor", "--config", cfg); code != 0 {
+	runFerry(t, "migrate", "--config", cfg)
+	if stdout, _, code := runFerry(t, "doctor", "--config", cfg); code != 0 {
 		t.Errorf("healthy store: exit %d:\n%s", code, stdout)
 	}
 }
@@ -343,8 +301,8 @@ func TestDoctorConfigAndHealthy(t *testing.T) {
 func TestServeRefusesExposedDashboard(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := writeConfig(t, "sqlite:"+filepath.Join(dir, "ferry.db"), "")
-	_, stderr, code := ferryCLI(t, "serve", "--config", cfg, "--role", "receiver", "--listen", "0.0.0.0:0")
+	cfg := writeCLIConfig(t, "sqlite:"+filepath.Join(dir, "ferry.db"), "")
+	_, stderr, code := runFerry(t, "serve", "--config", cfg, "--role", "receiver", "--listen", "0.0.0.0:0")
 	if code != 2 || !strings.Contains(stderr, "ui.token") || !strings.Contains(stderr, "not a loopback address") {
 		t.Errorf("serve on 0.0.0.0 without credentials: exit %d, stderr %q; want 2 and the fix", code, stderr)
 	}
