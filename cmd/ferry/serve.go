@@ -87,6 +87,7 @@ func runServe(ctx context.Context, args []string) error {
 		if err := client.Start(ctx); err != nil {
 			return err
 		}
+		go (&purger{store: st, sources: cfg.Sources, log: log}).run(ctx, purgeInterval)
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)

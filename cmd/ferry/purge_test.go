@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/config"
+	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+func TestPurgerKeepsRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := func(eventID string) int64 {
+		res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Payload: []byte("{}")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("claim: %d, %v", len(claims), err)
+		}
+		if err := st.EventComplete(ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		return res.ID
+	}
+	old := done("evt_old")
+	clock.Advance(100 * time.Hour)
+	young := done("evt_young")
+	clock.Advance(50 * time.Hour) // old: 150 h since done, young: 50 h
+
+	src := config.Source{Name: "stripe", ReplayWindow: config.Duration{Duration: 72 * time.Hour}, Retention: config.Duration{Duration: 144 * time.Hour}}
+	p := &purger{store: st, sources: []config.Source{src}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p.purgeAll(ctx)
+
+	if _, err := st.EventGet(ctx, &ferry.EventGetParams{ID: old}); !errors.Is(err, ferry.ErrNotFound) {
+		t.Errorf("event done 150 h ago with 144 h retention: err = %v, want purged", err)
+	}
+	if _, err := st.EventGet(ctx, &ferry.EventGetParams{ID: young}); err != nil {
+		t.Errorf("event done 50 h ago was purged: %v", err)
+	}
+}
