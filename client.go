@@ -121,20 +121,49 @@ type Client struct {
 	stopClaiming context.CancelFunc
 	stopHandlers context.CancelCauseFunc
 	stopBeats    context.CancelFunc
+	beatCtx      context.Context
 	claimDone    chan struct{}
-	beatDone     chan struct{}
 	jobs         sync.WaitGroup
 }
 
+// job is one running attempt.
 type job struct {
 	lease     Lease
 	source    string
 	reclaimed bool
 	cancel    context.CancelCauseFunc
 	lost      atomic.Bool
+
+	mu sync.Mutex
 	// deadline is this worker's conservative guess of the lease's end, on its
-	// own clock: only ever used to give up sooner, never to hold on longer.
-	deadline atomic.Int64
+	// own clock (from before the claim or heartbeat was sent): only ever used
+	// to give up sooner, never to hold on longer. timer cancels the handler
+	// at the deadline even if the store stops answering.
+	deadline time.Time
+	timer    *time.Timer
+}
+
+// lose marks the lease lost and cancels the handler with ErrLeaseLost.
+func (j *job) lose() {
+	j.lost.Store(true)
+	j.cancel(ErrLeaseLost)
+}
+
+// extend moves the deadline to until, after a heartbeat the store accepted.
+func (j *job) extend(until time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.lost.Load() || !until.After(j.deadline) {
+		return
+	}
+	j.deadline = until
+	j.timer.Reset(time.Until(until))
+}
+
+func (j *job) leaseDeadline() time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.deadline
 }
 
 var errShutdown = errors.New("ferry: client stopped")
@@ -244,8 +273,8 @@ func (c *Client) Start(ctx context.Context) error {
 	claimCtx, stopClaiming := context.WithCancel(context.WithoutCancel(ctx))
 	handlerCtx, stopHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	beatCtx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
-	c.stopClaiming, c.stopHandlers, c.stopBeats = stopClaiming, stopHandlers, stopBeats
-	c.claimDone, c.beatDone = make(chan struct{}), make(chan struct{})
+	c.stopClaiming, c.stopHandlers, c.stopBeats, c.beatCtx = stopClaiming, stopHandlers, stopBeats, beatCtx
+	c.claimDone = make(chan struct{})
 
 	wake, err := c.store.ReceiptSubscribe(claimCtx)
 	if err != nil {
@@ -253,14 +282,14 @@ func (c *Client) Start(ctx context.Context) error {
 		wake = nil
 	}
 	go c.claimLoop(claimCtx, handlerCtx, wake)
-	go c.heartbeatLoop(beatCtx)
 	return nil
 }
 
 // Stop stops claiming, lets running handlers finish within ShutdownGrace (or
 // until ctx is done), then cancels the rest and releases their events so that
 // another instance takes them at once. It returns when every handler has
-// returned.
+// returned, or when ctx is done: then it stops the heartbeats of handlers that
+// ignore their context, so that their leases lapse, and returns ctx.Err().
 func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	if !c.started || c.stopClaiming == nil {
@@ -284,10 +313,13 @@ func (c *Client) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	c.stopHandlers(errShutdown)
-	<-finished
-	c.stopBeats()
-	<-c.beatDone
-	return nil
+	defer c.stopBeats()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *Client) sources() (claim, hold []string) {
@@ -314,9 +346,13 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 		full := false
 		if free > 0 {
 			started := time.Now()
-			claims, err := c.store.EventClaimMany(ctx, &EventClaimManyParams{
+			// Not cancelled by Stop: a claim the database committed must come
+			// back, so that it can be worked or released.
+			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL)
+			claims, err := c.store.EventClaimMany(claimCtx, &EventClaimManyParams{
 				Owner: c.cfg.ID, Limit: free, TTL: c.cfg.LeaseTTL, Sources: sources, HoldSources: hold,
 			})
+			cancel()
 			switch {
 			case ctx.Err() != nil:
 				for _, cl := range claims {
@@ -341,7 +377,10 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // the store closed its notifications: poll only
+			}
 		case <-poll.C:
 		case <-c.slotFree:
 		}
@@ -352,7 +391,8 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 	ev := cl.Event
 	hctx, cancel := context.WithCancelCause(handlerCtx)
 	j := &job{lease: ev.Lease(), source: ev.Source, reclaimed: cl.PreviousUnfinished, cancel: cancel}
-	j.deadline.Store(claimedAt.Add(c.cfg.LeaseTTL).UnixNano())
+	j.deadline = claimedAt.Add(c.cfg.LeaseTTL)
+	j.timer = time.AfterFunc(time.Until(j.deadline), j.lose)
 	c.mu.Lock()
 	c.running[j.lease] = j
 	c.active++
@@ -361,11 +401,18 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 	go func() {
 		defer c.jobs.Done()
 		defer c.finish(j)
-		c.work(hctx, j, cl)
+		beatCtx, stopBeat := context.WithCancel(c.beatCtx)
+		beating := make(chan struct{})
+		go func() { defer close(beating); c.heartbeat(beatCtx, j) }()
+		completed, err, took := c.runHandler(hctx, cl)
+		stopBeat()
+		<-beating
+		c.record(hctx, j, cl, completed, err, took)
 	}()
 }
 
 func (c *Client) finish(j *job) {
+	j.timer.Stop()
 	j.cancel(nil)
 	c.mu.Lock()
 	delete(c.running, j.lease)
@@ -377,7 +424,9 @@ func (c *Client) finish(j *job) {
 	}
 }
 
-func (c *Client) work(ctx context.Context, j *job, cl *Claim) {
+// runHandler runs the event's handler; completed reports that a
+// transactional handler's own transaction completed the event.
+func (c *Client) runHandler(ctx context.Context, cl *Claim) (completed bool, err error, took time.Duration) {
 	ev := cl.Event
 	d := &Delivery{
 		Event:              ev,
@@ -385,30 +434,32 @@ func (c *Client) work(ctx context.Context, j *job, cl *Claim) {
 		IdempotencyKey:     IdempotencyKey(ev.Source, ev.EventID),
 		PreviousUnfinished: cl.PreviousUnfinished,
 	}
-	log := c.log.With("source", ev.Source, "event_id", ev.EventID, "attempt", ev.Attempt, "worker", c.cfg.ID)
-	h := c.handlerFor(ev)
 	started := time.Now()
-	var completed bool
-	var err error
+	h := c.handlerFor(ev)
 	if h == nil {
-		err = Permanent(fmt.Errorf("ferry: no handler for source %q type %q", ev.Source, ev.Type))
-	} else {
-		completed, err = runSafely(ctx, h, c, d)
+		return false, Permanent(fmt.Errorf("ferry: no handler for source %q type %q", ev.Source, ev.Type)), 0
 	}
-	took := time.Since(started)
+	completed, err = runSafely(ctx, h, c, d)
+	return completed, err, time.Since(started)
+}
+
+// record writes the attempt's verdict, fenced by its lease, and reports it.
+func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, err error, took time.Duration) {
+	ev := cl.Event
+	log := c.log.With("source", ev.Source, "event_id", ev.EventID, "attempt", ev.Attempt, "worker", c.cfg.ID)
 	policy := c.policy(ev.Source)
 
 	// A write with a background context: the handler's context may be
 	// cancelled, but the verdict must still reach the store while the lease
 	// holds.
-	wctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, j.deadline.Load()))
+	wctx, cancel := context.WithDeadline(context.Background(), j.leaseDeadline())
 	defer cancel()
 
 	outcome := OutcomeDone
 	switch {
+	case completed:
 	case j.lost.Load() || errors.Is(err, ErrLeaseLost):
 		outcome = OutcomeLeaseExpired
-	case completed:
 	case err == nil:
 		if werr := retryWrite(wctx, func() error {
 			return c.store.EventComplete(wctx, &EventCompleteParams{Lease: j.lease})
@@ -437,13 +488,13 @@ func (c *Client) work(ctx context.Context, j *job, cl *Claim) {
 		switch {
 		case werr != nil:
 			outcome = OutcomeLeaseExpired
-			log.Warn("ferry: could not record failure; the lease will lapse", "err", werr, "handler_err", err)
+			log.Warn("ferry: could not record failure; the lease will lapse", "err", werr, "handler_err", logSafe(err))
 		case state == StateDead:
 			outcome = OutcomeDead
-			log.Warn("ferry: event dead", "alert", "dead", "err", err)
+			log.Warn("ferry: event dead", "alert", "dead", "err", logSafe(err))
 		default:
 			outcome = OutcomeFailed
-			log.Info("ferry: attempt failed; retrying", "err", err, "retry_in", delay)
+			log.Info("ferry: attempt failed; retrying", "err", logSafe(err), "retry_in", delay)
 		}
 	}
 	if outcome == OutcomeLeaseExpired {
@@ -471,10 +522,11 @@ func runSafely(ctx context.Context, h handler, c *Client, d *Delivery) (complete
 	return h.run(ctx, c, d)
 }
 
-// heartbeatLoop extends every running lease each interval; a lease found
-// lost cancels its handler at once.
-func (c *Client) heartbeatLoop(ctx context.Context) {
-	defer close(c.beatDone)
+// heartbeat extends j's lease every interval until ctx is done. Each job
+// beats on its own, so one slow call cannot delay another lease; each call is
+// bounded by the job's deadline, past which the job's timer has already
+// cancelled the handler.
+func (c *Client) heartbeat(ctx context.Context, j *job) {
 	tick := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	for {
@@ -483,27 +535,23 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		c.mu.Lock()
-		jobs := make([]*job, 0, len(c.running))
-		for _, j := range c.running {
-			jobs = append(jobs, j)
+		if j.lost.Load() {
+			return
 		}
-		c.mu.Unlock()
-		for _, j := range jobs {
-			if j.lost.Load() {
-				continue
-			}
-			sent := time.Now()
-			_, err := c.store.EventHeartbeat(ctx, &EventHeartbeatParams{Lease: j.lease, TTL: c.cfg.LeaseTTL})
-			switch {
-			case err == nil:
-				j.deadline.Store(sent.Add(c.cfg.LeaseTTL).UnixNano())
-			case errors.Is(err, ErrLeaseLost) || time.Now().UnixNano() >= j.deadline.Load():
-				j.lost.Store(true)
-				j.cancel(ErrLeaseLost)
-			case ctx.Err() == nil:
-				c.log.Warn("ferry: heartbeat failed; retrying", "worker", c.cfg.ID, "err", err)
-			}
+		sent := time.Now()
+		bctx, cancel := context.WithDeadline(ctx, j.leaseDeadline())
+		_, err := c.store.EventHeartbeat(bctx, &EventHeartbeatParams{Lease: j.lease, TTL: c.cfg.LeaseTTL})
+		cancel()
+		switch {
+		case err == nil:
+			j.extend(sent.Add(c.cfg.LeaseTTL))
+		case errors.Is(err, ErrLeaseLost):
+			j.lose()
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			c.log.Warn("ferry: heartbeat failed; retrying until the lease would lapse", "worker", c.cfg.ID, "err", logSafe(err))
 		}
 	}
 }

@@ -118,3 +118,15 @@ func (h txHandler[TX]) run(ctx context.Context, _ *Client, d *Delivery) (bool, e
 func panicError(p any) error {
 	return fmt.Errorf("ferry: handler panicked: %v", p)
 }
+
+// logSafe is the text of err fit for a log line. An error whose full text may
+// carry data that must not be logged (a downstream response that echoes the
+// payload) implements Redacted() string: the store records Error(), the log
+// gets Redacted().
+func logSafe(err error) string {
+	var r interface{ Redacted() string }
+	if errors.As(err, &r) {
+		return r.Redacted()
+	}
+	return err.Error()
+}

@@ -121,7 +121,7 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	err = fmt.Errorf("forward: app answered %s: %q", resp.Status, snippet)
+	err = &appError{status: resp.Status, snippet: snippet}
 	if !retryable(resp.StatusCode) {
 		return ferry.Permanent(err)
 	}
@@ -152,4 +152,21 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		d = t.Sub(now)
 	}
 	return min(max(d, 0), 24*time.Hour)
+}
+
+// appError is a non-2xx answer from the app. Its Error text keeps the start
+// of the response, for the event's last error and the attempt ledger; its
+// Redacted text, which is all a log line gets, keeps only the status and
+// size, since an app may echo the payload back.
+type appError struct {
+	status  string
+	snippet []byte
+}
+
+func (e *appError) Error() string {
+	return fmt.Sprintf("forward: app answered %s: %q", e.status, e.snippet)
+}
+
+func (e *appError) Redacted() string {
+	return fmt.Sprintf("forward: app answered %s (%d-byte body)", e.status, len(e.snippet))
 }

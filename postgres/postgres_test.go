@@ -796,7 +796,10 @@ func TestReceiptSubscribe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		channel := "ferry_received_" + currentSchema(t, b.store)
+		var channel string
+		if err := b.store.Pool().QueryRow(ctx, "SELECT ferry_receipt_channel()").Scan(&channel); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := b.store.Pool().Exec(ctx,
 			"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'", channel); err != nil {
 			t.Fatal(err)

@@ -54,7 +54,7 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 			return err
 		}
 		if stats.Now.IsZero() { // no events: the aggregate returned no row
-			if err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, now())`, s.nowArg()).Scan(&stats.Now); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp())`, s.nowArg()).Scan(&stats.Now); err != nil {
 				return err
 			}
 			stats.Now = stats.Now.UTC()

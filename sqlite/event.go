@@ -78,9 +78,9 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 	if params.Owner == "" || params.Limit <= 0 || params.TTL <= 0 {
 		return nil, fmt.Errorf("sqlite: claim: %w: owner, a positive limit and a positive ttl are required", ferry.ErrInvalidParams)
 	}
-	now := s.nowMicros()
 	var claims []*ferry.Claim
 	err := s.writeTx(ctx, "claim", func(tx *sql.Tx) error {
+		now := s.nowMicros() // read under the write lock, not before waiting for it
 		if len(params.HoldSources) > 0 {
 			hold := []any{sql.Named("now", now), sql.Named("hold_sources", jsonArray(params.HoldSources))}
 			if _, err := tx.ExecContext(ctx, eventClaimHoldAttemptSQL, hold...); err != nil {
@@ -150,9 +150,10 @@ func (s *Store) EventHeartbeat(ctx context.Context, params *ferry.EventHeartbeat
 	if params.TTL <= 0 {
 		return time.Time{}, fmt.Errorf("sqlite: heartbeat: %w: ttl must be positive", ferry.ErrInvalidParams)
 	}
-	now := s.nowTime()
-	expires := now.Add(params.TTL).Truncate(time.Microsecond)
+	var expires time.Time
 	err := s.writeTx(ctx, "heartbeat", func(tx *sql.Tx) error {
+		now := s.nowTime()
+		expires = now.Add(params.TTL).Truncate(time.Microsecond)
 		return execFenced(ctx, tx, eventHeartbeatSQL, params.Lease, now,
 			sql.Named("lease_expires_at", expires.UnixMicro()))
 	})
@@ -193,9 +194,9 @@ func (s *Store) complete(ctx context.Context, tx *sql.Tx, lease ferry.Lease) err
 // or the event is MaxAge old (from its first delivery or last requeue);
 // pending and due in RetryDelay otherwise.
 func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
-	now := s.nowTime()
 	var state ferry.State
 	err := s.writeTx(ctx, "fail", func(tx *sql.Tx) error {
+		now := s.nowTime()
 		var attempt, attemptBase int
 		var firstDelivered, requeued sql.NullInt64
 		err := tx.QueryRowContext(ctx, eventFenceSQL, fenceArgs(params.Lease, now)...).
@@ -239,8 +240,8 @@ func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (f
 
 // EventRelease gives a leased event back, pending and due now.
 func (s *Store) EventRelease(ctx context.Context, params *ferry.EventReleaseParams) error {
-	now := s.nowTime()
 	err := s.writeTx(ctx, "release", func(tx *sql.Tx) error {
+		now := s.nowTime()
 		if err := execFenced(ctx, tx, eventReleaseSQL, params.Lease, now); err != nil {
 			return err
 		}

@@ -4,7 +4,7 @@
 -- go to unknown instead. Every claim gets a running ledger row; a previous
 -- attempt still running in the ledger is closed as lease_expired.
 WITH clock AS (
-    SELECT coalesce(@now::timestamptz, now()) AS now
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 held AS (
     UPDATE ferry_event

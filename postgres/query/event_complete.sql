@@ -1,7 +1,7 @@
 -- Marks a leased event done and closes its ledger row, only while the lease
 -- is held: no row back means the lease was lost and nothing changed.
 WITH clock AS (
-    SELECT coalesce(@now::timestamptz, now()) AS now
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 completed AS (
     UPDATE ferry_event

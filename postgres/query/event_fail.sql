@@ -3,7 +3,7 @@
 -- @max_age_us (from its first delivery or last requeue); pending again after
 -- the retry delay otherwise. No row back means the lease was lost.
 WITH clock AS (
-    SELECT coalesce(@now::timestamptz, now()) AS now
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 failed AS (
     UPDATE ferry_event

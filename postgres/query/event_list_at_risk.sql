@@ -1,7 +1,7 @@
 -- Unfinished events older than their source's at-risk age, oldest first,
 -- without payloads or headers. Arguments as in event_stats.sql.
 WITH clock AS (
-    SELECT coalesce(@now::timestamptz, now()) AS now
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 risk AS (
     SELECT * FROM unnest(@risk_sources::text[], @risk_us::bigint[]) AS r(source, us)

@@ -3,4 +3,4 @@
 DELETE FROM ferry_event
 WHERE source = @source::text
   AND state = 'done'
-  AND completed_at <= coalesce(@now::timestamptz, now()) - @retention_us::bigint * interval '1 microsecond';
+  AND completed_at <= coalesce(@now::timestamptz, statement_timestamp()) - @retention_us::bigint * interval '1 microsecond';

@@ -3,7 +3,7 @@
 -- delivery whose payload hash differs is kept as a conflict. ON CONFLICT makes
 -- concurrent deliveries of one key queue on its row instead of failing.
 WITH clock AS (
-    SELECT coalesce(@now::timestamptz, now()) AS now
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 received AS (
     INSERT INTO ferry_event AS e (source, event_id, type, payload, headers, payload_sha256,

@@ -1,7 +1,7 @@
 -- Gives a leased event back, pending and due now (graceful shutdown), and
 -- closes its ledger row as released. No row back means the lease was lost.
 WITH clock AS (
-    SELECT coalesce(@now::timestamptz, now()) AS now
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 released AS (
     UPDATE ferry_event

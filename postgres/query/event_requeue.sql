@@ -2,7 +2,7 @@
 -- (attempt_base catches up with attempt; attempt itself never goes down), and
 -- wakes the workers. Pending and in_progress events are never touched.
 WITH clock AS (
-    SELECT coalesce(@now::timestamptz, now()) AS now
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 requeued AS (
     UPDATE ferry_event

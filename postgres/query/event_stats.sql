@@ -3,7 +3,7 @@
 -- replay window (@risk_sources[i] is at risk after @risk_us[i] microseconds;
 -- other sources after @default_risk_us, never when it is 0).
 WITH clock AS (
-    SELECT coalesce(@now::timestamptz, now()) AS now
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 risk AS (
     SELECT * FROM unnest(@risk_sources::text[], @risk_us::bigint[]) AS r(source, us)

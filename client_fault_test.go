@@ -1,0 +1,114 @@
+package ferry_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// faultyStore wraps a real store and breaks one behaviour at a time.
+type faultyStore struct {
+	ferry.Store
+	hangHeartbeats bool         // EventHeartbeat blocks until its context ends
+	closedWake     bool         // ReceiptSubscribe returns a closed channel
+	claims         atomic.Int64 // EventClaimMany calls
+}
+
+func (s *faultyStore) EventHeartbeat(ctx context.Context, p *ferry.EventHeartbeatParams) (time.Time, error) {
+	if s.hangHeartbeats {
+		<-ctx.Done()
+		return time.Time{}, ctx.Err()
+	}
+	return s.Store.EventHeartbeat(ctx, p)
+}
+
+func (s *faultyStore) ReceiptSubscribe(ctx context.Context) (<-chan struct{}, error) {
+	if s.closedWake {
+		c := make(chan struct{})
+		close(c)
+		return c, nil
+	}
+	return s.Store.ReceiptSubscribe(ctx)
+}
+
+func (s *faultyStore) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+	s.claims.Add(1)
+	return s.Store.EventClaimMany(ctx, p)
+}
+
+func TestClientFaults(t *testing.T) {
+	t.Parallel()
+
+	// A store that stops answering must not leave a handler running past its
+	// lease while another worker takes the event.
+	t.Run("HungHeartbeatsStillCancelAtTheLeaseEnd", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		b.receive(t, "stripe", "evt_1")
+		store := &faultyStore{Store: b.store, hangHeartbeats: true}
+		cause := make(chan error, 1)
+		c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.LeaseTTL = time.Second })
+		c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
+			if d.Attempt > 1 {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return ctx.Err()
+		})
+		start(t, c)
+		select {
+		case err := <-cause:
+			if !errors.Is(err, ferry.ErrLeaseLost) {
+				t.Fatalf("handler cancelled with %v, want ErrLeaseLost", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("handler still running long after its lease lapsed")
+		}
+	})
+
+	t.Run("StopReturnsWhenItsContextEnds", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		b.receive(t, "stripe", "evt_1")
+		running, release := make(chan struct{}), make(chan struct{})
+		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = 10 * time.Millisecond })
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error {
+			close(running)
+			<-release // ignores its context
+			return nil
+		})
+		if err := c.Start(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer close(release)
+		<-running
+		ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+		defer cancel()
+		if err := c.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop = %v, want DeadlineExceeded while a handler ignores its context", err)
+		}
+	})
+
+	t.Run("ClosedNotificationsFallBackToPolling", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, false)
+		store := &faultyStore{Store: b.store, closedWake: true}
+		c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.PollInterval = 100 * time.Millisecond })
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
+		start(t, c)
+		time.Sleep(time.Second)
+		// Polling every 100 ms makes about 10 claims a second; a loop on the
+		// closed channel makes tens of thousands.
+		if n := store.claims.Load(); n > 100 {
+			t.Fatalf("%d claims in a second with a closed notification channel: the claim loop spins", n)
+		}
+		id := b.receive(t, "stripe", "evt_after")
+		b.waitState(t, id, ferry.StateDone)
+	})
+}
