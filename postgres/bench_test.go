@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,4 +64,26 @@ func BenchmarkClaimComplete(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkReceiveParallel measures receipts arriving concurrently, as a
+// receiver under load sees them: group commit shares each transaction
+// between the receipts that queued while the previous one was written.
+func BenchmarkReceiveParallel(b *testing.B) {
+	ctx := context.Background()
+	store := benchStore(b)
+	payload := []byte(`{"id":"evt","type":"invoice.paid","data":{"object":{}}}`)
+	var n atomic.Int64
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, err := store.EventReceive(ctx, &ferry.EventReceiveParams{
+				Source: "bench", EventID: fmt.Sprintf("evt_%d", n.Add(1)), Type: "invoice.paid", Payload: payload,
+			})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

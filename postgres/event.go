@@ -41,31 +41,19 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 	}
 	sum := sha256.Sum256(payload)
 
-	var (
-		result                ferry.EventReceiveResult
-		inserted, conflicting bool
-	)
-	err = s.pool.QueryRow(ctx, eventReceiveSQL, pgx.NamedArgs{
-		"now":            s.nowArg(),
-		"source":         params.Source,
-		"event_id":       params.EventID,
-		"type":           params.Type,
-		"payload":        payload,
-		"headers":        headers,
-		"payload_sha256": sum[:],
-	}).Scan(&result.ID, &inserted, &conflicting)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: event receive: %w", err)
-	}
-	switch {
-	case inserted:
-		result.Outcome = ferry.ReceiveNew
-	case conflicting:
-		result.Outcome = ferry.ReceiveConflict
-	default:
-		result.Outcome = ferry.ReceiveDuplicate
-	}
-	return &result, nil
+	return s.receipts.Do(ctx, &receiveArgs{
+		source:  params.Source,
+		eventID: params.EventID,
+		args: pgx.NamedArgs{
+			"now":            s.nowArg(),
+			"source":         params.Source,
+			"event_id":       params.EventID,
+			"type":           params.Type,
+			"payload":        payload,
+			"headers":        headers,
+			"payload_sha256": sum[:],
+		},
+	})
 }
 
 func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {

@@ -14,9 +14,11 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// EventReceive stores a delivery in one write transaction. Writes are
-// serialized, so concurrent deliveries of one key make exactly one row: the
-// first is new, the rest are duplicates (or conflicts) and are counted.
+// EventReceive stores a delivery in a write transaction, shared with the
+// deliveries that arrive while the one before is being written (group
+// commit; see receive_batch.go). Writes are serialized, so concurrent
+// deliveries of one key make exactly one row: the first is new, the rest are
+// duplicates (or conflicts) and are counted.
 func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
 	if params.Source == "" || params.EventID == "" {
 		return nil, fmt.Errorf("sqlite: receive: %w: source and event id are required", ferry.ErrInvalidParams)
@@ -40,35 +42,7 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 		sql.Named("now", s.nowMicros()),
 	}
 
-	result := &ferry.EventReceiveResult{}
-	err = s.writeTx(ctx, "receive", func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, eventReceiveInsertSQL, args...).Scan(&result.ID)
-		if err == nil {
-			result.Outcome = ferry.ReceiveNew
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		var conflict bool
-		if err := tx.QueryRowContext(ctx, eventReceiveRedeliverSQL, args...).Scan(&result.ID, &conflict); err != nil {
-			return err
-		}
-		if !conflict {
-			result.Outcome = ferry.ReceiveDuplicate
-			return nil
-		}
-		result.Outcome = ferry.ReceiveConflict
-		_, err = tx.ExecContext(ctx, conflictInsertSQL, append(args, sql.Named("id", result.ID))...)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if result.Outcome == ferry.ReceiveNew {
-		s.broadcast()
-	}
-	return result, nil
+	return s.receipts.Do(ctx, args)
 }
 
 // EventClaimMany leases due events in one write transaction; see

@@ -20,6 +20,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -36,6 +37,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
 // busyTimeout is how long a write waits for another process's write lock
@@ -58,6 +60,13 @@ type Config struct {
 	// it to prove that such a write returns an error and leaves nothing
 	// behind. Zero means no cap beyond SQLite's own.
 	MaxPageCount int
+
+	// ReceiveBatch is the most concurrent receipts EventReceive commits in
+	// one write transaction (group commit: one fsync for the lot; each
+	// caller still returns only after the commit). Receipts are grouped only
+	// when they arrive while an earlier write is running, so an idle store
+	// adds no delay. Defaults to 64; 1 commits every receipt alone.
+	ReceiveBatch int
 }
 
 // Store is a ferry.TxStore on one SQLite file. Open one per process and
@@ -71,6 +80,8 @@ type Store struct {
 	subscribers map[chan struct{}]struct{}
 	closed      chan struct{}
 	closeOnce   sync.Once
+
+	receipts *groupcommit.Committer[[]any, *ferry.EventReceiveResult]
 }
 
 var _ ferry.TxStore[*sql.Tx] = (*Store)(nil)
@@ -128,13 +139,15 @@ func Open(path string, config *Config) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{
+	s := &Store{
 		db:          db,
 		readDB:      readDB,
 		now:         now,
 		subscribers: make(map[chan struct{}]struct{}),
 		closed:      make(chan struct{}),
-	}, nil
+	}
+	s.newReceiveCommitter(cmp.Or(config.ReceiveBatch, defaultReceiveBatch))
+	return s, nil
 }
 
 // dsn appends the driver's query parameters to path.

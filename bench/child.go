@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// ferryBinary builds cmd/ferry of this checkout into the temp directory,
+// once per run. The bench runs from bench/, so the checkout is "..".
+func ferryBinary(ctx context.Context, tmp string) (string, error) {
+	buildOnce.Do(func() {
+		binPath = filepath.Join(tmp, "ferry")
+		// Built in Ferry's own module, with its own go.mod: the binary
+		// users get, not one resolved against the bench's dependencies.
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", binPath, "./cmd/ferry")
+		cmd.Dir = ".."
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		buildErr = cmd.Run()
+	})
+	return binPath, buildErr
+}
+
+// configTOML is a one-source (Stripe) ferry config on storeURL forwarding
+// to forwardURL, with Ferry's default settings for everything else.
+func configTOML(storeURL, forwardURL string) string {
+	return fmt.Sprintf(`[store]
+url = %q
+
+[[source]]
+name = "stripe"
+provider = "stripe"
+secrets = [%q]
+
+[source.forward]
+url = %q
+`, storeURL, stripeSecret, forwardURL)
+}
+
+// child is one running `ferry serve`.
+type child struct {
+	cmd  *exec.Cmd
+	addr string // the listen address it logged
+	done chan struct{}
+}
+
+// startServe runs `ferry serve` with config text and role, and waits for its
+// "ferry: serving" line.
+func startServe(ctx context.Context, tmp, name, configText, role string) (*child, error) {
+	bin, err := ferryBinary(ctx, tmp)
+	if err != nil {
+		return nil, fmt.Errorf("build ferry: %w", err)
+	}
+	cfgPath := filepath.Join(tmp, name+".toml")
+	if err := os.WriteFile(cfgPath, []byte(configText), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0", "--role", role, "--log-level", "info")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		defer close(c.done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var line struct {
+				Msg    string `json:"msg"`
+				Listen string `json:"listen"`
+				Level  string `json:"level"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "ferry: serving" {
+				select {
+				case addr <- line.Listen:
+				default:
+				}
+			}
+			if strings.HasPrefix(sc.Text(), "{") && line.Level == "ERROR" {
+				fmt.Fprintf(os.Stderr, "  %s: %s\n", name, sc.Text())
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+	}()
+	select {
+	case c.addr = <-addr:
+		return c, nil
+	case <-c.done:
+		return nil, fmt.Errorf("ferry serve (%s) exited before serving", name)
+	case <-time.After(30 * time.Second):
+		c.kill()
+		return nil, fmt.Errorf("ferry serve (%s) did not start in 30s", name)
+	case <-ctx.Done():
+		c.kill()
+		return nil, ctx.Err()
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (c *child) kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+// stop sends SIGTERM and waits up to 30 s before killing.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		c.kill()
+	}
+}

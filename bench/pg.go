@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// schema is one schema of the benchmark's own, dropped with everything in
+// it by drop.
+type schema struct {
+	name string
+	url  string // o.url with search_path set to the schema
+}
+
+// createSchema makes a fresh bench_<what>_<hex> schema. Its URL pins
+// search_path to it on every connection, so Ferry's and River's tables land
+// there and nowhere else.
+func createSchema(ctx context.Context, baseURL, what string) (*schema, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "bench_" + what + "_" + hex.EncodeToString(b[:])
+	if err := adminExec(ctx, baseURL, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return nil, fmt.Errorf("create schema %s: %w", name, err)
+	}
+	u, err := withParams(baseURL, map[string]string{"search_path": name})
+	if err != nil {
+		return nil, err
+	}
+	return &schema{name: name, url: u}, nil
+}
+
+// drop removes the schema and everything in it. It uses its own context:
+// cleanup runs even when the run was interrupted.
+func (s *schema) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := adminExec(ctx, s.url, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s.name}.Sanitize()+" CASCADE"); err != nil {
+		fmt.Printf("bench: warning: drop schema %s: %v\n", s.name, err)
+	}
+}
+
+// pool opens a pool on the schema with at most maxConns connections, named
+// app in pg_stat_activity.
+func (s *schema) pool(ctx context.Context, app string, maxConns int) (*pgxpool.Pool, error) {
+	u, err := withParams(s.url, map[string]string{"application_name": app})
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(maxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+func adminExec(ctx context.Context, u, sql string) error {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+func serverMaxConnections(ctx context.Context, u string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	var n int
+	err = conn.QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&n)
+	return n, err
+}
+
+// withParams sets query parameters of a postgres:// URL; pgx sends unknown
+// ones (search_path, application_name) as run-time parameters.
+func withParams(raw string, params map[string]string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("database url: %w", err)
+	}
+	q := u.Query()
+	for k, v := range params {
+		q.Set(k, v)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable url)"
+	}
+	return u.Redacted()
+}
+
+// connSampler polls pg_stat_activity for the backends of one
+// application_name and keeps the peak number in use: running a statement or
+// inside a transaction, or holding a LISTEN.
+type connSampler struct {
+	mu     sync.Mutex
+	peak   int
+	peakAt time.Duration
+	err    error
+	done   chan struct{}
+	stop   context.CancelFunc
+}
+
+const connInUseSQL = `
+SELECT count(*) FROM pg_stat_activity
+WHERE application_name = $1
+  AND (state IS DISTINCT FROM 'idle' OR query ILIKE 'listen %')`
+
+func sampleConns(ctx context.Context, u, app string, every time.Duration) (*connSampler, error) {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &connSampler{done: make(chan struct{}), stop: cancel}
+	start := time.Now()
+	go func() {
+		defer close(s.done)
+		defer conn.Close(context.Background())
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			var n int
+			// pg_stat_activity is a snapshot per transaction; each query
+			// runs in its own.
+			if err := conn.QueryRow(ctx, connInUseSQL, app).Scan(&n); err != nil {
+				if ctx.Err() == nil {
+					s.mu.Lock()
+					s.err = err
+					s.mu.Unlock()
+				}
+				return
+			}
+			s.mu.Lock()
+			if n > s.peak {
+				s.peak, s.peakAt = n, time.Since(start)
+			}
+			s.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s, nil
+}
+
+// finish stops sampling and returns the peak.
+func (s *connSampler) finish() (int, error) {
+	s.stop()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak, s.err
+}
