@@ -2,10 +2,8 @@ package sqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,32 +14,20 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
 )
+
+// The store's lifecycle is tested by the shared contract (storetest_test.go);
+// this file keeps what only SQLite has: the file and its pragmas, migrations,
+// a full disk, microsecond times and in-process signals.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeClock is a settable clock, safe for concurrent use.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+const ttl = 30 * time.Second
 
 type testBundle struct {
 	store *sqlite.Store
-	clock *fakeClock
-	path  string
+	clock *storetest.Clock
 }
 
 func setup(t *testing.T) *testBundle {
@@ -51,10 +37,10 @@ func setup(t *testing.T) *testBundle {
 
 func setupConfig(t *testing.T, config *sqlite.Config) *testBundle {
 	t.Helper()
-	clock := &fakeClock{now: time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)}
+	clock := storetest.NewClock()
+	clock.Advance(123456789 * time.Nanosecond) // finer than the microsecond SQLite keeps
 	config.Now = clock.Now
-	path := filepath.Join(t.TempDir(), "ferry.db")
-	store, err := sqlite.Open(path, config)
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,29 +48,25 @@ func setupConfig(t *testing.T, config *sqlite.Config) *testBundle {
 	if err := store.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return &testBundle{store: store, clock: clock, path: path}
+	return &testBundle{store: store, clock: clock}
 }
 
 func (b *testBundle) receive(t *testing.T, source, eventID string) int64 {
 	t.Helper()
-	res, err := b.store.EventReceive(t.Context(), &ferry.EventReceiveParams{
-		Source: source, EventID: eventID, Type: "test.event",
-		Payload: []byte(`{"id":"` + eventID + `"}`),
-		Headers: http.Header{"Content-Type": {"application/json"}},
-	})
+	res, err := b.store.EventReceive(t.Context(), &ferry.EventReceiveParams{Source: source, EventID: eventID, Payload: []byte(eventID)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res.ID
 }
 
-func (b *testBundle) claim(t *testing.T, owner string, limit int, ttl time.Duration) []*ferry.Claim {
+func (b *testBundle) claim(t *testing.T) ferry.Lease {
 	t.Helper()
-	claims, err := b.store.EventClaimMany(t.Context(), &ferry.EventClaimManyParams{Owner: owner, Limit: limit, TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
+	claims, err := b.store.EventClaimMany(t.Context(), &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: ttl})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claimed %d events, %v; want 1", len(claims), err)
 	}
-	return claims
+	return claims[0].Event.Lease()
 }
 
 func (b *testBundle) get(t *testing.T, id int64) *ferry.Event {
@@ -94,15 +76,6 @@ func (b *testBundle) get(t *testing.T, id int64) *ferry.Event {
 		t.Fatal(err)
 	}
 	return e
-}
-
-func (b *testBundle) attempts(t *testing.T, id int64) []*ferry.Attempt {
-	t.Helper()
-	a, err := b.store.AttemptList(t.Context(), &ferry.AttemptListParams{ID: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
 }
 
 func TestOpen(t *testing.T) {
@@ -191,169 +164,89 @@ func TestMigrate(t *testing.T) {
 	})
 }
 
-func TestEventReceive(t *testing.T) {
+func TestDiskFullLeavesNothing(t *testing.T) {
 	t.Parallel()
-
-	t.Run("NewDuplicateConflict", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		ctx := t.Context()
-		params := &ferry.EventReceiveParams{
-			Source: "stripe", EventID: "evt_1", Type: "invoice.paid",
-			Payload: []byte(`{"a":1}`), Headers: http.Header{"X-Test": {"1"}},
-		}
-		first, err := b.store.EventReceive(ctx, params)
+	b := setupConfig(t, &sqlite.Config{MaxPageCount: 40})
+	big := []byte(strings.Repeat("x", 16<<10))
+	var err error
+	var stored int
+	for i := range 100 {
+		_, err = b.store.EventReceive(t.Context(), &ferry.EventReceiveParams{
+			Source: "s", EventID: fmt.Sprint(i), Payload: big,
+		})
 		if err != nil {
-			t.Fatal(err)
+			break
 		}
-		if first.Outcome != ferry.ReceiveNew || first.ID == 0 {
-			t.Fatalf("first = %+v, want new with an id", first)
-		}
-		b.clock.Advance(time.Second)
-		dup, err := b.store.EventReceive(ctx, params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dup.Outcome != ferry.ReceiveDuplicate || dup.ID != first.ID {
-			t.Fatalf("dup = %+v, want duplicate of %d", dup, first.ID)
-		}
-		other := *params
-		other.Payload = []byte(`{"a":2}`)
-		other.Headers = http.Header{"X-Other": {"2"}}
-		conflict, err := b.store.EventReceive(ctx, &other)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if conflict.Outcome != ferry.ReceiveConflict || conflict.ID != first.ID {
-			t.Fatalf("conflict = %+v, want conflict of %d", conflict, first.ID)
-		}
-
-		e := b.get(t, first.ID)
-		if e.Deliveries != 3 || e.Conflicts != 1 || e.State != ferry.StatePending {
-			t.Errorf("deliveries, conflicts, state = %d, %d, %s; want 3, 1, pending", e.Deliveries, e.Conflicts, e.State)
-		}
-		if string(e.Payload) != `{"a":1}` || e.Headers.Get("X-Test") != "1" || e.Type != "invoice.paid" {
-			t.Errorf("stored event = %+v, want the first delivery", e)
-		}
-		if !e.LastDeliveredAt.Equal(e.FirstDeliveredAt.Add(time.Second)) {
-			t.Errorf("last delivered %v, first %v: want one second apart", e.LastDeliveredAt, e.FirstDeliveredAt)
-		}
-		conflicts, err := b.store.ConflictList(ctx, &ferry.ConflictListParams{ID: first.ID})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(conflicts) != 1 || string(conflicts[0].Payload) != `{"a":2}` || conflicts[0].Headers.Get("X-Other") != "2" ||
-			len(conflicts[0].PayloadSHA256) != 32 || conflicts[0].EventID != first.ID {
-			t.Errorf("conflicts = %+v, want the second payload", conflicts)
-		}
-	})
-
-	t.Run("InvalidParams", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		for _, p := range []*ferry.EventReceiveParams{{Source: "s"}, {EventID: "e"}} {
-			if _, err := b.store.EventReceive(t.Context(), p); !errors.Is(err, ferry.ErrInvalidParams) {
-				t.Errorf("EventReceive(%+v) = %v, want ErrInvalidParams", p, err)
-			}
-		}
-	})
-
-	t.Run("ConcurrentSameKey", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		var mu sync.Mutex
-		outcomes := map[ferry.ReceiveOutcome]int{}
-		var wg sync.WaitGroup
-		for range 16 {
-			wg.Go(func() {
-				res, err := b.store.EventReceive(t.Context(), &ferry.EventReceiveParams{Source: "s", EventID: "same", Payload: []byte("x")})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				outcomes[res.Outcome]++
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		if outcomes[ferry.ReceiveNew] != 1 || outcomes[ferry.ReceiveDuplicate] != 15 {
-			t.Errorf("outcomes = %v, want 1 new and 15 duplicates", outcomes)
-		}
-		e, err := b.store.EventGet(t.Context(), &ferry.EventGetParams{Source: "s", EventID: "same"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e.Deliveries != 16 {
-			t.Errorf("deliveries = %d, want 16", e.Deliveries)
-		}
-	})
-
-	t.Run("EmptyPayloadNoHeaders", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		res, err := b.store.EventReceive(t.Context(), &ferry.EventReceiveParams{Source: "s", EventID: "e"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := b.get(t, res.ID)
-		if len(e.Payload) != 0 || e.Headers != nil || len(e.PayloadSHA256) != 32 {
-			t.Errorf("event = %+v, want empty payload, nil headers, a hash", e)
-		}
-	})
-
-	t.Run("DiskFullLeavesNothing", func(t *testing.T) {
-		t.Parallel()
-		b := setupConfig(t, &sqlite.Config{MaxPageCount: 40})
-		big := []byte(strings.Repeat("x", 16<<10))
-		var err error
-		var stored int
-		for i := range 100 {
-			_, err = b.store.EventReceive(t.Context(), &ferry.EventReceiveParams{
-				Source: "s", EventID: fmt.Sprint(i), Payload: big,
-			})
-			if err != nil {
-				break
-			}
-			stored++
-		}
-		if err == nil {
-			t.Fatal("no error from a full database")
-		}
-		list, lerr := b.store.EventList(t.Context(), &ferry.EventListParams{Limit: 1000})
-		if lerr != nil {
-			t.Fatal(lerr)
-		}
-		if len(list.Events) != stored {
-			t.Errorf("%d events listed, %d acknowledged: a failed receive left a row", len(list.Events), stored)
-		}
-	})
+		stored++
+	}
+	if err == nil {
+		t.Fatal("no error from a full database")
+	}
+	list, lerr := b.store.EventList(t.Context(), &ferry.EventListParams{Limit: 1000})
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if len(list.Events) != stored {
+		t.Errorf("%d events listed, %d acknowledged: a failed receive left a row", len(list.Events), stored)
+	}
 }
 
-func TestEventGet(t *testing.T) {
+// TestTimesKeepMicroseconds: SQLite stores times as UTC microseconds, so
+// every time the store hands back is the clock truncated to the microsecond.
+func TestTimesKeepMicroseconds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	ctx := t.Context()
+	now := func() time.Time { return b.clock.Now().Truncate(time.Microsecond) }
 	id := b.receive(t, "github", "d-1")
+	e := b.get(t, id)
+	if e.FirstDeliveredAt.Location() != time.UTC || !e.FirstDeliveredAt.Equal(now()) || !e.NextAttemptAt.Equal(e.FirstDeliveredAt) {
+		t.Errorf("times = %v, %v; want the clock to the microsecond, UTC", e.FirstDeliveredAt, e.NextAttemptAt)
+	}
 
-	byKey, err := b.store.EventGet(t.Context(), &ferry.EventGetParams{Source: "github", EventID: "d-1"})
+	b.clock.Advance(time.Millisecond)
+	lease := b.claim(t)
+	e = b.get(t, id)
+	if !e.ClaimedAt.Equal(now()) || !e.LeaseExpiresAt.Equal(now().Add(ttl)) {
+		t.Errorf("claimed %v, expires %v; want %v and %v", e.ClaimedAt, e.LeaseExpiresAt, now(), now().Add(ttl))
+	}
+	b.clock.Advance(time.Second)
+	expires, err := b.store.EventHeartbeat(ctx, &ferry.EventHeartbeatParams{Lease: lease, TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if byKey.ID != id {
-		t.Errorf("by key id = %d, want %d", byKey.ID, id)
+	if want := now().Add(ttl); !expires.Equal(want) || !b.get(t, id).LeaseExpiresAt.Equal(want) {
+		t.Errorf("heartbeat expiry = %v, want %v", expires, want)
 	}
-	if byKey.FirstDeliveredAt.Location() != time.UTC ||
-		!byKey.FirstDeliveredAt.Equal(b.clock.Now().Truncate(time.Microsecond)) ||
-		!byKey.NextAttemptAt.Equal(byKey.FirstDeliveredAt) {
-		t.Errorf("times = %v, %v; want the clock to the microsecond, UTC", byKey.FirstDeliveredAt, byKey.NextAttemptAt)
+	b.clock.Advance(time.Second)
+	if _, err := b.store.EventFail(ctx, &ferry.EventFailParams{Lease: lease, RetryDelay: time.Minute}); err != nil {
+		t.Fatal(err)
 	}
-	for _, p := range []*ferry.EventGetParams{{ID: id + 100}, {Source: "github", EventID: "nope"}} {
-		if _, err := b.store.EventGet(t.Context(), p); !errors.Is(err, ferry.ErrNotFound) {
-			t.Errorf("EventGet(%+v) = %v, want ErrNotFound", p, err)
-		}
+	if e := b.get(t, id); !e.NextAttemptAt.Equal(now().Add(time.Minute)) {
+		t.Errorf("next attempt at %v, want %v", e.NextAttemptAt, now().Add(time.Minute))
+	}
+	b.clock.Advance(time.Minute)
+	started := now()
+	lease = b.claim(t)
+	b.clock.Advance(time.Second)
+	if err := b.store.EventComplete(ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.get(t, id); !e.CompletedAt.Equal(now()) {
+		t.Errorf("completed at %v, want %v", e.CompletedAt, now())
+	}
+	a, err := b.store.AttemptList(ctx, &ferry.AttemptListParams{ID: id})
+	if err != nil || len(a) != 2 {
+		t.Fatalf("ledger = %+v, %v", a, err)
+	}
+	if !a[1].StartedAt.Equal(started) || !a[1].FinishedAt.Equal(now()) {
+		t.Errorf("attempt 2 ran %v to %v, want %v to %v", a[1].StartedAt, a[1].FinishedAt, started, now())
 	}
 }
 
+// TestReceiptSubscribe: signals are in-process and sent before the write
+// returns, so each check reads the channel without waiting. A receipt, a
+// requeue and a release wake; a duplicate does not.
 func TestReceiptSubscribe(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -362,28 +255,30 @@ func TestReceiptSubscribe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	signalled := func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
 	b.receive(t, "s", "1")
-	b.receive(t, "s", "2") // coalesces; must not block
-	select {
-	case <-ch:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no signal after a receipt")
+	if !signalled() {
+		t.Error("no signal after a receipt")
 	}
 	b.receive(t, "s", "1") // a duplicate makes nothing due
-	select {
-	case <-ch:
-		t.Fatal("signal after a duplicate")
-	default:
+	if signalled() {
+		t.Error("signal after a duplicate")
+	}
+	lease := b.claim(t)
+	if err := b.store.EventRelease(t.Context(), &ferry.EventReleaseParams{Lease: lease}); err != nil {
+		t.Fatal(err)
+	}
+	if !signalled() {
+		t.Error("no signal after a release")
 	}
 	cancel()
 	for range ch { // closes once ctx is done
-	}
-}
-
-// sqlExec runs a statement on the write handle.
-func sqlExec(t *testing.T, db *sql.DB, query string, args ...any) {
-	t.Helper()
-	if _, err := db.Exec(query, args...); err != nil {
-		t.Fatal(err)
 	}
 }

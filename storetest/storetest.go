@@ -104,6 +104,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		testModel(t, setup)
 	})
 	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, setup) })
+	t.Run("Extra", func(t *testing.T) { t.Parallel(); testExtra(t, setup, h.NewEffects) })
 }
 
 // receive stores a new delivery and returns its row id.
