@@ -101,8 +101,8 @@ func (s *run) finish(ctx context.Context) error {
 		return err
 	}
 	check(o, s.r)
-	s.r.detail("sender requests=%d non_2xx=%d 503=%d with_retry_after=%d network_errors=%d gave_up=%d",
-		s.snd.requests.Load(), s.snd.non2xx.Load(), s.snd.unavailable.Load(), s.snd.retryAfter.Load(), s.snd.netErrors.Load(), s.snd.gaveUp.Load())
+	s.r.detail("sender requests=%d non_2xx=%d 503=%d (store_failed=%d) with_retry_after=%d network_errors=%d gave_up=%d",
+		s.snd.requests.Load(), s.snd.non2xx.Load(), s.snd.unavailable.Load(), s.snd.storeRefused.Load(), s.snd.retryAfter.Load(), s.snd.netErrors.Load(), s.snd.gaveUp.Load())
 	s.r.detail("workers lease_lost=%d heartbeat_failed=%d claim_failed=%d completion_refused=%d",
 		s.lineCount("lease_lost"), s.lineCount("heartbeat_failed"), s.lineCount("claim_failed"), s.lineCount("completion_refused"))
 	if n := s.snd.gaveUp.Load(); n > 0 {
@@ -465,17 +465,17 @@ func (s *run) storefull(ctx context.Context) error {
 	}
 	done := s.sendAsync(ctx, ds[a:b])
 	t0 := time.Now()
-	for s.snd.unavailable.Load() < 20 && time.Since(t0) < 15*time.Second && !isDone(done) {
+	for s.snd.storeRefused.Load() < 20 && time.Since(t0) < 15*time.Second && !isDone(done) {
 		sleep(ctx, 50*time.Millisecond)
 	}
 	sleep(ctx, time.Second)
-	refusedWhileFull := s.snd.unavailable.Load()
+	refusedWhileFull := s.snd.storeRefused.Load()
 	if err := s.makeWritable(ctx, full); err != nil {
 		return err
 	}
 	<-done
 	<-s.sendAsync(ctx, ds[b:])
-	s.r.detail("unwritable_for=%v how=%q 503_while_unwritable=%d", time.Since(t0).Round(100*time.Millisecond), full, refusedWhileFull)
+	s.r.detail("unwritable_for=%v how=%q 503_store_unavailable_while_unwritable=%d", time.Since(t0).Round(100*time.Millisecond), full, refusedWhileFull)
 	if refusedWhileFull == 0 {
 		s.r.fail("the store never refused a write: nothing was tested")
 	}

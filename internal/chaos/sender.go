@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -121,6 +122,7 @@ type sender struct {
 	giveUp  time.Duration // per delivery
 
 	requests, non2xx, unavailable, retryAfter, netErrors, gaveUp atomic.Int64
+	storeRefused                                                 atomic.Int64 // 503 because the store failed (not draining)
 	sent                                                         atomic.Int64 // deliveries finished (acked or given up)
 }
 
@@ -206,7 +208,7 @@ func (s *sender) try(ctx context.Context, ev *event) (time.Duration, bool) {
 		s.netErrors.Add(1)
 		return 0, false
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
 	if resp.StatusCode/100 == 2 {
 		return 0, true
@@ -215,6 +217,11 @@ func (s *sender) try(ctx context.Context, ev *event) (time.Duration, bool) {
 	var wait time.Duration
 	if resp.StatusCode == http.StatusServiceUnavailable {
 		s.unavailable.Add(1)
+		var body struct{ Error string }
+		_ = json.Unmarshal(answer, &body)
+		if body.Error == "store_unavailable" || body.Error == "store_timeout" {
+			s.storeRefused.Add(1)
+		}
 		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
 			s.retryAfter.Add(1)
 			wait = min(time.Duration(secs)*time.Second, 5*time.Second)
