@@ -203,9 +203,10 @@ func isDone(c <-chan struct{}) bool {
 // completion with its stale leases, as a woken zombie would: each must be
 // refused. Then the zombie itself wakes and sends its own late heartbeats.
 func (s *run) zombie(ctx context.Context) error {
-	// Each attempt takes at least 100 ms, so a worker holds leases at any
-	// moment of the run.
-	s.extraEnv = func(int) []string { return []string{"FERRY_CHAOS_HANDLER_DELAY=100ms"} }
+	// Each attempt takes at least 30 ms, so a worker holds leases at any
+	// moment of the run; longer would cap a worker at 10 slots / delay and
+	// saturate the survivor, and reclaim time would measure its backlog.
+	s.extraEnv = func(int) []string { return []string{"FERRY_CHAOS_HANDLER_DELAY=30ms"} }
 	s.measureReclaim = true
 	if err := s.begin(ctx, 2, ""); err != nil {
 		return err
