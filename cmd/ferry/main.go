@@ -38,6 +38,7 @@ func commands() []command {
 		{"echo", "a stand-in app: print each forwarded event and verify its signature", runEcho},
 		{"events", "list, show and replay events", runEvents},
 		{"doctor", "check the config and the store; print what is wrong or at risk, with the fix", runDoctor},
+		{"chaos", "prove crash safety: run real ferry processes under faults and check nothing acknowledged is lost", runChaos},
 	}
 }
 

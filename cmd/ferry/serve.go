@@ -155,6 +155,13 @@ func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry
 
 func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.Observer) (*ferry.Client, error) {
 	w := cfg.Worker
+	hook, err := chaosHookFromEnv(st, log) // nil unless `ferry chaos` started this process
+	if err != nil {
+		return nil, err
+	}
+	if hook != nil {
+		obs = hook.observer(obs)
+	}
 	client, err := ferry.NewClient(&ferry.Config{
 		Store: st, Sources: cfg.Policies(), Logger: log, Observer: obs,
 		Workers: w.Workers, LeaseTTL: w.LeaseTTL.Duration, HeartbeatInterval: w.Heartbeat.Duration,
@@ -168,6 +175,12 @@ func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.O
 		fwd, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: s.Forward.URL, Secret: s.Forward.Secret, Timeout: s.Forward.Timeout.Duration})
 		if err != nil {
 			return nil, fmt.Errorf("%w: source %s: %v", errConfig, s.Name, err)
+		}
+		if hook != nil {
+			if err := hook.register(client, s.Name, fwd.Handle); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		client.Handle(s.Name, fwd.Handle)
 	}

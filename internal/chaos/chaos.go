@@ -1,0 +1,258 @@
+// Package chaos is the engine of `ferry chaos`: it starts real `ferry serve`
+// children against PostgreSQL or SQLite, drives them with a sender that
+// signs and retries like a webhook provider, records every effect in a sink
+// (or, in tx mode, in a table with no unique constraint), injects faults,
+// drains, and checks Jepsen's queue rule: nothing acknowledged is lost,
+// nothing unexpected appears, and every duplicate effect is explained by the
+// attempt ledger.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+)
+
+// Options configure a run.
+type Options struct {
+	// Bin is the ferry binary the children run. Required.
+	Bin string
+	// Scenario is one scenario's name, or "all".
+	Scenario string
+	// Store is "postgres" or "sqlite".
+	Store string
+	// Events is how many unique events each scenario sends.
+	Events int
+	// Handler is "external" (forward to the sink) or "tx" (a transactional
+	// handler writing chaos_effect in the store's own transaction).
+	Handler string
+	// Broken, if set, runs the children in a deliberately broken mode
+	// ("mark-done-first") to show that the checker catches it.
+	Broken string
+	// AllowPGRestart lets pgcrash stop and start the PostgreSQL server.
+	AllowPGRestart bool
+	// DatabaseURL is the PostgreSQL server the harness makes its schemas in.
+	DatabaseURL string
+	// TTL is the children's lease TTL. Defaults to 2 s; heartbeat is TTL/4.
+	TTL time.Duration
+	// Senders is how many deliveries are in flight at once. Defaults to 32,
+	// and to 4 in kill, zombie and crashloop (see pacedSenders).
+	Senders int
+	// Seed seeds the run's randomness; 0 picks one (printed).
+	Seed uint64
+	// Out receives the result lines; Log the progress. Default to stdout and
+	// stderr.
+	Out, Log io.Writer
+}
+
+// Scenarios in the order "all" runs them.
+var Scenarios = []string{"duplicates", "kill", "zombie", "dbfaults", "pgcrash", "storefull", "crashloop", "dlq"}
+
+// Result is one scenario's outcome; Line is the line `ferry chaos` ends it
+// with.
+type Result struct {
+	Scenario, Store     string
+	Events, Acked       int
+	Stored, Lost        int
+	Unexpected, Effects int
+	DuplicateEffects    int
+	UntracedDuplicates  int
+	StaleWritesAccepted int
+	MaxReclaimMS        int64
+
+	// Skipped says why the scenario did not run (it then passes).
+	Skipped string
+	// Failures are scenario-specific reasons to fail (a fault that was
+	// never injected, a dead set that is not the poisoned one, ...).
+	Failures []string
+	// Details are key=value facts about the run: faults injected, retries.
+	Details []string
+	// Notes are the first findings behind non-zero counters.
+	Notes []string
+	Took  time.Duration
+}
+
+func (r *Result) Line() string {
+	return fmt.Sprintf("chaos: scenario=%s store=%s events=%d acked=%d stored=%d lost=%d unexpected=%d effects=%d duplicate_effects=%d untraced_duplicates=%d stale_writes_accepted=%d max_reclaim_ms=%d",
+		r.Scenario, r.Store, r.Events, r.Acked, r.Stored, r.Lost, r.Unexpected, r.Effects, r.DuplicateEffects, r.UntracedDuplicates, r.StaleWritesAccepted, r.MaxReclaimMS)
+}
+
+func (r *Result) fail(format string, args ...any) {
+	r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
+}
+
+func (r *Result) detail(format string, args ...any) {
+	r.Details = append(r.Details, fmt.Sprintf(format, args...))
+}
+
+// Verdict lists why r fails; empty means it passed.
+func (r *Result) Verdict(o *Options) []string {
+	if r.Skipped != "" {
+		return nil
+	}
+	out := append([]string(nil), r.Failures...)
+	bad := func(n int, what string) {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s=%d", what, n))
+		}
+	}
+	bad(r.Lost, "lost")
+	bad(r.Unexpected, "unexpected")
+	bad(r.UntracedDuplicates, "untraced_duplicates")
+	bad(r.StaleWritesAccepted, "stale_writes_accepted")
+	if o.Handler == "tx" {
+		bad(r.DuplicateEffects, "duplicate_effects (tx mode must have none)")
+	}
+	if limit := (o.TTL + time.Second).Milliseconds(); r.MaxReclaimMS > limit {
+		out = append(out, fmt.Sprintf("max_reclaim_ms=%d exceeds ttl + 1 s (%d)", r.MaxReclaimMS, limit))
+	}
+	return out
+}
+
+// ErrFailed is returned by Run when any scenario failed.
+var ErrFailed = errors.New("chaos: a scenario failed")
+
+func (o *Options) defaults() error {
+	if o.Bin == "" {
+		return errors.New("chaos: Options.Bin is required")
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	if o.TTL == 0 {
+		o.TTL = 2 * time.Second
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
+	if o.Store != "postgres" && o.Store != "sqlite" {
+		return fmt.Errorf("chaos: store %q: use postgres or sqlite", o.Store)
+	}
+	if o.Handler != "external" && o.Handler != "tx" {
+		return fmt.Errorf("chaos: handler %q: use external or tx", o.Handler)
+	}
+	if o.Broken != "" && o.Broken != "mark-done-first" {
+		return fmt.Errorf("chaos: broken mode %q: the only one is mark-done-first", o.Broken)
+	}
+	if o.Broken != "" && o.Handler == "tx" {
+		return errors.New("chaos: --broken runs with --handler external")
+	}
+	if o.Events < 10 {
+		return fmt.Errorf("chaos: events %d: send at least 10", o.Events)
+	}
+	return nil
+}
+
+// Names returns the scenarios a --scenario value selects.
+func Names(scenario string) ([]string, error) {
+	if scenario == "all" {
+		return Scenarios, nil
+	}
+	for _, s := range Scenarios {
+		if s == scenario {
+			return []string{s}, nil
+		}
+	}
+	return nil, fmt.Errorf("chaos: unknown scenario %q: use all or one of %s", scenario, strings.Join(Scenarios, ", "))
+}
+
+// Run runs the selected scenarios one after another, printing each one's
+// details and, last, its result line. It returns ErrFailed if any failed.
+func Run(ctx context.Context, o Options) ([]*Result, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	names, err := Names(o.Scenario)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Log, "chaos: store=%s handler=%s events=%d ttl=%v seed=%d\n", o.Store, o.Handler, o.Events, o.TTL, o.Seed)
+	var results []*Result
+	failed := false
+	for i, name := range names {
+		if ctx.Err() != nil {
+			break
+		}
+		r := runOne(ctx, &o, name, rand.New(rand.NewPCG(o.Seed, uint64(i))))
+		results = append(results, r)
+		prefix := "chaos: scenario=" + name
+		for _, d := range r.Details {
+			fmt.Fprintf(o.Out, "%s detail: %s\n", prefix, d)
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(o.Out, "%s note: %s\n", prefix, n)
+		}
+		if r.Skipped != "" {
+			fmt.Fprintf(o.Out, "%s skipped: %s\n", prefix, r.Skipped)
+			continue
+		}
+		v := r.Verdict(&o)
+		for _, reason := range v {
+			fmt.Fprintf(o.Out, "%s FAIL: %s\n", prefix, reason)
+		}
+		failed = failed || len(v) > 0
+		fmt.Fprintf(o.Out, "%s took=%s result=%s\n", prefix, r.Took.Round(100*time.Millisecond), map[bool]string{true: "FAIL", false: "pass"}[len(v) > 0])
+		fmt.Fprintln(o.Out, r.Line())
+	}
+	if ctx.Err() != nil {
+		return results, fmt.Errorf("chaos: interrupted: %w", ctx.Err())
+	}
+	if failed {
+		return results, ErrFailed
+	}
+	return results, nil
+}
+
+func runOne(ctx context.Context, o *Options, name string, rng *rand.Rand) *Result {
+	r := &Result{Scenario: name, Store: o.Store}
+	started := time.Now()
+	defer func() { r.Took = time.Since(started) }()
+	if reason := skipReason(o, name); reason != "" {
+		r.Skipped = reason
+		return r
+	}
+	// Every loop below is bounded by its own count and by this deadline.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute+time.Duration(o.Events)*50*time.Millisecond)
+	defer cancel()
+	fmt.Fprintf(o.Log, "chaos: %s: starting (%d events, %s)\n", name, o.Events, o.Store)
+	e, err := newEnv(ctx, o, name)
+	if err != nil {
+		r.fail("setup: %v", err)
+		return r
+	}
+	defer e.close()
+	s := &run{env: e, r: r, rng: rng, name: name}
+	if err := scenarioFuncs[name](s, ctx); err != nil {
+		r.fail("%v", err)
+	}
+	if err := e.lastError(); err != nil {
+		r.fail("a child could not be restarted: %v", err)
+	}
+	return r
+}
+
+func (e *env) lastError() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastErr
+}
+
+func skipReason(o *Options, name string) string {
+	switch {
+	case name == "dbfaults" && o.Store == "sqlite":
+		return "SQLite is a file in the same process: there is no connection between Ferry and the store to reset, slow or black-hole (run it with --store postgres)"
+	case name == "pgcrash" && o.Store == "sqlite":
+		return "there is no PostgreSQL server in a SQLite run (crashloop kills the SQLite deployment instead)"
+	case name == "pgcrash" && !o.AllowPGRestart:
+		return "stopping PostgreSQL with -m immediate would break everyone else using this server; pass --allow-pg-restart (or FERRY_CHAOS_PG_RESTART=1) on a server the harness may control"
+	}
+	return ""
+}

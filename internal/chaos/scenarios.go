@@ -1,0 +1,641 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// run is one scenario in progress.
+type run struct {
+	*env
+	r    *Result
+	rng  *rand.Rand
+	name string
+	cfg  string
+	evs  []*event
+	snd  *sender
+}
+
+var scenarioFuncs = map[string]func(*run, context.Context) error{
+	"duplicates": (*run).duplicates,
+	"kill":       (*run).kill,
+	"zombie":     (*run).zombie,
+	"dbfaults":   (*run).dbfaults,
+	"pgcrash":    (*run).pgcrash,
+	"storefull":  (*run).storefull,
+	"crashloop":  (*run).crashloop,
+	"dlq":        (*run).dlq,
+}
+
+// giveUp is how long the sender retries one delivery: far longer than any
+// fault a scenario injects, so giving up is itself a failure.
+const giveUp = 3 * time.Minute
+
+// pacedSenders is how many senders the scenarios that measure reclaim
+// time use by default. Ferry claims the oldest due work first, and an
+// expired lease is due from its expiry, so in a saturated inbox a dead
+// worker's events wait behind the whole backlog received before their lease
+// lapsed: reclaim time is then queueing time. These scenarios keep the
+// inbox busy but not saturated, so max_reclaim_ms measures the lease
+// mechanism; --senders 32 shows the saturated case.
+var pacedSenders = map[string]int{"kill": 4, "zombie": 4, "crashloop": 4}
+
+func (s *run) senders() int {
+	if s.opts.Senders > 0 {
+		return s.opts.Senders
+	}
+	if n, ok := pacedSenders[s.name]; ok {
+		return n
+	}
+	return 32
+}
+
+// begin writes the config, starts n children and makes the events.
+func (s *run) begin(ctx context.Context, n int, storeVia string) error {
+	cfg, err := s.writeConfig("ferry", s.storeURL(storeVia))
+	if err != nil {
+		return err
+	}
+	s.cfg = cfg
+	for slot := range n {
+		if _, err := s.start(ctx, slot, cfg); err != nil {
+			return err
+		}
+	}
+	s.evs = makeEvents(s.opts.Events, s.rng, s.id)
+	s.snd = newSender(s.targets, giveUp)
+	return nil
+}
+
+// sendAsync sends ds in the background with s.senders() senders; the channel closes
+// when every delivery is acknowledged or given up.
+func (s *run) sendAsync(ctx context.Context, ds []delivery) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.snd.run(ctx, ds, s.senders())
+	}()
+	return done
+}
+
+// finish drains, stops the children, collects and checks.
+func (s *run) finish(ctx context.Context) error {
+	drainLimit := time.Minute + time.Duration(s.opts.Events)*10*time.Millisecond
+	if err := s.drain(ctx, drainLimit); err != nil {
+		s.r.fail("%v", err)
+	}
+	s.stopAll()
+	o, err := s.collect(ctx, s.evs)
+	if err != nil {
+		return err
+	}
+	check(o, s.r)
+	s.r.detail("sender requests=%d non_2xx=%d 503=%d (store_failed=%d) with_retry_after=%d network_errors=%d gave_up=%d",
+		s.snd.requests.Load(), s.snd.non2xx.Load(), s.snd.unavailable.Load(), s.snd.storeRefused.Load(), s.snd.retryAfter.Load(), s.snd.netErrors.Load(), s.snd.gaveUp.Load())
+	s.r.detail("workers lease_lost=%d heartbeat_failed=%d claim_failed=%d completion_refused=%d",
+		s.lineCount("lease_lost"), s.lineCount("heartbeat_failed"), s.lineCount("claim_failed"), s.lineCount("completion_refused"))
+	if n := s.snd.gaveUp.Load(); n > 0 {
+		s.r.fail("the sender gave up on %d deliveries after retrying for %v", n, giveUp)
+	}
+	return nil
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func (s *run) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(s.rng.Int64N(int64(hi-lo)+1))
+}
+
+// duplicates: N unique events across the five providers, 30 % delivered
+// again (twice, three times, or two at once within 5 ms), shuffled, 32
+// senders, two instances receiving.
+func (s *run) duplicates(ctx context.Context) error {
+	if err := s.begin(ctx, 2, ""); err != nil {
+		return err
+	}
+	ds := plan(s.evs, 0.30, s.rng)
+	s.r.detail("deliveries=%d unique=%d", len(ds), len(s.evs))
+	<-s.sendAsync(ctx, ds)
+	return s.finish(ctx)
+}
+
+var crashPoints = []string{"after-claim", "after-effect", "after-commit"}
+
+// kill: three instances; every 100–900 ms one, at random, is SIGKILLed and
+// restarted 200 ms later. Every (re)start is also armed to SIGKILL itself
+// at one of the three crash points, in turn, within its first few attempts.
+func (s *run) kill(ctx context.Context) error {
+	var armed atomic.Bool
+	var starts atomic.Int64
+	armed.Store(true)
+	// A start is armed while its crash point has been hit fewer than
+	// target times, so each point is hit on purpose a few times and the
+	// random SIGKILLs do the rest.
+	target := max(2, s.opts.Events/500)
+	s.extraEnv = func(int) []string {
+		k := starts.Add(1)
+		point := crashPoints[k%3]
+		if !armed.Load() || s.lineCount("crash:"+point) >= target {
+			return nil
+		}
+		return []string{fmt.Sprintf("FERRY_CHAOS_CRASH_POINT=%s:%d", point, 1+rand.IntN(20))}
+	}
+	s.supervised.Store(true)
+	s.measureReclaim = true
+	if err := s.begin(ctx, 3, ""); err != nil {
+		return err
+	}
+	done := s.sendAsync(ctx, plan(s.evs, 0.10, s.rng))
+	kills := 0
+	for kills < 10000 {
+		sleep(ctx, s.between(100*time.Millisecond, 900*time.Millisecond))
+		if isDone(done) || ctx.Err() != nil {
+			break
+		}
+		if p := s.proc(s.rng.IntN(3)); p != nil && p.alive() {
+			p.kill()
+			kills++
+		}
+	}
+	armed.Store(false)
+	<-done
+	s.r.detail("sigkills=%d restarts=%d crash_points after-claim=%d after-effect=%d after-commit=%d",
+		kills, s.restarts.Load(), s.lineCount("crash:after-claim"), s.lineCount("crash:after-effect"), s.lineCount("crash:after-commit"))
+	for _, p := range crashPoints {
+		if s.lineCount("crash:"+p) == 0 {
+			s.r.fail("crash point %s was never hit; send more events", p)
+		}
+	}
+	if kills == 0 {
+		s.r.fail("no worker was SIGKILLed; send more events")
+	}
+	return s.finish(ctx)
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// zombie: a worker is SIGSTOPped for 3 × ttl while it holds leases, then
+// resumed. While it sleeps the harness replays its heartbeat, failure and
+// completion with its stale leases, as a woken zombie would: each must be
+// refused. Then the zombie itself wakes and sends its own late heartbeats.
+func (s *run) zombie(ctx context.Context) error {
+	// Each attempt takes at least 30 ms, so a worker holds leases at any
+	// moment of the run; longer would cap a worker at 10 slots / delay and
+	// saturate the survivor, and reclaim time would measure its backlog.
+	s.extraEnv = func(int) []string { return []string{"FERRY_CHAOS_HANDLER_DELAY=30ms"} }
+	s.measureReclaim = true
+	if err := s.begin(ctx, 2, ""); err != nil {
+		return err
+	}
+	ds := plan(s.evs, 0.10, s.rng)
+	done := s.sendAsync(ctx, ds)
+	for s.snd.sent.Load() < int64(len(ds)/4) && !isDone(done) && ctx.Err() == nil {
+		sleep(ctx, 20*time.Millisecond)
+	}
+	z := s.proc(0)
+	var leases []ferry.Lease
+	lockedStops := 0
+	for try := 0; try < 200 && len(leases) == 0; try++ {
+		var err error
+		if leases, err = s.leasesOf(ctx, z.pid); err != nil {
+			return err
+		}
+		if len(leases) > 0 {
+			if err := z.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				return err
+			}
+			stoppedAt := time.Now()
+			// SQLite has one write lock per file: a process stopped inside
+			// a write transaction stalls every other writer for as long as
+			// it sleeps (an availability limit of multi-process SQLite, not
+			// a lease question). Stop the zombie again elsewhere then.
+			if locked, err := s.writeLocked(ctx); err != nil {
+				return err
+			} else if locked {
+				lockedStops++
+				_ = z.cmd.Process.Signal(syscall.SIGCONT)
+				leases = nil
+				sleep(ctx, 10*time.Millisecond)
+				continue
+			}
+			// Leases read before the stop may have completed meanwhile;
+			// read again now that the zombie cannot move.
+			if leases, err = s.leasesOf(ctx, z.pid); err != nil {
+				return err
+			}
+			if len(leases) == 0 {
+				_ = z.cmd.Process.Signal(syscall.SIGCONT)
+				continue
+			}
+			z.markKilled(stoppedAt)
+			continue
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+	if len(leases) == 0 {
+		s.r.fail("the zombie never held a lease to lose; send more events")
+		<-done
+		return s.finish(ctx)
+	}
+	beforeResume := s.lineCount("lease_lost") + s.lineCount("completion_refused")
+	sleep(ctx, 3*s.opts.TTL)
+	refused, accepted := 0, 0
+	for _, l := range leases {
+		probes := []func() error{
+			func() error {
+				_, err := s.store.EventHeartbeat(ctx, &ferry.EventHeartbeatParams{Lease: l, TTL: s.opts.TTL})
+				return err
+			},
+			func() error {
+				_, err := s.store.EventFail(ctx, &ferry.EventFailParams{Lease: l, Error: "zombie"})
+				return err
+			},
+			func() error { return s.store.EventComplete(ctx, &ferry.EventCompleteParams{Lease: l}) },
+		}
+		for _, probe := range probes {
+			switch err := probe(); {
+			case errors.Is(err, ferry.ErrLeaseLost):
+				refused++
+			case err == nil:
+				accepted++
+				s.r.note("a stale write with lease %d/%d was accepted", l.ID, l.Attempt)
+			default:
+				return fmt.Errorf("zombie probe: %w", err)
+			}
+		}
+	}
+	s.r.StaleWritesAccepted += accepted
+	if err := z.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	<-done
+	sleep(ctx, s.opts.TTL) // the zombie's heartbeat loop runs at least once more
+	s.r.detail("zombie stops_retried_because_it_held_the_sqlite_write_lock=%d", lockedStops)
+	s.r.detail("zombie pid=%d stopped_for=%v leases_held=%d stale_probes_refused=%d stale_probes_accepted=%d zombie_refused_after_wake=%d",
+		z.pid, 3*s.opts.TTL, len(leases), refused, accepted, s.lineCount("lease_lost")+s.lineCount("completion_refused")-beforeResume)
+	return s.finish(ctx)
+}
+
+// writeLocked reports whether another process holds the SQLite write lock
+// (always false on PostgreSQL).
+func (s *run) writeLocked(ctx context.Context) (bool, error) {
+	if s.lite == nil {
+		return false, nil
+	}
+	db, err := sql.Open("sqlite", "file:"+s.dbPath+"?_pragma=busy_timeout%28200%29")
+	if err != nil {
+		return false, err
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		if strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "locked") {
+			return true, nil
+		}
+		return false, err
+	}
+	_, err = conn.ExecContext(ctx, "ROLLBACK")
+	return false, err
+}
+
+// leasesOf lists the leases the child with pid holds now.
+func (s *run) leasesOf(ctx context.Context, pid int) ([]ferry.Lease, error) {
+	var out []ferry.Lease
+	var before int64
+	for range 100 {
+		res, err := s.store.EventList(ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateInProgress}, Before: before, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		for _, ev := range res.Events {
+			if pidOf(ev.LeaseOwner) == pid {
+				out = append(out, ev.Lease())
+			}
+		}
+		if res.NextBefore == 0 {
+			break
+		}
+		before = res.NextBefore
+	}
+	return out, nil
+}
+
+// dbfaults: between Ferry and PostgreSQL sits a TCP proxy that resets every
+// connection, slows every packet, or black-holes them; and the children's
+// backends are terminated with pg_terminate_backend. During ingest and work.
+func (s *run) dbfaults(ctx context.Context) error {
+	px, err := newProxy(s.pgTarget)
+	if err != nil {
+		return err
+	}
+	defer px.close()
+	if err := s.begin(ctx, 2, px.addr()); err != nil {
+		return err
+	}
+	done := s.sendAsync(ctx, plan(s.evs, 0.10, s.rng))
+	counts := map[string]int{}
+	for i := 0; i < 10000 && !isDone(done) && ctx.Err() == nil; i++ {
+		sleep(ctx, s.between(200*time.Millisecond, 800*time.Millisecond))
+		switch s.rng.IntN(4) {
+		case 0:
+			counts["reset_connections"] += px.reset()
+		case 1:
+			px.setMode(proxySlow, s.between(20*time.Millisecond, 150*time.Millisecond))
+			sleep(ctx, s.between(500*time.Millisecond, 1500*time.Millisecond))
+			px.setMode(proxyPass, 0)
+			counts["slow"]++
+		case 2:
+			px.setMode(proxyBlackhole, 0)
+			sleep(ctx, s.between(300*time.Millisecond, 1200*time.Millisecond))
+			counts["blackhole_reset_connections"] += px.reset()
+			px.setMode(proxyPass, 0)
+			counts["blackhole"]++
+		case 3:
+			n, err := s.terminateBackends(ctx)
+			if err != nil {
+				return err
+			}
+			counts["terminated_backends"] += n
+		}
+	}
+	px.setMode(proxyPass, 0)
+	<-done
+	s.r.detail("faults slow=%d blackhole=%d reset_connections=%d blackhole_reset_connections=%d terminated_backends=%d",
+		counts["slow"], counts["blackhole"], counts["reset_connections"], counts["blackhole_reset_connections"], counts["terminated_backends"])
+	if counts["reset_connections"]+counts["terminated_backends"]+counts["blackhole"] == 0 {
+		s.r.fail("no database fault was injected; send more events")
+	}
+	return s.finish(ctx)
+}
+
+// terminateBackends ends the children's backends, and only theirs: the
+// harness's own connections have another application_name.
+func (s *run) terminateBackends(ctx context.Context) (int, error) {
+	var n int
+	err := s.pg.Pool().QueryRow(ctx,
+		`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`,
+		s.appName()).Scan(&n)
+	return n, err
+}
+
+// pgcrash: PostgreSQL is stopped with -m immediate twice during the run and
+// started again 3 s later. Only with --allow-pg-restart.
+func (s *run) pgcrash(ctx context.Context) error {
+	if err := s.begin(ctx, 2, ""); err != nil {
+		return err
+	}
+	ds := plan(s.evs, 0.10, s.rng)
+	done := s.sendAsync(ctx, ds)
+	crashes := 0
+	for _, at := range []float64{0.25, 0.6} {
+		for float64(s.snd.sent.Load()) < at*float64(len(ds)) && !isDone(done) && ctx.Err() == nil {
+			sleep(ctx, 20*time.Millisecond)
+		}
+		if err := pgCluster(ctx, "stop", "-m", "immediate"); err != nil {
+			return err
+		}
+		crashes++
+		sleep(ctx, 3*time.Second)
+		if err := pgCluster(ctx, "start"); err != nil {
+			return err
+		}
+		for i := 0; i < 60 && exec.CommandContext(ctx, "pg_isready", "-q", "-h", "127.0.0.1").Run() != nil; i++ {
+			sleep(ctx, 500*time.Millisecond)
+		}
+	}
+	<-done
+	s.r.detail("postgres_immediate_stops=%d", crashes)
+	return s.finish(ctx)
+}
+
+func pgCluster(ctx context.Context, args ...string) error {
+	versions, err := os.ReadDir("/etc/postgresql")
+	if err != nil || len(versions) == 0 {
+		return fmt.Errorf("pgcrash: no cluster under /etc/postgresql: %v", err)
+	}
+	cmd := exec.CommandContext(ctx, "pg_ctlcluster", append([]string{"--skip-systemctl-redirect", versions[0].Name(), "main"}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctlcluster %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// storefull: the store cannot write for a while (SQLite: capped at its
+// current page count with max_page_count, as a full disk; PostgreSQL:
+// every write to Ferry's tables raises read_only_sql_transaction, as a
+// failed-over read-only primary). The receiver must answer 503 with
+// Retry-After; after recovery the sender's retries succeed.
+func (s *run) storefull(ctx context.Context) error {
+	if err := s.begin(ctx, 1, ""); err != nil {
+		return err
+	}
+	ds := plan(s.evs, 0.10, s.rng)
+	a, b := len(ds)*3/10, len(ds)*7/10
+	<-s.sendAsync(ctx, ds[:a])
+	full, err := s.makeUnwritable(ctx)
+	if err != nil {
+		return err
+	}
+	done := s.sendAsync(ctx, ds[a:b])
+	t0 := time.Now()
+	for s.snd.storeRefused.Load() < 20 && time.Since(t0) < 15*time.Second && !isDone(done) {
+		sleep(ctx, 50*time.Millisecond)
+	}
+	sleep(ctx, time.Second)
+	refusedWhileFull := s.snd.storeRefused.Load()
+	if err := s.makeWritable(ctx, full); err != nil {
+		return err
+	}
+	<-done
+	<-s.sendAsync(ctx, ds[b:])
+	s.r.detail("unwritable_for=%v how=%q 503_store_unavailable_while_unwritable=%d", time.Since(t0).Round(100*time.Millisecond), full, refusedWhileFull)
+	if refusedWhileFull == 0 {
+		s.r.fail("the store never refused a write: nothing was tested")
+	}
+	if s.snd.retryAfter.Load() < s.snd.unavailable.Load() {
+		s.r.fail("%d 503 answers came without a Retry-After", s.snd.unavailable.Load()-s.snd.retryAfter.Load())
+	}
+	return s.finish(ctx)
+}
+
+func (s *run) makeUnwritable(ctx context.Context) (string, error) {
+	if s.pg != nil {
+		stmts := []string{`CREATE FUNCTION chaos_read_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'chaos: the store is read-only' USING ERRCODE = 'read_only_sql_transaction'; END $$`}
+		for _, t := range []string{"ferry_event", "ferry_attempt", "ferry_conflict"} {
+			stmts = append(stmts, fmt.Sprintf(`CREATE TRIGGER chaos_read_only BEFORE INSERT OR UPDATE OR DELETE ON %s FOR EACH STATEMENT EXECUTE FUNCTION chaos_read_only()`, t))
+		}
+		return "postgres read-only (trigger raising SQLSTATE 25006 on ferry_*)", s.execSQL(ctx, stmts...)
+	}
+	var pages int
+	if err := s.sqlDB().QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		return "", err
+	}
+	cfg, err := s.writeConfig("full", "sqlite:file:"+s.dbPath+"?_pragma=max_page_count%28"+fmt.Sprint(pages)+"%29")
+	if err != nil {
+		return "", err
+	}
+	s.proc(0).stop(10 * time.Second)
+	if _, err := s.start(ctx, 0, cfg); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("sqlite max_page_count=%d (the current size)", pages), nil
+}
+
+func (s *run) makeWritable(ctx context.Context, how string) error {
+	if s.pg != nil {
+		return s.execSQL(ctx, `DROP FUNCTION chaos_read_only() CASCADE`)
+	}
+	s.proc(0).stop(10 * time.Second)
+	_, err := s.start(ctx, 0, s.cfg)
+	return err
+}
+
+// crashloop: the single-binary deployment (receiver and worker in one
+// process) is SIGKILLed about every second during ingest and restarted at
+// once; every acknowledged id must be there after the last restart.
+func (s *run) crashloop(ctx context.Context) error {
+	s.supervised.Store(true)
+	s.restartIn = 50 * time.Millisecond
+	if err := s.begin(ctx, 1, ""); err != nil {
+		return err
+	}
+	done := s.sendAsync(ctx, plan(s.evs, 0.10, s.rng))
+	kills := 0
+	for kills < 10000 {
+		sleep(ctx, s.between(800*time.Millisecond, 1200*time.Millisecond))
+		if isDone(done) || ctx.Err() != nil {
+			break
+		}
+		if p := s.proc(0); p != nil && p.alive() {
+			p.kill()
+			kills++
+		}
+	}
+	<-done
+	s.r.detail("sigkills=%d restarts=%d (max_reclaim_ms is not measured here: no worker survives a kill to take a lease back; the restarted process does, after its own start)", kills, s.restarts.Load())
+	if kills == 0 {
+		s.r.fail("the process was never killed; send more events")
+	}
+	return s.finish(ctx)
+}
+
+// dlq: 1 % of the events fail deterministically (the app answers 500, or
+// the tx handler errors) until fixed. Exactly those must end dead; after
+// the fix and `ferry events replay --state dead`, they complete with one
+// effect each.
+func (s *run) dlq(ctx context.Context) error {
+	s.maxAttempts = 3
+	evs := makeEvents(s.opts.Events, s.rng, s.id)
+	poison := map[string]*event{}
+	for i, ev := range evs {
+		if i%100 == 37 || len(evs) < 100 && i == 0 {
+			ev.poison = true
+			poison[ev.key] = ev
+		}
+	}
+	var fixed atomic.Bool
+	if s.opts.Handler == "tx" {
+		for _, ev := range poison {
+			if err := s.execSQL(ctx, fmt.Sprintf(`INSERT INTO chaos_poison (source, event_id) VALUES ('%s', '%s')`, ev.src.name, ev.id)); err != nil {
+				return err
+			}
+		}
+	} else {
+		s.sink.setFail(func(key string) int {
+			if _, bad := poison[key]; bad && !fixed.Load() {
+				return 500
+			}
+			return 0
+		})
+	}
+	if err := s.begin(ctx, 2, ""); err != nil {
+		return err
+	}
+	s.evs = evs
+	<-s.sendAsync(ctx, plan(evs, 0.10, s.rng))
+	if err := s.drain(ctx, time.Minute+time.Duration(len(evs))*10*time.Millisecond); err != nil {
+		return err
+	}
+	dead := map[string]bool{}
+	res, err := s.store.EventList(ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateDead}, Limit: 1000})
+	if err != nil {
+		return err
+	}
+	for _, ev := range res.Events {
+		key := ferry.IdempotencyKey(ev.Source, ev.EventID)
+		dead[key] = true
+		if _, ok := poison[key]; !ok {
+			s.r.fail("%s/%s went dead but was never poisoned", ev.Source, ev.EventID)
+		}
+	}
+	for key, ev := range poison {
+		if !dead[key] {
+			s.r.fail("poisoned %s/%s did not end dead", ev.src.name, ev.id)
+		}
+	}
+	fixed.Store(true)
+	if s.opts.Handler == "tx" {
+		if err := s.execSQL(ctx, `DELETE FROM chaos_poison`); err != nil {
+			return err
+		}
+	}
+	replayed := 0
+	for _, src := range sources {
+		out, err := exec.CommandContext(ctx, s.opts.Bin, "events", "replay", "--config", s.cfg, "--state", "dead", "--source", src.name).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ferry events replay: %v: %s", err, out)
+		}
+		var n int
+		if _, err := fmt.Sscanf(string(out), "replayed %d", &n); err == nil {
+			replayed += n
+		}
+	}
+	s.r.detail("poisoned=%d dead_before_replay=%d replayed=%d (ferry events replay --state dead)", len(poison), len(dead), replayed)
+	if err := s.finish(ctx); err != nil {
+		return err
+	}
+	// One effect per poisoned event, whatever its failed attempts did.
+	if s.opts.Handler != "tx" {
+		ok := map[string]int{}
+		for _, f := range s.sink.snapshot() {
+			if f.status/100 == 2 {
+				ok[f.key]++
+			}
+		}
+		for key, ev := range poison {
+			if ok[key] != 1 {
+				s.r.fail("poisoned %s has %d effects after the replay, want 1", ev.id, ok[key])
+			}
+		}
+	}
+	return nil
+}
