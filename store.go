@@ -24,7 +24,8 @@ type Store interface {
 
 	// EventClaimMany leases up to Limit due events to Owner: pending events
 	// whose next attempt time has come, and in_progress events whose lease has
-	// expired, oldest due first. Each claimed event's attempt goes up by one,
+	// expired, oldest due first (an expired lease counts from when its event
+	// first became due, so a dead worker's events go ahead of newer work). Each claimed event's attempt goes up by one,
 	// its lease runs TTL from the database's now, and the ledger gets a running
 	// row. An expired attempt's ledger row is closed as lease_expired. Events
 	// of HoldSources whose lease expired are moved to unknown instead.

@@ -31,7 +31,7 @@ func (e *modelEvent) due(now time.Time) (time.Time, bool) {
 	case e.state == ferry.StatePending && !e.nextAt.After(now):
 		return e.nextAt, true
 	case e.state == ferry.StateInProgress && !e.leaseUntil.After(now):
-		return e.leaseUntil, true
+		return e.nextAt, true // as old as when it first became due
 	}
 	return time.Time{}, false
 }

@@ -461,6 +461,21 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	t.Run("DeadWorkersEventGoesBeforeNewerWork", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		orphan := receive(t, b, "stripe", "evt_orphan")
+		claimOne(t, b, "dead-worker")
+		b.clock.Advance(time.Second)
+		for i := range 5 { // a backlog received after the orphan was claimed
+			receive(t, b, "stripe", fmt.Sprint("evt_backlog_", i))
+		}
+		b.clock.Advance(ttl)
+		if c := claimOne(t, b, "survivor"); c.Event.ID != orphan {
+			t.Fatalf("claimed event %d first, want the dead worker's %d ahead of the newer backlog", c.Event.ID, orphan)
+		}
+	})
+
 	t.Run("HeartbeatKeepsALivingWorker", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -32,14 +32,17 @@ pending_due AS MATERIALIZED (
     LIMIT @limit::int
     FOR UPDATE SKIP LOCKED
 ),
+-- An expired lease is as old as the moment its event first became due
+-- (next_attempt_at, which a claim leaves alone), so a dead worker's events go
+-- ahead of newer work instead of waiting behind a backlog.
 expired_due AS MATERIALIZED (
-    SELECT id, attempt, lease_expires_at AS due_at, true AS expired
+    SELECT id, attempt, next_attempt_at AS due_at, true AS expired
     FROM ferry_event
     WHERE state = 'in_progress'
       AND lease_expires_at <= (SELECT now FROM clock)
       AND (cardinality(@sources::text[]) = 0 OR source = ANY(@sources::text[]))
       AND NOT source = ANY(@hold_sources::text[])
-    ORDER BY lease_expires_at, id
+    ORDER BY next_attempt_at, id
     LIMIT @limit::int
     FOR UPDATE SKIP LOCKED
 ),

@@ -1,5 +1,7 @@
--- Due events, oldest due first: pending ones by next attempt time, expired
--- leases by expiry. Each half walks its partial index and stops at :limit.
+-- Due events, oldest due first. An expired lease is as old as the moment its
+-- event first became due (next_attempt_at, which a claim leaves alone), so a
+-- dead worker's events go ahead of newer work instead of waiting behind a
+-- backlog. Each half stops at :limit; in_progress rows are few.
 SELECT id FROM (
     SELECT * FROM (
         SELECT id, next_attempt_at AS due FROM ferry_event
@@ -12,12 +14,12 @@ SELECT id FROM (
     )
     UNION ALL
     SELECT * FROM (
-        SELECT id, lease_expires_at AS due FROM ferry_event
+        SELECT id, next_attempt_at AS due FROM ferry_event
         WHERE state = 'in_progress'
           AND lease_expires_at <= :now
           AND (json_array_length(:sources) = 0
                OR source IN (SELECT value FROM json_each(:sources)))
-        ORDER BY lease_expires_at, id
+        ORDER BY next_attempt_at, id
         LIMIT :limit
     )
 )
