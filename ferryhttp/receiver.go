@@ -5,7 +5,6 @@ package ferryhttp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -197,9 +196,20 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.reply(w, a)
 
 	latency := time.Since(start)
+	r.log(req.Context(), name, eventID, a, latency, storeErr)
+	if r.opts.Observer != nil {
+		r.opts.Observer.ObserveReceive(name, a.outcome, a.reason, latency)
+	}
+}
+
+// log writes the delivery's line, building it only if the logger keeps it.
+func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, latency time.Duration, storeErr error) {
 	level := slog.LevelInfo
 	if a.outcome == "conflict" || a.outcome == "unavailable" {
 		level = slog.LevelWarn
+	}
+	if !r.opts.Logger.Enabled(ctx, level) {
+		return
 	}
 	attrs := []slog.Attr{
 		slog.String("source", name), slog.String("event_id", eventID), slog.String("outcome", a.outcome),
@@ -217,10 +227,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		// learns why without the log learning the body.
 		attrs = append(attrs, slog.String("err", storeErr.Error()))
 	}
-	r.opts.Logger.LogAttrs(req.Context(), level, "ferry: webhook", attrs...)
-	if r.opts.Observer != nil {
-		r.opts.Observer.ObserveReceive(name, a.outcome, a.reason, latency)
-	}
+	r.opts.Logger.LogAttrs(ctx, level, "ferry: webhook", attrs...)
 }
 
 // receive runs the checks in order and stores the delivery. It returns the
@@ -292,11 +299,17 @@ func (r *Receiver) reply(w http.ResponseWriter, a answer) {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 	}
 	w.WriteHeader(a.status)
-	body := map[string]string{"status": a.outcome}
-	if a.reason != "" {
-		body["error"] = a.reason
+	_, _ = io.WriteString(w, a.body())
+}
+
+// body is the JSON answer, as json.Encoder would write it (keys sorted, a
+// final newline) without building a map and an encoder per request.
+// Outcomes and reasons are fixed lowercase words: nothing to escape.
+func (a answer) body() string {
+	if a.reason == "" {
+		return `{"status":"` + a.outcome + `"}` + "\n"
 	}
-	_ = json.NewEncoder(w).Encode(body)
+	return `{"error":"` + a.reason + `","status":"` + a.outcome + `"}` + "\n"
 }
 
 // isSignatureHeader reports whether the canonical header name h may carry a

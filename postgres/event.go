@@ -39,21 +39,19 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 	if payload == nil {
 		payload = []byte{} // the column is NOT NULL; an empty body is still a body
 	}
-	sum := sha256.Sum256(payload)
-
-	return s.receipts.Do(ctx, &receiveArgs{
+	r := &receiveArgs{
 		source:  params.Source,
 		eventID: params.EventID,
-		args: pgx.NamedArgs{
-			"now":            s.nowArg(),
-			"source":         params.Source,
-			"event_id":       params.EventID,
-			"type":           params.Type,
-			"payload":        payload,
-			"headers":        headers,
-			"payload_sha256": sum[:],
-		},
-	})
+		typ:     params.Type,
+		payload: payload,
+		headers: headers,
+		sum:     sha256.Sum256(payload),
+	}
+	if s.now != nil {
+		now := s.now()
+		r.now = &now
+	}
+	return s.receipts.Do(ctx, r)
 }
 
 func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {

@@ -1,0 +1,187 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+)
+
+// These tests drive receiveBatch directly, so that every case runs as one
+// batch, one statement, whatever the scheduling: the contract's concurrent
+// receipts only reach a batch when they happen to queue together.
+
+func batchTestStore(t *testing.T) *Store {
+	t.Helper()
+	pool, _ := pgtest.Schema(t)
+	s := New(pool, nil)
+	t.Cleanup(s.Close)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func delivery(source, id, payload string) *receiveArgs {
+	r := &receiveArgs{source: source, eventID: id, typ: "t", payload: []byte(payload), sum: sha256.Sum256([]byte(payload))}
+	r.headers = []byte(`{"X-Payload":["` + payload + `"]}`)
+	return r
+}
+
+func runBatch(t *testing.T, s *Store, reqs ...*receiveArgs) []ferry.ReceiveOutcome {
+	t.Helper()
+	var outcomes []ferry.ReceiveOutcome
+	for i, r := range s.receiveBatch(context.Background(), reqs) {
+		if r.Err != nil {
+			t.Fatalf("delivery %d: %v", i, r.Err)
+		}
+		outcomes = append(outcomes, r.Value.Outcome)
+	}
+	return outcomes
+}
+
+// keyRow is what the store holds for one key, conflicts included.
+type keyRow struct {
+	Type, Payload, Headers string
+	Deliveries, Conflicts  int
+	ConflictRows           []string // payload and headers of each, in id order
+}
+
+func readKey(t *testing.T, s *Store, source, id string) keyRow {
+	t.Helper()
+	ctx := context.Background()
+	var k keyRow
+	var eid int64
+	err := s.pool.QueryRow(ctx, `
+		SELECT id, type, convert_from(payload, 'UTF8'), coalesce(headers::text, ''), deliveries, conflicts
+		FROM ferry_event WHERE source = $1 AND event_id = $2`, source, id).
+		Scan(&eid, &k.Type, &k.Payload, &k.Headers, &k.Deliveries, &k.Conflicts)
+	if err != nil {
+		t.Fatalf("read %s/%s: %v", source, id, err)
+	}
+	rows, _ := s.pool.Query(ctx, `
+		SELECT convert_from(payload, 'UTF8') || ' ' || coalesce(headers::text, '')
+		FROM ferry_conflict WHERE event_id = $1 ORDER BY id`, eid)
+	k.ConflictRows, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestReceiveBatchSameKeyNew(t *testing.T) {
+	s := batchTestStore(t)
+	got := runBatch(t, s,
+		delivery("src", "k", "a"), delivery("src", "other", "x"), delivery("src", "k", "a"),
+		delivery("src", "k", "b"), delivery("src", "k", "a"), delivery("src", "k", "c"))
+	want := []ferry.ReceiveOutcome{ferry.ReceiveNew, ferry.ReceiveNew, ferry.ReceiveDuplicate,
+		ferry.ReceiveConflict, ferry.ReceiveDuplicate, ferry.ReceiveConflict}
+	if !slices.Equal(got, want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+	k := readKey(t, s, "src", "k")
+	if k.Payload != "a" || k.Deliveries != 5 || k.Conflicts != 2 {
+		t.Fatalf("stored %+v: want the first payload, 5 deliveries, 2 conflicts", k)
+	}
+	if want := []string{`b {"X-Payload": ["b"]}`, `c {"X-Payload": ["c"]}`}; !slices.Equal(k.ConflictRows, want) {
+		t.Fatalf("conflict rows %q, want %q", k.ConflictRows, want)
+	}
+	if o := readKey(t, s, "src", "other"); o.Deliveries != 1 || o.Conflicts != 0 || len(o.ConflictRows) != 0 {
+		t.Fatalf("other key %+v", o)
+	}
+}
+
+func TestReceiveBatchSameKeyKnown(t *testing.T) {
+	s := batchTestStore(t)
+	runBatch(t, s, delivery("src", "k", "a"))
+	got := runBatch(t, s,
+		delivery("src", "k", "b"), delivery("src", "k", "a"), delivery("src", "new", "n"), delivery("src", "k", "b"))
+	want := []ferry.ReceiveOutcome{ferry.ReceiveConflict, ferry.ReceiveDuplicate, ferry.ReceiveNew, ferry.ReceiveConflict}
+	if !slices.Equal(got, want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+	k := readKey(t, s, "src", "k")
+	if k.Payload != "a" || k.Deliveries != 4 || k.Conflicts != 2 || len(k.ConflictRows) != 2 {
+		t.Fatalf("stored %+v: want payload a, 4 deliveries, 2 conflicts kept", k)
+	}
+}
+
+func TestReceiveBatchNotifiesOncePerNewBatch(t *testing.T) {
+	s := batchTestStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	signals, err := s.ReceiptSubscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBatch(t, s, delivery("src", "a", "1"), delivery("src", "b", "1"))
+	select {
+	case <-signals:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification for a batch with new events")
+	}
+	runBatch(t, s, delivery("src", "a", "1"), delivery("src", "b", "2"))
+	select {
+	case <-signals:
+		t.Fatal("notified for a batch without a new event")
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// A value PostgreSQL refuses fails its own delivery only.
+func TestReceiveBatchBadDeliveryAlone(t *testing.T) {
+	s := batchTestStore(t)
+	bad := delivery("src", "bad\x00id", "x")
+	res := s.receiveBatch(context.Background(), []*receiveArgs{delivery("src", "a", "1"), bad, delivery("src", "a", "1")})
+	if res[1].Err == nil {
+		t.Fatal("a NUL in a text value was accepted")
+	}
+	if res[0].Err != nil || res[0].Value.Outcome != ferry.ReceiveNew || res[2].Err != nil || res[2].Value.Outcome != ferry.ReceiveDuplicate {
+		t.Fatalf("neighbours: %+v %+v", res[0], res[2])
+	}
+	if k := readKey(t, s, "src", "a"); k.Deliveries != 2 {
+		t.Fatalf("deliveries %d, want 2", k.Deliveries)
+	}
+}
+
+// Random batches give the outcomes and the rows that the same deliveries
+// give one at a time.
+func TestReceiveBatchMatchesSequential(t *testing.T) {
+	batched, sequential := batchTestStore(t), batchTestStore(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := map[[2]string]bool{}
+	for round := range 40 {
+		reqs := make([]*receiveArgs, 1+rng.IntN(24))
+		for i := range reqs {
+			key := [2]string{fmt.Sprint("src", rng.IntN(2)), fmt.Sprint("k", rng.IntN(6))}
+			keys[key] = true
+			reqs[i] = delivery(key[0], key[1], fmt.Sprint("p", rng.IntN(3)))
+		}
+		got := runBatch(t, batched, reqs...)
+		for i, r := range reqs {
+			want, err := sequential.receiveOne(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[i] != want.Outcome {
+				t.Fatalf("round %d delivery %d (%s/%s %s): batched %v, sequential %v",
+					round, i, r.source, r.eventID, r.payload, got[i], want.Outcome)
+			}
+		}
+	}
+	for key := range keys {
+		b, q := readKey(t, batched, key[0], key[1]), readKey(t, sequential, key[0], key[1])
+		if fmt.Sprint(b) != fmt.Sprint(q) {
+			t.Fatalf("%s: batched %+v\nsequential %+v", strings.Join(key[:], "/"), b, q)
+		}
+	}
+}
