@@ -104,6 +104,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		testModel(t, setup)
 	})
 	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, setup) })
+	t.Run("CompleteMany", func(t *testing.T) { t.Parallel(); testCompleteMany(t, setup) })
 }
 
 // receive stores a new delivery and returns its row id.
