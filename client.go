@@ -532,7 +532,10 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 // completeBatch completes the leases of jobs whose handlers returned nil, in
 // one store call, and gives each job its own verdict: nil, ErrLeaseLost for
 // a lease the store found lost, or the call's error for every job when the
-// batch failed as a whole (nothing was committed; each job retries).
+// batch failed as a whole. Each job then retries within its own lease; if
+// the failed call did commit (a connection lost at commit), the retry finds
+// the lease done and the job reports it lost, as a single EventComplete
+// would.
 func (c *Client) completeBatch(ctx context.Context, leases []Lease) []groupcommit.Result[struct{}] {
 	out := make([]groupcommit.Result[struct{}], len(leases))
 	lost, err := c.store.EventCompleteMany(ctx, &EventCompleteManyParams{Leases: leases})
