@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
 // Config configures a Client. Zero values take the documented defaults.
@@ -112,6 +114,12 @@ type Client struct {
 	policies map[string]SourcePolicy
 	handlers map[string]map[string]handler // source → event type ("" for any) → handler
 
+	// completions batches the completions of concurrent jobs into one
+	// EventCompleteMany call (group commit: no timer, an idle client
+	// completes each job alone at once); each job still waits for its own
+	// verdict.
+	completions *groupcommit.Committer[Lease, struct{}]
+
 	mu       sync.Mutex
 	started  bool
 	running  map[Lease]*job
@@ -168,6 +176,9 @@ func (j *job) leaseDeadline() time.Time {
 
 var errShutdown = errors.New("ferry: client stopped")
 
+// maxCompleteBatch is the most leases one EventCompleteMany call carries.
+const maxCompleteBatch = 1000
+
 // NewClient checks cfg and fills in its defaults.
 func NewClient(cfg *Config) (*Client, error) {
 	c := *cfg
@@ -201,6 +212,16 @@ func NewClient(cfg *Config) (*Client, error) {
 		handlers: map[string]map[string]handler{},
 		running:  map[Lease]*job{},
 		slotFree: make(chan struct{}, 1),
+	}
+	cl.completions = &groupcommit.Committer[Lease, struct{}]{
+		// A job has at most one completion waiting, so a batch never needs
+		// more than Workers; 1000 caps the arrays a statement carries.
+		MaxBatch: min(c.Workers, maxCompleteBatch),
+		// Two batches at once: one can be written while the next fills,
+		// so a stalled commit does not hold every finished job behind it,
+		// and the work path still uses at most two connections for it.
+		MaxConcurrent: 2,
+		Run:           cl.completeBatch,
 	}
 	for _, p := range c.Sources {
 		if p.Name == "" {
@@ -461,8 +482,11 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 	case j.lost.Load() || errors.Is(err, ErrLeaseLost):
 		outcome = OutcomeLeaseExpired
 	case err == nil:
+		// Shared with the completions of other jobs that finish meanwhile;
+		// Do returns only once this lease's verdict is committed (or lost).
 		if werr := retryWrite(wctx, func() error {
-			return c.store.EventComplete(wctx, &EventCompleteParams{Lease: j.lease})
+			_, err := c.completions.Do(wctx, j.lease)
+			return err
 		}); werr != nil {
 			outcome = OutcomeLeaseExpired
 			log.Warn("ferry: could not record completion; the event will be retried", "err", werr)
@@ -503,6 +527,38 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 	if c.cfg.Observer != nil {
 		c.cfg.Observer.AttemptFinished(ev.Source, outcome, j.reclaimed, took)
 	}
+}
+
+// completeBatch completes the leases of jobs whose handlers returned nil, in
+// one store call, and gives each job its own verdict: nil, ErrLeaseLost for
+// a lease the store found lost, or the call's error for every job when the
+// batch failed as a whole. Each job then retries within its own lease; if
+// the failed call did commit (a connection lost at commit), the retry finds
+// the lease done and the job reports it lost, as a single EventComplete
+// would.
+func (c *Client) completeBatch(ctx context.Context, leases []Lease) []groupcommit.Result[struct{}] {
+	out := make([]groupcommit.Result[struct{}], len(leases))
+	lost, err := c.store.EventCompleteMany(ctx, &EventCompleteManyParams{Leases: leases})
+	if err != nil {
+		err = fmt.Errorf("ferry: complete %d events: %w", len(leases), err)
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	if len(lost) == 0 {
+		return out
+	}
+	isLost := make(map[Lease]bool, len(lost))
+	for _, l := range lost {
+		isLost[l] = true
+	}
+	for i, l := range leases {
+		if isLost[l] {
+			out[i].Err = ErrLeaseLost
+		}
+	}
+	return out
 }
 
 func (c *Client) handlerFor(ev *Event) handler {

@@ -35,6 +35,16 @@ type Store interface {
 	// EventComplete marks the leased event done and closes its ledger row.
 	EventComplete(ctx context.Context, params *EventCompleteParams) error
 
+	// EventCompleteMany is EventComplete for many leases at once, in one
+	// transaction and a constant number of statements (one commit for the
+	// lot, however many leases): every lease that still holds is marked done
+	// and its ledger row closed, each fenced exactly as EventComplete is. It
+	// returns the leases that did not hold, each once, in the order first
+	// named; nothing was changed for those. A lease named twice is completed
+	// once. A non-nil error means nothing was committed. No leases is a
+	// no-op.
+	EventCompleteMany(ctx context.Context, params *EventCompleteManyParams) (lost []Lease, err error)
+
 	// EventFail closes the attempt as failed: the event goes back to pending
 	// with next attempt time now + RetryDelay, or to dead when Dead is set, the
 	// attempt budget is spent, or the event is older than MaxAge. It returns
@@ -158,6 +168,11 @@ type EventClaimManyParams struct {
 
 type EventCompleteParams struct {
 	Lease Lease
+}
+
+type EventCompleteManyParams struct {
+	// Leases are the leases to complete, in any order.
+	Leases []Lease
 }
 
 type EventFailParams struct {

@@ -13,6 +13,8 @@ var (
 	eventClaimManySQL string
 	//go:embed query/event_complete.sql
 	eventCompleteSQL string
+	//go:embed query/event_complete_many.sql
+	eventCompleteManySQL string
 	//go:embed query/event_fail.sql
 	eventFailSQL string
 	//go:embed query/event_get_by_id.sql

@@ -8,6 +8,9 @@ import _ "embed"
 //go:embed query/attempt_finish.sql
 var attemptFinishSQL string
 
+//go:embed query/attempt_finish_many.sql
+var attemptFinishManySQL string
+
 //go:embed query/attempt_list.sql
 var attemptListSQL string
 
@@ -37,6 +40,9 @@ var eventClaimHoldAttemptSQL string
 
 //go:embed query/event_complete.sql
 var eventCompleteSQL string
+
+//go:embed query/event_complete_many.sql
+var eventCompleteManySQL string
 
 //go:embed query/event_fail.sql
 var eventFailSQL string

@@ -105,6 +105,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 	})
 	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, setup) })
 	t.Run("Extra", func(t *testing.T) { t.Parallel(); testExtra(t, setup, h.NewEffects) })
+	t.Run("CompleteMany", func(t *testing.T) { t.Parallel(); testCompleteMany(t, setup) })
 }
 
 // receive stores a new delivery and returns its row id.

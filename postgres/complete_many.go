@@ -1,0 +1,41 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// EventCompleteMany completes every lease that still holds in one statement
+// (one round trip, one commit): the leases go as two arrays, and the
+// statement returns the ones it found lost. See ferry.Store.
+func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
+	if len(params.Leases) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(params.Leases))
+	attempts := make([]int32, len(params.Leases))
+	for i, l := range params.Leases {
+		ids[i], attempts[i] = l.ID, int32(l.Attempt)
+	}
+	rows, _ := s.pool.Query(ctx, eventCompleteManySQL, pgx.NamedArgs{
+		"now":      s.nowArg(),
+		"ids":      ids,
+		"attempts": attempts,
+	})
+	lost, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ferry.Lease, error) {
+		var l ferry.Lease
+		err := row.Scan(&l.ID, &l.Attempt)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: event complete many: %w", err)
+	}
+	if len(lost) == 0 {
+		return nil, nil
+	}
+	return lost, nil
+}

@@ -1,0 +1,70 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"slices"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// EventCompleteMany completes every lease that still holds in one write
+// transaction (one fsync) of two statements, whatever the number of leases:
+// a fenced update of the events that returns the ones it completed, then
+// their ledger rows. The clock is read under the write lock. See
+// ferry.Store.
+func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
+	if len(params.Leases) == 0 {
+		return nil, nil
+	}
+	completed := make(map[ferry.Lease]bool, len(params.Leases))
+	err := s.writeTx(ctx, "complete many", func(tx *sql.Tx) error {
+		now := s.nowMicros()
+		rows, err := tx.QueryContext(ctx, eventCompleteManySQL,
+			sql.Named("now", now), sql.Named("leases", leasePairs(params.Leases)))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var done []ferry.Lease
+		for rows.Next() {
+			var l ferry.Lease
+			if err := rows.Scan(&l.ID, &l.Attempt); err != nil {
+				return err
+			}
+			done = append(done, l)
+			completed[l] = true
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(done) == 0 {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, attemptFinishManySQL, sql.Named("now", now),
+			sql.Named("outcome", string(ferry.OutcomeDone)), sql.Named("leases", leasePairs(done)))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var lost []ferry.Lease
+	for _, l := range params.Leases {
+		if !completed[l] && !slices.Contains(lost, l) {
+			lost = append(lost, l)
+		}
+	}
+	return lost, nil
+}
+
+// leasePairs encodes leases as a JSON array of [id, attempt] pairs for
+// json_each.
+func leasePairs(leases []ferry.Lease) string {
+	pairs := make([][2]int64, len(leases))
+	for i, l := range leases {
+		pairs[i] = [2]int64{l.ID, int64(l.Attempt)}
+	}
+	b, _ := json.Marshal(pairs) // integers cannot fail
+	return string(b)
+}
