@@ -39,7 +39,11 @@ type Config struct {
 	ReceiveBatch int
 
 	// ReceiveConcurrency is how many receipt transactions may run at once.
-	// Defaults to a quarter of the pool's MaxConns, at least 1.
+	// Fewer, larger commits take receipts in fastest (each commit waits for
+	// its own WAL flush): measured on the ingest benchmark, 1 or 2 ran at
+	// 1.8-1.9 × a bare one-insert-per-request receiver, 4 at 1.4-1.55 and 8
+	// at 1.3. Two keep one batch on the wire while another waits for its
+	// flush. Defaults to 2.
 	ReceiveConcurrency int
 }
 
@@ -64,7 +68,7 @@ func New(pool *pgxpool.Pool, config *Config) *Store {
 	s.now = config.Now
 	s.newReceiveCommitter(
 		cmp.Or(config.ReceiveBatch, defaultReceiveBatch),
-		cmp.Or(config.ReceiveConcurrency, max(1, int(pool.Config().MaxConns)/4)),
+		cmp.Or(config.ReceiveConcurrency, defaultReceiveConcurrency),
 	)
 	s.closed, s.close = context.WithCancel(context.Background())
 	return s

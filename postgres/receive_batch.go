@@ -25,7 +25,10 @@ import (
 // receipt at once, alone.
 
 // defaultReceiveBatch is Config.ReceiveBatch's default.
-const defaultReceiveBatch = 64
+const (
+	defaultReceiveBatch       = 64
+	defaultReceiveConcurrency = 2
+)
 
 //go:embed query/event_receive_batch.sql
 var eventReceiveBatchSQL string
