@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/postgres"
@@ -151,10 +152,20 @@ func (e *env) adminExec(ctx context.Context, sql string) error {
 func (e *env) execSQL(ctx context.Context, stmts ...string) error {
 	for _, s := range stmts {
 		var err error
-		if e.pg != nil {
-			_, err = e.pg.Pool().Exec(ctx, s)
-		} else {
-			_, err = e.lite.DB().ExecContext(ctx, s)
+		for attempt := 0; attempt < 5; attempt++ {
+			if e.pg != nil {
+				_, err = e.pg.Pool().Exec(ctx, s)
+			} else {
+				_, err = e.lite.DB().ExecContext(ctx, s)
+			}
+			// DDL on Ferry's tables (the read-only triggers) takes exclusive
+			// locks while the children are working: PostgreSQL may break a
+			// lock cycle by aborting it, and then it is simply tried again.
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+				break
+			}
+			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
 		}
 		if err != nil {
 			return fmt.Errorf("chaos: %s: %w", strings.Fields(s)[0], err)
