@@ -387,3 +387,70 @@ func sqlExec(t *testing.T, db *sql.DB, query string, args ...any) {
 		t.Fatal(err)
 	}
 }
+
+// TestSharedFile runs two Stores on one file, as two processes would: their
+// write transactions wait on SQLite's lock (busy_timeout, BEGIN IMMEDIATE)
+// instead of failing, and their claims never overlap.
+func TestSharedFile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	second, err := sqlite.Open(b.path, &sqlite.Config{Now: b.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	stores := []*sqlite.Store{b.store, second}
+
+	var wg sync.WaitGroup
+	for i, store := range stores {
+		wg.Go(func() {
+			for j := range 50 {
+				if _, err := store.EventReceive(t.Context(), &ferry.EventReceiveParams{
+					Source: "s", EventID: fmt.Sprint(j), Payload: []byte("x"),
+				}); err != nil {
+					t.Errorf("store %d receive: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	for i, store := range stores {
+		wg.Go(func() {
+			for {
+				claims, err := store.EventClaimMany(t.Context(), &ferry.EventClaimManyParams{Owner: fmt.Sprint(i), Limit: 5, TTL: ttl})
+				if err != nil {
+					t.Errorf("store %d claim: %v", i, err)
+					return
+				}
+				if len(claims) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, c := range claims {
+					seen[c.Event.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != 50 {
+		t.Errorf("%d events claimed, want 50", len(seen))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("event %d claimed %d times", id, n)
+		}
+	}
+	e, err := second.EventGet(t.Context(), &ferry.EventGetParams{Source: "s", EventID: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Deliveries != 2 {
+		t.Errorf("deliveries = %d, want 2 (one per store)", e.Deliveries)
+	}
+}
