@@ -419,3 +419,13 @@ func TestEventRelease(t *testing.T) {
 		t.Errorf("claims after release = %+v, want attempt 2, previous finished", claims)
 	}
 }
+
+func TestInTxPanicReleasesWriter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	func() {
+		defer func() { _ = recover() }()
+		_ = b.store.InTx(t.Context(), func(*sql.Tx) error { panic("handler bug") })
+	}()
+	b.receive(t, "s", "after-panic") // would wait forever on a leaked write connection
+}
