@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -280,5 +281,25 @@ func TestReceiptSubscribe(t *testing.T) {
 	}
 	cancel()
 	for range ch { // closes once ctx is done
+	}
+}
+
+// A panicking transactional handler must not keep the only write connection:
+// InTx rolls back and re-panics, and the next write goes through.
+func TestInTxPanicReleasesTheWriter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("InTx swallowed the panic")
+			}
+		}()
+		_ = b.store.InTx(t.Context(), func(tx *sql.Tx) error { panic("handler bug") })
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := b.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "after-panic"}); err != nil {
+		t.Fatalf("write after a panicking InTx: %v", err)
 	}
 }
