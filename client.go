@@ -122,7 +122,6 @@ type Client struct {
 
 	mu       sync.Mutex
 	started  bool
-	running  map[Lease]*job
 	active   int
 	slotFree chan struct{}
 
@@ -210,7 +209,6 @@ func NewClient(cfg *Config) (*Client, error) {
 		log:      c.Logger,
 		policies: map[string]SourcePolicy{},
 		handlers: map[string]map[string]handler{},
-		running:  map[Lease]*job{},
 		slotFree: make(chan struct{}, 1),
 	}
 	cl.completions = &groupcommit.Committer[Lease, struct{}]{
@@ -415,7 +413,6 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 	j.deadline = claimedAt.Add(c.cfg.LeaseTTL)
 	j.timer = time.AfterFunc(time.Until(j.deadline), j.lose)
 	c.mu.Lock()
-	c.running[j.lease] = j
 	c.active++
 	c.mu.Unlock()
 	c.jobs.Add(1)
@@ -436,7 +433,6 @@ func (c *Client) finish(j *job) {
 	j.timer.Stop()
 	j.cancel(nil)
 	c.mu.Lock()
-	delete(c.running, j.lease)
 	c.active--
 	c.mu.Unlock()
 	select {
@@ -460,7 +456,7 @@ func (c *Client) runHandler(ctx context.Context, cl *Claim) (completed bool, err
 	if h == nil {
 		return false, Permanent(fmt.Errorf("ferry: no handler for source %q type %q", ev.Source, ev.Type)), 0
 	}
-	completed, err = runSafely(ctx, h, c, d)
+	completed, err = runSafely(ctx, h, d)
 	return completed, err, time.Since(started)
 }
 
@@ -569,13 +565,13 @@ func (c *Client) handlerFor(ev *Event) handler {
 	return byType[""]
 }
 
-func runSafely(ctx context.Context, h handler, c *Client, d *Delivery) (completed bool, err error) {
+func runSafely(ctx context.Context, h handler, d *Delivery) (completed bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			completed, err = false, panicError(p)
 		}
 	}()
-	return h.run(ctx, c, d)
+	return h.run(ctx, d)
 }
 
 // heartbeat extends j's lease every interval until ctx is done. Each job

@@ -91,12 +91,12 @@ func retryAfterOf(err error) time.Duration {
 // handler is how the engine runs either kind of handler: completed reports
 // that the handler's own transaction already completed the event.
 type handler interface {
-	run(ctx context.Context, c *Client, d *Delivery) (completed bool, err error)
+	run(ctx context.Context, d *Delivery) (completed bool, err error)
 }
 
 type plainHandler HandlerFunc
 
-func (h plainHandler) run(ctx context.Context, _ *Client, d *Delivery) (bool, error) {
+func (h plainHandler) run(ctx context.Context, d *Delivery) (bool, error) {
 	return false, h(ctx, d)
 }
 
@@ -105,7 +105,7 @@ type txHandler[TX any] struct {
 	fn    TxHandlerFunc[TX]
 }
 
-func (h txHandler[TX]) run(ctx context.Context, _ *Client, d *Delivery) (bool, error) {
+func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
 	err := h.store.InTx(ctx, func(tx TX) error {
 		if err := h.fn(ctx, tx, d); err != nil {
 			return err

@@ -59,53 +59,33 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		return &bundle[TX]{clock: clock, store: h.NewStore(t, clock.Now), ctx: context.Background()}
 	}
 
-	t.Run("Receive", func(t *testing.T) {
-		t.Parallel()
-		testReceive(t, setup)
-	})
-	t.Run("Claim", func(t *testing.T) {
-		t.Parallel()
-		testClaim(t, setup)
-	})
-	t.Run("Lease", func(t *testing.T) {
-		t.Parallel()
-		testLease(t, setup)
-	})
-	t.Run("Fail", func(t *testing.T) {
-		t.Parallel()
-		testFail(t, setup)
-	})
-	t.Run("Requeue", func(t *testing.T) {
-		t.Parallel()
-		testRequeue(t, setup)
-	})
-	t.Run("List", func(t *testing.T) {
-		t.Parallel()
-		testList(t, setup)
-	})
-	t.Run("Purge", func(t *testing.T) {
-		t.Parallel()
-		testPurge(t, setup)
-	})
-	t.Run("Subscribe", func(t *testing.T) {
-		t.Parallel()
-		testSubscribe(t, setup)
-	})
-	t.Run("CompleteTx", func(t *testing.T) {
-		t.Parallel()
-		testCompleteTx(t, setup, h.NewEffects)
-	})
-	t.Run("Concurrency", func(t *testing.T) {
-		t.Parallel()
-		testConcurrency(t, setup)
-	})
-	t.Run("Model", func(t *testing.T) {
-		t.Parallel()
-		testModel(t, setup)
-	})
-	t.Run("Stats", func(t *testing.T) { t.Parallel(); testStats(t, setup) })
-	t.Run("Extra", func(t *testing.T) { t.Parallel(); testExtra(t, setup, h.NewEffects) })
-	t.Run("CompleteMany", func(t *testing.T) { t.Parallel(); testCompleteMany(t, setup) })
+	effects := func(test func(*testing.T, func(*testing.T) *bundle[TX], func(*testing.T, ferry.TxStore[TX]) Effects[TX])) func(*testing.T, func(*testing.T) *bundle[TX]) {
+		return func(t *testing.T, setup func(*testing.T) *bundle[TX]) { test(t, setup, h.NewEffects) }
+	}
+	for _, group := range []struct {
+		name string
+		test func(*testing.T, func(*testing.T) *bundle[TX])
+	}{
+		{"Receive", testReceive[TX]},
+		{"Claim", testClaim[TX]},
+		{"Lease", testLease[TX]},
+		{"Fail", testFail[TX]},
+		{"Requeue", testRequeue[TX]},
+		{"List", testList[TX]},
+		{"Purge", testPurge[TX]},
+		{"Subscribe", testSubscribe[TX]},
+		{"CompleteTx", effects(testCompleteTx[TX])},
+		{"Concurrency", testConcurrency[TX]},
+		{"Model", testModel[TX]},
+		{"Stats", testStats[TX]},
+		{"Extra", effects(testExtra[TX])},
+		{"CompleteMany", testCompleteMany[TX]},
+	} {
+		t.Run(group.name, func(t *testing.T) {
+			t.Parallel()
+			group.test(t, setup)
+		})
+	}
 }
 
 // receive stores a new delivery and returns its row id.

@@ -70,37 +70,34 @@ func (e *env) collect(ctx context.Context, evs []*event) (*observed, error) {
 
 func (e *env) txEffects(ctx context.Context) ([]effect, error) {
 	const q = `SELECT idempotency_key, source, event_id, attempt, body_sha256 FROM chaos_effect`
-	var out []effect
 	if e.pg != nil {
 		rows, err := e.pg.Pool().Query(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("chaos: read chaos_effect: %w", err)
 		}
 		defer rows.Close()
-		for rows.Next() {
-			var r effect
-			if err := rows.Scan(&r.key, &r.source, &r.eventID, &r.attempt, &r.sha); err != nil {
-				return nil, err
-			}
-			r.status = 200
-			out = append(out, r)
-		}
-		return out, rows.Err()
+		return scanEffects(rows.Next, rows.Scan, rows.Err)
 	}
 	rows, err := e.sqlDB().QueryContext(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read chaos_effect: %w", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var r effect
-		if err := rows.Scan(&r.key, &r.source, &r.eventID, &r.attempt, &r.sha); err != nil {
+	return scanEffects(rows.Next, rows.Scan, rows.Err)
+}
+
+// scanEffects reads chaos_effect rows from either store's result set. A row
+// is an effect the transactional handler committed, so it counts as a 2xx.
+func scanEffects(next func() bool, scan func(...any) error, rowsErr func() error) ([]effect, error) {
+	var out []effect
+	for next() {
+		r := effect{status: 200}
+		if err := scan(&r.key, &r.source, &r.eventID, &r.attempt, &r.sha); err != nil {
 			return nil, err
 		}
-		r.status = 200
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	return out, rowsErr()
 }
 
 // check applies Jepsen's queue rule to o and fills r's counters:
