@@ -134,8 +134,12 @@ func TestMigrate(t *testing.T) {
 		if err := b.store.DB().QueryRow("SELECT count(*) FROM ferry_migration").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n != 1 {
-			t.Errorf("ferry_migration rows = %d, want 1", n)
+		files, err := filepath.Glob("migration/*.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != len(files) {
+			t.Errorf("ferry_migration rows = %d, want one per migration file (%d)", n, len(files))
 		}
 	})
 
