@@ -1,8 +1,11 @@
 package provider_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,6 +121,10 @@ func FuzzStandardWebhooksHeader(f *testing.F) {
 	for _, seed := range []string{swVectorSignature, "v1,a v1,b", "v1a,x " + swVectorSignature, "", " ", "v1,", ",", "v1,===="} {
 		f.Add(seed)
 	}
+	valid, err := base64.StdEncoding.DecodeString(swVectorSignature[len("v1,"):])
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, value string) {
 		sigs, err := provider.ParseStandardWebhooksSignatures(value)
 		if err != nil && !errors.Is(err, ferry.ErrMalformedSignature) {
@@ -125,6 +132,19 @@ func FuzzStandardWebhooksHeader(f *testing.F) {
 		}
 		if err == nil && len(sigs) == 0 {
 			t.Fatal("no error and no signature")
+		}
+		for _, sig := range sigs {
+			if len(sig) != 32 {
+				t.Fatalf("parsed a %d-byte signature, want 32", len(sig))
+			}
+		}
+		// Whatever else the list holds, a readable v1 entry beside it is
+		// found: nothing before or after it can hide it.
+		for _, list := range []string{value + " " + swVectorSignature, swVectorSignature + " " + value} {
+			sigs, err := provider.ParseStandardWebhooksSignatures(list)
+			if err != nil || !slices.ContainsFunc(sigs, func(s []byte) bool { return bytes.Equal(s, valid) }) {
+				t.Fatalf("%q: valid entry lost: %d signatures, %v", list, len(sigs), err)
+			}
 		}
 	})
 }
