@@ -84,8 +84,9 @@ var signatureHeaders = map[string]bool{
 }
 
 // Receiver answers POST /webhooks/{source}: size limit, raw bytes,
-// signature, timestamp, event id, durable receive, in that order. It answers
-// 2xx only after the store has committed the delivery.
+// signature, timestamp, event id and type (ferry.ValidateEventID), durable
+// receive, in that order. It answers 2xx only after the store has committed
+// the delivery.
 type Receiver struct {
 	opts     ReceiverOptions
 	sources  map[string]Source
@@ -158,6 +159,9 @@ var (
 	answerMethod      = answer{http.StatusMethodNotAllowed, "rejected", "method_not_allowed"}
 	answerTooLarge    = answer{http.StatusRequestEntityTooLarge, "rejected", "body_too_large"}
 	answerUnreadable  = answer{http.StatusBadRequest, "rejected", "unreadable_body"}
+	answerNoEventID   = answer{http.StatusBadRequest, "rejected", "missing_event_id"}
+	answerBadEventID  = answer{http.StatusBadRequest, "rejected", "bad_event_id"}
+	answerBadType     = answer{http.StatusBadRequest, "rejected", "bad_event_type"}
 	answerUnavailable = answer{http.StatusServiceUnavailable, "unavailable", "store_unavailable"}
 	answerTimeout     = answer{http.StatusServiceUnavailable, "unavailable", "store_timeout"}
 	answerDraining    = answer{http.StatusServiceUnavailable, "unavailable", "draining"}
@@ -173,7 +177,7 @@ var verifyAnswers = []struct {
 	{ferry.ErrMalformedSignature, answer{http.StatusUnauthorized, "rejected", "malformed_signature"}},
 	{ferry.ErrStaleTimestamp, answer{http.StatusUnauthorized, "rejected", "stale_timestamp"}},
 	{ferry.ErrBadSignature, answer{http.StatusUnauthorized, "rejected", "bad_signature"}},
-	{ferry.ErrNoEventID, answer{http.StatusBadRequest, "rejected", "missing_event_id"}},
+	{ferry.ErrNoEventID, answerNoEventID},
 	{ferry.ErrBadPayload, answer{http.StatusBadRequest, "rejected", "bad_payload"}},
 }
 
@@ -258,6 +262,9 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	if err != nil {
 		return verifyAnswer(err), "", nil
 	}
+	if a, ok := checkIdentity(v); !ok {
+		return a, "", nil // the id may be what made it unstorable: not logged
+	}
 
 	ctx, cancel := context.WithTimeout(req.Context(), r.opts.StoreTimeout)
 	defer cancel()
@@ -279,6 +286,21 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 		return answerConflict, v.EventID, nil
 	}
 	return answerAccepted, v.EventID, nil
+}
+
+// checkIdentity refuses, as 400s, an event id or type that no store can keep
+// the same way (ferry.ValidateEventID): a provider retries a 5xx for days,
+// while the delivery can never be stored.
+func checkIdentity(v *ferry.Verified) (answer, bool) {
+	switch {
+	case v == nil || v.EventID == "":
+		return answerNoEventID, false
+	case ferry.ValidateEventID(v.EventID) != nil:
+		return answerBadEventID, false
+	case ferry.ValidateEventType(v.Type) != nil:
+		return answerBadType, false
+	}
+	return answer{}, true
 }
 
 func (r *Receiver) keptHeaders(h http.Header) http.Header {
