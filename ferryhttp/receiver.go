@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -96,7 +97,7 @@ type Receiver struct {
 
 // NewReceiver checks opts and fills in defaults.
 func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
-	if opts.Store == nil {
+	if isNil(opts.Store) {
 		return nil, errors.New("ferryhttp: ReceiverOptions.Store is required")
 	}
 	if opts.StoreTimeout <= 0 {
@@ -116,8 +117,8 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		}
 	}
 	for _, s := range opts.Sources {
-		if s.Name == "" || s.Verifier == nil {
-			return nil, fmt.Errorf("ferryhttp: source %q needs a Name and a Verifier", s.Name)
+		if s.Name == "" || isNil(s.Verifier) {
+			return nil, fmt.Errorf("ferryhttp: source %q needs a Name and a non-nil Verifier", s.Name)
 		}
 		if _, dup := r.sources[s.Name]; dup {
 			return nil, fmt.Errorf("ferryhttp: source %q configured twice", s.Name)
@@ -340,6 +341,38 @@ func (a answer) body() string {
 func isSignatureHeader(h string) bool {
 	lower := strings.ToLower(h)
 	return signatureHeaders[h] || strings.Contains(lower, "signature") || strings.Contains(lower, "hmac")
+}
+
+// isNil reports whether v, a value of interface I, is nil however it is
+// wrapped: a nil interface, a nil pointer, func, map or channel inside one,
+// or a struct whose embedded I is itself nil (a decorator around a nil
+// verifier). Each of these passes "v == nil" and panics on the first
+// delivery instead of at start.
+func isNil[I any](v I) bool {
+	return nilValue(reflect.ValueOf(&v).Elem(), reflect.TypeFor[I](), 0)
+}
+
+func nilValue(rv reflect.Value, iface reflect.Type, depth int) bool {
+	if depth > 8 { // a cycle of embedded pointers; give up, not nil
+		return false
+	}
+	switch rv.Kind() {
+	case reflect.Interface, reflect.Pointer:
+		if rv.IsNil() {
+			return true
+		}
+		return nilValue(rv.Elem(), iface, depth+1)
+	case reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.UnsafePointer:
+		return rv.IsNil()
+	case reflect.Struct:
+		for i := range rv.NumField() {
+			f := rv.Type().Field(i)
+			if f.Anonymous && f.Type.Implements(iface) && nilValue(rv.Field(i), iface, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func cmpOrSlice[T any](v, def []T) []T {

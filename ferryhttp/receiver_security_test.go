@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"maps"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/prometheus"
+	"github.com/ferry-inbox/ferry/provider"
+	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 // TestReceiverStandardWebhooksSignatureList: through the real receiver, a
@@ -190,3 +193,59 @@ func receivedTotal(t *testing.T, reg *prom.Registry, source, outcome, reason str
 	}
 	return 0
 }
+
+// nilVerifier is a Verifier type whose nil pointer panics when used.
+type nilVerifier struct{ secret []byte }
+
+func (v *nilVerifier) Verify(http.Header, []byte) (*ferry.Verified, error) {
+	_ = v.secret[0]
+	return nil, ferry.ErrBadSignature
+}
+
+// TestNewReceiverRefusesNilVerifier: a nil verifier is refused at start
+// however it is wrapped, and so is what provider.New returns with an error.
+func TestNewReceiverRefusesNilVerifier(t *testing.T) {
+	t.Parallel()
+	st := openSQLite(t)
+	var typedNil *provider.Stripe
+	var nilFunc verifierFunc
+	failed, err := provider.New("stripe", provider.Options{})
+	if err == nil {
+		t.Fatal("provider.New without secrets succeeded")
+	}
+	for name, v := range map[string]ferry.Verifier{
+		"nil interface":                nil,
+		"typed nil pointer":            typedNil,
+		"typed nil of the user's type": (*nilVerifier)(nil),
+		"nil func":                     nilFunc,
+		"nil inside a wrapping struct": struct{ ferry.Verifier }{},
+		"provider.New's error result":  failed,
+		"wrapped typed nil":            struct{ ferry.Verifier }{typedNil},
+	} {
+		_, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{Store: st, Sources: []ferryhttp.Source{{Name: "s", Verifier: v}}})
+		if err == nil {
+			t.Errorf("%s: NewReceiver accepted it", name)
+		}
+	}
+	var typedNilStore *sqlite.Store
+	_, err = ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{Store: typedNilStore, Sources: sources(t)})
+	if err == nil {
+		t.Error("NewReceiver accepted a typed nil store")
+	}
+	// The checks refuse only what is nil: a decorator around a working
+	// verifier is fine, whatever else it embeds.
+	working := sources(t)[0].Verifier
+	decorated := struct {
+		*strings.Builder
+		ferry.Verifier
+	}{nil, working}
+	srcs := append(sources(t), ferryhttp.Source{Name: "decorated", Verifier: decorated})
+	if _, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{Store: st, Sources: srcs}); err != nil {
+		t.Fatalf("NewReceiver refused working verifiers: %v", err)
+	}
+}
+
+// verifierFunc adapts a function to ferry.Verifier.
+type verifierFunc func(http.Header, []byte) (*ferry.Verified, error)
+
+func (f verifierFunc) Verify(h http.Header, b []byte) (*ferry.Verified, error) { return f(h, b) }

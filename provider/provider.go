@@ -74,11 +74,21 @@ type Options struct {
 
 // constructors maps the names New accepts to their constructors.
 var constructors = map[string]func(Options) (ferry.Verifier, error){
-	"github":           func(o Options) (ferry.Verifier, error) { return NewGitHub(o) },
-	"hmac":             func(o Options) (ferry.Verifier, error) { return NewHMAC(o) },
-	"shopify":          func(o Options) (ferry.Verifier, error) { return NewShopify(o) },
-	"standardwebhooks": func(o Options) (ferry.Verifier, error) { return NewStandardWebhooks(o) },
-	"stripe":           func(o Options) (ferry.Verifier, error) { return NewStripe(o) },
+	"github":           func(o Options) (ferry.Verifier, error) { return asVerifier(NewGitHub(o)) },
+	"hmac":             func(o Options) (ferry.Verifier, error) { return asVerifier(NewHMAC(o)) },
+	"shopify":          func(o Options) (ferry.Verifier, error) { return asVerifier(NewShopify(o)) },
+	"standardwebhooks": func(o Options) (ferry.Verifier, error) { return asVerifier(NewStandardWebhooks(o)) },
+	"stripe":           func(o Options) (ferry.Verifier, error) { return asVerifier(NewStripe(o)) },
+}
+
+// asVerifier returns a constructor's result as a ferry.Verifier, and a nil
+// interface on error: a nil *Stripe returned as ferry.Verifier is a non-nil
+// interface that passes every nil check and panics on first use.
+func asVerifier[T ferry.Verifier](v T, err error) (ferry.Verifier, error) {
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // Names returns the provider names New accepts, sorted.
@@ -87,7 +97,8 @@ func Names() []string {
 }
 
 // New builds the verifier of the named provider, so a configuration file can
-// pick one by name. Unknown names return ErrUnknownProvider.
+// pick one by name. Unknown names return ErrUnknownProvider. On any error the
+// Verifier is a nil interface, never a nil pointer inside one.
 func New(name string, opts Options) (ferry.Verifier, error) {
 	build, ok := constructors[name]
 	if !ok {
