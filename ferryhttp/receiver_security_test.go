@@ -4,16 +4,19 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/prometheus"
 	"github.com/ferry-inbox/ferry/provider"
 	"github.com/ferry-inbox/ferry/sqlite"
@@ -249,3 +252,52 @@ func TestNewReceiverRefusesNilVerifier(t *testing.T) {
 type verifierFunc func(http.Header, []byte) (*ferry.Verified, error)
 
 func (f verifierFunc) Verify(h http.Header, b []byte) (*ferry.Verified, error) { return f(h, b) }
+
+// TestReceiverHMACIDTimestampReplay: a generic HMAC source that signs the id
+// and a timestamp (provider.HMACModeIDTimestampBody) refuses a captured
+// delivery re-sent five times under new ids and another type; the app's
+// store holds the original once, as the original type.
+func TestReceiverHMACIDTimestampReplay(t *testing.T) {
+	t.Parallel()
+	scheme := provider.HMACOptions{
+		Header: "X-Acme-Signature", Prefix: "sha256=", Mode: provider.HMACModeIDTimestampBody,
+		EventIDHeader: "X-Acme-Event-Id", TimestampHeader: "X-Acme-Timestamp", TypeHeader: "X-Acme-Event-Type",
+	}
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind.open(t), func(o *ferryhttp.ReceiverOptions) {
+				v, err := provider.New("hmac", provider.Options{
+					Secrets: []string{hmacSecret}, HMAC: scheme, Now: func() time.Time { return testNow },
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Sources = append(o.Sources, ferryhttp.Source{Name: "acme", Verifier: v})
+			})
+			const body = `{"order":7}`
+			h, err := ferrytest.SignHMACEvent(hmacSecret, scheme, "acme-1", testNow, []byte(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Set("X-Acme-Event-Type", "order.paid")
+			captured := delivery{source: "acme", header: h, body: []byte(body)}
+			if r := b.send(t, captured); r.status != 200 || !maps.Equal(r.body, accepted) {
+				t.Fatalf("original: %d %s", r.status, r.raw)
+			}
+			for i := range 5 {
+				replay := captured.with("X-Acme-Event-Id", fmt.Sprintf("acme-replay-%d", i)).with("X-Acme-Event-Type", "order.refunded")
+				if r := b.send(t, replay); r.status != 401 || !maps.Equal(r.body, rejected("bad_signature")) {
+					t.Fatalf("replay %d: %d %s, want 401 bad_signature", i, r.status, r.raw)
+				}
+			}
+			list, err := b.store.EventList(t.Context(), &ferry.EventListParams{Source: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Events) != 1 || list.Events[0].EventID != "acme-1" || list.Events[0].Type != "order.paid" {
+				t.Fatalf("stored %d events, want only acme-1 as order.paid", len(list.Events))
+			}
+		})
+	}
+}

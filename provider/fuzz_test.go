@@ -201,5 +201,37 @@ func FuzzHMACVerify(f *testing.F) {
 	})
 }
 
+func FuzzHMACIDTimestampVerify(f *testing.F) {
+	scheme := provider.HMACOptions{
+		Header: "X-Sig", Mode: provider.HMACModeIDTimestampBody,
+		EventIDHeader: "X-Id", TimestampHeader: "X-Ts", TypeField: "type",
+	}
+	for _, b := range fuzzBodies {
+		h, err := ferrytest.SignHMACEvent(fuzzSecret, scheme, "e-1", now, []byte(b))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add("e-1", h.Get("X-Ts"), h.Get("X-Sig"), []byte(b))
+	}
+	f.Add("", "-9223372036854775808", hex64, []byte(nil))
+	v, err := provider.NewHMAC(provider.Options{Secrets: []string{fuzzSecret}, HMAC: scheme, Now: clock})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, id, timestamp, sig string, body []byte) {
+		got, err := v.Verify(http.Header{"X-Id": {id}, "X-Ts": {timestamp}, "X-Sig": {sig}}, body)
+		checkOutcome(t, got, err)
+		signed, err := ferrytest.SignHMACEvent(fuzzSecret, scheme, id, now, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err = v.Verify(signed, body)
+		signedOK(t, err)
+		if err == nil && got.EventID != id {
+			t.Fatalf("EventID = %q, want %q", got.EventID, id)
+		}
+	})
+}
+
 // hex64 is a well-formed (and wrong) hex SHA-256.
 const hex64 = "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"

@@ -46,8 +46,9 @@ var (
 )
 
 // Options configure every verifier. Fields a provider has no use for are
-// ignored: GitHub, Shopify and generic HMAC signatures carry no timestamp, so
-// Tolerance and Now mean nothing to them.
+// ignored: GitHub and Shopify signatures carry no timestamp, nor do generic
+// HMAC ones unless HMAC.Mode is HMACModeIDTimestampBody, so Tolerance and
+// Now mean nothing to them.
 type Options struct {
 	// Secrets are the signing secrets; a delivery signed by any one of them is
 	// genuine. List the new secret beside the old one while rotating, then
