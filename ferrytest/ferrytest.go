@@ -1,9 +1,10 @@
 // Package ferrytest signs webhook payloads the way each provider does, so
 // users can test their Ferry receivers and handlers without the provider.
 //
-// Its signers are written independently of package provider's verifiers, so
-// a test that signs here and verifies there checks both against the
-// provider's scheme.
+// Its signers are written independently of package provider's verifiers
+// and signers, so a test that signs here and verifies there checks both
+// against the provider's scheme. Ferry itself (the forwarder, `ferry send`)
+// signs with provider.Signer, never with this package.
 package ferrytest
 
 import (

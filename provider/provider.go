@@ -151,11 +151,7 @@ func rawKey(secret string) ([]byte, error) { return []byte(secret), nil }
 // any key equals any of sigs.
 func signedByAny(newHash func() hash.Hash, keys, sigs [][]byte, msg ...[]byte) bool {
 	for _, key := range keys {
-		mac := hmac.New(newHash, key)
-		for _, part := range msg {
-			mac.Write(part)
-		}
-		sum := mac.Sum(nil)
+		sum := macOf(newHash, key, msg...)
 		for _, sig := range sigs {
 			if hmac.Equal(sum, sig) {
 				return true
@@ -163,6 +159,15 @@ func signedByAny(newHash func() hash.Hash, keys, sigs [][]byte, msg ...[]byte) b
 		}
 	}
 	return false
+}
+
+// macOf returns the HMAC of msg's parts, concatenated, under key.
+func macOf(newHash func() hash.Hash, key []byte, msg ...[]byte) []byte {
+	mac := hmac.New(newHash, key)
+	for _, part := range msg {
+		mac.Write(part)
+	}
+	return mac.Sum(nil)
 }
 
 // checkTimestamp refuses a signed time further than tolerance from now, in
