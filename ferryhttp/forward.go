@@ -3,9 +3,6 @@ package ferryhttp
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -43,8 +40,8 @@ type ForwarderOptions struct {
 // honoured); any other answer is permanent and the event goes dead with the
 // status and the start of the response recorded.
 type Forwarder struct {
-	opts ForwarderOptions
-	key  []byte
+	opts   ForwarderOptions
+	signer *provider.StandardWebhooksSigner // nil without a Secret
 }
 
 // NewForwarder checks opts and fills in defaults.
@@ -53,13 +50,6 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 		return nil, errors.New("ferryhttp: ForwarderOptions.URL is required")
 	}
 	f := &Forwarder{opts: opts}
-	if opts.Secret != "" {
-		key, err := provider.DecodeStandardWebhooksSecret(opts.Secret)
-		if err != nil {
-			return nil, fmt.Errorf("ferryhttp: forward secret: %w", err)
-		}
-		f.key = key
-	}
 	if f.opts.Timeout <= 0 {
 		f.opts.Timeout = 10 * time.Second
 	}
@@ -68,6 +58,13 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 	}
 	if f.opts.Now == nil {
 		f.opts.Now = time.Now
+	}
+	if opts.Secret != "" {
+		signer, err := provider.NewStandardWebhooksSigner(provider.Options{Secrets: []string{opts.Secret}, Now: f.opts.Now})
+		if err != nil {
+			return nil, fmt.Errorf("ferryhttp: forward secret: %w", err)
+		}
+		f.signer = signer
 	}
 	return f, nil
 }
@@ -94,14 +91,10 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 	if ev.Type != "" {
 		req.Header.Set("Ferry-Event-Type", ev.Type)
 	}
-	if f.key != nil {
-		ts := strconv.FormatInt(f.opts.Now().Unix(), 10)
-		mac := hmac.New(sha256.New, f.key)
-		mac.Write([]byte(d.IdempotencyKey + "." + ts + "."))
-		mac.Write(ev.Payload)
-		req.Header.Set("Webhook-Id", d.IdempotencyKey)
-		req.Header.Set("Webhook-Timestamp", ts)
-		req.Header.Set("Webhook-Signature", "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	if f.signer != nil {
+		// The idempotency key is the message id: stable across attempts, so
+		// the app's Standard Webhooks library dedupes on it.
+		f.signer.Sign(req.Header, &provider.Message{ID: d.IdempotencyKey, Body: ev.Payload})
 	}
 
 	resp, err := f.opts.Client.Do(req)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -84,8 +85,9 @@ var signatureHeaders = map[string]bool{
 }
 
 // Receiver answers POST /webhooks/{source}: size limit, raw bytes,
-// signature, timestamp, event id, durable receive, in that order. It answers
-// 2xx only after the store has committed the delivery.
+// signature, timestamp, event id and type (ferry.ValidateEventID), durable
+// receive, in that order. It answers 2xx only after the store has committed
+// the delivery.
 type Receiver struct {
 	opts     ReceiverOptions
 	sources  map[string]Source
@@ -95,7 +97,7 @@ type Receiver struct {
 
 // NewReceiver checks opts and fills in defaults.
 func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
-	if opts.Store == nil {
+	if isNil(opts.Store) {
 		return nil, errors.New("ferryhttp: ReceiverOptions.Store is required")
 	}
 	if opts.StoreTimeout <= 0 {
@@ -115,8 +117,8 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		}
 	}
 	for _, s := range opts.Sources {
-		if s.Name == "" || s.Verifier == nil {
-			return nil, fmt.Errorf("ferryhttp: source %q needs a Name and a Verifier", s.Name)
+		if s.Name == "" || isNil(s.Verifier) {
+			return nil, fmt.Errorf("ferryhttp: source %q needs a Name and a non-nil Verifier", s.Name)
 		}
 		if _, dup := r.sources[s.Name]; dup {
 			return nil, fmt.Errorf("ferryhttp: source %q configured twice", s.Name)
@@ -158,6 +160,9 @@ var (
 	answerMethod      = answer{http.StatusMethodNotAllowed, "rejected", "method_not_allowed"}
 	answerTooLarge    = answer{http.StatusRequestEntityTooLarge, "rejected", "body_too_large"}
 	answerUnreadable  = answer{http.StatusBadRequest, "rejected", "unreadable_body"}
+	answerNoEventID   = answer{http.StatusBadRequest, "rejected", "missing_event_id"}
+	answerBadEventID  = answer{http.StatusBadRequest, "rejected", "bad_event_id"}
+	answerBadType     = answer{http.StatusBadRequest, "rejected", "bad_event_type"}
 	answerUnavailable = answer{http.StatusServiceUnavailable, "unavailable", "store_unavailable"}
 	answerTimeout     = answer{http.StatusServiceUnavailable, "unavailable", "store_timeout"}
 	answerDraining    = answer{http.StatusServiceUnavailable, "unavailable", "draining"}
@@ -173,7 +178,7 @@ var verifyAnswers = []struct {
 	{ferry.ErrMalformedSignature, answer{http.StatusUnauthorized, "rejected", "malformed_signature"}},
 	{ferry.ErrStaleTimestamp, answer{http.StatusUnauthorized, "rejected", "stale_timestamp"}},
 	{ferry.ErrBadSignature, answer{http.StatusUnauthorized, "rejected", "bad_signature"}},
-	{ferry.ErrNoEventID, answer{http.StatusBadRequest, "rejected", "missing_event_id"}},
+	{ferry.ErrNoEventID, answerNoEventID},
 	{ferry.ErrBadPayload, answer{http.StatusBadRequest, "rejected", "bad_payload"}},
 }
 
@@ -258,6 +263,9 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	if err != nil {
 		return verifyAnswer(err), "", nil
 	}
+	if a, ok := checkIdentity(v); !ok {
+		return a, "", nil // the id may be what made it unstorable: not logged
+	}
 
 	ctx, cancel := context.WithTimeout(req.Context(), r.opts.StoreTimeout)
 	defer cancel()
@@ -279,6 +287,21 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 		return answerConflict, v.EventID, nil
 	}
 	return answerAccepted, v.EventID, nil
+}
+
+// checkIdentity refuses, as 400s, an event id or type that no store can keep
+// the same way (ferry.ValidateEventID): a provider retries a 5xx for days,
+// while the delivery can never be stored.
+func checkIdentity(v *ferry.Verified) (answer, bool) {
+	switch {
+	case v == nil || v.EventID == "":
+		return answerNoEventID, false
+	case ferry.ValidateEventID(v.EventID) != nil:
+		return answerBadEventID, false
+	case ferry.ValidateEventType(v.Type) != nil:
+		return answerBadType, false
+	}
+	return answer{}, true
 }
 
 func (r *Receiver) keptHeaders(h http.Header) http.Header {
@@ -318,6 +341,38 @@ func (a answer) body() string {
 func isSignatureHeader(h string) bool {
 	lower := strings.ToLower(h)
 	return signatureHeaders[h] || strings.Contains(lower, "signature") || strings.Contains(lower, "hmac")
+}
+
+// isNil reports whether v, a value of interface I, is nil however it is
+// wrapped: a nil interface, a nil pointer, func, map or channel inside one,
+// or a struct whose embedded I is itself nil (a decorator around a nil
+// verifier). Each of these passes "v == nil" and panics on the first
+// delivery instead of at start.
+func isNil[I any](v I) bool {
+	return nilValue(reflect.ValueOf(&v).Elem(), reflect.TypeFor[I](), 0)
+}
+
+func nilValue(rv reflect.Value, iface reflect.Type, depth int) bool {
+	if depth > 8 { // a cycle of embedded pointers; give up, not nil
+		return false
+	}
+	switch rv.Kind() {
+	case reflect.Interface, reflect.Pointer:
+		if rv.IsNil() {
+			return true
+		}
+		return nilValue(rv.Elem(), iface, depth+1)
+	case reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.UnsafePointer:
+		return rv.IsNil()
+	case reflect.Struct:
+		for i := range rv.NumField() {
+			f := rv.Type().Field(i)
+			if f.Anonymous && f.Type.Implements(iface) && nilValue(rv.Field(i), iface, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func cmpOrSlice[T any](v, def []T) []T {

@@ -1,9 +1,10 @@
 // Package ferrytest signs webhook payloads the way each provider does, so
 // users can test their Ferry receivers and handlers without the provider.
 //
-// Its signers are written independently of package provider's verifiers, so
-// a test that signs here and verifies there checks both against the
-// provider's scheme.
+// Its signers are written independently of package provider's verifiers
+// and signers, so a test that signs here and verifies there checks both
+// against the provider's scheme. Ferry itself (the forwarder, `ferry send`)
+// signs with provider.Signer, never with this package.
 package ferrytest
 
 import (
@@ -75,10 +76,52 @@ func SignStandardWebhooks(secret, id string, t time.Time, body []byte) (http.Hea
 }
 
 // SignHMAC signs body for the generic HMAC scheme that provider.NewHMAC
-// verifies, with the same defaults (hex, SHA-256), and returns the headers
-// with the signature set. Set the event id header yourself when the scheme
-// reads one. It errors on an unknown encoding or algorithm or no Header.
+// verifies, with the same defaults (hex, SHA-256, the body alone), and
+// returns the headers with the signature set. Set the event id header
+// yourself when the scheme reads one. It errors on an unknown encoding or
+// algorithm, no Header, or a scheme that signs more than the body (use
+// SignHMACEvent).
 func SignHMAC(secret string, scheme provider.HMACOptions, body []byte) (http.Header, error) {
+	if scheme.Mode != "" && scheme.Mode != provider.HMACModeBody {
+		return nil, fmt.Errorf("ferrytest: HMAC mode %q signs an id and a timestamp: use SignHMACEvent", scheme.Mode)
+	}
+	return signHMAC(secret, scheme, body)
+}
+
+// SignHMACEvent signs a delivery of event id for the generic HMAC scheme,
+// in either mode, at time t, and returns its headers: the signature, the
+// id in EventIDHeader when the scheme has one, and the timestamp in
+// TimestampHeader in provider.HMACModeIDTimestampBody. The type header is
+// yours to set.
+func SignHMACEvent(secret string, scheme provider.HMACOptions, id string, t time.Time, body []byte) (http.Header, error) {
+	var h http.Header
+	var err error
+	switch scheme.Mode {
+	case "", provider.HMACModeBody:
+		h, err = signHMAC(secret, scheme, body)
+	case provider.HMACModeIDTimestampBody:
+		if scheme.TimestampHeader == "" {
+			return nil, fmt.Errorf("ferrytest: HMAC mode %q needs a TimestampHeader", scheme.Mode)
+		}
+		ts := strconv.FormatInt(t.Unix(), 10)
+		h, err = signHMAC(secret, scheme, []byte(id+"."+ts+"."), body)
+		if err == nil {
+			h.Set(scheme.TimestampHeader, ts)
+		}
+	default:
+		return nil, fmt.Errorf("ferrytest: unknown HMAC mode %q", scheme.Mode)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if scheme.EventIDHeader != "" {
+		h.Set(scheme.EventIDHeader, id)
+	}
+	return h, nil
+}
+
+// signHMAC MACs the parts of msg, concatenated, as scheme says.
+func signHMAC(secret string, scheme provider.HMACOptions, msg ...[]byte) (http.Header, error) {
 	if scheme.Header == "" {
 		return nil, fmt.Errorf("ferrytest: HMAC scheme has no Header")
 	}
@@ -91,7 +134,7 @@ func SignHMAC(secret string, scheme provider.HMACOptions, body []byte) (http.Hea
 	default:
 		return nil, fmt.Errorf("ferrytest: unknown HMAC algorithm %q", scheme.Algorithm)
 	}
-	mac := sum(newHash, []byte(secret), body)
+	mac := sum(newHash, []byte(secret), msg...)
 	var text string
 	switch scheme.Encoding {
 	case "", provider.EncodingHex:

@@ -46,3 +46,24 @@ func TestSignHMACErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestSignHMACEventErrors(t *testing.T) {
+	t.Parallel()
+	idts := provider.HMACOptions{Header: "X-Sig", Mode: provider.HMACModeIDTimestampBody, EventIDHeader: "X-Id", TimestampHeader: "X-Ts"}
+	if _, err := ferrytest.SignHMAC("s", idts, nil); err == nil {
+		t.Error("SignHMAC signed an id-and-timestamp scheme as body only")
+	}
+	noTS := idts
+	noTS.TimestampHeader = ""
+	unknown := idts
+	unknown.Mode = "other"
+	for _, scheme := range []provider.HMACOptions{noTS, unknown, {Mode: provider.HMACModeIDTimestampBody, TimestampHeader: "X-Ts"}} {
+		if _, err := ferrytest.SignHMACEvent("s", scheme, "e-1", time.Unix(1, 0), nil); err == nil {
+			t.Errorf("SignHMACEvent(%+v) did not fail", scheme)
+		}
+	}
+	h, err := ferrytest.SignHMACEvent("s", idts, "e-1", time.Unix(1_700_000_000, 0), nil)
+	if err != nil || h.Get("X-Id") != "e-1" || h.Get("X-Ts") != "1700000000" || h.Get("X-Sig") == "" {
+		t.Fatalf("SignHMACEvent = %v, %v", h, err)
+	}
+}

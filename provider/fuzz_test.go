@@ -1,8 +1,11 @@
 package provider_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,6 +121,10 @@ func FuzzStandardWebhooksHeader(f *testing.F) {
 	for _, seed := range []string{swVectorSignature, "v1,a v1,b", "v1a,x " + swVectorSignature, "", " ", "v1,", ",", "v1,===="} {
 		f.Add(seed)
 	}
+	valid, err := base64.StdEncoding.DecodeString(swVectorSignature[len("v1,"):])
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, value string) {
 		sigs, err := provider.ParseStandardWebhooksSignatures(value)
 		if err != nil && !errors.Is(err, ferry.ErrMalformedSignature) {
@@ -125,6 +132,19 @@ func FuzzStandardWebhooksHeader(f *testing.F) {
 		}
 		if err == nil && len(sigs) == 0 {
 			t.Fatal("no error and no signature")
+		}
+		for _, sig := range sigs {
+			if len(sig) != 32 {
+				t.Fatalf("parsed a %d-byte signature, want 32", len(sig))
+			}
+		}
+		// Whatever else the list holds, a readable v1 entry beside it is
+		// found: nothing before or after it can hide it.
+		for _, list := range []string{value + " " + swVectorSignature, swVectorSignature + " " + value} {
+			sigs, err := provider.ParseStandardWebhooksSignatures(list)
+			if err != nil || !slices.ContainsFunc(sigs, func(s []byte) bool { return bytes.Equal(s, valid) }) {
+				t.Fatalf("%q: valid entry lost: %d signatures, %v", list, len(sigs), err)
+			}
 		}
 	})
 }
@@ -178,6 +198,38 @@ func FuzzHMACVerify(f *testing.F) {
 		}
 		_, err = v.Verify(signed, body)
 		signedOK(t, err)
+	})
+}
+
+func FuzzHMACIDTimestampVerify(f *testing.F) {
+	scheme := provider.HMACOptions{
+		Header: "X-Sig", Mode: provider.HMACModeIDTimestampBody,
+		EventIDHeader: "X-Id", TimestampHeader: "X-Ts", TypeField: "type",
+	}
+	for _, b := range fuzzBodies {
+		h, err := ferrytest.SignHMACEvent(fuzzSecret, scheme, "e-1", now, []byte(b))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add("e-1", h.Get("X-Ts"), h.Get("X-Sig"), []byte(b))
+	}
+	f.Add("", "-9223372036854775808", hex64, []byte(nil))
+	v, err := provider.NewHMAC(provider.Options{Secrets: []string{fuzzSecret}, HMAC: scheme, Now: clock})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, id, timestamp, sig string, body []byte) {
+		got, err := v.Verify(http.Header{"X-Id": {id}, "X-Ts": {timestamp}, "X-Sig": {sig}}, body)
+		checkOutcome(t, got, err)
+		signed, err := ferrytest.SignHMACEvent(fuzzSecret, scheme, id, now, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err = v.Verify(signed, body)
+		signedOK(t, err)
+		if err == nil && got.EventID != id {
+			t.Fatalf("EventID = %q, want %q", got.EventID, id)
+		}
 	})
 }
 

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"hash"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -32,11 +34,28 @@ const (
 	AlgorithmSHA1 Algorithm = "sha1"
 )
 
-// HMACOptions describe a generic sender that signs the raw body with
-// HMAC and puts the MAC in one header, optionally after a prefix:
-// "X-Signature: sha256=<hex>". The event id comes from a header or from a
-// top-level JSON field of the body; exactly one of EventIDHeader and
-// EventIDField must be set.
+// HMACMode is what a generic HMAC sender's MAC covers.
+type HMACMode string
+
+const (
+	// HMACModeBody signs the raw body alone. An id or type read from a
+	// header is then unsigned: a captured delivery re-sent under a new id
+	// verifies, and only a body-level defence can tell it is a replay.
+	HMACModeBody HMACMode = "body"
+	// HMACModeIDTimestampBody signs "<id>.<timestamp>.<body>", as Standard
+	// Webhooks does: the id (from EventIDHeader) and a unix-seconds
+	// timestamp (from TimestampHeader) are signed, and a timestamp further
+	// than Options.Tolerance from now is refused, so a captured delivery
+	// can neither take a new id nor be replayed after the tolerance. The
+	// type header, if any, stays unsigned.
+	HMACModeIDTimestampBody HMACMode = "id.timestamp.body"
+)
+
+// HMACOptions describe a generic sender that signs with HMAC and puts the
+// MAC in one header, optionally after a prefix: "X-Signature: sha256=<hex>".
+// Mode says what is signed, the raw body by default. The event id comes from
+// a header or from a top-level JSON field of the body; exactly one of
+// EventIDHeader and EventIDField must be set.
 type HMACOptions struct {
 	// Header is the signature header. Required.
 	Header string
@@ -47,11 +66,20 @@ type HMACOptions struct {
 	Encoding Encoding
 	// Algorithm is the hash. Defaults to AlgorithmSHA256.
 	Algorithm Algorithm
+	// Mode is what the MAC covers. Defaults to HMACModeBody. Prefer
+	// HMACModeIDTimestampBody whenever the sender can sign that way.
+	Mode HMACMode
+	// TimestampHeader is the header holding the signing time in unix
+	// seconds. Required with HMACModeIDTimestampBody, refused otherwise (a
+	// timestamp nobody signs would only look checked).
+	TimestampHeader string
 
-	// EventIDHeader is the header holding the event id.
+	// EventIDHeader is the header holding the event id. Required with
+	// HMACModeIDTimestampBody.
 	EventIDHeader string
 	// EventIDField is the top-level JSON field holding the event id, a
-	// string or a number (kept as written, "12345").
+	// string or a number (kept as written, "12345"). The body is signed, so
+	// the id is too, in either mode.
 	EventIDField string
 
 	// TypeHeader or TypeField (not both) name where the event type is; both
@@ -61,18 +89,21 @@ type HMACOptions struct {
 	TypeField  string
 }
 
-// HMAC verifies a generic HMAC sender described by Options.HMAC. Its
-// signatures carry no timestamp, so a captured delivery can be replayed;
-// deduplication on the event id is what makes a replay harmless.
+// HMAC verifies a generic HMAC sender described by Options.HMAC. In
+// HMACModeBody its signatures carry no timestamp and do not cover an id
+// header, so a captured delivery can be replayed, under its own id
+// (deduplication makes that harmless) or a new one (it does not); in
+// HMACModeIDTimestampBody neither replay verifies past the tolerance.
 type HMAC struct {
-	keys    [][]byte
+	cfg     config
 	opts    HMACOptions
 	newHash func() hash.Hash
 }
 
 var _ ferry.Verifier = (*HMAC)(nil)
 
-// NewHMAC returns a generic HMAC verifier. It reads Secrets and HMAC.
+// NewHMAC returns a generic HMAC verifier. It reads Secrets and HMAC, and
+// Tolerance and Now in HMACModeIDTimestampBody.
 func NewHMAC(opts Options) (*HMAC, error) {
 	cfg, err := newConfig(opts, rawKey)
 	if err != nil {
@@ -88,6 +119,19 @@ func NewHMAC(opts Options) (*HMAC, error) {
 	if h.TypeHeader != "" && h.TypeField != "" {
 		return nil, fmt.Errorf("%w: set at most one of HMAC.TypeHeader and HMAC.TypeField", ErrInvalidOptions)
 	}
+	switch h.Mode {
+	case "", HMACModeBody:
+		h.Mode = HMACModeBody
+		if h.TimestampHeader != "" {
+			return nil, fmt.Errorf("%w: HMAC.TimestampHeader is only read with HMAC.Mode %q", ErrInvalidOptions, HMACModeIDTimestampBody)
+		}
+	case HMACModeIDTimestampBody:
+		if h.EventIDHeader == "" || h.TimestampHeader == "" {
+			return nil, fmt.Errorf("%w: HMAC.Mode %q needs HMAC.EventIDHeader and HMAC.TimestampHeader", ErrInvalidOptions, h.Mode)
+		}
+	default:
+		return nil, fmt.Errorf("%w: HMAC.Mode %q (valid: %s, %s)", ErrInvalidOptions, h.Mode, HMACModeBody, HMACModeIDTimestampBody)
+	}
 	switch h.Encoding {
 	case "":
 		h.Encoding = EncodingHex
@@ -95,7 +139,7 @@ func NewHMAC(opts Options) (*HMAC, error) {
 	default:
 		return nil, fmt.Errorf("%w: HMAC.Encoding %q (valid: hex, base64)", ErrInvalidOptions, h.Encoding)
 	}
-	v := &HMAC{keys: cfg.keys}
+	v := &HMAC{cfg: cfg}
 	switch h.Algorithm {
 	case "", AlgorithmSHA256:
 		h.Algorithm, v.newHash = AlgorithmSHA256, sha256.New
@@ -118,7 +162,10 @@ func (v *HMAC) Verify(header http.Header, body []byte) (*ferry.Verified, error) 
 	if err != nil {
 		return nil, verifyErr("hmac", ferry.ErrMalformedSignature, err.Error())
 	}
-	if !signedByAny(v.newHash, v.keys, [][]byte{mac}, body) {
+	if v.opts.Mode == HMACModeIDTimestampBody {
+		return v.verifyIDTimestamp(header, mac, body)
+	}
+	if !signedByAny(v.newHash, v.cfg.keys, [][]byte{mac}, body) {
 		return nil, verifyErr("hmac", ferry.ErrBadSignature, "")
 	}
 
@@ -144,6 +191,36 @@ func (v *HMAC) Verify(header http.Header, body []byte) (*ferry.Verified, error) 
 	if v.opts.TypeHeader != "" {
 		verified.Type = header.Get(v.opts.TypeHeader)
 	} else if v.opts.TypeField != "" {
+		verified.Type, _ = scalarField(fields, v.opts.TypeField)
+	}
+	return verified, nil
+}
+
+// verifyIDTimestamp checks a MAC over "<id>.<timestamp>.<body>", then the
+// timestamp, then the id: a forgery is always a signature failure.
+func (v *HMAC) verifyIDTimestamp(header http.Header, mac, body []byte) (*ferry.Verified, error) {
+	timestamp := header.Get(v.opts.TimestampHeader)
+	unix, err := strconv.ParseInt(timestamp, 10, 64)
+	if err != nil {
+		return nil, verifyErr("hmac", ferry.ErrMalformedSignature, "timestamp header is not a unix time")
+	}
+	// An absent id is signed as empty, as Standard Webhooks does.
+	id := header.Get(v.opts.EventIDHeader)
+	if !signedByAny(v.newHash, v.cfg.keys, [][]byte{mac}, []byte(id), []byte("."), []byte(timestamp), []byte("."), body) {
+		return nil, verifyErr("hmac", ferry.ErrBadSignature, "")
+	}
+	if err := checkTimestamp("hmac", time.Unix(unix, 0), v.cfg.now(), v.cfg.tolerance); err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, verifyErr("hmac", ferry.ErrNoEventID, "")
+	}
+	verified := &ferry.Verified{EventID: id}
+	if v.opts.TypeHeader != "" {
+		verified.Type = header.Get(v.opts.TypeHeader)
+	} else if v.opts.TypeField != "" {
+		var fields map[string]json.RawMessage
+		_ = json.Unmarshal(body, &fields) // the type is optional; a non-JSON body has none
 		verified.Type, _ = scalarField(fields, v.opts.TypeField)
 	}
 	return verified, nil

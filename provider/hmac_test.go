@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferrytest"
@@ -107,6 +108,89 @@ func TestHMAC(t *testing.T) {
 	})
 }
 
+// TestHMACIDTimestampBody: in HMACModeIDTimestampBody the id and the
+// timestamp are signed, so a captured delivery re-sent under a new id, or
+// after the tolerance, is refused.
+func TestHMACIDTimestampBody(t *testing.T) {
+	t.Parallel()
+
+	const secret, oldSecret = "new-secret", "old-secret"
+	scheme := provider.HMACOptions{
+		Header: "X-Signature", Prefix: "v1=", Mode: provider.HMACModeIDTimestampBody,
+		EventIDHeader: "X-Event-Id", TimestampHeader: "X-Timestamp", TypeHeader: "X-Event-Type",
+	}
+	body := []byte(`{"amount":42}`)
+	v, err := provider.NewHMAC(provider.Options{Secrets: []string{secret, oldSecret}, HMAC: scheme, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(secret, id string, at time.Time) http.Header {
+		t.Helper()
+		h, err := ferrytest.SignHMACEvent(secret, scheme, id, at, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Set("X-Event-Type", "order.paid")
+		return h
+	}
+	signed := sign(secret, "h-1", now)
+	got, err := v.Verify(signed, body)
+	if err != nil || got.EventID != "h-1" || got.Type != "order.paid" {
+		t.Fatalf("Verify = %+v, %v", got, err)
+	}
+	bodyOnly, err := ferrytest.SignHMAC(secret, provider.HMACOptions{Header: "X-Signature", Prefix: "v1="}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCases(t, v, []string{secret, oldSecret}, []verifyCase{
+		{name: "OldSecret", header: sign(oldSecret, "h-1", now), body: body, wantID: "h-1"},
+		{name: "WithinTolerance", header: sign(secret, "h-1", now.Add(-299*time.Second)), body: body, wantID: "h-1"},
+		{name: "ReplayedUnderNewID", header: with(signed, "X-Event-Id", "h-2"), body: body, want: ferry.ErrBadSignature},
+		{name: "TimestampChanged", header: with(signed, "X-Timestamp", "1700000001"), body: body, want: ferry.ErrBadSignature},
+		{name: "TamperedBody", header: signed, body: []byte(`{"amount":43}`), want: ferry.ErrBadSignature},
+		{name: "BodyOnlySignature", header: with(signed, "X-Signature", bodyOnly.Get("X-Signature")), body: body, want: ferry.ErrBadSignature},
+		{name: "WrongSecret", header: sign("guess", "h-1", now), body: body, want: ferry.ErrBadSignature},
+		{name: "Stale", header: sign(secret, "h-1", now.Add(-301*time.Second)), body: body, want: ferry.ErrStaleTimestamp},
+		{name: "Future", header: sign(secret, "h-1", now.Add(301*time.Second)), body: body, want: ferry.ErrStaleTimestamp},
+		{name: "MissingTimestamp", header: with(signed, "X-Timestamp", ""), body: body, want: ferry.ErrMalformedSignature},
+		{name: "TimestampNotUnix", header: with(signed, "X-Timestamp", "2023-11-14T22:13:20Z"), body: body, want: ferry.ErrMalformedSignature},
+		{name: "MissingSignature", header: with(signed, "X-Signature", ""), body: body, want: ferry.ErrNoSignature},
+		{name: "MissingID", header: with(sign(secret, "", now), "X-Event-Id", ""), body: body, want: ferry.ErrNoEventID},
+	})
+
+	t.Run("Tolerance", func(t *testing.T) {
+		t.Parallel()
+		v, err := provider.NewHMAC(provider.Options{Secrets: []string{secret}, HMAC: scheme, Now: clock, Tolerance: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(sign(secret, "h-1", now.Add(-9*time.Minute)), body); err != nil {
+			t.Fatalf("9 minutes old with a 10 minute tolerance: %v", err)
+		}
+		if _, err := v.Verify(sign(secret, "h-1", now.Add(-11*time.Minute)), body); !errors.Is(err, ferry.ErrStaleTimestamp) {
+			t.Fatalf("11 minutes old with a 10 minute tolerance: %v, want ErrStaleTimestamp", err)
+		}
+	})
+
+	// The gap the mode closes: signing the body alone, the same capture
+	// verifies under any id.
+	t.Run("BodyModeDoesNotCoverTheID", func(t *testing.T) {
+		t.Parallel()
+		body := provider.HMACOptions{Header: "X-Signature", Prefix: "v1=", EventIDHeader: "X-Event-Id"}
+		v, err := provider.NewHMAC(provider.Options{Secrets: []string{secret}, HMAC: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := ferrytest.SignHMACEvent(secret, body, "h-1", now, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := v.Verify(with(h, "X-Event-Id", "h-2"), []byte(`{}`)); err != nil || got.EventID != "h-2" {
+			t.Fatalf("Verify = %+v, %v: body mode was expected to accept a new id", got, err)
+		}
+	})
+}
+
 func TestHMACInvalidOptions(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -119,6 +203,10 @@ func TestHMACInvalidOptions(t *testing.T) {
 		{"TwoTypes", provider.HMACOptions{Header: "X-Sig", EventIDHeader: "X-Id", TypeHeader: "X-T", TypeField: "t"}},
 		{"UnknownEncoding", provider.HMACOptions{Header: "X-Sig", EventIDHeader: "X-Id", Encoding: "base32"}},
 		{"UnknownAlgorithm", provider.HMACOptions{Header: "X-Sig", EventIDHeader: "X-Id", Algorithm: "md5"}},
+		{"UnknownMode", provider.HMACOptions{Header: "X-Sig", EventIDHeader: "X-Id", Mode: "timestamp.body"}},
+		{"TimestampHeaderInBodyMode", provider.HMACOptions{Header: "X-Sig", EventIDHeader: "X-Id", TimestampHeader: "X-Ts"}},
+		{"IDTimestampWithoutTimestampHeader", provider.HMACOptions{Header: "X-Sig", EventIDHeader: "X-Id", Mode: provider.HMACModeIDTimestampBody}},
+		{"IDTimestampWithIDField", provider.HMACOptions{Header: "X-Sig", EventIDField: "id", TimestampHeader: "X-Ts", Mode: provider.HMACModeIDTimestampBody}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -46,8 +46,9 @@ var (
 )
 
 // Options configure every verifier. Fields a provider has no use for are
-// ignored: GitHub, Shopify and generic HMAC signatures carry no timestamp, so
-// Tolerance and Now mean nothing to them.
+// ignored: GitHub and Shopify signatures carry no timestamp, nor do generic
+// HMAC ones unless HMAC.Mode is HMACModeIDTimestampBody, so Tolerance and
+// Now mean nothing to them.
 type Options struct {
 	// Secrets are the signing secrets; a delivery signed by any one of them is
 	// genuine. List the new secret beside the old one while rotating, then
@@ -74,11 +75,21 @@ type Options struct {
 
 // constructors maps the names New accepts to their constructors.
 var constructors = map[string]func(Options) (ferry.Verifier, error){
-	"github":           func(o Options) (ferry.Verifier, error) { return NewGitHub(o) },
-	"hmac":             func(o Options) (ferry.Verifier, error) { return NewHMAC(o) },
-	"shopify":          func(o Options) (ferry.Verifier, error) { return NewShopify(o) },
-	"standardwebhooks": func(o Options) (ferry.Verifier, error) { return NewStandardWebhooks(o) },
-	"stripe":           func(o Options) (ferry.Verifier, error) { return NewStripe(o) },
+	"github":           func(o Options) (ferry.Verifier, error) { return asVerifier(NewGitHub(o)) },
+	"hmac":             func(o Options) (ferry.Verifier, error) { return asVerifier(NewHMAC(o)) },
+	"shopify":          func(o Options) (ferry.Verifier, error) { return asVerifier(NewShopify(o)) },
+	"standardwebhooks": func(o Options) (ferry.Verifier, error) { return asVerifier(NewStandardWebhooks(o)) },
+	"stripe":           func(o Options) (ferry.Verifier, error) { return asVerifier(NewStripe(o)) },
+}
+
+// asVerifier returns a constructor's result as a ferry.Verifier, and a nil
+// interface on error: a nil *Stripe returned as ferry.Verifier is a non-nil
+// interface that passes every nil check and panics on first use.
+func asVerifier[T ferry.Verifier](v T, err error) (ferry.Verifier, error) {
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // Names returns the provider names New accepts, sorted.
@@ -87,7 +98,8 @@ func Names() []string {
 }
 
 // New builds the verifier of the named provider, so a configuration file can
-// pick one by name. Unknown names return ErrUnknownProvider.
+// pick one by name. Unknown names return ErrUnknownProvider. On any error the
+// Verifier is a nil interface, never a nil pointer inside one.
 func New(name string, opts Options) (ferry.Verifier, error) {
 	build, ok := constructors[name]
 	if !ok {
@@ -139,11 +151,7 @@ func rawKey(secret string) ([]byte, error) { return []byte(secret), nil }
 // any key equals any of sigs.
 func signedByAny(newHash func() hash.Hash, keys, sigs [][]byte, msg ...[]byte) bool {
 	for _, key := range keys {
-		mac := hmac.New(newHash, key)
-		for _, part := range msg {
-			mac.Write(part)
-		}
-		sum := mac.Sum(nil)
+		sum := macOf(newHash, key, msg...)
 		for _, sig := range sigs {
 			if hmac.Equal(sum, sig) {
 				return true
@@ -151,6 +159,15 @@ func signedByAny(newHash func() hash.Hash, keys, sigs [][]byte, msg ...[]byte) b
 		}
 	}
 	return false
+}
+
+// macOf returns the HMAC of msg's parts, concatenated, under key.
+func macOf(newHash func() hash.Hash, key []byte, msg ...[]byte) []byte {
+	mac := hmac.New(newHash, key)
+	for _, part := range msg {
+		mac.Write(part)
+	}
+	return mac.Sum(nil)
 }
 
 // checkTimestamp refuses a signed time further than tolerance from now, in

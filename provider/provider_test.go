@@ -107,18 +107,23 @@ func TestNew(t *testing.T) {
 			if v == nil {
 				t.Fatal("New returned nil")
 			}
-			_, err = provider.New(name, provider.Options{HMAC: hmacOpts})
+			v, err = provider.New(name, provider.Options{HMAC: hmacOpts})
 			if !errors.Is(err, provider.ErrInvalidOptions) {
 				t.Fatalf("New without secrets: %v, want ErrInvalidOptions", err)
+			}
+			// A nil pointer inside the interface would pass a nil check
+			// and panic on the first delivery.
+			if v != nil {
+				t.Fatalf("New returned %#v with its error, want a nil interface", v)
 			}
 		})
 	}
 
 	t.Run("Unknown", func(t *testing.T) {
 		t.Parallel()
-		_, err := provider.New("paypal", provider.Options{Secrets: []string{"s"}})
-		if !errors.Is(err, provider.ErrUnknownProvider) {
-			t.Fatalf("error = %v, want ErrUnknownProvider", err)
+		v, err := provider.New("paypal", provider.Options{Secrets: []string{"s"}})
+		if !errors.Is(err, provider.ErrUnknownProvider) || v != nil {
+			t.Fatalf("New = %#v, %v, want a nil interface and ErrUnknownProvider", v, err)
 		}
 		for _, name := range provider.Names() {
 			if !strings.Contains(err.Error(), name) {

@@ -24,7 +24,8 @@ const (
 	// seconds.
 	StandardWebhooksTimestampHeader = "Webhook-Timestamp"
 	// StandardWebhooksSignatureHeader carries a space-separated list of
-	// "v1,<base64>" signatures; other versions are ignored.
+	// "v1,<base64>" signatures; the delivery is genuine when any v1 entry
+	// matches. Other versions and unreadable entries are skipped.
 	StandardWebhooksSignatureHeader = "Webhook-Signature"
 )
 
@@ -104,26 +105,27 @@ func (s *StandardWebhooks) Verify(header http.Header, body []byte) (*ferry.Verif
 	return &ferry.Verified{EventID: id, Type: event.Type}, nil
 }
 
-// parseStandardWebhooksSignatures returns the v1 MACs of a signature list.
-// Every entry must be "<version>,<signature>"; at least one must be v1.
+// parseStandardWebhooksSignatures returns the v1 MACs of a signature list,
+// read as the specification's reference libraries read it: entries are
+// separated by spaces, each "<version>,<signature>"; an entry that is not
+// v1, or whose signature is not a base64 SHA-256, is skipped, so a sender may
+// list a signature Ferry cannot read beside one it can. It fails only when
+// no entry is a readable v1 signature.
 func parseStandardWebhooksSignatures(value string) ([][]byte, error) {
 	var sigs [][]byte
 	for _, entry := range strings.Fields(value) {
 		version, text, ok := strings.Cut(entry, ",")
-		if !ok {
-			return nil, verifyErr("standardwebhooks", ferry.ErrMalformedSignature, "entry without a version")
-		}
-		if version != "v1" {
+		if !ok || version != "v1" {
 			continue
 		}
 		mac, err := base64.StdEncoding.DecodeString(text)
 		if err != nil || len(mac) != sha256.Size {
-			return nil, verifyErr("standardwebhooks", ferry.ErrMalformedSignature, "v1 is not a base64 SHA-256")
+			continue
 		}
 		sigs = append(sigs, mac)
 	}
 	if len(sigs) == 0 {
-		return nil, verifyErr("standardwebhooks", ferry.ErrMalformedSignature, "no v1 signature")
+		return nil, verifyErr("standardwebhooks", ferry.ErrMalformedSignature, "no readable v1 signature")
 	}
 	return sigs, nil
 }

@@ -22,6 +22,10 @@ const (
 	swVectorSignature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
 )
 
+// wrongSig is a well-formed v1 signature (base64 of 32 bytes) that no test
+// secret produces.
+const wrongSig = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
 func TestStandardWebhooksPublishedVector(t *testing.T) {
 	t.Parallel()
 
@@ -87,6 +91,13 @@ func TestStandardWebhooks(t *testing.T) {
 		{name: "Valid", header: signed, body: body, wantID: "msg_1"},
 		{name: "OldSecret", header: h(oldSig), body: body, wantID: "msg_1"},
 		{name: "SeveralSignatures", header: h("v1a,ignored v2,AAAA " + oldSig + " " + sig), body: body, wantID: "msg_1"},
+		// The reference libraries skip entries they cannot read and accept
+		// when any v1 entry matches, wherever it stands in the list.
+		{name: "ForgedBesideValid", header: h("v1,Zm9yZ2Vk " + sig), body: body, wantID: "msg_1"},
+		{name: "ValidBeforeUnreadable", header: h(sig + " v1,!!! nocomma v1, ,"), body: body, wantID: "msg_1"},
+		{name: "UnreadableBesideValid", header: h("v1,!!!  v1,  nocomma v1,Zm9yZ2Vk\t" + sig), body: body, wantID: "msg_1"},
+		{name: "OnlyUnreadable", header: h("v1,Zm9yZ2Vk v1,!!! nocomma v2," + sig[3:]), body: body, want: ferry.ErrMalformedSignature},
+		{name: "OnlyWrong", header: h("v1,Zm9yZ2Vk v1," + wrongSig), body: body, want: ferry.ErrBadSignature},
 		{name: "NotJSON", header: sign(secret, "msg_2", now, []byte("plain")), body: []byte("plain"), wantID: "msg_2"},
 		{name: "MissingHeader", header: h(""), body: body, want: ferry.ErrNoSignature},
 		{name: "NoVersion", header: h("g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="), body: body, want: ferry.ErrMalformedSignature},
@@ -101,6 +112,35 @@ func TestStandardWebhooks(t *testing.T) {
 		{name: "Future", header: sign(secret, "msg_1", now.Add(301*time.Second), body), body: body, want: ferry.ErrStaleTimestamp},
 		{name: "MissingID", header: with(sign(secret, "", now, body), "Webhook-Id", ""), body: body, want: ferry.ErrNoEventID},
 	})
+}
+
+// TestStandardWebhooksForgedEntryBesidePublishedVector is issue 10's case:
+// a signature list holding a forged entry and the reference signer's valid
+// one verifies; the forged entry alone does not.
+func TestStandardWebhooksForgedEntryBesidePublishedVector(t *testing.T) {
+	t.Parallel()
+
+	v, err := provider.NewStandardWebhooks(provider.Options{
+		Secrets: []string{swVectorSecret},
+		Now:     func() time.Time { return time.Unix(swVectorTimestamp, 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := func(sig string) http.Header {
+		h := http.Header{}
+		h.Set("webhook-id", swVectorID)
+		h.Set("webhook-timestamp", "1614265330")
+		h.Set("webhook-signature", sig)
+		return h
+	}
+	got, err := v.Verify(header("v1,Zm9yZ2Vk "+swVectorSignature), []byte(swVectorPayload))
+	if err != nil || got.EventID != swVectorID {
+		t.Fatalf("forged entry beside the valid one: Verify = %+v, %v", got, err)
+	}
+	if _, err := v.Verify(header("v1,Zm9yZ2Vk"), []byte(swVectorPayload)); !errors.Is(err, ferry.ErrMalformedSignature) {
+		t.Fatalf("forged entry alone: Verify error = %v, want ErrMalformedSignature", err)
+	}
 }
 
 func TestStandardWebhooksSvixHeaders(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/internal/config"
 	"github.com/ferry-inbox/ferry/provider"
 )
@@ -96,32 +95,20 @@ func sampleBody(path string, src *config.Source, eventID, eventType string) ([]b
 
 // sign signs body as the source's provider would, with its first secret.
 func sign(src *config.Source, eventID, eventType string, body []byte) (http.Header, error) {
-	secret := src.Secrets[0]
-	switch src.Provider {
-	case "stripe":
-		return ferrytest.SignStripe(secret, body, time.Now()), nil
-	case "github":
-		return ferrytest.SignGitHub(secret, eventID, eventType, body), nil
-	case "shopify":
-		return ferrytest.SignShopify(secret, eventID, eventType, body), nil
-	case "standardwebhooks":
-		return ferrytest.SignStandardWebhooks(secret, eventID, time.Now(), body)
-	default:
-		scheme := provider.HMACOptions{
+	signer, err := provider.NewSigner(src.Provider, provider.Options{
+		Secrets: src.Secrets,
+		HMAC: provider.HMACOptions{
 			Header: src.HMAC.Header, Prefix: src.HMAC.Prefix,
 			Encoding: provider.Encoding(src.HMAC.Encoding), Algorithm: provider.Algorithm(src.HMAC.Algorithm),
-		}
-		h, err := ferrytest.SignHMAC(secret, scheme, body)
-		if err != nil {
-			return nil, err
-		}
-		h.Set("Content-Type", "application/json")
-		if src.HMAC.EventIDHeader != "" {
-			h.Set(src.HMAC.EventIDHeader, eventID)
-		}
-		if src.HMAC.TypeHeader != "" {
-			h.Set(src.HMAC.TypeHeader, eventType)
-		}
-		return h, nil
+			EventIDHeader: src.HMAC.EventIDHeader, EventIDField: src.HMAC.EventIDField,
+			TypeHeader: src.HMAC.TypeHeader, TypeField: src.HMAC.TypeField,
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	signer.Sign(h, &provider.Message{ID: eventID, Type: eventType, Body: body})
+	return h, nil
 }
