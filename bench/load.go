@@ -26,16 +26,19 @@ const payloadSize = 1024
 // gives the same bytes, so a repeated k is a true duplicate, never a
 // conflict.
 func delivery(prefix string, k int64) ([]byte, http.Header) {
-	id := prefix + strconv.FormatInt(k, 10)
+	return signedEvent(stripeSecret, prefix+strconv.FormatInt(k, 10), payloadSize)
+}
+
+// signedEvent is the Stripe event id, padded to size bytes, signed with
+// secret now.
+func signedEvent(secret, id string, size int) ([]byte, http.Header) {
 	head := `{"id":"` + id + `","object":"event","type":"invoice.paid","data":{"object":{"pad":"`
 	tail := `"}}}`
-	body := make([]byte, 0, payloadSize)
+	body := make([]byte, 0, size)
 	body = append(body, head...)
-	for len(body) < payloadSize-len(tail) {
-		body = append(body, 'x')
-	}
+	body = append(body, bytes.Repeat([]byte{'x'}, max(0, size-len(head)-len(tail)))...)
 	body = append(body, tail...)
-	return body, ferrytest.SignStripe(stripeSecret, body, time.Now())
+	return body, ferrytest.SignStripe(secret, body, time.Now())
 }
 
 // keyFor maps the n-th request to its event key with 10 % duplicates: every
