@@ -96,7 +96,7 @@ func startServe(ctx context.Context, tmp, name, configText, role string) (*child
 				default:
 				}
 			}
-			if strings.HasPrefix(sc.Text(), "{") && line.Level == "ERROR" {
+			if strings.HasPrefix(sc.Text(), "{") && (line.Level == "ERROR" || line.Level == "WARN") {
 				fmt.Fprintf(os.Stderr, "  %s: %s\n", name, sc.Text())
 			}
 		}

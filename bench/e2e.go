@@ -121,7 +121,9 @@ func e2eOnce(ctx context.Context, o *options, name string, round int, newStore f
 
 	r := &e2eRound{}
 	prefix := fmt.Sprintf("evt_%s_r%d_", name, round)
-	ids, failed, start, end := burst(ctx, target, secret, prefix+"b", o.clients, o.e2eBurst)
+	ids, failed, start, end := burst(ctx, target, prefix+"b", o.clients, o.e2eBurst, func(id string) ([]byte, http.Header) {
+		return signedEvent(secret, id, payloadSize)
+	})
 	if len(ids) == 0 {
 		return nil, "", fmt.Errorf("no burst delivery was accepted (%d failed)", failed)
 	}
@@ -158,8 +160,9 @@ func e2eOnce(ctx context.Context, o *options, name string, round int, newStore f
 
 // burst runs senders connections, each sending its next signed delivery as
 // soon as the last was answered, until dur has passed; the burst ends when
-// the last answer is in. It returns the ids answered 2xx.
-func burst(ctx context.Context, target, secret, prefix string, senders int, dur time.Duration) (ids []string, failed int, start, end time.Time) {
+// the last answer is in. event makes the delivery of an id. It returns the
+// ids answered 2xx.
+func burst(ctx context.Context, target, prefix string, senders int, dur time.Duration, event func(id string) ([]byte, http.Header)) (ids []string, failed int, start, end time.Time) {
 	transport := &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, DisableCompression: true}
 	defer transport.CloseIdleConnections()
 	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
@@ -178,7 +181,7 @@ func burst(ctx context.Context, target, secret, prefix string, senders int, dur 
 			bad := 0
 			for ctx.Err() == nil && time.Now().Before(deadline) {
 				id := prefix + strconv.FormatInt(seq.Add(1), 10)
-				body, header := signedEvent(secret, id, payloadSize)
+				body, header := event(id)
 				if status, err := post(ctx, hc, target, header, body); err == nil && status/100 == 2 {
 					mine = append(mine, id)
 				} else {
