@@ -29,9 +29,9 @@ func runConns(ctx context.Context, o *options) (*result, error) {
 		return nil, err
 	}
 	needed := int(math.Ceil(float64(o.connsRate) * o.connsHold.Seconds()))
-	// The server is shared: the one-transaction design may take at most
-	// half of max_connections.
-	txPool := min(needed, maxConns/2)
+	// The one-transaction design gets the write-up's pool of 50, at most
+	// half of max_connections (the server is shared).
+	txPool := min(txHeldPool, maxConns/2)
 	arrivals := o.connsHold + o.connsSteady
 
 	var (
@@ -53,7 +53,7 @@ func runConns(ctx context.Context, o *options) (*result, error) {
 			{"conns_ferry", fmt.Sprint(fr.peakInUse), fmt.Sprintf("peak PostgreSQL connections in use (running, in a transaction, or holding LISTEN; pg_stat_activity every 10ms) of ferry serve: %d events/s for %s, downstream holds each %s, %d workers; peak %d in flight at the app; lease TTL %s, heartbeat %s: %d leases seen extended past their first TTL, %d events claimed more than once; %d of %d done",
 				o.connsRate, arrivals, o.connsHold, needed, fr.peakInFlight, fr.ttl, fr.ttl/3, fr.extended, fr.retried, fr.done, fr.sent)},
 			{"conns_ferry_open", fmt.Sprint(fr.peakOpen), "peak PostgreSQL connections open (idle included) of the same process: its pool as `ferry serve` sizes it"},
-			{"conns_txheld_needed", fmt.Sprint(needed), fmt.Sprintf("connections the one-transaction design needs: rate × hold = %d/s × %s (one per event in flight). Run beside Ferry with a pool of %d (max_connections/2): peak %d in use, peak %d requests waiting for one; at full load it completed %.2f events/s of %d/s offered (%.0f%%); %d of %d events done in the run",
+			{"conns_txheld_needed", fmt.Sprint(needed), fmt.Sprintf("connections the one-transaction design needs: rate × hold = %d/s × %s (one per event in flight). Run beside Ferry with a pool of %d: peak %d in use, peak %d requests waiting for one; at full load it completed %.2f events/s of %d/s offered (%.0f%%); %d of %d events done in the run",
 				o.connsRate, o.connsHold, txPool, tr.peakInUse, tr.peakWaiting, tr.steadyRate, o.connsRate, 100*tr.steadyRate/float64(o.connsRate), tr.done, offered)},
 		},
 		summary: map[string]string{
@@ -63,6 +63,9 @@ func runConns(ctx context.Context, o *options) (*result, error) {
 		},
 	}, nil
 }
+
+// txHeldPool is the pool the write-up gives the one-transaction design.
+const txHeldPool = 50
 
 type connsFerryResult struct {
 	peakInUse, peakOpen, peakInFlight int

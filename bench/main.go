@@ -110,7 +110,7 @@ func run() error {
 	flag.DurationVar(&o.e2eBurst, "e2e-burst", 5*time.Second, "length of the e2e burst")
 	flag.DurationVar(&o.e2ePaced, "e2e-paced", 10*time.Second, "length of the e2e paced run")
 	flag.IntVar(&o.e2eRate, "e2e-rate", 200, "deliveries a second of the e2e paced run")
-	flag.DurationVar(&o.drainMax, "drain-max", 2*time.Minute, "longest wait for a backlog to reach the app before the benchmark fails")
+	flag.DurationVar(&o.drainMax, "drain-max", 5*time.Minute, "longest wait for a backlog to reach the app before the benchmark fails")
 	flag.DurationVar(&o.connsHold, "conns-hold", 30*time.Second, "how long the downstream holds each event in conns (shorten only for smoke tests)")
 	flag.IntVar(&o.connsRate, "conns-rate", 5, "events a second in conns")
 	flag.DurationVar(&o.connsSteady, "conns-steady", 10*time.Second, "how long conns keeps arriving once rate × hold are in flight")
@@ -153,13 +153,13 @@ func run() error {
 	o.tmp = tmp
 
 	started := time.Now()
-	maxConns, err := serverMaxConnections(ctx, o.url)
+	server, err := serverSettings(ctx, o.url)
 	if err != nil {
 		return fmt.Errorf("postgres at %s: %w", redact(o.url), err)
 	}
 	host, _ := os.Hostname()
-	fmt.Printf("bench: %s, %s/%s, %d CPUs (GOMAXPROCS %d), PostgreSQL max_connections=%d\n",
-		host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), maxConns)
+	fmt.Printf("bench: %s, %s/%s, %d CPUs (GOMAXPROCS %d), %s, %s\n",
+		host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), server)
 
 	var rows [][]string
 	summary := map[string]string{}

@@ -80,6 +80,22 @@ func adminExec(ctx context.Context, u, sql string) error {
 	return err
 }
 
+// serverSettings describes the PostgreSQL server for the run's header: its
+// version and the settings that decide commit cost and connection limits.
+func serverSettings(ctx context.Context, u string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	var version, fsync, syncCommit, maxConns string
+	err = conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('max_connections')`).Scan(&version, &fsync, &syncCommit, &maxConns)
+	return fmt.Sprintf("PostgreSQL %s (fsync %s, synchronous_commit %s, max_connections %s)", version, fsync, syncCommit, maxConns), err
+}
+
 func serverMaxConnections(ctx context.Context, u string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
