@@ -14,11 +14,11 @@ import (
 
 // The e2e benchmarks run what a new user runs: the `ferry serve` binary on
 // examples/ferry.toml (store.url and http.listen changed, nothing else),
-// forwarding to a local app that answers 200 at once. Each round starts a
-// fresh store and process and runs a burst, its drain, then a paced run.
+// forwarding to a local app that answers 200 at once. Each round runs a
+// burst and its drain, then a paced run, each on a fresh store and process.
 
 func runE2EPG(ctx context.Context, o *options) (*result, error) {
-	return runE2E(ctx, o, "e2e_pg", "PostgreSQL", func(ctx context.Context, round int) (string, func(), error) {
+	return runE2E(ctx, o, "e2e_pg", "PostgreSQL", func(ctx context.Context, _ int) (string, func(), error) {
 		s, err := createSchema(ctx, o.url, "e2e")
 		if err != nil {
 			return "", nil, err
@@ -33,8 +33,8 @@ func runE2EPG(ctx context.Context, o *options) (*result, error) {
 }
 
 func runE2ESQLite(ctx context.Context, o *options) (*result, error) {
-	return runE2E(ctx, o, "e2e_sqlite", "SQLite", func(ctx context.Context, round int) (string, func(), error) {
-		path := filepath.Join(o.tmp, fmt.Sprintf("e2e-%d.db", round))
+	return runE2E(ctx, o, "e2e_sqlite", "SQLite", func(ctx context.Context, run int) (string, func(), error) {
+		path := filepath.Join(o.tmp, fmt.Sprintf("e2e-%d.db", run))
 		return "sqlite:" + path, func() { removeDB(path) }, nil
 	})
 }
@@ -103,59 +103,81 @@ func runE2E(ctx context.Context, o *options, name, storeName string, newStore fu
 }
 
 func e2eOnce(ctx context.Context, o *options, name string, round int, newStore func(ctx context.Context, round int) (string, func(), error)) (*e2eRound, string, error) {
-	a, err := startApp(0)
-	if err != nil {
-		return nil, "", err
-	}
-	defer a.close()
-	storeURL, cleanup, err := newStore(ctx, round)
-	if err != nil {
-		return nil, "", err
-	}
-	defer cleanup()
-	c, target, secret, err := serveExample(ctx, o, fmt.Sprintf("%s-%d", name, round), storeURL, a)
-	if err != nil {
-		return nil, "", err
-	}
-	defer c.stop()
-
 	r := &e2eRound{}
 	prefix := fmt.Sprintf("evt_%s_r%d_", name, round)
-	ids, failed, start, end := burst(ctx, target, prefix+"b", o.clients, o.e2eBurst, func(id string) ([]byte, http.Header) {
-		return signedEvent(secret, id, payloadSize)
-	})
-	if len(ids) == 0 {
-		return nil, "", fmt.Errorf("no burst delivery was accepted (%d failed)", failed)
-	}
-	r.accepted, r.failed, r.burst = len(ids), failed, end.Sub(start)
-	for _, id := range ids {
-		if t, ok := a.arrivedAt(id); ok && !t.After(end) {
-			r.forwarded++
+	// The burst and the paced run each get a fresh store and process, so
+	// neither measures what the other left behind.
+	addr, err := withExample(ctx, o, fmt.Sprintf("%s-%d-burst", name, round), 2*round, newStore, func(a *app, target, secret string) error {
+		ids, failed, start, end := burst(ctx, target, prefix+"b", o.clients, o.e2eBurst, func(id string) ([]byte, http.Header) {
+			return signedEvent(secret, id, payloadSize)
+		})
+		if len(ids) == 0 {
+			return fmt.Errorf("no burst delivery was accepted (%d failed)", failed)
 		}
-	}
-	last, err := a.waitAll(ctx, ids, o.drainMax)
+		r.accepted, r.failed, r.burst = len(ids), failed, end.Sub(start)
+		for _, id := range ids {
+			if t, ok := a.arrivedAt(id); ok && !t.After(end) {
+				r.forwarded++
+			}
+		}
+		last, err := a.waitAll(ctx, ids, o.drainMax)
+		if err != nil {
+			return fmt.Errorf("burst drain: %w", err)
+		}
+		r.drain = max(0, last.Sub(end))
+		a.mu.Lock()
+		r.repeats += a.repeats
+		a.mu.Unlock()
+		return nil
+	})
 	if err != nil {
-		return nil, "", fmt.Errorf("burst drain: %w", err)
+		return nil, "", err
 	}
-	r.drain = max(0, last.Sub(end))
+	_, err = withExample(ctx, o, fmt.Sprintf("%s-%d-paced", name, round), 2*round+1, newStore, func(a *app, target, secret string) error {
+		sent, failed := pacedSends(ctx, target, secret, prefix+"p", o.e2eRate, o.e2ePaced, 256)
+		r.pacedFailed = failed
+		ids := make([]string, 0, len(sent))
+		for id := range sent {
+			ids = append(ids, id)
+		}
+		if _, err := a.waitAll(ctx, ids, o.drainMax); err != nil {
+			return fmt.Errorf("paced run: %w", err)
+		}
+		for id, t := range sent {
+			at, _ := a.arrivedAt(id)
+			r.paced = append(r.paced, at.Sub(t))
+		}
+		a.mu.Lock()
+		r.repeats += a.repeats
+		a.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return r, addr, nil
+}
 
-	sent, pacedFailed := pacedSends(ctx, target, secret, prefix+"p", o.e2eRate, o.e2ePaced, 256)
-	r.pacedFailed = pacedFailed
-	pids := make([]string, 0, len(sent))
-	for id := range sent {
-		pids = append(pids, id)
+// withExample runs fn against a fresh store (the run-th) and `ferry serve` on
+// the example config, forwarding to a fresh app, and tears them down. It
+// returns the app's address.
+func withExample(ctx context.Context, o *options, name string, run int, newStore func(ctx context.Context, run int) (string, func(), error), fn func(a *app, target, secret string) error) (string, error) {
+	a, err := startApp(0)
+	if err != nil {
+		return "", err
 	}
-	if _, err := a.waitAll(ctx, pids, o.drainMax); err != nil {
-		return nil, "", fmt.Errorf("paced run: %w", err)
+	defer a.close()
+	storeURL, cleanup, err := newStore(ctx, run)
+	if err != nil {
+		return "", err
 	}
-	for id, t := range sent {
-		at, _ := a.arrivedAt(id)
-		r.paced = append(r.paced, at.Sub(t))
+	defer cleanup()
+	c, target, secret, err := serveExample(ctx, o, name, storeURL, a)
+	if err != nil {
+		return "", err
 	}
-	a.mu.Lock()
-	r.repeats = a.repeats
-	a.mu.Unlock()
-	return r, a.addr, nil
+	defer c.stop()
+	return a.addr, fn(a, target, secret)
 }
 
 // burst runs senders connections, each sending its next signed delivery as
