@@ -84,6 +84,7 @@ func startServe(ctx context.Context, tmp, name, configText, role string) (*child
 		defer close(c.done)
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		warned := 0
 		for sc.Scan() {
 			var line struct {
 				Msg    string `json:"msg"`
@@ -96,8 +97,14 @@ func startServe(ctx context.Context, tmp, name, configText, role string) (*child
 				default:
 				}
 			}
-			if strings.HasPrefix(sc.Text(), "{") && line.Level == "ERROR" {
-				fmt.Fprintf(os.Stderr, "  %s: %s\n", name, sc.Text())
+			if strings.HasPrefix(sc.Text(), "{") && (line.Level == "ERROR" || line.Level == "WARN") {
+				// The first few say what went wrong; a flood would bury
+				// the bench's own lines.
+				if warned++; warned <= 10 {
+					fmt.Fprintf(os.Stderr, "  %s: %s\n", name, sc.Text())
+				} else if warned == 11 {
+					fmt.Fprintf(os.Stderr, "  %s: (further warnings not shown)\n", name)
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)

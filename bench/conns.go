@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -14,156 +14,233 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/postgres"
 )
 
-// The write-up's load: 5 events/s held 30 s each is 150 in flight. The
-// benchmark keeps the 150 and shortens the run: 50 events/s held 3 s.
-const (
-	connsRate    = 50
-	connsFor     = 20 * time.Second
-	connsHold    = 3 * time.Second
-	connsWorkers = connsRate * int(connsHold/time.Second) // 150 in flight
-)
-
+// runConns puts the write-up's load on PostgreSQL two ways at once, on the
+// same schedule: events arrive at -conns-rate a second and the downstream
+// holds each for -conns-hold (5/s × 30 s: 150 in flight). Ferry is `ferry
+// serve` forwarding to an app that holds each call; the one-transaction
+// design claims and works each event in one open transaction. Arrivals run
+// for the hold (the ramp to full load) plus -conns-steady. Each side's
+// connections are counted by application_name.
 func runConns(ctx context.Context, o *options) (*result, error) {
 	maxConns, err := serverMaxConnections(ctx, o.url)
 	if err != nil {
 		return nil, err
 	}
-	// Both designs get the same pool. The server is shared, so the pool may
-	// take at most half of max_connections; the tx-held design's requests
-	// that cannot get a connection are counted as waiting.
-	poolMax := min(connsWorkers, maxConns/2)
+	needed := int(math.Ceil(float64(o.connsRate) * o.connsHold.Seconds()))
+	// The one-transaction design gets the write-up's pool of 50, at most
+	// half of max_connections (the server is shared).
+	txPool := min(txHeldPool, maxConns/2)
+	arrivals := o.connsHold + o.connsSteady
 
-	ferryPeak, ferryDone, err := connsFerry(ctx, o, poolMax)
-	if err != nil {
-		return nil, fmt.Errorf("ferry: %w", err)
+	var (
+		wg     sync.WaitGroup
+		fr     *connsFerryResult
+		tr     *connsTxResult
+		fe, te error
+	)
+	wg.Add(2)
+	go func() { defer wg.Done(); fr, fe = connsFerry(ctx, o, needed, arrivals) }()
+	go func() { defer wg.Done(); tr, te = connsTxHeld(ctx, o, txPool, arrivals) }()
+	wg.Wait()
+	if err := errors.Join(fe, te); err != nil {
+		return nil, err
 	}
-	txPeak, txWaitPeak, txDone, err := connsTxHeld(ctx, o, poolMax)
-	if err != nil {
-		return nil, fmt.Errorf("tx-held: %w", err)
-	}
-	demand := txPeak + txWaitPeak
+	offered := int(float64(o.connsRate) * arrivals.Seconds())
+	capacity := min(float64(o.connsRate), float64(txPool)/o.connsHold.Seconds())
 	return &result{
 		rows: [][]string{
-			{"conns_ferry", fmt.Sprint(ferryPeak), fmt.Sprintf("peak PostgreSQL connections in use, %d events/s for %s, downstream %s, %d workers; %d of %d done", connsRate, connsFor, connsHold, connsWorkers, ferryDone, connsRate*int(connsFor/time.Second))},
-			{"conns_txheld", fmt.Sprint(demand), fmt.Sprintf("peak %d connections in use (pool limit %d = max_connections/2) + peak %d requests waiting for one (%d in flight at this load); %d of %d done", txPeak, poolMax, txWaitPeak, connsWorkers, txDone, connsRate*int(connsFor/time.Second))},
+			{"conns_ferry", fmt.Sprint(fr.peakInUse), fmt.Sprintf("peak PostgreSQL connections in use (running, in a transaction, or holding LISTEN; pg_stat_activity every 10ms) of ferry serve: %d events/s for %s, downstream holds each %s, %d workers; peak %d in flight at the app; lease TTL %s, heartbeat %s: %d leases seen extended past their first TTL, %d events claimed more than once; %d of %d done",
+				o.connsRate, arrivals, o.connsHold, needed, fr.peakInFlight, fr.ttl, fr.ttl/3, fr.extended, fr.retried, fr.done, fr.sent)},
+			{"conns_ferry_open", fmt.Sprint(fr.peakOpen), "peak PostgreSQL connections open (idle included) of the same process: its pool as `ferry serve` sizes it"},
+			{"conns_txheld_needed", fmt.Sprint(needed), fmt.Sprintf("connections the one-transaction design needs: rate × hold = %d/s × %s, one per event in flight. A pool of %d holds %d at once, so it completes at most %d / %s = %.2f events/s, %.0f%% of the %d/s offered; run beside Ferry on that pool: peak %d in use, peak %d requests waiting for one, %d of %d events done before the waiting ones were given up (a hold after the last arrival)",
+				o.connsRate, o.connsHold, txPool, txPool, txPool, o.connsHold, capacity, 100*capacity/float64(o.connsRate), o.connsRate, tr.peakInUse, tr.peakWaiting, tr.done, offered)},
 		},
-		summary: map[string]string{"conns_ferry": fmt.Sprint(ferryPeak), "conns_txheld": fmt.Sprint(demand)},
+		summary: map[string]string{
+			"conns_ferry":         fmt.Sprint(fr.peakInUse),
+			"conns_ferry_open":    fmt.Sprint(fr.peakOpen),
+			"conns_txheld_needed": fmt.Sprint(needed),
+		},
 	}, nil
 }
 
-// connsFerry receives events at connsRate through the store and works them
-// with a handler that takes connsHold, counting the PostgreSQL connections
-// in use throughout.
-func connsFerry(ctx context.Context, o *options, poolMax int) (peak, done int, err error) {
+// txHeldPool is the pool the write-up gives the one-transaction design.
+const txHeldPool = 50
+
+type connsFerryResult struct {
+	peakInUse, peakOpen, peakInFlight int
+	ttl                               time.Duration
+	extended, retried                 int
+	sent, done                        int
+}
+
+// connsFerry runs `ferry serve` with workers workers, a forward timeout past
+// the hold, and a lease TTL short enough that heartbeats run during the hold
+// (interval TTL/3; Ferry's default TTL unless the hold is shorter).
+func connsFerry(ctx context.Context, o *options, workers int, arrivals time.Duration) (*connsFerryResult, error) {
 	s, err := createSchema(ctx, o.url, "conns_ferry")
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	defer s.drop()
-	const app = "bench_conns_ferry"
-	pool, err := s.pool(ctx, app, poolMax)
+	const appName = "bench_conns_ferry"
+	storeURL, err := withParams(s.url, map[string]string{"application_name": appName})
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	defer pool.Close()
-	store := postgres.New(pool, nil)
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return 0, 0, err
-	}
-	var handled atomic.Int64
-	client, err := ferry.NewClient(&ferry.Config{Store: store, Workers: connsWorkers, Logger: slog.New(slog.DiscardHandler)})
+	a, err := startApp(o.connsHold)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	client.Handle("bench", func(ctx context.Context, _ *ferry.Delivery) error {
-		select {
-		case <-time.After(connsHold): // the slow downstream
-		case <-ctx.Done():
-			return ctx.Err()
+	defer a.close()
+	r := &connsFerryResult{ttl: min(ferry.DefaultLeaseTTL, o.connsHold)}
+	cfg := fmt.Sprintf(`[store]
+url = %q
+
+[worker]
+workers = %d
+lease_ttl = %q
+
+[[source]]
+name = "stripe"
+provider = "stripe"
+secrets = [%q]
+
+[source.forward]
+url = %q
+timeout = %q
+`, storeURL, workers, r.ttl.String(), stripeSecret, "http://"+a.addr+"/webhooks/stripe", (o.connsHold + 30*time.Second).String())
+	c, err := startServe(ctx, o.tmp, "conns", cfg, "all")
+	if err != nil {
+		return nil, err
+	}
+	defer c.stop()
+
+	sampler, err := sampleConns(ctx, o.url, appName, 10*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	inFlight := make(chan int, 1)
+	go func() { // the app's peak concurrency, on the same schedule
+		peak := 0
+		for sleepCtx(sampler.ctx, 10*time.Millisecond) {
+			a.mu.Lock()
+			peak = max(peak, a.inFlight)
+			a.mu.Unlock()
 		}
-		handled.Add(1)
-		return nil
-	})
-	sampler, err := sampleConns(ctx, o.url, app, 10*time.Millisecond)
+		inFlight <- peak
+	}()
+	sent, failed := pacedSends(ctx, "http://"+c.addr+"/webhooks/stripe", stripeSecret, "evt_conns_", o.connsRate, arrivals, 64)
+	r.sent = len(sent)
+
+	conn, err := pgx.Connect(ctx, s.url)
 	if err != nil {
-		return 0, 0, err
-	}
-	if err := client.Start(ctx); err != nil {
 		sampler.finish()
-		return 0, 0, err
+		return nil, err
 	}
-	rerr := atRate(ctx, connsRate, connsFor, func(ctx context.Context, n int) error {
-		_, err := store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "bench", EventID: fmt.Sprint("evt_", n), Type: "bench", Payload: []byte(`{}`)})
-		return err
-	})
-	sleepCtx(ctx, connsHold+time.Second) // let the last events finish
-	_ = client.Stop(context.Background())
-	peak, serr := sampler.finish()
-	fmt.Fprintf(os.Stderr, "  conns ferry: peak %d in use, %d handled\n", peak, handled.Load())
-	return peak, int(handled.Load()), errors.Join(rerr, serr)
+	defer conn.Close(context.Background())
+	// The oldest events in flight have been held for most of the hold: a
+	// lease that lasts past claim + TTL was extended by a heartbeat.
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM ferry_event
+		WHERE state = 'in_progress' AND lease_expires_at > claimed_at + make_interval(secs => $1) + interval '100 ms'`,
+		r.ttl.Seconds()).Scan(&r.extended); err != nil {
+		sampler.finish()
+		return nil, err
+	}
+	deadline := time.Now().Add(o.connsHold + 30*time.Second)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ferry_event WHERE state = 'done'").Scan(&r.done); err != nil {
+			break
+		}
+		if r.done >= r.sent {
+			break
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+	peaks, serr := sampler.finish()
+	r.peakInUse, r.peakOpen, r.peakInFlight = peaks.inUse, peaks.open, <-inFlight
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM ferry_event WHERE attempt > 1").Scan(&r.retried); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "  conns ferry: peak %d in use, %d open, %d in flight; %d extended by heartbeats; %d of %d done, %d non-2xx\n",
+		r.peakInUse, r.peakOpen, r.peakInFlight, r.extended, r.done, r.sent, failed)
+	if r.done < r.sent {
+		return nil, errors.Join(serr, fmt.Errorf("ferry: %d of %d events done %s after the last arrival", r.done, r.sent, o.connsHold+30*time.Second))
+	}
+	return r, serr
+}
+
+type connsTxResult struct {
+	peakInUse, peakWaiting, done int
 }
 
 // connsTxHeld is the one-transaction design: each event's claim and its
 // work share one transaction, open for as long as the downstream takes.
-func connsTxHeld(ctx context.Context, o *options, poolMax int) (peak, waitPeak, done int, err error) {
+// Arrivals stop after arrivals; requests still waiting for a connection a
+// hold later are abandoned (the queue would take minutes to drain).
+func connsTxHeld(ctx context.Context, o *options, poolMax int, arrivals time.Duration) (*connsTxResult, error) {
 	s, err := createSchema(ctx, o.url, "conns_txheld")
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, err
 	}
 	defer s.drop()
-	const app = "bench_conns_txheld"
-	pool, err := s.pool(ctx, app, poolMax)
+	const appName = "bench_conns_txheld"
+	pool, err := s.pool(ctx, appName, poolMax)
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, err
 	}
 	defer pool.Close()
 	if _, err := pool.Exec(ctx, "CREATE TABLE processed_events (id text PRIMARY KEY, processed_at timestamptz NOT NULL DEFAULT now())"); err != nil {
-		return 0, 0, 0, err
+		return nil, err
 	}
-	sampler, err := sampleConns(ctx, o.url, app, 10*time.Millisecond)
+	sampler, err := sampleConns(ctx, o.url, appName, 10*time.Millisecond)
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, err
 	}
+	workCtx, abandon := context.WithCancel(ctx)
+	defer abandon()
 	var (
 		waiting, maxWaiting atomic.Int64
-		handled             atomic.Int64
 		wg                  sync.WaitGroup
-		errMu               sync.Mutex
+		mu                  sync.Mutex
+		finished            int
 		firstErr            error
 	)
-	rerr := atRate(ctx, connsRate, connsFor, func(ctx context.Context, n int) error {
+	rerr := atRate(ctx, o.connsRate, arrivals, func(_ context.Context, n int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			w := waiting.Add(1)
 			for m := maxWaiting.Load(); w > m && !maxWaiting.CompareAndSwap(m, w); m = maxWaiting.Load() {
 			}
-			err := txHeldWork(ctx, pool, fmt.Sprint("evt_", n), func() { waiting.Add(-1) })
-			if err == nil {
-				handled.Add(1)
-				return
+			err := txHeldWork(workCtx, pool, o.connsHold, fmt.Sprint("evt_", n), func() { waiting.Add(-1) })
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				finished++
+			case workCtx.Err() != nil: // abandoned
+			default:
+				firstErr = cmpErr(firstErr, err)
 			}
-			errMu.Lock()
-			firstErr = cmpErr(firstErr, err)
-			errMu.Unlock()
 		}()
 		return nil
 	})
+	sleepCtx(ctx, o.connsHold+time.Second) // those holding a connection finish
+	abandon()
 	wg.Wait()
-	peak, serr := sampler.finish()
-	fmt.Fprintf(os.Stderr, "  conns tx-held: peak %d in use, peak %d waiting, %d handled\n", peak, maxWaiting.Load(), handled.Load())
-	return peak, int(maxWaiting.Load()), int(handled.Load()), errors.Join(rerr, serr, firstErr)
+	peaks, serr := sampler.finish()
+	r := &connsTxResult{peakInUse: peaks.inUse, peakWaiting: int(maxWaiting.Load()), done: finished}
+	fmt.Fprintf(os.Stderr, "  conns tx-held: peak %d in use, peak %d waiting, %d done\n", r.peakInUse, r.peakWaiting, r.done)
+	return r, errors.Join(rerr, serr, firstErr)
 }
 
 // txHeldWork claims the event and does its work in one transaction: the
 // claim (a permanent marker) rolls back with the work, and the connection
 // is held for the whole downstream call. got is called once a connection is
 // held.
-func txHeldWork(ctx context.Context, pool *pgxpool.Pool, id string, got func()) error {
+func txHeldWork(ctx context.Context, pool *pgxpool.Pool, hold time.Duration, id string, got func()) error {
 	conn, err := pool.Acquire(ctx)
 	got()
 	if err != nil {
@@ -175,7 +252,9 @@ func txHeldWork(ctx context.Context, pool *pgxpool.Pool, id string, got func()) 
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
-		sleepCtx(ctx, connsHold) // the slow downstream, inside the transaction
+		if !sleepCtx(ctx, hold) { // the slow downstream, inside the transaction
+			return ctx.Err()
+		}
 		return nil
 	})
 }
@@ -184,7 +263,7 @@ func txHeldWork(ctx context.Context, pool *pgxpool.Pool, id string, got func()) 
 // must be quick or start its own goroutine).
 func atRate(ctx context.Context, rate int, dur time.Duration, fn func(ctx context.Context, n int) error) error {
 	start := time.Now()
-	total := rate * int(dur/time.Second)
+	total := int(float64(rate) * dur.Seconds())
 	interval := time.Second / time.Duration(rate)
 	for n := range total {
 		if !sleepCtx(ctx, time.Until(start.Add(time.Duration(n)*interval))) {

@@ -30,8 +30,8 @@ type ingestSide struct {
 	start func(ctx context.Context) (target string, stop func(), err error)
 }
 
-// ingestPair runs A (Ferry) and B (the bare receiver) alternately, o.rounds
-// times each, with the same load, and reports the median req/s ratio and
+// ingestPair runs A (Ferry) and B (the bare receiver) o.rounds times each,
+// A B then B A, with the same load, and reports the median req/s ratio and
 // both median p99s.
 func ingestPair(ctx context.Context, o *options, key string, a, b ingestSide) (*result, error) {
 	var rpsA, rpsB, ratios []float64
@@ -39,7 +39,12 @@ func ingestPair(ctx context.Context, o *options, key string, a, b ingestSide) (*
 	failedA, failedB := 0, 0
 	for round := range o.rounds {
 		var pair [2]*loadResult
-		for i, side := range []ingestSide{a, b} {
+		order := []int{0, 1} // A B, then B A in the next round
+		if round%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, i := range order {
+			side := []ingestSide{a, b}[i]
 			target, stop, err := side.start(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", side.name, err)
@@ -102,7 +107,7 @@ func runIngestPG(ctx context.Context, o *options) (*result, error) {
 	}
 
 	ferrySide := ingestSide{name: "ferry (stripe verify + durable dedupe)", start: func(ctx context.Context) (string, func(), error) {
-		if _, err := ferryPool.Exec(ctx, "TRUNCATE ferry_event, ferry_attempt, ferry_conflict"); err != nil {
+		if _, err := ferryPool.Exec(ctx, "TRUNCATE ferry_event CASCADE"); err != nil {
 			return "", nil, err
 		}
 		return serveFerry(store)

@@ -26,16 +26,19 @@ const payloadSize = 1024
 // gives the same bytes, so a repeated k is a true duplicate, never a
 // conflict.
 func delivery(prefix string, k int64) ([]byte, http.Header) {
-	id := prefix + strconv.FormatInt(k, 10)
+	return signedEvent(stripeSecret, prefix+strconv.FormatInt(k, 10), payloadSize)
+}
+
+// signedEvent is the Stripe event id, padded to size bytes, signed with
+// secret now.
+func signedEvent(secret, id string, size int) ([]byte, http.Header) {
 	head := `{"id":"` + id + `","object":"event","type":"invoice.paid","data":{"object":{"pad":"`
 	tail := `"}}}`
-	body := make([]byte, 0, payloadSize)
+	body := make([]byte, 0, size)
 	body = append(body, head...)
-	for len(body) < payloadSize-len(tail) {
-		body = append(body, 'x')
-	}
+	body = append(body, bytes.Repeat([]byte{'x'}, max(0, size-len(head)-len(tail)))...)
 	body = append(body, tail...)
-	return body, ferrytest.SignStripe(stripeSecret, body, time.Now())
+	return body, ferrytest.SignStripe(secret, body, time.Now())
 }
 
 // keyFor maps the n-th request to its event key with 10 % duplicates: every
@@ -157,43 +160,6 @@ func post(ctx context.Context, hc *http.Client, target string, header http.Heade
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, nil
-}
-
-// paced sends rate deliveries a second for dur, each on its own goroutine
-// (at most inflight at once), and returns how many were answered 2xx and how
-// many were not.
-func paced(ctx context.Context, target, prefix string, rate int, dur time.Duration, inflight int) (ok, failed int) {
-	transport := &http.Transport{MaxIdleConnsPerHost: inflight, MaxConnsPerHost: inflight, DisableCompression: true}
-	defer transport.CloseIdleConnections()
-	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
-	var okN, failedN atomic.Int64
-	sem := make(chan struct{}, inflight)
-	var wg sync.WaitGroup
-	start := time.Now()
-	total := int64(rate) * int64(dur/time.Second)
-	interval := time.Second / time.Duration(rate)
-	for n := int64(0); n < total && ctx.Err() == nil; n++ {
-		if wait := time.Until(start.Add(time.Duration(n) * interval)); wait > 0 {
-			time.Sleep(wait)
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			body, header := delivery(prefix, n)
-			if status, err := post(ctx, hc, target, header, body); err == nil && status/100 == 2 {
-				okN.Add(1)
-			} else {
-				failedN.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	return int(okN.Load()), int(failedN.Load())
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

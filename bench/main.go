@@ -1,8 +1,8 @@
 // Command bench measures Ferry against the designs and peers it replaces, on
 // this machine, in one run: every ratio's baseline runs in the same process,
-// alternating A B A B, and the median of the rounds is reported.
+// alternating A B, then B A, and the median of the rounds is reported.
 //
-//	cd bench && go run . [-only NAME] [-rounds 3]
+//	cd bench && go run . [-only NAME,NAME] [-rounds 3]
 //
 // It needs the PostgreSQL of TEST_DATABASE_URL (default
 // postgres://postgres@127.0.0.1:5432/test) and a writable temp directory. It
@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,15 +26,26 @@ import (
 
 // options are the command's flags; every benchmark reads them.
 type options struct {
-	url        string
-	only       []string
-	rounds     int
-	ingestDur  time.Duration
-	clients    int
-	poolSize   int
-	workEvents int
-	workers    int
-	tmp        string
+	url         string
+	only        []string
+	rounds      int
+	ingestDur   time.Duration
+	clients     int
+	poolSize    int
+	workEvents  int
+	workWindow  time.Duration
+	workSweep   []int
+	e2eBurst    time.Duration
+	e2ePaced    time.Duration
+	e2eRate     int
+	drainMax    time.Duration
+	connsHold   time.Duration
+	connsRate   int
+	connsSteady time.Duration
+	rssRate     int
+	rssDur      time.Duration
+	rssWorstDur time.Duration
+	tmp         string
 }
 
 // result is what one benchmark adds to the table and the summary line.
@@ -44,17 +56,36 @@ type result struct {
 
 type benchmark struct {
 	name string // as -only names it
-	keys []string
 	run  func(ctx context.Context, o *options) (*result, error)
 }
 
 var benchmarks = []benchmark{
-	{"ingest_pg", []string{"ingest_pg_x"}, runIngestPG},
-	{"ingest_sqlite", []string{"ingest_sqlite_x"}, runIngestSQLite},
-	{"work", []string{"work_pg_x_river"}, runWork},
-	{"conns", []string{"conns_ferry", "conns_txheld"}, runConns},
-	{"reclaim", []string{"reclaim_ms"}, runReclaim},
-	{"rss", []string{"rss_mb"}, runRSS},
+	{"ingest_pg", runIngestPG},
+	{"ingest_sqlite", runIngestSQLite},
+	{"e2e_pg", runE2EPG},
+	{"e2e_sqlite", runE2ESQLite},
+	{"work", runWork},
+	{"conns", runConns},
+	{"reclaim", runReclaim},
+	{"rss", runRSS},
+}
+
+// lineKeys are the keys of the last line, in its order, each with the
+// benchmark that sets it.
+var lineKeys = []struct{ key, bench string }{
+	{"ingest_pg_x", "ingest_pg"},
+	{"ingest_sqlite_x", "ingest_sqlite"},
+	{"e2e_pg_burst_x", "e2e_pg"},
+	{"e2e_sqlite_burst_x", "e2e_sqlite"},
+	{"e2e_pg_p99_ms", "e2e_pg"},
+	{"work_pg_x_river_best", "work"},
+	{"work_pg_x_river_default", "work"},
+	{"conns_ferry", "conns"},
+	{"conns_ferry_open", "conns"},
+	{"conns_txheld_needed", "conns"},
+	{"reclaim_ms", "reclaim"},
+	{"rss_mb", "rss"},
+	{"rss_worst_mb", "rss"},
 }
 
 func main() {
@@ -66,18 +97,42 @@ func main() {
 
 func run() error {
 	o := &options{}
-	var only string
+	var only, sweep string
 	flag.StringVar(&o.url, "db", cmpEnv("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL `url`")
 	flag.StringVar(&only, "only", "", "run only these benchmarks (comma-separated): "+names())
-	flag.IntVar(&o.rounds, "rounds", 3, "rounds per pair (A B A B ...), median reported; at least 3")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds per benchmark (pairs alternate A B, B A), median reported; below 3 only for smoke tests")
 	flag.DurationVar(&o.ingestDur, "ingest-dur", 4*time.Second, "measured length of one ingest run")
-	flag.IntVar(&o.clients, "clients", 64, "concurrent HTTP connections of the ingest load generator")
-	flag.IntVar(&o.poolSize, "pool", 16, "PostgreSQL pool size of both sides of ingest_pg and work")
+	flag.IntVar(&o.clients, "clients", 64, "concurrent HTTP connections of the ingest load generator and of the e2e burst")
+	flag.IntVar(&o.poolSize, "pool", 16, "PostgreSQL pool size of both sides of ingest_pg and of work's best runs")
 	flag.IntVar(&o.workEvents, "work-events", 100_000, "events stored before each work run")
-	flag.IntVar(&o.workers, "workers", 100, "worker count of both Ferry and River in the work benchmark")
+	flag.DurationVar(&o.workWindow, "work-window", 4*time.Second, "measured length of one work run (after 1s of warm-up)")
+	flag.StringVar(&sweep, "work-sweep", "100,500,1000", "worker counts tried for Ferry's and River's best (comma-separated)")
+	flag.DurationVar(&o.e2eBurst, "e2e-burst", 5*time.Second, "length of the e2e burst")
+	flag.DurationVar(&o.e2ePaced, "e2e-paced", 10*time.Second, "length of the e2e paced run")
+	flag.IntVar(&o.e2eRate, "e2e-rate", 200, "deliveries a second of the e2e paced run")
+	flag.DurationVar(&o.drainMax, "drain-max", 5*time.Minute, "longest wait for a backlog to reach the app before the benchmark fails")
+	flag.DurationVar(&o.connsHold, "conns-hold", 30*time.Second, "how long the downstream holds each event in conns (shorten only for smoke tests)")
+	flag.IntVar(&o.connsRate, "conns-rate", 5, "events a second in conns")
+	flag.DurationVar(&o.connsSteady, "conns-steady", 10*time.Second, "how long conns keeps arriving once rate × hold are in flight")
+	flag.IntVar(&o.rssRate, "rss-rate", 200, "deliveries a second of the rss steady run (a load the worker keeps up with)")
+	flag.DurationVar(&o.rssDur, "rss-dur", 20*time.Second, "length of the rss steady run")
+	flag.DurationVar(&o.rssWorstDur, "rss-worst-dur", 10*time.Second, "length of the rss worst case (1 MiB bodies on -clients connections)")
 	flag.Parse()
+	if o.rounds < 1 {
+		return errors.New("-rounds: at least 1 (3 or more for figures worth recording)")
+	}
 	if o.rounds < 3 {
-		return errors.New("-rounds: at least 3, so that the median means something")
+		fmt.Fprintf(os.Stderr, "bench: -rounds %d: a smoke test; record only runs of 3 rounds or more\n", o.rounds)
+	}
+	for _, f := range strings.Split(sweep, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-work-sweep %q: positive worker counts, comma-separated", sweep)
+		}
+		o.workSweep = append(o.workSweep, n)
+	}
+	if o.connsRate < 1 || o.connsHold < time.Second || o.e2eRate < 1 || o.rssRate < 1 {
+		return errors.New("-conns-rate, -e2e-rate and -rss-rate must be at least 1, -conns-hold at least 1s")
 	}
 	if only != "" {
 		o.only = strings.Split(only, ",")
@@ -98,13 +153,13 @@ func run() error {
 	o.tmp = tmp
 
 	started := time.Now()
-	maxConns, err := serverMaxConnections(ctx, o.url)
+	server, err := serverSettings(ctx, o.url)
 	if err != nil {
 		return fmt.Errorf("postgres at %s: %w", redact(o.url), err)
 	}
 	host, _ := os.Hostname()
-	fmt.Printf("bench: %s, %s/%s, %d CPUs (GOMAXPROCS %d), PostgreSQL max_connections=%d\n",
-		host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), maxConns)
+	fmt.Printf("bench: %s, %s/%s, %d CPUs (GOMAXPROCS %d), %s, %s\n",
+		host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), server)
 
 	var rows [][]string
 	summary := map[string]string{}
@@ -135,13 +190,11 @@ func run() error {
 	printTable(rows)
 	fmt.Printf("total %s\n", time.Since(started).Round(time.Second))
 	var line []string
-	for _, b := range benchmarks {
-		for _, k := range b.keys {
-			if v, ok := summary[k]; ok {
-				line = append(line, k+"="+v)
-			} else if len(o.only) == 0 || slices.Contains(o.only, b.name) {
-				line = append(line, k+"=NA")
-			}
+	for _, k := range lineKeys {
+		if v, ok := summary[k.key]; ok {
+			line = append(line, k.key+"="+v)
+		} else if len(o.only) == 0 || slices.Contains(o.only, k.bench) {
+			line = append(line, k.key+"=NA")
 		}
 	}
 	fmt.Println("bench: " + strings.Join(line, " "))

@@ -80,6 +80,22 @@ func adminExec(ctx context.Context, u, sql string) error {
 	return err
 }
 
+// serverSettings describes the PostgreSQL server for the run's header: its
+// version and the settings that decide commit cost and connection limits.
+func serverSettings(ctx context.Context, u string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	var version, fsync, syncCommit, maxConns string
+	err = conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('max_connections')`).Scan(&version, &fsync, &syncCommit, &maxConns)
+	return fmt.Sprintf("PostgreSQL %s (fsync %s, synchronous_commit %s, max_connections %s)", version, fsync, syncCommit, maxConns), err
+}
+
 func serverMaxConnections(ctx context.Context, u string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -117,21 +133,24 @@ func redact(raw string) string {
 }
 
 // connSampler polls pg_stat_activity for the backends of one
-// application_name and keeps the peak number in use: running a statement or
-// inside a transaction, or holding a LISTEN.
+// application_name and keeps the peak number open and the peak in use:
+// running a statement or inside a transaction, or holding a LISTEN.
 type connSampler struct {
-	mu     sync.Mutex
-	peak   int
-	peakAt time.Duration
-	err    error
-	done   chan struct{}
-	stop   context.CancelFunc
+	mu    sync.Mutex
+	peaks connPeaks
+	err   error
+	done  chan struct{}
+	ctx   context.Context // done when sampling stops
+	stop  context.CancelFunc
 }
 
-const connInUseSQL = `
-SELECT count(*) FROM pg_stat_activity
-WHERE application_name = $1
-  AND (state IS DISTINCT FROM 'idle' OR query ILIKE 'listen %')`
+type connPeaks struct{ inUse, open int }
+
+const connCountSQL = `
+SELECT count(*) FILTER (WHERE state IS DISTINCT FROM 'idle' OR query ILIKE 'listen %'),
+       count(*)
+FROM pg_stat_activity
+WHERE application_name = $1`
 
 func sampleConns(ctx context.Context, u, app string, every time.Duration) (*connSampler, error) {
 	conn, err := pgx.Connect(ctx, u)
@@ -139,18 +158,17 @@ func sampleConns(ctx context.Context, u, app string, every time.Duration) (*conn
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &connSampler{done: make(chan struct{}), stop: cancel}
-	start := time.Now()
+	s := &connSampler{done: make(chan struct{}), ctx: ctx, stop: cancel}
 	go func() {
 		defer close(s.done)
 		defer conn.Close(context.Background())
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			var n int
+			var inUse, open int
 			// pg_stat_activity is a snapshot per transaction; each query
 			// runs in its own.
-			if err := conn.QueryRow(ctx, connInUseSQL, app).Scan(&n); err != nil {
+			if err := conn.QueryRow(ctx, connCountSQL, app).Scan(&inUse, &open); err != nil {
 				if ctx.Err() == nil {
 					s.mu.Lock()
 					s.err = err
@@ -159,9 +177,7 @@ func sampleConns(ctx context.Context, u, app string, every time.Duration) (*conn
 				return
 			}
 			s.mu.Lock()
-			if n > s.peak {
-				s.peak, s.peakAt = n, time.Since(start)
-			}
+			s.peaks.inUse, s.peaks.open = max(s.peaks.inUse, inUse), max(s.peaks.open, open)
 			s.mu.Unlock()
 			select {
 			case <-ctx.Done():
@@ -173,11 +189,11 @@ func sampleConns(ctx context.Context, u, app string, every time.Duration) (*conn
 	return s, nil
 }
 
-// finish stops sampling and returns the peak.
-func (s *connSampler) finish() (int, error) {
+// finish stops sampling and returns the peaks.
+func (s *connSampler) finish() (connPeaks, error) {
 	s.stop()
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.peak, s.err
+	return s.peaks, s.err
 }

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -114,73 +110,4 @@ func runReclaim(ctx context.Context, o *options) (*result, error) {
 				ferry.DefaultLeaseTTL, leaseLeft.Round(time.Millisecond), limit)}},
 		summary: map[string]string{"reclaim_ms": fmt.Sprint(took.Milliseconds())},
 	}, nil
-}
-
-// runRSS runs `ferry serve` (role all, the embedded SQLite store, Ferry's
-// defaults) under rssRate deliveries a second for rssFor, forwarding each to
-// a downstream that answers at once, and reports the peak RSS the kernel
-// recorded for it (VmHWM).
-func runRSS(ctx context.Context, o *options) (*result, error) {
-	const (
-		rssRate = 1000
-		rssFor  = 20 * time.Second
-	)
-	var forwarded atomic.Int64
-	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		forwarded.Add(1)
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer down.Close()
-	dbPath := filepath.Join(o.tmp, "rss.db")
-	defer removeDB(dbPath)
-	c, err := startServe(ctx, o.tmp, "rss", configTOML("sqlite:"+dbPath, down.URL), "all")
-	if err != nil {
-		return nil, err
-	}
-	defer c.stop()
-	pid := c.cmd.Process.Pid
-
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	var peakRSS atomic.Int64
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for sleepCtx(sampleCtx, 100*time.Millisecond) {
-			if kb, err := procStatusKB(pid, "VmRSS"); err == nil && kb > peakRSS.Load() {
-				peakRSS.Store(kb)
-			}
-		}
-	}()
-	start := time.Now()
-	ok, failed := paced(ctx, "http://"+c.addr+"/webhooks/stripe", "evt_rss_", rssRate, rssFor, 256)
-	took := time.Since(start)
-	hwm, err := procStatusKB(pid, "VmHWM")
-	stopSampling()
-	<-sampled
-	if err != nil {
-		return nil, err
-	}
-	mb := float64(max(hwm, peakRSS.Load())) / 1024
-	return &result{
-		rows: [][]string{{"rss_mb", fmt.Sprintf("%.1f", mb),
-			fmt.Sprintf("peak RSS (VmHWM) of ferry serve --role all on SQLite: %d deliveries answered 2xx (%.0f/s), %d not, %d forwarded during the run",
-				ok, float64(ok)/took.Seconds(), failed, forwarded.Load())}},
-		summary: map[string]string{"rss_mb": fmt.Sprintf("%.1f", mb)},
-	}, nil
-}
-
-// procStatusKB reads one "Key: N kB" line of /proc/PID/status.
-func procStatusKB(pid int, key string) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), key+":"); ok {
-			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s not in /proc/%d/status", key, pid)
 }
