@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -14,10 +15,23 @@ import (
 // errConfig marks a configuration the command refuses to start with (exit 2).
 var errConfig = errors.New("config")
 
+// configError is a config that does not load: exit 2. Its text is the
+// cause's alone, so a message carries one prefix ("ferry.toml: config
+// invalid: ...", "open ferry.toml: no such file or directory").
+type configError struct{ err error }
+
+func (e *configError) Error() string        { return e.err.Error() }
+func (e *configError) Unwrap() error        { return e.err }
+func (e *configError) Is(target error) bool { return target == errConfig }
+
 func loadConfig(path string) (*config.Config, error) {
-	c, err := config.Load(path)
+	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", errConfig, path, err)
+		return nil, &configError{fmt.Errorf("%w (name the config file with --config FILE)", err)}
+	}
+	c, err := config.Parse(raw, os.LookupEnv)
+	if err != nil {
+		return nil, &configError{fmt.Errorf("%s: %w", path, err)}
 	}
 	return c, nil
 }
