@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,7 +31,12 @@ func runEvents(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "list":
-		return runEventsList(ctx, args[1:], os.Stdout, os.Stderr)
+		out := bufio.NewWriter(os.Stdout) // --all may print millions of lines
+		err := runEventsList(ctx, args[1:], out, os.Stderr)
+		if ferr := out.Flush(); err == nil {
+			err = ferr
+		}
+		return err
 	case "show":
 		return runEventsShow(ctx, args[1:], os.Stdout)
 	case "replay":
