@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -89,7 +90,11 @@ func doctor(ctx context.Context, configPath string, asJSON bool, out io.Writer) 
 		return err
 	}
 	if !report.Healthy {
-		return &exitError{exitProblems, fmt.Errorf("%d problems need a human", countLevel(report.Findings, "fail"))}
+		n := countLevel(report.Findings, "fail")
+		if n == 1 {
+			return &exitError{exitProblems, errors.New("1 problem needs a human")}
+		}
+		return &exitError{exitProblems, fmt.Errorf("%d problems need a human", n)}
 	}
 	return nil
 }

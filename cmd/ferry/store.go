@@ -53,13 +53,13 @@ func openStore(ctx context.Context, c *config.Config) (st openedStore, close fun
 	case "sqlite":
 		s, err := sqlite.Open(dsn, nil)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open sqlite store %s: %w", dsn, err)
+			return nil, nil, err // "sqlite: open PATH: ..."
 		}
 		return s, func() { _ = s.Close() }, nil
 	default:
 		s, err := postgres.Open(ctx, dsn, nil)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open postgres store: %w", err)
+			return nil, nil, err // "postgres: open: ..."
 		}
 		return s, s.Close, nil
 	}
