@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -25,12 +25,12 @@ func (e *configError) Unwrap() error        { return e.err }
 func (e *configError) Is(target error) bool { return target == errConfig }
 
 func loadConfig(path string) (*config.Config, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, &configError{fmt.Errorf("%w (name the config file with --config FILE)", err)}
-	}
-	c, err := config.Parse(raw, os.LookupEnv)
-	if err != nil {
+	c, err := config.Load(path)
+	var unreadable *fs.PathError
+	switch {
+	case errors.As(err, &unreadable): // it names the file already
+		return nil, &configError{fmt.Errorf("%w (name the config file with --config FILE)", unreadable)}
+	case err != nil:
 		return nil, &configError{fmt.Errorf("%s: %w", path, err)}
 	}
 	return c, nil
