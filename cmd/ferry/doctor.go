@@ -2,7 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/config"
 )
 
 // doctorBacklog is the age of the oldest pending event past which doctor
@@ -21,29 +23,100 @@ const doctorBacklog = 5 * time.Minute
 // line per finding with its fix. It exits 0 when nothing is wrong, 4 when
 // something is (FAIL) and 2 when the config does not load.
 func runDoctor(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs := newFlags("doctor", "[--config FILE] [--json]",
+		`Checks the config, each source's app, the store and the events in it, and prints
+what is wrong with its fix. Exits 4 when anything needs a human: a dead, unknown
+or at-risk event, an app that does not accept connections, a store it cannot
+reach or read. Exits 0 when all is well, 2 when the config does not load.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
-	if err := fs.Parse(args); err != nil {
+	asJSON := fs.Bool("json", false, "print one JSON object: every finding, the events at risk, and whether anything needs a human")
+	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
-	return doctor(ctx, *configPath, os.Stdout)
+	return doctor(ctx, *configPath, *asJSON, os.Stdout)
 }
 
-func doctor(ctx context.Context, configPath string, out io.Writer) error {
-	fails := 0
-	ok := func(format string, args ...any) { fmt.Fprintf(out, "ok    "+format+"\n", args...) }
-	warn := func(fix, format string, args ...any) {
-		fmt.Fprintf(out, "WARN  "+format+"\n      fix: %s\n", append(args, fix)...)
-	}
-	fail := func(fix, format string, args ...any) {
-		fails++
-		fmt.Fprintf(out, "FAIL  "+format+"\n      fix: %s\n", append(args, fix)...)
-	}
+// finding is one line of doctor's report.
+type finding struct {
+	// Level is ok, warn (worth a look; nothing is lost meanwhile) or fail
+	// (a human must act: exit 4).
+	Level   string `json:"level"`
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+}
 
+// doctorReport is doctor --json.
+type doctorReport struct {
+	// Healthy is false when any finding is a fail; doctor then exits 4.
+	Healthy  bool        `json:"healthy"`
+	Findings []finding   `json:"findings"`
+	AtRisk   []eventLine `json:"at_risk"`
+}
+
+func doctor(ctx context.Context, configPath string, asJSON bool, out io.Writer) error {
 	cfg, err := loadConfig(configPath)
 	if err != nil {
 		return err // exit 2 with every bad key and its fix
 	}
+	report := &doctorReport{Findings: []finding{}, AtRisk: []eventLine{}}
+	add := func(level, fix, format string, args ...any) {
+		f := finding{Level: level, Message: fmt.Sprintf(format, args...), Fix: fix}
+		report.Findings = append(report.Findings, f)
+		if asJSON {
+			return
+		}
+		fmt.Fprintf(out, "%-5s %s\n", map[string]string{"ok": "ok", "warn": "WARN", "fail": "FAIL"}[level], f.Message)
+		if fix != "" {
+			fmt.Fprintf(out, "      fix: %s\n", fix)
+		}
+	}
+	ok := func(format string, args ...any) { add("ok", "", format, args...) }
+	warn := func(fix, format string, args ...any) { add("warn", fix, format, args...) }
+	fail := func(fix, format string, args ...any) { add("fail", fix, format, args...) }
+	err = doctorCheck(ctx, cfg, configPath, ok, warn, fail, report)
+	report.Healthy = countLevel(report.Findings, "fail") == 0
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return err
+		}
+	} else {
+		for _, e := range report.AtRisk {
+			fmt.Fprintf(out, "      at risk: %s %s (%s, attempt %d, received %s)\n", e.Source, e.EventID, e.State, e.Attempt, e.ReceivedAt.Format(time.RFC3339))
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !report.Healthy {
+		n := countLevel(report.Findings, "fail")
+		if n == 1 {
+			return &exitError{exitProblems, errors.New("1 problem needs a human")}
+		}
+		return &exitError{exitProblems, fmt.Errorf("%d problems need a human", n)}
+	}
+	return nil
+}
+
+func countLevel(fs []finding, level string) int {
+	n := 0
+	for _, f := range fs {
+		if f.Level == level {
+			n++
+		}
+	}
+	return n
+}
+
+// okFunc reports a check passed; fixFunc a finding and its fix.
+type (
+	okFunc  func(format string, args ...any)
+	fixFunc func(fix, format string, args ...any)
+)
+
+// doctorCheck runs the checks in order, stopping at a store it cannot use.
+func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok okFunc, warn, fail fixFunc, r *doctorReport) error {
 	ok("config %s: %d sources", configPath, len(cfg.Sources))
 	for i, s := range cfg.Sources {
 		if s.Forward.URL == "" {
@@ -58,7 +131,7 @@ func doctor(ctx context.Context, configPath string, out io.Writer) error {
 		}
 		conn, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", host)
 		if err != nil {
-			warn("start the app, or fix source."+s.Name+".forward.url; events wait and retry meanwhile",
+			fail("start the app, or fix source."+s.Name+".forward.url; events wait and retry meanwhile, and die when their attempts run out",
 				"source %s: the app at %s does not accept connections: %v", s.Name, u.Redacted(), err)
 			continue
 		}
@@ -71,12 +144,12 @@ func doctor(ctx context.Context, configPath string, out io.Writer) error {
 	st, closeStore, err := openStore(pctx, cfg)
 	if err != nil {
 		fail("check store.url, that the database runs and that this host can reach it", "store: %v", err)
-		return doctorResult(fails)
+		return nil
 	}
 	defer closeStore()
 	if err := st.Ping(pctx); err != nil {
 		fail("check that the database runs and that this host can reach it", "store: does not answer: %v", err)
-		return doctorResult(fails)
+		return nil
 	}
 	kind, _, _ := cfg.StoreKind()
 	ok("store: %s answers", kind)
@@ -84,7 +157,7 @@ func doctor(ctx context.Context, configPath string, out io.Writer) error {
 	stats, err := st.(ferry.StatsStore).EventStats(pctx, cfg.StatsParams(5))
 	if err != nil {
 		fail("run: ferry migrate --config "+configPath, "store: cannot read events (schema missing or out of date?): %v", err)
-		return doctorResult(fails)
+		return nil
 	}
 	ok("store: schema readable, database clock %s", stats.Now.Format(time.RFC3339))
 
@@ -103,11 +176,11 @@ func doctor(ctx context.Context, configPath string, out io.Writer) error {
 				"source %s: %d events at risk, oldest received %s ago, unfinished and close to outliving the replay window", s.Source, s.AtRisk, age(s.OldestAtRisk))
 		}
 		if n := s.States[ferry.StateDead]; n > 0 {
-			warn(fmt.Sprintf("ferry events list --state dead --source %s; fix the cause, then ferry events replay --state dead --source %s", s.Source, s.Source),
+			fail(fmt.Sprintf("ferry events list --state dead --source %s; fix the cause, then ferry events replay --state dead --source %s", s.Source, s.Source),
 				"source %s: %d dead events", s.Source, n)
 		}
 		if n := s.States[ferry.StateUnknown]; n > 0 {
-			warn(fmt.Sprintf("check the app for each (ferry events show %s ID), then replay the ones that did not happen", s.Source),
+			fail(fmt.Sprintf("check the app for each (ferry events show %s ID), then replay the ones that did not happen", s.Source),
 				"source %s: %d events held as unknown: a lease was lost while their effect may have run", s.Source, n)
 		}
 		if s.LeaseExpired > 0 {
@@ -121,15 +194,9 @@ func doctor(ctx context.Context, configPath string, out io.Writer) error {
 		ok("source %s: %d pending, %d in progress, %d done, %d dead, %d unknown", s.Source,
 			s.States[ferry.StatePending], s.States[ferry.StateInProgress], s.States[ferry.StateDone], s.States[ferry.StateDead], s.States[ferry.StateUnknown])
 	}
+	isAtRisk := atRiskFunc(cfg, stats.Now)
 	for _, e := range stats.AtRisk {
-		fmt.Fprintf(out, "      at risk: %s %s (%s, attempt %d, received %s)\n", e.Source, e.EventID, e.State, e.Attempt, e.FirstDeliveredAt.Format(time.RFC3339))
+		r.AtRisk = append(r.AtRisk, newEventLine(e, isAtRisk(e)))
 	}
-	return doctorResult(fails)
-}
-
-func doctorResult(fails int) error {
-	if fails == 0 {
-		return nil
-	}
-	return &exitError{exitProblems, fmt.Errorf("%d problems need attention", fails)}
+	return nil
 }

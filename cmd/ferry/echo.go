@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -18,11 +17,15 @@ import (
 // checks Ferry's signature, and can fail the first attempts of each event to
 // show retries with one idempotency key.
 func runEcho(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
+	fs := newFlags("echo", "[--listen HOST:PORT] [--secret whsec_...] [--fail-first N]",
+		`A stand-in for your app. Prints one line per forwarded event (time, source/event
+id, type, attempt, idempotency key, whether Ferry's signature checks out, body
+size, the status it answers) and can fail the first attempts of each event so
+you can watch a retry keep its idempotency key.`)
 	listen := fs.String("listen", "127.0.0.1:3000", "`host:port` to listen on")
 	secret := fs.String("secret", "", "the forward secret (whsec_...) to verify Ferry's signature with; unchecked when empty")
 	failFirst := fs.Int("fail-first", 0, "answer 500 to the first `N` attempts of each event")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
 	var verify func(http.Header, []byte) error

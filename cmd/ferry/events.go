@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,23 +17,6 @@ import (
 	"github.com/ferry-inbox/ferry/internal/config"
 )
 
-// Exit codes beyond 0 (done), 1 (failed) and 2 (bad usage or config), so a
-// script can tell "no such event" and "doctor found problems" apart from a
-// broken store.
-const (
-	exitNotFound = 3
-	exitProblems = 4
-)
-
-// exitError carries an exit code of its own to run.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
 // errEventNotFound is the error (exit 3) of show and replay when a named
 // event does not exist.
 var errEventNotFound = &exitError{exitNotFound, ferry.ErrNotFound}
@@ -47,7 +31,12 @@ func runEvents(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "list":
-		return runEventsList(ctx, args[1:], os.Stdout)
+		out := bufio.NewWriter(os.Stdout) // --all may print millions of lines
+		err := runEventsList(ctx, args[1:], out, os.Stderr)
+		if ferr := out.Flush(); err == nil {
+			err = ferr
+		}
+		return err
 	case "show":
 		return runEventsShow(ctx, args[1:], os.Stdout)
 	case "replay":
@@ -57,30 +46,15 @@ func runEvents(ctx context.Context, args []string) error {
 }
 
 const eventsUsage = `usage:
-  ferry events list   [--state S] [--source X] [--since 24h|RFC3339] [--id SUBSTR] [--at-risk] [--limit N] [--json]
+  ferry events list   [--state S] [--source X] [--since 24h|RFC3339] [--id SUBSTR] [--at-risk] [--limit N] [--before ID | --all] [--json]
   ferry events show   SOURCE EVENT_ID [--payload] [--json]
   ferry events replay SOURCE EVENT_ID...
   ferry events replay --state dead --source X
 
-Every subcommand takes --config FILE (default ferry.toml).
+Every subcommand takes --config FILE (default ferry.toml); 'ferry events list -h'
+says what each does and lists its flags.
 Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 event not found.
 `
-
-// parseInterleaved parses flags that may come after positional arguments
-// ("show stripe evt_1 --json"), which flag.Parse alone stops at.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return positional, nil
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
 
 // eventsEnv is what every events subcommand opens.
 type eventsEnv struct {
@@ -151,26 +125,44 @@ func newEventLine(e *ferry.Event, atRisk bool) eventLine {
 	return l
 }
 
-func runEventsList(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("events list", flag.ContinueOnError)
+// listPageMax is the most events one store read returns; --all reads
+// page after page of it.
+const listPageMax = 1000
+
+func runEventsList(ctx context.Context, args []string, out, errOut io.Writer) error {
+	fs := newFlags("events list", "[flags]",
+		`Lists events, newest first, one page at a time (--limit, default 100). After a
+full page it prints the cursor of the next one to stderr ("next: --before ID");
+pass it back to read on. --all prints every matching event instead, reading the
+store a page at a time, so --all --json exports the inbox as JSON lines.
+--at-risk lists the events at risk of outliving their replay window, oldest
+first (at most --limit of them).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	state := fs.String("state", "", "only events in this `state` (pending, in_progress, done, dead, unknown); comma-separate several")
 	source := fs.String("source", "", "only events of this `source`")
 	since := fs.String("since", "", "only events first delivered since this `time`: a duration back from now (\"24h\") or RFC 3339")
 	idContains := fs.String("id", "", "only events whose event id contains this `text`")
 	atRisk := fs.Bool("at-risk", false, "only events at risk of outliving their replay window, oldest first")
-	limit := fs.Int("limit", 100, "the most events to print (at most 1000)")
+	limit := fs.Int("limit", 100, "the most events to print, 1 to 1000")
+	before := fs.Int64("before", 0, "the cursor: start below this row `ID` (printed as \"next: --before ID\" after a full page)")
+	all := fs.Bool("all", false, "print every matching event, page after page")
 	asJSON := fs.Bool("json", false, "print one JSON object a line")
-	positional, err := parseInterleaved(fs, args)
-	if err != nil {
+	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
-	if len(positional) > 0 {
-		return usagef("unexpected argument %q: list takes only flags", positional[0])
+	params := &ferry.EventListParams{Source: *source, EventIDContains: *idContains, Limit: *limit, Before: *before}
+	switch {
+	case *limit <= 0 || *limit > listPageMax:
+		return usagef("--limit %d: use 1 to %d (--all reads every page)", *limit, listPageMax)
+	case *before < 0:
+		return usagef("--before %d: use a cursor printed by a previous list", *before)
+	case *atRisk && (*all || *before != 0):
+		return usagef("--at-risk lists one page, oldest first: drop --all and --before")
+	case *all && isSet(fs, "limit"):
+		return usagef("--all prints every matching event: drop --limit, or drop --all and page with --before")
 	}
-	params := &ferry.EventListParams{Source: *source, EventIDContains: *idContains, Limit: *limit}
-	if *limit <= 0 || *limit > 1000 {
-		return usagef("--limit %d: use 1 to 1000", *limit)
+	if *all {
+		params.Limit = listPageMax
 	}
 	if *state != "" {
 		for _, s := range strings.Split(*state, ",") {
@@ -201,41 +193,68 @@ func runEventsList(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("read stats: %w", err)
 	}
 	isAtRisk := atRiskFunc(env.cfg, stats.Now)
-	var events []*ferry.Event
+
+	var print func(e *ferry.Event) error
+	flush := func() error { return nil }
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		print = func(e *ferry.Event) error { return enc.Encode(newEventLine(e, isAtRisk(e))) }
+	} else {
+		// A table is aligned per page, so --all streams rather than holding
+		// every event for one alignment.
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SOURCE\tEVENT ID\tTYPE\tSTATE\tATTEMPT\tDELIVERIES\tRECEIVED\tLAST ERROR")
+		print = func(e *ferry.Event) error {
+			st := string(e.State)
+			if isAtRisk(e) {
+				st += " (AT RISK)"
+			}
+			_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Source, e.EventID, e.Type, st, e.Attempt, e.Deliveries,
+				e.FirstDeliveredAt.Format(time.RFC3339), oneLine(e.LastError, 60))
+			return err
+		}
+		flush = tw.Flush
+	}
+
 	if *atRisk {
 		for _, e := range stats.AtRisk {
 			if matches(e, params) {
-				events = append(events, e)
+				if err := print(e); err != nil {
+					return err
+				}
 			}
 		}
-	} else {
+		return flush()
+	}
+	for {
 		res, err := env.store.EventList(ctx, params)
 		if err != nil {
 			return fmt.Errorf("list events: %w", err)
 		}
-		events = res.Events
-	}
-
-	if *asJSON {
-		enc := json.NewEncoder(out)
-		for _, e := range events {
-			if err := enc.Encode(newEventLine(e, isAtRisk(e))); err != nil {
+		for _, e := range res.Events {
+			if err := print(e); err != nil {
 				return err
 			}
 		}
-		return nil
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tEVENT ID\tTYPE\tSTATE\tATTEMPT\tDELIVERIES\tRECEIVED\tLAST ERROR")
-	for _, e := range events {
-		st := string(e.State)
-		if isAtRisk(e) {
-			st += " (AT RISK)"
+		if err := flush(); err != nil {
+			return err
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Source, e.EventID, e.Type, st, e.Attempt, e.Deliveries,
-			e.FirstDeliveredAt.Format(time.RFC3339), oneLine(e.LastError, 60))
+		if res.NextBefore == 0 {
+			return nil
+		}
+		if !*all {
+			fmt.Fprintf(errOut, "next: --before %d\n", res.NextBefore)
+			return nil
+		}
+		params.Before = res.NextBefore
 	}
-	return tw.Flush()
+}
+
+// isSet says whether the command line set the named flag.
+func isSet(fs *flagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // matches applies list filters to an at-risk event.
@@ -295,11 +314,14 @@ type attemptLine struct {
 }
 
 func runEventsShow(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("events show", flag.ContinueOnError)
+	fs := newFlags("events show", "SOURCE EVENT_ID [flags]",
+		`Shows one event: its state, attempt ledger, delivery count and headers (anything
+signature- or credential-like redacted), and with --payload its payload. Exits 3
+when the event does not exist.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	payload := fs.Bool("payload", false, "print the payload too (it may hold personal data)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	positional, err := parseInterleaved(fs, args)
+	positional, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -411,11 +433,15 @@ func runEventsShow(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func runEventsReplay(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("events replay", flag.ContinueOnError)
+	fs := newFlags("events replay", "SOURCE EVENT_ID... | --state dead|unknown --source X",
+		`Puts done, dead or unknown events back to pending, due now, with a fresh attempt
+budget: named ones, or every dead (or unknown) event of a source. Events queued or
+running are left as they are. Exits 3 when a named event does not exist (the
+others are still replayed).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	state := fs.String("state", "", "bulk: replay every event in this `state` (dead or unknown) of --source")
 	source := fs.String("source", "", "bulk: the `source` whose events to replay (required with --state)")
-	positional, err := parseInterleaved(fs, args)
+	positional, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -249,7 +249,7 @@ func TestEventsCLI(t *testing.T) {
 				if code != exitProblems {
 					t.Errorf("doctor: exit %d, want %d (an event is at risk)", code, exitProblems)
 				}
-				for _, want := range []string{"FAIL  source stripe: 1 events at risk", "at risk: stripe evt_old", "WARN  source stripe: 1 dead events", "ferry events replay --state dead --source stripe", "store: "} {
+				for _, want := range []string{"FAIL  source stripe: 1 events at risk", "at risk: stripe evt_old", "FAIL  source stripe: 1 dead events", "ferry events replay --state dead --source stripe", "store: "} {
 					if !strings.Contains(stdout, want) {
 						t.Errorf("doctor output lacks %q:\n%s\n%s", want, stdout, stderr)
 					}

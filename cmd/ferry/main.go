@@ -5,6 +5,11 @@
 //	ferry migrate --config ferry.toml   bring the store's schema up to date
 //	ferry send    --config ferry.toml --source NAME   sign and send a sample delivery
 //	ferry echo    --listen 127.0.0.1:3000 --secret whsec_...   a stand-in app that prints what it receives
+//	ferry events  list|show|replay      look at and replay events
+//	ferry doctor  --config ferry.toml   what needs a human, each with its fix
+//
+// Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was
+// not found, 4 doctor found a problem.
 package main
 
 import (
@@ -12,6 +17,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -48,45 +55,60 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:]))
 }
 
-// run returns the exit code: 0 done, 1 failed, 2 bad usage or config.
+// Exit codes, as docs/operations.md lists them.
+const (
+	exitOK       = 0
+	exitFailed   = 1
+	exitUsage    = 2 // bad usage or config
+	exitNotFound = 3 // an event named does not exist
+	exitProblems = 4 // doctor found something that needs a human
+)
+
+// exitError carries an exit code of its own to run.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// run returns the exit code; every error is printed once, as
+// "ferry COMMAND: message".
 func run(ctx context.Context, args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		printUsage()
 		if len(args) == 0 {
-			return 2
+			return exitUsage
 		}
-		return 0
+		return exitOK
 	}
 	for _, c := range commands() {
-		if c.name == args[0] {
-			err := c.run(ctx, args[1:])
-			switch {
-			case err == nil:
-				return 0
-			case errors.Is(err, flag.ErrHelp):
-				return 0
-			case errors.As(err, new(*exitError)):
-				fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
-				var e *exitError
-				errors.As(err, &e)
-				return e.code
-			case isUsage(err):
-				fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
-				return 2
-			default:
-				fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
-				return 1
-			}
+		if c.name != args[0] {
+			continue
 		}
+		err := c.run(ctx, args[1:])
+		if err == nil || errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
+		return exitCode(err)
 	}
 	fmt.Fprintf(os.Stderr, "ferry: unknown command %q\n\n", args[0])
 	printUsage()
-	return 2
+	return exitUsage
 }
 
-func isUsage(err error) bool {
+func exitCode(err error) int {
+	var e *exitError
 	var u *usageError
-	return errors.As(err, &u) || errors.Is(err, errConfig)
+	switch {
+	case errors.As(err, &e):
+		return e.code
+	case errors.As(err, &u), errors.Is(err, errConfig):
+		return exitUsage
+	}
+	return exitFailed
 }
 
 func printUsage() {
@@ -94,5 +116,85 @@ func printUsage() {
 	for _, c := range commands() {
 		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(os.Stderr, "\nRun 'ferry COMMAND -h' for a command's flags.")
+	fmt.Fprintln(os.Stderr, "\nRun 'ferry COMMAND -h' for what a command does and its flags.")
+	fmt.Fprintln(os.Stderr, "Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was not found, 4 doctor found a problem.")
+}
+
+// flagSet is a subcommand's flags with its help: -h prints the usage line,
+// what the command does and its flags, and exits 0; a bad flag is a usage
+// error (exit 2) printed once by run, without the whole help.
+type flagSet struct {
+	*flag.FlagSet
+	synopsis, description string
+}
+
+func newFlags(name, synopsis, description string) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), synopsis: synopsis, description: description}
+	fs.SetOutput(io.Discard) // errors are returned and printed by run
+	fs.Usage = func() {}     // help is printed by parse, only when asked for
+	return fs
+}
+
+// parse parses args; flags may follow positional arguments ("show stripe
+// evt_1 --json"), which flag.Parse alone stops at. It returns the
+// positional arguments.
+func (fs *flagSet) parse(args []string) ([]string, error) {
+	var positional []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fs.printHelp()
+			return nil, err
+		}
+		if err != nil {
+			return nil, usagef("%v (see 'ferry %s -h')", err, fs.Name())
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// parseFlagsOnly is parse for a command that takes no positional argument.
+func (fs *flagSet) parseFlagsOnly(args []string) error {
+	positional, err := fs.parse(args)
+	if err == nil && len(positional) > 0 {
+		return usagef("unexpected argument %q: %s takes only flags (see 'ferry %s -h')", positional[0], fs.Name(), fs.Name())
+	}
+	return err
+}
+
+func (fs *flagSet) printHelp() {
+	fmt.Fprintf(os.Stderr, "usage: ferry %s %s\n\n%s\n\nflags:\n", fs.Name(), fs.synopsis, fs.description)
+	fs.SetOutput(os.Stderr)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// newLogger is the logger of a command that logs (serve): format "json" (one
+// object a line, the default) or "text" (key=value). Durations print as
+// strings ("1.5s"), not slog's integer nanoseconds in JSON.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: durationString}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format %q: use text or json", format)
+}
+
+// durationString logs a time.Duration as its String form.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }

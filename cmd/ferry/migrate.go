@@ -2,14 +2,15 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 )
 
 func runMigrate(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs := newFlags("migrate", "[--config FILE]",
+		`Brings the store's schema up to date. Safe to run from several processes at
+once; serve also migrates at start unless store.migrate = false or --no-migrate.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
 	c, err := loadConfig(*configPath)
@@ -22,7 +23,7 @@ func runMigrate(ctx context.Context, args []string) error {
 	}
 	defer closeStore()
 	if err := st.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return err
 	}
 	fmt.Println("ferry: schema up to date")
 	return nil

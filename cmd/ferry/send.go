@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,14 +17,18 @@ import (
 )
 
 func runSend(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("send", flag.ContinueOnError)
+	fs := newFlags("send", "--source NAME [flags]",
+		`Signs a delivery as the source's provider would, with the config's first secret,
+and posts it to a running ferry. The body is the same bytes for the same event id
+and type, so sending an id twice shows deduplication ("duplicate"). Prints the
+answer; exits 1 unless ferry answered 2xx.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file` (for the source's provider and secret)")
 	sourceName := fs.String("source", "", "the source to send as (required)")
 	to := fs.String("to", "", "ferry's base `URL`; defaults to http://<http.listen>")
 	eventID := fs.String("event-id", "", "the event id; defaults to a random one (send the same id twice to see deduplication)")
 	eventType := fs.String("type", "demo.event", "the event type")
 	bodyPath := fs.String("body", "", "a `file` with the JSON body to send instead of a sample")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
 	if *sourceName == "" {
@@ -68,7 +71,7 @@ func runSend(ctx context.Context, args []string) error {
 	req.Header = header
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		return fmt.Errorf("send: %w", err)
+		return fmt.Errorf("%w (is ferry serve running at %s?)", err, base)
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -79,11 +82,15 @@ func runSend(ctx context.Context, args []string) error {
 	return nil
 }
 
+// sampleBody is the body to send: the --body file, or a sample that is the
+// same bytes for the same event id and type. A provider's redelivery is
+// byte-for-byte the first delivery; a body carrying the send time would be
+// stored as a conflicting duplicate instead.
 func sampleBody(path string, src *config.Source, eventID, eventType string) ([]byte, error) {
 	if path != "" {
 		return os.ReadFile(path)
 	}
-	doc := map[string]any{"id": eventID, "type": eventType, "created": time.Now().Unix(), "data": map[string]any{"demo": true}}
+	doc := map[string]any{"id": eventID, "type": eventType, "data": map[string]any{"demo": true}}
 	if src.Provider == "hmac" && src.HMAC.EventIDField != "" {
 		doc[src.HMAC.EventIDField] = eventID
 	}

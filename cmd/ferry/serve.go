@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,23 +16,27 @@ import (
 )
 
 func runServe(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlags("serve", "[flags]",
+		`Receives webhooks at /webhooks/{source}, stores each before answering 2xx, and
+works them: forwards each event to its source's app until it succeeds or dies.
+Also serves /healthz, /readyz, /metrics and the dashboard at /ui. SIGINT or
+SIGTERM stops it gracefully (exit 0).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	role := fs.String("role", "all", "what this process runs: receiver, worker or all")
 	listen := fs.String("listen", "", "override http.listen (`host:port`; port 0 picks a free one)")
 	noMigrate := fs.Bool("no-migrate", false, "do not migrate the store at start")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	logFormat := fs.String("log-format", "json", "json (one object a line) or text (key=value)")
+	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
 	if *role != "all" && *role != "receiver" && *role != "worker" {
 		return usagef("--role %q: use receiver, worker or all", *role)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usagef("--log-level %q: use debug, info, warn or error", *logLevel)
+	log, err := newLogger(os.Stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	cfg, err := loadConfig(*configPath)
 	if err != nil {

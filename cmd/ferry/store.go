@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -14,10 +15,23 @@ import (
 // errConfig marks a configuration the command refuses to start with (exit 2).
 var errConfig = errors.New("config")
 
+// configError is a config that does not load: exit 2. Its text is the
+// cause's alone, so a message carries one prefix ("ferry.toml: config
+// invalid: ...", "open ferry.toml: no such file or directory").
+type configError struct{ err error }
+
+func (e *configError) Error() string        { return e.err.Error() }
+func (e *configError) Unwrap() error        { return e.err }
+func (e *configError) Is(target error) bool { return target == errConfig }
+
 func loadConfig(path string) (*config.Config, error) {
 	c, err := config.Load(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", errConfig, path, err)
+	var unreadable *fs.PathError
+	switch {
+	case errors.As(err, &unreadable): // it names the file already
+		return nil, &configError{fmt.Errorf("%w (name the config file with --config FILE)", unreadable)}
+	case err != nil:
+		return nil, &configError{fmt.Errorf("%s: %w", path, err)}
 	}
 	return c, nil
 }
@@ -39,13 +53,13 @@ func openStore(ctx context.Context, c *config.Config) (st openedStore, close fun
 	case "sqlite":
 		s, err := sqlite.Open(dsn, nil)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open sqlite store %s: %w", dsn, err)
+			return nil, nil, err // "sqlite: open PATH: ..."
 		}
 		return s, func() { _ = s.Close() }, nil
 	default:
 		s, err := postgres.Open(ctx, dsn, nil)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open postgres store: %w", err)
+			return nil, nil, err // "postgres: open: ..."
 		}
 		return s, s.Close, nil
 	}

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/sqlite"
+)
+
+// Every command's -h says what the command does, and exits 0; a flag it
+// does not know is a usage error: exit 2 and one line naming the help.
+func TestHelpAndUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range [][]string{
+		{"serve"}, {"migrate"}, {"send"}, {"echo"}, {"doctor"}, {"chaos"},
+		{"events", "list"}, {"events", "show"}, {"events", "replay"},
+	} {
+		name := strings.Join(cmd, " ")
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			_, stderr, code := runFerry(t, append(cmd, "-h")...)
+			if code != 0 {
+				t.Errorf("ferry %s -h: exit %d, want 0", name, code)
+			}
+			// usage line, a blank line, a description of at least one
+			// sentence, a blank line, then the flags.
+			help := regexp.MustCompile(`(?s)^usage: ferry ` + name + ` [^\n]*\n\n([^\n]+\n)+\nflags:\n  -`)
+			if !help.MatchString(stderr) {
+				t.Errorf("ferry %s -h lacks a usage line, a description and the flags:\n%s", name, stderr)
+			}
+
+			_, stderr, code = runFerry(t, append(cmd, "--bogus")...)
+			want := fmt.Sprintf("ferry %s: flag provided but not defined: -bogus (see 'ferry %s -h')\n", cmd[0], name)
+			if code != exitUsage || stderr != want {
+				t.Errorf("ferry %s --bogus: exit %d, stderr %q; want %d and %q", name, code, stderr, exitUsage, want)
+			}
+		})
+	}
+	t.Run("NoCommand", func(t *testing.T) {
+		t.Parallel()
+		if _, stderr, code := runFerry(t); code != exitUsage || !strings.Contains(stderr, "commands:") {
+			t.Errorf("ferry: exit %d, want %d and the command list:\n%s", code, exitUsage, stderr)
+		}
+		if _, _, code := runFerry(t, "frobnicate"); code != exitUsage {
+			t.Errorf("ferry frobnicate: exit %d, want %d", code, exitUsage)
+		}
+	})
+}
+
+// A config that does not load is one line with one prefix: the command.
+func TestConfigErrorHasOnePrefix(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope.toml")
+	_, stderr, code := runFerry(t, "events", "list", "--config", missing)
+	want := "ferry events: open " + missing + ": no such file or directory (name the config file with --config FILE)\n"
+	if code != exitUsage || stderr != want {
+		t.Errorf("missing config: exit %d, stderr %q; want %d and %q", code, stderr, exitUsage, want)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[store]\nurl = \"mysql://x\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = runFerry(t, "doctor", "--config", bad)
+	if code != exitUsage || !strings.HasPrefix(stderr, "ferry doctor: "+bad+": config invalid:\n  store.url: ") || strings.Count(stderr, "config") != 2 {
+		t.Errorf("bad config: exit %d, stderr %q; want %d, the file once and the key", code, stderr, exitUsage)
+	}
+}
+
+// seedMany stores n pending stripe events evt_00000 ... with 16 senders.
+func seedMany(t *testing.T, st ferry.Store, n int) {
+	t.Helper()
+	ctx := context.Background()
+	ids := make(chan int)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range ids {
+				id := fmt.Sprintf("evt_%05d", i)
+				if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{
+					Source: "stripe", EventID: id, Type: "invoice.paid", Payload: []byte(`{"id":"` + id + `"}`),
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		select {
+		case ids <- i:
+		case err := <-errs:
+			close(ids)
+			wg.Wait()
+			t.Fatal(err)
+		}
+	}
+	close(ids)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+}
+
+// events list --all --json prints every one of 5,000 events, once; without
+// --all a page ends with the cursor of the next, and the pages add up to
+// the same events.
+func TestEventsListAll(t *testing.T) {
+	t.Parallel()
+	const n = 5000
+	for _, kind := range cliStores() {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			storeURL, open := kind.setup(t)
+			cfg := writeCLIConfig(t, storeURL, "")
+			if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+				t.Fatalf("migrate: exit %d: %s", code, stderr)
+			}
+			s := open(time.Now)
+			seedMany(t, s.store, n)
+			s.close()
+
+			lines := listJSON(t, "--config", cfg, "--all")
+			seen := map[string]bool{}
+			for _, l := range lines {
+				seen[l.EventID] = true
+			}
+			if len(lines) != n || len(seen) != n {
+				t.Fatalf("--all --json: %d lines, %d distinct events; want %d", len(lines), len(seen), n)
+			}
+			if got := len(listJSON(t, "--config", cfg)); got != 100 {
+				t.Errorf("without --all: %d events, want the default page of 100", got)
+			}
+
+			paged := map[string]bool{}
+			args := []string{"events", "list", "--json", "--config", cfg, "--limit", "1000"}
+			for page := 0; ; page++ {
+				if page > n/1000 {
+					t.Fatalf("more than %d pages", page)
+				}
+				stdout, stderr, code := runFerry(t, args...)
+				if code != 0 {
+					t.Fatalf("page %d: exit %d: %s", page, code, stderr)
+				}
+				for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+					var l eventLine
+					if err := json.Unmarshal([]byte(line), &l); err != nil {
+						t.Fatalf("page %d: %q: %v", page, line, err)
+					}
+					if paged[l.EventID] {
+						t.Fatalf("page %d repeats %s", page, l.EventID)
+					}
+					paged[l.EventID] = true
+				}
+				m := regexp.MustCompile(`^next: --before (\d+)\n$`).FindStringSubmatch(stderr)
+				if m == nil {
+					if stderr != "" {
+						t.Fatalf("page %d: stderr %q", page, stderr)
+					}
+					break
+				}
+				args = append(args[:7], "--before", m[1])
+			}
+			if len(paged) != n {
+				t.Errorf("paging with --before: %d events, want %d", len(paged), n)
+			}
+		})
+	}
+}
+
+// doctorJSON runs doctor --json and decodes its report.
+func doctorJSON(t *testing.T, cfg string) (doctorReport, int) {
+	t.Helper()
+	stdout, stderr, code := runFerry(t, "doctor", "--json", "--config", cfg)
+	var r doctorReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("doctor --json: %v\n%s\n%s", err, stdout, stderr)
+	}
+	return r, code
+}
+
+func hasFinding(r doctorReport, level, text string) bool {
+	for _, f := range r.Findings {
+		if f.Level == level && strings.Contains(f.Message, text) {
+			return true
+		}
+	}
+	return false
+}
+
+// Doctor exits 4 when a person must act, and 0 on a healthy store.
+func TestDoctorNeedsAHuman(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// An app that accepts connections, so only the case under test fails.
+	app, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Close() })
+	go func() {
+		for {
+			c, err := app.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	forward := fmt.Sprintf("[source.forward]\nurl = \"http://%s/hook\"\nsecret = %q\n", app.Addr(), forwardSecret)
+	setup := func(t *testing.T) (string, string) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "ferry.db")
+		cfg := filepath.Join(dir, "ferry.toml")
+		raw := fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nreplay_window = \"72h\"\nlost_lease = \"hold\"\n%s", "sqlite:"+path, forward)
+		if err := os.WriteFile(cfg, []byte(raw), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+			t.Fatalf("migrate: %d %s", code, stderr)
+		}
+		return path, cfg
+	}
+	receive := func(t *testing.T, st ferry.Store, id string) {
+		if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("Healthy", func(t *testing.T) {
+		t.Parallel()
+		path, cfg := setup(t)
+		st := openSQLite(t, path, time.Now)
+		receive(t, st, "evt_ok")
+		r, code := doctorJSON(t, cfg)
+		if code != 0 || !r.Healthy || !hasFinding(r, "ok", "app at http://"+app.Addr().String()) || !hasFinding(r, "ok", "1 pending") {
+			t.Errorf("healthy store: exit %d, report %+v; want 0, healthy", code, r)
+		}
+	})
+	t.Run("Dead", func(t *testing.T) {
+		t.Parallel()
+		path, cfg := setup(t)
+		st := openSQLite(t, path, time.Now)
+		receive(t, st, "evt_dead")
+		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "t", Limit: 1, TTL: time.Minute, Sources: []string{"stripe"}})
+		if err != nil || len(claims) != 1 {
+			t.Fatal(claims, err)
+		}
+		if _, err := st.EventFail(ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Error: "boom", Dead: true}); err != nil {
+			t.Fatal(err)
+		}
+		r, code := doctorJSON(t, cfg)
+		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 dead events") {
+			t.Errorf("one dead event: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
+		}
+		if stdout, _, code := runFerry(t, "doctor", "--config", cfg); code != exitProblems || !strings.Contains(stdout, "FAIL  source stripe: 1 dead events") {
+			t.Errorf("one dead event, text: exit %d:\n%s", code, stdout)
+		}
+	})
+	t.Run("Unknown", func(t *testing.T) {
+		t.Parallel()
+		path, cfg := setup(t)
+		past := openSQLite(t, path, func() time.Time { return time.Now().Add(-time.Hour) })
+		receive(t, past, "evt_unknown")
+		if _, err := past.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "gone", Limit: 1, TTL: time.Minute, Sources: []string{"stripe"}}); err != nil {
+			t.Fatal(err)
+		}
+		now := openSQLite(t, path, time.Now)
+		if _, err := now.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "t", Limit: 1, TTL: time.Minute, Sources: []string{"stripe"}, HoldSources: []string{"stripe"}}); err != nil {
+			t.Fatal(err)
+		}
+		if e := eventState(t, now, "evt_unknown"); e == nil || e.State != ferry.StateUnknown {
+			t.Fatalf("seed: event = %+v, want unknown", e)
+		}
+		r, code := doctorJSON(t, cfg)
+		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 events held as unknown") {
+			t.Errorf("one unknown event: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
+		}
+	})
+	t.Run("AtRisk", func(t *testing.T) {
+		t.Parallel()
+		path, cfg := setup(t)
+		old := openSQLite(t, path, func() time.Time { return time.Now().Add(-70 * time.Hour) })
+		receive(t, old, "evt_old") // stripe's window is 72h: at risk after 60h
+		r, code := doctorJSON(t, cfg)
+		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 events at risk") || len(r.AtRisk) != 1 || r.AtRisk[0].EventID != "evt_old" {
+			t.Errorf("one event at risk: exit %d, report %+v; want %d, a fail and the event", code, r, exitProblems)
+		}
+	})
+	t.Run("AppUnreachable", func(t *testing.T) {
+		t.Parallel()
+		_, cfg := setup(t)
+		closed := freeAddr(t) // nothing listens there
+		raw, _ := os.ReadFile(cfg)
+		os.WriteFile(cfg, []byte(strings.ReplaceAll(string(raw), app.Addr().String(), closed)), 0o600)
+		r, code := doctorJSON(t, cfg)
+		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "does not accept connections") {
+			t.Errorf("app down: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
+		}
+	})
+	t.Run("StoreUnreachable", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		cfg := filepath.Join(dir, "ferry.toml")
+		raw := fmt.Sprintf("[store]\nurl = \"postgres://ferry@%s/none?connect_timeout=2\"\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s", freeAddr(t), forward)
+		if err := os.WriteFile(cfg, []byte(raw), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r, code := doctorJSON(t, cfg)
+		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "store: ") {
+			t.Errorf("store down: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
+		}
+	})
+}
+
+func openSQLite(t *testing.T, path string, now func() time.Time) ferry.Store {
+	t.Helper()
+	s, err := sqlite.Open(path, &sqlite.Config{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// serve logs durations as strings, in JSON and in text (--log-format).
+func TestServeLogFormat(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, "sqlite:"+filepath.Join(dir, "ferry.db"), "http://"+freeAddr(t)+"/hook", "")
+
+	t.Run("JSON", func(t *testing.T) {
+		t.Parallel()
+		p := startServe(t, cfg, "--role", "receiver")
+		if code := sendStripe(t, p.addr, "evt_log_json"); code != 200 {
+			t.Fatalf("send: %d", code)
+		}
+		var latency any
+		waitFor(t, 30*time.Second, "the webhook log line", func() bool {
+			for _, line := range strings.Split(p.log(), "\n") {
+				var rec map[string]any
+				if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "ferry: webhook" {
+					latency = rec["latency"]
+					return true
+				}
+			}
+			return false
+		})
+		s, ok := latency.(string)
+		if _, err := time.ParseDuration(s); !ok || err != nil {
+			t.Errorf("latency logged as %#v (%T), want a duration string like \"1.5ms\"", latency, latency)
+		}
+	})
+	t.Run("Text", func(t *testing.T) {
+		t.Parallel()
+		p := startWalkProc(t, dir, []string{"serve", "--config", cfg, "--role", "receiver", "--listen", "127.0.0.1:0", "--log-format", "text"}, `msg="ferry: serving"`)
+		t.Cleanup(func() { p.stop(t, "serve") })
+		if !regexp.MustCompile(`(?m)^time=\S+ level=INFO msg="ferry: serving" listen=127\.0\.0\.1:\d+ `).MatchString(p.output()) {
+			t.Errorf("--log-format text: no key=value serving line:\n%s", p.output())
+		}
+	})
+	t.Run("Bad", func(t *testing.T) {
+		t.Parallel()
+		if _, stderr, code := runFerry(t, "serve", "--config", cfg, "--log-format", "xml"); code != exitUsage || !strings.Contains(stderr, "use text or json") {
+			t.Errorf("--log-format xml: exit %d, stderr %q; want %d and the choices", code, stderr, exitUsage)
+		}
+	})
+}
