@@ -31,7 +31,7 @@ func TestDashboardBrowser(t *testing.T) {
 		}
 		t.Skipf("%s is missing; install it with: apt-get update && apt-get install -y chromium", chromiumPath)
 	}
-	b := setupDashboard(t, ferryhttp.DashboardOptions{})
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
 
 	client, err := ferry.NewClient(&ferry.Config{
 		Store: b.store, PollInterval: 50 * time.Millisecond,
