@@ -122,7 +122,7 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 	}
 	mux := http.NewServeMux()
 	if opts.Dashboard != nil {
-		mux.Handle("/ui/", opts.Dashboard)
+		mux.Handle("/ui/", opts.Dashboard.routes) // behind cop below, which trusts PublicURL
 		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusFound))
 		mux.HandleFunc("GET /ui/login", a.login)
 		mux.HandleFunc("POST /ui/login", a.login)

@@ -52,7 +52,8 @@ type DashboardOptions struct {
 type Dashboard struct {
 	opts    DashboardOptions
 	pages   *template.Template
-	handler http.Handler
+	routes  http.Handler // the pages and actions; Admin wraps them in its own CSRF check
+	handler http.Handler // routes behind the CSRF check, for use without an Admin
 }
 
 //go:embed ui
@@ -84,7 +85,7 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	mux.HandleFunc("GET /ui/events/{id}", d.event)
 	mux.HandleFunc("POST /ui/events/{id}/replay", d.replayOne)
 	mux.HandleFunc("POST /ui/replay", d.replayDead)
-	d.handler = http.NewCrossOriginProtection().Handler(mux)
+	d.routes, d.handler = mux, http.NewCrossOriginProtection().Handler(mux)
 	return d, nil
 }
 

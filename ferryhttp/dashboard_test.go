@@ -409,6 +409,21 @@ func TestAdminSessionExpiresAndSecure(t *testing.T) {
 	if code := open(); code != 200 {
 		t.Fatalf("fresh session: %d", code)
 	}
+	// A POST whose only proof of origin is the Origin header of the public
+	// URL (a browser without Sec-Fetch-Site, through the proxy) is trusted.
+	req = newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"])+"/replay", nil)
+	req.AddCookie(c)
+	req.Header.Set("Origin", "https://ferry-admin.example.com")
+	if res := do(t, req); res.StatusCode != http.StatusSeeOther {
+		t.Errorf("replay from the public origin: %d, want 303", res.StatusCode)
+	}
+	req = newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(c)
+	req.Header.Set("Origin", "https://evil.example")
+	if res := do(t, req); res.StatusCode != http.StatusForbidden {
+		t.Errorf("replay from another origin: %d, want 403", res.StatusCode)
+	}
 	later := start.Add(time.Hour + time.Second)
 	now.Store(&later)
 	if code := open(); code != http.StatusSeeOther {
