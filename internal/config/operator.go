@@ -140,7 +140,7 @@ func (c *Config) validateAdmin() []error {
 		bad("admin.listen", "%q is not host:port: write it like %q", a.Listen, DefaultAdminListen)
 	} else if a.Listen == c.HTTP.Listen && !strings.HasSuffix(a.Listen, ":0") {
 		bad("admin.listen", "%s is also http.listen: the admin surface needs a listener of its own; use %s", a.Listen, DefaultAdminListen)
-	} else if c.AdminServed() && !c.AdminAuth() && !IsLoopback(a.Listen) {
+	} else if c.AdminServed() && !c.AdminAuth() && !isLoopback(a.Listen) {
 		bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, DefaultAdminListen)
 	}
 	if a.PublicURL != "" {
@@ -166,11 +166,11 @@ func (c *Config) AdminAuth() bool { return c.Admin.Token != "" || c.Admin.User !
 // https (admin.public_url), so the session cookie must be Secure.
 func (c *Config) SecureCookie() bool { return strings.HasPrefix(c.Admin.PublicURL, "https://") }
 
-// IsLoopback reports whether a host:port listens on loopback only. An empty
+// isLoopback reports whether a host:port listens on loopback only. An empty
 // host or 0.0.0.0 listens everywhere; a name other than localhost may
 // resolve anywhere, so it is not loopback. It reads the configured address,
 // never a request.
-func IsLoopback(listen string) bool {
+func isLoopback(listen string) bool {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		return false
