@@ -53,6 +53,9 @@ func TestDashboardBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#at-risk`),
 		chromedp.SetValue(`#filter-state`, "dead"),
 		chromedp.Click(`#filter-apply`),
+		// Only the filtered page has the attribute: the old page must not
+		// satisfy the wait before the navigation lands.
+		chromedp.WaitReady(`#filter-state option[value="dead"][selected]`),
 		chromedp.WaitVisible(`#event-table a.event-link`),
 	)
 	if err != nil {
