@@ -2,8 +2,7 @@ package ferryhttp
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -21,11 +19,6 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 )
-
-// ErrDashboardExposed is returned by NewDashboard for a dashboard without
-// credentials on an address other than loopback: anyone who can reach it
-// could replay events.
-var ErrDashboardExposed = errors.New("ferryhttp: dashboard on a non-loopback address needs a token or basic auth")
 
 // DefaultPayloadLimit is how much of a payload the event page shows.
 const DefaultPayloadLimit = 64 << 10
@@ -38,21 +31,13 @@ type DashboardOptions struct {
 	// is at risk (its replay window minus a margin), as in
 	// ferry.EventStatsParams.
 	AtRiskAfter map[string]time.Duration
-	// Addr is the address the server listens on. Unless it is loopback
-	// (127.0.0.0/8, ::1, localhost), Token or User and Password are required.
-	Addr string
-	// Token, if set, is accepted as "Authorization: Bearer TOKEN" or through
-	// the login form, which keeps it in an HttpOnly, SameSite=Strict cookie.
-	Token string
-	// User and Password, if set, are accepted as HTTP basic auth.
-	User, Password string
 	// PayloadLimit caps the payload shown on an event page. Defaults to
 	// DefaultPayloadLimit (64 KiB).
 	PayloadLimit int
 	// PageSize is the number of events a page lists. Defaults to 50.
 	PageSize int
-	// Logger gets one line per replay: who cannot be known, so what and
-	// from where. Defaults to slog.Default().
+	// Logger gets one line per replay: what, how many and who (the actor
+	// Admin authenticated), never a payload. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -61,26 +46,23 @@ type DashboardOptions struct {
 // its payload, headers and attempt ledger, and replay buttons. It is
 // server-rendered HTML with no script at all. Every POST is checked against
 // cross-origin requests (CSRF) by http.CrossOriginProtection.
+//
+// It has no credentials of its own: serve it through an Admin, on a
+// listener apart from the receiver's.
 type Dashboard struct {
 	opts    DashboardOptions
 	pages   *template.Template
-	handler http.Handler
+	routes  http.Handler // the pages and actions; Admin wraps them in its own CSRF check
+	handler http.Handler // routes behind the CSRF check, for use without an Admin
 }
 
 //go:embed ui
 var uiFS embed.FS
 
-// NewDashboard checks opts, refusing a credential-less dashboard on a
-// non-loopback Addr with ErrDashboardExposed.
+// NewDashboard checks opts and parses the pages.
 func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	if opts.Store == nil {
 		return nil, errors.New("ferryhttp: DashboardOptions.Store is required")
-	}
-	if (opts.User == "") != (opts.Password == "") {
-		return nil, errors.New("ferryhttp: dashboard basic auth needs both User and Password")
-	}
-	if !opts.hasAuth() && !isLoopbackAddr(opts.Addr) {
-		return nil, fmt.Errorf("%w: %s", ErrDashboardExposed, opts.Addr)
 	}
 	if opts.PayloadLimit <= 0 {
 		opts.PayloadLimit = DefaultPayloadLimit
@@ -91,12 +73,7 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	pages, err := template.New("").Funcs(template.FuncMap{
-		"ago":   func(now, t time.Time) string { return ago(now.Sub(t)) },
-		"time":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-		"state": func(s ferry.State) string { return string(s) },
-		"count": func(s *ferry.SourceStats, st string) int { return s.States[ferry.State(st)] },
-	}).ParseFS(uiFS, "ui/*.html")
+	pages, err := parsePages()
 	if err != nil {
 		return nil, err
 	}
@@ -104,108 +81,56 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(uiFS, "ui/static")
 	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
-	mux.HandleFunc("GET /ui/login", d.login)
-	mux.HandleFunc("POST /ui/login", d.login)
 	mux.HandleFunc("GET /ui/{$}", d.overview)
 	mux.HandleFunc("GET /ui/events/{id}", d.event)
 	mux.HandleFunc("POST /ui/events/{id}/replay", d.replayOne)
 	mux.HandleFunc("POST /ui/replay", d.replayDead)
-	d.handler = http.NewCrossOriginProtection().Handler(d.guard(mux))
+	d.routes, d.handler = mux, http.NewCrossOriginProtection().Handler(mux)
 	return d, nil
 }
 
-// Register mounts the dashboard at /ui/ on mux.
+// Register mounts the dashboard at /ui/ on mux, with no credentials: mount
+// it on an admin listener of its own, or use Admin.
 func (d *Dashboard) Register(mux *http.ServeMux) {
 	mux.Handle("/ui/", d)
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusFound))
 }
 
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
+	securityHeaders(w.Header())
+	d.handler.ServeHTTP(w, r)
+}
+
+func securityHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-	d.handler.ServeHTTP(w, r)
 }
 
-func (o *DashboardOptions) hasAuth() bool { return o.Token != "" || o.User != "" }
-
-const tokenCookie = "ferry_ui"
-
-// guard lets a request through when it carries a credential, or, with none
-// configured, when it names a loopback host (a DNS-rebinding page cannot).
-func (d *Dashboard) guard(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/ui/static/") || r.URL.Path == "/ui/login" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if !d.opts.hasAuth() {
-			if !isLoopbackAddr(r.Host) && !isLoopbackHost(r.Host) {
-				http.Error(w, "the dashboard answers only to localhost; configure ui.token to reach it by another name", http.StatusForbidden)
-				return
-			}
-			next.ServeHTTP(w, r)
-			return
-		}
-		if d.authorized(r) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if d.opts.User != "" {
-			w.Header().Set("WWW-Authenticate", `Basic realm="ferry", charset="UTF-8"`)
-		}
-		if d.opts.Token != "" && r.Method == http.MethodGet && d.opts.User == "" {
-			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
-			return
-		}
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
-	})
+func parsePages() (*template.Template, error) {
+	return template.New("").Funcs(template.FuncMap{
+		"ago":   func(now, t time.Time) string { return ago(now.Sub(t)) },
+		"time":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"state": func(s ferry.State) string { return string(s) },
+		"count": func(s *ferry.SourceStats, st string) int { return s.States[ferry.State(st)] },
+	}).ParseFS(uiFS, "ui/*.html")
 }
 
-func (d *Dashboard) authorized(r *http.Request) bool {
-	if d.opts.Token != "" {
-		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(bearer, d.opts.Token) {
-			return true
-		}
-		if c, err := r.Cookie(tokenCookie); err == nil && equal(c.Value, d.opts.Token) {
-			return true
-		}
-	}
-	if d.opts.User != "" {
-		if u, p, ok := r.BasicAuth(); ok && equal(u, d.opts.User) && equal(p, d.opts.Password) {
-			return true
-		}
-	}
-	return false
+// chrome is what every page's frame shows: its title and who is signed in.
+type chrome struct {
+	Title   string
+	Actor   string
+	SignOut bool // signed in through the login form, so there is a session to end
 }
 
-// equal compares in constant time, whatever the lengths.
-func equal(a, b string) bool {
-	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
-	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
-}
+func (c *chrome) frame() *chrome { return c }
 
-func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
-	data := map[string]any{"Error": ""}
-	if r.Method == http.MethodPost {
-		if d.opts.Token != "" && equal(r.PostFormValue("token"), d.opts.Token) {
-			http.SetCookie(w, &http.Cookie{
-				Name: tokenCookie, Value: d.opts.Token, Path: "/ui/", HttpOnly: true,
-				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 12 * 3600,
-			})
-			http.Redirect(w, r, "/ui/", http.StatusSeeOther)
-			return
-		}
-		w.WriteHeader(http.StatusUnauthorized)
-		data["Error"] = "wrong token"
-	}
-	d.render(w, "login.html", data)
-}
+type page interface{ frame() *chrome }
 
 // overviewData is what overview.html shows.
 type overviewData struct {
+	chrome
 	Stats   *ferry.EventStats
 	Totals  map[ferry.State]int
 	States  []ferry.State
@@ -220,7 +145,7 @@ type overviewData struct {
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	var data overviewData
+	data := overviewData{chrome: chrome{Title: "Events"}}
 	data.Filter.State, data.Filter.Source, data.Filter.Q = q.Get("state"), q.Get("source"), q.Get("q")
 	data.Flash = q.Get("flash")
 	params := &ferry.EventListParams{Source: data.Filter.Source, EventIDContains: data.Filter.Q, Limit: d.opts.PageSize}
@@ -258,7 +183,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		data.Next = next.Encode()
 	}
 	data.AtRisk = d.atRisk(stats.Now)
-	d.render(w, "overview.html", data)
+	d.render(w, r, "overview.html", &data)
 }
 
 // atRisk says whether e is at risk at now, as EventStats counts it.
@@ -277,6 +202,7 @@ type header struct {
 }
 
 type eventData struct {
+	chrome
 	Event      *ferry.Event
 	Now        time.Time
 	AtRisk     bool
@@ -317,7 +243,8 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := eventData{
-		Event: e, Now: stats.Now, AtRisk: d.atRisk(stats.Now)(e), Attempts: attempts,
+		chrome: chrome{Title: e.EventID},
+		Event:  e, Now: stats.Now, AtRisk: d.atRisk(stats.Now)(e), Attempts: attempts,
 		PayloadLen: len(e.Payload), Flash: r.URL.Query().Get("flash"),
 		Replayable: e.State.Terminal(),
 	}
@@ -332,7 +259,7 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.SortFunc(data.Headers, func(a, b header) int { return strings.Compare(a.Name, b.Name) })
-	d.render(w, "event.html", data)
+	d.render(w, r, "event.html", &data)
 }
 
 // sensitiveHeader reports headers whose value is never shown: signatures
@@ -371,7 +298,8 @@ func (d *Dashboard) replayOne(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	n, err := d.opts.Store.EventRequeue(r.Context(), &ferry.EventRequeueParams{IDs: []int64{id}})
+	actor := actorOf(r.Context())
+	n, err := d.requeue(r.Context(), actor, &ferry.EventRequeueParams{IDs: []int64{id}})
 	if err != nil {
 		d.fail(w, r, "replay", err)
 		return
@@ -380,7 +308,7 @@ func (d *Dashboard) replayOne(w http.ResponseWriter, r *http.Request) {
 	if n == 0 {
 		flash = "not replayed: the event is already pending or running"
 	}
-	d.opts.Logger.Info("ferry: dashboard replay", "id", id, "replayed", n, "remote", r.RemoteAddr)
+	d.opts.Logger.Info("ferry: dashboard replay", "id", id, "replayed", n, "actor", actor)
 	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, url.QueryEscape(flash)), http.StatusSeeOther)
 }
 
@@ -390,20 +318,46 @@ func (d *Dashboard) replayDead(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "name a source", http.StatusBadRequest)
 		return
 	}
-	n, err := d.opts.Store.EventRequeue(r.Context(), &ferry.EventRequeueParams{Source: source, States: []ferry.State{ferry.StateDead}})
+	actor := actorOf(r.Context())
+	n, err := d.requeue(r.Context(), actor, &ferry.EventRequeueParams{Source: source, States: []ferry.State{ferry.StateDead}})
 	if err != nil {
 		d.fail(w, r, "replay", err)
 		return
 	}
-	d.opts.Logger.Info("ferry: dashboard replay of dead events", "source", source, "replayed", n, "remote", r.RemoteAddr)
+	d.opts.Logger.Info("ferry: dashboard replay of dead events", "source", source, "replayed", n, "actor", actor)
 	flash := fmt.Sprintf("replayed %d dead events of %s", n, source)
 	http.Redirect(w, r, "/ui/?source="+url.QueryEscape(source)+"&flash="+url.QueryEscape(flash), http.StatusSeeOther)
 }
 
-func (d *Dashboard) render(w http.ResponseWriter, name string, data any) {
+// requeue is the one place a dashboard action reaches the store, and so
+// the one place that hands the store who asked for it.
+func (d *Dashboard) requeue(ctx context.Context, actor string, params *ferry.EventRequeueParams) (int, error) {
+	// ACTOR → STORE: when ferry.EventRequeueParams gains its Actor field
+	// (recorded in ferry_action, migration 002), set it here:
+	//	params.Actor = actor
+	return d.opts.Store.EventRequeue(ctx, params)
+}
+
+// actorOf is who the Admin in front authenticated, or "unknown" when the
+// dashboard is served without one.
+func actorOf(ctx context.Context) string {
+	if p, ok := principalOf(ctx); ok {
+		return p.actor
+	}
+	return "unknown"
+}
+
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name string, data page) {
+	if p, ok := principalOf(r.Context()); ok {
+		data.frame().Actor, data.frame().SignOut = p.actor, p.session != nil
+	}
+	renderPage(w, d.pages, d.opts.Logger, name, data)
+}
+
+func renderPage(w http.ResponseWriter, pages *template.Template, log *slog.Logger, name string, data any) {
 	var buf bytes.Buffer
-	if err := d.pages.ExecuteTemplate(&buf, name, data); err != nil {
-		d.opts.Logger.Error("ferry: dashboard template", "page", name, "err", err)
+	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
+		log.Error("ferry: dashboard template", "page", name, "err", err)
 		http.Error(w, "template error", http.StatusInternalServerError)
 		return
 	}
@@ -427,22 +381,4 @@ func ago(d time.Duration) string {
 		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
-}
-
-// isLoopbackAddr reports whether host:port is on loopback.
-func isLoopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	return isLoopbackHost(host)
-}
-
-func isLoopbackHost(host string) bool {
-	host = strings.Trim(host, "[]")
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -1,3 +1,5 @@
+//go:build ferrychaos
+
 package main
 
 import (
@@ -10,9 +12,11 @@ import (
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 )
 
-// runChaos is `ferry chaos`: the crash-safety proof a user can rerun. The
-// harness lives in internal/chaos; the children it starts are this very
-// binary running `ferry serve`.
+// runChaos is `ferry chaos` in a chaos build (-tags ferrychaos): the
+// crash-safety proof a user can rerun. The harness lives in internal/chaos;
+// the children it starts are this very binary running `ferry serve`, with
+// the fault hooks of chaos_hook.go. A ferry built without the tag builds
+// this one first (chaos_launch.go).
 func runChaos(ctx context.Context, args []string) error {
 	fs := newFlags("chaos", "[flags]",
 		`Proves crash safety: runs real ferry serve processes under faults (kills, paused

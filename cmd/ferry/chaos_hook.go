@@ -1,9 +1,13 @@
+//go:build ferrychaos
+
 package main
 
 // The chaos hook: test-only behaviour of `ferry serve` that `ferry chaos`
-// switches on through environment variables, read once at start. With none
-// of them set (the default, and every production deployment) the hook is nil
-// and serve runs exactly the ordinary forwarder.
+// switches on through environment variables, read once at start. This file
+// is compiled only into a binary built with -tags ferrychaos, the one `ferry
+// chaos` builds for its children; a ferry built any other way has no hook,
+// and these variables mean nothing to it. With none of them set the hook is
+// nil and serve runs exactly the ordinary forwarder.
 //
 //	FERRY_CHAOS_CRASH_POINT=POINT:N   SIGKILL this process the Nth time the
 //	                                  worker reaches POINT: after-claim (the
@@ -53,7 +57,7 @@ const (
 	crashAfterCommit = "after-commit"
 )
 
-type chaosHook struct {
+type faultHook struct {
 	store   ferry.Store
 	log     *slog.Logger
 	point   string
@@ -64,9 +68,19 @@ type chaosHook struct {
 	broken  bool
 }
 
+func init() {
+	newChaosHook = func(st ferry.Store, log *slog.Logger) (chaosHook, error) {
+		h, err := chaosHookFromEnv(st, log)
+		if h == nil || err != nil {
+			return nil, err // an untyped nil: no hook
+		}
+		return h, nil
+	}
+}
+
 // chaosHookFromEnv returns nil unless a FERRY_CHAOS_ variable is set.
-func chaosHookFromEnv(st ferry.Store, log *slog.Logger) (*chaosHook, error) {
-	h := &chaosHook{store: st, log: log}
+func chaosHookFromEnv(st ferry.Store, log *slog.Logger) (*faultHook, error) {
+	h := &faultHook{store: st, log: log}
 	on := false
 	if v := os.Getenv("FERRY_CHAOS_CRASH_POINT"); v != "" {
 		on = true
@@ -113,7 +127,7 @@ func chaosHookFromEnv(st ferry.Store, log *slog.Logger) (*chaosHook, error) {
 
 // maybeCrash SIGKILLs the process the crashAt-th time point is reached. The
 // line it logs first is how the harness counts the crash points it hit.
-func (h *chaosHook) maybeCrash(point string, d *ferry.Delivery) {
+func (h *faultHook) maybeCrash(point string, d *ferry.Delivery) {
 	if h.point != point || h.reached.Add(1) != h.crashAt {
 		return
 	}
@@ -122,7 +136,7 @@ func (h *chaosHook) maybeCrash(point string, d *ferry.Delivery) {
 	select {} // never returns: the signal is on its way
 }
 
-func (h *chaosHook) sleep(ctx context.Context) {
+func (h *faultHook) sleep(ctx context.Context) {
 	if h.delay <= 0 {
 		return
 	}
@@ -134,7 +148,7 @@ func (h *chaosHook) sleep(ctx context.Context) {
 
 // register installs the source's handler: fwd wrapped with the crash points,
 // or the transactional chaos handler.
-func (h *chaosHook) register(c *ferry.Client, source string, fwd ferry.HandlerFunc) error {
+func (h *faultHook) register(c *ferry.Client, source string, fwd ferry.HandlerFunc) error {
 	if h.txMode {
 		return h.registerTx(c, source)
 	}
@@ -157,7 +171,7 @@ func (h *chaosHook) register(c *ferry.Client, source string, fwd ferry.HandlerFu
 	return nil
 }
 
-func (h *chaosHook) registerTx(c *ferry.Client, source string) error {
+func (h *faultHook) registerTx(c *ferry.Client, source string) error {
 	effect := func(d *ferry.Delivery) (sum string, worker string) {
 		s := sha256.Sum256(d.Event.Payload)
 		return hex.EncodeToString(s[:]), c.ID()
@@ -210,13 +224,13 @@ func (h *chaosHook) registerTx(c *ferry.Client, source string) error {
 }
 
 // observer wraps obs to crash after a committed done.
-func (h *chaosHook) observer(obs ferry.Observer) ferry.Observer {
+func (h *faultHook) observer(obs ferry.Observer) ferry.Observer {
 	return &chaosObserver{next: obs, hook: h}
 }
 
 type chaosObserver struct {
 	next ferry.Observer
-	hook *chaosHook
+	hook *faultHook
 }
 
 func (o *chaosObserver) AttemptFinished(source string, outcome ferry.Outcome, reclaimed bool, took time.Duration) {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,7 +32,7 @@ func lastChaosLine(t *testing.T, stdout string) map[string]int {
 // lost > 0 and a non-zero exit.
 func TestChaosCatchesMarkDoneFirst(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runFerry(t, "chaos", "--scenario", "kill", "--store", "sqlite", "--events", "200", "--broken", "mark-done-first")
+	stdout, stderr, code := runBin(t, chaosBin, "chaos", "--scenario", "kill", "--store", "sqlite", "--events", "200", "--broken", "mark-done-first")
 	got := lastChaosLine(t, stdout)
 	if code == 0 || got["lost"] == 0 {
 		t.Fatalf("exit %d, lost=%d: the broken worker went unnoticed\nstdout:\n%s\nstderr:\n%s", code, got["lost"], stdout, stderr)
@@ -45,7 +46,7 @@ func TestChaosCatchesMarkDoneFirst(t *testing.T) {
 // acknowledged is lost and every duplicate effect has its ledger row.
 func TestChaosKillPasses(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runFerry(t, "chaos", "--scenario", "kill", "--store", "sqlite", "--events", "200")
+	stdout, stderr, code := runBin(t, chaosBin, "chaos", "--scenario", "kill", "--store", "sqlite", "--events", "200")
 	got := lastChaosLine(t, stdout)
 	if code != 0 || got["lost"] != 0 || got["acked"] != 200 || got["effects"] != 200 {
 		t.Fatalf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, got, stdout, stderr)
@@ -56,7 +57,7 @@ func TestChaosKillPasses(t *testing.T) {
 // was not allowed to restart.
 func TestChaosPGCrashSkipsWithoutPermission(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command(ferryBin, "chaos", "--scenario", "pgcrash", "--store", "postgres", "--events", "100")
+	cmd := exec.Command(chaosBin, "chaos", "--scenario", "pgcrash", "--store", "postgres", "--events", "100")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "FERRY_CHAOS_PG_RESTART=") { // never let the test restart a shared server
 			cmd.Env = append(cmd.Env, kv)
@@ -74,5 +75,35 @@ func TestChaosPGCrashSkipsWithoutPermission(t *testing.T) {
 	stdout, stderr := o.String(), e.String()
 	if code != 0 || !strings.Contains(stdout, "chaos: scenario=pgcrash skipped: ") || !strings.Contains(stdout, "--allow-pg-restart") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
+
+// TestChaosFromAnOrdinaryBuild: the README's `go run ./cmd/ferry chaos`
+// runs an ordinary build, which builds the chaos binary and runs the
+// scenario in it.
+func TestChaosFromAnOrdinaryBuild(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runFerry(t, "chaos", "--scenario", "duplicates", "--store", "sqlite", "--events", "20")
+	got := lastChaosLine(t, stdout)
+	if code != 0 || got["lost"] != 0 || got["acked"] != 20 || !strings.Contains(stderr, "go build -tags ferrychaos") {
+		t.Fatalf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, got, stdout, stderr)
+	}
+}
+
+// TestOrdinaryBuildHasNoTestPackages: the ferry a user builds links neither
+// the chaos harness nor a test helper (and so not package testing).
+func TestOrdinaryBuildHasNoTestPackages(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ferrytest joins this list once `ferry send` signs with package
+	// provider instead (issue 11).
+	forbidden := []string{"testing", "github.com/ferry-inbox/ferry/internal/pgtest", "github.com/ferry-inbox/ferry/internal/chaos"}
+	for _, pkg := range strings.Fields(string(out)) {
+		if slices.Contains(forbidden, pkg) {
+			t.Errorf("cmd/ferry imports %s", pkg)
+		}
 	}
 }

@@ -20,8 +20,10 @@ import (
 	"github.com/ferry-inbox/ferry/ferrytest"
 )
 
-// ferryBin is the real binary, built once for every test in this package.
-var ferryBin string
+// ferryBin is the real binary as a user builds it, and chaosBin the one
+// built with -tags ferrychaos (fault hooks and the chaos harness), each
+// built once for every test in this package.
+var ferryBin, chaosBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "ferry-bin-")
@@ -29,12 +31,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	ferryBin = filepath.Join(dir, "ferry")
-	build := exec.Command("go", "build", "-race", "-o", ferryBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building ferry:", err)
-		os.Exit(1)
+	ferryBin, chaosBin = filepath.Join(dir, "ferry"), filepath.Join(dir, "ferry-chaos")
+	for _, args := range [][]string{{"-o", ferryBin}, {"-tags", "ferrychaos", "-o", chaosBin}} {
+		build := exec.Command("go", append(append([]string{"build", "-race"}, args...), ".")...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building ferry:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -54,6 +58,8 @@ func writeConfig(t *testing.T, storeURL, forwardURL, workerExtra string) string 
 [store]
 url = %q
 [http]
+listen = "127.0.0.1:0"
+[admin]
 listen = "127.0.0.1:0"
 [worker]
 poll_interval = "100ms"
@@ -78,7 +84,8 @@ timeout = "30s"
 // serveProc is a running `ferry serve`.
 type serveProc struct {
 	cmd    *exec.Cmd
-	addr   string
+	addr   string // the public listener
+	admin  string // the admin listener, "" if off
 	mu     sync.Mutex
 	stderr bytes.Buffer
 	exited chan struct{}
@@ -94,7 +101,14 @@ func (p *serveProc) log() string {
 // startServe runs `ferry serve` and waits for its "serving" line.
 func startServe(t *testing.T, config string, args ...string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(ferryBin, append([]string{"serve", "--config", config}, args...)...)
+	return startServeWith(t, ferryBin, nil, config, args...)
+}
+
+// startServeWith is startServe of bin, with env added to the environment.
+func startServeWith(t *testing.T, bin string, env []string, config string, args ...string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--config", config}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +117,7 @@ func startServe(t *testing.T, config string, args ...string) *serveProc {
 		t.Fatal(err)
 	}
 	p := &serveProc{cmd: cmd, exited: make(chan struct{})}
-	ready := make(chan string, 1)
+	ready := make(chan [2]string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -111,9 +125,9 @@ func startServe(t *testing.T, config string, args ...string) *serveProc {
 			p.mu.Lock()
 			p.stderr.WriteString(line + "\n")
 			p.mu.Unlock()
-			var rec struct{ Msg, Listen string }
+			var rec struct{ Msg, Listen, Admin string }
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "ferry: serving" {
-				ready <- rec.Listen
+				ready <- [2]string{rec.Listen, rec.Admin}
 			}
 		}
 		p.err = cmd.Wait()
@@ -127,7 +141,8 @@ func startServe(t *testing.T, config string, args ...string) *serveProc {
 		}
 	})
 	select {
-	case p.addr = <-ready:
+	case addrs := <-ready:
+		p.addr, p.admin = addrs[0], addrs[1]
 	case <-p.exited:
 		t.Fatalf("ferry serve exited at start: %v\n%s", p.err, p.log())
 	case <-time.After(60 * time.Second):
@@ -189,7 +204,12 @@ func outcomes(t *testing.T, st ferry.Store, id int64) (out []string) {
 
 func runFerry(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(ferryBin, args...)
+	return runBin(t, ferryBin, args...)
+}
+
+func runBin(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

@@ -15,26 +15,34 @@ import (
 	"github.com/ferry-inbox/ferry/prometheus"
 )
 
-// operator is serve's operator surface: metrics, alerts and the dashboard.
+// operator is serve's operator surface: metrics, alerts, and the admin
+// listener's handler (the dashboard and /metrics).
 type operator struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	metrics *prometheus.Metrics
 	stats   ferry.StatsStore
+	// admin serves admin.listen; nil when the dashboard and /metrics are
+	// both off.
+	admin http.Handler
 }
 
-// newOperator builds the metrics and mounts /metrics and /ui/ on mux. listen is the
-// address the server binds, after --listen.
-func newOperator(cfg *config.Config, st ferry.Store, mux *http.ServeMux, listen string, log *slog.Logger) (*operator, error) {
+// newOperator builds the metrics and the admin handler. Nothing it builds is
+// ever mounted on the public listener.
+func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operator, error) {
 	stats, ok := st.(ferry.StatsStore)
 	if !ok {
 		return nil, fmt.Errorf("store %T cannot report stats", st)
 	}
-	if err := cfg.CheckUIExposure(listen); err != nil {
-		return nil, fmt.Errorf("%w: %v", errConfig, err)
-	}
 	reg := prom.NewRegistry()
 	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), stats: stats}
+	if !cfg.AdminServed() {
+		return op, nil
+	}
+	opts := ferryhttp.AdminOptions{
+		Token: cfg.Admin.Token, TokenName: cfg.Admin.TokenName, User: cfg.Admin.User, Password: cfg.Admin.Password,
+		PublicURL: cfg.Admin.PublicURL, SessionTTL: cfg.Admin.SessionTTL.Duration, Logger: log,
+	}
 	if *cfg.Metrics.Enabled {
 		reg.MustRegister(
 			collectors.NewGoCollector(),
@@ -43,18 +51,20 @@ func newOperator(cfg *config.Config, st ferry.Store, mux *http.ServeMux, listen 
 				Store: stats, Params: *cfg.StatsParams(0), Sources: cfg.SourceNames(), CacheTTL: cfg.Metrics.Cache.Duration,
 			}),
 		)
-		mux.Handle("GET /metrics", prometheus.Handler(reg))
+		opts.Metrics = prometheus.Handler(reg)
 	}
 	if *cfg.UI.Enabled {
-		d, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{
-			Store: stats, AtRiskAfter: cfg.AtRiskAfter(), Addr: listen,
-			Token: cfg.UI.Token, User: cfg.UI.User, Password: cfg.UI.Password, Logger: log,
-		})
+		d, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{Store: stats, AtRiskAfter: cfg.AtRiskAfter(), Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("%w: ui: %v", errConfig, err)
 		}
-		d.Register(mux)
+		opts.Dashboard = d
 	}
+	admin, err := ferryhttp.NewAdmin(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: admin: %v", errConfig, err)
+	}
+	op.admin = admin
 	return op, nil
 }
 

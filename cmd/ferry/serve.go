@@ -23,7 +23,7 @@ Also serves /healthz, /readyz, /metrics and the dashboard at /ui. SIGINT or
 SIGTERM stops it gracefully (exit 0).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	role := fs.String("role", "all", "what this process runs: receiver, worker or all")
-	listen := fs.String("listen", "", "override http.listen (`host:port`; port 0 picks a free one)")
+	listen := fs.String("listen", "", "override http.listen, the public listener (`host:port`; port 0 picks a free one)")
 	noMigrate := fs.Bool("no-migrate", false, "do not migrate the store at start")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json (one object a line) or text (key=value)")
@@ -65,10 +65,12 @@ SIGTERM stops it gracefully (exit 0).`)
 		}
 	}
 
+	// The public listener serves what a provider needs and nothing else;
+	// the dashboard and /metrics are on the admin listener.
 	mux := http.NewServeMux()
 	health := &ferryhttp.Health{Store: st}
 	health.Register(mux)
-	op, err := newOperator(cfg, st, mux, cfg.HTTP.Listen, log)
+	op, err := newOperator(cfg, st, log)
 	if err != nil {
 		return err
 	}
@@ -93,25 +95,36 @@ SIGTERM stops it gracefully (exit 0).`)
 		go (&purger{store: st, sources: cfg.Sources, log: log}).run(ctx, purgeInterval)
 	}
 
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
+	stopClient := func() {
 		if client != nil {
 			_ = client.Stop(context.Background())
 		}
+	}
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		stopClient()
 		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
-	server := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	servers := []*http.Server{newServer(mux, log)}
+	listeners := []net.Listener{ln}
+	adminAddr := ""
+	if op.admin != nil {
+		aln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			ln.Close()
+			stopClient()
+			return fmt.Errorf("admin.listen %s: %w", cfg.Admin.Listen, err)
+		}
+		servers = append(servers, newServer(op.admin, log))
+		listeners = append(listeners, aln)
+		adminAddr = aln.Addr().String()
 	}
-	served := make(chan error, 1)
-	go func() { served <- server.Serve(ln) }()
+	served := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() { served <- s.Serve(listeners[i]) }()
+	}
 	kind, _, _ := cfg.StoreKind()
-	log.Info("ferry: serving", "listen", ln.Addr().String(), "role", *role, "store", kind, "sources", len(cfg.Sources))
+	log.Info("ferry: serving", "listen", ln.Addr().String(), "admin", adminAddr, "role", *role, "store", kind, "sources", len(cfg.Sources))
 
 	select {
 	case <-ctx.Done():
@@ -134,11 +147,24 @@ SIGTERM stops it gracefully (exit 0).`)
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := server.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("http shutdown: %w", err)
+	for _, s := range servers {
+		if err := s.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("http shutdown: %w", err)
+		}
 	}
 	log.Info("ferry: stopped")
 	return nil
+}
+
+func newServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferryhttp.ReceiveObserver) (*ferryhttp.Receiver, error) {
@@ -156,11 +182,26 @@ func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry
 	})
 }
 
+// chaosHook is the crash points, broken mode and handler swaps `ferry chaos`
+// switches on in its children. Only a binary built with -tags ferrychaos
+// has one (chaos_hook.go sets newChaosHook); in any other build
+// newChaosHook is nil and serve runs the ordinary forwarder, whatever the
+// environment or config says.
+type chaosHook interface {
+	observer(next ferry.Observer) ferry.Observer
+	register(c *ferry.Client, source string, fwd ferry.HandlerFunc) error
+}
+
+var newChaosHook func(st ferry.Store, log *slog.Logger) (chaosHook, error)
+
 func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.Observer) (*ferry.Client, error) {
 	w := cfg.Worker
-	hook, err := chaosHookFromEnv(st, log) // nil unless `ferry chaos` started this process
-	if err != nil {
-		return nil, err
+	var hook chaosHook
+	if newChaosHook != nil {
+		var err error
+		if hook, err = newChaosHook(st, log); err != nil { // nil unless `ferry chaos` started this process
+			return nil, err
+		}
 	}
 	if hook != nil {
 		obs = hook.observer(obs)

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +59,9 @@ func (d *downstream) count() int {
 func TestServe(t *testing.T) {
 	t.Parallel()
 
+	// Run as a user builds it, with every chaos variable set: a fault
+	// switch would crash the worker, delay it, swap the forwarder or mark
+	// the event done before the app answers.
 	t.Run("ForwardsSignedAndRetriesUntil2xx", func(t *testing.T) {
 		t.Parallel()
 		app, appSrv := newDownstream(t, func(n int, _ *http.Request) int {
@@ -65,7 +71,8 @@ func TestServe(t *testing.T) {
 			return http.StatusOK
 		})
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
-		p := startServe(t, writeConfig(t, "sqlite:"+dbPath, appSrv.URL+"/hooks", ""))
+		p := startServeWith(t, ferryBin, []string{"FERRY_CHAOS_BROKEN=mark-done-first", "FERRY_CHAOS_CRASH_POINT=after-claim:1",
+			"FERRY_CHAOS_HANDLER=tx-effect", "FERRY_CHAOS_HANDLER_DELAY=10m"}, writeConfig(t, "sqlite:"+dbPath, appSrv.URL+"/hooks", ""))
 		if code := sendStripe(t, p.addr, "evt_fwd"); code != http.StatusOK {
 			t.Fatalf("delivery answered %d", code)
 		}
@@ -115,6 +122,36 @@ func TestServe(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // three poll intervals: a wrongly requeued event would be forwarded again
 		if n := app.count(); n != 3 {
 			t.Errorf("a redelivery of a done event was forwarded again: %d requests", n)
+		}
+	})
+
+	// The control for the test above: the chaos build does honour
+	// FERRY_CHAOS_BROKEN, so the same setup there ends after one attempt.
+	t.Run("ChaosBuildHonoursBrokenMode", func(t *testing.T) {
+		t.Parallel()
+		app, appSrv := newDownstream(t, func(n int, _ *http.Request) int {
+			if n <= 2 {
+				return http.StatusInternalServerError
+			}
+			return http.StatusOK
+		})
+		dbPath := filepath.Join(t.TempDir(), "ferry.db")
+		p := startServeWith(t, chaosBin, []string{"FERRY_CHAOS_BROKEN=mark-done-first"}, writeConfig(t, "sqlite:"+dbPath, appSrv.URL+"/hooks", ""))
+		if code := sendStripe(t, p.addr, "evt_broken"); code != http.StatusOK {
+			t.Fatalf("delivery answered %d", code)
+		}
+		st, err := sqlite.Open(dbPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		waitFor(t, 30*time.Second, "the app to be called", func() bool { return app.count() == 1 })
+		waitFor(t, 30*time.Second, "the attempt to end", func() bool {
+			ev := eventState(t, st, "evt_broken")
+			return ev != nil && ev.State == ferry.StateDone && len(outcomes(t, st, ev.ID)) == 1
+		})
+		if ev := eventState(t, st, "evt_broken"); ev.Attempt != 1 {
+			t.Errorf("mark-done-first: attempt %d, want 1 (done before the app failed)", ev.Attempt)
 		}
 	})
 
@@ -236,6 +273,145 @@ func TestServe(t *testing.T) {
 		_, stderr, code = runFerry(t, "serve", "--config", cfg, "--role", "both")
 		if code != 2 || !strings.Contains(stderr, "--role") {
 			t.Fatalf("exit %d, stderr %q: want 2 for a bad flag", code, stderr)
+		}
+	})
+}
+
+// TestServeAdminSurface: the public listener serves only what a provider
+// needs; the dashboard, its actions and /metrics answer on the admin
+// listener alone, which needs credentials off loopback.
+func TestServeAdminSurface(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PublicListenerBehindAProxyServesNoAdminPath", func(t *testing.T) {
+		t.Parallel()
+		_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
+		dbPath := filepath.Join(t.TempDir(), "ferry.db")
+		p := startServe(t, writeConfig(t, "sqlite:"+dbPath, appSrv.URL, ""))
+		if code := sendStripe(t, p.addr, "evt_private"); code != http.StatusOK {
+			t.Fatalf("delivery answered %d", code)
+		}
+		st, err := sqlite.Open(dbPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		waitFor(t, 30*time.Second, "the event to be done", func() bool {
+			ev := eventState(t, st, "evt_private")
+			return ev != nil && ev.State == ferry.StateDone
+		})
+		id := fmt.Sprint(eventState(t, st, "evt_private").ID)
+
+		// The admin paths exist, on the admin listener.
+		for _, path := range []string{"/ui/events/" + id, "/metrics"} {
+			res, err := http.Get("http://" + p.admin + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || (path != "/metrics" && !strings.Contains(string(body), "evt_private")) {
+				t.Fatalf("admin listener %s: %d", path, res.StatusCode)
+			}
+		}
+
+		target, err := url.Parse("http://" + p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, rewrite := range map[string]func(*httputil.ProxyRequest){
+			"SetURL":               func(r *httputil.ProxyRequest) { r.SetURL(target) },
+			"SetURL+SetXForwarded": func(r *httputil.ProxyRequest) { r.SetURL(target); r.SetXForwarded() },
+		} {
+			proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: rewrite})
+			defer proxy.Close()
+			send := func(method, path, form string) (int, string) {
+				req, err := http.NewRequest(method, proxy.URL+path, strings.NewReader(form))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if form != "" {
+					req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				}
+				req.Header.Set("Sec-Fetch-Site", "same-origin")
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer res.Body.Close()
+				body, _ := io.ReadAll(res.Body)
+				return res.StatusCode, string(body)
+			}
+			if code, _ := send("GET", "/healthz", ""); code != 200 {
+				t.Fatalf("%s: /healthz through the proxy: %d", name, code)
+			}
+			if code := sendStripe(t, strings.TrimPrefix(proxy.URL, "http://"), "evt_via_proxy_"+strings.ReplaceAll(name, "+", "_")); code != 200 {
+				t.Fatalf("%s: a delivery through the proxy: %d", name, code)
+			}
+			for _, r := range []struct{ method, path, form string }{
+				{"GET", "/ui", ""}, {"GET", "/ui/", ""}, {"GET", "/ui/events/" + id, ""}, {"GET", "/ui/?state=done", ""},
+				{"GET", "/ui/login", ""}, {"GET", "/ui/static/ferry.css", ""}, {"GET", "/metrics", ""},
+				{"POST", "/ui/events/" + id + "/replay", ""}, {"POST", "/ui/replay", "source=stripe"},
+				{"POST", "/ui/login", "token=x"}, {"POST", "/ui/logout", ""},
+			} {
+				code, body := send(r.method, r.path, r.form)
+				if code != http.StatusNotFound || strings.Contains(body, "evt_private") {
+					t.Errorf("%s: anonymous %s %s on the public listener: %d, want 404", name, r.method, r.path, code)
+				}
+			}
+		}
+		if ev := eventState(t, st, "evt_private"); ev.State != ferry.StateDone || !ev.RequeuedAt.IsZero() {
+			t.Errorf("the event was replayed through the public listener: %s, requeued at %v", ev.State, ev.RequeuedAt)
+		}
+	})
+
+	t.Run("AdminOffLoopbackNeedsCredentials", func(t *testing.T) {
+		t.Parallel()
+		cfg := writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), "http://127.0.0.1:1", "")
+		exposed := strings.Replace(readFile(t, cfg), "[admin]\nlisten = \"127.0.0.1:0\"", "[admin]\nlisten = \"0.0.0.0:0\"", 1)
+		bad := filepath.Join(t.TempDir(), "exposed.toml")
+		writeFile(t, bad, exposed)
+		_, stderr, code := runFerry(t, "serve", "--config", bad, "--role", "receiver")
+		if code != 2 || !strings.Contains(stderr, "admin.listen") || !strings.Contains(stderr, `admin.token = "${FERRY_ADMIN_TOKEN}"`) {
+			t.Fatalf("admin on 0.0.0.0 without credentials: exit %d, stderr %q; want 2 naming the key and the fix", code, stderr)
+		}
+
+		withToken := filepath.Join(t.TempDir(), "token.toml")
+		writeFile(t, withToken, strings.Replace(exposed, "[admin]\n", "[admin]\ntoken = \"${FERRY_ADMIN_TOKEN}\"\ntoken_name = \"oncall\"\n", 1))
+		p := startServeWith(t, ferryBin, []string{"FERRY_ADMIN_TOKEN=adm1n-s3cret"}, withToken, "--role", "receiver", "--listen", "0.0.0.0:0")
+		_, port, err := net.SplitHostPort(p.admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin := "http://127.0.0.1:" + port // a loopback peer and a loopback Host: neither grants anything
+		noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		status := func(path, token string) int {
+			req, err := http.NewRequest("GET", admin+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Forwarded-For", "127.0.0.1")
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			res, err := noRedirect.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			return res.StatusCode
+		}
+		if code := status("/ui/", ""); code != http.StatusSeeOther {
+			t.Errorf("anonymous /ui/ on the admin listener: %d, want 303 to the login", code)
+		}
+		if code := status("/metrics", ""); code != http.StatusUnauthorized {
+			t.Errorf("anonymous /metrics: %d, want 401", code)
+		}
+		if code := status("/ui/", "adm1n-s3cret"); code != 200 {
+			t.Errorf("/ui/ with the token: %d", code)
+		}
+		if code := status("/metrics", "adm1n-s3cret"); code != 200 {
+			t.Errorf("/metrics with the token: %d", code)
 		}
 	})
 }

@@ -193,6 +193,8 @@ poll_interval = "100ms"
 shutdown_grace = "1s"
 retry_base = "50ms"
 retry_cap = "500ms"
+[admin]
+listen = "127.0.0.1:0"
 [ui]
 enabled = false
 `, storeURL, e.opts.TTL.String(), (e.opts.TTL / 4).String())

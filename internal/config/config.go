@@ -26,6 +26,7 @@ type Config struct {
 	HTTP    HTTP     `toml:"http"`
 	Worker  Worker   `toml:"worker"`
 	Sources []Source `toml:"source"`
+	Admin   Admin    `toml:"admin"`
 	UI      UI       `toml:"ui"`
 	Metrics Metrics  `toml:"metrics"`
 	Alerts  Alerts   `toml:"alerts"`
@@ -39,7 +40,8 @@ type Store struct {
 	Migrate *bool `toml:"migrate"`
 }
 
-// HTTP is the listener for the receiver, health checks and the dashboard.
+// HTTP is the public listener: the receiver and health checks, nothing
+// else. The dashboard and /metrics are on [admin] listen.
 type HTTP struct {
 	// Listen is host:port. Defaults to 127.0.0.1:8080.
 	Listen string `toml:"listen"`
@@ -174,9 +176,9 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 		expand(fmt.Sprintf("source[%d].forward.url", i), &s.Forward.URL)
 		expand(fmt.Sprintf("source[%d].forward.secret", i), &s.Forward.Secret)
 	}
-	expand("ui.token", &c.UI.Token)
-	expand("ui.user", &c.UI.User)
-	expand("ui.password", &c.UI.Password)
+	expand("admin.token", &c.Admin.Token)
+	expand("admin.user", &c.Admin.User)
+	expand("admin.password", &c.Admin.Password)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}

@@ -3,24 +3,50 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
 )
 
-// UI is the dashboard at /ui, served on http.listen.
+// Admin is the operators' listener: the dashboard (/ui), its actions and
+// /metrics. It is apart from http.listen by construction, so nothing a
+// provider can reach serves an admin path.
+type Admin struct {
+	// Listen is host:port. Defaults to 127.0.0.1:8081. Any address other
+	// than loopback needs Token or User and Password.
+	Listen string `toml:"listen"`
+	// Token, when set, is accepted as "Authorization: Bearer TOKEN" and on
+	// the login form. Write it as "${FERRY_ADMIN_TOKEN}".
+	Token string `toml:"token"`
+	// TokenName is who the log and the action ledger say acted with Token.
+	// Defaults to "token".
+	TokenName string `toml:"token_name"`
+	// User and Password, when set, are accepted as HTTP basic auth and on
+	// the login form; User names the actor.
+	User     string `toml:"user"`
+	Password string `toml:"password"`
+	// PublicURL is the URL operators' browsers open the admin listener at
+	// (through a TLS-terminating proxy, say). https makes the session
+	// cookie Secure. Optional.
+	PublicURL string `toml:"public_url"`
+	// SessionTTL is how long a dashboard login lasts. Defaults to 12h.
+	SessionTTL Duration `toml:"session_ttl"`
+}
+
+// UI is the dashboard at /ui, served on admin.listen.
 type UI struct {
 	// Enabled serves the dashboard. Defaults to true.
 	Enabled *bool `toml:"enabled"`
-	// Token, when set, is required as "Authorization: Bearer TOKEN" or
-	// through the dashboard's login form. Write it as "${FERRY_UI_TOKEN}".
-	Token string `toml:"token"`
-	// User and Password, when set, are required as HTTP basic auth.
+	// Token, User and Password moved to [admin]; set here they stop the
+	// start with a line saying so.
+	Token    string `toml:"token"`
 	User     string `toml:"user"`
 	Password string `toml:"password"`
 }
 
-// Metrics is the Prometheus endpoint /metrics, served on http.listen.
+// Metrics is the Prometheus endpoint /metrics, served on admin.listen.
 type Metrics struct {
 	// Enabled serves /metrics. Defaults to true.
 	Enabled *bool `toml:"enabled"`
@@ -42,12 +68,24 @@ type Alerts struct {
 
 // Defaults of the operator surface.
 const (
+	DefaultAdminListen        = "127.0.0.1:8081"
+	DefaultAdminTokenName     = "token"
+	DefaultSessionTTL         = 12 * time.Hour
 	DefaultMetricsCache       = 10 * time.Second
 	DefaultAlertCheckInterval = 30 * time.Second
 )
 
 func (c *Config) applyOperatorDefaults() {
 	t := true
+	if c.Admin.Listen == "" {
+		c.Admin.Listen = DefaultAdminListen
+	}
+	if c.Admin.TokenName == "" {
+		c.Admin.TokenName = DefaultAdminTokenName
+	}
+	if c.Admin.SessionTTL.Duration == 0 {
+		c.Admin.SessionTTL.Duration = DefaultSessionTTL
+	}
 	if c.UI.Enabled == nil {
 		c.UI.Enabled = &t
 	}
@@ -67,12 +105,12 @@ func (c *Config) validateOperator() []error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
 	}
-	if (c.UI.User == "") != (c.UI.Password == "") {
-		bad("ui.password", "ui.user and ui.password go together: set both (password as \"${FERRY_UI_PASSWORD}\"), or neither")
+	for _, moved := range []struct{ name, value string }{{"token", c.UI.Token}, {"user", c.UI.User}, {"password", c.UI.Password}} {
+		if moved.value != "" {
+			bad("ui."+moved.name, "moved to [admin] (the dashboard has a listener of its own): write it as admin.%s", moved.name)
+		}
 	}
-	if err := c.CheckUIExposure(c.HTTP.Listen); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, c.validateAdmin()...)
 	if c.Metrics.Cache.Duration < 0 {
 		bad("metrics.cache", "is %v: use a positive duration like \"10s\"", c.Metrics.Cache.Duration)
 	}
@@ -89,26 +127,50 @@ func (c *Config) validateOperator() []error {
 	return errs
 }
 
-// UIAuth reports whether the dashboard has credentials configured.
-func (c *Config) UIAuth() bool { return c.UI.Token != "" || c.UI.User != "" }
-
-// CheckUIExposure refuses a dashboard without credentials on an address
-// other than loopback: replaying events is a write anyone on the network
-// could make. serve calls it again after --listen overrides http.listen.
-func (c *Config) CheckUIExposure(listen string) error {
-	if !*c.UI.Enabled || c.UIAuth() {
-		return nil
+func (c *Config) validateAdmin() []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
 	}
-	if IsLoopback(listen) {
-		return nil
+	a := c.Admin
+	if (a.User == "") != (a.Password == "") {
+		bad("admin.password", "admin.user and admin.password go together: set both (password as \"${FERRY_ADMIN_PASSWORD}\"), or neither")
 	}
-	return fmt.Errorf("ui: the dashboard would listen on %s, which is not a loopback address, without credentials: set ui.token = \"${FERRY_UI_TOKEN}\" (or ui.user and ui.password), listen on 127.0.0.1, or set ui.enabled = false", listen)
+	if _, _, err := net.SplitHostPort(a.Listen); err != nil {
+		bad("admin.listen", "%q is not host:port: write it like %q", a.Listen, DefaultAdminListen)
+	} else if a.Listen == c.HTTP.Listen && !strings.HasSuffix(a.Listen, ":0") {
+		bad("admin.listen", "%s is also http.listen: the admin surface needs a listener of its own; use %s", a.Listen, DefaultAdminListen)
+	} else if c.AdminServed() && !c.AdminAuth() && !isLoopback(a.Listen) {
+		bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, DefaultAdminListen)
+	}
+	if a.PublicURL != "" {
+		u, err := url.Parse(a.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", a.PublicURL)
+		}
+	}
+	if a.SessionTTL.Duration < time.Minute {
+		bad("admin.session_ttl", "is %v: use at least 1m (the default is %v)", a.SessionTTL.Duration, DefaultSessionTTL)
+	}
+	return errs
 }
 
-// IsLoopback reports whether a host:port listens on loopback only. An empty
+// AdminServed reports whether serve opens the admin listener: the dashboard
+// or /metrics is on.
+func (c *Config) AdminServed() bool { return *c.UI.Enabled || *c.Metrics.Enabled }
+
+// AdminAuth reports whether the admin listener has credentials configured.
+func (c *Config) AdminAuth() bool { return c.Admin.Token != "" || c.Admin.User != "" }
+
+// SecureCookie reports whether operators reach the admin listener over
+// https (admin.public_url), so the session cookie must be Secure.
+func (c *Config) SecureCookie() bool { return strings.HasPrefix(c.Admin.PublicURL, "https://") }
+
+// isLoopback reports whether a host:port listens on loopback only. An empty
 // host or 0.0.0.0 listens everywhere; a name other than localhost may
-// resolve anywhere, so it is not loopback.
-func IsLoopback(listen string) bool {
+// resolve anywhere, so it is not loopback. It reads the configured address,
+// never a request.
+func isLoopback(listen string) bool {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		return false

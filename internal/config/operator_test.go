@@ -24,16 +24,23 @@ func TestOperatorDefaults(t *testing.T) {
 func TestOperatorRejects(t *testing.T) {
 	t.Parallel()
 	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "EMPTY": ""})
-	for _, tc := range []struct{ name, listen, extra, wantKey, wantFix string }{
-		{"public listen without credentials", "0.0.0.0:8080", "", "ui:", "ui.token"},
-		{"user without password", "127.0.0.1:8080", "[ui]\nuser = \"ops\"\n", "ui.password", "set both"},
-		{"margin past window", "127.0.0.1:8080", "[alerts]\nat_risk_margin = \"80h\"\n", "alerts.at_risk_margin", "shorter than"},
-		{"token from unset env", "0.0.0.0:8080", "[ui]\ntoken = \"${MISSING_TOKEN}\"\n", "ui.token", "export it"},
+	for _, tc := range []struct{ name, extra, wantKey, wantFix string }{
+		{"admin off loopback without credentials", "[admin]\nlisten = \"0.0.0.0:8081\"\n", "admin.listen", `admin.token = "${FERRY_ADMIN_TOKEN}"`},
+		{"admin on every address without credentials", "[admin]\nlisten = \":8081\"\n", "admin.listen", "not a loopback address"},
+		{"admin on a name without credentials", "[admin]\nlisten = \"ferry.internal:8081\"\n", "admin.listen", "or listen on 127.0.0.1:8081"},
+		{"admin shares the public listener", "[admin]\nlisten = \"127.0.0.1:8080\"\n", "admin.listen", "a listener of its own"},
+		{"admin listen not host:port", "[admin]\nlisten = \"8081\"\n", "admin.listen", "not host:port"},
+		{"user without password", "[admin]\nuser = \"ops\"\n", "admin.password", "set both"},
+		{"token from unset env", "[admin]\nlisten = \"0.0.0.0:8081\"\ntoken = \"${MISSING_TOKEN}\"\n", "admin.token", "export it"},
+		{"public url not a url", "[admin]\npublic_url = \"ferry-admin\"\n", "admin.public_url", "https://ferry-admin.example.com"},
+		{"session ttl too short", "[admin]\nsession_ttl = \"5s\"\n", "admin.session_ttl", "at least 1m"},
+		{"ui.token moved", "[ui]\ntoken = \"x\"\n", "ui.token", "admin.token"},
+		{"ui.user moved", "[ui]\nuser = \"ops\"\npassword = \"pw\"\n", "ui.password", "admin.password"},
+		{"margin past window", "[alerts]\nat_risk_margin = \"80h\"\n", "alerts.at_risk_margin", "shorter than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			raw := strings.Replace(good, "127.0.0.1:8080", tc.listen, 1) + tc.extra
-			_, err := Parse([]byte(raw), vars)
+			_, err := Parse([]byte(good+tc.extra), vars)
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("err = %v, want ErrInvalid", err)
 			}
@@ -47,13 +54,17 @@ func TestOperatorRejects(t *testing.T) {
 func TestOperatorAccepts(t *testing.T) {
 	t.Parallel()
 	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "TOKEN": "s3cret"})
+	public := strings.Replace(good, "127.0.0.1:8080", "0.0.0.0:8080", 1)
 	for name, raw := range map[string]string{
-		"public with token":   strings.Replace(good, "127.0.0.1:8080", "0.0.0.0:8080", 1) + "[ui]\ntoken = \"${TOKEN}\"\n",
-		"public with ui off":  strings.Replace(good, "127.0.0.1:8080", ":8080", 1) + "[ui]\nenabled = false\n",
-		"localhost":           strings.Replace(good, "127.0.0.1:8080", "localhost:8080", 1),
-		"ipv6 loopback":       strings.Replace(good, "127.0.0.1:8080", "[::1]:8080", 1),
-		"public with basic":   strings.Replace(good, "127.0.0.1:8080", "0.0.0.0:8080", 1) + "[ui]\nuser = \"ops\"\npassword = \"${TOKEN}\"\n",
-		"margin below window": good + "[alerts]\nat_risk_margin = \"24h\"\n",
+		"public receiver, loopback admin": public,
+		"admin off loopback with token":   public + "[admin]\nlisten = \"0.0.0.0:8081\"\ntoken = \"${TOKEN}\"\n",
+		"admin off loopback with basic":   public + "[admin]\nlisten = \"10.0.0.5:8081\"\nuser = \"ops\"\npassword = \"${TOKEN}\"\n",
+		"admin off loopback, nothing on":  public + "[admin]\nlisten = \":8081\"\n[ui]\nenabled = false\n[metrics]\nenabled = false\n",
+		"admin on localhost":              good + "[admin]\nlisten = \"localhost:8081\"\n",
+		"admin on ipv6 loopback":          good + "[admin]\nlisten = \"[::1]:8081\"\n",
+		"both on port 0":                  strings.Replace(good, "127.0.0.1:8080", "127.0.0.1:0", 1) + "[admin]\nlisten = \"127.0.0.1:0\"\n",
+		"https public url":                good + "[admin]\npublic_url = \"https://ferry-admin.example.com\"\n",
+		"margin below window":             good + "[alerts]\nat_risk_margin = \"24h\"\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -61,5 +72,23 @@ func TestOperatorAccepts(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+func TestAdminDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(good), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin.Listen != "127.0.0.1:8081" || c.Admin.TokenName != "token" || c.Admin.SessionTTL.Duration != 12*time.Hour || c.SecureCookie() || c.AdminAuth() {
+		t.Errorf("admin defaults: %+v", c.Admin)
+	}
+	c, err = Parse([]byte(good+"[admin]\npublic_url = \"https://ferry-admin.example.com\"\n"), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.SecureCookie() {
+		t.Error("an https public_url must make the session cookie Secure")
 	}
 }

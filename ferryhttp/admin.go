@@ -1,0 +1,345 @@
+package ferryhttp
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultSessionTTL is how long a dashboard login lasts unless
+// AdminOptions.SessionTTL says otherwise.
+const DefaultSessionTTL = 12 * time.Hour
+
+// AnonymousActor is the actor of requests to an Admin without credentials:
+// anyone who can reach its (loopback) listener.
+const AnonymousActor = "anonymous"
+
+// AdminOptions configure an Admin.
+type AdminOptions struct {
+	// Dashboard is served at /ui/. Optional.
+	Dashboard *Dashboard
+	// Metrics is served at /metrics (Prometheus scrapes it with the same
+	// credentials). Optional.
+	Metrics http.Handler
+	// Token, if set, is accepted as "Authorization: Bearer TOKEN" and on
+	// the login form.
+	Token string
+	// TokenName is the actor of what is done with Token. Defaults to "token".
+	TokenName string
+	// User and Password, if set, are accepted as HTTP basic auth and on the
+	// login form; User is the actor.
+	User, Password string
+	// PublicURL is the URL operators' browsers open this listener at, if a
+	// proxy stands in front of it. https makes the session cookie Secure;
+	// its origin is trusted for POSTs. Optional.
+	PublicURL string
+	// SessionTTL is how long a login lasts. Defaults to DefaultSessionTTL.
+	SessionTTL time.Duration
+	// Now is the session clock. Defaults to time.Now.
+	Now func() time.Time
+	// Logger gets logins, logouts and refused logins, never a credential.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Admin is the handler of the operators' listener: the dashboard, its
+// actions and /metrics, on an address of their own (never the public
+// receiver's). Access depends only on a credential: a bearer token, basic
+// auth, or a session cookie the login form issues. Nothing in a request's
+// Host, X-Forwarded-* or peer address grants access.
+//
+// Without Token or User the Admin lets every request in as AnonymousActor:
+// serve it only on loopback (the ferry binary refuses anything else at
+// start). Then it answers only requests addressed to an IP literal,
+// localhost or PublicURL's host, so a web page on a DNS name rebound to
+// 127.0.0.1 cannot read it; that check only ever refuses.
+//
+// Sessions are signed (HMAC-SHA256 under a key drawn at start, so a restart
+// signs everyone out), expire after SessionTTL, and end at once on logout.
+// Every POST is checked against cross-origin requests (CSRF) by
+// http.CrossOriginProtection.
+type Admin struct {
+	opts    AdminOptions
+	key     []byte
+	pages   *template.Template
+	handler http.Handler
+	allowed map[string]bool // host names a credential-less Admin answers to
+
+	mu      sync.Mutex
+	revoked map[string]time.Time // session id → expiry, for logouts
+}
+
+// NewAdmin checks opts and builds the handler.
+func NewAdmin(opts AdminOptions) (*Admin, error) {
+	if (opts.User == "") != (opts.Password == "") {
+		return nil, errors.New("ferryhttp: admin basic auth needs both User and Password")
+	}
+	if opts.TokenName == "" {
+		opts.TokenName = "token"
+	}
+	if opts.SessionTTL <= 0 {
+		opts.SessionTTL = DefaultSessionTTL
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	a := &Admin{opts: opts, key: make([]byte, 32), revoked: map[string]time.Time{}, allowed: map[string]bool{"localhost": true}}
+	if _, err := rand.Read(a.key); err != nil {
+		return nil, err
+	}
+	var err error
+	if a.pages, err = parsePages(); err != nil {
+		return nil, err
+	}
+	cop := http.NewCrossOriginProtection()
+	if opts.PublicURL != "" {
+		u, err := url.Parse(opts.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("ferryhttp: AdminOptions.PublicURL %q is not an http(s) URL", opts.PublicURL)
+		}
+		if err := cop.AddTrustedOrigin(u.Scheme + "://" + u.Host); err != nil {
+			return nil, err
+		}
+		a.allowed[strings.ToLower(u.Hostname())] = true
+	}
+	mux := http.NewServeMux()
+	if opts.Dashboard != nil {
+		mux.Handle("/ui/", opts.Dashboard.routes) // behind cop below, which trusts PublicURL
+		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusFound))
+		mux.HandleFunc("GET /ui/login", a.login)
+		mux.HandleFunc("POST /ui/login", a.login)
+		mux.HandleFunc("POST /ui/logout", a.logout)
+	}
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	a.handler = cop.Handler(a.guard(mux))
+	return a, nil
+}
+
+func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	securityHeaders(w.Header())
+	a.handler.ServeHTTP(w, r)
+}
+
+func (a *Admin) hasAuth() bool { return a.opts.Token != "" || a.opts.User != "" }
+
+// principal is who a request acts as, and whether through a session.
+type principal struct {
+	actor   string
+	session *session
+}
+
+type principalKey struct{}
+
+func withPrincipal(ctx context.Context, p principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+func principalOf(ctx context.Context) (principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(principal)
+	return p, ok
+}
+
+// guard lets a request through with the principal its credential names.
+func (a *Admin) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !a.hasAuth() {
+			if !a.addressedDirectly(r) {
+				http.Error(w, "without credentials the admin listener answers only to an IP address, localhost or admin.public_url: set admin.token to reach it by another name", http.StatusForbidden)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), principal{actor: AnonymousActor})))
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/ui/static/") || r.URL.Path == "/ui/login" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if p, ok := a.authenticate(r); ok {
+			next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
+			return
+		}
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) && a.opts.Dashboard != nil {
+			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+			return
+		}
+		if a.opts.User != "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="ferry admin", charset="UTF-8"`)
+		} else {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ferry admin"`)
+		}
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	})
+}
+
+// addressedDirectly reports whether the request names this listener by an
+// IP literal, localhost or the configured public host: a DNS name an
+// attacker controls (DNS rebinding) is none of these. It only refuses; it
+// never grants access.
+func (a *Admin) addressedDirectly(r *http.Request) bool {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.Trim(host, "[]"))
+	return net.ParseIP(host) != nil || a.allowed[host]
+}
+
+// authenticate checks, in order, a bearer token, basic auth and the
+// session cookie.
+func (a *Admin) authenticate(r *http.Request) (principal, bool) {
+	if a.opts.Token != "" {
+		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(bearer, a.opts.Token) {
+			return principal{actor: a.opts.TokenName}, true
+		}
+	}
+	if a.opts.User != "" {
+		if u, p, ok := r.BasicAuth(); ok && equal(u, a.opts.User) && equal(p, a.opts.Password) {
+			return principal{actor: a.opts.User}, true
+		}
+	}
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		if s, ok := a.verify(c.Value); ok {
+			return principal{actor: s.actor, session: s}, true
+		}
+	}
+	return principal{}, false
+}
+
+// equal compares in constant time, whatever the lengths.
+func equal(a, b string) bool {
+	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
+}
+
+const sessionCookie = "ferry_session"
+
+// session is what the cookie carries: who, until when, and an id a logout
+// revokes. Never a credential.
+type session struct {
+	actor   string
+	expires time.Time
+	id      string
+}
+
+func (a *Admin) sign(actor string, expires time.Time, id string) string {
+	payload := base64.RawURLEncoding.EncodeToString([]byte(actor)) + "." + strconv.FormatInt(expires.Unix(), 10) + "." + id
+	mac := hmac.New(sha256.New, a.key)
+	mac.Write([]byte("ferry-session-v1." + payload))
+	return payload + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func (a *Admin) verify(value string) (*session, bool) {
+	parts := strings.Split(value, ".")
+	if len(parts) != 4 {
+		return nil, false
+	}
+	actor, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil {
+		return nil, false
+	}
+	unix, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	s := &session{actor: string(actor), expires: time.Unix(unix, 0), id: parts[2]}
+	if !hmac.Equal([]byte(a.sign(s.actor, s.expires, s.id)), []byte(value)) {
+		return nil, false
+	}
+	if !a.opts.Now().Before(s.expires) {
+		return nil, false
+	}
+	a.mu.Lock()
+	_, revoked := a.revoked[s.id]
+	a.mu.Unlock()
+	if revoked {
+		return nil, false
+	}
+	// The actor must still be one the configuration knows.
+	if !(a.opts.Token != "" && s.actor == a.opts.TokenName) && !(a.opts.User != "" && s.actor == a.opts.User) {
+		return nil, false
+	}
+	return s, true
+}
+
+type loginData struct {
+	chrome
+	Error        string
+	Token, Basic bool
+}
+
+func (a *Admin) login(w http.ResponseWriter, r *http.Request) {
+	if !a.hasAuth() {
+		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+		return
+	}
+	data := loginData{chrome: chrome{Title: "Sign in"}, Token: a.opts.Token != "", Basic: a.opts.User != ""}
+	if r.Method == http.MethodPost {
+		actor := ""
+		switch {
+		case a.opts.Token != "" && r.PostFormValue("token") != "" && equal(r.PostFormValue("token"), a.opts.Token):
+			actor = a.opts.TokenName
+		case a.opts.User != "" && r.PostFormValue("user") != "" && equal(r.PostFormValue("user"), a.opts.User) && equal(r.PostFormValue("password"), a.opts.Password):
+			actor = a.opts.User
+		}
+		if actor != "" {
+			id := make([]byte, 16)
+			if _, err := rand.Read(id); err != nil {
+				http.Error(w, "no randomness for a session", http.StatusInternalServerError)
+				return
+			}
+			expires := a.opts.Now().Add(a.opts.SessionTTL)
+			http.SetCookie(w, &http.Cookie{
+				Name: sessionCookie, Value: a.sign(actor, expires, hex.EncodeToString(id)), Path: "/",
+				HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: a.secure(),
+				MaxAge: int(a.opts.SessionTTL / time.Second),
+			})
+			a.opts.Logger.Info("ferry: admin login", "actor", actor)
+			http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+			return
+		}
+		a.opts.Logger.Warn("ferry: admin login refused")
+		w.WriteHeader(http.StatusUnauthorized)
+		data.Error = "wrong credentials"
+	}
+	renderPage(w, a.pages, a.opts.Logger, "login.html", &data)
+}
+
+func (a *Admin) logout(w http.ResponseWriter, r *http.Request) {
+	if p, ok := principalOf(r.Context()); ok && p.session != nil {
+		a.mu.Lock()
+		now := a.opts.Now()
+		for id, exp := range a.revoked {
+			if !now.Before(exp) {
+				delete(a.revoked, id)
+			}
+		}
+		a.revoked[p.session.id] = p.session.expires
+		a.mu.Unlock()
+		a.opts.Logger.Info("ferry: admin logout", "actor", p.actor)
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: a.secure(), MaxAge: -1})
+	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+func (a *Admin) secure() bool { return strings.HasPrefix(a.opts.PublicURL, "https://") }
