@@ -98,9 +98,7 @@ func TestOrdinaryBuildHasNoTestPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// ferrytest joins this list once `ferry send` signs with package
-	// provider instead (issue 11).
-	forbidden := []string{"testing", "github.com/ferry-inbox/ferry/internal/pgtest", "github.com/ferry-inbox/ferry/internal/chaos"}
+	forbidden := []string{"testing", "github.com/ferry-inbox/ferry/ferrytest", "github.com/ferry-inbox/ferry/internal/pgtest", "github.com/ferry-inbox/ferry/internal/chaos"}
 	for _, pkg := range strings.Fields(string(out)) {
 		if slices.Contains(forbidden, pkg) {
 			t.Errorf("cmd/ferry imports %s", pkg)
