@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -70,8 +71,12 @@ func TestMigrate(t *testing.T) {
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM ferry_migration").Scan(&versions); err != nil {
 			t.Fatal(err)
 		}
-		if versions != 1 {
-			t.Fatalf("ferry_migration has %d rows, want 1", versions)
+		files, err := os.ReadDir("migration")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if versions != len(files) {
+			t.Fatalf("ferry_migration has %d rows, want one per migration, %d", versions, len(files))
 		}
 	})
 }

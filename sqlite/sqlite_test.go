@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -134,8 +135,12 @@ func TestMigrate(t *testing.T) {
 		if err := b.store.DB().QueryRow("SELECT count(*) FROM ferry_migration").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n != 1 {
-			t.Errorf("ferry_migration rows = %d, want 1", n)
+		files, err := os.ReadDir("migration")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != len(files) {
+			t.Errorf("ferry_migration rows = %d, want one per migration, %d", n, len(files))
 		}
 	})
 

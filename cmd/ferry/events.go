@@ -85,7 +85,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 // eventsEnv is what every events subcommand opens.
 type eventsEnv struct {
 	cfg   *config.Config
-	store ferry.StatsStore
+	store ferry.Store
 	close func()
 }
 
@@ -98,12 +98,7 @@ func openEvents(ctx context.Context, configPath string) (*eventsEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	stats, ok := st.(ferry.StatsStore)
-	if !ok {
-		closeStore()
-		return nil, fmt.Errorf("store %T cannot report stats", st)
-	}
-	return &eventsEnv{cfg: cfg, store: stats, close: closeStore}, nil
+	return &eventsEnv{cfg: cfg, store: st, close: closeStore}, nil
 }
 
 // eventLine is one event as list --json prints it, one object a line.

@@ -20,16 +20,13 @@ type operator struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	metrics *prometheus.Metrics
-	stats   ferry.StatsStore
+	stats   ferry.Store
 }
 
 // newOperator builds the metrics and mounts /metrics and /ui/ on mux. listen is the
 // address the server binds, after --listen.
 func newOperator(cfg *config.Config, st ferry.Store, mux *http.ServeMux, listen string, log *slog.Logger) (*operator, error) {
-	stats, ok := st.(ferry.StatsStore)
-	if !ok {
-		return nil, fmt.Errorf("store %T cannot report stats", st)
-	}
+	stats := st
 	if err := cfg.CheckUIExposure(listen); err != nil {
 		return nil, fmt.Errorf("%w: %v", errConfig, err)
 	}
