@@ -288,8 +288,10 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	})
 	if err != nil {
 		// store_timeout only when our StoreTimeout ran out; a client that hung
-		// up, or a store that failed on its own, is store_unavailable.
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// up, or a store that failed on its own, is store_unavailable. The
+		// clock decides as well as ctx: the batch our receipt went in may
+		// time out a moment before ctx's own timer fires.
+		if deadline, _ := ctx.Deadline(); errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline) {
 			return answerTimeout, v.EventID, err
 		}
 		return answerUnavailable, v.EventID, err

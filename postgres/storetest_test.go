@@ -25,6 +25,7 @@ func TestContract(t *testing.T) {
 			}
 			return s
 		},
+		Close: func(st ferry.TxStore[pgx.Tx]) { st.(*postgres.Store).Close() },
 		NewEffects: func(t *testing.T, st ferry.TxStore[pgx.Tx]) storetest.Effects[pgx.Tx] {
 			pool := st.(*postgres.Store).Pool()
 			if _, err := pool.Exec(context.Background(), `CREATE TABLE effect (key text NOT NULL)`); err != nil {

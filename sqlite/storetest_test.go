@@ -26,6 +26,7 @@ func TestContract(t *testing.T) {
 			}
 			return s
 		},
+		Close: func(st ferry.TxStore[*sql.Tx]) { st.(*sqlite.Store).Close() },
 		NewEffects: func(t *testing.T, st ferry.TxStore[*sql.Tx]) storetest.Effects[*sql.Tx] {
 			db := st.(*sqlite.Store).DB()
 			if _, err := db.Exec(`CREATE TABLE effect (key TEXT NOT NULL)`); err != nil {
