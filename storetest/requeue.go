@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -133,5 +134,30 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if ev.Attempt != 1 || !ev.RequeuedAt.Equal(b.clock.Now()) {
 			t.Errorf("bulk requeued: attempt %d at %v", ev.Attempt, ev.RequeuedAt)
 		}
+	})
+
+	// By IDs the states default to done, dead and unknown; naming only live
+	// states requeues nothing; an unknown state is refused, and nothing of
+	// the call happens.
+	t.Run("DefaultAndBadStates", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		done := receive(t, b, "stripe", "done")
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claimOne(t, b, "w1").Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		live := []ferry.State{ferry.StatePending, ferry.StateInProgress}
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, States: live}); err != nil || n != 0 {
+			t.Fatalf("requeue naming live states = %d, %v; want 0", n, err)
+		}
+		bad := []ferry.State{ferry.StateDone, "stuck"}
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, States: bad}); !errors.Is(err, ferry.ErrInvalidParams) || n != 0 {
+			t.Fatalf("requeue naming an unknown state = %d, %v; want ErrInvalidParams", n, err)
+		}
+		wantState(t, b, done, ferry.StateDone)
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}}); err != nil || n != 1 {
+			t.Fatalf("requeue by id with default states = %d, %v; want 1", n, err)
+		}
+		wantState(t, b, done, ferry.StatePending)
 	})
 }
