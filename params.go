@@ -84,12 +84,14 @@ func (p *EventFailParams) Validate() error {
 }
 
 // Validate requires a positive ID, or a Source and an EventID when ID is 0.
+// Its error is also ErrNotFound, as no event can match such params: callers
+// that answer "not found" for a bad id keep doing so.
 func (p *EventGetParams) Validate() error {
 	switch {
 	case p.ID < 0:
-		return invalid("id must be positive, got %d", p.ID)
+		return invalid("%w: id must be positive, got %d", ErrNotFound, p.ID)
 	case p.ID == 0 && (p.Source == "" || p.EventID == ""):
-		return invalid("an id, or a source and an event id, are required")
+		return invalid("%w: an id, or a source and an event id, are required", ErrNotFound)
 	}
 	return nil
 }
@@ -103,14 +105,12 @@ func (p *EventHeartbeatParams) Validate() error {
 }
 
 // Normalize returns a copy of p with Limit defaulted to
-// EventListLimitDefault and capped at EventListLimitMax. It refuses a
-// negative Limit or Before and an unknown state.
+// EventListLimitDefault and capped at EventListLimitMax, and a negative
+// Before made 0 (start at the newest). It refuses a negative Limit and an
+// unknown state.
 func (p *EventListParams) Normalize() (*EventListParams, error) {
-	switch {
-	case p.Limit < 0:
+	if p.Limit < 0 {
 		return nil, invalid("limit must not be negative, got %d", p.Limit)
-	case p.Before < 0:
-		return nil, invalid("before must not be negative, got %d", p.Before)
 	}
 	if err := validStates(p.States); err != nil {
 		return nil, err
@@ -120,6 +120,7 @@ func (p *EventListParams) Normalize() (*EventListParams, error) {
 		out.Limit = EventListLimitDefault
 	}
 	out.Limit = min(out.Limit, EventListLimitMax)
+	out.Before = max(out.Before, 0)
 	return &out, nil
 }
 

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,7 +58,13 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, MaxAttempts: -1})
 			return err
 		}},
-		{"EventGet", func() error { _, err := s.EventGet(ctx, &ferry.EventGetParams{Source: "stripe"}); return err }},
+		{"EventGet", func() error {
+			_, err := s.EventGet(ctx, &ferry.EventGetParams{Source: "stripe"})
+			if !errors.Is(err, ferry.ErrNotFound) {
+				return fmt.Errorf("not ErrNotFound as well: %v", err)
+			}
+			return err
+		}},
 		{"EventHeartbeat/NoTTL", func() error {
 			_, err := s.EventHeartbeat(ctx, &ferry.EventHeartbeatParams{Lease: lease})
 			return err

@@ -137,4 +137,15 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatalf("page of %d, next %d; want %d and a next page", len(page.Events), page.NextBefore, ferry.EventListLimitDefault)
 		}
 	})
+
+	// A negative cursor starts at the newest, as zero does.
+	t.Run("NegativeBeforeStartsAtTheNewest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "s", "evt_1")
+		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{Before: -1})
+		if err != nil || len(page.Events) != 1 || page.Events[0].ID != id {
+			t.Fatalf("list before -1 = %+v, %v; want the one event", page, err)
+		}
+	})
 }
