@@ -114,13 +114,13 @@ type Store interface {
 	Ping(ctx context.Context) error
 
 	// ReceiptSubscribe returns a channel that receives soon after any
-	// instance sharing the store makes an event claimable now: a new receipt,
-	// a requeue, a release, and a failed attempt sent back to pending (it is
-	// woken even when its retry delay is still running, so a claimer can
-	// look at once). Nothing else wakes it: a duplicate, a completion, a
-	// death. Signals coalesce: one value may stand for many changes, so
-	// callers poll as well. The channel closes when ctx is done or the store
-	// is closed.
+	// instance sharing the store commits a change that puts an event in
+	// pending: a new receipt, a requeue, a release, a failed attempt sent
+	// back (signalled even while its retry delay runs; the claimer then finds
+	// nothing yet and polls). Nothing else signals: a duplicate, a claim, a
+	// heartbeat, a completion, a death. Signals coalesce: one value may stand
+	// for many changes, so callers poll as well. The channel closes when ctx
+	// is done or the store is closed.
 	ReceiptSubscribe(ctx context.Context) (<-chan struct{}, error)
 }
 

@@ -14,9 +14,9 @@ import (
 const wakeCeiling = 10 * time.Second
 
 // testSubscribe checks ReceiptSubscribe's one wake-up rule (ferry.Store):
-// a subscriber is woken whenever an event becomes claimable now, by a new
-// receipt, a requeue, a release or a failure sent back to pending, and by
-// nothing else; the channel closes with ctx and with the store.
+// a subscriber is woken whenever an event enters pending, by a new receipt,
+// a requeue, a release or a failure sent back, and by nothing else; the
+// channel closes with ctx and with the store.
 func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], closeStore func(ferry.TxStore[TX])) {
 	subscribe := func(t *testing.T, b *bundle[TX]) <-chan struct{} {
 		t.Helper()
@@ -106,7 +106,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 		})
 	}
 
-	// A change that makes nothing claimable does not wake. The check reads
+	// A change that puts no event in pending does not wake. The check reads
 	// the channel once every change has returned: exact where signals are
 	// sent before the write returns (SQLite), and where they travel
 	// asynchronously (PostgreSQL's NOTIFY) it can miss a wrong signal but
@@ -145,7 +145,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 		}
 		select {
 		case <-wake:
-			t.Fatal("woken by a change that made nothing claimable")
+			t.Fatal("woken by a change that put no event in pending")
 		default:
 		}
 	})
