@@ -20,9 +20,6 @@ func TestContract(t *testing.T) {
 			pool, _ := pgtest.Schema(t)
 			s := postgres.New(pool, &postgres.Config{Now: now})
 			t.Cleanup(s.Close)
-			if err := s.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
 			return s
 		},
 		Close: func(st ferry.TxStore[pgx.Tx]) { st.(*postgres.Store).Close() },

@@ -21,9 +21,6 @@ func TestContract(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
-			if err := s.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
 			return s
 		},
 		Close: func(st ferry.TxStore[*sql.Tx]) { st.(*sqlite.Store).Close() },

@@ -22,9 +22,10 @@ import (
 
 // Harness tells the suite how to make the store under test.
 type Harness[TX any] struct {
-	// NewStore returns a migrated, empty store that reads the time from now.
-	// It is called once per test; the store must be isolated from every other
-	// test's (a schema or a file per test) and closed in t.Cleanup.
+	// NewStore returns an empty store, not yet migrated (the suite calls
+	// Migrate), that reads the time from now. It is called once per test;
+	// the store must be isolated from every other test's (a schema or a file
+	// per test) and closed in t.Cleanup.
 	NewStore func(t *testing.T, now func() time.Time) ferry.TxStore[TX]
 
 	// NewEffects creates, in the store's own database, a table of handler
@@ -56,10 +57,18 @@ type bundle[TX any] struct {
 
 // Exercise runs the whole contract against the harness's store.
 func Exercise[TX any](t *testing.T, h Harness[TX]) {
-	setup := func(t *testing.T) *bundle[TX] {
+	unmigrated := func(t *testing.T) *bundle[TX] {
 		t.Helper()
 		clock := NewClock()
 		return &bundle[TX]{clock: clock, store: h.NewStore(t, clock.Now), ctx: context.Background()}
+	}
+	setup := func(t *testing.T) *bundle[TX] {
+		t.Helper()
+		b := unmigrated(t)
+		if err := b.store.Migrate(b.ctx); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		return b
 	}
 
 	effects := func(test func(*testing.T, func(*testing.T) *bundle[TX], func(*testing.T, ferry.TxStore[TX]) Effects[TX])) func(*testing.T, func(*testing.T) *bundle[TX]) {
@@ -77,7 +86,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"List", testList[TX]},
 		{"Purge", testPurge[TX]},
 		{"Subscribe", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testSubscribe(t, setup, h.Close) }},
-		{"Migrate", testMigrate[TX]},
+		{"Migrate", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testMigrate(t, setup, unmigrated) }},
 		{"InvalidParams", testInvalidParams[TX]},
 		{"CompleteTx", effects(testCompleteTx[TX])},
 		{"Concurrency", testConcurrency[TX]},
