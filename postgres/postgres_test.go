@@ -2,7 +2,7 @@ package postgres_test
 
 import (
 	"context"
-	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -72,12 +72,12 @@ func TestMigrate(t *testing.T) {
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM ferry_migration").Scan(&versions); err != nil {
 			t.Fatal(err)
 		}
-		files, err := os.ReadDir("migration")
+		files, err := filepath.Glob("migration/*.sql")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if versions != len(files) {
-			t.Fatalf("ferry_migration has %d rows, want one per migration, %d", versions, len(files))
+			t.Fatalf("ferry_migration has %d rows, want one per migration file (%d)", versions, len(files))
 		}
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -135,12 +134,12 @@ func TestMigrate(t *testing.T) {
 		if err := b.store.DB().QueryRow("SELECT count(*) FROM ferry_migration").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		files, err := os.ReadDir("migration")
+		files, err := filepath.Glob("migration/*.sql")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n != len(files) {
-			t.Errorf("ferry_migration rows = %d, want one per migration, %d", n, len(files))
+			t.Errorf("ferry_migration rows = %d, want one per migration file (%d)", n, len(files))
 		}
 	})
 
