@@ -14,6 +14,11 @@ import (
 // caller's. Every write after a claim names the Lease it holds and changes
 // nothing, returning ErrLeaseLost, unless the event is still in_progress under
 // that attempt and its lease has not expired.
+//
+// Every method first checks its params with their Validate or Normalize
+// method (params.go) and returns ErrInvalidParams, changing nothing, when
+// they fail. Every error is prefixed with the store and the method
+// ("postgres: event claim many: …") and keeps its sentinel for errors.Is.
 type Store interface {
 	// AttemptList returns the attempt ledger of one event, oldest first.
 	AttemptList(ctx context.Context, params *AttemptListParams) ([]*Attempt, error)
@@ -74,6 +79,17 @@ type Store interface {
 	// the delivery is committed.
 	EventReceive(ctx context.Context, params *EventReceiveParams) (*EventReceiveResult, error)
 
+	// EventReceiveMany is EventReceive for many deliveries at once, the
+	// group commit a receiver uses under load: the receipts are stored in
+	// one transaction (one commit, one fsync for the lot). If a statement of
+	// that transaction fails, nothing of it is kept and each receipt is
+	// stored in a transaction of its own, so one bad delivery does not fail
+	// the others. It returns one result per receipt, in order; a result
+	// without Err is committed. Deliveries of one key are counted in order,
+	// as if received one after the other. A non-nil error means nothing was
+	// committed and no result is returned. No receipts is a no-op.
+	EventReceiveMany(ctx context.Context, params *EventReceiveManyParams) ([]EventReceiveManyResult, error)
+
 	// EventRelease gives a leased event back, pending and due now, for another
 	// worker to take at once (graceful shutdown). The attempt still counts.
 	EventRelease(ctx context.Context, params *EventReleaseParams) error
@@ -83,14 +99,28 @@ type Store interface {
 	// It returns how many events it requeued.
 	EventRequeue(ctx context.Context, params *EventRequeueParams) (int, error)
 
+	// EventStats aggregates the whole inbox in one consistent read, timed by
+	// the database's clock, for operators: counts by state, the oldest
+	// waiting work, abandoned attempts and the events at risk of outliving
+	// their provider's replay window. It is one or two aggregate queries over
+	// every event row, so callers that poll it (metrics) cache the result.
+	EventStats(ctx context.Context, params *EventStatsParams) (*EventStats, error)
+
 	// Migrate brings the schema up to date. It is safe to call from several
 	// processes at once.
 	Migrate(ctx context.Context) error
 
-	// ReceiptSubscribe returns a channel that receives soon after any instance
-	// sharing the store receives a new event. Signals coalesce: one value may
-	// stand for many receipts, so callers poll as well. The channel closes when
-	// ctx is done.
+	// Ping checks that the database answers, for readiness checks.
+	Ping(ctx context.Context) error
+
+	// ReceiptSubscribe returns a channel that receives soon after any
+	// instance sharing the store commits a change that puts an event in
+	// pending: a new receipt, a requeue, a release, a failed attempt sent
+	// back (signalled even while its retry delay runs; the claimer then finds
+	// nothing yet and polls). Nothing else signals: a duplicate, a claim, a
+	// heartbeat, a completion, a death. Signals coalesce: one value may stand
+	// for many changes, so callers poll as well. The channel closes when ctx
+	// is done or the store is closed.
 	ReceiptSubscribe(ctx context.Context) (<-chan struct{}, error)
 }
 
@@ -249,6 +279,19 @@ type EventReceiveResult struct {
 	ID int64
 }
 
+type EventReceiveManyParams struct {
+	// Receipts are the deliveries to store, in arrival order.
+	Receipts []*EventReceiveParams
+}
+
+// EventReceiveManyResult is the outcome of one receipt of EventReceiveMany:
+// Err is nil when it is committed, and ErrInvalidParams (wrapped) when its
+// params fail Validate.
+type EventReceiveManyResult struct {
+	Result *EventReceiveResult
+	Err    error
+}
+
 type EventReleaseParams struct {
 	Lease Lease
 }
@@ -263,20 +306,6 @@ type EventRequeueParams struct {
 	// unknown for a bulk requeue, and done, dead and unknown for IDs. Pending
 	// and in_progress are never requeued.
 	States []State
-}
-
-// StatsStore is a Store that can summarise itself for operators: counts by
-// state, the oldest waiting work, abandoned attempts and the events at risk
-// of outliving their provider's replay window. postgres.Store and
-// sqlite.Store are StatsStores; metrics, the CLI and the dashboard read it.
-// It is a separate interface so a third-party Store keeps compiling.
-type StatsStore interface {
-	Store
-
-	// EventStats aggregates the whole inbox in one consistent read, timed by
-	// the database's clock. It is one or two aggregate queries over every
-	// event row, so callers that poll it (metrics) cache the result.
-	EventStats(ctx context.Context, params *EventStatsParams) (*EventStats, error)
 }
 
 // EventStatsParams says when an event counts as at risk.

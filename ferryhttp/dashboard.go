@@ -26,7 +26,7 @@ const DefaultPayloadLimit = 64 << 10
 // DashboardOptions configure a Dashboard.
 type DashboardOptions struct {
 	// Store is read and requeued. Required.
-	Store ferry.StatsStore
+	Store ferry.Store
 	// AtRiskAfter maps each source to the age past which an unfinished event
 	// is at risk (its replay window minus a margin), as in
 	// ferry.EventStatsParams.

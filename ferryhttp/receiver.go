@@ -4,6 +4,7 @@
 package ferryhttp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
 // Source is one webhook sender the receiver accepts at /webhooks/{Name}.
@@ -55,6 +57,20 @@ type ReceiverOptions struct {
 	Logger *slog.Logger
 	// Observer, if set, is told of every delivery's outcome (metrics).
 	Observer ReceiveObserver
+	// ReceiveBatch is the most concurrent deliveries stored with one commit
+	// (group commit through Store.EventReceiveMany: one round trip and one
+	// fsync for the lot; each request is still answered only after its own
+	// delivery committed). Deliveries are grouped only when they arrive
+	// while earlier ones are being written, so an idle receiver adds no
+	// delay. Defaults to 64; 1 stores every delivery alone.
+	ReceiveBatch int
+	// ReceiveConcurrency is how many batches may be written at once. Fewer,
+	// larger commits take deliveries in fastest (each commit waits for its
+	// own flush): on the PostgreSQL ingest benchmark 1 or 2 ran at 1.8-1.9 ×
+	// a bare one-insert-per-request receiver, 4 at 1.4-1.55 and 8 at 1.3. Two
+	// keep one batch on the wire while another waits for its flush. Defaults
+	// to 2.
+	ReceiveConcurrency int
 }
 
 // ReceiveObserver is told of every delivery the receiver answers. Outcome is
@@ -93,6 +109,7 @@ type Receiver struct {
 	sources  map[string]Source
 	keep     []string
 	draining atomic.Bool
+	receipts *groupcommit.Committer[*ferry.EventReceiveParams, *ferry.EventReceiveResult]
 }
 
 // NewReceiver checks opts and fills in defaults.
@@ -110,6 +127,11 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		opts.Logger = slog.Default()
 	}
 	r := &Receiver{opts: opts, sources: map[string]Source{}}
+	r.receipts = &groupcommit.Committer[*ferry.EventReceiveParams, *ferry.EventReceiveResult]{
+		MaxBatch:      cmp.Or(opts.ReceiveBatch, 64),
+		MaxConcurrent: cmp.Or(opts.ReceiveConcurrency, 2),
+		Run:           r.receiveMany,
+	}
 	for _, h := range cmpOrSlice(opts.KeepHeaders, DefaultKeepHeaders) {
 		h = http.CanonicalHeaderKey(h)
 		if !isSignatureHeader(h) {
@@ -269,13 +291,15 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 
 	ctx, cancel := context.WithTimeout(req.Context(), r.opts.StoreTimeout)
 	defer cancel()
-	res, err := r.opts.Store.EventReceive(ctx, &ferry.EventReceiveParams{
+	res, err := r.receipts.Do(ctx, &ferry.EventReceiveParams{
 		Source: name, EventID: v.EventID, Type: v.Type, Payload: body, Headers: r.keptHeaders(req.Header),
 	})
 	if err != nil {
 		// store_timeout only when our StoreTimeout ran out; a client that hung
-		// up, or a store that failed on its own, is store_unavailable.
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// up, or a store that failed on its own, is store_unavailable. The
+		// clock decides as well as ctx: the batch our receipt went in may
+		// time out a moment before ctx's own timer fires.
+		if deadline, _ := ctx.Deadline(); errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline) {
 			return answerTimeout, v.EventID, err
 		}
 		return answerUnavailable, v.EventID, err
@@ -380,4 +404,20 @@ func cmpOrSlice[T any](v, def []T) []T {
 		return def
 	}
 	return v
+}
+
+// receiveMany stores one batch of deliveries with one commit; each caller
+// gets its own result. A batch that fails as a whole fails every delivery of
+// it: none is acknowledged.
+func (r *Receiver) receiveMany(ctx context.Context, receipts []*ferry.EventReceiveParams) []groupcommit.Result[*ferry.EventReceiveResult] {
+	out := make([]groupcommit.Result[*ferry.EventReceiveResult], len(receipts))
+	results, err := r.opts.Store.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: receipts})
+	for i := range out {
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i] = groupcommit.Result[*ferry.EventReceiveResult]{Value: results[i].Result, Err: results[i].Err}
+	}
+	return out
 }

@@ -306,6 +306,16 @@ func (s *failingStore) EventReceive(ctx context.Context, p *ferry.EventReceivePa
 	return s.receive(ctx, p)
 }
 
+// EventReceiveMany stores each receipt with receive, so that the receiver's
+// batches meet the same failures.
+func (s *failingStore) EventReceiveMany(ctx context.Context, p *ferry.EventReceiveManyParams) ([]ferry.EventReceiveManyResult, error) {
+	out := make([]ferry.EventReceiveManyResult, len(p.Receipts))
+	for i, r := range p.Receipts {
+		out[i].Result, out[i].Err = s.receive(ctx, r)
+	}
+	return out, nil
+}
+
 var errStoreDown = errors.New("ferry-test: store down")
 
 // assertUnavailable checks that r is a 503 with Retry-After and reason.

@@ -66,9 +66,9 @@ func BenchmarkClaimComplete(b *testing.B) {
 	}
 }
 
-// BenchmarkReceiveParallel measures receipts arriving concurrently, as a
-// receiver under load sees them: group commit shares each transaction
-// between the receipts that queued while the previous one was written.
+// BenchmarkReceiveParallel measures concurrent EventReceive calls, one
+// commit each; the receiver's group commit over EventReceiveMany is measured
+// by ferryhttp's BenchmarkReceivePostgresParallel.
 func BenchmarkReceiveParallel(b *testing.B) {
 	ctx := context.Background()
 	store := benchStore(b)

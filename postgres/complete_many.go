@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,6 +12,9 @@ import (
 // (one round trip, one commit): the leases go as two arrays, and the
 // statement returns the ones it found lost. See ferry.Store.
 func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event complete many", err)
+	}
 	if len(params.Leases) == 0 {
 		return nil, nil
 	}
@@ -32,7 +34,7 @@ func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventComple
 		return l, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("postgres: event complete many: %w", err)
+		return nil, wrap("event complete many", err)
 	}
 	if len(lost) == 0 {
 		return nil, nil

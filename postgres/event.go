@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,53 +14,15 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// EventList page sizes.
-const (
-	defaultListLimit = 50
-	maxListLimit     = 1000
-)
-
 // querier runs a statement on the pool or inside a caller's transaction.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
-	if params.Source == "" || params.EventID == "" {
-		return nil, fmt.Errorf("%w: source and event id are required", ferry.ErrInvalidParams)
-	}
-	headers, err := encodeHeaders(params.Headers)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: event receive: %w", err)
-	}
-	payload := params.Payload
-	if payload == nil {
-		payload = []byte{} // the column is NOT NULL; an empty body is still a body
-	}
-	r := &receiveArgs{
-		source:  params.Source,
-		eventID: params.EventID,
-		typ:     params.Type,
-		payload: payload,
-		headers: headers,
-		sum:     sha256.Sum256(payload),
-	}
-	if s.now != nil {
-		now := s.now()
-		r.now = &now
-	}
-	return s.receipts.Do(ctx, r)
-}
-
 func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
-	switch {
-	case params.Owner == "":
-		return nil, fmt.Errorf("%w: owner is required", ferry.ErrInvalidParams)
-	case params.Limit <= 0:
-		return nil, fmt.Errorf("%w: limit must be positive, got %d", ferry.ErrInvalidParams, params.Limit)
-	case params.TTL <= 0:
-		return nil, fmt.Errorf("%w: ttl must be positive, got %s", ferry.ErrInvalidParams, params.TTL)
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event claim many", err)
 	}
 	rows, _ := s.pool.Query(ctx, eventClaimManySQL, pgx.NamedArgs{
 		"now":          s.nowArg(),
@@ -73,13 +34,13 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 	})
 	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[claimRow])
 	if err != nil {
-		return nil, fmt.Errorf("postgres: event claim: %w", err)
+		return nil, wrap("event claim many", err)
 	}
 	claims := make([]*ferry.Claim, len(claimed))
 	for i, row := range claimed {
 		event, err := row.event()
 		if err != nil {
-			return nil, fmt.Errorf("postgres: event claim: %w", err)
+			return nil, wrap("event claim many", err)
 		}
 		claims[i] = &ferry.Claim{Event: event, PreviousUnfinished: row.PreviousUnfinished}
 	}
@@ -87,8 +48,8 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 }
 
 func (s *Store) EventHeartbeat(ctx context.Context, params *ferry.EventHeartbeatParams) (time.Time, error) {
-	if params.TTL <= 0 {
-		return time.Time{}, fmt.Errorf("%w: ttl must be positive, got %s", ferry.ErrInvalidParams, params.TTL)
+	if err := params.Validate(); err != nil {
+		return time.Time{}, wrap("event heartbeat", err)
 	}
 	var expires time.Time
 	err := s.pool.QueryRow(ctx, eventHeartbeatSQL, pgx.NamedArgs{
@@ -115,12 +76,18 @@ func (s *Store) EventCompleteTx(ctx context.Context, tx pgx.Tx, params *ferry.Ev
 }
 
 func (s *Store) complete(ctx context.Context, q querier, params *ferry.EventCompleteParams) error {
+	if err := params.Validate(); err != nil {
+		return wrap("event complete", err)
+	}
 	var id int64
 	err := q.QueryRow(ctx, eventCompleteSQL, leaseArgs(s, params.Lease)).Scan(&id)
 	return fenceError("event complete", err)
 }
 
 func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
+	if err := params.Validate(); err != nil {
+		return "", wrap("event fail", err)
+	}
 	args := leaseArgs(s, params.Lease)
 	args["error"] = params.Error
 	args["retry_delay_us"] = micros(params.RetryDelay)
@@ -135,12 +102,18 @@ func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (f
 }
 
 func (s *Store) EventRelease(ctx context.Context, params *ferry.EventReleaseParams) error {
+	if err := params.Validate(); err != nil {
+		return wrap("event release", err)
+	}
 	var id int64
 	err := s.pool.QueryRow(ctx, eventReleaseSQL, leaseArgs(s, params.Lease)).Scan(&id)
 	return fenceError("event release", err)
 }
 
 func (s *Store) EventGet(ctx context.Context, params *ferry.EventGetParams) (*ferry.Event, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event get", err)
+	}
 	var rows pgx.Rows
 	if params.ID != 0 {
 		rows, _ = s.pool.Query(ctx, eventGetByIDSQL, pgx.NamedArgs{"id": params.ID})
@@ -149,20 +122,21 @@ func (s *Store) EventGet(ctx context.Context, params *ferry.EventGetParams) (*fe
 	}
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[eventRow])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ferry.ErrNotFound
+		err = ferry.ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("postgres: event get: %w", err)
+		return nil, wrap("event get", err)
 	}
-	return row.event()
+	event, err := row.event()
+	return event, wrap("event get", err)
 }
 
 func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*ferry.EventListResult, error) {
-	limit := params.Limit
-	if limit <= 0 {
-		limit = defaultListLimit
+	params, err := params.Normalize()
+	if err != nil {
+		return nil, wrap("event list", err)
 	}
-	limit = min(limit, maxListLimit)
+	limit := params.Limit
 	var since any
 	if !params.Since.IsZero() {
 		since = params.Since
@@ -181,7 +155,7 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 	})
 	listed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[eventRow])
 	if err != nil {
-		return nil, fmt.Errorf("postgres: event list: %w", err)
+		return nil, wrap("event list", err)
 	}
 	result := &ferry.EventListResult{Events: make([]*ferry.Event, 0, min(len(listed), limit))}
 	for i, row := range listed {
@@ -191,7 +165,7 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		}
 		event, err := row.event()
 		if err != nil {
-			return nil, fmt.Errorf("postgres: event list: %w", err)
+			return nil, wrap("event list", err)
 		}
 		result.Events = append(result.Events, event)
 	}
@@ -199,38 +173,29 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 }
 
 func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeueParams) (int, error) {
-	states := params.States
-	source := params.Source
-	switch {
-	case len(states) > 0:
-	case len(params.IDs) > 0:
-		states = []ferry.State{ferry.StateDone, ferry.StateDead, ferry.StateUnknown}
-	default:
-		states = []ferry.State{ferry.StateDead, ferry.StateUnknown}
+	params, err := params.Normalize()
+	if err != nil {
+		return 0, wrap("event requeue", err)
 	}
-	if len(params.IDs) > 0 {
-		source = "" // IDs name the events; Source only narrows a bulk requeue
+	if len(params.States) == 0 {
+		return 0, nil
 	}
 	var count int
-	err := s.pool.QueryRow(ctx, eventRequeueSQL, pgx.NamedArgs{
+	err = s.pool.QueryRow(ctx, eventRequeueSQL, pgx.NamedArgs{
 		"now":    s.nowArg(),
-		"states": stateStrings(states),
+		"states": stateStrings(params.States),
 		"ids":    nonNil(params.IDs),
-		"source": source,
+		"source": params.Source,
 	}).Scan(&count)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: event requeue: %w", err)
+		return 0, wrap("event requeue", err)
 	}
 	return count, nil
 }
 
 func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) (int, error) {
-	if params.Source == "" {
-		return 0, fmt.Errorf("%w: source is required", ferry.ErrInvalidParams)
-	}
-	if params.Retention < params.ReplayWindow {
-		return 0, fmt.Errorf("postgres: event purge of %s: retention %s, replay window %s: %w",
-			params.Source, params.Retention, params.ReplayWindow, ferry.ErrRetentionTooShort)
+	if err := params.Validate(); err != nil {
+		return 0, wrap("event purge", err)
 	}
 	tag, err := s.pool.Exec(ctx, eventPurgeSQL, pgx.NamedArgs{
 		"now":          s.nowArg(),
@@ -238,12 +203,15 @@ func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) 
 		"retention_us": micros(params.Retention),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("postgres: event purge: %w", err)
+		return 0, wrap("event purge", err)
 	}
 	return int(tag.RowsAffected()), nil
 }
 
 func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams) ([]*ferry.Attempt, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("attempt list", err)
+	}
 	rows, _ := s.pool.Query(ctx, attemptListSQL, pgx.NamedArgs{"id": params.ID})
 	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Attempt, error) {
 		var (
@@ -262,12 +230,15 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 		return &a, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("postgres: attempt list: %w", err)
+		return nil, wrap("attempt list", err)
 	}
 	return attempts, nil
 }
 
 func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListParams) ([]*ferry.Conflict, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("conflict list", err)
+	}
 	rows, _ := s.pool.Query(ctx, conflictListSQL, pgx.NamedArgs{"id": params.ID})
 	conflicts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Conflict, error) {
 		var (
@@ -283,7 +254,7 @@ func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListPara
 		return &c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("postgres: conflict list: %w", err)
+		return nil, wrap("conflict list", err)
 	}
 	return conflicts, nil
 }
@@ -293,16 +264,22 @@ func leaseArgs(s *Store, lease ferry.Lease) pgx.NamedArgs {
 	return pgx.NamedArgs{"now": s.nowArg(), "id": lease.ID, "attempt": lease.Attempt}
 }
 
+// wrap prefixes err with the store and the Store method that returns it
+// ("postgres: event claim many: …"), keeping its sentinel for errors.Is. nil
+// stays nil.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
 // fenceError maps "no row matched the fence" to ferry.ErrLeaseLost.
 func fenceError(op string, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("postgres: %s: %w", op, ferry.ErrLeaseLost)
-	default:
-		return fmt.Errorf("postgres: %s: %w", op, err)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = ferry.ErrLeaseLost
 	}
+	return wrap(op, err)
 }
 
 // eventRow is one ferry_event row as the queries return it.
@@ -427,4 +404,9 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// Ping checks that the database answers, for readiness checks.
+func (s *Store) Ping(ctx context.Context) error {
+	return wrap("ping", s.pool.Ping(ctx))
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,7 +27,7 @@ func (s *Store) ReceiptSubscribe(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		stopOnClose()
 		cancel()
-		return nil, fmt.Errorf("postgres: receipt subscribe: %w", err)
+		return nil, wrap("receipt subscribe", err)
 	}
 	signals := make(chan struct{}, 1)
 	s.listeners.Add(1)

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"embed"
 	"fmt"
 	"io/fs"
 	"slices"
@@ -11,11 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
-
-// migrations holds the schema, one file per version: NNN_name.sql.
-//
-//go:embed migration/*.sql
-var migrations embed.FS
 
 type migration struct {
 	version int
@@ -29,7 +23,7 @@ type migration struct {
 func (s *Store) Migrate(ctx context.Context) error {
 	all, err := loadMigrations()
 	if err != nil {
-		return err
+		return fmt.Errorf("postgres: migrate: %w", err)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, sql := range []string{migrationLockSQL, migrationTableSQL} {
@@ -73,7 +67,7 @@ func loadMigrations() ([]migration, error) {
 		number, name, ok := strings.Cut(base, "_")
 		version, err := strconv.Atoi(number)
 		if !ok || err != nil {
-			return nil, fmt.Errorf("postgres: migration file %s is not named NNN_name.sql", path)
+			return nil, fmt.Errorf("migration file %s is not named NNN_name.sql", path)
 		}
 		sql, err := migrations.ReadFile(path)
 		if err != nil {

@@ -8,7 +8,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
 var _ ferry.TxStore[pgx.Tx] = (*Store)(nil)
@@ -29,22 +27,6 @@ type Config struct {
 	// timestamp, so tests can move time at will. Defaults to nil: PostgreSQL's
 	// now(), the one clock all instances share.
 	Now func() time.Time
-
-	// ReceiveBatch is the most concurrent receipts EventReceive commits in
-	// one transaction (group commit: one round trip and one WAL flush for
-	// the lot; each caller still returns only after the commit). Receipts
-	// are grouped only when they arrive while earlier ones are being
-	// written, so an idle store adds no delay. Defaults to 64; 1 commits
-	// every receipt alone.
-	ReceiveBatch int
-
-	// ReceiveConcurrency is how many receipt transactions may run at once.
-	// Fewer, larger commits take receipts in fastest (each commit waits for
-	// its own WAL flush): measured on the ingest benchmark, 1 or 2 ran at
-	// 1.8-1.9 × a bare one-insert-per-request receiver, 4 at 1.4-1.55 and 8
-	// at 1.3. Two keep one batch on the wire while another waits for its
-	// flush. Defaults to 2.
-	ReceiveConcurrency int
 }
 
 // Store is a ferry.TxStore on a pgx pool. It is safe for concurrent use.
@@ -55,7 +37,6 @@ type Store struct {
 	closed    context.Context // done once Close is called
 	close     context.CancelFunc
 	listeners sync.WaitGroup
-	receipts  *groupcommit.Committer[*receiveArgs, *ferry.EventReceiveResult]
 }
 
 // New returns a Store on pool. The caller keeps ownership of the pool: Close
@@ -66,10 +47,6 @@ func New(pool *pgxpool.Pool, config *Config) *Store {
 		config = &Config{}
 	}
 	s.now = config.Now
-	s.newReceiveCommitter(
-		cmp.Or(config.ReceiveBatch, defaultReceiveBatch),
-		cmp.Or(config.ReceiveConcurrency, defaultReceiveConcurrency),
-	)
 	s.closed, s.close = context.WithCancel(context.Background())
 	return s
 }

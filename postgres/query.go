@@ -1,8 +1,18 @@
 package postgres
 
-import _ "embed"
+import (
+	"embed"
+	_ "embed"
+)
 
-// Every statement the store runs, one file each, so the SQL reads as SQL.
+// Every statement the store runs, one file each, so the SQL reads as SQL,
+// and the migrations: all the store embeds, in one place. A query file has
+// the name of the Store method it serves, as in package sqlite.
+
+// migrations holds the schema, one file per version: NNN_name.sql.
+//
+//go:embed migration/*.sql
+var migrations embed.FS
 
 var (
 	//go:embed query/attempt_list.sql
@@ -25,14 +35,20 @@ var (
 	eventHeartbeatSQL string
 	//go:embed query/event_list.sql
 	eventListSQL string
+	//go:embed query/event_list_at_risk.sql
+	eventListAtRiskSQL string
 	//go:embed query/event_purge.sql
 	eventPurgeSQL string
 	//go:embed query/event_receive.sql
 	eventReceiveSQL string
+	//go:embed query/event_receive_many.sql
+	eventReceiveManySQL string
 	//go:embed query/event_release.sql
 	eventReleaseSQL string
 	//go:embed query/event_requeue.sql
 	eventRequeueSQL string
+	//go:embed query/event_stats.sql
+	eventStatsSQL string
 	//go:embed query/migration_applied.sql
 	migrationAppliedSQL string
 	//go:embed query/migration_lock.sql

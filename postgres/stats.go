@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	_ "embed"
-	"fmt"
 	"sort"
 	"time"
 
@@ -12,22 +10,17 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-var _ ferry.StatsStore = (*Store)(nil)
-
-var (
-	//go:embed query/event_stats.sql
-	eventStatsSQL string
-	//go:embed query/event_list_at_risk.sql
-	eventListAtRiskSQL string
-)
-
 // EventStats runs the per-source aggregate, then lists at-risk events if
 // asked, both in one repeatable-read transaction so the list agrees with
 // the counts.
 func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) (*ferry.EventStats, error) {
+	params, err := params.Normalize()
+	if err != nil {
+		return nil, wrap("event stats", err)
+	}
 	args := statsArgs(s, params)
 	stats := &ferry.EventStats{}
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		rows, _ := tx.Query(ctx, eventStatsSQL, args)
 		var err error
 		stats.Sources, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.SourceStats, error) {
@@ -62,7 +55,7 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 		if params.AtRiskLimit <= 0 {
 			return nil
 		}
-		args["limit"] = min(params.AtRiskLimit, maxListLimit)
+		args["limit"] = params.AtRiskLimit
 		rows, _ = tx.Query(ctx, eventListAtRiskSQL, args)
 		listed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[eventRow])
 		if err != nil {
@@ -78,7 +71,7 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("postgres: event stats: %w", err)
+		return nil, wrap("event stats", err)
 	}
 	return stats, nil
 }

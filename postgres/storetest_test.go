@@ -20,11 +20,9 @@ func TestContract(t *testing.T) {
 			pool, _ := pgtest.Schema(t)
 			s := postgres.New(pool, &postgres.Config{Now: now})
 			t.Cleanup(s.Close)
-			if err := s.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
 			return s
 		},
+		Close: func(st ferry.TxStore[pgx.Tx]) { st.(*postgres.Store).Close() },
 		NewEffects: func(t *testing.T, st ferry.TxStore[pgx.Tx]) storetest.Effects[pgx.Tx] {
 			pool := st.(*postgres.Store).Pool()
 			if _, err := pool.Exec(context.Background(), `CREATE TABLE effect (key text NOT NULL)`); err != nil {

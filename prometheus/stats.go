@@ -13,7 +13,7 @@ import (
 // StatsOptions configure a StatsCollector.
 type StatsOptions struct {
 	// Store is read at scrape time. Required.
-	Store ferry.StatsStore
+	Store ferry.Store
 	// Params says when an event is at risk (AtRiskLimit is ignored).
 	Params ferry.EventStatsParams
 	// Sources are exported even before they have an event, at zero, so an

@@ -40,8 +40,8 @@ func BenchmarkReceive(b *testing.B) {
 	}
 }
 
-// BenchmarkReceiveParallel measures concurrent receipts, which group commit
-// writes several to a transaction.
+// BenchmarkReceiveParallel measures concurrent EventReceive calls, one
+// commit each; the receiver batches them through EventReceiveMany.
 func BenchmarkReceiveParallel(b *testing.B) {
 	ctx := context.Background()
 	store := benchStore(b)

@@ -15,11 +15,14 @@ import (
 // their ledger rows. The clock is read under the write lock. See
 // ferry.Store.
 func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event complete many", err)
+	}
 	if len(params.Leases) == 0 {
 		return nil, nil
 	}
 	completed := make(map[ferry.Lease]bool, len(params.Leases))
-	err := s.writeTx(ctx, "complete many", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "event complete many", func(tx *sql.Tx) error {
 		now := s.nowMicros()
 		rows, err := tx.QueryContext(ctx, eventCompleteManySQL,
 			sql.Named("now", now), sql.Named("leases", leasePairs(params.Leases)))
@@ -42,7 +45,7 @@ func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventComple
 		if len(done) == 0 {
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, attemptFinishManySQL, sql.Named("now", now),
+		_, err = tx.ExecContext(ctx, eventCompleteManyAttemptSQL, sql.Named("now", now),
 			sql.Named("outcome", string(ferry.OutcomeDone)), sql.Named("leases", leasePairs(done)))
 		return err
 	})

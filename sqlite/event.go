@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -14,58 +13,27 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// EventReceive stores a delivery in a write transaction, shared with the
-// deliveries that arrive while the one before is being written (group
-// commit; see receive_batch.go). Writes are serialized, so concurrent
-// deliveries of one key make exactly one row: the first is new, the rest are
-// duplicates (or conflicts) and are counted.
-func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
-	if params.Source == "" || params.EventID == "" {
-		return nil, fmt.Errorf("sqlite: receive: %w: source and event id are required", ferry.ErrInvalidParams)
-	}
-	sum := sha256.Sum256(params.Payload)
-	headers, err := marshalHeaders(params.Headers)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: receive: %w", err)
-	}
-	payload := params.Payload
-	if payload == nil {
-		payload = []byte{} // the column is NOT NULL; nil would bind as NULL
-	}
-	args := []any{
-		sql.Named("source", params.Source),
-		sql.Named("event_id", params.EventID),
-		sql.Named("type", params.Type),
-		sql.Named("payload", payload),
-		sql.Named("headers", headers),
-		sql.Named("payload_sha256", sum[:]),
-		sql.Named("now", s.nowMicros()),
-	}
-
-	return s.receipts.Do(ctx, args)
-}
-
 // EventClaimMany leases due events in one write transaction; see
 // ferry.Store. Write transactions are serialized, which is what keeps two
 // claimers off the same event.
 func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
-	if params.Owner == "" || params.Limit <= 0 || params.TTL <= 0 {
-		return nil, fmt.Errorf("sqlite: claim: %w: owner, a positive limit and a positive ttl are required", ferry.ErrInvalidParams)
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event claim many", err)
 	}
 	var claims []*ferry.Claim
-	err := s.writeTx(ctx, "claim", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "event claim many", func(tx *sql.Tx) error {
 		now := s.nowMicros() // read under the write lock, not before waiting for it
 		if len(params.HoldSources) > 0 {
 			hold := []any{sql.Named("now", now), sql.Named("hold_sources", jsonArray(params.HoldSources))}
-			if _, err := tx.ExecContext(ctx, eventClaimHoldAttemptSQL, hold...); err != nil {
+			if _, err := tx.ExecContext(ctx, eventClaimManyHoldAttemptSQL, hold...); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, eventClaimHoldSQL, hold...); err != nil {
+			if _, err := tx.ExecContext(ctx, eventClaimManyHoldSQL, hold...); err != nil {
 				return err
 			}
 		}
 
-		ids, err := queryInt64s(ctx, tx, eventClaimDueSQL,
+		ids, err := queryInt64s(ctx, tx, eventClaimManyDueSQL,
 			sql.Named("now", now),
 			sql.Named("sources", jsonArray(params.Sources)),
 			sql.Named("limit", params.Limit),
@@ -75,13 +43,13 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 		}
 		idsJSON := jsonArray(ids)
 
-		unfinished, err := queryInt64s(ctx, tx, eventClaimClosePreviousSQL,
+		unfinished, err := queryInt64s(ctx, tx, eventClaimManyClosePreviousSQL,
 			sql.Named("now", now), sql.Named("ids", idsJSON))
 		if err != nil {
 			return err
 		}
 
-		rows, err := tx.QueryContext(ctx, eventClaimSQL,
+		rows, err := tx.QueryContext(ctx, eventClaimManySQL,
 			sql.Named("now", now),
 			sql.Named("ids", idsJSON),
 			sql.Named("owner", params.Owner),
@@ -94,7 +62,7 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, attemptStartSQL,
+		if _, err := tx.ExecContext(ctx, eventClaimManyAttemptSQL,
 			sql.Named("now", now), sql.Named("ids", idsJSON), sql.Named("owner", params.Owner)); err != nil {
 			return err
 		}
@@ -121,25 +89,30 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 
 // EventHeartbeat extends a held lease to TTL from now.
 func (s *Store) EventHeartbeat(ctx context.Context, params *ferry.EventHeartbeatParams) (time.Time, error) {
-	if params.TTL <= 0 {
-		return time.Time{}, fmt.Errorf("sqlite: heartbeat: %w: ttl must be positive", ferry.ErrInvalidParams)
+	if err := params.Validate(); err != nil {
+		return time.Time{}, wrap("event heartbeat", err)
 	}
-	var expires time.Time
-	err := s.writeTx(ctx, "heartbeat", func(tx *sql.Tx) error {
-		now := s.nowTime()
-		expires = now.Add(params.TTL).Truncate(time.Microsecond)
-		return execFenced(ctx, tx, eventHeartbeatSQL, params.Lease, now,
-			sql.Named("lease_expires_at", expires.UnixMicro()))
+	var expires sql.NullInt64
+	err := s.writeTx(ctx, "event heartbeat", func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, eventHeartbeatSQL, append(fenceArgs(params.Lease, s.nowTime()),
+			sql.Named("ttl_us", params.TTL.Microseconds()))...).Scan(&expires)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ferry.ErrLeaseLost
+		}
+		return err
 	})
 	if err != nil {
 		return time.Time{}, err
 	}
-	return expires, nil
+	return fromMicros(expires), nil
 }
 
 // EventComplete marks the leased event done.
 func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompleteParams) error {
-	return s.writeTx(ctx, "complete", func(tx *sql.Tx) error {
+	if err := params.Validate(); err != nil {
+		return wrap("event complete", err)
+	}
+	return s.writeTx(ctx, "event complete", func(tx *sql.Tx) error {
 		return s.complete(ctx, tx, params.Lease)
 	})
 }
@@ -148,11 +121,10 @@ func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompletePa
 // from InTx or DB (a write transaction). On ErrLeaseLost nothing was
 // changed and the caller must roll tx back.
 func (s *Store) EventCompleteTx(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteParams) error {
-	err := s.complete(ctx, tx, params.Lease)
-	if err != nil && !errors.Is(err, ferry.ErrLeaseLost) {
-		return fmt.Errorf("sqlite: complete: %w", err)
+	if err := params.Validate(); err != nil {
+		return wrap("event complete", err)
 	}
-	return err
+	return wrap("event complete", s.complete(ctx, tx, params.Lease))
 }
 
 func (s *Store) complete(ctx context.Context, tx *sql.Tx, lease ferry.Lease) error {
@@ -163,43 +135,31 @@ func (s *Store) complete(ctx context.Context, tx *sql.Tx, lease ferry.Lease) err
 	return finishAttempt(ctx, tx, lease, now, ferry.OutcomeDone, "")
 }
 
-// EventFail ends the attempt as failed and returns the state the event went
-// to: dead when Dead is set, MaxAttempts since the last requeue are spent,
-// or the event is MaxAge old (from its first delivery or last requeue);
-// pending and due in RetryDelay otherwise.
+// EventFail ends the attempt as failed; event_fail.sql decides whether the
+// event goes dead or back to pending.
 func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
+	if err := params.Validate(); err != nil {
+		return "", wrap("event fail", err)
+	}
 	var state ferry.State
-	err := s.writeTx(ctx, "fail", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "event fail", func(tx *sql.Tx) error {
 		now := s.nowTime()
-		var attempt, attemptBase int
-		var firstDelivered, requeued sql.NullInt64
-		err := tx.QueryRowContext(ctx, eventFenceSQL, fenceArgs(params.Lease, now)...).
-			Scan(&attempt, &attemptBase, &firstDelivered, &requeued)
+		err := tx.QueryRowContext(ctx, eventFailSQL, append(fenceArgs(params.Lease, now),
+			sql.Named("dead", params.Dead),
+			sql.Named("max_attempts", params.MaxAttempts),
+			sql.Named("max_age_us", params.MaxAge.Microseconds()),
+			sql.Named("retry_delay_us", params.RetryDelay.Microseconds()),
+			sql.Named("error", params.Error),
+		)...).Scan(&state)
 		if errors.Is(err, sql.ErrNoRows) {
 			return ferry.ErrLeaseLost
 		}
 		if err != nil {
 			return err
 		}
-
-		age := now.Sub(fromMicros(firstDelivered))
-		if requeued.Valid && requeued.Int64 > firstDelivered.Int64 {
-			age = now.Sub(fromMicros(requeued))
-		}
-		state = ferry.StatePending
 		outcome := ferry.OutcomeFailed
-		if params.Dead ||
-			(params.MaxAttempts > 0 && attempt-attemptBase >= params.MaxAttempts) ||
-			(params.MaxAge > 0 && age >= params.MaxAge) {
-			state, outcome = ferry.StateDead, ferry.OutcomeDead
-		}
-
-		if err := execFenced(ctx, tx, eventFailSQL, params.Lease, now,
-			sql.Named("state", string(state)),
-			sql.Named("next_attempt_at", now.Add(params.RetryDelay).UnixMicro()),
-			sql.Named("error", params.Error),
-		); err != nil {
-			return err
+		if state == ferry.StateDead {
+			outcome = ferry.OutcomeDead
 		}
 		return finishAttempt(ctx, tx, params.Lease, now, outcome, params.Error)
 	})
@@ -214,7 +174,10 @@ func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (f
 
 // EventRelease gives a leased event back, pending and due now.
 func (s *Store) EventRelease(ctx context.Context, params *ferry.EventReleaseParams) error {
-	err := s.writeTx(ctx, "release", func(tx *sql.Tx) error {
+	if err := params.Validate(); err != nil {
+		return wrap("event release", err)
+	}
+	err := s.writeTx(ctx, "event release", func(tx *sql.Tx) error {
 		now := s.nowTime()
 		if err := execFenced(ctx, tx, eventReleaseSQL, params.Lease, now); err != nil {
 			return err
@@ -270,38 +233,35 @@ func finishAttempt(ctx context.Context, tx *sql.Tx, lease ferry.Lease, now time.
 
 // EventGet returns one event, payload and headers included.
 func (s *Store) EventGet(ctx context.Context, params *ferry.EventGetParams) (*ferry.Event, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event get", err)
+	}
 	var row *sql.Row
 	if params.ID != 0 {
-		row = s.readDB.QueryRowContext(ctx, eventGetByIdSQL, sql.Named("id", params.ID))
+		row = s.readDB.QueryRowContext(ctx, eventGetByIDSQL, sql.Named("id", params.ID))
 	} else {
 		row = s.readDB.QueryRowContext(ctx, eventGetByKeySQL,
 			sql.Named("source", params.Source), sql.Named("event_id", params.EventID))
 	}
 	event, err := scanEvent(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ferry.ErrNotFound
+		err = ferry.ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: get: %w", err)
+		return nil, wrap("event get", err)
 	}
 	return event, nil
 }
 
-// List page sizes.
-const (
-	listLimitDefault = 50
-	listLimitMax     = 1000
-)
-
 // EventList returns a page of events, newest first, without payloads or
-// headers. Limit defaults to 50 and is clamped to 1000. EventIDContains is
+// headers. EventIDContains is
 // a literal, case-sensitive substring (instr, so % and _ are not wildcards).
 func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*ferry.EventListResult, error) {
-	limit := params.Limit
-	if limit <= 0 {
-		limit = listLimitDefault
+	params, err := params.Normalize()
+	if err != nil {
+		return nil, wrap("event list", err)
 	}
-	limit = min(limit, listLimitMax)
+	limit := params.Limit
 
 	// Only the filters in use go into the WHERE clause, so SQLite can pick
 	// the (source, id) or (state, id) index.
@@ -340,11 +300,11 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 
 	rows, err := s.readDB.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list: %w", err)
+		return nil, wrap("event list", err)
 	}
 	events, err := scanEvents(rows)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list: %w", err)
+		return nil, wrap("event list", err)
 	}
 	result := &ferry.EventListResult{Events: events}
 	if len(events) > limit {
@@ -355,43 +315,23 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 }
 
 // EventRequeue puts done, dead or unknown events back to pending, due now,
-// with a fresh attempt budget. States defaults to dead and unknown in bulk,
-// and to done, dead and unknown by IDs; pending and in_progress are never
-// requeued, even when named.
+// with a fresh attempt budget.
 func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeueParams) (int, error) {
-	states := params.States
-	if len(states) == 0 {
-		states = []ferry.State{ferry.StateDead, ferry.StateUnknown}
-		if len(params.IDs) > 0 {
-			states = []ferry.State{ferry.StateDone, ferry.StateDead, ferry.StateUnknown}
-		}
+	params, err := params.Normalize()
+	if err != nil {
+		return 0, wrap("event requeue", err)
 	}
-	var requeuable []string
-	for _, st := range states {
-		if !st.Valid() {
-			return 0, fmt.Errorf("sqlite: requeue: %w: unknown state %q", ferry.ErrInvalidParams, st)
-		}
-		if st.Terminal() {
-			requeuable = append(requeuable, string(st))
-		}
-	}
-	if len(requeuable) == 0 {
+	if len(params.States) == 0 {
 		return 0, nil
 	}
-
-	query := eventRequeueBulkSQL
-	args := []any{
-		sql.Named("now", s.nowMicros()),
-		sql.Named("states", jsonArray(requeuable)),
-		sql.Named("source", params.Source),
-	}
-	if len(params.IDs) > 0 {
-		query = eventRequeueIdsSQL
-		args = append(args, sql.Named("ids", jsonArray(params.IDs)))
-	}
 	var n int64
-	err := s.writeTx(ctx, "requeue", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, query, args...)
+	err = s.writeTx(ctx, "event requeue", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, eventRequeueSQL,
+			sql.Named("now", s.nowMicros()),
+			sql.Named("states", jsonArray(params.States)),
+			sql.Named("ids", jsonArray(params.IDs)),
+			sql.Named("source", params.Source),
+		)
 		if err != nil {
 			return err
 		}
@@ -410,18 +350,15 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 // EventPurge deletes done events of Source completed at least Retention ago;
 // their ledger and conflicts go with them (ON DELETE CASCADE).
 func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) (int, error) {
-	if params.Source == "" {
-		return 0, fmt.Errorf("sqlite: purge: %w: source is required", ferry.ErrInvalidParams)
+	if err := params.Validate(); err != nil {
+		return 0, wrap("event purge", err)
 	}
-	if params.Retention < params.ReplayWindow {
-		return 0, fmt.Errorf("sqlite: purge %q: retention %s, replay window %s: %w",
-			params.Source, params.Retention, params.ReplayWindow, ferry.ErrRetentionTooShort)
-	}
-	cutoff := s.nowTime().Add(-params.Retention)
 	var n int64
-	err := s.writeTx(ctx, "purge", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "event purge", func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, eventPurgeSQL,
-			sql.Named("source", params.Source), sql.Named("cutoff", cutoff.UnixMicro()))
+			sql.Named("now", s.nowMicros()),
+			sql.Named("source", params.Source),
+			sql.Named("retention_us", params.Retention.Microseconds()))
 		if err != nil {
 			return err
 		}
@@ -433,9 +370,12 @@ func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) 
 
 // AttemptList returns the ledger of one event, oldest attempt first.
 func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams) ([]*ferry.Attempt, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("attempt list", err)
+	}
 	rows, err := s.readDB.QueryContext(ctx, attemptListSQL, sql.Named("id", params.ID))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: attempt list: %w", err)
+		return nil, wrap("attempt list", err)
 	}
 	defer rows.Close()
 	var attempts []*ferry.Attempt
@@ -447,23 +387,26 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 			errText           sql.NullString
 		)
 		if err := rows.Scan(&a.EventID, &a.Attempt, &a.Worker, &started, &finished, &outcome, &errText); err != nil {
-			return nil, fmt.Errorf("sqlite: attempt list: %w", err)
+			return nil, wrap("attempt list", err)
 		}
 		a.StartedAt, a.FinishedAt = fromMicros(started), fromMicros(finished)
 		a.Outcome, a.Error = ferry.Outcome(outcome), errText.String
 		attempts = append(attempts, &a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: attempt list: %w", err)
+		return nil, wrap("attempt list", err)
 	}
 	return attempts, nil
 }
 
 // ConflictList returns the conflicting deliveries of one event, oldest first.
 func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListParams) ([]*ferry.Conflict, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("conflict list", err)
+	}
 	rows, err := s.readDB.QueryContext(ctx, conflictListSQL, sql.Named("id", params.ID))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: conflict list: %w", err)
+		return nil, wrap("conflict list", err)
 	}
 	defer rows.Close()
 	var conflicts []*ferry.Conflict
@@ -474,16 +417,16 @@ func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListPara
 			headers  string
 		)
 		if err := rows.Scan(&c.EventID, &received, &c.PayloadSHA256, &c.Payload, &headers); err != nil {
-			return nil, fmt.Errorf("sqlite: conflict list: %w", err)
+			return nil, wrap("conflict list", err)
 		}
 		c.ReceivedAt = fromMicros(received)
 		if c.Headers, err = unmarshalHeaders(headers); err != nil {
-			return nil, fmt.Errorf("sqlite: conflict list: %w", err)
+			return nil, wrap("conflict list", err)
 		}
 		conflicts = append(conflicts, &c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: conflict list: %w", err)
+		return nil, wrap("conflict list", err)
 	}
 	return conflicts, nil
 }

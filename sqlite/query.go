@@ -1,90 +1,76 @@
-// Every SQL statement of the store lives in query/*.sql and is embedded
-// here; a missing file fails the build.
-
 package sqlite
 
-import _ "embed"
+import (
+	"embed"
+	_ "embed"
+)
 
-//go:embed query/attempt_finish.sql
-var attemptFinishSQL string
+// Every statement the store runs, one file each, and the migrations: all the
+// store embeds, in one place; a missing file fails the build. A query file
+// has the name of the Store method it serves, as in package postgres; where
+// SQLite needs several statements for what PostgreSQL does in one (it has no
+// data-modifying WITH), the others carry that name and a suffix.
 
-//go:embed query/attempt_finish_many.sql
-var attemptFinishManySQL string
+// migrationFS holds the schema, one file per version: NNN_name.sql.
+//
+//go:embed migration/*.sql
+var migrationFS embed.FS
 
-//go:embed query/attempt_list.sql
-var attemptListSQL string
-
-//go:embed query/attempt_start.sql
-var attemptStartSQL string
-
-//go:embed query/conflict_insert.sql
-var conflictInsertSQL string
-
-//go:embed query/conflict_list.sql
-var conflictListSQL string
-
-//go:embed query/event_claim.sql
-var eventClaimSQL string
-
-//go:embed query/event_claim_close_previous.sql
-var eventClaimClosePreviousSQL string
-
-//go:embed query/event_claim_due.sql
-var eventClaimDueSQL string
-
-//go:embed query/event_claim_hold.sql
-var eventClaimHoldSQL string
-
-//go:embed query/event_claim_hold_attempt.sql
-var eventClaimHoldAttemptSQL string
-
-//go:embed query/event_complete.sql
-var eventCompleteSQL string
-
-//go:embed query/event_complete_many.sql
-var eventCompleteManySQL string
-
-//go:embed query/event_fail.sql
-var eventFailSQL string
-
-//go:embed query/event_fence.sql
-var eventFenceSQL string
-
-//go:embed query/event_get_by_id.sql
-var eventGetByIdSQL string
-
-//go:embed query/event_get_by_key.sql
-var eventGetByKeySQL string
-
-//go:embed query/event_heartbeat.sql
-var eventHeartbeatSQL string
-
-//go:embed query/event_list.sql
-var eventListSQL string
-
-//go:embed query/event_purge.sql
-var eventPurgeSQL string
-
-//go:embed query/event_receive_insert.sql
-var eventReceiveInsertSQL string
-
-//go:embed query/event_receive_redeliver.sql
-var eventReceiveRedeliverSQL string
-
-//go:embed query/event_release.sql
-var eventReleaseSQL string
-
-//go:embed query/event_requeue_bulk.sql
-var eventRequeueBulkSQL string
-
-//go:embed query/event_requeue_ids.sql
-var eventRequeueIdsSQL string
-
-//go:embed query/migration_record.sql
-var migrationRecordSQL string
-
-//go:embed query/migration_table.sql
-var migrationTableSQL string
-
-//go:embed query/migration_versions.sql
-var migrationVersionsSQL string
+var (
+	//go:embed query/attempt_finish.sql
+	attemptFinishSQL string
+	//go:embed query/attempt_list.sql
+	attemptListSQL string
+	//go:embed query/conflict_list.sql
+	conflictListSQL string
+	//go:embed query/event_claim_many.sql
+	eventClaimManySQL string
+	//go:embed query/event_claim_many_attempt.sql
+	eventClaimManyAttemptSQL string
+	//go:embed query/event_claim_many_close_previous.sql
+	eventClaimManyClosePreviousSQL string
+	//go:embed query/event_claim_many_due.sql
+	eventClaimManyDueSQL string
+	//go:embed query/event_claim_many_hold.sql
+	eventClaimManyHoldSQL string
+	//go:embed query/event_claim_many_hold_attempt.sql
+	eventClaimManyHoldAttemptSQL string
+	//go:embed query/event_complete.sql
+	eventCompleteSQL string
+	//go:embed query/event_complete_many.sql
+	eventCompleteManySQL string
+	//go:embed query/event_complete_many_attempt.sql
+	eventCompleteManyAttemptSQL string
+	//go:embed query/event_fail.sql
+	eventFailSQL string
+	//go:embed query/event_get_by_id.sql
+	eventGetByIDSQL string
+	//go:embed query/event_get_by_key.sql
+	eventGetByKeySQL string
+	//go:embed query/event_heartbeat.sql
+	eventHeartbeatSQL string
+	//go:embed query/event_list.sql
+	eventListSQL string
+	//go:embed query/event_list_at_risk.sql
+	eventListAtRiskSQL string
+	//go:embed query/event_purge.sql
+	eventPurgeSQL string
+	//go:embed query/event_receive.sql
+	eventReceiveSQL string
+	//go:embed query/event_receive_conflict.sql
+	eventReceiveConflictSQL string
+	//go:embed query/event_receive_redeliver.sql
+	eventReceiveRedeliverSQL string
+	//go:embed query/event_release.sql
+	eventReleaseSQL string
+	//go:embed query/event_requeue.sql
+	eventRequeueSQL string
+	//go:embed query/event_stats.sql
+	eventStatsSQL string
+	//go:embed query/migration_applied.sql
+	migrationAppliedSQL string
+	//go:embed query/migration_record.sql
+	migrationRecordSQL string
+	//go:embed query/migration_table.sql
+	migrationTableSQL string
+)

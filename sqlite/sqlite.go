@@ -20,10 +20,8 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"net/url"
@@ -37,7 +35,6 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
 // busyTimeout is how long a write waits for another process's write lock
@@ -60,13 +57,6 @@ type Config struct {
 	// it to prove that such a write returns an error and leaves nothing
 	// behind. Zero means no cap beyond SQLite's own.
 	MaxPageCount int
-
-	// ReceiveBatch is the most concurrent receipts EventReceive commits in
-	// one write transaction (group commit: one fsync for the lot; each
-	// caller still returns only after the commit). Receipts are grouped only
-	// when they arrive while an earlier write is running, so an idle store
-	// adds no delay. Defaults to 64; 1 commits every receipt alone.
-	ReceiveBatch int
 }
 
 // Store is a ferry.TxStore on one SQLite file. Open one per process and
@@ -80,8 +70,6 @@ type Store struct {
 	subscribers map[chan struct{}]struct{}
 	closed      chan struct{}
 	closeOnce   sync.Once
-
-	receipts *groupcommit.Committer[[]any, *ferry.EventReceiveResult]
 }
 
 var _ ferry.TxStore[*sql.Tx] = (*Store)(nil)
@@ -146,7 +134,6 @@ func Open(path string, config *Config) (*Store, error) {
 		subscribers: make(map[chan struct{}]struct{}),
 		closed:      make(chan struct{}),
 	}
-	s.newReceiveCommitter(cmp.Or(config.ReceiveBatch, defaultReceiveBatch))
 	return s, nil
 }
 
@@ -203,15 +190,32 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 // writeTx is InTx for the store's own writes: it wraps errors with op.
 func (s *Store) writeTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	err := s.InTx(ctx, fn)
-	if err != nil && !errors.Is(err, ferry.ErrLeaseLost) && !errors.Is(err, ferry.ErrInvalidParams) {
-		return fmt.Errorf("sqlite: %s: %w", op, err)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap(op, err)
 	}
-	return err
+	defer tx.Rollback() // after Commit, a no-op
+	if err := fn(tx); err != nil {
+		return wrap(op, err)
+	}
+	return wrap(op, tx.Commit())
 }
 
-//go:embed migration/*.sql
-var migrationFS embed.FS
+// wrap prefixes err with the store and the Store method that returns it
+// ("sqlite: event claim many: …"), keeping its sentinel for errors.Is. nil
+// stays nil.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
+// Ping checks that the database file answers a query, for readiness checks.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	return wrap("ping", s.readDB.QueryRowContext(ctx, "SELECT 1").Scan(&one))
+}
 
 // Migrate applies the migrations the database lacks, in order, in one
 // write transaction. It is idempotent, and safe when several processes call
@@ -220,7 +224,7 @@ var migrationFS embed.FS
 func (s *Store) Migrate(ctx context.Context) error {
 	names, err := migrationNames()
 	if err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
+		return wrap("migrate", err)
 	}
 	return s.writeTx(ctx, "migrate", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, migrationTableSQL); err != nil {
@@ -287,7 +291,7 @@ func migrationVersion(name string) (int, error) {
 }
 
 func appliedVersions(ctx context.Context, tx *sql.Tx) (map[int]bool, error) {
-	rows, err := tx.QueryContext(ctx, migrationVersionsSQL)
+	rows, err := tx.QueryContext(ctx, migrationAppliedSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -304,9 +308,9 @@ func appliedVersions(ctx context.Context, tx *sql.Tx) (map[int]bool, error) {
 }
 
 // ReceiptSubscribe returns a channel that receives after this Store commits
-// a change that made events due: a new receipt, a requeue, a release or a
-// failure sent back to pending. Signals coalesce (buffer 1, never blocking
-// the writer). It is in-process only: other processes sharing the file are
+// one of the changes ferry.Store names: a new receipt, a requeue, a release
+// or a failure sent back to pending. Signals coalesce (buffer 1, never
+// blocking the writer). It is in-process only: other processes sharing the file are
 // not signalled and rely on polling. The channel closes when ctx is done or
 // the Store is closed.
 func (s *Store) ReceiptSubscribe(ctx context.Context) (<-chan struct{}, error) {

@@ -3,32 +3,26 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	_ "embed"
 	"encoding/json"
-	"fmt"
 
 	"github.com/ferry-inbox/ferry"
 )
-
-var _ ferry.StatsStore = (*Store)(nil)
-
-//go:embed query/event_stats.sql
-var eventStatsSQL string
-
-//go:embed query/event_list_at_risk.sql
-var eventListAtRiskSQL string
 
 // EventStats reads the aggregate, and the at-risk list if asked, in one read
 // transaction on the read pool, so the list agrees with the counts and
 // writers are not held up.
 func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) (*ferry.EventStats, error) {
+	params, err := params.Normalize()
+	if err != nil {
+		return nil, wrap("event stats", err)
+	}
 	risk := make(map[string]int64, len(params.AtRiskAfter))
 	for source, d := range params.AtRiskAfter {
 		risk[source] = d.Microseconds()
 	}
 	riskJSON, err := json.Marshal(risk)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: event stats: %w", err)
+		return nil, wrap("event stats", err)
 	}
 	now := s.nowTime()
 	args := []any{
@@ -40,20 +34,20 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 
 	tx, err := s.readDB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: event stats: %w", err)
+		return nil, wrap("event stats", err)
 	}
 	defer tx.Rollback()
 	if stats.Sources, err = querySourceStats(ctx, tx, args); err != nil {
-		return nil, fmt.Errorf("sqlite: event stats: %w", err)
+		return nil, wrap("event stats", err)
 	}
 	if params.AtRiskLimit > 0 {
-		args = append(args, sql.Named("limit", min(params.AtRiskLimit, listLimitMax)))
+		args = append(args, sql.Named("limit", params.AtRiskLimit))
 		rows, err := tx.QueryContext(ctx, eventListAtRiskSQL, args...)
 		if err != nil {
-			return nil, fmt.Errorf("sqlite: event stats: %w", err)
+			return nil, wrap("event stats", err)
 		}
 		if stats.AtRisk, err = scanEvents(rows); err != nil {
-			return nil, fmt.Errorf("sqlite: event stats: %w", err)
+			return nil, wrap("event stats", err)
 		}
 	}
 	return stats, nil

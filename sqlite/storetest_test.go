@@ -21,11 +21,9 @@ func TestContract(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
-			if err := s.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
 			return s
 		},
+		Close: func(st ferry.TxStore[*sql.Tx]) { st.(*sqlite.Store).Close() },
 		NewEffects: func(t *testing.T, st ferry.TxStore[*sql.Tx]) storetest.Effects[*sql.Tx] {
 			db := st.(*sqlite.Store).DB()
 			if _, err := db.Exec(`CREATE TABLE effect (key TEXT NOT NULL)`); err != nil {

@@ -122,6 +122,56 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 			t.Fatalf("%d events done, want %d (%v)", len(page.Events), n, err)
 		}
 	})
+
+	t.Run("FencedTransactionRollsBack", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		fx := newEffects(t, b.store)
+		work := func(lease ferry.Lease, key string) error {
+			return b.store.InTx(b.ctx, func(tx TX) error {
+				if err := fx.Insert(b.ctx, tx, key); err != nil {
+					return err
+				}
+				return b.store.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: lease})
+			})
+		}
+		count := func(key string) int {
+			t.Helper()
+			n, err := fx.Count(b.ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+
+		// A lease for an attempt that was never claimed holds nothing.
+		first := receive(t, b, "stripe", "first")
+		lease := claimOne(t, b, "w1").Event.Lease()
+		wantLeaseLost(t, "complete with a later attempt", work(ferry.Lease{ID: lease.ID, Attempt: lease.Attempt + 1}, "first"))
+		if n := count("first"); n != 0 {
+			t.Fatalf("a fenced-out handler's effect was committed: %d rows", n)
+		}
+		if err := work(lease, "first"); err != nil {
+			t.Fatal(err)
+		}
+		if n := count("first"); n != 1 {
+			t.Fatalf("effects = %d, want 1", n)
+		}
+		wantState(t, b, first, ferry.StateDone)
+
+		// An expired lease holds nothing, even before anyone claims again,
+		// and a refused write leaves the attempt running.
+		second := receive(t, b, "stripe", "second")
+		lease = claimOne(t, b, "w1").Event.Lease()
+		b.clock.Advance(ttl)
+		wantLeaseLost(t, "complete in tx after expiry", work(lease, "second"))
+		wantLeaseLost(t, "complete after expiry", b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}))
+		if n := count("second"); n != 0 {
+			t.Fatalf("an expired handler's effect was committed: %d rows", n)
+		}
+		wantState(t, b, second, ferry.StateInProgress)
+		wantOutcomes(t, b, second, ferry.OutcomeRunning)
+	})
 }
 
 // testConcurrency: many claimers never hold one event at once, and every

@@ -24,6 +24,18 @@ type modelEvent struct {
 	deliveries int
 	leaseUntil time.Time
 	nextAt     time.Time
+	firstAt    time.Time // first delivery
+	requeuedAt time.Time // zero until requeued
+}
+
+// age is what MaxAge is measured against: from the first delivery or the
+// last requeue, whichever is later.
+func (e *modelEvent) age(now time.Time) time.Duration {
+	from := e.firstAt
+	if e.requeuedAt.After(from) {
+		from = e.requeuedAt
+	}
+	return now.Sub(from)
 }
 
 func (e *modelEvent) due(now time.Time) (time.Time, bool) {
@@ -41,7 +53,9 @@ func (e *modelEvent) holds(l ferry.Lease, now time.Time) bool {
 }
 
 // testModel drives random operation sequences against the store and the
-// model side by side. Each check works in a source of its own, so one store
+// model side by side: receipts, claims (with and without the hold policy),
+// heartbeats, completions one by one and many at once, failures under an
+// attempt budget and a maximum age, releases, requeues and the clock. Each check works in a source of its own, so one store
 // serves every check.
 func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	b := setup(t)
@@ -88,12 +102,22 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				if res.Outcome != ferry.ReceiveNew {
 					rt.Fatalf("first delivery of %s: %s", key, res.Outcome)
 				}
-				ev := &modelEvent{id: res.ID, key: key, state: ferry.StatePending, deliveries: 1, nextAt: b.clock.Now()}
+				ev := &modelEvent{id: res.ID, key: key, state: ferry.StatePending, deliveries: 1, nextAt: b.clock.Now(), firstAt: b.clock.Now()}
 				events[key], byID[res.ID] = ev, ev
 			},
 			"claim": func(rt *rapid.T) {
 				limit := rapid.IntRange(1, 3).Draw(rt, "limit")
+				hold := rapid.Bool().Draw(rt, "hold")
 				now := b.clock.Now()
+				var holdSources []string
+				if hold { // an expired lease goes to unknown instead of being claimed
+					holdSources = []string{source}
+					for _, ev := range events {
+						if ev.state == ferry.StateInProgress && !ev.leaseUntil.After(now) {
+							ev.state = ferry.StateUnknown
+						}
+					}
+				}
 				var due []*modelEvent
 				for _, ev := range events {
 					if _, ok := ev.due(now); ok {
@@ -106,7 +130,7 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 					return cmp.Or(dx.Compare(dy), cmp.Compare(x.id, y.id))
 				})
 				want := due[:min(limit, len(due))]
-				claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: limit, TTL: ttl, Sources: []string{source}})
+				claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: limit, TTL: ttl, Sources: []string{source}, HoldSources: holdSources})
 				if err != nil {
 					rt.Fatal(err)
 				}
@@ -139,16 +163,44 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 					ev.state = ferry.StateDone
 				}
 			},
+			"complete_many": func(rt *rapid.T) {
+				if len(leases) == 0 {
+					rt.Skip("no lease yet")
+				}
+				named := rapid.SliceOfN(rapid.SampledFrom(leases), 1, 4).Draw(rt, "leases")
+				now := b.clock.Now()
+				var wantLost, done []ferry.Lease
+				for _, l := range named {
+					switch {
+					case slices.Contains(wantLost, l) || slices.Contains(done, l):
+					case byID[l.ID].holds(l, now):
+						done = append(done, l)
+					default:
+						wantLost = append(wantLost, l)
+					}
+				}
+				lost, err := b.store.EventCompleteMany(b.ctx, &ferry.EventCompleteManyParams{Leases: named})
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if !slices.Equal(lost, wantLost) {
+					rt.Fatalf("complete many %v: lost %v, want %v", named, lost, wantLost)
+				}
+				for _, l := range done {
+					byID[l.ID].state = ferry.StateDone
+				}
+			},
 			"fail": func(rt *rapid.T) {
 				lease, ev := pickLease(rt)
 				delay := time.Duration(rapid.IntRange(0, 40).Draw(rt, "delay_s")) * time.Second
 				maxAttempts := rapid.IntRange(0, 3).Draw(rt, "max_attempts")
-				state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "e", RetryDelay: delay, MaxAttempts: maxAttempts})
+				maxAge := rapid.SampledFrom([]time.Duration{0, 20 * time.Second, time.Minute}).Draw(rt, "max_age")
+				state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "e", RetryDelay: delay, MaxAttempts: maxAttempts, MaxAge: maxAge})
 				if !fenced(rt, "fail", ev, lease, err) {
 					return
 				}
 				want := ferry.StatePending
-				if maxAttempts > 0 && ev.attempt-ev.base >= maxAttempts {
+				if (maxAttempts > 0 && ev.attempt-ev.base >= maxAttempts) || (maxAge > 0 && ev.age(b.clock.Now()) >= maxAge) {
 					want = ferry.StateDead
 				}
 				if state != want {
@@ -181,7 +233,7 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 					rt.Fatalf("requeue of %s event = %d, want %d", ev.state, n, want)
 				}
 				if n == 1 {
-					ev.state, ev.nextAt, ev.base = ferry.StatePending, b.clock.Now(), ev.attempt
+					ev.state, ev.nextAt, ev.base, ev.requeuedAt = ferry.StatePending, b.clock.Now(), ev.attempt, b.clock.Now()
 				}
 			},
 			"advance": func(rt *rapid.T) {

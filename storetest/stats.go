@@ -7,16 +7,11 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// testStats checks EventStats on stores that offer it; a store that does
-// not implement ferry.StatsStore skips it.
+// testStats checks EventStats.
 func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	statsOf := func(t *testing.T, b *bundle[TX], params *ferry.EventStatsParams) *ferry.EventStats {
 		t.Helper()
-		ss, ok := b.store.(ferry.StatsStore)
-		if !ok {
-			t.Skip("store does not implement ferry.StatsStore")
-		}
-		stats, err := ss.EventStats(b.ctx, params)
+		stats, err := b.store.EventStats(b.ctx, params)
 		if err != nil {
 			t.Fatalf("EventStats: %v", err)
 		}

@@ -20,7 +20,7 @@ const alertBurst = 10
 // structured (alert, source, event_id, state, age) and carries no payload,
 // header or secret.
 type alertWatcher struct {
-	store  ferry.StatsStore
+	store  ferry.Store
 	params *ferry.EventStatsParams
 	log    *slog.Logger
 
@@ -28,7 +28,7 @@ type alertWatcher struct {
 	unknown map[int64]int  // warned, at this attempt
 }
 
-func newAlertWatcher(store ferry.StatsStore, params *ferry.EventStatsParams, log *slog.Logger) *alertWatcher {
+func newAlertWatcher(store ferry.Store, params *ferry.EventStatsParams, log *slog.Logger) *alertWatcher {
 	p := *params
 	p.AtRiskLimit = 1000
 	return &alertWatcher{store: store, params: &p, log: log, atRisk: map[int64]bool{}, unknown: map[int64]int{}}

@@ -154,7 +154,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 	kind, _, _ := cfg.StoreKind()
 	ok("store: %s answers", kind)
 
-	stats, err := st.(ferry.StatsStore).EventStats(pctx, cfg.StatsParams(5))
+	stats, err := st.EventStats(pctx, cfg.StatsParams(5))
 	if err != nil {
 		fail("run: ferry migrate --config "+configPath, "store: cannot read events (schema missing or out of date?): %v", err)
 		return nil

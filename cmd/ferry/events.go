@@ -59,7 +59,7 @@ Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 event not found.
 // eventsEnv is what every events subcommand opens.
 type eventsEnv struct {
 	cfg   *config.Config
-	store ferry.StatsStore
+	store ferry.Store
 	close func()
 }
 
@@ -72,12 +72,7 @@ func openEvents(ctx context.Context, configPath string) (*eventsEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	stats, ok := st.(ferry.StatsStore)
-	if !ok {
-		closeStore()
-		return nil, fmt.Errorf("store %T cannot report stats", st)
-	}
-	return &eventsEnv{cfg: cfg, store: stats, close: closeStore}, nil
+	return &eventsEnv{cfg: cfg, store: st, close: closeStore}, nil
 }
 
 // eventLine is one event as list --json prints it, one object a line.

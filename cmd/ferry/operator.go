@@ -21,7 +21,7 @@ type operator struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	metrics *prometheus.Metrics
-	stats   ferry.StatsStore
+	stats   ferry.Store
 	// admin serves admin.listen; nil when the dashboard and /metrics are
 	// both off.
 	admin http.Handler
@@ -30,12 +30,8 @@ type operator struct {
 // newOperator builds the metrics and the admin handler. Nothing it builds is
 // ever mounted on the public listener.
 func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operator, error) {
-	stats, ok := st.(ferry.StatsStore)
-	if !ok {
-		return nil, fmt.Errorf("store %T cannot report stats", st)
-	}
 	reg := prom.NewRegistry()
-	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), stats: stats}
+	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), stats: st}
 	if !cfg.AdminServed() {
 		return op, nil
 	}
@@ -48,13 +44,13 @@ func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operato
 			collectors.NewGoCollector(),
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 			prometheus.NewStatsCollector(prometheus.StatsOptions{
-				Store: stats, Params: *cfg.StatsParams(0), Sources: cfg.SourceNames(), CacheTTL: cfg.Metrics.Cache.Duration,
+				Store: st, Params: *cfg.StatsParams(0), Sources: cfg.SourceNames(), CacheTTL: cfg.Metrics.Cache.Duration,
 			}),
 		)
 		opts.Metrics = prometheus.Handler(reg)
 	}
 	if *cfg.UI.Enabled {
-		d, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{Store: stats, AtRiskAfter: cfg.AtRiskAfter(), Logger: log})
+		d, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{Store: st, AtRiskAfter: cfg.AtRiskAfter(), Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("%w: ui: %v", errConfig, err)
 		}

@@ -36,15 +36,8 @@ func loadConfig(path string) (*config.Config, error) {
 	return c, nil
 }
 
-// openedStore is a store of either kind, with what the service needs beyond
-// ferry.Store.
-type openedStore interface {
-	ferry.Store
-	Ping(ctx context.Context) error
-}
-
 // openStore opens the configured store; close releases it.
-func openStore(ctx context.Context, c *config.Config) (st openedStore, close func(), err error) {
+func openStore(ctx context.Context, c *config.Config) (st ferry.Store, close func(), err error) {
 	kind, dsn, err := c.StoreKind()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: store.url: %v", errConfig, err)

@@ -13,6 +13,7 @@ package groupcommit
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -59,8 +60,9 @@ func (c *Committer[Req, Res]) init() {
 }
 
 // Do queues req, runs batches until req's has run, and returns its result.
-// If ctx ends first, Do returns ctx's error at once; the write may or may
-// not still commit (as with any write whose caller stopped waiting).
+// If ctx ends first, Do returns ctx's error at once and withdraws req if no
+// batch has taken it yet, so it is never run; if a batch has, the write may
+// or may not still commit (as with any write whose caller stopped waiting).
 func (c *Committer[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	c.init()
 	var zero Res
@@ -77,6 +79,10 @@ func (c *Committer[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 		case <-cl.done: // checked first: a finished caller flushes for no one
 			return cl.res.Value, cl.res.Err
 		default:
+		}
+		if err := ctx.Err(); err != nil { // checked second: nor does one who gave up
+			c.withdraw(cl)
+			return zero, err
 		}
 		select {
 		case <-cl.done:
@@ -114,25 +120,15 @@ func (c *Committer[Req, Res]) withdraw(cl *call[Req, Res]) {
 
 // flush takes up to MaxBatch queued calls, oldest first, runs them as one
 // batch and completes each. It reports whether there was anything to run.
+// A call whose caller gave up is not among them: Do withdrew it.
 func (c *Committer[Req, Res]) flush() bool {
 	c.mu.Lock()
 	n := min(len(c.pending), c.MaxBatch)
-	batch := make([]*call[Req, Res], 0, n)
-	for _, cl := range c.pending[:n] {
-		if err := cl.ctx.Err(); err != nil {
-			cl.res.Err = err
-			close(cl.done)
-			continue
-		}
-		batch = append(batch, cl)
-	}
+	batch := slices.Clone(c.pending[:n])
 	c.pending = append(c.pending[:0], c.pending[n:]...)
 	c.mu.Unlock()
 	if n == 0 {
 		return false
-	}
-	if len(batch) == 0 {
-		return true
 	}
 
 	ctx, cancel := batchContext(batch)

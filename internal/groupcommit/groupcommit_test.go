@@ -3,6 +3,8 @@ package groupcommit_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,20 +74,51 @@ func TestCommitter(t *testing.T) {
 		wg.Wait()
 	})
 
+	// A caller that gives up while its call waits behind a running batch
+	// is withdrawn: no later batch runs it.
 	t.Run("CancelledCallerIsNotRun", func(t *testing.T) {
 		t.Parallel()
-		var ran atomic.Int64
-		c := &groupcommit.Committer[int, int]{Run: func(_ context.Context, reqs []int) []groupcommit.Result[int] {
-			ran.Add(int64(len(reqs)))
+		var (
+			mu      sync.Mutex
+			ran     []int
+			started = make(chan struct{})
+			release = make(chan struct{})
+		)
+		c := &groupcommit.Committer[int, int]{MaxConcurrent: 1, Run: func(_ context.Context, reqs []int) []groupcommit.Result[int] {
+			mu.Lock()
+			ran = append(ran, reqs...)
+			mu.Unlock()
+			if slices.Contains(reqs, 1) {
+				close(started)
+				<-release // hold the only slot
+			}
 			return make([]groupcommit.Result[int], len(reqs))
 		}}
+		first := make(chan error, 1)
+		go func() { _, err := c.Do(context.Background(), 1); first <- err }()
+		<-started
+
 		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		if _, err := c.Do(ctx, 1); !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v, want context.Canceled", err)
+		gaveUp := make(chan error, 1)
+		go func() { _, err := c.Do(ctx, 2); gaveUp <- err }()
+		for c.Queued() == 0 { // read the queue: call 2 waits behind batch 1
+			runtime.Gosched()
 		}
-		if ran.Load() != 0 {
-			t.Fatalf("a cancelled call ran")
+		cancel()
+		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Do err = %v, want context.Canceled", err)
+		}
+		close(release)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Do(context.Background(), 3); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if slices.Contains(ran, 2) {
+			t.Fatalf("ran %v: the cancelled call 2 was run", ran)
 		}
 	})
 }

@@ -1,7 +1,8 @@
 -- Closes a leased attempt as failed: dead when told so, when the attempt
 -- budget since the last requeue is spent, or when the event is older than
 -- @max_age_us (from its first delivery or last requeue); pending again after
--- the retry delay otherwise. No row back means the lease was lost.
+-- the retry delay otherwise, which wakes the workers. The same rule as
+-- sqlite/query/event_fail.sql. No row back means the lease was lost.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -11,7 +12,7 @@ failed AS (
             WHEN @dead::boolean
               OR (@max_attempts::int > 0 AND attempt - attempt_base >= @max_attempts::int)
               OR (@max_age_us::bigint > 0
-                  AND (SELECT now FROM clock) - greatest(first_delivered_at, requeued_at)
+                  AND (SELECT now FROM clock) - greatest(first_delivered_at, coalesce(requeued_at, first_delivered_at))
                       >= @max_age_us::bigint * interval '1 microsecond')
             THEN 'dead' ELSE 'pending' END,
         next_attempt_at  = (SELECT now FROM clock) + @retry_delay_us::bigint * interval '1 microsecond',
@@ -31,5 +32,9 @@ ledger AS (
         error = @error::text
     FROM failed
     WHERE a.event_id = failed.id AND a.attempt = failed.attempt
+),
+notified AS (
+    SELECT pg_notify(ferry_receipt_channel(), '') FROM failed WHERE state = 'pending'
 )
-SELECT state FROM failed;
+-- Joining notified makes PostgreSQL evaluate it.
+SELECT state FROM failed LEFT JOIN notified ON true;

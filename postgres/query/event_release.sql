@@ -1,5 +1,6 @@
--- Gives a leased event back, pending and due now (graceful shutdown), and
--- closes its ledger row as released. No row back means the lease was lost.
+-- Gives a leased event back, pending and due now (graceful shutdown), closes
+-- its ledger row as released and wakes the workers. No row back means the
+-- lease was lost.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -18,5 +19,9 @@ ledger AS (
     SET outcome = 'released', finished_at = (SELECT now FROM clock)
     FROM released
     WHERE a.event_id = released.id AND a.attempt = released.attempt
+),
+notified AS (
+    SELECT pg_notify(ferry_receipt_channel(), '') FROM released
 )
-SELECT id FROM released;
+-- Joining notified makes PostgreSQL evaluate it.
+SELECT id FROM released LEFT JOIN notified ON true;

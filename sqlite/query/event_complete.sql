@@ -1,3 +1,5 @@
+-- Marks a leased event done, only while the lease is held: no row
+-- changed means the lease was lost.
 UPDATE ferry_event
 SET state = 'done',
     completed_at = :now,

@@ -1,6 +1,8 @@
+-- Extends a held lease; the fence is the same as for every write after a claim.
 UPDATE ferry_event
-SET lease_expires_at = :lease_expires_at
+SET lease_expires_at = :now + :ttl_us
 WHERE id = :id
   AND attempt = :attempt
   AND state = 'in_progress'
   AND lease_expires_at > :now
+RETURNING lease_expires_at

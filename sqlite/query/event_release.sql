@@ -1,3 +1,5 @@
+-- Gives a leased event back, pending and due now (graceful shutdown).
+-- No row changed means the lease was lost.
 UPDATE ferry_event
 SET state = 'pending',
     next_attempt_at = :now,

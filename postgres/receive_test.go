@@ -2,13 +2,12 @@ package postgres
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,9 +15,9 @@ import (
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 )
 
-// These tests drive receiveBatch directly, so that every case runs as one
-// batch, one statement, whatever the scheduling: the contract's concurrent
-// receipts only reach a batch when they happen to queue together.
+// These tests drive EventReceiveMany with batches whose keys repeat, so that
+// the one-statement path (event_receive_many.sql) meets every ordering of
+// new, duplicate and conflicting deliveries of one key.
 
 func batchTestStore(t *testing.T) *Store {
 	t.Helper()
@@ -31,20 +30,23 @@ func batchTestStore(t *testing.T) *Store {
 	return s
 }
 
-func delivery(source, id, payload string) *receiveArgs {
-	r := &receiveArgs{source: source, eventID: id, typ: "t", payload: []byte(payload), sum: sha256.Sum256([]byte(payload))}
-	r.headers = []byte(`{"X-Payload":["` + payload + `"]}`)
-	return r
+func delivery(source, id, payload string) *ferry.EventReceiveParams {
+	return &ferry.EventReceiveParams{Source: source, EventID: id, Type: "t", Payload: []byte(payload),
+		Headers: http.Header{"X-Payload": {payload}}}
 }
 
-func runBatch(t *testing.T, s *Store, reqs ...*receiveArgs) []ferry.ReceiveOutcome {
+func runBatch(t *testing.T, s *Store, reqs ...*ferry.EventReceiveParams) []ferry.ReceiveOutcome {
 	t.Helper()
+	results, err := s.EventReceiveMany(context.Background(), &ferry.EventReceiveManyParams{Receipts: reqs})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var outcomes []ferry.ReceiveOutcome
-	for i, r := range s.receiveBatch(context.Background(), reqs) {
+	for i, r := range results {
 		if r.Err != nil {
 			t.Fatalf("delivery %d: %v", i, r.Err)
 		}
-		outcomes = append(outcomes, r.Value.Outcome)
+		outcomes = append(outcomes, r.Result.Outcome)
 	}
 	return outcomes
 }
@@ -115,37 +117,20 @@ func TestReceiveBatchSameKeyKnown(t *testing.T) {
 	}
 }
 
-func TestReceiveBatchNotifiesOncePerNewBatch(t *testing.T) {
-	s := batchTestStore(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	signals, err := s.ReceiptSubscribe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runBatch(t, s, delivery("src", "a", "1"), delivery("src", "b", "1"))
-	select {
-	case <-signals:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no notification for a batch with new events")
-	}
-	runBatch(t, s, delivery("src", "a", "1"), delivery("src", "b", "2"))
-	select {
-	case <-signals:
-		t.Fatal("notified for a batch without a new event")
-	case <-time.After(300 * time.Millisecond):
-	}
-}
-
 // A value PostgreSQL refuses fails its own delivery only.
 func TestReceiveBatchBadDeliveryAlone(t *testing.T) {
 	s := batchTestStore(t)
 	bad := delivery("src", "bad\x00id", "x")
-	res := s.receiveBatch(context.Background(), []*receiveArgs{delivery("src", "a", "1"), bad, delivery("src", "a", "1")})
+	res, err := s.EventReceiveMany(context.Background(), &ferry.EventReceiveManyParams{
+		Receipts: []*ferry.EventReceiveParams{delivery("src", "a", "1"), bad, delivery("src", "a", "1")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if res[1].Err == nil {
 		t.Fatal("a NUL in a text value was accepted")
 	}
-	if res[0].Err != nil || res[0].Value.Outcome != ferry.ReceiveNew || res[2].Err != nil || res[2].Value.Outcome != ferry.ReceiveDuplicate {
+	if res[0].Err != nil || res[0].Result.Outcome != ferry.ReceiveNew || res[2].Err != nil || res[2].Result.Outcome != ferry.ReceiveDuplicate {
 		t.Fatalf("neighbours: %+v %+v", res[0], res[2])
 	}
 	if k := readKey(t, s, "src", "a"); k.Deliveries != 2 {
@@ -160,7 +145,7 @@ func TestReceiveBatchMatchesSequential(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	keys := map[[2]string]bool{}
 	for round := range 40 {
-		reqs := make([]*receiveArgs, 1+rng.IntN(24))
+		reqs := make([]*ferry.EventReceiveParams, 1+rng.IntN(24))
 		for i := range reqs {
 			key := [2]string{fmt.Sprint("src", rng.IntN(2)), fmt.Sprint("k", rng.IntN(6))}
 			keys[key] = true
@@ -168,13 +153,13 @@ func TestReceiveBatchMatchesSequential(t *testing.T) {
 		}
 		got := runBatch(t, batched, reqs...)
 		for i, r := range reqs {
-			want, err := sequential.receiveOne(context.Background(), r)
+			want, err := sequential.EventReceive(context.Background(), r)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got[i] != want.Outcome {
 				t.Fatalf("round %d delivery %d (%s/%s %s): batched %v, sequential %v",
-					round, i, r.source, r.eventID, r.payload, got[i], want.Outcome)
+					round, i, r.Source, r.EventID, r.Payload, got[i], want.Outcome)
 			}
 		}
 	}

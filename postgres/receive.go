@@ -1,0 +1,234 @@
+package postgres
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// Receipts. EventReceive writes one delivery with one statement
+// (event_receive.sql) that commits on its own. EventReceiveMany writes many
+// with one statement (event_receive_many.sql): one round trip, one parse and
+// plan, one commit and WAL flush for all of them; the receiver batches
+// concurrent requests into it (group commit).
+
+// receiveArgs is one receipt, ready to bind.
+type receiveArgs struct {
+	source, eventID, typ string
+	payload              []byte   // never nil: the column is NOT NULL
+	headers              []byte   // JSON, nil (NULL) when there are none
+	sum                  [32]byte // payload's SHA-256
+}
+
+func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
+	if err := params.Validate(); err != nil {
+		return nil, err
+	}
+	headers, err := encodeHeaders(params.Headers)
+	if err != nil {
+		return nil, err
+	}
+	payload := params.Payload
+	if payload == nil {
+		payload = []byte{} // the column is NOT NULL; an empty body is still a body
+	}
+	return &receiveArgs{
+		source:  params.Source,
+		eventID: params.EventID,
+		typ:     params.Type,
+		payload: payload,
+		headers: headers,
+		sum:     sha256.Sum256(payload),
+	}, nil
+}
+
+func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+	r, err := newReceiveArgs(params)
+	if err != nil {
+		return nil, wrap("event receive", err)
+	}
+	res, err := s.receiveOne(ctx, r, s.nowArg())
+	return res, wrap("event receive", err)
+}
+
+// EventReceiveMany stores the valid receipts in one statement, hence one
+// transaction. A statement error (a value PostgreSQL refuses) rolls it all
+// back; then each receipt is stored alone, so that one bad delivery cannot
+// fail its neighbours. Any other error (the connection, the commit) fails
+// the call: none of the receipts is acknowledged.
+func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceiveManyParams) ([]ferry.EventReceiveManyResult, error) {
+	const op = "event receive many"
+	out := make([]ferry.EventReceiveManyResult, len(params.Receipts))
+	var (
+		reqs  []*receiveArgs
+		index []int // index[j] is the position of reqs[j] in out
+	)
+	for i, p := range params.Receipts {
+		r, err := newReceiveArgs(p)
+		if err != nil {
+			out[i].Err = wrap(op, err)
+			continue
+		}
+		reqs, index = append(reqs, r), append(index, i)
+	}
+	now := s.nowArg()
+	var results []*ferry.EventReceiveResult
+	var err error
+	switch len(reqs) {
+	case 0:
+		return out, nil
+	case 1:
+		var res *ferry.EventReceiveResult
+		res, err = s.receiveOne(ctx, reqs[0], now)
+		results = []*ferry.EventReceiveResult{res}
+	default:
+		results, err = s.receiveMany(ctx, reqs, now)
+	}
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if len(reqs) == 1 || !errors.As(err, &pgErr) || pgconn.SafeToRetry(err) || ctx.Err() != nil {
+			return nil, wrap(op, err)
+		}
+		// The server refused the statement: nothing of it committed.
+		// Store each receipt in its own transaction.
+		for j, r := range reqs {
+			res, err := s.receiveOne(ctx, r, now)
+			out[index[j]] = ferry.EventReceiveManyResult{Result: res, Err: wrap(op, err)}
+		}
+		return out, nil
+	}
+	for j, res := range results {
+		out[index[j]].Result = res
+	}
+	return out, nil
+}
+
+// receiveMany runs reqs (at least two) as one statement and returns the
+// outcome each would have had, run one after the other in arrival order.
+func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) ([]*ferry.EventReceiveResult, error) {
+	// One lock order for every batch, so that two batches sharing keys wait
+	// on each other instead of deadlocking. The sort is stable: deliveries
+	// of one key keep their arrival order.
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(reqs[a].source, reqs[b].source), cmp.Compare(reqs[a].eventID, reqs[b].eventID))
+	})
+
+	n := len(reqs)
+	var (
+		sources, eventIDs, types = make([]string, n), make([]string, n), make([]string, n)
+		payloads, sums           = make([][]byte, n), make([][]byte, n)
+		headers                  = make([][]byte, n)
+		isFirst                  = make([]bool, n)
+		counts, firstConflicts   = make([]int32, n), make([]int32, n)
+		firsts                   []int // position in order of each key's first delivery
+	)
+	for pos, i := range order {
+		r := reqs[i]
+		sources[pos], eventIDs[pos], types[pos] = r.source, r.eventID, r.typ
+		payloads[pos], sums[pos], headers[pos] = r.payload, r.sum[:], r.headers
+		if f := len(firsts) - 1; f >= 0 && sameKey(reqs[order[firsts[f]]], r) {
+			counts[firsts[f]]++
+			if r.sum != reqs[order[firsts[f]]].sum {
+				firstConflicts[firsts[f]]++
+			}
+			continue
+		}
+		isFirst[pos], counts[pos] = true, 1
+		firsts = append(firsts, pos)
+	}
+	rows, _ := s.pool.Query(ctx, eventReceiveManySQL, pgx.NamedArgs{
+		"now":             now,
+		"source":          sources,
+		"event_id":        eventIDs,
+		"type":            types,
+		"payload":         payloads,
+		"headers":         headers,
+		"payload_sha256":  sums,
+		"is_first":        isFirst,
+		"n":               counts,
+		"first_conflicts": firstConflicts,
+	})
+	// One row per key, in the order of firsts. Outcomes are only handed out
+	// once the rows are closed without error: the statement has committed.
+	type keyResult struct {
+		id       int64
+		inserted bool
+		stored   []byte
+	}
+	keys := make([]keyResult, 0, len(firsts))
+	var k keyResult
+	_, err := pgx.ForEachRow(rows, []any{&k.id, &k.inserted, &k.stored}, func() error {
+		keys = append(keys, k)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) != len(firsts) {
+		return nil, fmt.Errorf("%d rows for %d keys", len(keys), len(firsts))
+	}
+	out := make([]*ferry.EventReceiveResult, len(reqs))
+
+	key := -1
+	for pos, i := range order {
+		if isFirst[pos] {
+			key++
+		}
+		kr := keys[key]
+		res := &ferry.EventReceiveResult{ID: kr.id}
+		switch {
+		case isFirst[pos] && kr.inserted:
+			res.Outcome = ferry.ReceiveNew
+		case !bytes.Equal(reqs[i].sum[:], kr.stored):
+			res.Outcome = ferry.ReceiveConflict
+		default:
+			res.Outcome = ferry.ReceiveDuplicate
+		}
+		out[i] = res
+	}
+	return out, nil
+}
+
+func sameKey(a, b *receiveArgs) bool { return a.source == b.source && a.eventID == b.eventID }
+
+// receiveOne stores one receipt in its own (implicit) transaction.
+func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
+	var (
+		result                ferry.EventReceiveResult
+		inserted, conflicting bool
+	)
+	err := s.pool.QueryRow(ctx, eventReceiveSQL, pgx.NamedArgs{
+		"now":            now,
+		"source":         r.source,
+		"event_id":       r.eventID,
+		"type":           r.typ,
+		"payload":        r.payload,
+		"headers":        r.headers,
+		"payload_sha256": r.sum[:],
+	}).Scan(&result.ID, &inserted, &conflicting)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case inserted:
+		result.Outcome = ferry.ReceiveNew
+	case conflicting:
+		result.Outcome = ferry.ReceiveConflict
+	default:
+		result.Outcome = ferry.ReceiveDuplicate
+	}
+	return &result, nil
+}

@@ -1,0 +1,16 @@
+-- Puts terminal events back to pending, due now, with a fresh attempt budget
+-- (attempt_base catches up with attempt; attempt itself never goes down).
+-- :ids, when not empty, names the events; :source ('' is all) narrows a bulk
+-- requeue. Pending and in_progress events are never touched.
+UPDATE ferry_event
+SET state = 'pending',
+    next_attempt_at = :now,
+    attempt_base = attempt,
+    requeued_at = :now,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    completed_at = NULL
+WHERE state IN (SELECT value FROM json_each(:states))
+  AND state NOT IN ('pending', 'in_progress')
+  AND (json_array_length(:ids) = 0 OR id IN (SELECT value FROM json_each(:ids)))
+  AND (:source = '' OR source = :source)

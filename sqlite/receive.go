@@ -1,0 +1,149 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// Receipts. EventReceive stores one delivery in a write transaction;
+// EventReceiveMany stores many in one (one fsync for the lot: SQLite has one
+// writer and, at synchronous=FULL, one fsync per commit). The receiver
+// batches concurrent requests into EventReceiveMany (group commit). Writes
+// are serialized, so concurrent deliveries of one key make exactly one row:
+// the first is new, the rest are duplicates (or conflicts) and are counted.
+
+// receiveArgs are the named arguments of one receipt's statements.
+func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
+	if err := params.Validate(); err != nil {
+		return nil, err
+	}
+	headers, err := marshalHeaders(params.Headers)
+	if err != nil {
+		return nil, err
+	}
+	payload := params.Payload
+	if payload == nil {
+		payload = []byte{} // the column is NOT NULL; nil would bind as NULL
+	}
+	sum := sha256.Sum256(payload)
+	return []any{
+		sql.Named("source", params.Source),
+		sql.Named("event_id", params.EventID),
+		sql.Named("type", params.Type),
+		sql.Named("payload", payload),
+		sql.Named("headers", headers),
+		sql.Named("payload_sha256", sum[:]),
+		sql.Named("now", now),
+	}, nil
+}
+
+func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+	const op = "event receive"
+	args, err := receiveArgs(params, s.nowMicros())
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	var res *ferry.EventReceiveResult
+	err = s.writeTx(ctx, op, func(tx *sql.Tx) error {
+		res, err = receiveInTx(ctx, tx, args)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.Outcome == ferry.ReceiveNew {
+		s.broadcast()
+	}
+	return res, nil
+}
+
+// EventReceiveMany stores the valid receipts in one write transaction. If a
+// statement fails, the transaction is rolled back whole and each receipt is
+// stored in its own, so that one bad delivery cannot fail its neighbours. A
+// failed begin or commit fails the call: none is acknowledged.
+func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceiveManyParams) ([]ferry.EventReceiveManyResult, error) {
+	const op = "event receive many"
+	out := make([]ferry.EventReceiveManyResult, len(params.Receipts))
+	now := s.nowMicros()
+	var (
+		reqs  [][]any
+		index []int // index[j] is the position of reqs[j] in out
+	)
+	for i, p := range params.Receipts {
+		args, err := receiveArgs(p, now)
+		if err != nil {
+			out[i].Err = wrap(op, err)
+			continue
+		}
+		reqs, index = append(reqs, args), append(index, i)
+	}
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	statementFailed := false
+	err := s.writeTx(ctx, op, func(tx *sql.Tx) error {
+		for j, args := range reqs {
+			res, err := receiveInTx(ctx, tx, args)
+			if err != nil {
+				statementFailed = true
+				return err
+			}
+			out[index[j]].Result = res
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+	case statementFailed && len(reqs) > 1 && ctx.Err() == nil:
+		for j, args := range reqs {
+			var res *ferry.EventReceiveResult
+			err := s.writeTx(ctx, op, func(tx *sql.Tx) error {
+				var err error
+				res, err = receiveInTx(ctx, tx, args)
+				return err
+			})
+			out[index[j]] = ferry.EventReceiveManyResult{Result: res, Err: err}
+		}
+	default:
+		return nil, err
+	}
+	for _, r := range out {
+		if r.Err == nil && r.Result != nil && r.Result.Outcome == ferry.ReceiveNew {
+			s.broadcast()
+			break
+		}
+	}
+	return out, nil
+}
+
+// receiveInTx stores one delivery inside tx: a new key is inserted; a known
+// one counts the delivery, and keeps it as a conflict if its payload differs.
+func receiveInTx(ctx context.Context, tx *sql.Tx, args []any) (*ferry.EventReceiveResult, error) {
+	result := &ferry.EventReceiveResult{}
+	err := tx.QueryRowContext(ctx, eventReceiveSQL, args...).Scan(&result.ID)
+	if err == nil {
+		result.Outcome = ferry.ReceiveNew
+		return result, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	var conflict bool
+	if err := tx.QueryRowContext(ctx, eventReceiveRedeliverSQL, args...).Scan(&result.ID, &conflict); err != nil {
+		return nil, err
+	}
+	if !conflict {
+		result.Outcome = ferry.ReceiveDuplicate
+		return result, nil
+	}
+	result.Outcome = ferry.ReceiveConflict
+	if _, err := tx.ExecContext(ctx, eventReceiveConflictSQL, append(args[:len(args):len(args)], sql.Named("id", result.ID))...); err != nil {
+		return nil, fmt.Errorf("conflict: %w", err)
+	}
+	return result, nil
+}

@@ -1,0 +1,135 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// testClaim checks EventClaimMany: what is due, in which order, under which lease.
+func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Run("LeasesFromTheStoreClock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "stripe", "evt_1")
+		c := claimOne(t, b, "w1")
+		now := b.clock.Now()
+		ev := c.Event
+		if ev.ID != id || ev.State != ferry.StateInProgress || ev.Attempt != 1 || ev.LeaseOwner != "w1" {
+			t.Fatalf("claimed %+v", ev)
+		}
+		if !ev.LeaseExpiresAt.Equal(now.Add(ttl)) || !ev.ClaimedAt.Equal(now) {
+			t.Errorf("lease expires %v claimed %v, want %v and %v", ev.LeaseExpiresAt, ev.ClaimedAt, now.Add(ttl), now)
+		}
+		if string(ev.Payload) != `{"id":"evt_1"}` || ev.Headers.Get("Content-Type") != "application/json" {
+			t.Errorf("claim lacks payload or headers: %q %v", ev.Payload, ev.Headers)
+		}
+		if c.PreviousUnfinished {
+			t.Error("first claim says an earlier attempt was unfinished")
+		}
+		stored := wantState(t, b, id, ferry.StateInProgress)
+		if stored.Attempt != 1 || !stored.LeaseExpiresAt.Equal(ev.LeaseExpiresAt) {
+			t.Errorf("stored attempt %d lease %v", stored.Attempt, stored.LeaseExpiresAt)
+		}
+		ledger := attempts(t, b, id)
+		if len(ledger) != 1 || ledger[0].Attempt != 1 || ledger[0].Worker != "w1" || ledger[0].Outcome != ferry.OutcomeRunning ||
+			!ledger[0].StartedAt.Equal(now) || !ledger[0].FinishedAt.IsZero() {
+			t.Fatalf("ledger = %+v", ledger)
+		}
+	})
+
+	t.Run("OldestDueFirstWithinLimit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var ids []int64
+		for i := range 5 {
+			ids = append(ids, receive(t, b, "stripe", fmt.Sprint("evt_", i)))
+			b.clock.Advance(time.Second)
+		}
+		got := claim(t, b, "w1", 3)
+		if len(got) != 3 {
+			t.Fatalf("claimed %d, want 3", len(got))
+		}
+		for i, c := range got {
+			if c.Event.ID != ids[i] {
+				t.Errorf("claim %d = event %d, want %d", i, c.Event.ID, ids[i])
+			}
+		}
+		rest := claim(t, b, "w2", 10)
+		if len(rest) != 2 || rest[0].Event.ID != ids[3] || rest[1].Event.ID != ids[4] {
+			t.Fatalf("second claim = %d events", len(rest))
+		}
+		if again := claim(t, b, "w3", 10); len(again) != 0 {
+			t.Fatalf("leased events claimed again: %d", len(again))
+		}
+	})
+
+	t.Run("SourcesFilter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		receive(t, b, "stripe", "evt_1")
+		gh := receive(t, b, "github", "evt_1")
+		got := claim(t, b, "w1", 10, "github")
+		if len(got) != 1 || got[0].Event.ID != gh {
+			t.Fatalf("claimed %d events from github filter", len(got))
+		}
+	})
+
+	t.Run("NotYetDueIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		receive(t, b, "stripe", "evt_1")
+		c := claimOne(t, b, "w1")
+		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), RetryDelay: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if got := claim(t, b, "w1", 10); len(got) != 0 {
+			t.Fatalf("claimed an event before its next attempt time")
+		}
+		b.clock.Advance(time.Minute)
+		if got := claim(t, b, "w1", 10); len(got) != 1 || got[0].Event.Attempt != 2 {
+			t.Fatalf("due event not claimed: %d", len(got))
+		}
+	})
+
+	t.Run("EmptyInbox", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		if got := claim(t, b, "w1", 10); len(got) != 0 {
+			t.Fatalf("claimed %d events from an empty inbox", len(got))
+		}
+		for _, id := range []int64{1, 1000} {
+			if got := attempts(t, b, id); len(got) != 0 {
+				t.Errorf("ledger of unknown event %d = %+v", id, got)
+			}
+			if got, err := b.store.ConflictList(b.ctx, &ferry.ConflictListParams{ID: id}); err != nil || len(got) != 0 {
+				t.Errorf("conflicts of unknown event %d = %+v, %v; want none", id, got, err)
+			}
+		}
+	})
+
+	t.Run("HoldWithinASourceFilter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		held := receive(t, b, "payments", "evt_1")
+		claimOne(t, b, "w1")
+		retried := receive(t, b, "stripe", "evt_1")
+		claimOne(t, b, "w1")
+		b.clock.Advance(ttl)
+		// Holding the only source asked for claims nothing, but still
+		// settles its lapsed attempt.
+		params := &ferry.EventClaimManyParams{Owner: "w2", Limit: 10, TTL: ttl, Sources: []string{"payments"}, HoldSources: []string{"payments"}}
+		if got, err := b.store.EventClaimMany(b.ctx, params); err != nil || len(got) != 0 {
+			t.Fatalf("claim = %d events, %v; want none", len(got), err)
+		}
+		wantState(t, b, held, ferry.StateUnknown)
+		if ledger := attempts(t, b, held); len(ledger) != 1 || ledger[0].Outcome != ferry.OutcomeLeaseExpired || !ledger[0].FinishedAt.Equal(b.clock.Now()) {
+			t.Errorf("held ledger = %+v, want one lease_expired attempt finished now", ledger)
+		}
+		if c := claimOne(t, b, "w2"); c.Event.ID != retried || !c.PreviousUnfinished {
+			t.Errorf("claim = event %d previous unfinished %v, want %d with an unfinished attempt", c.Event.ID, c.PreviousUnfinished, retried)
+		}
+	})
+}

@@ -1,0 +1,135 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// testFail checks EventFail: the dead rule and the backoff.
+func testFail[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Run("BackoffThenRetry", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "stripe", "evt_1")
+		lease := claimOne(t, b, "w1").Event.Lease()
+		state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "downstream 500", RetryDelay: 10 * time.Second, MaxAttempts: 3})
+		if err != nil || state != ferry.StatePending {
+			t.Fatalf("fail = %s, %v", state, err)
+		}
+		ev := wantState(t, b, id, ferry.StatePending)
+		if ev.LastError != "downstream 500" || !ev.NextAttemptAt.Equal(b.clock.Now().Add(10*time.Second)) || ev.LeaseOwner != "" {
+			t.Errorf("failed event: error %q next %v owner %q", ev.LastError, ev.NextAttemptAt, ev.LeaseOwner)
+		}
+		ledger := attempts(t, b, id)
+		if len(ledger) != 1 || ledger[0].Outcome != ferry.OutcomeFailed || ledger[0].Error != "downstream 500" || ledger[0].FinishedAt.IsZero() {
+			t.Fatalf("ledger = %+v", ledger[0])
+		}
+	})
+
+	t.Run("DeadAfterMaxAttempts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "stripe", "evt_1")
+		for i := 1; i <= 3; i++ {
+			lease := claimOne(t, b, "w1").Event.Lease()
+			state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "boom", MaxAttempts: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]ferry.State{true: ferry.StateDead, false: ferry.StatePending}[i == 3]; state != want {
+				t.Fatalf("attempt %d: state %s, want %s", i, state, want)
+			}
+		}
+		wantState(t, b, id, ferry.StateDead)
+		wantOutcomes(t, b, id, ferry.OutcomeFailed, ferry.OutcomeFailed, ferry.OutcomeDead)
+		if got := claim(t, b, "w1", 10); len(got) != 0 {
+			t.Fatal("a dead event was claimed")
+		}
+	})
+
+	t.Run("DeadOnceOlderThanMaxAge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "stripe", "evt_1")
+		b.clock.Advance(72*time.Hour - ttl)
+		lease := claimOne(t, b, "w1").Event.Lease()
+		state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, MaxAge: 72 * time.Hour})
+		if err != nil || state != ferry.StatePending {
+			t.Fatalf("younger than max age: %s, %v", state, err)
+		}
+		b.clock.Advance(ttl)
+		lease = claimOne(t, b, "w1").Event.Lease()
+		state, err = b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, MaxAge: 72 * time.Hour})
+		if err != nil || state != ferry.StateDead {
+			t.Fatalf("at max age: %s, %v", state, err)
+		}
+		wantState(t, b, id, ferry.StateDead)
+	})
+
+	t.Run("PermanentErrorIsDeadAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "stripe", "evt_1")
+		lease := claimOne(t, b, "w1").Event.Lease()
+		state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "404", Dead: true, MaxAttempts: 25})
+		if err != nil || state != ferry.StateDead {
+			t.Fatalf("fail = %s, %v", state, err)
+		}
+		wantOutcomes(t, b, id, ferry.OutcomeDead)
+	})
+
+	t.Run("FailRules", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name   string
+			params ferry.EventFailParams
+			age    time.Duration // how long after its receipt the event is claimed and fails
+			want   ferry.State
+		}{
+			{"Retry", ferry.EventFailParams{RetryDelay: time.Second}, 0, ferry.StatePending},
+			{"RetryInBudget", ferry.EventFailParams{RetryDelay: time.Minute, MaxAttempts: 5}, 0, ferry.StatePending},
+			{"Permanent", ferry.EventFailParams{Dead: true}, 0, ferry.StateDead},
+			{"BudgetSpent", ferry.EventFailParams{MaxAttempts: 1}, 0, ferry.StateDead},
+			{"BudgetLeft", ferry.EventFailParams{MaxAttempts: 2}, 0, ferry.StatePending},
+			{"TooOld", ferry.EventFailParams{MaxAge: time.Hour}, time.Hour, ferry.StateDead},
+			{"YoungEnough", ferry.EventFailParams{MaxAge: time.Hour}, 59 * time.Minute, ferry.StatePending},
+			{"JustYoungEnough", ferry.EventFailParams{MaxAge: time.Hour}, time.Hour - time.Second, ferry.StatePending},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				id := receive(t, b, "stripe", "evt_1")
+				b.clock.Advance(tc.age)
+				params := tc.params
+				params.Lease, params.Error = claimOne(t, b, "w1").Event.Lease(), "boom"
+				state, err := b.store.EventFail(b.ctx, &params)
+				if err != nil || state != tc.want {
+					t.Fatalf("fail = %s, %v; want %s", state, err, tc.want)
+				}
+				now := b.clock.Now()
+				ev := wantState(t, b, id, tc.want)
+				if ev.LastError != "boom" || ev.LeaseOwner != "" || !ev.LeaseExpiresAt.IsZero() {
+					t.Errorf("failed event: error %q owner %q expiry %v", ev.LastError, ev.LeaseOwner, ev.LeaseExpiresAt)
+				}
+				outcome := map[ferry.State]ferry.Outcome{ferry.StatePending: ferry.OutcomeFailed, ferry.StateDead: ferry.OutcomeDead}[tc.want]
+				ledger := attempts(t, b, id)
+				if len(ledger) != 1 || ledger[0].Outcome != outcome || ledger[0].Error != "boom" || !ledger[0].FinishedAt.Equal(now) {
+					t.Fatalf("ledger = %+v, want one %s attempt finished now", ledger, outcome)
+				}
+				if tc.want != ferry.StatePending {
+					return
+				}
+				if !ev.NextAttemptAt.Equal(now.Add(params.RetryDelay)) {
+					t.Errorf("next attempt at %v, want %v", ev.NextAttemptAt, now.Add(params.RetryDelay))
+				}
+				b.clock.Advance(params.RetryDelay)
+				next := claimOne(t, b, "w2")
+				if next.Event.ID != id || next.Event.Attempt != 2 || next.PreviousUnfinished {
+					t.Errorf("retry: event %d attempt %d previous unfinished %v", next.Event.ID, next.Event.Attempt, next.PreviousUnfinished)
+				}
+			})
+		}
+	})
+}

@@ -1,0 +1,122 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// testInvalidParams checks that every operation refuses params it cannot
+// act on with ErrInvalidParams and changes nothing: the rules of the root
+// package's Validate and Normalize methods, reached through each store.
+func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	b := setup(t)
+	id := receive(t, b, "stripe", "evt_1")
+	lease := claimOne(t, b, "w1").Event.Lease()
+	before := get(t, b, id)
+
+	bad := ferry.Lease{ID: id, Attempt: 0}
+	ctx := b.ctx
+	s := b.store
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"AttemptList", func() error { _, err := s.AttemptList(ctx, &ferry.AttemptListParams{}); return err }},
+		{"ConflictList", func() error { _, err := s.ConflictList(ctx, &ferry.ConflictListParams{ID: -1}); return err }},
+		{"EventClaimMany/NoOwner", func() error {
+			_, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Limit: 1, TTL: ttl})
+			return err
+		}},
+		{"EventClaimMany/NoLimit", func() error {
+			_, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", TTL: ttl})
+			return err
+		}},
+		{"EventClaimMany/NoTTL", func() error {
+			_, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1})
+			return err
+		}},
+		{"EventComplete", func() error { return s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: bad}) }},
+		{"EventCompleteTx", func() error {
+			return s.InTx(ctx, func(tx TX) error {
+				return s.EventCompleteTx(ctx, tx, &ferry.EventCompleteParams{Lease: bad})
+			})
+		}},
+		{"EventCompleteMany", func() error {
+			_, err := s.EventCompleteMany(ctx, &ferry.EventCompleteManyParams{Leases: []ferry.Lease{lease, bad}})
+			return err
+		}},
+		{"EventFail/NoLease", func() error { _, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: bad}); return err }},
+		{"EventFail/NegativeDelay", func() error {
+			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, RetryDelay: -time.Second})
+			return err
+		}},
+		{"EventFail/NegativeBudget", func() error {
+			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, MaxAttempts: -1})
+			return err
+		}},
+		{"EventGet", func() error {
+			_, err := s.EventGet(ctx, &ferry.EventGetParams{Source: "stripe"})
+			if !errors.Is(err, ferry.ErrNotFound) {
+				return fmt.Errorf("not ErrNotFound as well: %v", err)
+			}
+			return err
+		}},
+		{"EventHeartbeat/NoTTL", func() error {
+			_, err := s.EventHeartbeat(ctx, &ferry.EventHeartbeatParams{Lease: lease})
+			return err
+		}},
+		{"EventHeartbeat/NoLease", func() error {
+			_, err := s.EventHeartbeat(ctx, &ferry.EventHeartbeatParams{Lease: bad, TTL: ttl})
+			return err
+		}},
+		{"EventList/NegativeLimit", func() error { _, err := s.EventList(ctx, &ferry.EventListParams{Limit: -1}); return err }},
+		{"EventList/UnknownState", func() error {
+			_, err := s.EventList(ctx, &ferry.EventListParams{States: []ferry.State{"stuck"}})
+			return err
+		}},
+		{"EventPurge/NoSource", func() error {
+			_, err := s.EventPurge(ctx, &ferry.EventPurgeParams{Retention: time.Hour})
+			return err
+		}},
+		{"EventReceive/NoSource", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{EventID: "evt_2"})
+			return err
+		}},
+		{"EventReceive/NoEventID", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe"})
+			return err
+		}},
+		{"EventReceiveMany", func() error {
+			res, err := s.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: []*ferry.EventReceiveParams{{Source: "stripe"}}})
+			if err != nil {
+				return err
+			}
+			return res[0].Err
+		}},
+		{"EventRelease", func() error { return s.EventRelease(ctx, &ferry.EventReleaseParams{Lease: bad}) }},
+		{"EventRequeue/UnknownState", func() error {
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{States: []ferry.State{ferry.StateDead, "gone"}})
+			return err
+		}},
+		{"EventRequeue/BadID", func() error { _, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{0}}); return err }},
+		{"EventStats", func() error { _, err := s.EventStats(ctx, &ferry.EventStatsParams{AtRiskLimit: -1}); return err }},
+	} {
+		if err := tc.call(); !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Errorf("%s: err = %v, want ErrInvalidParams", tc.name, err)
+		}
+	}
+	// Nothing changed: the lease still holds, the event is as it was.
+	if after := get(t, b, id); after.State != ferry.StateInProgress || !after.LeaseExpiresAt.Equal(before.LeaseExpiresAt) || after.LastError != "" {
+		t.Errorf("event after refused calls = %+v, want it untouched", after)
+	}
+	if list, err := s.EventList(ctx, &ferry.EventListParams{}); err != nil || len(list.Events) != 1 {
+		t.Errorf("events = %v, %v; want only the first", list, err)
+	}
+	if err := s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+		t.Errorf("the lease no longer holds after refused calls: %v", err)
+	}
+}

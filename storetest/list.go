@@ -1,0 +1,151 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// testList checks EventList: filters and pages.
+func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Run("FiltersAndPages", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var ids []int64
+		for i := range 7 {
+			ids = append(ids, receive(t, b, "stripe", fmt.Sprintf("evt_%d", i)))
+		}
+		receive(t, b, "github", "evt_x")
+		receive(t, b, "stripe", "evt_100%")
+		start := b.clock.Now()
+		b.clock.Advance(time.Minute)
+		late := receive(t, b, "stripe", "late")
+		lease := claimOne(t, b, "w1").Event.Lease() // claims ids[0], the oldest due
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+			t.Fatal(err)
+		}
+
+		var seen []int64
+		before := int64(0)
+		for pages := 0; ; pages++ {
+			page, err := b.store.EventList(b.ctx, &ferry.EventListParams{Source: "stripe", Limit: 3, Before: before})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range page.Events {
+				if ev.Source != "stripe" || ev.Payload != nil || ev.Headers != nil {
+					t.Fatalf("listed %s/%s with payload %q headers %v", ev.Source, ev.EventID, ev.Payload, ev.Headers)
+				}
+				seen = append(seen, ev.ID)
+			}
+			if page.NextBefore == 0 {
+				break
+			}
+			if pages > 5 {
+				t.Fatal("pagination does not end")
+			}
+			before = page.NextBefore
+		}
+		if len(seen) != 9 || !slices.IsSortedFunc(seen, func(a, b int64) int { return int(b - a) }) {
+			t.Fatalf("paged ids %v: want 9, newest first", seen)
+		}
+
+		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateDone}})
+		if err != nil || len(page.Events) != 1 || page.Events[0].ID != ids[0] || page.Events[0].State != ferry.StateDone {
+			t.Fatalf("done filter: %v %v", page, err)
+		}
+		page, err = b.store.EventList(b.ctx, &ferry.EventListParams{EventIDContains: "0%"})
+		if err != nil || len(page.Events) != 1 || page.Events[0].EventID != "evt_100%" {
+			t.Fatalf("search for a literal %%: %+v %v", page, err)
+		}
+		page, err = b.store.EventList(b.ctx, &ferry.EventListParams{Since: start.Add(time.Second)})
+		if err != nil || len(page.Events) != 1 || page.Events[0].ID != late {
+			t.Fatalf("since filter: %+v %v", page, err)
+		}
+	})
+
+	t.Run("PageBoundsAndEdgeFilters", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		start := b.clock.Now()
+		var ids []int64
+		for i := range 5 {
+			ids = append(ids, receive(t, b, "s", fmt.Sprintf("evt_%d", i)))
+			b.clock.Advance(time.Second)
+		}
+		receive(t, b, "other", "evt%_x")
+		claimOne(t, b, "w") // ids[0] goes in_progress
+		list := func(p ferry.EventListParams) *ferry.EventListResult {
+			t.Helper()
+			res, err := b.store.EventList(b.ctx, &p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		idsOf := func(res *ferry.EventListResult) (got []int64) {
+			for _, ev := range res.Events {
+				got = append(got, ev.ID)
+			}
+			return got
+		}
+
+		// A full page points past its last event; a short one ends the list.
+		page1 := list(ferry.EventListParams{Source: "s", Limit: 3})
+		if got, want := idsOf(page1), []int64{ids[4], ids[3], ids[2]}; !slices.Equal(got, want) || page1.NextBefore != ids[2] {
+			t.Fatalf("page 1 = %v next %d, want %v next %d", got, page1.NextBefore, want, ids[2])
+		}
+		page2 := list(ferry.EventListParams{Source: "s", Limit: 3, Before: page1.NextBefore})
+		if got, want := idsOf(page2), []int64{ids[1], ids[0]}; !slices.Equal(got, want) || page2.NextBefore != 0 {
+			t.Fatalf("page 2 = %v next %d, want %v next 0", got, page2.NextBefore, want)
+		}
+		if res := list(ferry.EventListParams{States: []ferry.State{ferry.StateInProgress}}); len(res.Events) != 1 || res.Events[0].ID != ids[0] {
+			t.Fatalf("in_progress = %v, want [%d]", idsOf(res), ids[0])
+		}
+		if res := list(ferry.EventListParams{States: []ferry.State{ferry.StatePending, ferry.StateInProgress}}); len(res.Events) != 6 {
+			t.Fatalf("pending or in_progress = %v, want all 6", idsOf(res))
+		}
+		// LIKE's wildcards are searched for literally.
+		if res := list(ferry.EventListParams{EventIDContains: "%_"}); len(res.Events) != 1 || res.Events[0].Source != "other" {
+			t.Fatalf("literal substring = %v, want only other's event", idsOf(res))
+		}
+		// Since takes the events received at that instant too.
+		if res := list(ferry.EventListParams{Since: start.Add(3 * time.Second)}); len(res.Events) != 3 {
+			t.Fatalf("since = %v, want 3 events", idsOf(res))
+		}
+	})
+
+	// The page size defaults to ferry.EventListLimitDefault.
+	t.Run("DefaultLimit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		receipts := make([]*ferry.EventReceiveParams, ferry.EventListLimitDefault+1)
+		for i := range receipts {
+			receipts[i] = &ferry.EventReceiveParams{Source: "s", EventID: fmt.Sprint("evt_", i)}
+		}
+		if _, err := b.store.EventReceiveMany(b.ctx, &ferry.EventReceiveManyParams{Receipts: receipts}); err != nil {
+			t.Fatal(err)
+		}
+		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Events) != ferry.EventListLimitDefault || page.NextBefore == 0 {
+			t.Fatalf("page of %d, next %d; want %d and a next page", len(page.Events), page.NextBefore, ferry.EventListLimitDefault)
+		}
+	})
+
+	// A negative cursor starts at the newest, as zero does.
+	t.Run("NegativeBeforeStartsAtTheNewest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "s", "evt_1")
+		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{Before: -1})
+		if err != nil || len(page.Events) != 1 || page.Events[0].ID != id {
+			t.Fatalf("list before -1 = %+v, %v; want the one event", page, err)
+		}
+	})
+}

@@ -1,0 +1,85 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// testPurge checks EventPurge: only done events past the retention, with their ledger and conflicts.
+func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Run("KeepsTheReplayWindow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		old := receive(t, b, "stripe", "old")
+		fresh := receive(t, b, "stripe", "fresh")
+		for range 2 {
+			lease := claimOne(t, b, "w1").Event.Lease()
+			if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Both are done; a day later fresh is replayed and done again, so it is younger.
+		b.clock.Advance(24 * time.Hour)
+		if err := requeueAndComplete(b, fresh); err != nil {
+			t.Fatal(err)
+		}
+		pending := receive(t, b, "stripe", "pending")
+		other := receive(t, b, "github", "old")
+		lease := claim(t, b, "w1", 1, "github")[0].Event.Lease()
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+			t.Fatal(err)
+		}
+
+		_, err := b.store.EventPurge(b.ctx, &ferry.EventPurgeParams{Source: "stripe", Retention: 71 * time.Hour, ReplayWindow: 72 * time.Hour})
+		if !errors.Is(err, ferry.ErrRetentionTooShort) {
+			t.Fatalf("purge below the replay window: err = %v, want ErrRetentionTooShort", err)
+		}
+		b.clock.Advance(72*time.Hour - 24*time.Hour)
+		n, err := b.store.EventPurge(b.ctx, &ferry.EventPurgeParams{Source: "stripe", Retention: 72 * time.Hour, ReplayWindow: 72 * time.Hour})
+		if err != nil || n != 1 {
+			t.Fatalf("purge = %d, %v; want 1", n, err)
+		}
+		if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: old}); !errors.Is(err, ferry.ErrNotFound) {
+			t.Errorf("purged event still there: %v", err)
+		}
+		if got := attempts(t, b, old); len(got) != 0 {
+			t.Errorf("purged event's ledger remains: %d rows", len(got))
+		}
+		wantState(t, b, fresh, ferry.StateDone)
+		wantState(t, b, pending, ferry.StatePending)
+		wantState(t, b, other, ferry.StateDone)
+	})
+
+	t.Run("PurgeAtRetentionWithConflicts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "s", "e")
+		if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("different")}); err != nil {
+			t.Fatal(err)
+		}
+		pending := receive(t, b, "s", "pending")
+		lease := claimOne(t, b, "w").Event.Lease()
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+			t.Fatal(err)
+		}
+		params := &ferry.EventPurgeParams{Source: "s", Retention: 24 * time.Hour, ReplayWindow: time.Hour}
+		b.clock.Advance(24*time.Hour - time.Second)
+		if n, err := b.store.EventPurge(b.ctx, params); err != nil || n != 0 {
+			t.Fatalf("purge a second early = %d, %v; want 0", n, err)
+		}
+		b.clock.Advance(time.Second)
+		if n, err := b.store.EventPurge(b.ctx, params); err != nil || n != 1 {
+			t.Fatalf("purge = %d, %v; want 1", n, err)
+		}
+		if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id}); !errors.Is(err, ferry.ErrNotFound) {
+			t.Fatalf("purged event: err = %v", err)
+		}
+		if got, err := b.store.ConflictList(b.ctx, &ferry.ConflictListParams{ID: id}); err != nil || len(got) != 0 {
+			t.Errorf("purged event's conflicts = %+v, %v; want none", got, err)
+		}
+		wantState(t, b, pending, ferry.StatePending)
+	})
+}

@@ -1,0 +1,163 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// testRequeue checks EventRequeue: which states go back to pending, and the fresh budget.
+func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Run("DeadGetsAFreshBudget", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "stripe", "evt_1")
+		lease := claimOne(t, b, "w1").Event.Lease()
+		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, MaxAttempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+		wantState(t, b, id, ferry.StateDead)
+		b.clock.Advance(time.Hour)
+		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}})
+		if err != nil || n != 1 {
+			t.Fatalf("requeue = %d, %v", n, err)
+		}
+		ev := wantState(t, b, id, ferry.StatePending)
+		if !ev.RequeuedAt.Equal(b.clock.Now()) || !ev.NextAttemptAt.Equal(b.clock.Now()) || ev.Attempt != 1 {
+			t.Errorf("requeued: at %v next %v attempt %d", ev.RequeuedAt, ev.NextAttemptAt, ev.Attempt)
+		}
+		c := claimOne(t, b, "w1")
+		if c.Event.Attempt != 2 {
+			t.Fatalf("attempt after requeue = %d, want 2 (the fencing token never goes down)", c.Event.Attempt)
+		}
+		state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), MaxAttempts: 2})
+		if err != nil || state != ferry.StatePending {
+			t.Fatalf("first failure after requeue = %s, %v; want pending (fresh budget)", state, err)
+		}
+	})
+
+	t.Run("DoneAndUnknownByIDButNeverLive", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		done := receive(t, b, "stripe", "done")
+		lease := claimOne(t, b, "w1").Event.Lease()
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+			t.Fatal(err)
+		}
+		live := receive(t, b, "stripe", "live")
+		claimOne(t, b, "w1")
+		pending := receive(t, b, "stripe", "pending")
+		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done, live, pending}, States: ferry.States})
+		if err != nil || n != 1 {
+			t.Fatalf("requeue = %d, %v; want 1", n, err)
+		}
+		ev := wantState(t, b, done, ferry.StatePending)
+		if !ev.CompletedAt.IsZero() {
+			t.Errorf("requeued event keeps completed_at %v", ev.CompletedAt)
+		}
+		wantState(t, b, live, ferry.StateInProgress)
+	})
+
+	t.Run("BulkBySourceTakesDeadAndUnknown", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var dead []int64
+		for i := range 3 {
+			dead = append(dead, receive(t, b, "stripe", fmt.Sprint("d", i)))
+		}
+		other := receive(t, b, "github", "d")
+		for range 4 {
+			lease := claimOne(t, b, "w1").Event.Lease()
+			if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe"})
+		if err != nil || n != 3 {
+			t.Fatalf("bulk requeue = %d, %v; want 3", n, err)
+		}
+		for _, id := range dead {
+			wantState(t, b, id, ferry.StatePending)
+		}
+		wantState(t, b, other, ferry.StateDead)
+	})
+
+	t.Run("RequeueRestartsBudgetAndAge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "stripe", "evt_1")
+		fail := func() ferry.State {
+			lease := claimOne(t, b, "w1").Event.Lease()
+			state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, MaxAttempts: 2, MaxAge: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return state
+		}
+		if s1, s2 := fail(), fail(); s1 != ferry.StatePending || s2 != ferry.StateDead {
+			t.Fatalf("states = %s, %s; want pending then dead", s1, s2)
+		}
+		b.clock.Advance(2 * time.Hour) // older than MaxAge since the first delivery
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}}); err != nil || n != 1 {
+			t.Fatalf("requeue = %d, %v", n, err)
+		}
+		if s := fail(); s != ferry.StatePending {
+			t.Errorf("first attempt after requeue went %s, want pending: budget and age restart", s)
+		}
+		if ev := get(t, b, id); ev.Attempt != 3 {
+			t.Errorf("attempt = %d, want 3: the counter never goes down", ev.Attempt)
+		}
+	})
+
+	t.Run("BulkRequeueLeavesDone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		done := receive(t, b, "stripe", "done")
+		dead := receive(t, b, "stripe", "dead")
+		receive(t, b, "stripe", "pending")
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claimOne(t, b, "w1").Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: claimOne(t, b, "w1").Event.Lease(), MaxAttempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Second)
+		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe"})
+		if err != nil || n != 1 {
+			t.Fatalf("bulk requeue = %d, %v; want 1 (the dead event)", n, err)
+		}
+		wantState(t, b, done, ferry.StateDone)
+		ev := wantState(t, b, dead, ferry.StatePending)
+		if ev.Attempt != 1 || !ev.RequeuedAt.Equal(b.clock.Now()) {
+			t.Errorf("bulk requeued: attempt %d at %v", ev.Attempt, ev.RequeuedAt)
+		}
+	})
+
+	// By IDs the states default to done, dead and unknown; naming only live
+	// states requeues nothing; an unknown state is refused, and nothing of
+	// the call happens.
+	t.Run("DefaultAndBadStates", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		done := receive(t, b, "stripe", "done")
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claimOne(t, b, "w1").Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		live := []ferry.State{ferry.StatePending, ferry.StateInProgress}
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, States: live}); err != nil || n != 0 {
+			t.Fatalf("requeue naming live states = %d, %v; want 0", n, err)
+		}
+		bad := []ferry.State{ferry.StateDone, "stuck"}
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, States: bad}); !errors.Is(err, ferry.ErrInvalidParams) || n != 0 {
+			t.Fatalf("requeue naming an unknown state = %d, %v; want ErrInvalidParams", n, err)
+		}
+		wantState(t, b, done, ferry.StateDone)
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}}); err != nil || n != 1 {
+			t.Fatalf("requeue by id with default states = %d, %v; want 1", n, err)
+		}
+		wantState(t, b, done, ferry.StatePending)
+	})
+}
