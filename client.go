@@ -27,10 +27,13 @@ type Client struct {
 	// verdict.
 	completions *groupcommit.Committer[Lease, struct{}]
 
-	mu       sync.Mutex
-	started  bool
-	active   int
-	slotFree chan struct{}
+	mu      sync.Mutex
+	started bool
+	// registerErr is the first handler that could not be registered
+	// (HandleTx with a store not the client's own); Start returns it.
+	registerErr error
+	active      int
+	slotFree    chan struct{}
 
 	stopClaiming context.CancelFunc
 	stopHandlers context.CancelCauseFunc
@@ -55,6 +58,9 @@ func (c *Client) Start(ctx context.Context) error {
 	defer c.mu.Unlock()
 	if c.started {
 		return errors.New("ferry: client already started")
+	}
+	if c.registerErr != nil {
+		return c.registerErr
 	}
 	if len(c.handlers) == 0 {
 		return errors.New("ferry: no handler registered")

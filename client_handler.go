@@ -2,6 +2,8 @@ package ferry
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 )
 
 // Handle registers h for every event of source that no HandleType handler
@@ -14,10 +16,35 @@ func (c *Client) HandleType(source, eventType string, h HandlerFunc) {
 }
 
 // HandleTx registers a transactional handler for source: h's writes and the
-// fenced done commit in one transaction of store, which must be the client's
-// own Store. eventType "" takes every type.
+// fenced done commit in one transaction of store. eventType "" takes every
+// type.
+//
+// store must be the very value given as Config.Store: a done written through
+// another store would commit in a database the client does not claim from,
+// so the effect and the fence would no longer be one transaction. A wrong
+// store (a different store, or a wrapper around the client's own) is not
+// registered, and Start returns an error wrapping ErrInvalidParams that
+// names the source.
 func HandleTx[TX any](c *Client, store TxStore[TX], source, eventType string, h TxHandlerFunc[TX]) {
+	if !sameStore(store, c.store) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.registerErr == nil {
+			c.registerErr = fmt.Errorf("%w: HandleTx for source %q: the store (%T) is not the client's Config.Store (%T)", ErrInvalidParams, source, store, c.store)
+		}
+		return
+	}
 	c.register(source, eventType, txHandler[TX]{store: store, fn: h})
+}
+
+// sameStore reports whether a and b are the same store value. A store type
+// that cannot be compared is never the same.
+func sameStore(a, b Store) bool {
+	ta := reflect.TypeOf(a)
+	if ta == nil || ta != reflect.TypeOf(b) || !ta.Comparable() {
+		return false
+	}
+	return a == b
 }
 
 func (c *Client) register(source, eventType string, h handler) {
