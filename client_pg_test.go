@@ -97,7 +97,7 @@ func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = live.Stop(ctx) })
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // a ceiling for a loaded machine
 	for {
 		page, err := st.EventList(ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateDone}})
 		if err != nil {
