@@ -18,21 +18,13 @@ func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventComple
 	if len(params.Leases) == 0 {
 		return nil, nil
 	}
-	ids := make([]int64, len(params.Leases))
-	attempts := make([]int32, len(params.Leases))
-	for i, l := range params.Leases {
-		ids[i], attempts[i] = l.ID, int32(l.Attempt)
-	}
+	ids, attempts := leaseArrays(params.Leases)
 	rows, _ := s.pool.Query(ctx, eventCompleteManySQL, pgx.NamedArgs{
 		"now":      s.nowArg(),
 		"ids":      ids,
 		"attempts": attempts,
 	})
-	lost, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ferry.Lease, error) {
-		var l ferry.Lease
-		err := row.Scan(&l.ID, &l.Attempt)
-		return l, err
-	})
+	lost, err := pgx.CollectRows(rows, scanLease)
 	if err != nil {
 		return nil, wrap("event complete many", err)
 	}

@@ -93,6 +93,8 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Model", testModel[TX]},
 		{"Stats", testStats[TX]},
 		{"CompleteMany", testCompleteMany[TX]},
+		{"HeartbeatMany", testHeartbeatMany[TX]},
+		{"FailMany", testFailMany[TX]},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
