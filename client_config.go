@@ -24,6 +24,16 @@ type Config struct {
 	// Workers is how many handlers run at once. Defaults to 10.
 	Workers int
 
+	// Prefetch is how many events the client claims ahead of its workers:
+	// claimed, heartbeated like running ones, and started as soon as a
+	// worker is free, so that a busy worker never waits for a claim's round
+	// trip. It is also the smallest claim a saturated client makes (claims
+	// come in batches of at least Prefetch, not one per finished job).
+	// Events waiting here are held from other instances, so it stays small:
+	// defaults to Workers/4, at least 1. Events still waiting at Stop are
+	// released at once.
+	Prefetch int
+
 	// LeaseTTL is how long a claim holds an event without a heartbeat; a
 	// dead worker's events are taken back within it. Defaults to 15 seconds.
 	LeaseTTL time.Duration
@@ -109,10 +119,11 @@ func NewClient(cfg *Config) (*Client, error) {
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseTTL/3)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
+	c.Prefetch = cmp.Or(c.Prefetch, max(1, c.Workers/4))
 	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
 	c.RetryCap = cmp.Or(c.RetryCap, time.Hour)
-	if c.Workers < 0 || c.LeaseTTL < 0 || c.PollInterval < 0 || c.ShutdownGrace < 0 || c.RetryBase < 0 || c.RetryCap < 0 {
-		return nil, fmt.Errorf("%w: Config durations and Workers may not be negative", ErrInvalidParams)
+	if c.Workers < 0 || c.Prefetch < 0 || c.LeaseTTL < 0 || c.PollInterval < 0 || c.ShutdownGrace < 0 || c.RetryBase < 0 || c.RetryCap < 0 {
+		return nil, fmt.Errorf("%w: Config durations, Workers and Prefetch may not be negative", ErrInvalidParams)
 	}
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.LeaseTTL/3 {
 		return nil, fmt.Errorf("%w: HeartbeatInterval %v must be positive and at most LeaseTTL/3 (%v)", ErrInvalidParams, c.HeartbeatInterval, c.LeaseTTL/3)
@@ -124,12 +135,15 @@ func NewClient(cfg *Config) (*Client, error) {
 		c.Logger = slog.Default()
 	}
 	cl := &Client{
-		cfg:      c,
-		store:    c.Store,
-		log:      c.Logger,
-		policies: map[string]SourcePolicy{},
-		handlers: map[string]map[string]handler{},
-		slotFree: make(chan struct{}, 1),
+		cfg:        c,
+		store:      c.Store,
+		log:        c.Logger,
+		policies:   map[string]SourcePolicy{},
+		handlers:   map[string]map[string]handler{},
+		slotFree:   make(chan struct{}, 1),
+		beating:    map[*job]struct{}{},
+		workers:    make(chan struct{}, c.Workers),
+		stopQueued: make(chan struct{}),
 	}
 	cl.completions = &groupcommit.Committer[Lease, struct{}]{
 		// A job has at most one completion waiting, so a batch never needs
@@ -140,6 +154,11 @@ func NewClient(cfg *Config) (*Client, error) {
 		// and the work path still uses at most two connections for it.
 		MaxConcurrent: 2,
 		Run:           cl.completeBatch,
+	}
+	cl.failures = &groupcommit.Committer[EventFailParams, State]{
+		MaxBatch:      min(c.Workers, maxCompleteBatch),
+		MaxConcurrent: 2,
+		Run:           cl.failBatch,
 	}
 	for _, p := range c.Sources {
 		if p.Name == "" {
