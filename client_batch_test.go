@@ -133,7 +133,10 @@ func TestClientClaimsAheadAndReleasesTheWaitingAtStop(t *testing.T) {
 	}
 	const workers, prefetch = 2, 2
 	obs := &outcomes{got: map[ferry.Outcome]int{}}
-	c := b.newClient(t, func(c *ferry.Config) { c.Workers, c.Prefetch, c.Observer = workers, prefetch, obs; c.ShutdownGrace = time.Millisecond })
+	c := b.newClient(t, func(c *ferry.Config) {
+		c.Workers, c.Prefetch, c.Observer = workers, prefetch, obs
+		c.ShutdownGrace = time.Millisecond
+	})
 	var mu sync.Mutex
 	ran := map[int64]bool{}
 	c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
