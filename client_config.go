@@ -108,6 +108,10 @@ const (
 	DefaultReplayWindow  = 72 * time.Hour
 )
 
+// batchWriters is how many completion batches, and how many failure
+// batches, a client writes at once (each one connection).
+const batchWriters = 2
+
 // NewClient checks cfg and fills in its defaults.
 func NewClient(cfg *Config) (*Client, error) {
 	c := *cfg
@@ -152,12 +156,12 @@ func NewClient(cfg *Config) (*Client, error) {
 		// Two batches at once: one can be written while the next fills,
 		// so a stalled commit does not hold every finished job behind it,
 		// and the work path still uses at most two connections for it.
-		MaxConcurrent: 2,
+		MaxConcurrent: batchWriters,
 		Run:           cl.completeBatch,
 	}
 	cl.failures = &groupcommit.Committer[EventFailParams, State]{
 		MaxBatch:      min(c.Workers, maxCompleteBatch),
-		MaxConcurrent: 2,
+		MaxConcurrent: batchWriters,
 		Run:           cl.failBatch,
 	}
 	for _, p := range c.Sources {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,7 +55,14 @@ SIGTERM stops it gracefully (exit 0).`)
 		}
 	}
 
-	st, closeStore, err := openStore(ctx, cfg)
+	work := &ferry.Workload{}
+	if runsReceiver {
+		work.ReceiveBatches = ferryhttp.DefaultReceiveConcurrency
+	}
+	if runsWorker {
+		work.Workers = cmp.Or(cfg.Worker.Workers, ferry.DefaultWorkers)
+	}
+	st, closeStore, err := openStore(ctx, cfg, work)
 	if err != nil {
 		return err
 	}
@@ -216,7 +224,10 @@ func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.O
 		return nil, fmt.Errorf("%w: worker: %v", errConfig, err)
 	}
 	for _, s := range cfg.Sources {
-		fwd, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: s.Forward.URL, Secret: s.Forward.Secret, Timeout: s.Forward.Timeout.Duration})
+		fwd, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{
+			URL: s.Forward.URL, Secret: s.Forward.Secret, Timeout: s.Forward.Timeout.Duration,
+			Connections: cmp.Or(w.Workers, ferry.DefaultWorkers),
+		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: source %s: %v", errConfig, s.Name, err)
 		}
