@@ -5,6 +5,7 @@
 //	ferry migrate --config ferry.toml   bring the store's schema up to date
 //	ferry send    --config ferry.toml --source NAME   sign and send a sample delivery
 //	ferry echo    --listen 127.0.0.1:3000 --secret whsec_...   a stand-in app that prints what it receives
+//	ferry version                       print the version, commit, Go version and build date
 package main
 
 import (
@@ -39,6 +40,8 @@ func commands() []command {
 		{"events", "list, show and replay events", runEvents},
 		{"doctor", "check the config and the store; print what is wrong or at risk, with the fix", runDoctor},
 		{"chaos", "prove crash safety: run real ferry processes under faults and check nothing acknowledged is lost", runChaos},
+		{"healthcheck", "exit 0 if a ferry answers 2xx on /readyz (the container's HEALTHCHECK)", runHealthcheck},
+		{"version", "print the version, commit, Go version and build date", runVersion},
 	}
 }
 
@@ -56,6 +59,9 @@ func run(ctx context.Context, args []string) int {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
