@@ -3,6 +3,8 @@
 #
 #   docker build -t ferry --build-arg VERSION=$(git describe --tags --always --dirty) \
 #       --build-arg COMMIT=$(git rev-parse HEAD) --build-arg DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ) .
+#
+# With buildah, `buildah bud --format docker ...`: the OCI format drops HEALTHCHECK.
 
 # The Go toolchain to build with; any image with Go 1.26, /bin/sh and a CA bundle.
 ARG GO_IMAGE=golang:1.26-bookworm
