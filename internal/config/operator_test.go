@@ -40,6 +40,7 @@ func TestOperatorRejects(t *testing.T) {
 		{"margin past window", "[alerts]\nat_risk_margin = \"80h\"\n", "alerts.at_risk_margin", "shorter than"},
 		{"alerts url not http", "[alerts]\nurl = \"ftp://hooks.example/T0/B0/xoxsecret\"\n", "alerts.url", `"${FERRY_ALERTS_URL}"`},
 		{"alerts url without host", "[alerts]\nurl = \"https:///services/xoxsecret\"\n", "alerts.url", "not an http(s) URL"},
+		{"alerts url from unset env", "[alerts]\nurl = \"${FERRY_ALERTS_URL}\"\n", "alerts.url", "export it"},
 		{"alerts interval negative", "[alerts]\ninterval = \"-1m\"\n", "alerts.interval", `positive duration like "10m"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,6 +73,7 @@ func TestOperatorAccepts(t *testing.T) {
 		"both on port 0":                  strings.Replace(good, "127.0.0.1:8080", "127.0.0.1:0", 1) + "[admin]\nlisten = \"127.0.0.1:0\"\n",
 		"https public url":                good + "[admin]\npublic_url = \"https://ferry-admin.example.com\"\n",
 		"margin below window":             good + "[alerts]\nat_risk_margin = \"24h\"\n",
+		"alerts url from env":             good + "[alerts]\nurl = \"https://hooks.slack.com/services/${TOKEN}\"\n",
 		"alerts to slack":                 good + "[alerts]\nurl = \"https://hooks.slack.com/services/T0/B0/x\"\ninterval = \"1m\"\n",
 	} {
 		t.Run(name, func(t *testing.T) {
