@@ -291,7 +291,7 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 	if err := p.store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: string(value)}); err != nil {
 		return fmt.Errorf("sent, but not remembered (the next holder may send it again): %w", err)
 	}
-	p.log.Info("ferry: alert pushed", "alert", rule.kind, "source", source, "new", msg.New, "total", msg.Total)
+	p.log.Info("ferry: alert pushed", "kind", rule.kind, "source", source, "new", msg.New, "total", msg.Total)
 	return nil
 }
 
