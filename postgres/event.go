@@ -31,6 +31,10 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 	if params.Source == "" || params.EventID == "" {
 		return nil, fmt.Errorf("%w: source and event id are required", ferry.ErrInvalidParams)
 	}
+	origin := params.Origin.OrDelivery()
+	if !origin.Valid() {
+		return nil, fmt.Errorf("%w: origin %q", ferry.ErrInvalidParams, params.Origin)
+	}
 	headers, err := encodeHeaders(params.Headers)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: event receive: %w", err)
@@ -46,6 +50,7 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 		payload: payload,
 		headers: headers,
 		sum:     sha256.Sum256(payload),
+		origin:  string(origin),
 	}
 	if s.now != nil {
 		now := s.now()
@@ -328,6 +333,12 @@ type eventRow struct {
 	CompletedAt      *time.Time `db:"completed_at"`
 	LastError        *string    `db:"last_error"`
 	RequeuedAt       *time.Time `db:"requeued_at"`
+	Origin           string     `db:"origin"`
+	// Columns of migration 002 that no Event field shows yet; named so that
+	// SELECT * scans.
+	Traceparent *string `db:"traceparent"`
+	Tracestate  *string `db:"tracestate"`
+	Replays     int     `db:"replays"`
 }
 
 // claimRow is a claimed event with what the claim learned about the attempt
@@ -364,6 +375,7 @@ func (r *eventRow) event() (*ferry.Event, error) {
 		CompletedAt:      utc(r.CompletedAt),
 		LastError:        deref(r.LastError),
 		RequeuedAt:       utc(r.RequeuedAt),
+		Origin:           ferry.Origin(r.Origin),
 	}, nil
 }
 

@@ -36,6 +36,7 @@ var eventReceiveBatchSQL string
 // receiveArgs is one queued receipt.
 type receiveArgs struct {
 	source, eventID, typ string
+	origin               string
 	payload              []byte     // never nil: the column is NOT NULL
 	headers              []byte     // JSON, nil (NULL) when there are none
 	sum                  [32]byte   // payload's SHA-256
@@ -56,6 +57,7 @@ func (r *receiveArgs) namedArgs() pgx.NamedArgs {
 		"payload":        r.payload,
 		"headers":        r.headers,
 		"payload_sha256": r.sum[:],
+		"origin":         r.origin,
 	}
 }
 
@@ -117,6 +119,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, out []grou
 		sources, eventIDs, types = make([]string, n), make([]string, n), make([]string, n)
 		payloads, sums           = make([][]byte, n), make([][]byte, n)
 		headers                  = make([][]byte, n)
+		origins                  = make([]string, n)
 		isFirst                  = make([]bool, n)
 		counts, firstConflicts   = make([]int32, n), make([]int32, n)
 		now                      *time.Time
@@ -126,6 +129,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, out []grou
 		r := reqs[i]
 		sources[pos], eventIDs[pos], types[pos] = r.source, r.eventID, r.typ
 		payloads[pos], sums[pos], headers[pos] = r.payload, r.sum[:], r.headers
+		origins[pos] = r.origin
 		if r.now != nil && (now == nil || r.now.After(*now)) {
 			now = r.now // a test clock: the latest caller's time
 		}
@@ -155,6 +159,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, out []grou
 		"is_first":        isFirst,
 		"n":               counts,
 		"first_conflicts": firstConflicts,
+		"origin":          origins,
 	})
 	// One row per key, in the order of firsts. Outcomes are only handed out
 	// once the rows are closed without error: the statement has committed.

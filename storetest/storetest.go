@@ -80,6 +80,9 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Stats", testStats[TX]},
 		{"Extra", effects(testExtra[TX])},
 		{"CompleteMany", testCompleteMany[TX]},
+		{"NamedLease", testNamedLease[TX]},
+		{"Checkpoint", testCheckpoint[TX]},
+		{"Origin", testOrigin[TX]},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
