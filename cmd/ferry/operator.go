@@ -20,6 +20,7 @@ type operator struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	metrics *prometheus.Metrics
+	catchup *prometheus.CatchupMetrics
 	stats   ferry.StatsStore
 }
 
@@ -35,6 +36,7 @@ func newOperator(cfg *config.Config, st ferry.Store, mux *http.ServeMux, listen 
 	}
 	reg := prom.NewRegistry()
 	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), stats: stats}
+	op.catchup = prometheus.NewCatchupMetrics(reg, cfg.CatchupSourceNames())
 	if *cfg.Metrics.Enabled {
 		reg.MustRegister(
 			collectors.NewGoCollector(),

@@ -89,6 +89,9 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		go (&purger{store: st, sources: cfg.Sources, log: log}).run(ctx, purgeInterval)
 	}
+	if err := startCatchup(ctx, cfg, st, log, op.catchup, instanceName()); err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
