@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -119,6 +120,41 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 		if claims := claim(t, b, "w", 10); len(claims) != 1 {
 			t.Fatalf("claimed %d events, want 1", len(claims))
+		}
+	})
+
+	t.Run("ConcurrentReceiptsKeepTheirOrigin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Receipts that queue together are written together (group
+		// commit): each keeps its own origin.
+		var wg sync.WaitGroup
+		for i := range 32 {
+			origin := ferry.OriginDelivery
+			if i%2 == 1 {
+				origin = ferry.OriginCatchup
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+					Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{}`), Origin: origin,
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		got := listed(t, b)
+		for i := range 32 {
+			want := ferry.OriginDelivery
+			if i%2 == 1 {
+				want = ferry.OriginCatchup
+			}
+			if id := fmt.Sprintf("evt_%02d", i); got[id] != want {
+				t.Errorf("%s origin %q, want %q", id, got[id], want)
+			}
 		}
 	})
 
