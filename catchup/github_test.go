@@ -248,14 +248,24 @@ func TestGitHub(t *testing.T) {
 	t.Run("NextPageOnAnotherHostIsRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
-		b.fake.nextHost = "http://attacker.example"
+		var stolen sync.Map
+		attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			stolen.Store(r.Header.Get("Authorization"), true)
+			_, _ = w.Write([]byte("[]"))
+		}))
+		t.Cleanup(attacker.Close)
+		b.fake.nextHost = attacker.URL
 		for i := range 150 {
 			b.fake.add(fmt.Sprintf("g-%03d", i), "push", base.Add(-time.Hour), 500)
 		}
 		_, err := b.runner.Pass(context.Background(), PassOptions{})
-		if err == nil || !strings.Contains(err.Error(), "attacker.example") {
+		if err == nil || !strings.Contains(err.Error(), "is not on") {
 			t.Fatalf("err = %v, want the foreign next page refused", err)
 		}
+		stolen.Range(func(k, _ any) bool {
+			t.Fatalf("a request went to another host, with Authorization %q", k)
+			return false
+		})
 		if _, ok := checkpoint(t, b.store, "github"); ok {
 			t.Fatal("checkpoint advanced")
 		}
