@@ -57,7 +57,7 @@ func (r *receiveArgs) namedArgs() pgx.NamedArgs {
 		"payload":        r.payload,
 		"headers":        r.headers,
 		"payload_sha256": r.sum[:],
-		"origin":         r.origin,
+		"origin":         r.originArg(),
 	}
 }
 
@@ -129,7 +129,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, out []grou
 		r := reqs[i]
 		sources[pos], eventIDs[pos], types[pos] = r.source, r.eventID, r.typ
 		payloads[pos], sums[pos], headers[pos] = r.payload, r.sum[:], r.headers
-		origins[pos] = r.origin
+		origins[pos] = r.originArg()
 		if r.now != nil && (now == nil || r.now.After(*now)) {
 			now = r.now // a test clock: the latest caller's time
 		}
@@ -200,6 +200,10 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, out []grou
 	}
 	return nil
 }
+
+// originArg is the origin to store; receipts built without one were
+// delivered.
+func (r *receiveArgs) originArg() string { return string(ferry.Origin(r.origin).OrDelivery()) }
 
 func sameKey(a, b *receiveArgs) bool { return a.source == b.source && a.eventID == b.eventID }
 
