@@ -333,9 +333,9 @@ type eventRow struct {
 	CompletedAt      *time.Time `db:"completed_at"`
 	LastError        *string    `db:"last_error"`
 	RequeuedAt       *time.Time `db:"requeued_at"`
-	Origin           string     `db:"origin"`
 	// Columns of migration 002 that no Event field shows yet; named so that
 	// SELECT * scans.
+	Origin      string  `db:"origin"`
 	Traceparent *string `db:"traceparent"`
 	Tracestate  *string `db:"tracestate"`
 	Replays     int     `db:"replays"`
