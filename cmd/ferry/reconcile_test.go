@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -163,6 +164,19 @@ func TestReconcile(t *testing.T) {
 		}
 		// Each event is done: forwarded again, it would have been claimed again.
 		checkAllOnce(t, st, app, ids, caughtUp)
+
+		out, _, code = runFerry(t, "reconcile", "--config", cfg, "--source", "stripe", "--since", "2h", "--dry-run", "--json")
+		var res struct {
+			Fetched, New, Known int
+			DryRun              bool `json:"dry_run"`
+			Advanced            bool
+		}
+		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Fetched != 50 || res.Known != 50 || !res.DryRun || res.Advanced {
+			t.Fatalf("dry run --json: exit %d, %v, %+v\n%s", code, err, res, out)
+		}
+		if _, errOut, code := runFerry(t, "reconcile", "--config", cfg); code != 2 || !strings.Contains(errOut, "--source is required") {
+			t.Fatalf("reconcile without --source: exit %d %s", code, errOut)
+		}
 
 		out, _, _ = runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_e2e_02")
 		if !strings.Contains(out, "catchup") {
