@@ -94,6 +94,9 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 	if ev.Type != "" {
 		req.Header.Set("Ferry-Event-Type", ev.Type)
 	}
+	if ev.Origin == ferry.OriginCatchup {
+		req.Header.Set("Ferry-Origin", string(ev.Origin)) // fetched by catch-up, never delivered
+	}
 	if f.key != nil {
 		ts := strconv.FormatInt(f.opts.Now().Unix(), 10)
 		mac := hmac.New(sha256.New, f.key)

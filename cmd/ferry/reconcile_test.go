@@ -70,15 +70,17 @@ func withCatchup(t *testing.T, config, apiBase, interval string) string {
 	return path
 }
 
-// appByEvent counts the app's requests per Ferry-Event-Id.
-func appByEvent(app *downstream) map[string]int {
+// appByEvent counts the app's requests per Ferry-Event-Id, and returns
+// the Ferry-Origin header each came with.
+func appByEvent(app *downstream) (count map[string]int, origin map[string]string) {
 	app.mu.Lock()
 	defer app.mu.Unlock()
-	out := map[string]int{}
+	count, origin = map[string]int{}, map[string]string{}
 	for _, r := range app.requests {
-		out[r.Header.Get("Ferry-Event-Id")]++
+		count[r.Header.Get("Ferry-Event-Id")]++
+		origin[r.Header.Get("Ferry-Event-Id")] = r.Header.Get("Ferry-Origin")
 	}
-	return out
+	return count, origin
 }
 
 // checkAllOnce waits until every event is done, then checks the app got
@@ -94,7 +96,7 @@ func checkAllOnce(t *testing.T, st ferry.Store, app *downstream, ids []string, c
 		}
 		return true
 	})
-	got := appByEvent(app)
+	got, origins := appByEvent(app)
 	for _, id := range ids {
 		if got[id] != 1 {
 			t.Errorf("app received %s %d times, want once", id, got[id])
@@ -105,6 +107,9 @@ func checkAllOnce(t *testing.T, st ferry.Store, app *downstream, ids []string, c
 		}
 		if ev := eventState(t, st, id); ev.Origin != want {
 			t.Errorf("%s origin %q, want %q", id, ev.Origin, want)
+		}
+		if caughtUp[id] != (origins[id] == "catchup") {
+			t.Errorf("%s reached the app with Ferry-Origin %q", id, origins[id])
 		}
 	}
 	if app.count() != len(ids) {
@@ -200,7 +205,15 @@ func TestReconcile(t *testing.T) {
 				}
 			}
 		}
-		waitFor(t, 60*time.Second, "40 live events forwarded", func() bool { return app.count() == 40 })
+		st, err := sqlite.Open(dbPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		waitFor(t, 60*time.Second, "40 live events done", func() bool {
+			list, err := st.EventList(context.Background(), &ferry.EventListParams{States: []ferry.State{ferry.StateDone}})
+			return err == nil && len(list.Events) == 40
+		})
 		// A graceful stop records the last verdicts (a SIGKILL could lose the
 		// last "done", and that event would rightly run again).
 		_ = first.cmd.Process.Signal(syscall.SIGTERM)
@@ -208,11 +221,6 @@ func TestReconcile(t *testing.T) {
 
 		// After: the loop's first pass runs at start.
 		p := startServe(t, withCatchup(t, plain, api.URL, "15m"))
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
 		checkAllOnce(t, st, app, ids, caughtUp)
 		if _, err := st.CheckpointGet(context.Background(), &ferry.CheckpointGetParams{Name: "catchup:stripe"}); err != nil {
 			t.Errorf("no checkpoint after the loop's pass: %v", err)
