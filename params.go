@@ -144,6 +144,9 @@ func (p *EventReceiveParams) Validate() error {
 	if p.Source == "" || p.EventID == "" {
 		return invalid("source and event id are required")
 	}
+	if !p.Origin.OrDelivery().Valid() {
+		return invalid("origin must be delivery or catchup")
+	}
 	return nil
 }
 
