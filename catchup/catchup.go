@@ -130,6 +130,10 @@ type Result struct {
 	New int `json:"new"`
 	// Known counts events the store had or the provider delivered.
 	Known int `json:"known"`
+	// Unstorable counts events whose id or type no store accepts (see
+	// ferry.ValidateEventID); each is skipped with a warning, so one bad id
+	// cannot stop every pass.
+	Unstorable int `json:"unstorable,omitempty"`
 	// Advanced is whether the checkpoint moved to To.
 	Advanced bool `json:"advanced"`
 	DryRun   bool `json:"dry_run,omitempty"`
@@ -228,6 +232,11 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	err := r.Reconciler.List(ctx, Window{From: res.From, To: res.To}, func(c *Candidate) error {
 		res.Fetched++
 		known, err := r.take(ctx, c, opts.DryRun)
+		if errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) {
+			res.Unstorable++
+			r.log().Warn("catchup: skipped an event no store can keep", "source", r.Source, "err", err)
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -265,6 +274,9 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 func (r *Runner) take(ctx context.Context, c *Candidate, dryRun bool) (known bool, err error) {
 	if c.Delivered {
 		return true, nil
+	}
+	if err := ferry.ValidateEventID(c.ID); err != nil {
+		return false, err // the value stays out of the message: it may be anything
 	}
 	_, err = r.Store.EventGet(ctx, &ferry.EventGetParams{Source: r.Source, EventID: c.ID})
 	switch {
