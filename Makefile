@@ -26,6 +26,11 @@ vet: ## gofmt check and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
 
+.PHONY: lint
+lint: ## staticcheck, as CI runs it
+	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags ferrychaos ./cmd/ferry ./internal/chaos
+
 .PHONY: fuzz
 fuzz: ## run every fuzz target for FUZZTIME (default 10s)
 	@for pkg in $$(go list ./...); do for t in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \

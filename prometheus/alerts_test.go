@@ -37,6 +37,7 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
 	prometheus.NewMetrics(rec, []string{"stripe"})
+	prometheus.NewCatchupMetrics(rec, []string{"stripe"})
 	rec.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Sources: []string{"stripe"}}))
 	labels := map[string][]string{} // metric name → its labels
 	for _, c := range rec.collectors {

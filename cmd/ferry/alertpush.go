@@ -20,16 +20,11 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// alertStore is what pushed alerts need of a store: the inbox, a named
-// lease and checkpoints on the database's clock, and the notices of
-// conflicting deliveries and suspected replays. postgres.Store and
-// sqlite.Store are alertStores.
+// alertStore is what pushed alerts need of a store: the inbox with its
+// named leases and checkpoints, and the notices of conflicting deliveries
+// and suspected replays. postgres.Store and sqlite.Store are alertStores.
 type alertStore interface {
 	ferry.Store
-	LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquireParams) (bool, error)
-	LeaseRelease(ctx context.Context, params *ferry.LeaseReleaseParams) error
-	CheckpointGet(ctx context.Context, params *ferry.CheckpointGetParams) (*ferry.Checkpoint, error)
-	CheckpointPut(ctx context.Context, params *ferry.CheckpointPutParams) error
 	ConflictNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error)
 	ReplayNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error)
 }

@@ -21,6 +21,7 @@ type operator struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	metrics *prometheus.Metrics
+	catchup *prometheus.CatchupMetrics
 	stats   ferry.Store
 	// admin serves admin.listen; nil when the dashboard and /metrics are
 	// both off.
@@ -39,6 +40,7 @@ func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operato
 		return nil, err
 	}
 	op.pusher = pusher
+	op.catchup = prometheus.NewCatchupMetrics(reg, cfg.CatchupSourceNames())
 	if !cfg.AdminServed() {
 		return op, nil
 	}
