@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,8 +28,9 @@ import (
 const alertSecret = "xoxSECRETab12cd34"
 
 // alertReceiver is a local stand-in for Slack: it records each message it
-// answers 2xx, answers 500 to the next failN requests, and holds the first
-// request until release is closed when hold is set.
+// answers 2xx, answers 500 to the next failN requests, and, when hold is
+// set, closes it at the next request and holds that request until release
+// is closed.
 type alertReceiver struct {
 	srv *httptest.Server
 
@@ -36,7 +38,7 @@ type alertReceiver struct {
 	got      []alertMessage
 	requests int
 	failN    int
-	hold     chan struct{} // closed when the first request arrives
+	hold     chan struct{}
 	release  chan struct{}
 }
 
@@ -49,13 +51,14 @@ func newAlertReceiver(t *testing.T) *alertReceiver {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
 		r.requests++
-		first, hold, release := r.requests == 1, r.hold, r.release
+		hold, release := r.hold, r.release
+		r.hold = nil // only the first request after it is set waits
 		fail := r.failN > 0
 		if fail {
 			r.failN--
 		}
 		r.mu.Unlock()
-		if first && hold != nil {
+		if hold != nil {
 			close(hold)
 			<-release
 		}
@@ -112,6 +115,9 @@ type alertBundle struct {
 	open func(t *testing.T) alertStore
 	log  *lockedBuffer
 	recv *alertReceiver
+	// replay records a suspected replay of the event with this row id, as
+	// the receiver does when a stored body arrives under another id.
+	replay func(t *testing.T, eventRowID int64, claimedID string)
 }
 
 // pusher is one alerting instance on a store of its own over the shared
@@ -144,8 +150,25 @@ func TestAlertPush(t *testing.T) {
 					t.Cleanup(func() { s.Close() })
 					return s
 				}
+				b.replay = func(t *testing.T, id int64, claimed string) {
+					db, err := sql.Open("sqlite", path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer db.Close()
+					if _, err := db.Exec(`INSERT INTO ferry_replay (event_id, received_at, claimed_event_id) VALUES (?, ?, ?)`,
+						id, b.clock.Now().UnixMicro(), claimed); err != nil {
+						t.Fatal(err)
+					}
+				}
 			case "postgres":
-				_, schema := pgtest.Schema(t)
+				pool, schema := pgtest.Schema(t)
+				b.replay = func(t *testing.T, id int64, claimed string) {
+					if _, err := pool.Exec(b.ctx, `INSERT INTO ferry_replay (event_id, received_at, claimed_event_id) VALUES ($1, $2, $3)`,
+						id, b.clock.Now(), claimed); err != nil {
+						t.Fatal(err)
+					}
+				}
 				b.open = func(t *testing.T) alertStore {
 					s, err := postgres.Open(b.ctx, pgtest.ConnString(schema), &postgres.Config{Now: b.clock.Now})
 					if err != nil {
@@ -214,18 +237,19 @@ func testAlertPush(t *testing.T, b *alertBundle, st alertStore) {
 	t.Run("OneMessagePerAlertFromTwoInstances", func(t *testing.T) {
 		// The second instance checks while the first is still POSTing, so
 		// only the lease keeps it from sending the same alerts.
+		hold, release := make(chan struct{}), make(chan struct{})
 		b.recv.mu.Lock()
-		b.recv.hold, b.recv.release = make(chan struct{}), make(chan struct{})
+		b.recv.hold, b.recv.release = hold, release
 		b.recv.mu.Unlock()
 		done := make(chan struct{})
 		go func() { a.check(ctx); close(done) }()
 		select {
-		case <-b.recv.hold:
+		case <-hold:
 		case <-time.After(30 * time.Second):
 			t.Fatal("the first instance sent nothing")
 		}
 		c.check(ctx)
-		close(b.recv.release)
+		close(release)
 		<-done
 		got := want("first check", "dead", "conflicting")
 		dead, conflict := got[0], got[1]
@@ -304,6 +328,22 @@ func testAlertPush(t *testing.T, b *alertBundle, st alertStore) {
 		}
 	})
 
+	t.Run("SuspectedReplay", func(t *testing.T) {
+		fresh := b.pusher(t, b.recv.url())
+		b.clock.Advance(11 * time.Minute)
+		e, err := st.EventGet(ctx, &ferry.EventGetParams{Source: "stripe", EventID: "evt_3"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.replay(t, e.ID, "evt_3_again")
+		fresh.check(ctx)
+		m := want("a replay", "suspected_replay")[0]
+		if m.New != 1 || strings.Join(m.EventIDs, ",") != "evt_3" || !strings.Contains(m.Text, "1 suspected replay on stripe") ||
+			m.DashboardURL != fmt.Sprintf("https://ferry-admin.example.com/ui/events/%d", e.ID) {
+			t.Errorf("replay message = %+v", m)
+		}
+	})
+
 	t.Run("SecretNeverLogged", func(t *testing.T) {
 		// A receiver that refuses connections: the error names the key, not the URL.
 		down := httptest.NewServer(http.NotFoundHandler())
@@ -322,6 +362,6 @@ func testAlertPush(t *testing.T, b *alertBundle, st alertStore) {
 		}
 	})
 	if t.Failed() {
-		fmt.Println(b.log.String())
+		t.Log(b.log.String())
 	}
 }
