@@ -332,9 +332,7 @@ func (d *Dashboard) replayDead(w http.ResponseWriter, r *http.Request) {
 // requeue is the one place a dashboard action reaches the store, and so
 // the one place that hands the store who asked for it.
 func (d *Dashboard) requeue(ctx context.Context, actor string, params *ferry.EventRequeueParams) (int, error) {
-	// ACTOR → STORE: when ferry.EventRequeueParams gains its Actor field
-	// (recorded in ferry_action, migration 002), set it here:
-	//	params.Actor = actor
+	params.Actor = actor // kept with each requeued event (Store.ActionList)
 	return d.opts.Store.EventRequeue(ctx, params)
 }
 

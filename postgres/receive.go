@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,6 +21,13 @@ import (
 // with one statement (event_receive_many.sql): one round trip, one parse and
 // plan, one commit and WAL flush for all of them; the receiver batches
 // concurrent requests into it (group commit).
+//
+// A receipt with a ReplayWindow first takes its body's advisory lock
+// (event_receive_lock.sql) in the same transaction, one round trip still: a
+// pgx batch runs in one implicit transaction. A batch holding any such
+// receipt takes all its bodies' locks first, in one order, then stores the
+// receipts one statement each, sorted by key, in that transaction: one
+// commit still, and the outcomes of running them one after the other.
 
 // receiveArgs is one receipt, ready to bind.
 type receiveArgs struct {
@@ -27,6 +35,17 @@ type receiveArgs struct {
 	payload              []byte   // never nil: the column is NOT NULL
 	headers              []byte   // JSON, nil (NULL) when there are none
 	sum                  [32]byte // payload's SHA-256
+	replayWindowUS       int64    // 0: replay detection off
+}
+
+// lockKey is the advisory lock key of the receipt's (source, body): a
+// collision only makes two bodies wait on each other.
+func (r *receiveArgs) lockKey() int32 {
+	h := sha256.New()
+	h.Write([]byte(r.source))
+	h.Write([]byte{0})
+	h.Write(r.sum[:])
+	return int32(binary.BigEndian.Uint32(h.Sum(nil)))
 }
 
 func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
@@ -48,6 +67,8 @@ func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
 		payload: payload,
 		headers: headers,
 		sum:     sha256.Sum256(payload),
+
+		replayWindowUS: micros(params.ReplayWindow),
 	}, nil
 }
 
@@ -56,8 +77,67 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 	if err != nil {
 		return nil, wrap("event receive", err)
 	}
-	res, err := s.receiveOne(ctx, r, s.nowArg())
+	res, err := s.receiveAlone(ctx, r, s.nowArg())
 	return res, wrap("event receive", err)
+}
+
+// receiveAlone stores one receipt in a transaction of its own: one
+// statement, or the body's lock and the statement in one batch.
+func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
+	if r.replayWindowUS == 0 {
+		return s.receiveOne(ctx, s.pool, r, now)
+	}
+	b := &pgx.Batch{}
+	b.Queue(eventReceiveLockSQL, pgx.NamedArgs{"keys": []int32{r.lockKey()}})
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var res *ferry.EventReceiveResult
+	if err == nil {
+		res, err = s.receiveOne(ctx, batchQuerier{br}, r, now)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// batchQuerier reads the next result of a batch as a QueryRow.
+type batchQuerier struct{ br pgx.BatchResults }
+
+func (q batchQuerier) QueryRow(context.Context, string, ...any) pgx.Row { return q.br.QueryRow() }
+
+// receiveLocked stores reqs in one transaction: every body's lock first,
+// in one order, then each receipt in key order.
+func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any) ([]*ferry.EventReceiveResult, error) {
+	var keys []int32
+	for _, r := range reqs {
+		if r.replayWindowUS > 0 {
+			keys = append(keys, r.lockKey())
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	out := make([]*ferry.EventReceiveResult, len(reqs))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, eventReceiveLockSQL, pgx.NamedArgs{"keys": keys}); err != nil {
+			return err
+		}
+		for _, i := range keyOrder(reqs) {
+			res, err := s.receiveOne(ctx, tx, reqs[i], now)
+			if err != nil {
+				return err
+			}
+			out[i] = res
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // EventReceiveMany stores the valid receipts in one statement, hence one
@@ -88,9 +168,13 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 		return out, nil
 	case 1:
 		var res *ferry.EventReceiveResult
-		res, err = s.receiveOne(ctx, reqs[0], now)
+		res, err = s.receiveAlone(ctx, reqs[0], now)
 		results = []*ferry.EventReceiveResult{res}
 	default:
+		if slices.ContainsFunc(reqs, func(r *receiveArgs) bool { return r.replayWindowUS > 0 }) {
+			results, err = s.receiveLocked(ctx, reqs, now)
+			break
+		}
 		results, err = s.receiveMany(ctx, reqs, now)
 	}
 	if err != nil {
@@ -101,7 +185,7 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 		// The server refused the statement: nothing of it committed.
 		// Store each receipt in its own transaction.
 		for j, r := range reqs {
-			res, err := s.receiveOne(ctx, r, now)
+			res, err := s.receiveAlone(ctx, r, now)
 			out[index[j]] = ferry.EventReceiveManyResult{Result: res, Err: wrap(op, err)}
 		}
 		return out, nil
@@ -118,13 +202,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 	// One lock order for every batch, so that two batches sharing keys wait
 	// on each other instead of deadlocking. The sort is stable: deliveries
 	// of one key keep their arrival order.
-	order := make([]int, len(reqs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(reqs[a].source, reqs[b].source), cmp.Compare(reqs[a].eventID, reqs[b].eventID))
-	})
+	order := keyOrder(reqs)
 
 	n := len(reqs)
 	var (
@@ -202,15 +280,34 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 	return out, nil
 }
 
+// keyOrder returns the positions of reqs sorted by key, stably: deliveries
+// of one key keep their arrival order.
+func keyOrder(reqs []*receiveArgs) []int {
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(reqs[a].source, reqs[b].source), cmp.Compare(reqs[a].eventID, reqs[b].eventID))
+	})
+	return order
+}
+
 func sameKey(a, b *receiveArgs) bool { return a.source == b.source && a.eventID == b.eventID }
 
-// receiveOne stores one receipt in its own (implicit) transaction.
-func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
+// rowQuerier runs one statement that returns one row.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// receiveOne runs one receipt's statement on q: the pool (its own implicit
+// transaction), a transaction or a batch.
+func (s *Store) receiveOne(ctx context.Context, q rowQuerier, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
 	var (
-		result                ferry.EventReceiveResult
-		inserted, conflicting bool
+		result                        ferry.EventReceiveResult
+		inserted, conflicting, replay bool
 	)
-	err := s.pool.QueryRow(ctx, eventReceiveSQL, pgx.NamedArgs{
+	err := q.QueryRow(ctx, eventReceiveSQL, pgx.NamedArgs{
 		"now":            now,
 		"source":         r.source,
 		"event_id":       r.eventID,
@@ -218,11 +315,20 @@ func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry
 		"payload":        r.payload,
 		"headers":        r.headers,
 		"payload_sha256": r.sum[:],
-	}).Scan(&result.ID, &inserted, &conflicting)
+
+		"replay_window_us": r.replayWindowUS,
+	}).Scan(&result.ID, &inserted, &conflicting, &replay)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Only a replay of an event deleted under the statement's feet
+		// (a purge past the replay window) leaves no row.
+		return nil, errors.New("the replayed event was deleted meanwhile")
+	}
 	if err != nil {
 		return nil, err
 	}
 	switch {
+	case replay:
+		result.Outcome = ferry.ReceiveReplay
 	case inserted:
 		result.Outcome = ferry.ReceiveNew
 	case conflicting:

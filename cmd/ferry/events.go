@@ -436,6 +436,7 @@ others are still replayed).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	state := fs.String("state", "", "bulk: replay every event in this `state` (dead or unknown) of --source")
 	source := fs.String("source", "", "bulk: the `source` whose events to replay (required with --state)")
+	actor := fs.String("actor", defaultActor(), "who asks, kept with each replayed event (`ferry events show` lists it)")
 	positional, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -450,6 +451,8 @@ others are still replayed).`)
 		return usagef("--state %q: bulk replay takes dead or unknown (replay done events one by one)", *state)
 	case !bulk && len(positional) < 2:
 		return usagef("want SOURCE EVENT_ID..., or --state dead --source X")
+	case *actor == "":
+		return usagef("--actor is empty: name who asks for the replay")
 	}
 	env, err := openEvents(ctx, *configPath)
 	if err != nil {
@@ -458,7 +461,7 @@ others are still replayed).`)
 	defer env.close()
 
 	if bulk {
-		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}})
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}, Actor: *actor})
 		if err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
@@ -477,7 +480,7 @@ others are still replayed).`)
 		if err != nil {
 			return fmt.Errorf("replay %s %s: %w", src, id, err)
 		}
-		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}})
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}, Actor: *actor})
 		if err != nil {
 			return fmt.Errorf("replay %s %s: %w", src, id, err)
 		}
@@ -495,4 +498,13 @@ others are still replayed).`)
 		return fmt.Errorf("%s %s: %w", src, strings.Join(missing, ", "), errEventNotFound)
 	}
 	return nil
+}
+
+// defaultActor names the person at the terminal: "cli:" and $USER, or "cli"
+// when $USER is not set.
+func defaultActor() string {
+	if u := os.Getenv("USER"); u != "" {
+		return "cli:" + u
+	}
+	return "cli"
 }
