@@ -89,11 +89,12 @@ func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*fer
 	}
 	b := &pgx.Batch{}
 	b.Queue(eventReceiveLockSQL, pgx.NamedArgs{"keys": []int32{r.lockKey()}})
+	b.Queue(eventReceiveSQL, r.namedArgs(now))
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
 	var res *ferry.EventReceiveResult
 	if err == nil {
-		res, err = s.receiveOne(ctx, batchQuerier{br}, r, now)
+		res, err = scanReceive(br.QueryRow())
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -103,11 +104,6 @@ func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*fer
 	}
 	return res, nil
 }
-
-// batchQuerier reads the next result of a batch as a QueryRow.
-type batchQuerier struct{ br pgx.BatchResults }
-
-func (q batchQuerier) QueryRow(context.Context, string, ...any) pgx.Row { return q.br.QueryRow() }
 
 // receiveLocked stores reqs in one transaction: every body's lock first,
 // in one order, then each receipt in key order.
@@ -301,13 +297,13 @@ type rowQuerier interface {
 }
 
 // receiveOne runs one receipt's statement on q: the pool (its own implicit
-// transaction), a transaction or a batch.
+// transaction) or a transaction.
 func (s *Store) receiveOne(ctx context.Context, q rowQuerier, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
-	var (
-		result                        ferry.EventReceiveResult
-		inserted, conflicting, replay bool
-	)
-	err := q.QueryRow(ctx, eventReceiveSQL, pgx.NamedArgs{
+	return scanReceive(q.QueryRow(ctx, eventReceiveSQL, r.namedArgs(now)))
+}
+
+func (r *receiveArgs) namedArgs(now any) pgx.NamedArgs {
+	return pgx.NamedArgs{
 		"now":            now,
 		"source":         r.source,
 		"event_id":       r.eventID,
@@ -317,7 +313,16 @@ func (s *Store) receiveOne(ctx context.Context, q rowQuerier, r *receiveArgs, no
 		"payload_sha256": r.sum[:],
 
 		"replay_window_us": r.replayWindowUS,
-	}).Scan(&result.ID, &inserted, &conflicting, &replay)
+	}
+}
+
+// scanReceive reads event_receive.sql's row.
+func scanReceive(row pgx.Row) (*ferry.EventReceiveResult, error) {
+	var (
+		result                        ferry.EventReceiveResult
+		inserted, conflicting, replay bool
+	)
+	err := row.Scan(&result.ID, &inserted, &conflicting, &replay)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Only a replay of an event deleted under the statement's feet
 		// (a purge past the replay window) leaves no row.
