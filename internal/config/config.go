@@ -83,6 +83,14 @@ type Source struct {
 	MaxAttempts int `toml:"max_attempts"`
 	// LostLease is "retry" (default) or "hold".
 	LostLease string `toml:"lost_lease"`
+	// DetectReplays answers a delivery of a body stored within the replay
+	// window under another event id as a replay: 200, kept on the stored
+	// event, never processed. Defaults to true for providers whose
+	// signature does not cover the id (github, shopify, hmac) and false
+	// for those whose does (stripe, standardwebhooks). Turn it off for a
+	// sender that legitimately repeats identical bodies under new ids:
+	// those would be dropped as replays.
+	DetectReplays *bool `toml:"detect_replays"`
 	// HMAC describes a generic HMAC sender (provider = "hmac").
 	HMAC HMAC `toml:"hmac"`
 	// Forward is where the service sends each event.
@@ -246,6 +254,10 @@ func (c *Config) applyDefaults() {
 		if s.LostLease == "" {
 			s.LostLease = string(ferry.LostLeaseRetry)
 		}
+		if s.DetectReplays == nil {
+			on := signsOnlyTheBody(s.Provider)
+			s.DetectReplays = &on
+		}
 		if s.Forward.Timeout.Duration == 0 {
 			s.Forward.Timeout.Duration = DefaultForwardTime
 		}
@@ -378,6 +390,26 @@ func (c *Config) Verifier(s Source) (ferry.Verifier, error) {
 			TypeHeader: s.HMAC.TypeHeader, TypeField: s.HMAC.TypeField,
 		},
 	})
+}
+
+// signsOnlyTheBody reports whether the provider's signature leaves the
+// event id unauthenticated, so a captured body re-sent under a new id
+// verifies: GitHub, Shopify and generic HMAC (which signs the body alone).
+func signsOnlyTheBody(provider string) bool {
+	switch provider {
+	case "github", "shopify", "hmac":
+		return true
+	}
+	return false
+}
+
+// ReceiveReplayWindow is the receiver's replay-detection window of s: its
+// replay_window when detect_replays is on, 0 (off) otherwise.
+func (s Source) ReceiveReplayWindow() time.Duration {
+	if s.DetectReplays == nil || !*s.DetectReplays {
+		return 0
+	}
+	return s.ReplayWindow.Duration
 }
 
 // Policies returns the engine's per-source policies.
