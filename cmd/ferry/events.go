@@ -297,6 +297,22 @@ type eventDetail struct {
 	Payload         json.RawMessage     `json:"payload,omitempty"`
 	PayloadText     string              `json:"payload_text,omitempty"`
 	Attempts        []attemptLine       `json:"attempts"`
+	Actions         []actionLine        `json:"actions"`
+	Replays         []replayLine        `json:"replays"`
+}
+
+// actionLine is one operator action: who requeued or replayed, and when.
+type actionLine struct {
+	At     time.Time `json:"at"`
+	Action string    `json:"action"`
+	Actor  string    `json:"actor"`
+}
+
+// replayLine is one delivery of this event's body under another id.
+type replayLine struct {
+	ReceivedAt     time.Time `json:"received_at"`
+	ClaimedEventID string    `json:"claimed_event_id"`
+	ClaimedType    string    `json:"claimed_type"`
 }
 
 type attemptLine struct {
@@ -310,7 +326,8 @@ type attemptLine struct {
 
 func runEventsShow(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("events show", "SOURCE EVENT_ID [flags]",
-		`Shows one event: its state, attempt ledger, delivery count and headers (anything
+		`Shows one event: its state, attempt ledger, operator actions (who replayed it,
+when), suspected replays of its body, delivery count and headers (anything
 signature- or credential-like redacted), and with --payload its payload. Exits 3
 when the event does not exist.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
@@ -339,6 +356,14 @@ when the event does not exist.`)
 	if err != nil {
 		return err
 	}
+	actions, err := env.store.ActionList(ctx, &ferry.ActionListParams{ID: e.ID})
+	if err != nil {
+		return err
+	}
+	replays, err := env.store.ReplayList(ctx, &ferry.ReplayListParams{ID: e.ID})
+	if err != nil {
+		return err
+	}
 	stats, err := env.store.EventStats(ctx, &ferry.EventStatsParams{})
 	if err != nil {
 		return err
@@ -351,6 +376,14 @@ when the event does not exist.`)
 		PayloadBytes:    len(e.Payload),
 		Headers:         e.Headers,
 		Attempts:        []attemptLine{},
+		Actions:         []actionLine{},
+		Replays:         []replayLine{},
+	}
+	for _, a := range actions {
+		d.Actions = append(d.Actions, actionLine{At: a.At, Action: a.Action, Actor: a.Actor})
+	}
+	for _, r := range replays {
+		d.Replays = append(d.Replays, replayLine{ReceivedAt: r.ReceivedAt, ClaimedEventID: r.ClaimedEventID, ClaimedType: r.ClaimedType})
 	}
 	if !e.LeaseExpiresAt.IsZero() {
 		d.LeaseExpiresAt = &e.LeaseExpiresAt
@@ -390,6 +423,9 @@ when the event does not exist.`)
 	row("state", state)
 	row("attempt", fmt.Sprint(e.Attempt))
 	row("deliveries", fmt.Sprintf("%d (conflicting: %d)", e.Deliveries, e.Conflicts))
+	if e.Replays > 0 {
+		row("replays", fmt.Sprintf("%d (SUSPECTED REPLAY: this body under other event ids, answered 200, not processed)", e.Replays))
+	}
 	row("received", e.FirstDeliveredAt.Format(time.RFC3339))
 	row("last delivered", e.LastDeliveredAt.Format(time.RFC3339))
 	if e.State == ferry.StatePending {
@@ -420,6 +456,28 @@ when the event does not exist.`)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(d.Actions) > 0 {
+		fmt.Fprintln(out, "\nactions:")
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  AT\tACTION\tBY")
+		for _, a := range d.Actions {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", a.At.Format(time.RFC3339), a.Action, oneLine(a.Actor, 80))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(d.Replays) > 0 {
+		fmt.Fprintln(out, "\nreplays (this body under other ids, not processed):")
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  RECEIVED\tCLAIMED ID\tCLAIMED TYPE")
+		for _, r := range d.Replays {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.ReceivedAt.Format(time.RFC3339), oneLine(r.ClaimedEventID, 80), oneLine(r.ClaimedType, 80))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	if *payload {
 		fmt.Fprintf(out, "\npayload:\n%s\n", e.Payload)
