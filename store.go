@@ -409,6 +409,10 @@ type SourceStats struct {
 	// OldestAtRisk is the first delivery time of the oldest at-risk event;
 	// zero when none is.
 	OldestAtRisk time.Time
+	// Replays counts the suspected replays kept on the source's events
+	// (Event.Replays, summed): deliveries of a stored body under another
+	// id. Any rise is worth an alert: someone holds a captured delivery.
+	Replays int
 }
 
 // Total is the number of events of the source, in every state.

@@ -233,4 +233,24 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Errorf("claimed %+v, want the first event with its replay count", c.Event)
 		}
 	})
+
+	t.Run("CountedInStats", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
+		receiveBody(t, b, "github", "d-2", "delete", replayBody, replayWindow)
+		receiveBody(t, b, "github", "d-3", "delete", replayBody, replayWindow)
+		receiveBody(t, b, "stripe", "evt_1", "x", replayBody, 0)
+		stats, err := b.store.EventStats(b.ctx, &ferry.EventStatsParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, s := range stats.Sources {
+			got[s.Source] = s.Replays
+		}
+		if got["github"] != 2 || got["stripe"] != 0 {
+			t.Errorf("replays by source = %v, want github 2, stripe 0", got)
+		}
+	})
 }
