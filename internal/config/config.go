@@ -99,14 +99,18 @@ type Source struct {
 
 // HMAC mirrors provider.HMACOptions.
 type HMAC struct {
-	Header        string `toml:"header"`
-	Prefix        string `toml:"prefix"`
-	Encoding      string `toml:"encoding"`
-	Algorithm     string `toml:"algorithm"`
-	EventIDHeader string `toml:"event_id_header"`
-	EventIDField  string `toml:"event_id_field"`
-	TypeHeader    string `toml:"type_header"`
-	TypeField     string `toml:"type_field"`
+	Header    string `toml:"header"`
+	Prefix    string `toml:"prefix"`
+	Encoding  string `toml:"encoding"`
+	Algorithm string `toml:"algorithm"`
+	// Mode is "body" (the default) or "id.timestamp.body"; see
+	// provider.HMACMode.
+	Mode            string `toml:"mode"`
+	TimestampHeader string `toml:"timestamp_header"`
+	EventIDHeader   string `toml:"event_id_header"`
+	EventIDField    string `toml:"event_id_field"`
+	TypeHeader      string `toml:"type_header"`
+	TypeField       string `toml:"type_field"`
 }
 
 // Forward is the app that receives events from the service.
@@ -255,7 +259,7 @@ func (c *Config) applyDefaults() {
 			s.LostLease = string(ferry.LostLeaseRetry)
 		}
 		if s.DetectReplays == nil {
-			on := signsOnlyTheBody(s.Provider)
+			on := s.signsOnlyTheBody()
 			s.DetectReplays = &on
 		}
 		if s.Forward.Timeout.Duration == 0 {
@@ -386,19 +390,22 @@ func (c *Config) Verifier(s Source) (ferry.Verifier, error) {
 		HMAC: provider.HMACOptions{
 			Header: s.HMAC.Header, Prefix: s.HMAC.Prefix,
 			Encoding: provider.Encoding(s.HMAC.Encoding), Algorithm: provider.Algorithm(s.HMAC.Algorithm),
+			Mode: provider.HMACMode(s.HMAC.Mode), TimestampHeader: s.HMAC.TimestampHeader,
 			EventIDHeader: s.HMAC.EventIDHeader, EventIDField: s.HMAC.EventIDField,
 			TypeHeader: s.HMAC.TypeHeader, TypeField: s.HMAC.TypeField,
 		},
 	})
 }
 
-// signsOnlyTheBody reports whether the provider's signature leaves the
-// event id unauthenticated, so a captured body re-sent under a new id
-// verifies: GitHub, Shopify and generic HMAC (which signs the body alone).
-func signsOnlyTheBody(provider string) bool {
-	switch provider {
-	case "github", "shopify", "hmac":
+// signsOnlyTheBody reports whether the source's signature leaves the event
+// id unauthenticated, so a captured body re-sent under a new id verifies:
+// GitHub, Shopify and generic HMAC in body mode.
+func (s *Source) signsOnlyTheBody() bool {
+	switch s.Provider {
+	case "github", "shopify":
 		return true
+	case "hmac":
+		return s.HMAC.Mode == "" || s.HMAC.Mode == string(provider.HMACModeBody)
 	}
 	return false
 }

@@ -109,6 +109,15 @@ secrets = ["s"]
 header = "X-Sig"
 event_id_header = "X-Id"
 [[source]]
+name = "hmac-signed-id"
+provider = "hmac"
+secrets = ["s"]
+[source.hmac]
+header = "X-Sig"
+mode = "id.timestamp.body"
+timestamp_header = "X-Time"
+event_id_header = "X-Id"
+[[source]]
 name = "github-repeats"
 provider = "github"
 secrets = ["s"]
@@ -119,7 +128,7 @@ detect_replays = false
 		t.Fatal(err)
 	}
 	want := map[string]time.Duration{
-		"stripe": 0, "swh": 0, "github": 24 * time.Hour, "shopify": 72 * time.Hour, "hmac": 72 * time.Hour, "github-repeats": 0,
+		"stripe": 0, "swh": 0, "github": 24 * time.Hour, "shopify": 72 * time.Hour, "hmac": 72 * time.Hour, "hmac-signed-id": 0, "github-repeats": 0,
 	}
 	for _, s := range c.Sources {
 		if got := s.ReceiveReplayWindow(); got != want[s.Name] {
