@@ -95,7 +95,8 @@ type Store interface {
 	// stored in a transaction of its own, so one bad delivery does not fail
 	// the others. It returns one result per receipt, in order; a result
 	// without Err is committed. Deliveries of one key are counted in order,
-	// as if received one after the other. A non-nil error means nothing was
+	// as if received one after the other; so are replays (of deliveries with
+	// a ReplayWindow, the first of a body to arrive is the original). A non-nil error means nothing was
 	// committed and no result is returned. No receipts is a no-op.
 	EventReceiveMany(ctx context.Context, params *EventReceiveManyParams) ([]EventReceiveManyResult, error)
 

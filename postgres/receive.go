@@ -26,8 +26,12 @@ import (
 // (event_receive_lock.sql) in the same transaction, one round trip still: a
 // pgx batch runs in one implicit transaction. A batch holding any such
 // receipt takes all its bodies' locks first, in one order, then stores the
-// receipts one statement each, sorted by key, in that transaction: one
-// commit still, and the outcomes of running them one after the other.
+// receipts one statement each, in arrival order, in that transaction: one
+// commit still, and exactly the outcomes of running them one after the
+// other (which copy of a body is the original depends on it). Two such
+// batches that share a body run one after the other; two that share only
+// keys may deadlock on their rows, which PostgreSQL breaks by failing one
+// statement, and that batch's receipts are then stored one by one.
 
 // receiveArgs is one receipt, ready to bind.
 type receiveArgs struct {
@@ -106,7 +110,7 @@ func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*fer
 }
 
 // receiveLocked stores reqs in one transaction: every body's lock first,
-// in one order, then each receipt in key order.
+// in one order, then each receipt in arrival order.
 func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any) ([]*ferry.EventReceiveResult, error) {
 	var keys []int32
 	for _, r := range reqs {
@@ -121,8 +125,8 @@ func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any)
 		if _, err := tx.Exec(ctx, eventReceiveLockSQL, pgx.NamedArgs{"keys": keys}); err != nil {
 			return err
 		}
-		for _, i := range keyOrder(reqs) {
-			res, err := s.receiveOne(ctx, tx, reqs[i], now)
+		for i, r := range reqs {
+			res, err := s.receiveOne(ctx, tx, r, now)
 			if err != nil {
 				return err
 			}

@@ -211,6 +211,13 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if n := countEvents(t, b); n != 4 {
 			t.Errorf("%d events stored, want 4 (d-1, d-3, evt_1, evt_2)", n)
 		}
+		// The first to arrive is the original, whatever the key order.
+		results, err = b.store.EventReceiveMany(b.ctx, &ferry.EventReceiveManyParams{Receipts: []*ferry.EventReceiveParams{
+			r("github", "z-9", []byte("late"), replayWindow), r("github", "a-1", []byte("late"), replayWindow),
+		}})
+		if err != nil || results[0].Result.Outcome != ferry.ReceiveNew || results[1].Result.Outcome != ferry.ReceiveReplay {
+			t.Fatalf("z-9 then a-1 = %+v %+v, %v; want new, replay", results[0].Result, results[1].Result, err)
+		}
 		// A later batch sees the stored body too.
 		results, err = b.store.EventReceiveMany(b.ctx, &ferry.EventReceiveManyParams{Receipts: []*ferry.EventReceiveParams{
 			r("github", "d-5", replayBody, replayWindow), r("github", "d-6", []byte("new"), replayWindow),
