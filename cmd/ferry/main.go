@@ -64,13 +64,20 @@ const (
 	exitProblems = 4 // doctor found something that needs a human
 )
 
-// exitError carries an exit code of its own to run.
+// exitError carries an exit code of its own to run. A nil err means the
+// command has already said what went wrong (a child process did), so run
+// prints nothing more.
 type exitError struct {
 	code int
 	err  error
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
 func (e *exitError) Unwrap() error { return e.err }
 
 // run returns the exit code; every error is printed once, as
@@ -91,7 +98,9 @@ func run(ctx context.Context, args []string) int {
 		if err == nil || errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
-		fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
+		if e, ok := errors.AsType[*exitError](err); !ok || e.err != nil {
+			fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
+		}
 		return exitCode(err)
 	}
 	fmt.Fprintf(os.Stderr, "ferry: unknown command %q\n\n", args[0])
