@@ -202,7 +202,13 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 	// One lock order for every batch, so that two batches sharing keys wait
 	// on each other instead of deadlocking. The sort is stable: deliveries
 	// of one key keep their arrival order.
-	order := keyOrder(reqs)
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(reqs[a].source, reqs[b].source), cmp.Compare(reqs[a].eventID, reqs[b].eventID))
+	})
 
 	n := len(reqs)
 	var (
@@ -278,19 +284,6 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		out[i] = res
 	}
 	return out, nil
-}
-
-// keyOrder returns the positions of reqs sorted by key, stably: deliveries
-// of one key keep their arrival order.
-func keyOrder(reqs []*receiveArgs) []int {
-	order := make([]int, len(reqs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(reqs[a].source, reqs[b].source), cmp.Compare(reqs[a].eventID, reqs[b].eventID))
-	})
-	return order
 }
 
 func sameKey(a, b *receiveArgs) bool { return a.source == b.source && a.eventID == b.eventID }
