@@ -153,6 +153,15 @@ func (p *EventReceiveParams) Validate() error {
 	case p.ReplayWindow < 0:
 		return invalid("replay window must not be negative, got %s (0 turns detection off)", p.ReplayWindow)
 	}
+	if err := ValidateEventID(p.EventID); err != nil {
+		return err
+	}
+	if err := ValidateEventType(p.Type); err != nil {
+		return err
+	}
+	if !p.Origin.OrDelivery().Valid() {
+		return invalid("origin must be delivery or catchup")
+	}
 	return nil
 }
 
