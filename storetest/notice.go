@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -71,8 +72,34 @@ func testNotice[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if got := list(t, b, &ferry.NoticeListParams{Source: "stripe", AfterID: all[2].ID}); len(got) != 0 {
 			t.Fatalf("after the last = %+v, want none", got)
 		}
-		if got, err := b.store.(noticeStore).ReplayNoticeList(b.ctx, &ferry.NoticeListParams{Source: "stripe"}); err != nil || len(got) != 0 {
-			t.Fatalf("replays = %+v, %v; want none", got, err)
+	})
+
+	t.Run("ReplaysOfOneSource", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ns, ok := b.store.(noticeStore)
+		if !ok {
+			t.Skip("the store lists no notices")
+		}
+		if got, err := ns.ReplayNoticeList(b.ctx, &ferry.NoticeListParams{Source: "github"}); err != nil || len(got) != 0 {
+			t.Fatalf("replays = %+v, %v; want none yet", got, err)
+		}
+		orig := receive(t, b, "github", "delivery-1")
+		receive(t, b, "shop", "delivery-1")
+		for _, source := range []string{"github", "shop"} {
+			res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+				Source: source, EventID: "delivery-2", Payload: []byte(`{"id":"delivery-1"}`), ReplayWindow: time.Hour,
+			})
+			if err != nil || res.Outcome != ferry.ReceiveReplay {
+				t.Fatalf("EventReceive(%s) = %+v, %v; want a replay", source, res, err)
+			}
+		}
+		got, err := ns.ReplayNoticeList(b.ctx, &ferry.NoticeListParams{Source: "github"})
+		if err != nil || len(got) != 1 || got[0].EventRowID != orig || got[0].EventID != "delivery-1" || got[0].Source != "github" {
+			t.Fatalf("github replays = %+v, %v; want one on row %d", got, err, orig)
+		}
+		if more, err := ns.ReplayNoticeList(b.ctx, &ferry.NoticeListParams{Source: "github", AfterID: got[0].ID}); err != nil || len(more) != 0 {
+			t.Fatalf("after the cursor = %+v, %v; want none", more, err)
 		}
 	})
 

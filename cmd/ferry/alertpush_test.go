@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -115,9 +114,6 @@ type alertBundle struct {
 	open func(t *testing.T) alertStore
 	log  *lockedBuffer
 	recv *alertReceiver
-	// replay records a suspected replay of the event with this row id, as
-	// the receiver does when a stored body arrives under another id.
-	replay func(t *testing.T, eventRowID int64, claimedID string)
 }
 
 // pusher is one alerting instance on a store of its own over the shared
@@ -150,25 +146,8 @@ func TestAlertPush(t *testing.T) {
 					t.Cleanup(func() { s.Close() })
 					return s
 				}
-				b.replay = func(t *testing.T, id int64, claimed string) {
-					db, err := sql.Open("sqlite", path)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer db.Close()
-					if _, err := db.Exec(`INSERT INTO ferry_replay (event_id, received_at, claimed_event_id) VALUES (?, ?, ?)`,
-						id, b.clock.Now().UnixMicro(), claimed); err != nil {
-						t.Fatal(err)
-					}
-				}
 			case "postgres":
-				pool, schema := pgtest.Schema(t)
-				b.replay = func(t *testing.T, id int64, claimed string) {
-					if _, err := pool.Exec(b.ctx, `INSERT INTO ferry_replay (event_id, received_at, claimed_event_id) VALUES ($1, $2, $3)`,
-						id, b.clock.Now(), claimed); err != nil {
-						t.Fatal(err)
-					}
-				}
+				_, schema := pgtest.Schema(t)
 				b.open = func(t *testing.T) alertStore {
 					s, err := postgres.Open(b.ctx, pgtest.ConnString(schema), &postgres.Config{Now: b.clock.Now})
 					if err != nil {
@@ -331,17 +310,20 @@ func testAlertPush(t *testing.T, b *alertBundle, st alertStore) {
 	t.Run("SuspectedReplay", func(t *testing.T) {
 		fresh := b.pusher(t, b.recv.url())
 		b.clock.Advance(11 * time.Minute)
-		e, err := st.EventGet(ctx, &ferry.EventGetParams{Source: "stripe", EventID: "evt_3"})
-		if err != nil {
-			t.Fatal(err)
+		receive("evt_r", `{"r":1}`)
+		// The same body under another id, where the provider signs only the body.
+		res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_r_again", Payload: []byte(`{"r":1}`), ReplayWindow: 72 * time.Hour})
+		if err != nil || res.Outcome != ferry.ReceiveReplay {
+			t.Fatalf("EventReceive = %+v, %v; want a replay", res, err)
 		}
-		b.replay(t, e.ID, "evt_3_again")
 		fresh.check(ctx)
 		m := want("a replay", "suspected_replay")[0]
-		if m.New != 1 || strings.Join(m.EventIDs, ",") != "evt_3" || !strings.Contains(m.Text, "1 suspected replay on stripe") ||
-			m.DashboardURL != fmt.Sprintf("https://ferry-admin.example.com/ui/events/%d", e.ID) {
+		if m.New != 1 || strings.Join(m.EventIDs, ",") != "evt_r" || !strings.Contains(m.Text, "1 suspected replay on stripe") ||
+			m.DashboardURL != fmt.Sprintf("https://ferry-admin.example.com/ui/events/%d", res.ID) {
 			t.Errorf("replay message = %+v", m)
 		}
+		fresh.check(ctx)
+		want("the same replay, again")
 	})
 
 	t.Run("SecretNeverLogged", func(t *testing.T) {
