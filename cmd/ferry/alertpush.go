@@ -20,15 +20,6 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// alertStore is what pushed alerts need of a store: the inbox with its
-// named leases and checkpoints, and the notices of conflicting deliveries
-// and suspected replays. postgres.Store and sqlite.Store are alertStores.
-type alertStore interface {
-	ferry.Store
-	ConflictNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error)
-	ReplayNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error)
-}
-
 // alertLease is the store's named lease whose holder pushes alerts.
 const alertLease = "alerts"
 
@@ -51,7 +42,7 @@ type alertRule struct {
 	// state lists an event kind by state; at risk is read from the stats.
 	state ferry.State
 	// notices lists a notice kind.
-	notices func(alertStore, context.Context, *ferry.NoticeListParams) ([]*ferry.Notice, error)
+	notices func(ferry.Store, context.Context, *ferry.NoticeListParams) ([]*ferry.Notice, error)
 }
 
 var alertRules = []alertRule{
@@ -64,10 +55,10 @@ var alertRules = []alertRule{
 	{kind: "unknown", state: ferry.StateUnknown,
 		one:  "%d event on %s is held as unknown: its lease was lost while its effect may have run; a person decides",
 		many: "%d events on %s are held as unknown: their leases were lost while their effects may have run; a person decides"},
-	{kind: "conflicting", notices: alertStore.ConflictNoticeList,
+	{kind: "conflicting", notices: ferry.Store.ConflictNoticeList,
 		one:  "%d conflicting delivery on %s: a known event id with other bytes; the first body was kept",
 		many: "%d conflicting deliveries on %s: known event ids with other bytes; the first bodies were kept"},
-	{kind: "suspected_replay", notices: alertStore.ReplayNoticeList,
+	{kind: "suspected_replay", notices: ferry.Store.ReplayNoticeList,
 		one:  "%d suspected replay on %s: a stored body under another event id, answered and not processed",
 		many: "%d suspected replays on %s: stored bodies under other event ids, answered and not processed"},
 }
@@ -110,7 +101,7 @@ type alertMark struct {
 // is written only after a 2xx, so a crash between the two may send one
 // message twice, never lose one. The URL is a secret and never logged.
 type alertPusher struct {
-	store   alertStore
+	store   ferry.Store
 	url     string
 	sources []string
 	params  ferry.EventStatsParams
@@ -131,7 +122,7 @@ type alertPusher struct {
 }
 
 type alertPusherOptions struct {
-	Store     alertStore
+	Store     ferry.Store
 	URL       string
 	Sources   []string
 	Params    *ferry.EventStatsParams

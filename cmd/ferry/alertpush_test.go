@@ -111,7 +111,7 @@ type alertBundle struct {
 	ctx   context.Context
 	clock *storetest.Clock
 	// open returns another store on the same database: another instance.
-	open func(t *testing.T) alertStore
+	open func(t *testing.T) ferry.Store
 	log  *lockedBuffer
 	recv *alertReceiver
 }
@@ -138,7 +138,7 @@ func TestAlertPush(t *testing.T) {
 			switch kind {
 			case "sqlite":
 				path := filepath.Join(t.TempDir(), "ferry.db")
-				b.open = func(t *testing.T) alertStore {
+				b.open = func(t *testing.T) ferry.Store {
 					s, err := sqlite.Open(path, &sqlite.Config{Now: b.clock.Now})
 					if err != nil {
 						t.Fatal(err)
@@ -148,7 +148,7 @@ func TestAlertPush(t *testing.T) {
 				}
 			case "postgres":
 				_, schema := pgtest.Schema(t)
-				b.open = func(t *testing.T) alertStore {
+				b.open = func(t *testing.T) ferry.Store {
 					s, err := postgres.Open(b.ctx, pgtest.ConnString(schema), &postgres.Config{Now: b.clock.Now})
 					if err != nil {
 						t.Fatal(err)
@@ -166,7 +166,7 @@ func TestAlertPush(t *testing.T) {
 	}
 }
 
-func testAlertPush(t *testing.T, b *alertBundle, st alertStore) {
+func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 	ctx := b.ctx
 	receive := func(id, body string) {
 		t.Helper()

@@ -78,12 +78,8 @@ func (op *operator) newPusher() (*alertPusher, error) {
 	if op.cfg.Alerts.URL == "" {
 		return nil, nil
 	}
-	st, ok := op.stats.(alertStore)
-	if !ok {
-		return nil, fmt.Errorf("%w: alerts.url: this store keeps no leases or checkpoints; leave alerts.url out", errConfig)
-	}
 	return newAlertPusher(alertPusherOptions{
-		Store: st, URL: op.cfg.Alerts.URL, Sources: op.cfg.SourceNames(), Params: op.cfg.StatsParams(0),
+		Store: op.stats, URL: op.cfg.Alerts.URL, Sources: op.cfg.SourceNames(), Params: op.cfg.StatsParams(0),
 		Interval: op.cfg.Alerts.Interval.Duration, Check: op.cfg.Alerts.CheckInterval.Duration,
 		PublicURL: op.cfg.Admin.PublicURL, Log: op.log,
 	}), nil
