@@ -21,7 +21,9 @@ type Config struct {
 	// entry here gets the defaults of SourcePolicy.
 	Sources []SourcePolicy
 
-	// Workers is how many handlers run at once. Defaults to 10.
+	// Workers is how many handlers run at once. Defaults to 64: on the e2e
+	// benchmark (2 cores, a local app that answers at once) 64 forwarded
+	// about twice as many events a second as 32 and four times as many as 10.
 	Workers int
 
 	// Prefetch is how many events the client claims ahead of its workers:
@@ -100,7 +102,7 @@ type Observer interface {
 
 // Default settings; see Config.
 const (
-	DefaultWorkers       = 10
+	DefaultWorkers       = 64
 	DefaultLeaseTTL      = 15 * time.Second
 	DefaultPollInterval  = time.Second
 	DefaultShutdownGrace = 10 * time.Second
