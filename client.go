@@ -242,15 +242,26 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 	go func() {
 		defer c.jobs.Done()
 		defer c.finish(j)
+		working := false
 		select {
 		case c.workers <- struct{}{}:
+			working = true
 		case <-c.stopQueued:
+		}
+		select {
+		case <-c.stopQueued:
+			// Stop began while it waited (a worker freed at the same moment
+			// does not count): never started, so given back at once.
+			if working {
+				<-c.workers
+			}
 			c.stopBeating(j)
 			c.release(j.lease)
 			if c.cfg.Observer != nil {
 				c.cfg.Observer.AttemptFinished(ev.Source, OutcomeReleased, j.reclaimed, 0)
 			}
 			return
+		default:
 		}
 		defer func() { <-c.workers }()
 		var (
