@@ -95,22 +95,8 @@ func connsFerry(ctx context.Context, o *options, workers int, arrivals time.Dura
 	}
 	defer a.close()
 	r := &connsFerryResult{ttl: min(ferry.DefaultLeaseTTL, o.connsHold)}
-	cfg := fmt.Sprintf(`[store]
-url = %q
-
-[worker]
-workers = %d
-lease_ttl = %q
-
-[[source]]
-name = "stripe"
-provider = "stripe"
-secrets = [%q]
-
-[source.forward]
-url = %q
-timeout = %q
-`, storeURL, workers, r.ttl.String(), stripeSecret, "http://"+a.addr+"/webhooks/stripe", (o.connsHold + 30*time.Second).String())
+	worker := fmt.Sprintf("workers = %d\nlease_ttl = %q\n", workers, r.ttl.String())
+	cfg := configTOML(storeURL, "http://"+a.addr+"/webhooks/stripe", worker, o.connsHold+30*time.Second)
 	c, err := startServe(ctx, o.tmp, "conns", cfg, "all")
 	if err != nil {
 		return nil, err
