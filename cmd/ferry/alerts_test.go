@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
 )
 
@@ -22,14 +20,7 @@ func TestAlertWatcher(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := storetest.NewClock()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := migratedSQLite(t, clock.Now)
 	for i := range alertBurst + 2 {
 		if _, err := store.EventReceive(ctx, &ferry.EventReceiveParams{
 			Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{"secret_field":"pii"}`),
