@@ -96,3 +96,32 @@ func TestAlertWatcher(t *testing.T) {
 		t.Errorf("second check repeated: %v", got)
 	}
 }
+
+// runEvery runs its function at once, again on every tick, and returns when
+// the context ends: the watcher, the pusher and the purger rely on all three.
+func TestRunEvery(t *testing.T) {
+	t.Parallel()
+	t.Run("AtOnceAndStopsWithContext", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		calls := 0
+		runEvery(ctx, time.Hour, func(context.Context) { calls++; cancel() })
+		if calls != 1 {
+			t.Fatalf("%d calls before the first tick of an hour, want 1", calls)
+		}
+	})
+	t.Run("AgainOnEveryTick", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		calls := 0
+		runEvery(ctx, time.Millisecond, func(context.Context) {
+			if calls++; calls == 3 {
+				cancel()
+			}
+		})
+		if calls != 3 {
+			t.Fatalf("%d calls, want 3 (the third cancels)", calls)
+		}
+	})
+}
