@@ -118,7 +118,7 @@ type Client struct {
 	// EventCompleteMany call (group commit: no timer, an idle client
 	// completes each job alone at once); each job still waits for its own
 	// verdict.
-	completions *groupcommit.Committer[Lease, struct{}]
+	completions *groupcommit.Committer[completion, struct{}]
 
 	mu       sync.Mutex
 	started  bool
@@ -140,6 +140,9 @@ type job struct {
 	reclaimed bool
 	cancel    context.CancelCauseFunc
 	lost      atomic.Bool
+	// response is what the handler's downstream answered (SetResponse),
+	// written by the job's goroutine before it records the verdict.
+	response AttemptResponse
 
 	mu sync.Mutex
 	// deadline is this worker's conservative guess of the lease's end, on its
@@ -174,6 +177,12 @@ func (j *job) leaseDeadline() time.Time {
 }
 
 var errShutdown = errors.New("ferry: client stopped")
+
+// completion is one job's verdict of done, with what its downstream answered.
+type completion struct {
+	lease    Lease
+	response AttemptResponse
+}
 
 // maxCompleteBatch is the most leases one EventCompleteMany call carries.
 const maxCompleteBatch = 1000
@@ -211,7 +220,7 @@ func NewClient(cfg *Config) (*Client, error) {
 		handlers: map[string]map[string]handler{},
 		slotFree: make(chan struct{}, 1),
 	}
-	cl.completions = &groupcommit.Committer[Lease, struct{}]{
+	cl.completions = &groupcommit.Committer[completion, struct{}]{
 		// A job has at most one completion waiting, so a batch never needs
 		// more than Workers; 1000 caps the arrays a statement carries.
 		MaxBatch: min(c.Workers, maxCompleteBatch),
@@ -422,7 +431,7 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 		beatCtx, stopBeat := context.WithCancel(c.beatCtx)
 		beating := make(chan struct{})
 		go func() { defer close(beating); c.heartbeat(beatCtx, j) }()
-		completed, err, took := c.runHandler(hctx, cl)
+		completed, err, took := c.runHandler(hctx, j, cl)
 		stopBeat()
 		<-beating
 		c.record(hctx, j, cl, completed, err, took)
@@ -443,7 +452,7 @@ func (c *Client) finish(j *job) {
 
 // runHandler runs the event's handler; completed reports that a
 // transactional handler's own transaction completed the event.
-func (c *Client) runHandler(ctx context.Context, cl *Claim) (completed bool, err error, took time.Duration) {
+func (c *Client) runHandler(ctx context.Context, j *job, cl *Claim) (completed bool, err error, took time.Duration) {
 	ev := cl.Event
 	d := &Delivery{
 		Event:              ev,
@@ -457,6 +466,7 @@ func (c *Client) runHandler(ctx context.Context, cl *Claim) (completed bool, err
 		return false, Permanent(fmt.Errorf("ferry: no handler for source %q type %q", ev.Source, ev.Type)), 0
 	}
 	completed, err = runSafely(ctx, h, d)
+	j.response = d.Response()
 	return completed, err, time.Since(started)
 }
 
@@ -481,7 +491,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 		// Shared with the completions of other jobs that finish meanwhile;
 		// Do returns only once this lease's verdict is committed (or lost).
 		if werr := retryWrite(wctx, func() error {
-			_, err := c.completions.Do(wctx, j.lease)
+			_, err := c.completions.Do(wctx, completion{lease: j.lease, response: j.response})
 			return err
 		}); werr != nil {
 			outcome = OutcomeLeaseExpired
@@ -502,6 +512,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 			state, e = c.store.EventFail(wctx, &EventFailParams{
 				Lease: j.lease, Error: err.Error(), RetryDelay: delay,
 				MaxAttempts: policy.MaxAttempts, MaxAge: policy.ReplayWindow, Dead: IsPermanent(err),
+				Response: j.response,
 			})
 			return e
 		})
@@ -532,9 +543,22 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 // the failed call did commit (a connection lost at commit), the retry finds
 // the lease done and the job reports it lost, as a single EventComplete
 // would.
-func (c *Client) completeBatch(ctx context.Context, leases []Lease) []groupcommit.Result[struct{}] {
-	out := make([]groupcommit.Result[struct{}], len(leases))
-	lost, err := c.store.EventCompleteMany(ctx, &EventCompleteManyParams{Leases: leases})
+func (c *Client) completeBatch(ctx context.Context, done []completion) []groupcommit.Result[struct{}] {
+	out := make([]groupcommit.Result[struct{}], len(done))
+	leases := make([]Lease, len(done))
+	var responses []AttemptResponse // none unless a handler recorded one
+	for i, d := range done {
+		leases[i] = d.lease
+		if d.response != (AttemptResponse{}) && responses == nil {
+			responses = make([]AttemptResponse, len(done))
+		}
+	}
+	if responses != nil {
+		for i, d := range done {
+			responses[i] = d.response
+		}
+	}
+	lost, err := c.store.EventCompleteMany(ctx, &EventCompleteManyParams{Leases: leases, Responses: responses})
 	if err != nil {
 		err = fmt.Errorf("ferry: complete %d events: %w", len(leases), err)
 		for i := range out {

@@ -65,6 +65,10 @@ var (
 	eventReleaseSQL string
 	//go:embed query/event_requeue.sql
 	eventRequeueSQL string
+	//go:embed query/event_retry_now.sql
+	eventRetryNowSQL string
+	//go:embed query/action_insert.sql
+	actionInsertSQL string
 	//go:embed query/event_stats.sql
 	eventStatsSQL string
 	//go:embed query/migration_applied.sql
