@@ -129,8 +129,8 @@ func TestDashboardPages(t *testing.T) {
 	if !strings.Contains(atRisk, "evt_old") || strings.Contains(atRisk, "evt_dead") {
 		t.Errorf("the at-risk section must list evt_old, and only it:\n%s", atRisk)
 	}
-	if !strings.Contains(rest, "Replay all 1 dead") || !strings.Contains(rest, `id="next-page"`) {
-		t.Errorf("overview lacks the bulk replay button or pagination:\n%s", rest)
+	if !strings.Contains(rest, `href="/ui/replay?source=stripe&amp;state=dead"`) || !strings.Contains(rest, "Replay 1 dead") {
+		t.Errorf("overview lacks the bulk replay link of the dead:\n%s", rest)
 	}
 
 	_, body = get(t, newReq(t, "GET", b.server.URL+"/ui/?state=dead", nil))
@@ -193,11 +193,19 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 	req = newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	if code, body := get(t, req); code != 200 || !strings.Contains(body, "replayed 0 dead events of stripe") {
+	if code, body := get(t, req); code != 200 || !strings.Contains(body, "replayed 0 events") {
 		t.Errorf("bulk replay: %d\n%s", code, body)
 	}
-	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard replay of dead events" source=stripe replayed=0 actor=anonymous`) {
+	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard bulk replay" filter="source=stripe" replayed=0 actor=anonymous`) {
 		t.Errorf("the bulk replay's log line must name the actor:\n%s", logs)
+	}
+	for _, path := range []string{"/ui/replay", "/ui/events/" + itoa(b.ids["gh_1"]) + "/retry"} {
+		req = newReq(t, "POST", b.server.URL+path, strings.NewReader("source=stripe"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		if code, _ := get(t, req); code != http.StatusForbidden {
+			t.Errorf("cross-site POST %s: %d, want 403", path, code)
+		}
 	}
 }
 
