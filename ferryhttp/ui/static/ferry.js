@@ -15,24 +15,17 @@
   var parts = ["at-risk", "counts", "event-list"];
   var ticks = 0, paused = 0;
 
+  function fields() {
+    return new URLSearchParams(new FormData(form)).toString();
+  }
+  var applied = fields();
+
   function editing() {
     var el = document.activeElement;
     if (el && form.contains(el) && el.tagName !== "BUTTON" && el.tagName !== "A") {
       return true;
     }
-    for (var i = 0; i < form.elements.length; i++) {
-      var f = form.elements[i];
-      if (f.tagName === "SELECT") {
-        for (var j = 0; j < f.options.length; j++) {
-          if (f.options[j].selected !== f.options[j].defaultSelected) {
-            return true;
-          }
-        }
-      } else if (f.tagName === "INPUT" && f.value !== f.defaultValue) {
-        return true;
-      }
-    }
-    return false;
+    return fields() !== applied;
   }
 
   function say(text) {
