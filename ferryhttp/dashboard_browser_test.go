@@ -385,8 +385,11 @@ func waitFor(t *testing.T, b *dashBundle, id int64, ok func(*ferry.Event) bool) 
 		if err == nil && ok(e) {
 			return
 		}
+		if err != nil {
+			e = &ferry.Event{}
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("event %d is %+v (%v)", id, e, err)
+			t.Fatalf("event %d is %s at attempt %d, next at %v (%v)", id, e.State, e.Attempt, e.NextAttemptAt, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -694,7 +694,7 @@ func waitState(t *testing.T, b *dashBundle, id int64, want ferry.State) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("event %d: %v %v, want %s", id, e, err, want)
+			t.Fatalf("event %d: %v, want %s", id, err, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -53,8 +53,8 @@
         return res.ok && res.url.indexOf("/ui/live") >= 0 ? res.text() : null;
       })
       .then(function (html) {
-        if (html === null || editing()) {
-          say(html === null ? "live: not updated (signed out?)" : "live: paused while you edit the filter");
+        if (html === null) {
+          say("live: not updated (signed out?)");
           return;
         }
         var doc = new DOMParser().parseFromString(html, "text/html");
