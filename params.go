@@ -202,8 +202,8 @@ func (p *EventReleaseParams) Validate() error { return p.Lease.Validate() }
 // Normalize returns a copy of p that a store can run as it is: States
 // defaulted (dead and unknown in bulk; done, dead and unknown by IDs) and
 // stripped of pending and in_progress, which are never requeued; the
-// filters (Source, Type, Since, Until, EventIDContains) cleared when IDs
-// name the events. It refuses an unknown state, an ID that is not
+// filters (Source, Type, Since, Until, EventIDContains, Before) cleared
+// when IDs name the events, and a negative Before made 0. It refuses an unknown state, an ID that is not
 // positive, and an Until before Since. The copy's States may be empty:
 // nothing to requeue.
 func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
@@ -236,8 +236,9 @@ func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 	if len(p.IDs) > 0 {
 		// IDs name the events; the filters only narrow a bulk requeue.
 		out.Source, out.Type, out.EventIDContains = "", "", ""
-		out.Since, out.Until = time.Time{}, time.Time{}
+		out.Since, out.Until, out.Before = time.Time{}, time.Time{}, 0
 	}
+	out.Before = max(out.Before, 0)
 	return &out, nil
 }
 

@@ -339,6 +339,10 @@ type EventRequeueParams struct {
 	// EventIDContains limits a bulk requeue to events whose provider event
 	// id contains it.
 	EventIDContains string
+	// Before limits a bulk requeue to events with a row id below it, so a
+	// confirmed count does not grow with events received since; zero means
+	// no bound.
+	Before int64
 	// States are the states that may be requeued. Defaults to dead and
 	// unknown for a bulk requeue, and done, dead and unknown for IDs. Pending
 	// and in_progress are never requeued.

@@ -528,6 +528,16 @@ func (d *Dashboard) replayConfirm(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	// The replay takes only events that exist now, so the count confirmed
+	// is not outgrown by deliveries that arrive before the click.
+	newest, err := d.opts.Store.EventList(r.Context(), &ferry.EventListParams{Limit: 1})
+	if err != nil {
+		d.fail(w, r, "count replay", err)
+		return
+	}
+	if len(newest.Events) > 0 {
+		params.Before = newest.Events[0].ID + 1
+	}
 	params.DryRun = true
 	n, err := d.opts.Store.EventRequeue(r.Context(), params)
 	if err != nil {
@@ -538,6 +548,7 @@ func (d *Dashboard) replayConfirm(w http.ResponseWriter, r *http.Request) {
 	for k := range f.values() {
 		data.Hidden[k] = f.values().Get(k)
 	}
+	data.Hidden["upto"] = strconv.FormatInt(params.Before, 10)
 	d.render(w, r, "replay.html", &data)
 }
 
@@ -553,6 +564,8 @@ func (d *Dashboard) replayMany(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	// upto is the confirmation's bound: events received since are not taken.
+	params.Before, _ = strconv.ParseInt(r.PostFormValue("upto"), 10, 64)
 	actor := actorOf(r.Context())
 	n, err := d.requeue(r.Context(), actor, params)
 	if err != nil {

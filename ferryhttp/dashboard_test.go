@@ -574,7 +574,28 @@ func TestDashboardBulkReplay(t *testing.T) {
 		t.Errorf("a filter of live events offers a replay:\n%s", body)
 	}
 
-	req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe&state=dead"))
+	_, upto, ok := strings.Cut(body, `name="upto" value="`)
+	upto, _, _ = strings.Cut(upto, `"`)
+	if !ok || upto == "" {
+		t.Fatalf("the confirmation does not bound the replay:\n%s", body)
+	}
+
+	// A dead event received after the confirmation is not replayed by it.
+	res, err := b.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := b.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 10, TTL: time.Minute, Sources: []string{"stripe"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims {
+		if _, err := b.store.EventFail(ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Dead: c.Event.ID == res.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe&state=dead&upto="+upto))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	if code, body := get(t, req); code != 200 || !strings.Contains(body, "replayed 1 events") {
@@ -582,6 +603,9 @@ func TestDashboardBulkReplay(t *testing.T) {
 	}
 	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StatePending {
 		t.Errorf("after the bulk replay evt_dead is %s, want pending", e.State)
+	}
+	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: res.ID}); e.State != ferry.StateDead {
+		t.Errorf("an event that died after the confirmation was replayed: %s", e.State)
 	}
 }
 

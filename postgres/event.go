@@ -212,6 +212,7 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 		"since":         timeArg(params.Since),
 		"until":         timeArg(params.Until),
 		"event_id_like": likeArg(params.EventIDContains),
+		"before":        params.Before,
 	}
 	var count int
 	if !params.DryRun {

@@ -359,6 +359,7 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 			sql.Named("since", microsOrNil(params.Since)),
 			sql.Named("until", microsOrNil(params.Until)),
 			sql.Named("contains", params.EventIDContains),
+			sql.Named("before", params.Before),
 		)
 		if err != nil {
 			return err

@@ -208,6 +208,19 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if n, err := b.store.EventRequeue(b.ctx, &filter); err != nil || n != 0 {
 			t.Fatalf("requeue of a pending match = %d, %v; want 0", n, err)
 		}
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claimOne(t, b, "w1").Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		wantState(t, b, match, ferry.StateDone)
+
+		// Before bounds a bulk requeue to the events that existed when it
+		// was counted.
+		newer := kill("a_newer", "charge.failed")
+		bounded := ferry.EventRequeueParams{Source: "stripe", Before: newer}
+		if n, err := b.store.EventRequeue(b.ctx, &bounded); err != nil || n != 3 {
+			t.Fatalf("requeue before %d = %d, %v; want the 3 older dead", newer, n, err)
+		}
+		wantState(t, b, newer, ferry.StateDead)
 	})
 
 	// EventRetryNow makes a pending event in backoff due at once, and

@@ -19,6 +19,7 @@ requeued AS (
       AND (@since::timestamptz IS NULL OR first_delivered_at >= @since::timestamptz)
       AND (@until::timestamptz IS NULL OR first_delivered_at < @until::timestamptz)
       AND (@event_id_like::text = '' OR event_id LIKE @event_id_like::text)
+      AND (@before::bigint = 0 OR id < @before::bigint)
     RETURNING id
 ),
 notified AS (

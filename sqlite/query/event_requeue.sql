@@ -1,8 +1,8 @@
 -- Puts terminal events back to pending, due now, with a fresh attempt budget
 -- (attempt_base catches up with attempt; attempt itself never goes down).
--- :ids, when not empty, names the events; :source, :type, :since, :until
--- and :contains ('' or NULL match all) narrow a bulk requeue as EventList's
--- filters do. Pending and in_progress events are never touched.
+-- :ids, when not empty, names the events; :source, :type, :since, :until,
+-- :contains and :before ('', NULL or 0 match all) narrow a bulk requeue as
+-- EventList's filters do. Pending and in_progress events are never touched.
 UPDATE ferry_event
 SET state = 'pending',
     next_attempt_at = :now,
@@ -19,3 +19,4 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND (:since IS NULL OR first_delivered_at >= :since)
   AND (:until IS NULL OR first_delivered_at < :until)
   AND (:contains = '' OR instr(event_id, :contains) > 0)
+  AND (:before = 0 OR id < :before)
