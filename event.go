@@ -98,6 +98,9 @@ type Event struct {
 	LastError string
 	// RequeuedAt is when an operator last requeued the event; zero if never.
 	RequeuedAt time.Time
+	// Origin says whether the provider delivered the event or catch-up
+	// fetched it; the first receipt decides.
+	Origin Origin
 }
 
 // Lease names one claim of one event: the row and the attempt that holds it.

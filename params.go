@@ -193,6 +193,15 @@ func (p *EventReceiveParams) Validate() error {
 	if p.Source == "" || p.EventID == "" {
 		return invalid("source and event id are required")
 	}
+	if err := ValidateEventID(p.EventID); err != nil {
+		return err
+	}
+	if err := ValidateEventType(p.Type); err != nil {
+		return err
+	}
+	if !p.Origin.OrDelivery().Valid() {
+		return invalid("origin must be delivery or catchup")
+	}
 	return nil
 }
 

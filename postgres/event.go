@@ -404,6 +404,7 @@ func (r *eventRow) event() (*ferry.Event, error) {
 		CompletedAt:      utc(r.CompletedAt),
 		LastError:        deref(r.LastError),
 		RequeuedAt:       utc(r.RequeuedAt),
+		Origin:           ferry.Origin(r.Origin),
 	}, nil
 }
 

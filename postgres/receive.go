@@ -27,6 +27,7 @@ type receiveArgs struct {
 	payload              []byte   // never nil: the column is NOT NULL
 	headers              []byte   // JSON, nil (NULL) when there are none
 	sum                  [32]byte // payload's SHA-256
+	origin               string
 }
 
 func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
@@ -48,6 +49,7 @@ func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
 		payload: payload,
 		headers: headers,
 		sum:     sha256.Sum256(payload),
+		origin:  string(params.Origin.OrDelivery()),
 	}, nil
 }
 
@@ -131,6 +133,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		sources, eventIDs, types = make([]string, n), make([]string, n), make([]string, n)
 		payloads, sums           = make([][]byte, n), make([][]byte, n)
 		headers                  = make([][]byte, n)
+		origins                  = make([]string, n)
 		isFirst                  = make([]bool, n)
 		counts, firstConflicts   = make([]int32, n), make([]int32, n)
 		firsts                   []int // position in order of each key's first delivery
@@ -139,6 +142,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		r := reqs[i]
 		sources[pos], eventIDs[pos], types[pos] = r.source, r.eventID, r.typ
 		payloads[pos], sums[pos], headers[pos] = r.payload, r.sum[:], r.headers
+		origins[pos] = r.origin
 		if f := len(firsts) - 1; f >= 0 && sameKey(reqs[order[firsts[f]]], r) {
 			counts[firsts[f]]++
 			if r.sum != reqs[order[firsts[f]]].sum {
@@ -160,6 +164,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		"is_first":        isFirst,
 		"n":               counts,
 		"first_conflicts": firstConflicts,
+		"origin":          origins,
 	})
 	// One row per key, in the order of firsts. Outcomes are only handed out
 	// once the rows are closed without error: the statement has committed.
@@ -218,6 +223,7 @@ func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry
 		"payload":        r.payload,
 		"headers":        r.headers,
 		"payload_sha256": r.sum[:],
+		"origin":         r.origin,
 	}).Scan(&result.ID, &inserted, &conflicting)
 	if err != nil {
 		return nil, err

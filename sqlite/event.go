@@ -520,18 +520,18 @@ type scanner interface{ Scan(dest ...any) error }
 func scanEvent(row scanner) (*ferry.Event, error) {
 	var (
 		e                                      ferry.Event
-		state                                  string
+		state, origin                          string
 		headers, leaseOwner, lastError         sql.NullString
 		leaseExpires, nextAttempt, first, last sql.NullInt64
 		claimed, completed, requeued           sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &e.Payload, &headers, &e.PayloadSHA256,
 		&state, &e.Attempt, &leaseOwner, &leaseExpires, &nextAttempt, &first, &last,
-		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued)
+		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued, &origin)
 	if err != nil {
 		return nil, err
 	}
-	e.State = ferry.State(state)
+	e.State, e.Origin = ferry.State(state), ferry.Origin(origin)
 	e.LeaseOwner, e.LastError = leaseOwner.String, lastError.String
 	e.LeaseExpiresAt, e.NextAttemptAt = fromMicros(leaseExpires), fromMicros(nextAttempt)
 	e.FirstDeliveredAt, e.LastDeliveredAt = fromMicros(first), fromMicros(last)

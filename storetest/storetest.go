@@ -94,6 +94,9 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Stats", testStats[TX]},
 		{"CompleteMany", testCompleteMany[TX]},
 		{"Response", testResponse[TX]},
+		{"NamedLease", testNamedLease[TX]},
+		{"Checkpoint", testCheckpoint[TX]},
+		{"Origin", testOrigin[TX]},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()

@@ -87,6 +87,8 @@ type Source struct {
 	HMAC HMAC `toml:"hmac"`
 	// Forward is where the service sends each event.
 	Forward Forward `toml:"forward"`
+	// Catchup fetches what the provider never delivered; see catchup.go.
+	Catchup Catchup `toml:"catchup"`
 }
 
 // HMAC mirrors provider.HMACOptions.
@@ -179,6 +181,9 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 		}
 		expand(fmt.Sprintf("source[%d].forward.url", i), &s.Forward.URL)
 		expand(fmt.Sprintf("source[%d].forward.secret", i), &s.Forward.Secret)
+		for k, v := range s.Catchup.expandable() {
+			expand(fmt.Sprintf("source[%d].catchup.%s", i, k), v)
+		}
 	}
 	expand("admin.token", &c.Admin.Token)
 	expand("admin.user", &c.Admin.User)
@@ -253,6 +258,7 @@ func (c *Config) applyDefaults() {
 		if s.Forward.Timeout.Duration == 0 {
 			s.Forward.Timeout.Duration = DefaultForwardTime
 		}
+		s.Catchup.applyDefaults()
 	}
 }
 
@@ -326,6 +332,7 @@ func (c *Config) validate() error {
 				bad(key+".forward.secret", "is not a Standard Webhooks secret (\"whsec_\" + base64): %v", err)
 			}
 		}
+		errs = append(errs, s.Catchup.validate(key, &s)...)
 	}
 	errs = append(errs, c.validateOperator()...)
 	if len(errs) > 0 {
