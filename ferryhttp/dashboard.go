@@ -332,6 +332,8 @@ type eventData struct {
 	Now        time.Time
 	AtRisk     bool
 	Attempts   []*ferry.Attempt
+	Actions    []*ferry.Action // who requeued, replayed or retried it, oldest first
+	Replays    []*ferry.Replay
 	Conflicts  []conflictView
 	Original   []line // the stored payload, line by line, beside the conflicts
 	Headers    []header
@@ -378,6 +380,16 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, "list attempts", err)
 		return
 	}
+	actions, err := d.opts.Store.ActionList(ctx, &ferry.ActionListParams{ID: id})
+	if err != nil {
+		d.fail(w, r, "list actions", err)
+		return
+	}
+	replays, err := d.opts.Store.ReplayList(ctx, &ferry.ReplayListParams{ID: id})
+	if err != nil {
+		d.fail(w, r, "list replays", err)
+		return
+	}
 	stats, err := d.opts.Store.EventStats(ctx, &ferry.EventStatsParams{})
 	if err != nil {
 		d.fail(w, r, "read clock", err)
@@ -386,6 +398,7 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 	data := eventData{
 		chrome: chrome{Title: e.EventID},
 		Event:  e, Now: stats.Now, AtRisk: d.atRisk(stats.Now)(e), Attempts: attempts,
+		Actions: actions, Replays: replays,
 		PayloadLen: len(e.Payload), Flash: r.URL.Query().Get("flash"),
 		Replayable: e.State.Terminal(),
 		Retryable:  e.State == ferry.StatePending && e.NextAttemptAt.After(stats.Now),
@@ -417,9 +430,6 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 			data.Original = append(data.Original, line{Text: l, Differs: differs[i]})
 		}
 	}
-	// WHO DID WHAT: ferry_action rows (requeues with their actor, retry
-	// now) are written, but the Store has no ActionList to read them yet;
-	// when it has, list them here as the event's "Actions".
 	for name, values := range e.Headers {
 		for _, v := range values {
 			h := header{Name: name, Value: v}
@@ -523,6 +533,7 @@ func (d *Dashboard) replayConfirm(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	params.Actor = actorOf(r.Context()) // a dry run records nothing, but is checked as the real one
 	norm, err := params.Normalize()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -539,7 +550,7 @@ func (d *Dashboard) replayConfirm(w http.ResponseWriter, r *http.Request) {
 		params.Before = newest.Events[0].ID + 1
 	}
 	params.DryRun = true
-	n, err := d.opts.Store.EventRequeue(r.Context(), params)
+	n, err := d.requeue(r.Context(), params.Actor, params)
 	if err != nil {
 		d.fail(w, r, "count replay", err)
 		return
@@ -579,9 +590,7 @@ func (d *Dashboard) replayMany(w http.ResponseWriter, r *http.Request) {
 // requeue is the one place a dashboard action reaches the store, and so
 // the one place that hands the store who asked for it.
 func (d *Dashboard) requeue(ctx context.Context, actor string, params *ferry.EventRequeueParams) (int, error) {
-	// ACTOR → STORE: when ferry.EventRequeueParams gains its Actor field
-	// (recorded in ferry_action, migration 002), set it here:
-	//	params.Actor = actor
+	params.Actor = actor // kept with each requeued event (Store.ActionList)
 	return d.opts.Store.EventRequeue(ctx, params)
 }
 

@@ -117,10 +117,20 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}},
 		{"EventRelease", func() error { return s.EventRelease(ctx, &ferry.EventReleaseParams{Lease: bad}) }},
 		{"EventRequeue/UnknownState", func() error {
-			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{States: []ferry.State{ferry.StateDead, "gone"}})
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{States: []ferry.State{ferry.StateDead, "gone"}, Actor: "op"})
 			return err
 		}},
-		{"EventRequeue/BadID", func() error { _, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{0}}); return err }},
+		{"EventRequeue/NoActor", func() error { _, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{id}}); return err }},
+		{"EventReceive/NegativeReplayWindow", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_3", ReplayWindow: -time.Second})
+			return err
+		}},
+		{"ActionList", func() error { _, err := s.ActionList(ctx, &ferry.ActionListParams{}); return err }},
+		{"ReplayList", func() error { _, err := s.ReplayList(ctx, &ferry.ReplayListParams{}); return err }},
+		{"EventRequeue/BadID", func() error {
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{0}, Actor: "op"})
+			return err
+		}},
 		{"EventComplete/ResponseTooLong", func() error {
 			return s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: lease, Response: ferry.AttemptResponse{Body: string(make([]byte, ferry.ResponseLimit+1))}})
 		}},
@@ -145,7 +155,7 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			return err
 		}},
 		{"EventRequeue/UntilBeforeSince", func() error {
-			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{Since: b.clock.Now(), Until: b.clock.Now().Add(-time.Second)})
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{Since: b.clock.Now(), Until: b.clock.Now().Add(-time.Second), Actor: "op"})
 			return err
 		}},
 		{"EventRetryNow/NoActor", func() error { _, err := s.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: id}); return err }},

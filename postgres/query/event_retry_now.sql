@@ -14,7 +14,7 @@ retried AS (
 ),
 action AS (
     INSERT INTO ferry_action (event_id, at, action, actor)
-    SELECT id, (SELECT now FROM clock), 'retry_now', @actor::text FROM retried
+    SELECT id, (SELECT now FROM clock), @action::text, @actor::text FROM retried
 ),
 notified AS (
     SELECT pg_notify(ferry_receipt_channel(), '') WHERE EXISTS (SELECT 1 FROM retried)

@@ -3,6 +3,7 @@
 -- :ids, when not empty, names the events; :source, :type, :since, :until,
 -- :contains and :before ('', NULL or 0 match all) narrow a bulk requeue as
 -- EventList's filters do. Pending and in_progress events are never touched.
+-- Returns the requeued ids, for event_requeue_action.sql.
 UPDATE ferry_event
 SET state = 'pending',
     next_attempt_at = :now,
@@ -20,3 +21,4 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND (:until IS NULL OR first_delivered_at < :until)
   AND (:contains = '' OR instr(event_id, :contains) > 0)
   AND (:before = 0 OR id < :before)
+RETURNING id
