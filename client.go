@@ -25,7 +25,7 @@ type Client struct {
 	// EventCompleteMany call (group commit: no timer, an idle client
 	// completes each job alone at once); each job still waits for its own
 	// verdict.
-	completions *groupcommit.Committer[Lease, struct{}]
+	completions *groupcommit.Committer[completion, struct{}]
 	// failures batches failed attempts into one EventFailMany call, the
 	// same way.
 	failures *groupcommit.Committer[EventFailParams, State]
@@ -272,7 +272,7 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 		if j.lost.Load() {
 			err = ErrLeaseLost // lapsed while it waited: another worker may have it
 		} else {
-			completed, took, err = c.runHandler(hctx, cl)
+			completed, took, err = c.runHandler(hctx, j, cl)
 		}
 		c.stopBeating(j)
 		c.record(hctx, j, cl, completed, err, took)

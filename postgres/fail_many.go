@@ -28,11 +28,14 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 		maxAttempts = make([]int32, n)
 		maxAges     = make([]int64, n)
 		dead        = make([]bool, n)
+		statuses    = make([]int32, n)
+		responses   = make([]string, n)
 	)
 	for i, f := range params.Failures {
 		ids[i], attempts[i] = f.Lease.ID, int32(f.Lease.Attempt)
 		errs[i], delays[i] = f.Error, micros(f.RetryDelay)
 		maxAttempts[i], maxAges[i], dead[i] = int32(f.MaxAttempts), micros(f.MaxAge), f.Dead
+		statuses[i], responses[i] = int32(f.Response.HTTPStatus), f.Response.Body
 	}
 	rows, _ := s.pool.Query(ctx, eventFailManySQL, pgx.NamedArgs{
 		"now":             s.nowArg(),
@@ -43,6 +46,8 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 		"max_attempts":    maxAttempts,
 		"max_ages_us":     maxAges,
 		"dead":            dead,
+		"http_statuses":   statuses,
+		"responses":       responses,
 	})
 	closed := make(map[ferry.Lease]ferry.State, n)
 	var (

@@ -19,7 +19,7 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 	if len(params.Failures) == 0 {
 		return nil, nil
 	}
-	errs := make(map[ferry.Lease]string, len(params.Failures))
+	byLease := make(map[ferry.Lease]*ferry.EventFailParams, len(params.Failures))
 	failures := make([][7]any, len(params.Failures))
 	for i, f := range params.Failures {
 		dead := 0
@@ -28,7 +28,7 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 		}
 		failures[i] = [7]any{f.Lease.ID, f.Lease.Attempt, f.Error, f.RetryDelay.Microseconds(),
 			f.MaxAttempts, f.MaxAge.Microseconds(), dead}
-		errs[f.Lease] = f.Error
+		byLease[f.Lease] = &params.Failures[i]
 	}
 	closed := make(map[ferry.Lease]ferry.State, len(params.Failures))
 	err := s.writeTx(ctx, "event fail many", func(tx *sql.Tx) error {
@@ -38,7 +38,7 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 			return err
 		}
 		defer rows.Close()
-		var ledger [][4]any
+		var ledger [][6]any
 		for rows.Next() {
 			var (
 				l     ferry.Lease
@@ -52,7 +52,8 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 			if state == ferry.StateDead {
 				outcome = ferry.OutcomeDead
 			}
-			ledger = append(ledger, [4]any{l.ID, l.Attempt, string(outcome), errs[l]})
+			f := byLease[l]
+			ledger = append(ledger, [6]any{l.ID, l.Attempt, string(outcome), f.Error, f.Response.HTTPStatus, f.Response.Body})
 		}
 		if err := rows.Err(); err != nil {
 			return err

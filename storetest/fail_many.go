@@ -35,7 +35,8 @@ func testFailMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				byID[cl.Event.ID] = cl.Event.Lease()
 			}
 			states, err := b.store.EventFailMany(b.ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{
-				{Lease: byID[retryID], Error: "downstream 500", RetryDelay: 10 * time.Second, MaxAttempts: 3},
+				{Lease: byID[retryID], Error: "downstream 500", RetryDelay: 10 * time.Second, MaxAttempts: 3,
+					Response: ferry.AttemptResponse{HTTPStatus: 500, Body: "upstream down"}},
 				{Lease: expired, Error: "too late"},
 				{Lease: byID[permanentID], Error: "404", Dead: true, MaxAttempts: 25},
 				{Lease: byID[spentID], Error: "boom", MaxAttempts: 1},
@@ -63,6 +64,12 @@ func testFailMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			if len(ledger) != 1 || ledger[0].Outcome != wantOutcome || ledger[0].Error != wantErr || !ledger[0].FinishedAt.Equal(b.clock.Now()) {
 				t.Errorf("event %d ledger = %+v, want one %s row closed now with %q", id, ledger[0], wantOutcome, wantErr)
 			}
+		}
+		if a := attempts(t, b, retryID)[0]; a.HTTPStatus != 500 || a.Response != "upstream down" {
+			t.Errorf("retried event's ledger keeps response %d %q, want 500 %q", a.HTTPStatus, a.Response, "upstream down")
+		}
+		if a := attempts(t, b, spentID)[0]; a.HTTPStatus != 0 || a.Response != "" {
+			t.Errorf("a failure without a response recorded %d %q", a.HTTPStatus, a.Response)
 		}
 		for _, id := range []int64{permanentID, spentID, oldID} {
 			if ev := wantState(t, b, id, ferry.StateDead); ev.LastError == "" {

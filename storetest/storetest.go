@@ -96,6 +96,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"CompleteMany", testCompleteMany[TX]},
 		{"HeartbeatMany", testHeartbeatMany[TX]},
 		{"FailMany", testFailMany[TX]},
+		{"Response", testResponse[TX]},
 		{"NamedLease", testNamedLease[TX]},
 		{"Checkpoint", testCheckpoint[TX]},
 		{"Origin", testOrigin[TX]},
