@@ -96,6 +96,12 @@ type Event struct {
 	LastError string
 	// RequeuedAt is when an operator last requeued the event; zero if never.
 	RequeuedAt time.Time
+
+	// Traceparent and Tracestate are the W3C trace context of the receipt
+	// (its span's), so that every attempt, in any process, links to the
+	// trace it began. Empty when the receipt was not traced.
+	Traceparent string
+	Tracestate  string
 }
 
 // Lease names one claim of one event: the row and the attempt that holds it.

@@ -271,6 +271,12 @@ type EventReceiveParams struct {
 	Type    string
 	Payload []byte
 	Headers http.Header
+	// Traceparent and Tracestate are the W3C trace context of the receipt,
+	// stored with a new event (a redelivery keeps the first one's). Empty
+	// means none. At most TraceparentMaxLen and TracestateMaxLen printable
+	// ASCII characters.
+	Traceparent string
+	Tracestate  string
 }
 
 type EventReceiveResult struct {

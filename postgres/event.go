@@ -305,12 +305,12 @@ type eventRow struct {
 	CompletedAt      *time.Time `db:"completed_at"`
 	LastError        *string    `db:"last_error"`
 	RequeuedAt       *time.Time `db:"requeued_at"`
+	Traceparent      *string    `db:"traceparent"`
+	Tracestate       *string    `db:"tracestate"`
 	// Columns of migration 002 that no Event field shows yet; named so that
 	// SELECT * scans.
-	Origin      string  `db:"origin"`
-	Traceparent *string `db:"traceparent"`
-	Tracestate  *string `db:"tracestate"`
-	Replays     int     `db:"replays"`
+	Origin  string `db:"origin"`
+	Replays int    `db:"replays"`
 }
 
 // claimRow is a claimed event with what the claim learned about the attempt
@@ -347,6 +347,8 @@ func (r *eventRow) event() (*ferry.Event, error) {
 		CompletedAt:      utc(r.CompletedAt),
 		LastError:        deref(r.LastError),
 		RequeuedAt:       utc(r.RequeuedAt),
+		Traceparent:      deref(r.Traceparent),
+		Tracestate:       deref(r.Tracestate),
 	}, nil
 }
 

@@ -27,6 +27,8 @@ type receiveArgs struct {
 	payload              []byte   // never nil: the column is NOT NULL
 	headers              []byte   // JSON, nil (NULL) when there are none
 	sum                  [32]byte // payload's SHA-256
+	traceparent          string   // "" is stored as NULL
+	tracestate           string
 }
 
 func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
@@ -48,6 +50,9 @@ func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
 		payload: payload,
 		headers: headers,
 		sum:     sha256.Sum256(payload),
+
+		traceparent: params.Traceparent,
+		tracestate:  params.Tracestate,
 	}, nil
 }
 
@@ -135,10 +140,12 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		counts, firstConflicts   = make([]int32, n), make([]int32, n)
 		firsts                   []int // position in order of each key's first delivery
 	)
+	traceparents, tracestates := make([]string, n), make([]string, n)
 	for pos, i := range order {
 		r := reqs[i]
 		sources[pos], eventIDs[pos], types[pos] = r.source, r.eventID, r.typ
 		payloads[pos], sums[pos], headers[pos] = r.payload, r.sum[:], r.headers
+		traceparents[pos], tracestates[pos] = r.traceparent, r.tracestate
 		if f := len(firsts) - 1; f >= 0 && sameKey(reqs[order[firsts[f]]], r) {
 			counts[firsts[f]]++
 			if r.sum != reqs[order[firsts[f]]].sum {
@@ -160,6 +167,8 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		"is_first":        isFirst,
 		"n":               counts,
 		"first_conflicts": firstConflicts,
+		"traceparent":     traceparents,
+		"tracestate":      tracestates,
 	})
 	// One row per key, in the order of firsts. Outcomes are only handed out
 	// once the rows are closed without error: the statement has committed.
@@ -218,6 +227,8 @@ func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry
 		"payload":        r.payload,
 		"headers":        r.headers,
 		"payload_sha256": r.sum[:],
+		"traceparent":    r.traceparent,
+		"tracestate":     r.tracestate,
 	}).Scan(&result.ID, &inserted, &conflicting)
 	if err != nil {
 		return nil, err

@@ -93,6 +93,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Model", testModel[TX]},
 		{"Stats", testStats[TX]},
 		{"CompleteMany", testCompleteMany[TX]},
+		{"Trace", testTrace[TX]},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
