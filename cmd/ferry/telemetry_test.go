@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ferry-inbox/ferry"
@@ -313,5 +317,45 @@ func TestServeRefusesBadTelemetry(t *testing.T) {
 	_, stderr, code := runFerry(t, "serve", "--config", cfgPath)
 	if code != exitUsage || !strings.Contains(stderr, "telemetry.protocol") {
 		t.Errorf("exit %d, stderr %q; want 2 naming telemetry.protocol", code, stderr)
+	}
+}
+
+// grpcCollector is a local OTLP/gRPC endpoint.
+type grpcCollector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	otlp *otlpCollector
+}
+
+func (g *grpcCollector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	g.otlp.add(req)
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// protocol = "grpc" exports over OTLP/gRPC to otlp_endpoint, and stop
+// flushes what the batch processor holds.
+func TestTracingOverGRPC(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	collector := &grpcCollector{otlp: &otlpCollector{}}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, collector)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	tp, stop, err := newTracing(context.Background(), config.Telemetry{
+		OTLPEndpoint: "http://" + lis.Addr().String(), Protocol: config.ProtocolGRPC, ServiceName: "ferry-grpc",
+	}, func(string) string { return "" }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tp.Tracer("test").Start(context.Background(), "over-grpc")
+	span.End()
+	stop()
+	got := collector.otlp.collected()
+	if len(got) != 1 || got[0].span.GetName() != "over-grpc" || got[0].service != "ferry-grpc" {
+		t.Fatalf("collector got %d spans: %v", len(got), got)
 	}
 }
