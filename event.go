@@ -96,6 +96,9 @@ type Event struct {
 	LastError string
 	// RequeuedAt is when an operator last requeued the event; zero if never.
 	RequeuedAt time.Time
+	// Origin says whether the provider delivered the event or catch-up
+	// fetched it; the first receipt decides.
+	Origin Origin
 
 	// Traceparent and Tracestate are the W3C trace context of the receipt
 	// (its span's), so that every attempt, in any process, links to the

@@ -139,11 +139,21 @@ func (p *EventPurgeParams) Validate() error {
 	return nil
 }
 
-// Validate requires a Source and an EventID, and a trace context that
+// Validate requires a Source, an EventID and a Type that ValidateEventID and
+// ValidateEventType accept, a known Origin, and a trace context that
 // ValidateTraceContext accepts.
 func (p *EventReceiveParams) Validate() error {
 	if p.Source == "" || p.EventID == "" {
 		return invalid("source and event id are required")
+	}
+	if err := ValidateEventID(p.EventID); err != nil {
+		return err
+	}
+	if err := ValidateEventType(p.Type); err != nil {
+		return err
+	}
+	if !p.Origin.OrDelivery().Valid() {
+		return invalid("origin must be delivery or catchup")
 	}
 	return ValidateTraceContext(p.Traceparent, p.Tracestate)
 }

@@ -23,6 +23,13 @@ type Store interface {
 	// AttemptList returns the attempt ledger of one event, oldest first.
 	AttemptList(ctx context.Context, params *AttemptListParams) ([]*Attempt, error)
 
+	// CheckpointGet returns the named checkpoint, or ErrNotFound.
+	CheckpointGet(ctx context.Context, params *CheckpointGetParams) (*Checkpoint, error)
+
+	// CheckpointPut sets the named checkpoint's value, stamped with the
+	// database's now.
+	CheckpointPut(ctx context.Context, params *CheckpointPutParams) error
+
 	// ConflictList returns the conflicting deliveries of one event, oldest
 	// first, payloads included.
 	ConflictList(ctx context.Context, params *ConflictListParams) ([]*Conflict, error)
@@ -105,6 +112,15 @@ type Store interface {
 	// their provider's replay window. It is one or two aggregate queries over
 	// every event row, so callers that poll it (metrics) cache the result.
 	EventStats(ctx context.Context, params *EventStatsParams) (*EventStats, error)
+
+	// LeaseAcquire takes the named lease for Owner, or renews it, until TTL
+	// from the database's now, if it is free, expired or already Owner's. It
+	// reports whether Owner holds the lease now.
+	LeaseAcquire(ctx context.Context, params *LeaseAcquireParams) (bool, error)
+
+	// LeaseRelease gives the named lease up if Owner holds it, so another
+	// instance may take it at once; otherwise it does nothing.
+	LeaseRelease(ctx context.Context, params *LeaseReleaseParams) error
 
 	// Migrate brings the schema up to date. It is safe to call from several
 	// processes at once.
@@ -271,6 +287,9 @@ type EventReceiveParams struct {
 	Type    string
 	Payload []byte
 	Headers http.Header
+	// Origin is recorded with a new key; a known key keeps its own.
+	// Defaults to OriginDelivery.
+	Origin Origin
 	// Traceparent and Tracestate are the W3C trace context of the receipt,
 	// stored with a new event (a redelivery keeps the first one's). Empty
 	// means none. At most TraceparentMaxLen and TracestateMaxLen printable

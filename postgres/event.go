@@ -347,6 +347,7 @@ func (r *eventRow) event() (*ferry.Event, error) {
 		CompletedAt:      utc(r.CompletedAt),
 		LastError:        deref(r.LastError),
 		RequeuedAt:       utc(r.RequeuedAt),
+		Origin:           ferry.Origin(r.Origin),
 		Traceparent:      deref(r.Traceparent),
 		Tracestate:       deref(r.Tracestate),
 	}, nil

@@ -27,7 +27,8 @@ type receiveArgs struct {
 	payload              []byte   // never nil: the column is NOT NULL
 	headers              []byte   // JSON, nil (NULL) when there are none
 	sum                  [32]byte // payload's SHA-256
-	traceparent          string   // "" is stored as NULL
+	origin               string
+	traceparent          string // "" is stored as NULL
 	tracestate           string
 }
 
@@ -50,6 +51,7 @@ func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
 		payload: payload,
 		headers: headers,
 		sum:     sha256.Sum256(payload),
+		origin:  string(params.Origin.OrDelivery()),
 
 		traceparent: params.Traceparent,
 		tracestate:  params.Tracestate,
@@ -136,6 +138,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		sources, eventIDs, types = make([]string, n), make([]string, n), make([]string, n)
 		payloads, sums           = make([][]byte, n), make([][]byte, n)
 		headers                  = make([][]byte, n)
+		origins                  = make([]string, n)
 		isFirst                  = make([]bool, n)
 		counts, firstConflicts   = make([]int32, n), make([]int32, n)
 		firsts                   []int // position in order of each key's first delivery
@@ -145,6 +148,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		r := reqs[i]
 		sources[pos], eventIDs[pos], types[pos] = r.source, r.eventID, r.typ
 		payloads[pos], sums[pos], headers[pos] = r.payload, r.sum[:], r.headers
+		origins[pos] = r.origin
 		traceparents[pos], tracestates[pos] = r.traceparent, r.tracestate
 		if f := len(firsts) - 1; f >= 0 && sameKey(reqs[order[firsts[f]]], r) {
 			counts[firsts[f]]++
@@ -167,6 +171,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		"is_first":        isFirst,
 		"n":               counts,
 		"first_conflicts": firstConflicts,
+		"origin":          origins,
 		"traceparent":     traceparents,
 		"tracestate":      tracestates,
 	})
@@ -227,6 +232,7 @@ func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry
 		"payload":        r.payload,
 		"headers":        r.headers,
 		"payload_sha256": r.sum[:],
+		"origin":         r.origin,
 		"traceparent":    r.traceparent,
 		"tracestate":     r.tracestate,
 	}).Scan(&result.ID, &inserted, &conflicting)

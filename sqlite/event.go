@@ -439,7 +439,7 @@ type scanner interface{ Scan(dest ...any) error }
 func scanEvent(row scanner) (*ferry.Event, error) {
 	var (
 		e                                      ferry.Event
-		state                                  string
+		state, origin                          string
 		headers, leaseOwner, lastError         sql.NullString
 		traceparent, tracestate                sql.NullString
 		leaseExpires, nextAttempt, first, last sql.NullInt64
@@ -447,12 +447,12 @@ func scanEvent(row scanner) (*ferry.Event, error) {
 	)
 	err := row.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &e.Payload, &headers, &e.PayloadSHA256,
 		&state, &e.Attempt, &leaseOwner, &leaseExpires, &nextAttempt, &first, &last,
-		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued,
+		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued, &origin,
 		&traceparent, &tracestate)
 	if err != nil {
 		return nil, err
 	}
-	e.State = ferry.State(state)
+	e.State, e.Origin = ferry.State(state), ferry.Origin(origin)
 	e.LeaseOwner, e.LastError = leaseOwner.String, lastError.String
 	e.Traceparent, e.Tracestate = traceparent.String, tracestate.String
 	e.LeaseExpiresAt, e.NextAttemptAt = fromMicros(leaseExpires), fromMicros(nextAttempt)

@@ -39,6 +39,7 @@ func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
 		sql.Named("headers", headers),
 		sql.Named("payload_sha256", sum[:]),
 		sql.Named("now", now),
+		sql.Named("origin", string(params.Origin.OrDelivery())),
 		sql.Named("traceparent", params.Traceparent),
 		sql.Named("tracestate", params.Tracestate),
 	}, nil

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,23 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}},
 		{"EventReceive/NoEventID", func() error {
 			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe"})
+			return err
+		}},
+		// The receiver refuses these first; the store refuses them too, the
+		// same way on every store (PostgreSQL's text cannot hold a NUL, and
+		// its unique index a key of a few KB, that SQLite would keep).
+		{"EventReceive/UnstorableEventID", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_\x00", Payload: []byte("{}")})
+			if !errors.Is(err, ferry.ErrBadEventID) {
+				return fmt.Errorf("not ErrBadEventID: %w", err)
+			}
+			return err
+		}},
+		{"EventReceive/UnstorableType", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_3", Type: strings.Repeat("t", ferry.MaxEventTypeBytes+1), Payload: []byte("{}")})
+			if !errors.Is(err, ferry.ErrBadEventType) {
+				return fmt.Errorf("not ErrBadEventType: %w", err)
+			}
 			return err
 		}},
 		{"EventReceiveMany", func() error {

@@ -93,6 +93,9 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Model", testModel[TX]},
 		{"Stats", testStats[TX]},
 		{"CompleteMany", testCompleteMany[TX]},
+		{"NamedLease", testNamedLease[TX]},
+		{"Checkpoint", testCheckpoint[TX]},
+		{"Origin", testOrigin[TX]},
 		{"Trace", testTrace[TX]},
 	} {
 		t.Run(group.name, func(t *testing.T) {

@@ -287,6 +287,7 @@ func oneLine(s string, max int) string {
 // eventDetail is show --json.
 type eventDetail struct {
 	eventLine
+	Origin          string              `json:"origin"`
 	LeaseOwner      string              `json:"lease_owner,omitempty"`
 	LeaseExpiresAt  *time.Time          `json:"lease_expires_at,omitempty"`
 	LastDeliveredAt time.Time           `json:"last_delivered_at"`
@@ -349,6 +350,7 @@ when the event does not exist.`)
 		LastDeliveredAt: e.LastDeliveredAt,
 		PayloadSHA256:   fmt.Sprintf("%x", e.PayloadSHA256),
 		PayloadBytes:    len(e.Payload),
+		Origin:          string(e.Origin),
 		Headers:         e.Headers,
 		Attempts:        []attemptLine{},
 	}
@@ -391,6 +393,9 @@ when the event does not exist.`)
 	row("attempt", fmt.Sprint(e.Attempt))
 	row("deliveries", fmt.Sprintf("%d (conflicting: %d)", e.Deliveries, e.Conflicts))
 	row("received", e.FirstDeliveredAt.Format(time.RFC3339))
+	if e.Origin == ferry.OriginCatchup {
+		row("origin", "catchup (fetched from the provider's API: it was never delivered)")
+	}
 	row("last delivered", e.LastDeliveredAt.Format(time.RFC3339))
 	if e.State == ferry.StatePending {
 		row("next attempt", e.NextAttemptAt.Format(time.RFC3339))

@@ -4,9 +4,11 @@
 //	ferry serve   --config ferry.toml   receive, work and forward
 //	ferry migrate --config ferry.toml   bring the store's schema up to date
 //	ferry send    --config ferry.toml --source NAME   sign and send a sample delivery
+//	ferry reconcile --config ferry.toml --source NAME   fetch what the provider never delivered
 //	ferry echo    --listen 127.0.0.1:3000 --secret whsec_...   a stand-in app that prints what it receives
 //	ferry events  list|show|replay      look at and replay events
 //	ferry doctor  --config ferry.toml   what needs a human, each with its fix
+//	ferry version                       print the version, commit, Go version and build date
 //
 // Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was
 // not found, 4 doctor found a problem.
@@ -42,10 +44,13 @@ func commands() []command {
 		{"serve", "receive webhooks, work them and forward them to your app", runServe},
 		{"migrate", "bring the store's schema up to date", runMigrate},
 		{"send", "sign and send a sample delivery to a running ferry", runSend},
+		{"reconcile", "fetch from the provider's API the events it never delivered (one catch-up pass)", runReconcile},
 		{"echo", "a stand-in app: print each forwarded event and verify its signature", runEcho},
 		{"events", "list, show and replay events", runEvents},
 		{"doctor", "check the config and the store; print what is wrong or at risk, with the fix", runDoctor},
 		{"chaos", "prove crash safety: run real ferry processes under faults and check nothing acknowledged is lost", runChaos},
+		{"healthcheck", "exit 0 if a ferry answers 2xx on /readyz (the container's HEALTHCHECK)", runHealthcheck},
+		{"version", "print the version, commit, Go version and build date", runVersion},
 	}
 }
 
@@ -90,6 +95,9 @@ func run(ctx context.Context, args []string) int {
 		}
 		return exitOK
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
@@ -123,7 +131,7 @@ func exitCode(err error) int {
 func printUsage() {
 	fmt.Fprintln(os.Stderr, "usage: ferry COMMAND [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(os.Stderr, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(os.Stderr, "\nRun 'ferry COMMAND -h' for what a command does and its flags.")
 	fmt.Fprintln(os.Stderr, "Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was not found, 4 doctor found a problem.")

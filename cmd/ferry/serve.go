@@ -104,6 +104,9 @@ SIGTERM stops it gracefully (exit 0).`)
 		}
 		go (&purger{store: st, sources: cfg.Sources, log: log}).run(ctx, purgeInterval)
 	}
+	if err := startCatchup(ctx, cfg, st, log, op.catchup, instanceName()); err != nil {
+		return err
+	}
 
 	stopClient := func() {
 		if client != nil {

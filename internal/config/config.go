@@ -89,6 +89,8 @@ type Source struct {
 	HMAC HMAC `toml:"hmac"`
 	// Forward is where the service sends each event.
 	Forward Forward `toml:"forward"`
+	// Catchup fetches what the provider never delivered; see catchup.go.
+	Catchup Catchup `toml:"catchup"`
 }
 
 // HMAC mirrors provider.HMACOptions.
@@ -101,6 +103,10 @@ type HMAC struct {
 	EventIDField  string `toml:"event_id_field"`
 	TypeHeader    string `toml:"type_header"`
 	TypeField     string `toml:"type_field"`
+	// Mode is what the MAC covers: "body" (the default) or
+	// "id.timestamp.body", which also authenticates the id and the time.
+	Mode            string `toml:"mode"`
+	TimestampHeader string `toml:"timestamp_header"`
 }
 
 // Forward is the app that receives events from the service.
@@ -177,6 +183,9 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 		}
 		expand(fmt.Sprintf("source[%d].forward.url", i), &s.Forward.URL)
 		expand(fmt.Sprintf("source[%d].forward.secret", i), &s.Forward.Secret)
+		for k, v := range s.Catchup.expandable() {
+			expand(fmt.Sprintf("source[%d].catchup.%s", i, k), v)
+		}
 	}
 	expand("admin.token", &c.Admin.Token)
 	expand("admin.user", &c.Admin.User)
@@ -252,6 +261,7 @@ func (c *Config) applyDefaults() {
 		if s.Forward.Timeout.Duration == 0 {
 			s.Forward.Timeout.Duration = DefaultForwardTime
 		}
+		s.Catchup.applyDefaults()
 	}
 }
 
@@ -325,6 +335,7 @@ func (c *Config) validate() error {
 				bad(key+".forward.secret", "is not a Standard Webhooks secret (\"whsec_\" + base64): %v", err)
 			}
 		}
+		errs = append(errs, s.Catchup.validate(key, &s)...)
 	}
 	errs = append(errs, c.validateOperator()...)
 	errs = append(errs, c.validateTelemetry()...)
@@ -372,7 +383,13 @@ func (c *Config) StoreKind() (kind, dsn string, err error) {
 
 // Verifier builds the source's signature verifier.
 func (c *Config) Verifier(s Source) (ferry.Verifier, error) {
-	return provider.New(s.Provider, provider.Options{
+	return provider.New(s.Provider, s.ProviderOptions())
+}
+
+// ProviderOptions are the source's provider settings, for its verifier and
+// for a signer that sends as the provider would (ferry send).
+func (s *Source) ProviderOptions() provider.Options {
+	return provider.Options{
 		Secrets:   s.Secrets,
 		Tolerance: s.Tolerance.Duration,
 		HMAC: provider.HMACOptions{
@@ -380,8 +397,9 @@ func (c *Config) Verifier(s Source) (ferry.Verifier, error) {
 			Encoding: provider.Encoding(s.HMAC.Encoding), Algorithm: provider.Algorithm(s.HMAC.Algorithm),
 			EventIDHeader: s.HMAC.EventIDHeader, EventIDField: s.HMAC.EventIDField,
 			TypeHeader: s.HMAC.TypeHeader, TypeField: s.HMAC.TypeField,
+			Mode: provider.HMACMode(s.HMAC.Mode), TimestampHeader: s.HMAC.TimestampHeader,
 		},
-	})
+	}
 }
 
 // Policies returns the engine's per-source policies.
