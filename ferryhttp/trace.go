@@ -48,9 +48,11 @@ func (r *Receiver) startReceipt(req *http.Request, source string) (*http.Request
 	}
 	ctx := traceContext.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
 	method := knownMethod(req.Method)
-	ctx, span := r.tracer.Start(ctx, method+" "+receiverRoute,
-		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attrHTTPMethod.String(method), attrHTTPRoute.String(receiverRoute), ferry.AttrSource.String(source)))
+	attrs := []attribute.KeyValue{attrHTTPMethod.String(method), attrHTTPRoute.String(receiverRoute)}
+	if _, ok := r.sources[source]; ok { // not a name a sender made up
+		attrs = append(attrs, ferry.AttrSource.String(source))
+	}
+	ctx, span := r.tracer.Start(ctx, method+" "+receiverRoute, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 	return req.WithContext(ctx), span
 }
 

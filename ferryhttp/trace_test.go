@@ -199,6 +199,20 @@ func TestReceiverTracing(t *testing.T) {
 		}
 	})
 
+	// A source that is not configured is not named: senders do not choose
+	// attribute values.
+	t.Run("UnknownSourceIsNotNamed", func(t *testing.T) {
+		t.Parallel()
+		b, rec := traced(t, openSQLite(t))
+		if r := b.send(t, delivery{source: "made-up-by-sender", body: []byte(`{}`)}); r.status != http.StatusNotFound {
+			t.Fatalf("answered %d", r.status)
+		}
+		s := oneSpan(t, rec)
+		if got := spanAttrs(s); got[ferry.AttrSource] != "" || got[ferry.AttrReason] != "unknown_source" {
+			t.Errorf("attributes %v, want no source and reason unknown_source", got)
+		}
+	})
+
 	// Untraced, the receiver reads no trace header and stores none.
 	t.Run("OffStoresNoTraceContext", func(t *testing.T) {
 		t.Parallel()
