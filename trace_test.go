@@ -110,7 +110,7 @@ func TestClientTracing(t *testing.T) {
 				}
 			}
 			for k, v := range a {
-				if strings.Contains(v.Emit(), "secret_payload") {
+				if strings.Contains(v.String(), "secret_payload") {
 					t.Errorf("attempt %d: attribute %s carries the payload", i+1, k)
 				}
 			}

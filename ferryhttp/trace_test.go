@@ -33,7 +33,7 @@ func newRecorder() (*tracetest.SpanRecorder, trace.TracerProvider) {
 func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	out := map[attribute.Key]string{}
 	for _, kv := range s.Attributes() {
-		out[kv.Key] = kv.Value.Emit()
+		out[kv.Key] = kv.Value.String()
 	}
 	return out
 }
@@ -74,7 +74,7 @@ func noSecrets(t *testing.T, s sdktrace.ReadOnlySpan, d delivery, bodyMarker str
 	values := spanAttrs(s)
 	for _, e := range s.Events() {
 		for _, kv := range e.Attributes {
-			values[attribute.Key(e.Name+"/"+string(kv.Key))] = kv.Value.Emit()
+			values[attribute.Key(e.Name+"/"+string(kv.Key))] = kv.Value.String()
 		}
 	}
 	for k, v := range values {

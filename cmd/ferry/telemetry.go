@@ -181,7 +181,7 @@ func newTracing(ctx context.Context, t config.Telemetry, getenv func(string) str
 	}
 	var service string
 	if v, ok := res.Set().Value("service.name"); ok {
-		service = v.Emit()
+		service = v.String()
 	}
 	log.Info("ferry: tracing", "protocol", plan.protocol, "endpoint", endpoint, "service", service, "sampler", plan.describe)
 
