@@ -15,6 +15,8 @@ import (
 var migrations embed.FS
 
 var (
+	//go:embed query/action_list.sql
+	actionListSQL string
 	//go:embed query/attempt_list.sql
 	attemptListSQL string
 	//go:embed query/conflict_list.sql
@@ -41,6 +43,8 @@ var (
 	eventPurgeSQL string
 	//go:embed query/event_receive.sql
 	eventReceiveSQL string
+	//go:embed query/event_receive_lock.sql
+	eventReceiveLockSQL string
 	//go:embed query/event_receive_many.sql
 	eventReceiveManySQL string
 	//go:embed query/event_release.sql
@@ -57,6 +61,8 @@ var (
 	migrationRecordSQL string
 	//go:embed query/migration_table.sql
 	migrationTableSQL string
+	//go:embed query/replay_list.sql
+	replayListSQL string
 	//go:embed query/receipt_channel.sql
 	receiptChannelSQL string
 )

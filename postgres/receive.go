@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,6 +21,17 @@ import (
 // with one statement (event_receive_many.sql): one round trip, one parse and
 // plan, one commit and WAL flush for all of them; the receiver batches
 // concurrent requests into it (group commit).
+//
+// A receipt with a ReplayWindow first takes its body's advisory lock
+// (event_receive_lock.sql) in the same transaction, one round trip still: a
+// pgx batch runs in one implicit transaction. A batch holding any such
+// receipt takes all its bodies' locks first, in one order, then stores the
+// receipts one statement each, in arrival order, in that transaction: one
+// commit still, and exactly the outcomes of running them one after the
+// other (which copy of a body is the original depends on it). Two such
+// batches that share a body run one after the other; two that share only
+// keys may deadlock on their rows, which PostgreSQL breaks by failing one
+// statement, and that batch's receipts are then stored one by one.
 
 // receiveArgs is one receipt, ready to bind.
 type receiveArgs struct {
@@ -28,8 +40,19 @@ type receiveArgs struct {
 	headers              []byte   // JSON, nil (NULL) when there are none
 	sum                  [32]byte // payload's SHA-256
 	origin               string
+	replayWindowUS       int64  // 0: replay detection off
 	traceparent          string // "" is stored as NULL
 	tracestate           string
+}
+
+// lockKey is the advisory lock key of the receipt's (source, body): a
+// collision only makes two bodies wait on each other.
+func (r *receiveArgs) lockKey() int32 {
+	h := sha256.New()
+	h.Write([]byte(r.source))
+	h.Write([]byte{0})
+	h.Write(r.sum[:])
+	return int32(binary.BigEndian.Uint32(h.Sum(nil)))
 }
 
 func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
@@ -53,8 +76,9 @@ func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
 		sum:     sha256.Sum256(payload),
 		origin:  string(params.Origin.OrDelivery()),
 
-		traceparent: params.Traceparent,
-		tracestate:  params.Tracestate,
+		replayWindowUS: micros(params.ReplayWindow),
+		traceparent:    params.Traceparent,
+		tracestate:     params.Tracestate,
 	}, nil
 }
 
@@ -63,8 +87,63 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 	if err != nil {
 		return nil, wrap("event receive", err)
 	}
-	res, err := s.receiveOne(ctx, r, s.nowArg())
+	res, err := s.receiveAlone(ctx, r, s.nowArg())
 	return res, wrap("event receive", err)
+}
+
+// receiveAlone stores one receipt in a transaction of its own: one
+// statement, or the body's lock and the statement in one batch.
+func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
+	if r.replayWindowUS == 0 {
+		return s.receiveOne(ctx, s.pool, r, now)
+	}
+	b := &pgx.Batch{}
+	b.Queue(eventReceiveLockSQL, pgx.NamedArgs{"keys": []int32{r.lockKey()}})
+	b.Queue(eventReceiveSQL, r.namedArgs(now))
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var res *ferry.EventReceiveResult
+	if err == nil {
+		res, err = scanReceive(br.QueryRow())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// receiveLocked stores reqs in one transaction: every body's lock first,
+// in one order, then each receipt in arrival order.
+func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any) ([]*ferry.EventReceiveResult, error) {
+	var keys []int32
+	for _, r := range reqs {
+		if r.replayWindowUS > 0 {
+			keys = append(keys, r.lockKey())
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	out := make([]*ferry.EventReceiveResult, len(reqs))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, eventReceiveLockSQL, pgx.NamedArgs{"keys": keys}); err != nil {
+			return err
+		}
+		for i, r := range reqs {
+			res, err := s.receiveOne(ctx, tx, r, now)
+			if err != nil {
+				return err
+			}
+			out[i] = res
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // EventReceiveMany stores the valid receipts in one statement, hence one
@@ -95,9 +174,13 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 		return out, nil
 	case 1:
 		var res *ferry.EventReceiveResult
-		res, err = s.receiveOne(ctx, reqs[0], now)
+		res, err = s.receiveAlone(ctx, reqs[0], now)
 		results = []*ferry.EventReceiveResult{res}
 	default:
+		if slices.ContainsFunc(reqs, func(r *receiveArgs) bool { return r.replayWindowUS > 0 }) {
+			results, err = s.receiveLocked(ctx, reqs, now)
+			break
+		}
 		results, err = s.receiveMany(ctx, reqs, now)
 	}
 	if err != nil {
@@ -108,7 +191,7 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 		// The server refused the statement: nothing of it committed.
 		// Store each receipt in its own transaction.
 		for j, r := range reqs {
-			res, err := s.receiveOne(ctx, r, now)
+			res, err := s.receiveAlone(ctx, r, now)
 			out[index[j]] = ferry.EventReceiveManyResult{Result: res, Err: wrap(op, err)}
 		}
 		return out, nil
@@ -218,13 +301,19 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 
 func sameKey(a, b *receiveArgs) bool { return a.source == b.source && a.eventID == b.eventID }
 
-// receiveOne stores one receipt in its own (implicit) transaction.
-func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
-	var (
-		result                ferry.EventReceiveResult
-		inserted, conflicting bool
-	)
-	err := s.pool.QueryRow(ctx, eventReceiveSQL, pgx.NamedArgs{
+// rowQuerier runs one statement that returns one row.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// receiveOne runs one receipt's statement on q: the pool (its own implicit
+// transaction) or a transaction.
+func (s *Store) receiveOne(ctx context.Context, q rowQuerier, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
+	return scanReceive(q.QueryRow(ctx, eventReceiveSQL, r.namedArgs(now)))
+}
+
+func (r *receiveArgs) namedArgs(now any) pgx.NamedArgs {
+	return pgx.NamedArgs{
 		"now":            now,
 		"source":         r.source,
 		"event_id":       r.eventID,
@@ -233,13 +322,31 @@ func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry
 		"headers":        r.headers,
 		"payload_sha256": r.sum[:],
 		"origin":         r.origin,
-		"traceparent":    r.traceparent,
-		"tracestate":     r.tracestate,
-	}).Scan(&result.ID, &inserted, &conflicting)
+
+		"replay_window_us": r.replayWindowUS,
+		"traceparent":      r.traceparent,
+		"tracestate":       r.tracestate,
+	}
+}
+
+// scanReceive reads event_receive.sql's row.
+func scanReceive(row pgx.Row) (*ferry.EventReceiveResult, error) {
+	var (
+		result                        ferry.EventReceiveResult
+		inserted, conflicting, replay bool
+	)
+	err := row.Scan(&result.ID, &inserted, &conflicting, &replay)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Only a replay of an event deleted under the statement's feet
+		// (a purge past the replay window) leaves no row.
+		return nil, errors.New("the replayed event was deleted meanwhile")
+	}
 	if err != nil {
 		return nil, err
 	}
 	switch {
+	case replay:
+		result.Outcome = ferry.ReceiveReplay
 	case inserted:
 		result.Outcome = ferry.ReceiveNew
 	case conflicting:

@@ -34,7 +34,7 @@ type StatsOptions struct {
 type StatsCollector struct {
 	opts StatsOptions
 
-	events, oldestPending, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, up *prom.Desc
+	events, oldestPending, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, replays, up *prom.Desc
 
 	mu      sync.Mutex
 	stats   *ferry.EventStats
@@ -66,13 +66,14 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		unfinished:       desc("attempts_unfinished", "Attempts claimed that never reported an end (lease expired); their effect may or may not have happened.", "source"),
 		atRisk:           desc("events_at_risk", "Unfinished events older than their source's replay window minus the margin.", "source"),
 		oldestAtRisk:     desc("oldest_at_risk_age_seconds", "Age of the oldest at-risk event; 0 when none.", "source"),
+		replays:          desc("replays_suspected", "Deliveries of a stored event's body under another event id, kept and not processed (suspected replays).", "source"),
 		up:               desc("stats_up", "1 if the last read of the store's stats succeeded, 0 if not."),
 	}
 }
 
 // Describe sends every descriptor.
 func (c *StatsCollector) Describe(ch chan<- *prom.Desc) {
-	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.up} {
+	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up} {
 		ch <- d
 	}
 }
@@ -107,6 +108,7 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 		gauge(c.unfinished, float64(s.UnfinishedAttempts), s.Source)
 		gauge(c.atRisk, float64(s.AtRisk), s.Source)
 		gauge(c.oldestAtRisk, age(s.OldestAtRisk), s.Source)
+		gauge(c.replays, float64(s.Replays), s.Source)
 	}
 	for _, s := range stats.Sources {
 		emit(s)

@@ -117,10 +117,20 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}},
 		{"EventRelease", func() error { return s.EventRelease(ctx, &ferry.EventReleaseParams{Lease: bad}) }},
 		{"EventRequeue/UnknownState", func() error {
-			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{States: []ferry.State{ferry.StateDead, "gone"}})
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{States: []ferry.State{ferry.StateDead, "gone"}, Actor: "op"})
 			return err
 		}},
-		{"EventRequeue/BadID", func() error { _, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{0}}); return err }},
+		{"EventRequeue/NoActor", func() error { _, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{id}}); return err }},
+		{"EventReceive/NegativeReplayWindow", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_3", ReplayWindow: -time.Second})
+			return err
+		}},
+		{"ActionList", func() error { _, err := s.ActionList(ctx, &ferry.ActionListParams{}); return err }},
+		{"ReplayList", func() error { _, err := s.ReplayList(ctx, &ferry.ReplayListParams{}); return err }},
+		{"EventRequeue/BadID", func() error {
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{0}, Actor: "op"})
+			return err
+		}},
 		{"EventStats", func() error { _, err := s.EventStats(ctx, &ferry.EventStatsParams{AtRiskLimit: -1}); return err }},
 	} {
 		if err := tc.call(); !errors.Is(err, ferry.ErrInvalidParams) {

@@ -187,7 +187,7 @@ func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry
 		if err != nil {
 			return nil, fmt.Errorf("%w: source %s: %v", errConfig, s.Name, err)
 		}
-		sources = append(sources, ferryhttp.Source{Name: s.Name, Verifier: v, MaxBodyBytes: s.MaxBody})
+		sources = append(sources, ferryhttp.Source{Name: s.Name, Verifier: v, MaxBodyBytes: s.MaxBody, ReplayWindow: s.ReceiveReplayWindow()})
 	}
 	return ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{
 		Store: st, Sources: sources, Logger: log, Observer: obs,

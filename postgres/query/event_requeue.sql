@@ -1,6 +1,7 @@
 -- Puts terminal events back to pending, due now, with a fresh attempt budget
--- (attempt_base catches up with attempt; attempt itself never goes down), and
--- wakes the workers. Pending and in_progress events are never touched.
+-- (attempt_base catches up with attempt; attempt itself never goes down),
+-- records who asked for each in ferry_action, and wakes the workers. Pending
+-- and in_progress events are never touched.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -14,6 +15,12 @@ requeued AS (
       AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
       AND (@source::text = '' OR source = @source::text)
     RETURNING id
+),
+action AS (
+    INSERT INTO ferry_action (event_id, at, action, actor)
+    SELECT id, (SELECT now FROM clock), @action::text, @actor::text
+    FROM requeued
+    ORDER BY id
 ),
 notified AS (
     SELECT pg_notify(ferry_receipt_channel(), '') WHERE EXISTS (SELECT 1 FROM requeued)

@@ -1,7 +1,8 @@
 -- One row per source: counts by state, the oldest waiting work, lapsed
--- leases, attempts that never reported, and events at risk of outliving the
+-- leases, attempts that never reported, events at risk of outliving the
 -- replay window (@risk_sources[i] is at risk after @risk_us[i] microseconds;
--- other sources after @default_risk_us, never when it is 0).
+-- other sources after @default_risk_us, never when it is 0), and the
+-- suspected replays kept.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -33,7 +34,8 @@ events AS (
                               AND e.first_delivered_at <= clock.now - coalesce(risk.us, @default_risk_us::bigint) * interval '1 microsecond') AS at_risk,
            min(e.first_delivered_at) FILTER (WHERE e.state IN ('pending', 'in_progress', 'unknown')
                               AND coalesce(risk.us, @default_risk_us::bigint) > 0
-                              AND e.first_delivered_at <= clock.now - coalesce(risk.us, @default_risk_us::bigint) * interval '1 microsecond') AS oldest_at_risk
+                              AND e.first_delivered_at <= clock.now - coalesce(risk.us, @default_risk_us::bigint) * interval '1 microsecond') AS oldest_at_risk,
+           sum(e.replays)::int AS replays
     FROM ferry_event e
     CROSS JOIN clock
     LEFT JOIN risk ON risk.source = e.source
