@@ -329,7 +329,7 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	res, err := r.receipts.Do(ctx, &ferry.EventReceiveParams{
 		Source: name, EventID: v.EventID, Type: v.Type, Payload: body, Headers: r.keptHeaders(req.Header),
 		ReplayWindow: src.ReplayWindow,
-		Traceparent: traceparent, Tracestate: tracestate,
+		Traceparent:  traceparent, Tracestate: tracestate,
 	})
 	if err != nil {
 		// store_timeout only when our StoreTimeout ran out; a client that hung
