@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -106,6 +107,35 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantTrace(t, "evt_b", get(t, b, results[1].Result.ID), "", "")
 		wantTrace(t, "evt_c", get(t, b, results[2].Result.ID), traceparentB, "")
 		wantTrace(t, "evt_d", get(t, b, results[4].Result.ID), traceparentB, tracestateA)
+	})
+
+	// Receipts under replay detection take another path in a store (a
+	// lock, a statement each): it keeps the trace as well.
+	t.Run("ReplayDetectingReceiveKeepsIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+			Source: "github", EventID: "d1", Payload: []byte(`one`), ReplayWindow: time.Hour,
+			Traceparent: traceparentA, Tracestate: tracestateA,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantTrace(t, "EventReceive", get(t, b, res.ID), traceparentA, tracestateA)
+		results, err := b.store.EventReceiveMany(b.ctx, &ferry.EventReceiveManyParams{Receipts: []*ferry.EventReceiveParams{
+			{Source: "github", EventID: "d2", Payload: []byte(`two`), ReplayWindow: time.Hour, Traceparent: traceparentB},
+			{Source: "github", EventID: "d3", Payload: []byte(`three`), ReplayWindow: time.Hour, Traceparent: traceparentA, Tracestate: tracestateA},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range results {
+			if r.Err != nil || r.Result.Outcome != ferry.ReceiveNew {
+				t.Fatalf("receipt %d: %+v", i, r)
+			}
+		}
+		wantTrace(t, "EventReceiveMany d2", get(t, b, results[0].Result.ID), traceparentB, "")
+		wantTrace(t, "EventReceiveMany d3", get(t, b, results[1].Result.ID), traceparentA, tracestateA)
 	})
 
 	// A trace context that cannot be a header value, or is longer than the
