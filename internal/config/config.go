@@ -198,6 +198,7 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 	expand("admin.token", &c.Admin.Token)
 	expand("admin.user", &c.Admin.User)
 	expand("admin.password", &c.Admin.Password)
+	expand("alerts.url", &c.Alerts.URL)
 	expand("telemetry.otlp_endpoint", &c.Telemetry.OTLPEndpoint)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
