@@ -28,7 +28,7 @@ type Client struct {
 	// EventCompleteMany call (group commit: no timer, an idle client
 	// completes each job alone at once); each job still waits for its own
 	// verdict.
-	completions *groupcommit.Committer[Lease, struct{}]
+	completions *groupcommit.Committer[completion, struct{}]
 
 	mu      sync.Mutex
 	started bool
@@ -204,7 +204,7 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 		beatCtx, stopBeat := context.WithCancel(c.beatCtx)
 		beating := make(chan struct{})
 		go func() { defer close(beating); c.heartbeat(beatCtx, j) }()
-		completed, took, err := c.runHandler(hctx, cl)
+		completed, took, err := c.runHandler(hctx, j, cl)
 		stopBeat()
 		<-beating
 		c.record(hctx, j, cl, completed, err, took)

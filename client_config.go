@@ -142,7 +142,7 @@ func NewClient(cfg *Config) (*Client, error) {
 	if c.TracerProvider != nil {
 		cl.tracer = c.TracerProvider.Tracer(TracerName)
 	}
-	cl.completions = &groupcommit.Committer[Lease, struct{}]{
+	cl.completions = &groupcommit.Committer[completion, struct{}]{
 		// A job has at most one completion waiting, so a batch never needs
 		// more than Workers; 1000 caps the arrays a statement carries.
 		MaxBatch: min(c.Workers, maxCompleteBatch),

@@ -46,7 +46,9 @@ type ForwarderOptions struct {
 //
 // 408, 409, 425, 429, 5xx and network errors are retried (a Retry-After is
 // honoured); any other answer is permanent and the event goes dead with the
-// status and the start of the response recorded.
+// status and the start of the response recorded. Every answer's status and
+// first ferry.ResponseLimit bytes go to the attempt ledger
+// (ferry.Delivery.SetResponse).
 type Forwarder struct {
 	opts   ForwarderOptions
 	signer *provider.StandardWebhooksSigner // nil without a Secret
@@ -122,8 +124,11 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 		return fmt.Errorf("forward: POST: %w", err)
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, ferry.ResponseLimit))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
+	// The ledger keeps the app's answer beside the attempt: its status and
+	// first bytes, which are the app's own words, never Ferry's secret.
+	d.SetResponse(resp.StatusCode, snippet)
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil

@@ -94,6 +94,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Model", testModel[TX]},
 		{"Stats", testStats[TX]},
 		{"CompleteMany", testCompleteMany[TX]},
+		{"Response", testResponse[TX]},
 		{"NamedLease", testNamedLease[TX]},
 		{"Checkpoint", testCheckpoint[TX]},
 		{"Origin", testOrigin[TX]},

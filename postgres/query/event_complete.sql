@@ -1,5 +1,6 @@
 -- Marks a leased event done and closes its ledger row, only while the lease
--- is held: no row back means the lease was lost and nothing changed.
+-- is held: no row back means the lease was lost and nothing changed. The
+-- ledger row keeps what the downstream answered (0 and '' are none).
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -15,7 +16,8 @@ completed AS (
 ),
 ledger AS (
     UPDATE ferry_attempt a
-    SET outcome = 'done', finished_at = (SELECT now FROM clock)
+    SET outcome = 'done', finished_at = (SELECT now FROM clock),
+        http_status = nullif(@http_status::int, 0), response = nullif(@response::text, '')
     FROM completed
     WHERE a.event_id = completed.id AND a.attempt = completed.attempt
 )
