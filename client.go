@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
@@ -18,6 +20,7 @@ type Client struct {
 	cfg      Config
 	store    Store
 	log      *slog.Logger
+	tracer   trace.Tracer // nil when tracing is off
 	policies map[string]SourcePolicy
 	handlers map[string]map[string]handler // source → event type ("" for any) → handler
 
@@ -231,7 +234,8 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Time) {
 	ev := cl.Event
 	hctx, cancel := context.WithCancelCause(handlerCtx)
-	j := &job{lease: ev.Lease(), source: ev.Source, reclaimed: cl.PreviousUnfinished, cancel: cancel}
+	hctx, span := c.startAttempt(hctx, cl, claimedAt)
+	j := &job{lease: ev.Lease(), source: ev.Source, reclaimed: cl.PreviousUnfinished, cancel: cancel, span: span}
 	j.deadline = claimedAt.Add(c.cfg.LeaseTTL)
 	j.timer = time.AfterFunc(time.Until(j.deadline), j.lose)
 	c.mu.Lock()

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
@@ -18,6 +20,7 @@ type job struct {
 	reclaimed bool
 	cancel    context.CancelCauseFunc
 	lost      atomic.Bool
+	span      trace.Span // the attempt's span; nil when tracing is off
 	// response is what the handler's downstream answered (SetResponse),
 	// written by the job's goroutine before it records the verdict.
 	response AttemptResponse
@@ -145,6 +148,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 	if c.cfg.Observer != nil {
 		c.cfg.Observer.AttemptFinished(ev.Source, outcome, j.reclaimed, took)
 	}
+	endAttempt(j.span, outcome, err)
 }
 
 // completeBatch completes the leases of jobs whose handlers returned nil, in

@@ -104,6 +104,12 @@ type Event struct {
 	// Origin says whether the provider delivered the event or catch-up
 	// fetched it; the first receipt decides.
 	Origin Origin
+
+	// Traceparent and Tracestate are the W3C trace context of the receipt
+	// (its span's), so that every attempt, in any process, links to the
+	// trace it began. Empty when the receipt was not traced.
+	Traceparent string
+	Tracestate  string
 }
 
 // Lease names one claim of one event: the row and the attempt that holds it.

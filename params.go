@@ -226,7 +226,9 @@ func (p *EventPurgeParams) Validate() error {
 	return nil
 }
 
-// Validate requires a Source and an EventID, and no negative ReplayWindow.
+// Validate requires a Source, an EventID and a Type that ValidateEventID and
+// ValidateEventType accept, a known Origin, no negative ReplayWindow, and a
+// trace context that ValidateTraceContext accepts.
 func (p *EventReceiveParams) Validate() error {
 	switch {
 	case p.Source == "" || p.EventID == "":
@@ -243,7 +245,43 @@ func (p *EventReceiveParams) Validate() error {
 	if !p.Origin.OrDelivery().Valid() {
 		return invalid("origin must be delivery or catchup")
 	}
+	return ValidateTraceContext(p.Traceparent, p.Tracestate)
+}
+
+// Trace context bounds. A W3C traceparent of version 00 is 55 characters;
+// later versions may append fields, hence the room. W3C asks that at least
+// 512 characters of tracestate be passed on; Ferry keeps no more.
+const (
+	TraceparentMaxLen = 128
+	TracestateMaxLen  = 512
+)
+
+// ValidateTraceContext accepts a traceparent and a tracestate of at most
+// TraceparentMaxLen and TracestateMaxLen printable ASCII characters (a
+// header value, as W3C defines both), empty or not. A receiver that gets a
+// longer tracestate from a provider stores the receipt without it rather
+// than refuse the delivery.
+func ValidateTraceContext(traceparent, tracestate string) error {
+	switch {
+	case len(traceparent) > TraceparentMaxLen:
+		return invalid("traceparent is %d characters, at most %d", len(traceparent), TraceparentMaxLen)
+	case len(tracestate) > TracestateMaxLen:
+		return invalid("tracestate is %d characters, at most %d", len(tracestate), TracestateMaxLen)
+	case !printable(traceparent):
+		return invalid("traceparent holds a character that is not printable ASCII")
+	case !printable(tracestate):
+		return invalid("tracestate holds a character that is not printable ASCII")
+	}
 	return nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate requires a valid Lease.

@@ -407,6 +407,12 @@ type EventReceiveParams struct {
 	// (ReceiveReplay), never a new event. Defaults to 0: detection off, as
 	// is right when the signature covers the id (Stripe, Standard Webhooks).
 	ReplayWindow time.Duration
+	// Traceparent and Tracestate are the W3C trace context of the receipt,
+	// stored with a new event (a redelivery keeps the first one's). Empty
+	// means none. At most TraceparentMaxLen and TracestateMaxLen printable
+	// ASCII characters.
+	Traceparent string
+	Tracestate  string
 }
 
 type EventReceiveResult struct {

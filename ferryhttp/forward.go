@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/provider"
 )
@@ -37,6 +39,12 @@ type ForwarderOptions struct {
 	Connections int
 	// Now is the clock for the signature timestamp. Defaults to time.Now.
 	Now func() time.Time
+	// TracerProvider, if set, makes each request a client span, a child of
+	// the handler's context (the attempt's span, when the Client traces),
+	// and sends its W3C traceparent and tracestate to the app, so the app's
+	// own spans join the trace. The URL is recorded without its query.
+	// Defaults to none: no span, no trace header.
+	TracerProvider trace.TracerProvider
 }
 
 // Forwarder is the service's ready-made handler: it POSTs the original body
@@ -76,6 +84,9 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 	}
 	if f.opts.Now == nil {
 		f.opts.Now = time.Now
+	}
+	if opts.TracerProvider != nil {
+		f.opts.Client = tracedClient(f.opts.Client, opts.TracerProvider)
 	}
 	if opts.Secret != "" {
 		signer, err := provider.NewStandardWebhooksSigner(provider.Options{Secrets: []string{opts.Secret}, Now: f.opts.Now})

@@ -408,11 +408,11 @@ type eventRow struct {
 	LastError        *string    `db:"last_error"`
 	RequeuedAt       *time.Time `db:"requeued_at"`
 	Replays          int        `db:"replays"`
+	Traceparent      *string    `db:"traceparent"`
+	Tracestate       *string    `db:"tracestate"`
 	// Columns of migration 002 that no Event field shows yet; named so that
 	// SELECT * scans.
-	Origin      string  `db:"origin"`
-	Traceparent *string `db:"traceparent"`
-	Tracestate  *string `db:"tracestate"`
+	Origin string `db:"origin"`
 }
 
 // claimRow is a claimed event with what the claim learned about the attempt
@@ -451,6 +451,8 @@ func (r *eventRow) event() (*ferry.Event, error) {
 		LastError:        deref(r.LastError),
 		RequeuedAt:       utc(r.RequeuedAt),
 		Origin:           ferry.Origin(r.Origin),
+		Traceparent:      deref(r.Traceparent),
+		Tracestate:       deref(r.Tracestate),
 	}, nil
 }
 

@@ -587,17 +587,20 @@ func scanEvent(row scanner) (*ferry.Event, error) {
 		e                                      ferry.Event
 		state, origin                          string
 		headers, leaseOwner, lastError         sql.NullString
+		traceparent, tracestate                sql.NullString
 		leaseExpires, nextAttempt, first, last sql.NullInt64
 		claimed, completed, requeued           sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &e.Payload, &headers, &e.PayloadSHA256,
 		&state, &e.Attempt, &leaseOwner, &leaseExpires, &nextAttempt, &first, &last,
-		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued, &origin, &e.Replays)
+		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued, &origin, &e.Replays,
+		&traceparent, &tracestate)
 	if err != nil {
 		return nil, err
 	}
 	e.State, e.Origin = ferry.State(state), ferry.Origin(origin)
 	e.LeaseOwner, e.LastError = leaseOwner.String, lastError.String
+	e.Traceparent, e.Tracestate = traceparent.String, tracestate.String
 	e.LeaseExpiresAt, e.NextAttemptAt = fromMicros(leaseExpires), fromMicros(nextAttempt)
 	e.FirstDeliveredAt, e.LastDeliveredAt = fromMicros(first), fromMicros(last)
 	e.ClaimedAt, e.CompletedAt, e.RequeuedAt = fromMicros(claimed), fromMicros(completed), fromMicros(requeued)

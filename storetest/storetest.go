@@ -101,6 +101,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Checkpoint", testCheckpoint[TX]},
 		{"Origin", testOrigin[TX]},
 		{"Notice", testNotice[TX]},
+		{"Trace", testTrace[TX]},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()

@@ -26,9 +26,11 @@ original AS (
 ),
 received AS (
     INSERT INTO ferry_event AS e (source, event_id, type, payload, headers, payload_sha256,
-                                  next_attempt_at, first_delivered_at, last_delivered_at, origin)
+                                  next_attempt_at, first_delivered_at, last_delivered_at, origin,
+                                  traceparent, tracestate)
     SELECT @source::text, @event_id::text, @type::text, @payload::bytea, @headers::jsonb,
-           @payload_sha256::bytea, now, now, now, @origin::text
+           @payload_sha256::bytea, now, now, now, @origin::text,
+           nullif(@traceparent::text, ''), nullif(@tracestate::text, '')
     FROM clock
     WHERE NOT EXISTS (SELECT FROM original)
     ON CONFLICT (source, event_id) DO UPDATE SET

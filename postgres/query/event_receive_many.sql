@@ -19,16 +19,18 @@ delivery AS (
     SELECT d.*
     FROM unnest(@source::text[], @event_id::text[], @type::text[], @payload::bytea[],
                 @headers::jsonb[], @payload_sha256::bytea[], @is_first::bool[], @n::int[],
-                @first_conflicts::int[], @origin::text[])
+                @first_conflicts::int[], @origin::text[], @traceparent::text[], @tracestate::text[])
          WITH ORDINALITY AS d (source, event_id, type, payload, headers, payload_sha256,
-                               is_first, n, first_conflicts, origin, ord)
+                               is_first, n, first_conflicts, origin, traceparent, tracestate, ord)
 ),
 received AS (
     INSERT INTO ferry_event AS e (source, event_id, type, payload, headers, payload_sha256,
                                   deliveries, conflicts,
-                                  next_attempt_at, first_delivered_at, last_delivered_at, origin)
+                                  next_attempt_at, first_delivered_at, last_delivered_at, origin,
+                                  traceparent, tracestate)
     SELECT d.source, d.event_id, d.type, d.payload, d.headers, d.payload_sha256,
-           d.n, d.first_conflicts, clock.now, clock.now, clock.now, d.origin
+           d.n, d.first_conflicts, clock.now, clock.now, clock.now, d.origin,
+           nullif(d.traceparent, ''), nullif(d.tracestate, '')
     FROM delivery d, clock
     WHERE d.is_first
     ORDER BY d.ord
