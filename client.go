@@ -261,6 +261,7 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 			}
 			c.stopBeating(j)
 			c.release(j.lease)
+			endAttempt(j.span, OutcomeReleased, nil)
 			if c.cfg.Observer != nil {
 				c.cfg.Observer.AttemptFinished(ev.Source, OutcomeReleased, j.reclaimed, 0)
 			}
