@@ -17,7 +17,7 @@ once; serve also migrates at start unless store.migrate = false or --no-migrate.
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, c)
+	st, closeStore, err := openStore(ctx, c, nil)
 	if err != nil {
 		return err
 	}
