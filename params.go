@@ -211,14 +211,18 @@ func validRange(since, until time.Time) error {
 	return nil
 }
 
-// Validate requires a Source and a Retention at least as long as the
-// ReplayWindow (ErrRetentionTooShort otherwise).
+// Validate requires a Source, a positive ReplayWindow and a Retention at
+// least as long as it (ErrRetentionTooShort otherwise). A zero window is
+// refused, not read as "none": params built without it would purge done
+// events at once, and the next redelivery would run the work again.
 func (p *EventPurgeParams) Validate() error {
 	switch {
 	case p.Source == "":
 		return invalid("source is required: retention is per source")
-	case p.Retention < 0 || p.ReplayWindow < 0:
-		return invalid("retention and replay window must not be negative")
+	case p.ReplayWindow <= 0:
+		return invalid("replay window must be positive, got %s: it is how long the provider may redeliver (DefaultReplayWindow is %s)", p.ReplayWindow, DefaultReplayWindow)
+	case p.Retention < 0:
+		return invalid("retention must not be negative")
 	case p.Retention < p.ReplayWindow:
 		return fmt.Errorf("purge of %s: retention %s, replay window %s: %w",
 			p.Source, p.Retention, p.ReplayWindow, ErrRetentionTooShort)

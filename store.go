@@ -388,6 +388,8 @@ type EventPurgeParams struct {
 	// Retention is how long a done event is kept after completion.
 	Retention time.Duration
 	// ReplayWindow is how long the source's provider may redeliver.
+	// Required, positive: a purge never takes a key its provider may still
+	// send again.
 	ReplayWindow time.Duration
 }
 

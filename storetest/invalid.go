@@ -95,6 +95,10 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventList(ctx, &ferry.EventListParams{States: []ferry.State{"stuck"}})
 			return err
 		}},
+		{"EventPurge/NoReplayWindow", func() error {
+			_, err := s.EventPurge(ctx, &ferry.EventPurgeParams{Source: "stripe"})
+			return err
+		}},
 		{"EventPurge/NoSource", func() error {
 			_, err := s.EventPurge(ctx, &ferry.EventPurgeParams{Retention: time.Hour})
 			return err
