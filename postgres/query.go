@@ -43,6 +43,8 @@ var (
 	eventReceiveSQL string
 	//go:embed query/event_receive_many.sql
 	eventReceiveManySQL string
+	//go:embed query/event_redeliver.sql
+	eventRedeliverSQL string
 	//go:embed query/event_release.sql
 	eventReleaseSQL string
 	//go:embed query/event_requeue.sql

@@ -164,13 +164,15 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 	// One row per key, in the order of firsts. Outcomes are only handed out
 	// once the rows are closed without error: the statement has committed.
 	type keyResult struct {
-		id       int64
-		inserted bool
-		stored   []byte
+		id           int64
+		inserted     bool
+		stored       []byte
+		n, differing int32
+		touched      bool
 	}
 	keys := make([]keyResult, 0, len(firsts))
 	var k keyResult
-	_, err := pgx.ForEachRow(rows, []any{&k.id, &k.inserted, &k.stored}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&k.id, &k.inserted, &k.stored, &k.n, &k.differing, &k.touched}, func() error {
 		keys = append(keys, k)
 		return nil
 	})
@@ -180,6 +182,13 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 	if len(keys) != len(firsts) {
 		return nil, fmt.Errorf("%d rows for %d keys", len(keys), len(firsts))
 	}
+	var missed redeliveries
+	for _, kr := range keys {
+		if !kr.touched {
+			missed.add(kr.id, kr.n, kr.differing)
+		}
+	}
+	s.redeliver(ctx, &missed, now)
 	out := make([]*ferry.EventReceiveResult, len(reqs))
 
 	key := -1
@@ -207,8 +216,8 @@ func sameKey(a, b *receiveArgs) bool { return a.source == b.source && a.eventID 
 // receiveOne stores one receipt in its own (implicit) transaction.
 func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
 	var (
-		result                ferry.EventReceiveResult
-		inserted, conflicting bool
+		result                         ferry.EventReceiveResult
+		inserted, conflicting, touched bool
 	)
 	err := s.pool.QueryRow(ctx, eventReceiveSQL, pgx.NamedArgs{
 		"now":            now,
@@ -218,9 +227,14 @@ func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry
 		"payload":        r.payload,
 		"headers":        r.headers,
 		"payload_sha256": r.sum[:],
-	}).Scan(&result.ID, &inserted, &conflicting)
+	}).Scan(&result.ID, &inserted, &conflicting, &touched)
 	if err != nil {
 		return nil, err
+	}
+	if !touched {
+		var missed redeliveries
+		missed.add(result.ID, 1, int32(btoi(conflicting)))
+		s.redeliver(ctx, &missed, now)
 	}
 	switch {
 	case inserted:
@@ -231,4 +245,52 @@ func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry
 		result.Outcome = ferry.ReceiveDuplicate
 	}
 	return &result, nil
+}
+
+// redeliveries are deliveries of known keys whose events a receipt's
+// statement did not find: the event moved between ferry_event and the
+// archive while the receipt ran.
+type redeliveries struct {
+	id64         []int64
+	n, conflicts []int32
+}
+
+func (r *redeliveries) add(id int64, n, conflicts int32) {
+	r.id64 = append(r.id64, id)
+	r.n = append(r.n, n)
+	r.conflicts = append(r.conflicts, conflicts)
+}
+
+// redeliver counts the missed deliveries on their events with a fresh
+// snapshot, a few times while events keep moving. The receipts themselves
+// have committed (keys, conflicts): only the delivery counters are at
+// stake, so an error here is not the receipt's. An event purged meanwhile
+// is simply not found.
+func (s *Store) redeliver(ctx context.Context, r *redeliveries, now any) {
+	for range 3 {
+		if len(r.id64) == 0 {
+			return
+		}
+		rows, _ := s.pool.Query(ctx, eventRedeliverSQL, pgx.NamedArgs{
+			"now": now, "id": r.id64, "n": r.n, "conflicts": r.conflicts,
+		})
+		found, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return
+		}
+		var rest redeliveries
+		for i, id := range r.id64 {
+			if !slices.Contains(found, id) {
+				rest.add(id, r.n[i], r.conflicts[i])
+			}
+		}
+		*r = rest
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,33 +1,59 @@
--- Stores one delivery in one statement: a new key is inserted pending and due
--- now, and announced with NOTIFY; a known key only counts the delivery, and a
--- delivery whose payload hash differs is kept as a conflict. ON CONFLICT makes
--- concurrent deliveries of one key queue on its row instead of failing.
+-- Stores one delivery in one statement. The key table decides: a new key gets
+-- the next event id and a pending event due now, announced with NOTIFY; a
+-- known key counts the delivery on its event, in ferry_event or in the
+-- archive, and a delivery whose payload hash differs from the first is kept
+-- as a conflict. ON CONFLICT makes concurrent deliveries of one key queue on
+-- its key row instead of failing. touched is false when the known key's
+-- event was not found by this statement's snapshot (it moved between the
+-- tables meanwhile, or was purged): the caller counts the delivery again
+-- with event_redeliver.sql.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
-received AS (
-    INSERT INTO ferry_event AS e (source, event_id, type, payload, headers, payload_sha256,
-                                  next_attempt_at, first_delivered_at, last_delivered_at)
-    SELECT @source::text, @event_id::text, @type::text, @payload::bytea, @headers::jsonb,
-           @payload_sha256::bytea, now, now, now
+k AS (
+    INSERT INTO ferry_event_key AS k (source, event_id, id, payload_sha256, received_at)
+    SELECT @source::text, @event_id::text, nextval(pg_get_serial_sequence('ferry_event', 'id')),
+           @payload_sha256::bytea, now
     FROM clock
-    ON CONFLICT (source, event_id) DO UPDATE SET
-        deliveries        = e.deliveries + 1,
-        last_delivered_at = excluded.last_delivered_at,
-        conflicts         = e.conflicts + (e.payload_sha256 <> excluded.payload_sha256)::int
-    -- An update always raises deliveries above 1, so 1 means this statement
-    -- inserted the row.
-    RETURNING e.id, e.deliveries = 1 AS inserted, e.payload_sha256 <> @payload_sha256::bytea AS conflicting
+    ON CONFLICT (source, event_id) DO UPDATE SET id = k.id
+    -- xmax is 0 on a row this statement inserted.
+    RETURNING k.id, k.xmax = 0 AS inserted, k.payload_sha256 <> @payload_sha256::bytea AS conflicting
+),
+received AS (
+    INSERT INTO ferry_event (id, source, event_id, type, payload, headers, payload_sha256,
+                             next_attempt_at, first_delivered_at, last_delivered_at)
+    SELECT k.id, @source::text, @event_id::text, @type::text, @payload::bytea, @headers::jsonb,
+           @payload_sha256::bytea, now, now, now
+    FROM k, clock
+    WHERE k.inserted
+    RETURNING id
+),
+hot AS (
+    UPDATE ferry_event e
+    SET deliveries = e.deliveries + 1, last_delivered_at = (SELECT now FROM clock),
+        conflicts = e.conflicts + k.conflicting::int
+    FROM k
+    WHERE NOT k.inserted AND e.id = k.id
+    RETURNING e.id
+),
+archived AS (
+    UPDATE ferry_event_done e
+    SET deliveries = e.deliveries + 1, last_delivered_at = (SELECT now FROM clock),
+        conflicts = e.conflicts + k.conflicting::int
+    FROM k
+    WHERE NOT k.inserted AND e.id = k.id
+    RETURNING e.id
 ),
 conflict AS (
     INSERT INTO ferry_conflict (event_id, received_at, payload_sha256, payload, headers)
     SELECT id, (SELECT now FROM clock), @payload_sha256::bytea, @payload::bytea, @headers::jsonb
-    FROM received
+    FROM k
     WHERE conflicting
 ),
 notified AS (
-    SELECT pg_notify(ferry_receipt_channel(), '') FROM received WHERE inserted
+    SELECT pg_notify(ferry_receipt_channel(), '') FROM received
 )
 -- Joining notified makes PostgreSQL evaluate it.
-SELECT received.id, received.inserted, received.conflicting
-FROM received LEFT JOIN notified ON true;
+SELECT k.id, k.inserted, k.conflicting,
+       k.inserted OR EXISTS (SELECT FROM hot) OR EXISTS (SELECT FROM archived) AS touched
+FROM k LEFT JOIN notified ON true;
