@@ -70,31 +70,75 @@ CREATE TABLE ferry_done_count (
 -- The archive's ranged partitions: one row each, so maintenance and metrics
 -- read bounds without parsing catalog expressions.
 CREATE TABLE ferry_event_done_partition (
-    name       text PRIMARY KEY,
-    from_day   date NOT NULL UNIQUE,
-    to_day     date NOT NULL
+    name     text PRIMARY KEY,
+    from_day date NOT NULL UNIQUE,
+    to_day   date NOT NULL
 );
+
+-- Creates the partition of [from_day, to_day) (UTC days), moving into it
+-- the rows the default partition holds for that range, so the attach
+-- succeeds. The table is built apart and attached, which locks the parent
+-- less than CREATE TABLE ... PARTITION OF. Does nothing if it exists.
+CREATE FUNCTION ferry_archive_create(from_day date, to_day date) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    part text := 'ferry_event_done_' || to_char(from_day, 'YYYYMMDD');
+    lo timestamptz := from_day::timestamp AT TIME ZONE 'UTC';
+    hi timestamptz := to_day::timestamp AT TIME ZONE 'UTC';
+BEGIN
+    IF EXISTS (SELECT FROM ferry_event_done_partition p WHERE p.name = part) THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('CREATE TABLE %I (LIKE ferry_event_done INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
+    EXECUTE format('WITH moved AS (DELETE FROM ferry_event_done_default WHERE completed_at >= %L AND completed_at < %L RETURNING *) '
+                   'INSERT INTO %I SELECT * FROM moved', lo, hi, part);
+    -- The check lets ATTACH skip scanning the new table.
+    EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (completed_at >= %L AND completed_at < %L)',
+                   part, part || '_range', lo, hi);
+    EXECUTE format('ALTER TABLE ferry_event_done ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', part, lo, hi);
+    EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', part, part || '_range');
+    INSERT INTO ferry_event_done_partition (name, from_day, to_day) VALUES (part, from_day, to_day);
+    RETURN true;
+END $$;
+
+-- Drops one partition with its events' ledger, conflicts, replays, actions
+-- and done counters; returns how many events it held. Keys stay: they are
+-- purged by age. The row deletes touch only small side tables; the events
+-- themselves go with DROP TABLE, leaving no dead tuples.
+CREATE FUNCTION ferry_archive_drop(part text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    p ferry_event_done_partition;
+    n bigint;
+BEGIN
+    SELECT * INTO p FROM ferry_event_done_partition WHERE name = part;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM %I', part) INTO n;
+    EXECUTE format('DELETE FROM ferry_attempt WHERE event_id IN (SELECT id FROM %I)', part);
+    EXECUTE format('DELETE FROM ferry_conflict WHERE event_id IN (SELECT id FROM %I)', part);
+    EXECUTE format('DELETE FROM ferry_replay WHERE event_id IN (SELECT id FROM %I)', part);
+    EXECUTE format('DELETE FROM ferry_action WHERE event_id IN (SELECT id FROM %I)', part);
+    DELETE FROM ferry_done_count WHERE day >= p.from_day AND day < p.to_day;
+    -- A default partition rules out DETACH CONCURRENTLY; the plain detach
+    -- holds the parent's lock only for the catalog change (bounded by the
+    -- caller's lock_timeout).
+    EXECUTE format('ALTER TABLE ferry_event_done DETACH PARTITION %I', part);
+    EXECUTE format('DROP TABLE %I', part);
+    DELETE FROM ferry_event_done_partition WHERE name = part;
+    RETURN n;
+END $$;
 
 -- Move an existing installation. Keys first (every event), then one daily
 -- partition per day that has done events, then the done events themselves.
 INSERT INTO ferry_event_key (source, event_id, id, payload_sha256, received_at)
 SELECT source, event_id, id, payload_sha256, first_delivered_at FROM ferry_event;
 
-DO $$
-DECLARE
-    d date;
-BEGIN
-    FOR d IN
-        SELECT DISTINCT (completed_at AT TIME ZONE 'UTC')::date FROM ferry_event
-        WHERE state = 'done' AND completed_at IS NOT NULL ORDER BY 1
-    LOOP
-        EXECUTE format('CREATE TABLE %I PARTITION OF ferry_event_done FOR VALUES FROM (%L) TO (%L)',
-            'ferry_event_done_' || to_char(d, 'YYYYMMDD'),
-            (d::timestamp AT TIME ZONE 'UTC'), ((d + 1)::timestamp AT TIME ZONE 'UTC'));
-        INSERT INTO ferry_event_done_partition (name, from_day, to_day)
-        VALUES ('ferry_event_done_' || to_char(d, 'YYYYMMDD'), d, d + 1);
-    END LOOP;
-END $$;
+SELECT ferry_archive_create(d, d + 1)
+FROM (SELECT DISTINCT (coalesce(completed_at, last_delivered_at) AT TIME ZONE 'UTC')::date AS d
+      FROM ferry_event WHERE state = 'done') days
+ORDER BY d;
 
 INSERT INTO ferry_event_done
 SELECT id, source, event_id, type, payload, headers, payload_sha256, state,
