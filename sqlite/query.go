@@ -69,6 +69,8 @@ var (
 	eventStatsSQL string
 	//go:embed query/migration_applied.sql
 	migrationAppliedSQL string
+	//go:embed query/migration_exists.sql
+	migrationExistsSQL string
 	//go:embed query/migration_record.sql
 	migrationRecordSQL string
 	//go:embed query/migration_table.sql
