@@ -92,6 +92,13 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 			return res, wrap("archive maintain", err)
 		}
 	}
+	var strays int
+	if err := s.pool.QueryRow(ctx, archiveDefaultPurgeSQL, pgx.NamedArgs{
+		"now": s.nowArg(), "retention_us": micros(params.Retention),
+	}).Scan(&strays); err != nil {
+		return res, wrap("archive maintain", err)
+	}
+	res.Events += strays
 	for {
 		tag, err := s.pool.Exec(ctx, archiveKeysPurgeSQL, pgx.NamedArgs{
 			"now": s.nowArg(), "key_retention_us": micros(params.KeyRetention), "batch": params.KeyBatch,

@@ -19,6 +19,8 @@ var (
 	archiveAnalyzeSQL string
 	//go:embed query/archive_create.sql
 	archiveCreateSQL string
+	//go:embed query/archive_default_purge.sql
+	archiveDefaultPurgeSQL string
 	//go:embed query/archive_drop.sql
 	archiveDropSQL string
 	//go:embed query/archive_info.sql

@@ -92,7 +92,7 @@ SIGTERM stops it gracefully (exit 0).`)
 		if err := client.Start(ctx); err != nil {
 			return err
 		}
-		go (&purger{store: st, sources: cfg.Sources, log: log}).run(ctx, purgeInterval)
+		go (&purger{store: st, sources: cfg.Sources, log: log, owner: client.ID()}).run(ctx, purgeInterval)
 	}
 
 	stopClient := func() {

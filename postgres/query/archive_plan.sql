@@ -1,6 +1,7 @@
 -- What maintenance should do now: the days to create partitions for (from
--- the end of the newest partition, or today, until @ahead_us from now, in
--- spans of @span_days), and the partitions wholly older than @retention_us.
+-- the end of the newest partition, or from the retention's start when there
+-- is none or it is older, until @ahead_us from now, in spans of @span_days),
+-- and the partitions wholly older than @retention_us.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -13,9 +14,7 @@ bounds AS (
 )
 SELECT 'create' AS action, d::date AS from_day, (d + @span_days::int * interval '1 day')::date AS to_day, '' AS name
 FROM bounds, generate_series(
-    -- Days before today that no partition covers are left to the default
-    -- partition unless they are still within the retention.
-    greatest(coalesce(newest, today), expired)::timestamp,
+    greatest(newest, expired)::timestamp,
     until::timestamp,
     @span_days::int * interval '1 day') AS d
 UNION ALL
