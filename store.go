@@ -102,8 +102,9 @@ type Store interface {
 	// EventStats aggregates the whole inbox in one consistent read, timed by
 	// the database's clock, for operators: counts by state, the oldest
 	// waiting work, abandoned attempts and the events at risk of outliving
-	// their provider's replay window. It is one or two aggregate queries over
-	// every event row, so callers that poll it (metrics) cache the result.
+	// their provider's replay window. It should cost what is live, not what
+	// is stored: postgres.Store reads live events and counters of done ones.
+	// Callers that poll it (metrics) still cache the result.
 	EventStats(ctx context.Context, params *EventStatsParams) (*EventStats, error)
 
 	// Migrate brings the schema up to date. It is safe to call from several
