@@ -140,7 +140,7 @@ func TestClientBatchedCompletion(t *testing.T) {
 	// once its lease lapses (here, by the same client after it).
 	t.Run("ALostLeaseIsReportedToItsOwnJobOnly", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, false)
+		b := setupClient(t, true)
 		store := &batchingStore{Store: b.store}
 		const n = 10
 		ids := receive(t, b, n)
@@ -158,6 +158,14 @@ func TestClientBatchedCompletion(t *testing.T) {
 				continue
 			}
 			b.waitState(t, id, ferry.StateDone)
+		}
+		b.clock.Advance(time.Minute) // the database says the lost lease is over
+		ev := b.waitState(t, ids[3], ferry.StateDone)
+		if ev.Attempt != 2 {
+			t.Errorf("lost event done at attempt %d, want 2 (claimed again)", ev.Attempt)
+		}
+		if out := b.outcomes(t, ids[3]); fmt.Sprint(out) != "[lease_expired done]" {
+			t.Errorf("lost event ledger = %v", out)
 		}
 	})
 

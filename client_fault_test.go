@@ -77,7 +77,8 @@ func TestClientFaults(t *testing.T) {
 		b := setupClient(t, false)
 		b.receive(t, "stripe", "evt_1")
 		running, release := make(chan struct{}), make(chan struct{})
-		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = 10 * time.Millisecond })
+		obs := &outcomes{got: map[ferry.Outcome]int{}}
+		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = 10 * time.Millisecond; c.Observer = obs })
 		c.Handle("stripe", func(context.Context, *ferry.Delivery) error {
 			close(running)
 			<-release // ignores its context
@@ -86,11 +87,20 @@ func TestClientFaults(t *testing.T) {
 		if err := c.Start(b.ctx); err != nil {
 			t.Fatal(err)
 		}
-		defer close(release)
 		<-running
 		ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
 		defer cancel()
-		if err := c.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		err := c.Stop(ctx)
+		// The handler outlives Stop by design; let it end before the store
+		// closes, so that the test leaves no goroutine behind.
+		close(release)
+		for deadline := time.Now().Add(30 * time.Second); obs.count(ferry.OutcomeDone)+obs.count(ferry.OutcomeLeaseExpired) == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("the released handler's attempt never ended")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Stop = %v, want DeadlineExceeded while a handler ignores its context", err)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,6 +68,8 @@ func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
 	}
 
 	paused, wake := make(chan struct{}, events), make(chan struct{})
+	var wakeOnce sync.Once
+	wakeZombie := func() { wakeOnce.Do(func() { close(wake) }) }
 	zombie := newClient(time.Hour) // its first heartbeat would come after 20 minutes
 	ferry.HandleTx(zombie, ferry.TxStore[pgx.Tx](st), "stripe", "", func(_ context.Context, tx pgx.Tx, d *ferry.Delivery) error {
 		paused <- struct{}{}
@@ -76,8 +79,15 @@ func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
 	if err := zombie.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range events {
-		<-paused
+	// Runs before pool.Close (cleanups run last first): a paused zombie
+	// holds connections the pool would wait for forever.
+	t.Cleanup(func() { wakeZombie(); _ = zombie.Stop(ctx) })
+	for i := range events {
+		select {
+		case <-paused:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%d of %d zombie handlers started", i, events)
+		}
 	}
 	clock.Advance(2 * time.Hour) // the database now says every zombie lease is over
 
@@ -86,7 +96,8 @@ func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
 	if err := live.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	t.Cleanup(func() { _ = live.Stop(ctx) })
+	deadline := time.Now().Add(60 * time.Second) // a ceiling for a loaded machine
 	for {
 		page, err := st.EventList(ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateDone}})
 		if err != nil {
@@ -100,7 +111,7 @@ func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	close(wake)
+	wakeZombie()
 	_ = zombie.Stop(ctx)
 	_ = live.Stop(ctx)
 

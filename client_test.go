@@ -52,11 +52,13 @@ func (b *clientBundle) receive(t *testing.T, source, eventID string) int64 {
 	return res.ID
 }
 
-// newClient makes a client with fast test settings; edit tweaks them.
+// newClient makes a client with fast test settings; edit tweaks them. The
+// lease is long on the wall clock (a loaded machine can stall heartbeats for
+// seconds); tests that need a lease to end drive the store's clock instead.
 func (b *clientBundle) newClient(t *testing.T, edit func(*ferry.Config)) *ferry.Client {
 	t.Helper()
 	cfg := &ferry.Config{
-		Store: b.store, LeaseTTL: 3 * time.Second, PollInterval: 20 * time.Millisecond,
+		Store: b.store, LeaseTTL: 30 * time.Second, PollInterval: 20 * time.Millisecond,
 		RetryBase: time.Millisecond, RetryCap: 5 * time.Millisecond, ShutdownGrace: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -233,7 +235,7 @@ func TestClient(t *testing.T) {
 			if !errors.Is(err, ferry.ErrLeaseLost) {
 				t.Fatalf("handler cancelled with %v, want ErrLeaseLost", err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatal("handler not cancelled after its lease was lost")
 		}
 		// The robbed attempt wrote no verdict; the next claim closed it as
@@ -244,30 +246,62 @@ func TestClient(t *testing.T) {
 		}
 	})
 
+	// The handler runs for three lease TTLs of database time: the owner's
+	// heartbeats keep its lease, and a second client polling all along never
+	// takes the event. The test drives the database clock half a TTL at a
+	// time and waits for a heartbeat after each step, so a busy machine
+	// slows the test but cannot make the lease lapse; the wall-clock TTL is
+	// long for the same reason.
 	t.Run("SlowHandlerOnALivingWorkerIsNeverRobbed", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, false)
+		b := setupClient(t, true)
 		id := b.receive(t, "stripe", "evt_1")
-		const ttl = time.Second
+		const ttl = 30 * time.Second
 		var runs atomic.Int32
+		running, finish := make(chan struct{}), make(chan struct{})
 		slow := func(ctx context.Context, d *ferry.Delivery) error {
-			runs.Add(1)
+			if runs.Add(1) == 1 {
+				close(running)
+			}
 			select {
-			case <-time.After(3*ttl + 500*time.Millisecond):
+			case <-finish:
 				return nil
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
 		}
-		owner := b.newClient(t, func(c *ferry.Config) { c.LeaseTTL = ttl })
+		fast := func(c *ferry.Config) { c.LeaseTTL = ttl; c.HeartbeatInterval = 20 * time.Millisecond }
+		owner := b.newClient(t, fast)
 		owner.Handle("stripe", slow)
 		start(t, owner)
-		for runs.Load() == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
-		thief := b.newClient(t, func(c *ferry.Config) { c.LeaseTTL = ttl })
+		<-running
+		thief := b.newClient(t, fast)
 		thief.Handle("stripe", slow)
 		start(t, thief)
+		for range 6 {
+			b.clock.Advance(ttl / 2)
+			// Before the step the lease ended at most ttl/2 after the new
+			// now; only a heartbeat sent after it moves it further.
+			beat := b.clock.Now().Add(ttl / 2)
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev.State != ferry.StateInProgress || ev.Attempt != 1 {
+					t.Fatalf("event is %s at attempt %d while its first handler runs", ev.State, ev.Attempt)
+				}
+				if ev.LeaseExpiresAt.After(beat) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no heartbeat extended the lease (ends %v, database now %v)", ev.LeaseExpiresAt, b.clock.Now())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		close(finish)
 		b.waitState(t, id, ferry.StateDone)
 		if n := runs.Load(); n != 1 {
 			t.Errorf("handler ran %d times, want 1", n)
@@ -305,24 +339,41 @@ func TestClient(t *testing.T) {
 		}
 	})
 
+	// A handler that respects its context and is still running when Stop
+	// begins finishes and completes its event: Stop cancels only after the
+	// grace. Without the grace the handler would see its context end and the
+	// event would be released instead.
 	t.Run("StopLetsHandlersFinishWithinGrace", func(t *testing.T) {
 		t.Parallel()
 		b := setupClient(t, false)
 		id := b.receive(t, "stripe", "evt_1")
-		running := make(chan struct{})
-		c := b.newClient(t, nil)
+		running, stopping := make(chan struct{}), make(chan struct{})
+		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = time.Minute })
 		c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
 			close(running)
-			time.Sleep(200 * time.Millisecond)
-			return nil
+			<-stopping
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(300 * time.Millisecond): // the rest of the work
+				return nil
+			}
 		})
 		if err := c.Start(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		<-running
+		close(stopping)
 		if err := c.Stop(b.ctx); err != nil {
 			t.Fatal(err)
 		}
-		b.waitState(t, id, ferry.StateDone)
+		// Stop returned after the handler and its verdict: read, don't wait.
+		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.State != ferry.StateDone {
+			t.Errorf("event %s after Stop, want done (ledger %v)", ev.State, b.outcomes(t, id))
+		}
 	})
 }

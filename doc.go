@@ -14,7 +14,10 @@
 // worker that was paused past its lease can no longer complete, fail or
 // release an event it lost.
 //
-// This package holds the domain: Event, State, Lease, the Store interface and
-// its errors. It does no I/O of its own. The stores live in postgres and
-// sqlite; the contract they share is storetest.
+// This package holds the domain (Event, State, Lease, the Store interface and
+// its errors) and the Client that works a Store: Handle and HandleType
+// register handlers, HandleTx one whose writes commit with the fenced done in
+// the store's own transaction (the store must be the Client's Config.Store).
+// It does no I/O of its own. The stores live in postgres and sqlite; the
+// contract they share is storetest. See Example for a client in full.
 package ferry

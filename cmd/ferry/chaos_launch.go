@@ -48,11 +48,10 @@ func runChaos(ctx context.Context, args []string) error {
 		build = append(build, "-race")
 	}
 	build = append(build, pkg)
-	fmt.Fprintf(os.Stderr, "ferry chaos: building the chaos binary: go %s\n", strings.Join(build, " "))
 	cmd := exec.CommandContext(ctx, "go", build...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building the chaos binary: %w: this ferry has no fault hooks; run `ferry chaos` in a Ferry checkout with Go installed (go run ./cmd/ferry chaos ...), or build one yourself: go build -tags ferrychaos -o ferry-chaos ./cmd/ferry", err)
+		return fmt.Errorf("building the chaos binary (go %s): %w: this ferry has no fault hooks; run `ferry chaos` in a Ferry checkout with Go installed (go run ./cmd/ferry chaos ...), or build one yourself: go build -tags ferrychaos -o ferry-chaos ./cmd/ferry", strings.Join(build, " "), err)
 	}
 
 	child := exec.CommandContext(ctx, bin, append([]string{"chaos"}, args...)...)
@@ -62,7 +61,7 @@ func runChaos(ctx context.Context, args []string) error {
 	err = child.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() > 0 {
-		return &exitError{exit.ExitCode(), fmt.Errorf("the chaos run failed (exit %d)", exit.ExitCode())}
+		return &exitError{code: exit.ExitCode()} // the chaos binary has said why
 	}
 	return err
 }

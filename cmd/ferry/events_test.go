@@ -17,13 +17,6 @@ import (
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
-// cliStore is one store kind as the CLI tests see it: a config for the
-// binary and a way to seed events with a chosen clock.
-type cliStore struct {
-	name   string
-	config func(t *testing.T, extra string) string
-}
-
 // seeder opens the store under test directly with clock now.
 type seeder struct {
 	store ferry.Store

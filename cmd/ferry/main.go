@@ -7,6 +7,7 @@
 //	ferry echo    --listen 127.0.0.1:3000 --secret whsec_...   a stand-in app that prints what it receives
 //	ferry events  list|show|replay      look at and replay events
 //	ferry doctor  --config ferry.toml   what needs a human, each with its fix
+//	ferry version                       print the version, commit, Go version and build date
 //
 // Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was
 // not found, 4 doctor found a problem.
@@ -46,6 +47,8 @@ func commands() []command {
 		{"events", "list, show and replay events", runEvents},
 		{"doctor", "check the config and the store; print what is wrong or at risk, with the fix", runDoctor},
 		{"chaos", "prove crash safety: run real ferry processes under faults and check nothing acknowledged is lost", runChaos},
+		{"healthcheck", "exit 0 if a ferry answers 2xx on /readyz (the container's HEALTHCHECK)", runHealthcheck},
+		{"version", "print the version, commit, Go version and build date", runVersion},
 	}
 }
 
@@ -64,13 +67,20 @@ const (
 	exitProblems = 4 // doctor found something that needs a human
 )
 
-// exitError carries an exit code of its own to run.
+// exitError carries an exit code of its own to run. A nil err means the
+// command has already said what went wrong (a child process did), so run
+// prints nothing more.
 type exitError struct {
 	code int
 	err  error
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
 func (e *exitError) Unwrap() error { return e.err }
 
 // run returns the exit code; every error is printed once, as
@@ -83,6 +93,9 @@ func run(ctx context.Context, args []string) int {
 		}
 		return exitOK
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
@@ -91,7 +104,9 @@ func run(ctx context.Context, args []string) int {
 		if err == nil || errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
-		fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
+		if e, ok := errors.AsType[*exitError](err); !ok || e.err != nil {
+			fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
+		}
 		return exitCode(err)
 	}
 	fmt.Fprintf(os.Stderr, "ferry: unknown command %q\n\n", args[0])
@@ -114,7 +129,7 @@ func exitCode(err error) int {
 func printUsage() {
 	fmt.Fprintln(os.Stderr, "usage: ferry COMMAND [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(os.Stderr, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(os.Stderr, "\nRun 'ferry COMMAND -h' for what a command does and its flags.")
 	fmt.Fprintln(os.Stderr, "Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was not found, 4 doctor found a problem.")

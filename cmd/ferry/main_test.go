@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferrytest"
 )
@@ -42,6 +44,15 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	// The tests' own HTTP requests share http.DefaultTransport; its idle
+	// keep-alive connections are not leaks.
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

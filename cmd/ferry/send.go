@@ -102,15 +102,7 @@ func sampleBody(path string, src *config.Source, eventID, eventType string) ([]b
 
 // sign signs body as the source's provider would, with its first secret.
 func sign(src *config.Source, eventID, eventType string, body []byte) (http.Header, error) {
-	signer, err := provider.NewSigner(src.Provider, provider.Options{
-		Secrets: src.Secrets,
-		HMAC: provider.HMACOptions{
-			Header: src.HMAC.Header, Prefix: src.HMAC.Prefix,
-			Encoding: provider.Encoding(src.HMAC.Encoding), Algorithm: provider.Algorithm(src.HMAC.Algorithm),
-			EventIDHeader: src.HMAC.EventIDHeader, EventIDField: src.HMAC.EventIDField,
-			TypeHeader: src.HMAC.TypeHeader, TypeField: src.HMAC.TypeField,
-		},
-	})
+	signer, err := provider.NewSigner(src.Provider, src.ProviderOptions())
 	if err != nil {
 		return nil, err
 	}

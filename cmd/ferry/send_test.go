@@ -19,6 +19,9 @@ func TestSendSignsAsEachProvider(t *testing.T) {
 		{Name: "sw", Provider: "standardwebhooks", Secrets: []string{"whsec_c2VuZC10ZXN0"}},
 		{Name: "hmac-header", Provider: "hmac", Secrets: []string{"acme"}, HMAC: config.HMAC{
 			Header: "X-Acme-Signature", Prefix: "sha256=", EventIDHeader: "X-Acme-Id", TypeHeader: "X-Acme-Type"}},
+		{Name: "hmac-id-timestamp", Provider: "hmac", Secrets: []string{"acme"}, HMAC: config.HMAC{
+			Header: "X-Acme-Signature", EventIDHeader: "X-Acme-Id", TypeField: "kind",
+			Mode: "id.timestamp.body", TimestampHeader: "X-Acme-Timestamp"}},
 		{Name: "hmac-field", Provider: "hmac", Secrets: []string{"acme"}, HMAC: config.HMAC{
 			Header: "X-Acme-Signature", Encoding: "base64", Algorithm: "sha1", EventIDField: "event_id", TypeField: "kind"}},
 	} {

@@ -32,7 +32,6 @@ type sink struct {
 	mu      sync.Mutex
 	records []effect
 	fail    func(key string) int // a non-zero status to answer instead of 200
-	delay   time.Duration
 }
 
 func newSink() (*sink, error) {
@@ -62,27 +61,17 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = st
 		}
 	}
-	delay := s.delay
 	s.records = append(s.records, effect{
 		key: key, source: r.Header.Get("Ferry-Source"), eventID: r.Header.Get("Ferry-Event-Id"),
 		attempt: attempt, sha: hex.EncodeToString(sum[:]), status: status, at: time.Now(),
 	})
 	s.mu.Unlock()
-	if delay > 0 {
-		time.Sleep(delay)
-	}
 	w.WriteHeader(status)
 }
 
 func (s *sink) setFail(f func(key string) int) {
 	s.mu.Lock()
 	s.fail = f
-	s.mu.Unlock()
-}
-
-func (s *sink) setDelay(d time.Duration) {
-	s.mu.Lock()
-	s.delay = d
 	s.mu.Unlock()
 }
 

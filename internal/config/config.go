@@ -99,6 +99,10 @@ type HMAC struct {
 	EventIDField  string `toml:"event_id_field"`
 	TypeHeader    string `toml:"type_header"`
 	TypeField     string `toml:"type_field"`
+	// Mode is what the MAC covers: "body" (the default) or
+	// "id.timestamp.body", which also authenticates the id and the time.
+	Mode            string `toml:"mode"`
+	TimestampHeader string `toml:"timestamp_header"`
 }
 
 // Forward is the app that receives events from the service.
@@ -368,7 +372,13 @@ func (c *Config) StoreKind() (kind, dsn string, err error) {
 
 // Verifier builds the source's signature verifier.
 func (c *Config) Verifier(s Source) (ferry.Verifier, error) {
-	return provider.New(s.Provider, provider.Options{
+	return provider.New(s.Provider, s.ProviderOptions())
+}
+
+// ProviderOptions are the source's provider settings, for its verifier and
+// for a signer that sends as the provider would (ferry send).
+func (s *Source) ProviderOptions() provider.Options {
+	return provider.Options{
 		Secrets:   s.Secrets,
 		Tolerance: s.Tolerance.Duration,
 		HMAC: provider.HMACOptions{
@@ -376,8 +386,9 @@ func (c *Config) Verifier(s Source) (ferry.Verifier, error) {
 			Encoding: provider.Encoding(s.HMAC.Encoding), Algorithm: provider.Algorithm(s.HMAC.Algorithm),
 			EventIDHeader: s.HMAC.EventIDHeader, EventIDField: s.HMAC.EventIDField,
 			TypeHeader: s.HMAC.TypeHeader, TypeField: s.HMAC.TypeField,
+			Mode: provider.HMACMode(s.HMAC.Mode), TimestampHeader: s.HMAC.TimestampHeader,
 		},
-	})
+	}
 }
 
 // Policies returns the engine's per-source policies.

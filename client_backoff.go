@@ -1,0 +1,30 @@
+package ferry
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// backoff is exponential with full jitter: a random time in [0, min(limit,
+// base × 2^(n-1))]. n ≤ 0 is no wait.
+func backoff(n int, base, limit time.Duration) time.Duration {
+	if n <= 0 {
+		return base
+	}
+	ceiling := limit
+	if n < 63 {
+		if d := base << (n - 1); d > 0 && d < limit {
+			ceiling = d
+		}
+	}
+	return rand.N(ceiling + 1)
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}

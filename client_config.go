@@ -1,0 +1,173 @@
+package ferry
+
+import (
+	"cmp"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/ferry-inbox/ferry/internal/groupcommit"
+)
+
+// Config configures a Client. Zero values take the documented defaults.
+type Config struct {
+	// Store is the inbox the client works. Required.
+	Store Store
+
+	// Sources are the per-source policies. A source with a handler but no
+	// entry here gets the defaults of SourcePolicy.
+	Sources []SourcePolicy
+
+	// Workers is how many handlers run at once. Defaults to 10.
+	Workers int
+
+	// LeaseTTL is how long a claim holds an event without a heartbeat; a
+	// dead worker's events are taken back within it. Defaults to 15 seconds.
+	LeaseTTL time.Duration
+
+	// HeartbeatInterval is how often running leases are extended. Defaults to
+	// LeaseTTL/3, and must leave room for at least two missed beats: it may
+	// not exceed LeaseTTL/3.
+	HeartbeatInterval time.Duration
+
+	// PollInterval is how often the client looks for due events when no
+	// receipt notification wakes it (retries coming due, expired leases, a
+	// missed notification). Defaults to 1 second.
+	PollInterval time.Duration
+
+	// ShutdownGrace is how long Stop lets running handlers finish before it
+	// cancels them and releases their events. Defaults to 10 seconds.
+	ShutdownGrace time.Duration
+
+	// RetryBase and RetryCap shape the backoff: attempt n waits a random
+	// time between 0 and min(RetryCap, RetryBase × 2^(n-1)) (exponential
+	// with full jitter). Default to 1 second and 1 hour.
+	RetryBase time.Duration
+	RetryCap  time.Duration
+
+	// ID names this worker in leases and in the attempt ledger. Defaults to
+	// hostname-pid-random.
+	ID string
+
+	// Logger receives one line per failed, dead or lost attempt, and claim
+	// errors. Payloads and headers are never logged. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+
+	// Observer, if set, is told of every attempt's end (metrics plug in
+	// here).
+	Observer Observer
+}
+
+// SourcePolicy is how the client treats one source's events.
+type SourcePolicy struct {
+	// Name is the source name, as events are stored under.
+	Name string
+	// MaxAttempts is the attempt budget before an event goes dead. Defaults
+	// to 25.
+	MaxAttempts int
+	// ReplayWindow is how long the provider redelivers (Stripe and GitHub: 3
+	// days). An event that fails once older than this goes dead, for a person
+	// to see, rather than retrying past the provider's own horizon. Defaults
+	// to 72 hours.
+	ReplayWindow time.Duration
+	// LostLease is what happens to an event whose lease lapsed while a
+	// handler may have been running. Defaults to LostLeaseRetry.
+	LostLease LostLeasePolicy
+}
+
+// Observer is told what the engine did; a metrics adapter implements it.
+// Methods must not block.
+type Observer interface {
+	// AttemptFinished is called once per claimed attempt, with how it ended
+	// (done, failed, dead, released or lease_expired) and how long the
+	// handler ran.
+	AttemptFinished(source string, outcome Outcome, reclaimed bool, handlerTime time.Duration)
+}
+
+// Default settings; see Config.
+const (
+	DefaultWorkers       = 10
+	DefaultLeaseTTL      = 15 * time.Second
+	DefaultPollInterval  = time.Second
+	DefaultShutdownGrace = 10 * time.Second
+	DefaultMaxAttempts   = 25
+	DefaultReplayWindow  = 72 * time.Hour
+)
+
+// NewClient checks cfg and fills in its defaults.
+func NewClient(cfg *Config) (*Client, error) {
+	c := *cfg
+	if c.Store == nil {
+		return nil, fmt.Errorf("%w: Config.Store is required", ErrInvalidParams)
+	}
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseTTL/3)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
+	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
+	c.RetryCap = cmp.Or(c.RetryCap, time.Hour)
+	if c.Workers < 0 || c.LeaseTTL < 0 || c.PollInterval < 0 || c.ShutdownGrace < 0 || c.RetryBase < 0 || c.RetryCap < 0 {
+		return nil, fmt.Errorf("%w: Config durations and Workers may not be negative", ErrInvalidParams)
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.LeaseTTL/3 {
+		return nil, fmt.Errorf("%w: HeartbeatInterval %v must be positive and at most LeaseTTL/3 (%v)", ErrInvalidParams, c.HeartbeatInterval, c.LeaseTTL/3)
+	}
+	if c.ID == "" {
+		c.ID = workerID()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	cl := &Client{
+		cfg:      c,
+		store:    c.Store,
+		log:      c.Logger,
+		policies: map[string]SourcePolicy{},
+		handlers: map[string]map[string]handler{},
+		slotFree: make(chan struct{}, 1),
+	}
+	cl.completions = &groupcommit.Committer[Lease, struct{}]{
+		// A job has at most one completion waiting, so a batch never needs
+		// more than Workers; 1000 caps the arrays a statement carries.
+		MaxBatch: min(c.Workers, maxCompleteBatch),
+		// Two batches at once: one can be written while the next fills,
+		// so a stalled commit does not hold every finished job behind it,
+		// and the work path still uses at most two connections for it.
+		MaxConcurrent: 2,
+		Run:           cl.completeBatch,
+	}
+	for _, p := range c.Sources {
+		if p.Name == "" {
+			return nil, fmt.Errorf("%w: SourcePolicy.Name is required", ErrInvalidParams)
+		}
+		p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
+		p.ReplayWindow = cmp.Or(p.ReplayWindow, DefaultReplayWindow)
+		if p.LostLease == "" {
+			p.LostLease = LostLeaseRetry
+		}
+		if p.LostLease != LostLeaseRetry && p.LostLease != LostLeaseHold {
+			return nil, fmt.Errorf("%w: source %q: LostLease %q is neither %q nor %q", ErrInvalidParams, p.Name, p.LostLease, LostLeaseRetry, LostLeaseHold)
+		}
+		cl.policies[p.Name] = p
+	}
+	return cl, nil
+}
+
+func (c *Client) policy(source string) SourcePolicy {
+	if p, ok := c.policies[source]; ok {
+		return p
+	}
+	return SourcePolicy{Name: source, MaxAttempts: DefaultMaxAttempts, ReplayWindow: DefaultReplayWindow, LostLease: LostLeaseRetry}
+}
+
+func workerID() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = crand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

@@ -1,0 +1,218 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferry-inbox/ferry/internal/groupcommit"
+)
+
+// job is one running attempt.
+type job struct {
+	lease     Lease
+	source    string
+	reclaimed bool
+	cancel    context.CancelCauseFunc
+	lost      atomic.Bool
+
+	mu sync.Mutex
+	// deadline is this worker's conservative guess of the lease's end, on its
+	// own clock (from before the claim or heartbeat was sent): only ever used
+	// to give up sooner, never to hold on longer. timer cancels the handler
+	// at the deadline even if the store stops answering.
+	deadline time.Time
+	timer    *time.Timer
+}
+
+// lose marks the lease lost and cancels the handler with ErrLeaseLost.
+func (j *job) lose() {
+	j.lost.Store(true)
+	j.cancel(ErrLeaseLost)
+}
+
+// extend moves the deadline to until, after a heartbeat the store accepted.
+func (j *job) extend(until time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.lost.Load() || !until.After(j.deadline) {
+		return
+	}
+	j.deadline = until
+	j.timer.Reset(time.Until(until))
+}
+
+func (j *job) leaseDeadline() time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.deadline
+}
+
+// runHandler runs the event's handler; completed reports that a
+// transactional handler's own transaction completed the event.
+func (c *Client) runHandler(ctx context.Context, cl *Claim) (completed bool, took time.Duration, err error) {
+	ev := cl.Event
+	d := &Delivery{
+		Event:              ev,
+		Attempt:            ev.Attempt,
+		IdempotencyKey:     IdempotencyKey(ev.Source, ev.EventID),
+		PreviousUnfinished: cl.PreviousUnfinished,
+	}
+	started := time.Now()
+	h := c.handlerFor(ev)
+	if h == nil {
+		return false, 0, Permanent(fmt.Errorf("ferry: no handler for source %q type %q", ev.Source, ev.Type))
+	}
+	completed, err = runSafely(ctx, h, d)
+	return completed, time.Since(started), err
+}
+
+// record writes the attempt's verdict, fenced by its lease, and reports it.
+func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, err error, took time.Duration) {
+	ev := cl.Event
+	log := c.log.With("source", ev.Source, "event_id", ev.EventID, "attempt", ev.Attempt, "worker", c.cfg.ID)
+	policy := c.policy(ev.Source)
+
+	// A write with a background context: the handler's context may be
+	// cancelled, but the verdict must still reach the store while the lease
+	// holds.
+	wctx, cancel := context.WithDeadline(context.Background(), j.leaseDeadline())
+	defer cancel()
+
+	outcome := OutcomeDone
+	switch {
+	case completed:
+	case j.lost.Load() || errors.Is(err, ErrLeaseLost):
+		outcome = OutcomeLeaseExpired
+	case err == nil:
+		// Shared with the completions of other jobs that finish meanwhile;
+		// Do returns only once this lease's verdict is committed (or lost).
+		if werr := retryWrite(wctx, func() error {
+			_, err := c.completions.Do(wctx, j.lease)
+			return err
+		}); werr != nil {
+			outcome = OutcomeLeaseExpired
+			log.Warn("ferry: could not record completion; the event will be retried", "err", werr)
+		}
+	case context.Cause(ctx) == errShutdown:
+		// Cancelled unfinished at shutdown: give it back for another instance.
+		outcome = OutcomeReleased
+		if err := c.store.EventRelease(wctx, &EventReleaseParams{Lease: j.lease}); err != nil {
+			log.Warn("ferry: release at shutdown failed; the lease will lapse instead", "err", err)
+		}
+	default:
+		delay := backoff(ev.Attempt, c.cfg.RetryBase, c.cfg.RetryCap)
+		delay = max(delay, retryAfterOf(err))
+		var state State
+		werr := retryWrite(wctx, func() error {
+			var e error
+			state, e = c.store.EventFail(wctx, &EventFailParams{
+				Lease: j.lease, Error: err.Error(), RetryDelay: delay,
+				MaxAttempts: policy.MaxAttempts, MaxAge: policy.ReplayWindow, Dead: IsPermanent(err),
+			})
+			return e
+		})
+		switch {
+		case werr != nil:
+			outcome = OutcomeLeaseExpired
+			log.Warn("ferry: could not record failure; the lease will lapse", "err", werr, "handler_err", logSafe(err))
+		case state == StateDead:
+			outcome = OutcomeDead
+			log.Warn("ferry: event dead", "alert", "dead", "err", logSafe(err))
+		default:
+			outcome = OutcomeFailed
+			log.Info("ferry: attempt failed; retrying", "err", logSafe(err), "retry_in", delay)
+		}
+	}
+	if outcome == OutcomeLeaseExpired {
+		log.Warn("ferry: lease lost; this attempt's verdict was not recorded", "alert", "lease_lost", "policy", policy.LostLease)
+	}
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.AttemptFinished(ev.Source, outcome, j.reclaimed, took)
+	}
+}
+
+// completeBatch completes the leases of jobs whose handlers returned nil, in
+// one store call, and gives each job its own verdict: nil, ErrLeaseLost for
+// a lease the store found lost, or the call's error for every job when the
+// batch failed as a whole. Each job then retries within its own lease; if
+// the failed call did commit (a connection lost at commit), the retry finds
+// the lease done and the job reports it lost, as a single EventComplete
+// would.
+func (c *Client) completeBatch(ctx context.Context, leases []Lease) []groupcommit.Result[struct{}] {
+	out := make([]groupcommit.Result[struct{}], len(leases))
+	lost, err := c.store.EventCompleteMany(ctx, &EventCompleteManyParams{Leases: leases})
+	if err != nil {
+		err = fmt.Errorf("ferry: complete %d events: %w", len(leases), err)
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	if len(lost) == 0 {
+		return out
+	}
+	isLost := make(map[Lease]bool, len(lost))
+	for _, l := range lost {
+		isLost[l] = true
+	}
+	for i, l := range leases {
+		if isLost[l] {
+			out[i].Err = ErrLeaseLost
+		}
+	}
+	return out
+}
+
+// heartbeat extends j's lease every interval until ctx is done. Each job
+// beats on its own, so one slow call cannot delay another lease; each call is
+// bounded by the job's deadline, past which the job's timer has already
+// cancelled the handler.
+func (c *Client) heartbeat(ctx context.Context, j *job) {
+	tick := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if j.lost.Load() {
+			return
+		}
+		sent := time.Now()
+		bctx, cancel := context.WithDeadline(ctx, j.leaseDeadline())
+		_, err := c.store.EventHeartbeat(bctx, &EventHeartbeatParams{Lease: j.lease, TTL: c.cfg.LeaseTTL})
+		cancel()
+		switch {
+		case err == nil:
+			j.extend(sent.Add(c.cfg.LeaseTTL))
+		case errors.Is(err, ErrLeaseLost):
+			j.lose()
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			c.log.Warn("ferry: heartbeat failed; retrying until the lease would lapse", "worker", c.cfg.ID, "err", logSafe(err))
+		}
+	}
+}
+
+// retryWrite retries a store write that failed for any reason but a lost
+// lease, until ctx (bounded by the lease) ends.
+func retryWrite(ctx context.Context, write func() error) error {
+	for i := 0; ; i++ {
+		err := write()
+		if err == nil || errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff(i+1, 50*time.Millisecond, time.Second)):
+		}
+	}
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// runHealthcheck probes a running ferry over HTTP and exits 0 on a 2xx, 1
+// otherwise. The container image has no curl or wget, so its HEALTHCHECK runs
+// this instead.
+func runHealthcheck(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	url := fs.String("url", "http://127.0.0.1:8080/readyz", "the `URL` to probe: ferry's /readyz (or /healthz for liveness only)")
+	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("healthcheck takes no arguments, got %q; the URL goes in --url", fs.Args())
+	}
+	if *timeout <= 0 {
+		return usagef("--timeout %s: must be positive", *timeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
+	if err != nil {
+		return usagef("--url %q: %v", *url, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", *url, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("%s: %s", *url, resp.Status)
+	}
+	return nil
+}
