@@ -87,6 +87,9 @@ type Event struct {
 	Deliveries int
 	// Conflicts counts deliveries of this key whose payload hash differed.
 	Conflicts int
+	// Replays counts deliveries of this event's payload under other event
+	// ids (suspected replays, see ReceiveReplay); each is kept as a Replay.
+	Replays int
 
 	// ClaimedAt is when the latest attempt started; zero before the first.
 	ClaimedAt time.Time
@@ -96,6 +99,9 @@ type Event struct {
 	LastError string
 	// RequeuedAt is when an operator last requeued the event; zero if never.
 	RequeuedAt time.Time
+	// Origin says whether the provider delivered the event or catch-up
+	// fetched it; the first receipt decides.
+	Origin Origin
 }
 
 // Lease names one claim of one event: the row and the attempt that holds it.
@@ -148,4 +154,28 @@ type Conflict struct {
 	PayloadSHA256 []byte
 	Payload       []byte
 	Headers       http.Header
+}
+
+// Replay is a delivery whose body matched a stored event's under another
+// event id, from a provider whose signature does not cover the id. It was
+// answered 2xx (the signature was valid) and never processed. It is kept,
+// without its payload (the event's own) and without signature headers, for
+// an operator to look at.
+type Replay struct {
+	EventID    int64 // the Event's row ID: the event whose body was replayed
+	ReceivedAt time.Time
+	// ClaimedEventID and ClaimedType are what the replayed delivery said it
+	// was: unsigned, hence the attacker's choice.
+	ClaimedEventID string
+	ClaimedType    string
+	Headers        http.Header
+}
+
+// Action is one operator action on an event: who did what, when (the
+// database's clock).
+type Action struct {
+	EventID int64 // the Event's row ID
+	At      time.Time
+	Action  string // ActionRequeue or ActionReplay
+	Actor   string
 }

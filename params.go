@@ -40,7 +40,13 @@ func validID(id int64) error {
 }
 
 // Validate requires an ID.
+func (p *ActionListParams) Validate() error { return validID(p.ID) }
+
+// Validate requires an ID.
 func (p *AttemptListParams) Validate() error { return validID(p.ID) }
+
+// Validate requires an ID.
+func (p *ReplayListParams) Validate() error { return validID(p.ID) }
 
 // Validate requires an ID.
 func (p *ConflictListParams) Validate() error { return validID(p.ID) }
@@ -140,10 +146,22 @@ func (p *EventPurgeParams) Validate() error {
 	return nil
 }
 
-// Validate requires a Source and an EventID.
+// Validate requires a Source and an EventID, and no negative ReplayWindow.
 func (p *EventReceiveParams) Validate() error {
-	if p.Source == "" || p.EventID == "" {
+	switch {
+	case p.Source == "" || p.EventID == "":
 		return invalid("source and event id are required")
+	case p.ReplayWindow < 0:
+		return invalid("replay window must not be negative, got %s (0 turns detection off)", p.ReplayWindow)
+	}
+	if err := ValidateEventID(p.EventID); err != nil {
+		return err
+	}
+	if err := ValidateEventType(p.Type); err != nil {
+		return err
+	}
+	if !p.Origin.OrDelivery().Valid() {
+		return invalid("origin must be delivery or catchup")
 	}
 	return nil
 }
@@ -154,9 +172,13 @@ func (p *EventReleaseParams) Validate() error { return p.Lease.Validate() }
 // Normalize returns a copy of p that a store can run as it is: States
 // defaulted (dead and unknown in bulk; done, dead and unknown by IDs) and
 // stripped of pending and in_progress, which are never requeued; Source
-// cleared when IDs name the events. It refuses an unknown state and an ID
-// that is not positive. The copy's States may be empty: nothing to requeue.
+// cleared when IDs name the events. It refuses a missing Actor, an unknown
+// state and an ID that is not positive. The copy's States may be empty:
+// nothing to requeue.
 func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
+	if p.Actor == "" {
+		return nil, invalid("actor is required: name who asks for the requeue")
+	}
 	if err := validStates(p.States); err != nil {
 		return nil, err
 	}
@@ -184,6 +206,15 @@ func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 		out.Source = "" // IDs name the events; Source only narrows a bulk requeue
 	}
 	return &out, nil
+}
+
+// Action is what EventRequeue records for each event it requeues:
+// ActionReplay when IDs name the events, ActionRequeue for a bulk requeue.
+func (p *EventRequeueParams) Action() string {
+	if len(p.IDs) > 0 {
+		return ActionReplay
+	}
+	return ActionRequeue
 }
 
 // Normalize returns a copy of p with AtRiskLimit capped at

@@ -20,8 +20,19 @@ import (
 // they fail. Every error is prefixed with the store and the method
 // ("postgres: event claim many: …") and keeps its sentinel for errors.Is.
 type Store interface {
+	// ActionList returns the operator actions on one event (requeues,
+	// replays), oldest first, with who did each and when.
+	ActionList(ctx context.Context, params *ActionListParams) ([]*Action, error)
+
 	// AttemptList returns the attempt ledger of one event, oldest first.
 	AttemptList(ctx context.Context, params *AttemptListParams) ([]*Attempt, error)
+
+	// CheckpointGet returns the named checkpoint, or ErrNotFound.
+	CheckpointGet(ctx context.Context, params *CheckpointGetParams) (*Checkpoint, error)
+
+	// CheckpointPut sets the named checkpoint's value, stamped with the
+	// database's now.
+	CheckpointPut(ctx context.Context, params *CheckpointPutParams) error
 
 	// ConflictList returns the conflicting deliveries of one event, oldest
 	// first, payloads included.
@@ -75,8 +86,13 @@ type Store interface {
 
 	// EventReceive stores a delivery durably before returning: a new key is
 	// inserted pending and due now; a known key only counts the delivery (and
-	// keeps it as a Conflict when its payload hash differs). A nil error means
-	// the delivery is committed.
+	// keeps it as a Conflict when its payload hash differs). With a
+	// ReplayWindow, a new key whose payload hash matches an event of the
+	// source first delivered within the window is a replay: nothing is
+	// inserted, the oldest such event counts it (Replays) and keeps it as a
+	// Replay. The decision and the write are one atomic step: concurrent
+	// deliveries of one body under new ids store one event. A nil error
+	// means the delivery is committed.
 	EventReceive(ctx context.Context, params *EventReceiveParams) (*EventReceiveResult, error)
 
 	// EventReceiveMany is EventReceive for many deliveries at once, the
@@ -86,7 +102,8 @@ type Store interface {
 	// stored in a transaction of its own, so one bad delivery does not fail
 	// the others. It returns one result per receipt, in order; a result
 	// without Err is committed. Deliveries of one key are counted in order,
-	// as if received one after the other. A non-nil error means nothing was
+	// as if received one after the other; so are replays (of deliveries with
+	// a ReplayWindow, the first of a body to arrive is the original). A non-nil error means nothing was
 	// committed and no result is returned. No receipts is a no-op.
 	EventReceiveMany(ctx context.Context, params *EventReceiveManyParams) ([]EventReceiveManyResult, error)
 
@@ -95,8 +112,10 @@ type Store interface {
 	EventRelease(ctx context.Context, params *EventReleaseParams) error
 
 	// EventRequeue puts done, dead or unknown events back to pending, due now,
-	// with a fresh attempt budget (the attempt counter itself never goes down).
-	// It returns how many events it requeued.
+	// with a fresh attempt budget (the attempt counter itself never goes down),
+	// and records an Action (who, when, by the database's clock) for each
+	// requeued event in the same transaction. It returns how many events it
+	// requeued.
 	EventRequeue(ctx context.Context, params *EventRequeueParams) (int, error)
 
 	// EventStats aggregates the whole inbox in one consistent read, timed by
@@ -107,12 +126,25 @@ type Store interface {
 	// Callers that poll it (metrics) still cache the result.
 	EventStats(ctx context.Context, params *EventStatsParams) (*EventStats, error)
 
+	// LeaseAcquire takes the named lease for Owner, or renews it, until TTL
+	// from the database's now, if it is free, expired or already Owner's. It
+	// reports whether Owner holds the lease now.
+	LeaseAcquire(ctx context.Context, params *LeaseAcquireParams) (bool, error)
+
+	// LeaseRelease gives the named lease up if Owner holds it, so another
+	// instance may take it at once; otherwise it does nothing.
+	LeaseRelease(ctx context.Context, params *LeaseReleaseParams) error
+
 	// Migrate brings the schema up to date. It is safe to call from several
 	// processes at once.
 	Migrate(ctx context.Context) error
 
 	// Ping checks that the database answers, for readiness checks.
 	Ping(ctx context.Context) error
+
+	// ReplayList returns the suspected replays kept on one event, oldest
+	// first.
+	ReplayList(ctx context.Context, params *ReplayListParams) ([]*Replay, error)
 
 	// ReceiptSubscribe returns a channel that receives soon after any
 	// instance sharing the store commits a change that puts an event in
@@ -173,7 +205,31 @@ const (
 	// ReceiveConflict is a duplicate key whose payload hash differs from the
 	// stored one. The delivery is kept as a Conflict.
 	ReceiveConflict ReceiveOutcome = "conflict"
+	// ReceiveReplay is a new key whose payload hash matches an event of the
+	// source first delivered within EventReceiveParams.ReplayWindow: the
+	// body of a stored event under another id. Nothing is inserted; the
+	// delivery is kept as a Replay on that event, whose row id the result
+	// carries.
+	ReceiveReplay ReceiveOutcome = "replay"
 )
+
+// Action names an operator action on an event, as Action.Action records it.
+const (
+	// ActionRequeue is a requeue of a dead or unknown event (EventRequeue by
+	// state, "replay all dead").
+	ActionRequeue = "requeue"
+	// ActionReplay is a requeue of an event named by its id, whatever its
+	// terminal state.
+	ActionReplay = "replay"
+)
+
+type ActionListParams struct {
+	ID int64 // the event's row id
+}
+
+type ReplayListParams struct {
+	ID int64 // the event's row id
+}
 
 type AttemptListParams struct {
 	ID int64 // the event's row id
@@ -272,6 +328,16 @@ type EventReceiveParams struct {
 	Type    string
 	Payload []byte
 	Headers http.Header
+	// Origin is recorded with a new key; a known key keeps its own.
+	// Defaults to OriginDelivery.
+	Origin Origin
+	// ReplayWindow turns on replay detection for providers that sign only
+	// the body (GitHub, Shopify, body-mode HMAC), whose event id and type an
+	// attacker can change at will: a new key whose payload hash matches an
+	// event of Source first delivered at most this long ago is a replay
+	// (ReceiveReplay), never a new event. Defaults to 0: detection off, as
+	// is right when the signature covers the id (Stripe, Standard Webhooks).
+	ReplayWindow time.Duration
 }
 
 type EventReceiveResult struct {
@@ -307,6 +373,10 @@ type EventRequeueParams struct {
 	// unknown for a bulk requeue, and done, dead and unknown for IDs. Pending
 	// and in_progress are never requeued.
 	States []State
+	// Actor names who asked (a user, a token's name, "cli:alice"); it is
+	// recorded with each requeued event's Action. Required: an audit trail
+	// of "unknown" tells nobody anything.
+	Actor string
 }
 
 // EventStatsParams says when an event counts as at risk.
@@ -360,6 +430,10 @@ type SourceStats struct {
 	// OldestAtRisk is the first delivery time of the oldest at-risk event;
 	// zero when none is.
 	OldestAtRisk time.Time
+	// Replays counts the suspected replays kept on the source's events
+	// (Event.Replays, summed): deliveries of a stored body under another
+	// id. Any rise is worth an alert: someone holds a captured delivery.
+	Replays int
 }
 
 // Total is the number of events of the source, in every state.

@@ -207,6 +207,8 @@ type eventData struct {
 	Now        time.Time
 	AtRisk     bool
 	Attempts   []*ferry.Attempt
+	Actions    []*ferry.Action
+	Replays    []*ferry.Replay
 	Conflicts  int
 	Headers    []header
 	Payload    string
@@ -237,6 +239,16 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, "list attempts", err)
 		return
 	}
+	actions, err := d.opts.Store.ActionList(ctx, &ferry.ActionListParams{ID: id})
+	if err != nil {
+		d.fail(w, r, "list actions", err)
+		return
+	}
+	replays, err := d.opts.Store.ReplayList(ctx, &ferry.ReplayListParams{ID: id})
+	if err != nil {
+		d.fail(w, r, "list replays", err)
+		return
+	}
 	stats, err := d.opts.Store.EventStats(ctx, &ferry.EventStatsParams{})
 	if err != nil {
 		d.fail(w, r, "read clock", err)
@@ -245,6 +257,7 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 	data := eventData{
 		chrome: chrome{Title: e.EventID},
 		Event:  e, Now: stats.Now, AtRisk: d.atRisk(stats.Now)(e), Attempts: attempts,
+		Actions: actions, Replays: replays,
 		PayloadLen: len(e.Payload), Flash: r.URL.Query().Get("flash"),
 		Replayable: e.State.Terminal(),
 	}
@@ -332,9 +345,7 @@ func (d *Dashboard) replayDead(w http.ResponseWriter, r *http.Request) {
 // requeue is the one place a dashboard action reaches the store, and so
 // the one place that hands the store who asked for it.
 func (d *Dashboard) requeue(ctx context.Context, actor string, params *ferry.EventRequeueParams) (int, error) {
-	// ACTOR → STORE: when ferry.EventRequeueParams gains its Actor field
-	// (recorded in ferry_action, migration 002), set it here:
-	//	params.Actor = actor
+	params.Actor = actor // kept with each requeued event (Store.ActionList)
 	return d.opts.Store.EventRequeue(ctx, params)
 }
 

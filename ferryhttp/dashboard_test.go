@@ -32,7 +32,7 @@ type dashBundle struct {
 //
 //	stripe/evt_dead  dead, with a Stripe-Signature-like header that must be redacted
 //	stripe/evt_old   pending, received 70h ago: at risk (60h)
-//	github/gh_1      pending
+//	github/gh_1      pending; its body replayed once as github/gh_forged
 func setupDashboard(t *testing.T, opts ferryhttp.DashboardOptions, admin ferryhttp.AdminOptions) *dashBundle {
 	t.Helper()
 	ctx := context.Background()
@@ -63,6 +63,10 @@ func setupDashboard(t *testing.T, opts ferryhttp.DashboardOptions, admin ferryht
 	t.Cleanup(func() { b.store.Close() })
 	receive(b.store, "stripe", "evt_dead", http.Header{"Content-Type": {"application/json"}, "X-Custom-Signature": {"sha256=deadbeef"}})
 	receive(b.store, "github", "gh_1", nil)
+	if res, err := b.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "github", EventID: "gh_forged", Type: "delete",
+		Payload: []byte(`{"id":"gh_1","customer":{"name":"Ada"}}`), ReplayWindow: 72 * time.Hour}); err != nil || res.Outcome != ferry.ReceiveReplay {
+		t.Fatalf("seed replay = %+v, %v", res, err)
+	}
 	claims, err := b.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "seed", Limit: 10, TTL: time.Minute, Sources: []string{"stripe"}})
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +159,14 @@ func TestDashboardPages(t *testing.T) {
 	if strings.Contains(body, "deadbeef") {
 		t.Error("event page shows a signature header's value")
 	}
+	if strings.Contains(body, `id="replay-alert"`) || !strings.Contains(body, "No operator action.") {
+		t.Error("event page of an event never replayed nor acted on shows a replay or an action")
+	}
+	_, body = get(t, newReq(t, "GET", b.server.URL+"/ui/events/"+itoa(b.ids["gh_1"]), nil))
+	_, replays, _ := strings.Cut(body, `id="replays"`)
+	if !strings.Contains(body, `id="replay-alert"`) || !strings.Contains(replays, "gh_forged") || !strings.Contains(replays, "delete") {
+		t.Errorf("event page of a replayed body does not flag and list the replay:\n%s", body)
+	}
 	if code, _ := get(t, newReq(t, "GET", b.server.URL+"/ui/events/999999", nil)); code != 404 {
 		t.Errorf("missing event: %d, want 404", code)
 	}
@@ -182,8 +194,13 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 
 	req = newReq(t, "POST", replay, nil)
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	if code, body := get(t, req); code != 200 || !strings.Contains(body, "replayed") || !strings.Contains(body, `data-state="pending"`) {
+	code, body := get(t, req)
+	if code != 200 || !strings.Contains(body, "replayed") || !strings.Contains(body, `data-state="pending"`) {
 		t.Errorf("same-origin replay: %d\n%s", code, body)
+	}
+	// Who did it is kept with the event and on its page.
+	if _, actions, _ := strings.Cut(body, `id="actions"`); !strings.Contains(actions, "<td>replay</td><td>anonymous</td>") {
+		t.Errorf("the event page does not list the replay and its actor:\n%s", body)
 	}
 	// Without credentials the actor is "anonymous": anyone on loopback.
 	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard replay"`) || !strings.Contains(logs, "actor=anonymous") || strings.Contains(logs, "Ada") {
@@ -348,6 +365,10 @@ func TestAdminAuth(t *testing.T) {
 		}
 		if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard replay" id=`+itoa(b.ids["evt_dead"])+` replayed=1 actor=ci-bot`) {
 			t.Errorf("the replay's log line must name the token's actor:\n%s", logs)
+		}
+		actions, err := b.store.ActionList(context.Background(), &ferry.ActionListParams{ID: b.ids["evt_dead"]})
+		if err != nil || len(actions) != 1 || actions[0].Actor != "ci-bot" || actions[0].Action != ferry.ActionReplay {
+			t.Errorf("stored actions = %+v, %v; want one replay by ci-bot", actions, err)
 		}
 
 		res = do(t, withCookie("POST", b.server.URL+"/ui/logout", c))

@@ -91,6 +91,9 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 	if ev.Type != "" {
 		req.Header.Set("Ferry-Event-Type", ev.Type)
 	}
+	if ev.Origin == ferry.OriginCatchup {
+		req.Header.Set("Ferry-Origin", string(ev.Origin)) // fetched by catch-up, never delivered
+	}
 	if f.signer != nil {
 		// The idempotency key is the message id: stable across attempts, so
 		// the app's Standard Webhooks library dedupes on it.

@@ -30,6 +30,13 @@ type Source struct {
 	// MaxBodyBytes is the largest body accepted; a larger one is answered
 	// 413 unread. Defaults to 1 MiB.
 	MaxBodyBytes int64
+	// ReplayWindow turns on replay detection (ferry.ReceiveReplay) for a
+	// provider whose signature covers the body but not the event id
+	// (GitHub, Shopify, body-mode HMAC): the body of an event stored within
+	// this long, delivered under another id, is answered 200
+	// {"status":"replay"}, kept on the stored event, logged as a warning and
+	// never processed. Defaults to 0: off, as for providers that sign the id.
+	ReplayWindow time.Duration
 }
 
 // ReceiverOptions configure a Receiver.
@@ -74,7 +81,7 @@ type ReceiverOptions struct {
 }
 
 // ReceiveObserver is told of every delivery the receiver answers. Outcome is
-// accepted, duplicate, conflict, rejected or unavailable; reason is the
+// accepted, duplicate, conflict, replay, rejected or unavailable; reason is the
 // machine-readable reason of a rejection ("bad_signature", ...) or of a 503
 // ("store_unavailable", "store_timeout", "draining"), or "".
 type ReceiveObserver interface {
@@ -148,6 +155,9 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		if s.MaxBodyBytes <= 0 {
 			s.MaxBodyBytes = 1 << 20
 		}
+		if s.ReplayWindow < 0 {
+			return nil, fmt.Errorf("ferryhttp: source %q: ReplayWindow %s is negative; 0 turns replay detection off", s.Name, s.ReplayWindow)
+		}
 		r.sources[s.Name] = s
 	}
 	if len(r.sources) == 0 {
@@ -170,14 +180,17 @@ func (r *Receiver) Drain() { r.draining.Store(true) }
 // give, with its status and body.
 type answer struct {
 	status  int
-	outcome string // accepted, duplicate, conflict, rejected, unavailable
+	outcome string // accepted, duplicate, conflict, replay, rejected, unavailable
 	reason  string
 }
 
 var (
-	answerAccepted    = answer{http.StatusOK, "accepted", ""}
-	answerDuplicate   = answer{http.StatusOK, "duplicate", ""}
-	answerConflict    = answer{http.StatusOK, "conflict", ""}
+	answerAccepted  = answer{http.StatusOK, "accepted", ""}
+	answerDuplicate = answer{http.StatusOK, "duplicate", ""}
+	answerConflict  = answer{http.StatusOK, "conflict", ""}
+	// answerReplay is a 2xx: the signature was valid, and any other answer
+	// makes a real provider retry.
+	answerReplay      = answer{http.StatusOK, "replay", ""}
 	answerNoSource    = answer{http.StatusNotFound, "rejected", "unknown_source"}
 	answerMethod      = answer{http.StatusMethodNotAllowed, "rejected", "method_not_allowed"}
 	answerTooLarge    = answer{http.StatusRequestEntityTooLarge, "rejected", "body_too_large"}
@@ -232,7 +245,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // log writes the delivery's line, building it only if the logger keeps it.
 func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, latency time.Duration, storeErr error) {
 	level := slog.LevelInfo
-	if a.outcome == "conflict" || a.outcome == "unavailable" {
+	if a.outcome == "conflict" || a.outcome == "replay" || a.outcome == "unavailable" {
 		level = slog.LevelWarn
 	}
 	if !r.opts.Logger.Enabled(ctx, level) {
@@ -245,8 +258,13 @@ func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, late
 	if a.reason != "" {
 		attrs = append(attrs, slog.String("reason", a.reason))
 	}
-	if a.outcome == "conflict" {
+	switch a.outcome {
+	case "conflict":
 		attrs = append(attrs, slog.String("alert", "conflicting_duplicate"))
+	case "replay":
+		// The event id logged is the one the delivery claimed; the stored
+		// event whose body it carried lists it (events show, the dashboard).
+		attrs = append(attrs, slog.String("alert", "suspected_replay"))
 	}
 	if storeErr != nil {
 		// Ferry's stores' errors name the operation and the database's
@@ -293,6 +311,7 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	defer cancel()
 	res, err := r.receipts.Do(ctx, &ferry.EventReceiveParams{
 		Source: name, EventID: v.EventID, Type: v.Type, Payload: body, Headers: r.keptHeaders(req.Header),
+		ReplayWindow: src.ReplayWindow,
 	})
 	if err != nil {
 		// store_timeout only when our StoreTimeout ran out; a client that hung
@@ -309,6 +328,8 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 		return answerDuplicate, v.EventID, nil
 	case ferry.ReceiveConflict:
 		return answerConflict, v.EventID, nil
+	case ferry.ReceiveReplay:
+		return answerReplay, v.EventID, nil
 	}
 	return answerAccepted, v.EventID, nil
 }

@@ -186,6 +186,8 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 		"states": stateStrings(params.States),
 		"ids":    nonNil(params.IDs),
 		"source": params.Source,
+		"action": params.Action(),
+		"actor":  params.Actor,
 	}).Scan(&count)
 	if err != nil {
 		return 0, wrap("event requeue", err)
@@ -261,6 +263,49 @@ func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListPara
 	return conflicts, nil
 }
 
+func (s *Store) ReplayList(ctx context.Context, params *ferry.ReplayListParams) ([]*ferry.Replay, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("replay list", err)
+	}
+	rows, _ := s.pool.Query(ctx, replayListSQL, pgx.NamedArgs{"id": params.ID})
+	replays, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Replay, error) {
+		var (
+			r       ferry.Replay
+			headers []byte
+		)
+		if err := row.Scan(&r.EventID, &r.ReceivedAt, &r.ClaimedEventID, &r.ClaimedType, &headers); err != nil {
+			return nil, err
+		}
+		r.ReceivedAt = r.ReceivedAt.UTC()
+		var err error
+		r.Headers, err = decodeHeaders(headers)
+		return &r, err
+	})
+	if err != nil {
+		return nil, wrap("replay list", err)
+	}
+	return replays, nil
+}
+
+func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) ([]*ferry.Action, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("action list", err)
+	}
+	rows, _ := s.pool.Query(ctx, actionListSQL, pgx.NamedArgs{"id": params.ID})
+	actions, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Action, error) {
+		var a ferry.Action
+		if err := row.Scan(&a.EventID, &a.At, &a.Action, &a.Actor); err != nil {
+			return nil, err
+		}
+		a.At = a.At.UTC()
+		return &a, nil
+	})
+	if err != nil {
+		return nil, wrap("action list", err)
+	}
+	return actions, nil
+}
+
 // leaseArgs are the arguments of the fence every write after a claim shares.
 func leaseArgs(s *Store, lease ferry.Lease) pgx.NamedArgs {
 	return pgx.NamedArgs{"now": s.nowArg(), "id": lease.ID, "attempt": lease.Attempt}
@@ -307,12 +352,12 @@ type eventRow struct {
 	CompletedAt      *time.Time `db:"completed_at"`
 	LastError        *string    `db:"last_error"`
 	RequeuedAt       *time.Time `db:"requeued_at"`
+	Replays          int        `db:"replays"`
 	// Columns of migration 002 that no Event field shows yet; named so that
 	// SELECT * scans.
 	Origin      string  `db:"origin"`
 	Traceparent *string `db:"traceparent"`
 	Tracestate  *string `db:"tracestate"`
-	Replays     int     `db:"replays"`
 }
 
 // claimRow is a claimed event with what the claim learned about the attempt
@@ -345,10 +390,12 @@ func (r *eventRow) event() (*ferry.Event, error) {
 		LastDeliveredAt:  r.LastDeliveredAt.UTC(),
 		Deliveries:       r.Deliveries,
 		Conflicts:        r.Conflicts,
+		Replays:          r.Replays,
 		ClaimedAt:        utc(r.ClaimedAt),
 		CompletedAt:      utc(r.CompletedAt),
 		LastError:        deref(r.LastError),
 		RequeuedAt:       utc(r.RequeuedAt),
+		Origin:           ferry.Origin(r.Origin),
 	}, nil
 }
 

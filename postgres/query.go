@@ -33,6 +33,8 @@ var (
 	archivePlanSQL string
 	//go:embed query/archive_release.sql
 	archiveReleaseSQL string
+	//go:embed query/action_list.sql
+	actionListSQL string
 	//go:embed query/attempt_list.sql
 	attemptListSQL string
 	//go:embed query/conflict_list.sql
@@ -59,6 +61,8 @@ var (
 	eventPurgeSQL string
 	//go:embed query/event_receive.sql
 	eventReceiveSQL string
+	//go:embed query/event_receive_lock.sql
+	eventReceiveLockSQL string
 	//go:embed query/event_receive_many.sql
 	eventReceiveManySQL string
 	//go:embed query/event_redeliver.sql
@@ -81,6 +85,8 @@ var (
 	migrationRecordSQL string
 	//go:embed query/migration_table.sql
 	migrationTableSQL string
+	//go:embed query/replay_list.sql
+	replayListSQL string
 	//go:embed query/receipt_channel.sql
 	receiptChannelSQL string
 )

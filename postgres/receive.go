@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,6 +21,17 @@ import (
 // with one statement (event_receive_many.sql): one round trip, one parse and
 // plan, one commit and WAL flush for all of them; the receiver batches
 // concurrent requests into it (group commit).
+//
+// A receipt with a ReplayWindow first takes its body's advisory lock
+// (event_receive_lock.sql) in the same transaction, one round trip still: a
+// pgx batch runs in one implicit transaction. A batch holding any such
+// receipt takes all its bodies' locks first, in one order, then stores the
+// receipts one statement each, in arrival order, in that transaction: one
+// commit still, and exactly the outcomes of running them one after the
+// other (which copy of a body is the original depends on it). Two such
+// batches that share a body run one after the other; two that share only
+// keys may deadlock on their rows, which PostgreSQL breaks by failing one
+// statement, and that batch's receipts are then stored one by one.
 
 // receiveArgs is one receipt, ready to bind.
 type receiveArgs struct {
@@ -27,6 +39,18 @@ type receiveArgs struct {
 	payload              []byte   // never nil: the column is NOT NULL
 	headers              []byte   // JSON, nil (NULL) when there are none
 	sum                  [32]byte // payload's SHA-256
+	origin               string
+	replayWindowUS       int64 // 0: replay detection off
+}
+
+// lockKey is the advisory lock key of the receipt's (source, body): a
+// collision only makes two bodies wait on each other.
+func (r *receiveArgs) lockKey() int32 {
+	h := sha256.New()
+	h.Write([]byte(r.source))
+	h.Write([]byte{0})
+	h.Write(r.sum[:])
+	return int32(binary.BigEndian.Uint32(h.Sum(nil)))
 }
 
 func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
@@ -48,6 +72,9 @@ func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
 		payload: payload,
 		headers: headers,
 		sum:     sha256.Sum256(payload),
+		origin:  string(params.Origin.OrDelivery()),
+
+		replayWindowUS: micros(params.ReplayWindow),
 	}, nil
 }
 
@@ -56,8 +83,69 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 	if err != nil {
 		return nil, wrap("event receive", err)
 	}
-	res, err := s.receiveOne(ctx, r, s.nowArg())
+	res, err := s.receiveAlone(ctx, r, s.nowArg())
 	return res, wrap("event receive", err)
+}
+
+// receiveAlone stores one receipt in a transaction of its own: one
+// statement, or the body's lock and the statement in one batch.
+func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
+	var missed redeliveries
+	defer s.redeliver(ctx, &missed, now) // after the commit, as a fresh snapshot must see the move
+	if r.replayWindowUS == 0 {
+		return s.receiveOne(ctx, s.pool, r, now, &missed)
+	}
+	b := &pgx.Batch{}
+	b.Queue(eventReceiveLockSQL, pgx.NamedArgs{"keys": []int32{r.lockKey()}})
+	b.Queue(eventReceiveSQL, r.namedArgs(now))
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var res *ferry.EventReceiveResult
+	if err == nil {
+		res, err = scanReceive(br.QueryRow(), &missed)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		missed = redeliveries{}
+		return nil, err
+	}
+	return res, nil
+}
+
+// receiveLocked stores reqs in one transaction: every body's lock first,
+// in one order, then each receipt in arrival order.
+func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any) ([]*ferry.EventReceiveResult, error) {
+	var keys []int32
+	for _, r := range reqs {
+		if r.replayWindowUS > 0 {
+			keys = append(keys, r.lockKey())
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	out := make([]*ferry.EventReceiveResult, len(reqs))
+	var missed redeliveries
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		missed = redeliveries{}
+		if _, err := tx.Exec(ctx, eventReceiveLockSQL, pgx.NamedArgs{"keys": keys}); err != nil {
+			return err
+		}
+		for i, r := range reqs {
+			res, err := s.receiveOne(ctx, tx, r, now, &missed)
+			if err != nil {
+				return err
+			}
+			out[i] = res
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.redeliver(ctx, &missed, now)
+	return out, nil
 }
 
 // EventReceiveMany stores the valid receipts in one statement, hence one
@@ -88,9 +176,13 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 		return out, nil
 	case 1:
 		var res *ferry.EventReceiveResult
-		res, err = s.receiveOne(ctx, reqs[0], now)
+		res, err = s.receiveAlone(ctx, reqs[0], now)
 		results = []*ferry.EventReceiveResult{res}
 	default:
+		if slices.ContainsFunc(reqs, func(r *receiveArgs) bool { return r.replayWindowUS > 0 }) {
+			results, err = s.receiveLocked(ctx, reqs, now)
+			break
+		}
 		results, err = s.receiveMany(ctx, reqs, now)
 	}
 	if err != nil {
@@ -101,7 +193,7 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 		// The server refused the statement: nothing of it committed.
 		// Store each receipt in its own transaction.
 		for j, r := range reqs {
-			res, err := s.receiveOne(ctx, r, now)
+			res, err := s.receiveAlone(ctx, r, now)
 			out[index[j]] = ferry.EventReceiveManyResult{Result: res, Err: wrap(op, err)}
 		}
 		return out, nil
@@ -131,6 +223,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		sources, eventIDs, types = make([]string, n), make([]string, n), make([]string, n)
 		payloads, sums           = make([][]byte, n), make([][]byte, n)
 		headers                  = make([][]byte, n)
+		origins                  = make([]string, n)
 		isFirst                  = make([]bool, n)
 		counts, firstConflicts   = make([]int32, n), make([]int32, n)
 		firsts                   []int // position in order of each key's first delivery
@@ -139,6 +232,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		r := reqs[i]
 		sources[pos], eventIDs[pos], types[pos] = r.source, r.eventID, r.typ
 		payloads[pos], sums[pos], headers[pos] = r.payload, r.sum[:], r.headers
+		origins[pos] = r.origin
 		if f := len(firsts) - 1; f >= 0 && sameKey(reqs[order[firsts[f]]], r) {
 			counts[firsts[f]]++
 			if r.sum != reqs[order[firsts[f]]].sum {
@@ -160,6 +254,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		"is_first":        isFirst,
 		"n":               counts,
 		"first_conflicts": firstConflicts,
+		"origin":          origins,
 	})
 	// One row per key, in the order of firsts. Outcomes are only handed out
 	// once the rows are closed without error: the statement has committed.
@@ -213,13 +308,21 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 
 func sameKey(a, b *receiveArgs) bool { return a.source == b.source && a.eventID == b.eventID }
 
-// receiveOne stores one receipt in its own (implicit) transaction.
-func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
-	var (
-		result                         ferry.EventReceiveResult
-		inserted, conflicting, touched bool
-	)
-	err := s.pool.QueryRow(ctx, eventReceiveSQL, pgx.NamedArgs{
+// rowQuerier runs one statement that returns one row.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// receiveOne runs one receipt's statement on q: the pool (its own implicit
+// transaction) or a transaction.
+// A delivery whose event the statement did not find is added to missed, to
+// be counted once the transaction has committed.
+func (s *Store) receiveOne(ctx context.Context, q rowQuerier, r *receiveArgs, now any, missed *redeliveries) (*ferry.EventReceiveResult, error) {
+	return scanReceive(q.QueryRow(ctx, eventReceiveSQL, r.namedArgs(now)), missed)
+}
+
+func (r *receiveArgs) namedArgs(now any) pgx.NamedArgs {
+	return pgx.NamedArgs{
 		"now":            now,
 		"source":         r.source,
 		"event_id":       r.eventID,
@@ -227,16 +330,28 @@ func (s *Store) receiveOne(ctx context.Context, r *receiveArgs, now any) (*ferry
 		"payload":        r.payload,
 		"headers":        r.headers,
 		"payload_sha256": r.sum[:],
-	}).Scan(&result.ID, &inserted, &conflicting, &touched)
+		"origin":         r.origin,
+
+		"replay_window_us": r.replayWindowUS,
+	}
+}
+
+// scanReceive reads event_receive.sql's row.
+func scanReceive(row pgx.Row, missed *redeliveries) (*ferry.EventReceiveResult, error) {
+	var (
+		result                                 ferry.EventReceiveResult
+		inserted, conflicting, replay, touched bool
+	)
+	err := row.Scan(&result.ID, &inserted, &conflicting, &replay, &touched)
 	if err != nil {
 		return nil, err
 	}
-	if !touched {
-		var missed redeliveries
+	if !touched && missed != nil {
 		missed.add(result.ID, 1, int32(btoi(conflicting)))
-		s.redeliver(ctx, &missed, now)
 	}
 	switch {
+	case replay:
+		result.Outcome = ferry.ReceiveReplay
 	case inserted:
 		result.Outcome = ferry.ReceiveNew
 	case conflicting:

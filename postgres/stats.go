@@ -31,7 +31,7 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 				now                                      time.Time
 			)
 			if err := row.Scan(&ss.Source, &pending, &inProgress, &done, &dead, &unknown,
-				&oldestPending, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk,
+				&oldestPending, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk, &ss.Replays,
 				&ss.UnfinishedAttempts, &now); err != nil {
 				return nil, err
 			}

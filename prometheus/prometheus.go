@@ -60,7 +60,7 @@ func NewMetrics(reg prom.Registerer, sources []string) *Metrics {
 	m := &Metrics{
 		sources: slices.Clone(sources),
 		received: counter("received_total",
-			"Deliveries answered, by source and outcome (accepted, duplicate, conflict, rejected, unavailable) and the reason of a rejection.",
+			"Deliveries answered, by source and outcome (accepted, duplicate, conflict, replay, rejected, unavailable) and the reason of a rejection.",
 			"source", "outcome", "reason"),
 		receiveDuration: prom.NewHistogramVec(prom.HistogramOpts{
 			Namespace: "ferry", Name: "receive_duration_seconds",

@@ -127,6 +127,14 @@ func TestScriptedRun(t *testing.T) {
 	// Push the pending event past stripe's at-risk age (60h).
 	clock.Advance(61 * time.Hour)
 
+	// A body-only-signed source whose body comes back under a new id: one
+	// suspected replay, kept in the store.
+	for _, id := range []string{"shop_1", "shop_forged"} {
+		if _, err := store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "shopify", EventID: id, Payload: []byte(`{"order":1}`), ReplayWindow: 72 * time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	got := scrape(t, server.URL+"/metrics")
 	want := map[string]float64{
 		`ferry_received_total{outcome="accepted",reason="",source="stripe"}`:               3,
@@ -158,6 +166,8 @@ func TestScriptedRun(t *testing.T) {
 		`ferry_events_at_risk{source="stripe"}`:                                            1,
 		`ferry_events_at_risk{source="github"}`:                                            0,
 		`ferry_oldest_at_risk_age_seconds{source="stripe"}`:                                (61 * time.Hour).Seconds(),
+		`ferry_replays_suspected{source="shopify"}`:                                        1,
+		`ferry_replays_suspected{source="stripe"}`:                                         0,
 		`ferry_stats_up`: 1,
 	}
 	for series, v := range want {

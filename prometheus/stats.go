@@ -34,8 +34,8 @@ type StatsOptions struct {
 type StatsCollector struct {
 	opts StatsOptions
 
-	events, oldestPending, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, up *prom.Desc
-	partitions, oldestPartition                                                                 *prom.Desc
+	events, oldestPending, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, replays, up *prom.Desc
+	partitions, oldestPartition                                                                          *prom.Desc
 
 	mu      sync.Mutex
 	stats   *ferry.EventStats
@@ -68,6 +68,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		unfinished:       desc("attempts_unfinished", "Attempts claimed that never reported an end (lease expired); their effect may or may not have happened.", "source"),
 		atRisk:           desc("events_at_risk", "Unfinished events older than their source's replay window minus the margin.", "source"),
 		oldestAtRisk:     desc("oldest_at_risk_age_seconds", "Age of the oldest at-risk event; 0 when none.", "source"),
+		replays:          desc("replays_suspected", "Deliveries of a stored event's body under another event id, kept and not processed (suspected replays).", "source"),
 		up:               desc("stats_up", "1 if the last read of the store's stats succeeded, 0 if not."),
 		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive (PostgreSQL only)."),
 		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),
@@ -76,7 +77,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 
 // Describe sends every descriptor.
 func (c *StatsCollector) Describe(ch chan<- *prom.Desc) {
-	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.up, c.partitions, c.oldestPartition} {
+	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.partitions, c.oldestPartition} {
 		ch <- d
 	}
 }
@@ -111,6 +112,7 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 		gauge(c.unfinished, float64(s.UnfinishedAttempts), s.Source)
 		gauge(c.atRisk, float64(s.AtRisk), s.Source)
 		gauge(c.oldestAtRisk, age(s.OldestAtRisk), s.Source)
+		gauge(c.replays, float64(s.Replays), s.Source)
 	}
 	for _, s := range stats.Sources {
 		emit(s)

@@ -324,18 +324,25 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	if len(params.States) == 0 {
 		return 0, nil
 	}
-	var n int64
+	var n int
 	err = s.writeTx(ctx, "event requeue", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, eventRequeueSQL,
-			sql.Named("now", s.nowMicros()),
+		now := s.nowMicros()
+		ids, err := queryInt64s(ctx, tx, eventRequeueSQL,
+			sql.Named("now", now),
 			sql.Named("states", jsonArray(params.States)),
 			sql.Named("ids", jsonArray(params.IDs)),
 			sql.Named("source", params.Source),
 		)
-		if err != nil {
+		if err != nil || len(ids) == 0 {
 			return err
 		}
-		n, err = res.RowsAffected()
+		n = len(ids)
+		_, err = tx.ExecContext(ctx, eventRequeueActionSQL,
+			sql.Named("now", now),
+			sql.Named("ids", jsonArray(ids)),
+			sql.Named("action", params.Action()),
+			sql.Named("actor", params.Actor),
+		)
 		return err
 	})
 	if err != nil {
@@ -344,7 +351,7 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	if n > 0 {
 		s.broadcast()
 	}
-	return int(n), nil
+	return n, nil
 }
 
 // PurgeBatch is how many events one purge transaction deletes at most.
@@ -446,6 +453,66 @@ func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListPara
 	return conflicts, nil
 }
 
+// ReplayList returns the replays kept on one event, oldest first.
+func (s *Store) ReplayList(ctx context.Context, params *ferry.ReplayListParams) ([]*ferry.Replay, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("replay list", err)
+	}
+	rows, err := s.readDB.QueryContext(ctx, replayListSQL, sql.Named("id", params.ID))
+	if err != nil {
+		return nil, wrap("replay list", err)
+	}
+	defer rows.Close()
+	var replays []*ferry.Replay
+	for rows.Next() {
+		var (
+			r        ferry.Replay
+			received sql.NullInt64
+			headers  string
+		)
+		if err := rows.Scan(&r.EventID, &received, &r.ClaimedEventID, &r.ClaimedType, &headers); err != nil {
+			return nil, wrap("replay list", err)
+		}
+		r.ReceivedAt = fromMicros(received)
+		if r.Headers, err = unmarshalHeaders(headers); err != nil {
+			return nil, wrap("replay list", err)
+		}
+		replays = append(replays, &r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("replay list", err)
+	}
+	return replays, nil
+}
+
+// ActionList returns the operator actions on one event, oldest first.
+func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) ([]*ferry.Action, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("action list", err)
+	}
+	rows, err := s.readDB.QueryContext(ctx, actionListSQL, sql.Named("id", params.ID))
+	if err != nil {
+		return nil, wrap("action list", err)
+	}
+	defer rows.Close()
+	var actions []*ferry.Action
+	for rows.Next() {
+		var (
+			a  ferry.Action
+			at sql.NullInt64
+		)
+		if err := rows.Scan(&a.EventID, &at, &a.Action, &a.Actor); err != nil {
+			return nil, wrap("action list", err)
+		}
+		a.At = fromMicros(at)
+		actions = append(actions, &a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("action list", err)
+	}
+	return actions, nil
+}
+
 // scanner is a *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
@@ -454,18 +521,18 @@ type scanner interface{ Scan(dest ...any) error }
 func scanEvent(row scanner) (*ferry.Event, error) {
 	var (
 		e                                      ferry.Event
-		state                                  string
+		state, origin                          string
 		headers, leaseOwner, lastError         sql.NullString
 		leaseExpires, nextAttempt, first, last sql.NullInt64
 		claimed, completed, requeued           sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &e.Payload, &headers, &e.PayloadSHA256,
 		&state, &e.Attempt, &leaseOwner, &leaseExpires, &nextAttempt, &first, &last,
-		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued)
+		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued, &origin, &e.Replays)
 	if err != nil {
 		return nil, err
 	}
-	e.State = ferry.State(state)
+	e.State, e.Origin = ferry.State(state), ferry.Origin(origin)
 	e.LeaseOwner, e.LastError = leaseOwner.String, lastError.String
 	e.LeaseExpiresAt, e.NextAttemptAt = fromMicros(leaseExpires), fromMicros(nextAttempt)
 	e.FirstDeliveredAt, e.LastDeliveredAt = fromMicros(first), fromMicros(last)

@@ -17,6 +17,8 @@ import (
 var migrationFS embed.FS
 
 var (
+	//go:embed query/action_list.sql
+	actionListSQL string
 	//go:embed query/attempt_finish.sql
 	attemptFinishSQL string
 	//go:embed query/attempt_list.sql
@@ -61,12 +63,22 @@ var (
 	eventReceiveConflictSQL string
 	//go:embed query/event_receive_redeliver.sql
 	eventReceiveRedeliverSQL string
+	//go:embed query/event_receive_replay.sql
+	eventReceiveReplaySQL string
+	//go:embed query/event_receive_replay_count.sql
+	eventReceiveReplayCountSQL string
+	//go:embed query/event_receive_replay_record.sql
+	eventReceiveReplayRecordSQL string
 	//go:embed query/event_release.sql
 	eventReleaseSQL string
 	//go:embed query/event_requeue.sql
 	eventRequeueSQL string
+	//go:embed query/event_requeue_action.sql
+	eventRequeueActionSQL string
 	//go:embed query/event_stats.sql
 	eventStatsSQL string
+	//go:embed query/replay_list.sql
+	replayListSQL string
 	//go:embed query/migration_applied.sql
 	migrationAppliedSQL string
 	//go:embed query/migration_exists.sql

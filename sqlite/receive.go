@@ -16,6 +16,9 @@ import (
 // batches concurrent requests into EventReceiveMany (group commit). Writes
 // are serialized, so concurrent deliveries of one key make exactly one row:
 // the first is new, the rest are duplicates (or conflicts) and are counted.
+// For the same reason replay detection (a new key carrying a stored body,
+// see ferry.EventReceiveParams.ReplayWindow) is atomic with the insert it
+// prevents: the lookup and the write share one write transaction.
 
 // receiveArgs are the named arguments of one receipt's statements.
 func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
@@ -39,6 +42,8 @@ func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
 		sql.Named("headers", headers),
 		sql.Named("payload_sha256", sum[:]),
 		sql.Named("now", now),
+		sql.Named("origin", string(params.Origin.OrDelivery())),
+		sql.Named("replay_window_us", params.ReplayWindow.Microseconds()),
 	}, nil
 }
 
@@ -125,6 +130,9 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 // one counts the delivery, and keeps it as a conflict if its payload differs.
 func receiveInTx(ctx context.Context, tx *sql.Tx, args []any) (*ferry.EventReceiveResult, error) {
 	result := &ferry.EventReceiveResult{}
+	if replayed, err := receiveReplay(ctx, tx, args); err != nil || replayed != nil {
+		return replayed, err
+	}
 	err := tx.QueryRowContext(ctx, eventReceiveSQL, args...).Scan(&result.ID)
 	if err == nil {
 		result.Outcome = ferry.ReceiveNew
@@ -146,4 +154,41 @@ func receiveInTx(ctx context.Context, tx *sql.Tx, args []any) (*ferry.EventRecei
 		return nil, fmt.Errorf("conflict: %w", err)
 	}
 	return result, nil
+}
+
+// receiveReplay keeps the delivery as a replay and returns its result when
+// replay detection is on, its key is new and its body is a stored event's
+// of the window; otherwise it returns nil and changes nothing.
+func receiveReplay(ctx context.Context, tx *sql.Tx, args []any) (*ferry.EventReceiveResult, error) {
+	if namedInt(args, "replay_window_us") <= 0 {
+		return nil, nil
+	}
+	var id int64
+	err := tx.QueryRowContext(ctx, eventReceiveReplaySQL, args...).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	withID := append(args[:len(args):len(args)], sql.Named("id", id))
+	if _, err := tx.ExecContext(ctx, eventReceiveReplayCountSQL, withID...); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, eventReceiveReplayRecordSQL, withID...); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	return &ferry.EventReceiveResult{Outcome: ferry.ReceiveReplay, ID: id}, nil
+}
+
+// namedInt returns the int64 value of the named argument name in args, 0 if
+// there is none.
+func namedInt(args []any, name string) int64 {
+	for _, a := range args {
+		if n, ok := a.(sql.NamedArg); ok && n.Name == name {
+			v, _ := n.Value.(int64)
+			return v
+		}
+	}
+	return 0
 }

@@ -67,7 +67,7 @@ func querySourceStats(ctx context.Context, tx *sql.Tx, args []any) ([]*ferry.Sou
 			oldestPending, oldestRunning, oldestRisk sql.NullInt64
 		)
 		if err := rows.Scan(&ss.Source, &pending, &inProgress, &done, &dead, &unknown,
-			&oldestPending, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk,
+			&oldestPending, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk, &ss.Replays,
 			&ss.UnfinishedAttempts); err != nil {
 			return nil, err
 		}

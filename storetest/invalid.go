@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,6 +91,23 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe"})
 			return err
 		}},
+		// The receiver refuses these first; the store refuses them too, the
+		// same way on every store (PostgreSQL's text cannot hold a NUL, and
+		// its unique index a key of a few KB, that SQLite would keep).
+		{"EventReceive/UnstorableEventID", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_\x00", Payload: []byte("{}")})
+			if !errors.Is(err, ferry.ErrBadEventID) {
+				return fmt.Errorf("not ErrBadEventID: %w", err)
+			}
+			return err
+		}},
+		{"EventReceive/UnstorableType", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_3", Type: strings.Repeat("t", ferry.MaxEventTypeBytes+1), Payload: []byte("{}")})
+			if !errors.Is(err, ferry.ErrBadEventType) {
+				return fmt.Errorf("not ErrBadEventType: %w", err)
+			}
+			return err
+		}},
 		{"EventReceiveMany", func() error {
 			res, err := s.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: []*ferry.EventReceiveParams{{Source: "stripe"}}})
 			if err != nil {
@@ -99,10 +117,20 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}},
 		{"EventRelease", func() error { return s.EventRelease(ctx, &ferry.EventReleaseParams{Lease: bad}) }},
 		{"EventRequeue/UnknownState", func() error {
-			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{States: []ferry.State{ferry.StateDead, "gone"}})
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{States: []ferry.State{ferry.StateDead, "gone"}, Actor: "op"})
 			return err
 		}},
-		{"EventRequeue/BadID", func() error { _, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{0}}); return err }},
+		{"EventRequeue/NoActor", func() error { _, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{id}}); return err }},
+		{"EventReceive/NegativeReplayWindow", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_3", ReplayWindow: -time.Second})
+			return err
+		}},
+		{"ActionList", func() error { _, err := s.ActionList(ctx, &ferry.ActionListParams{}); return err }},
+		{"ReplayList", func() error { _, err := s.ReplayList(ctx, &ferry.ReplayListParams{}); return err }},
+		{"EventRequeue/BadID", func() error {
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{0}, Actor: "op"})
+			return err
+		}},
 		{"EventStats", func() error { _, err := s.EventStats(ctx, &ferry.EventStatsParams{AtRiskLimit: -1}); return err }},
 	} {
 		if err := tc.call(); !errors.Is(err, ferry.ErrInvalidParams) {

@@ -225,7 +225,7 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				}
 				slices.Sort(ids)
 				ev := byID[rapid.SampledFrom(ids).Draw(rt, "id")]
-				n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{ev.id}})
+				n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{ev.id}, Actor: "op"})
 				if err != nil {
 					rt.Fatal(err)
 				}

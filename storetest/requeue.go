@@ -21,7 +21,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 		wantState(t, b, id, ferry.StateDead)
 		b.clock.Advance(time.Hour)
-		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}})
+		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op"})
 		if err != nil || n != 1 {
 			t.Fatalf("requeue = %d, %v", n, err)
 		}
@@ -50,7 +50,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		live := receive(t, b, "stripe", "live")
 		claimOne(t, b, "w1")
 		pending := receive(t, b, "stripe", "pending")
-		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done, live, pending}, States: ferry.States})
+		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done, live, pending}, States: ferry.States, Actor: "op"})
 		if err != nil || n != 1 {
 			t.Fatalf("requeue = %d, %v; want 1", n, err)
 		}
@@ -75,7 +75,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				t.Fatal(err)
 			}
 		}
-		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe"})
+		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe", Actor: "op"})
 		if err != nil || n != 3 {
 			t.Fatalf("bulk requeue = %d, %v; want 3", n, err)
 		}
@@ -101,7 +101,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatalf("states = %s, %s; want pending then dead", s1, s2)
 		}
 		b.clock.Advance(2 * time.Hour) // older than MaxAge since the first delivery
-		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}}); err != nil || n != 1 {
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op"}); err != nil || n != 1 {
 			t.Fatalf("requeue = %d, %v", n, err)
 		}
 		if s := fail(); s != ferry.StatePending {
@@ -125,7 +125,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatal(err)
 		}
 		b.clock.Advance(time.Second)
-		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe"})
+		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe", Actor: "op"})
 		if err != nil || n != 1 {
 			t.Fatalf("bulk requeue = %d, %v; want 1 (the dead event)", n, err)
 		}
@@ -147,17 +147,72 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatal(err)
 		}
 		live := []ferry.State{ferry.StatePending, ferry.StateInProgress}
-		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, States: live}); err != nil || n != 0 {
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, States: live, Actor: "op"}); err != nil || n != 0 {
 			t.Fatalf("requeue naming live states = %d, %v; want 0", n, err)
 		}
 		bad := []ferry.State{ferry.StateDone, "stuck"}
-		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, States: bad}); !errors.Is(err, ferry.ErrInvalidParams) || n != 0 {
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, States: bad, Actor: "op"}); !errors.Is(err, ferry.ErrInvalidParams) || n != 0 {
 			t.Fatalf("requeue naming an unknown state = %d, %v; want ErrInvalidParams", n, err)
 		}
 		wantState(t, b, done, ferry.StateDone)
-		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}}); err != nil || n != 1 {
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, Actor: "op"}); err != nil || n != 1 {
 			t.Fatalf("requeue by id with default states = %d, %v; want 1", n, err)
 		}
 		wantState(t, b, done, ferry.StatePending)
+	})
+
+	t.Run("RecordsWhoAndWhen", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		done := receive(t, b, "stripe", "done")
+		lease := claimOne(t, b, "w1").Event.Lease()
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+			t.Fatal(err)
+		}
+		dead := receive(t, b, "stripe", "dead")
+		lease = claimOne(t, b, "w1").Event.Lease()
+		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {
+			t.Fatal(err)
+		}
+		pending := receive(t, b, "stripe", "pending")
+
+		b.clock.Advance(time.Hour)
+		replayedAt := b.clock.Now()
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done, pending}, Actor: "alice"}); err != nil || n != 1 {
+			t.Fatalf("requeue by id = %d, %v", n, err)
+		}
+		b.clock.Advance(time.Minute)
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe", States: []ferry.State{ferry.StateDead}, Actor: "token:ops"}); err != nil || n != 1 {
+			t.Fatalf("bulk requeue = %d, %v", n, err)
+		}
+		actions := func(id int64) []*ferry.Action {
+			list, err := b.store.ActionList(b.ctx, &ferry.ActionListParams{ID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return list
+		}
+		if got := actions(done); len(got) != 1 || got[0].EventID != done || got[0].Action != ferry.ActionReplay ||
+			got[0].Actor != "alice" || !got[0].At.Equal(replayedAt) {
+			t.Errorf("actions of the replayed event = %+v, want one replay by alice at %v", got, replayedAt)
+		}
+		if got := actions(dead); len(got) != 1 || got[0].Action != ferry.ActionRequeue ||
+			got[0].Actor != "token:ops" || !got[0].At.Equal(b.clock.Now()) {
+			t.Errorf("actions of the requeued event = %+v, want one requeue by token:ops at %v", got, b.clock.Now())
+		}
+		// Nothing was done to the pending event: nothing is recorded.
+		if got := actions(pending); len(got) != 0 {
+			t.Errorf("actions of the untouched event = %+v, want none", got)
+		}
+		// A second replay adds a row; the first stays.
+		if err := requeueAndComplete(b, done); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{done}, Actor: "bob"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := actions(done); len(got) != 2 || got[1].Actor != "bob" || got[0].Actor != "alice" {
+			t.Errorf("actions after a second replay = %+v, want alice then bob", got)
+		}
 	})
 }

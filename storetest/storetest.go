@@ -79,6 +79,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		test func(*testing.T, func(*testing.T) *bundle[TX])
 	}{
 		{"Receive", testReceive[TX]},
+		{"Replay", testReplay[TX]},
 		{"Claim", testClaim[TX]},
 		{"Lease", testLease[TX]},
 		{"Fail", testFail[TX]},
@@ -94,6 +95,9 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Model", testModel[TX]},
 		{"Stats", testStats[TX]},
 		{"CompleteMany", testCompleteMany[TX]},
+		{"NamedLease", testNamedLease[TX]},
+		{"Checkpoint", testCheckpoint[TX]},
+		{"Origin", testOrigin[TX]},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
@@ -183,7 +187,7 @@ func wantLeaseLost(t *testing.T, op string, err error) {
 }
 
 func requeueAndComplete[TX any](b *bundle[TX], id int64) error {
-	if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}}); err != nil {
+	if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op"}); err != nil {
 		return err
 	}
 	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 10, TTL: ttl, Sources: []string{"stripe"}})

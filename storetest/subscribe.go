@@ -62,7 +62,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 				return ferry.Lease{}
 			},
 			act: func(t *testing.T, b *bundle[TX], _ ferry.Lease) error {
-				_, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe"})
+				_, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe", Actor: "op"})
 				return err
 			},
 		},
@@ -140,7 +140,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 				t.Fatal(err)
 			}
 		}
-		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "github"}); err != nil || n != 0 {
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "github", Actor: "op"}); err != nil || n != 0 {
 			t.Fatalf("requeue of nothing = %d, %v", n, err)
 		}
 		select {

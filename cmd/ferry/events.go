@@ -287,6 +287,7 @@ func oneLine(s string, max int) string {
 // eventDetail is show --json.
 type eventDetail struct {
 	eventLine
+	Origin          string              `json:"origin"`
 	LeaseOwner      string              `json:"lease_owner,omitempty"`
 	LeaseExpiresAt  *time.Time          `json:"lease_expires_at,omitempty"`
 	LastDeliveredAt time.Time           `json:"last_delivered_at"`
@@ -297,6 +298,22 @@ type eventDetail struct {
 	Payload         json.RawMessage     `json:"payload,omitempty"`
 	PayloadText     string              `json:"payload_text,omitempty"`
 	Attempts        []attemptLine       `json:"attempts"`
+	Actions         []actionLine        `json:"actions"`
+	Replays         []replayLine        `json:"replays"`
+}
+
+// actionLine is one operator action: who requeued or replayed, and when.
+type actionLine struct {
+	At     time.Time `json:"at"`
+	Action string    `json:"action"`
+	Actor  string    `json:"actor"`
+}
+
+// replayLine is one delivery of this event's body under another id.
+type replayLine struct {
+	ReceivedAt     time.Time `json:"received_at"`
+	ClaimedEventID string    `json:"claimed_event_id"`
+	ClaimedType    string    `json:"claimed_type"`
 }
 
 type attemptLine struct {
@@ -310,7 +327,8 @@ type attemptLine struct {
 
 func runEventsShow(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("events show", "SOURCE EVENT_ID [flags]",
-		`Shows one event: its state, attempt ledger, delivery count and headers (anything
+		`Shows one event: its state, attempt ledger, operator actions (who replayed it,
+when), suspected replays of its body, delivery count and headers (anything
 signature- or credential-like redacted), and with --payload its payload. Exits 3
 when the event does not exist.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
@@ -339,6 +357,14 @@ when the event does not exist.`)
 	if err != nil {
 		return err
 	}
+	actions, err := env.store.ActionList(ctx, &ferry.ActionListParams{ID: e.ID})
+	if err != nil {
+		return err
+	}
+	replays, err := env.store.ReplayList(ctx, &ferry.ReplayListParams{ID: e.ID})
+	if err != nil {
+		return err
+	}
 	stats, err := env.store.EventStats(ctx, &ferry.EventStatsParams{})
 	if err != nil {
 		return err
@@ -349,8 +375,17 @@ when the event does not exist.`)
 		LastDeliveredAt: e.LastDeliveredAt,
 		PayloadSHA256:   fmt.Sprintf("%x", e.PayloadSHA256),
 		PayloadBytes:    len(e.Payload),
+		Origin:          string(e.Origin),
 		Headers:         e.Headers,
 		Attempts:        []attemptLine{},
+		Actions:         []actionLine{},
+		Replays:         []replayLine{},
+	}
+	for _, a := range actions {
+		d.Actions = append(d.Actions, actionLine{At: a.At, Action: a.Action, Actor: a.Actor})
+	}
+	for _, r := range replays {
+		d.Replays = append(d.Replays, replayLine{ReceivedAt: r.ReceivedAt, ClaimedEventID: r.ClaimedEventID, ClaimedType: r.ClaimedType})
 	}
 	if !e.LeaseExpiresAt.IsZero() {
 		d.LeaseExpiresAt = &e.LeaseExpiresAt
@@ -390,7 +425,13 @@ when the event does not exist.`)
 	row("state", state)
 	row("attempt", fmt.Sprint(e.Attempt))
 	row("deliveries", fmt.Sprintf("%d (conflicting: %d)", e.Deliveries, e.Conflicts))
+	if e.Replays > 0 {
+		row("replays", fmt.Sprintf("%d (SUSPECTED REPLAY: this body under other event ids, answered 200, not processed)", e.Replays))
+	}
 	row("received", e.FirstDeliveredAt.Format(time.RFC3339))
+	if e.Origin == ferry.OriginCatchup {
+		row("origin", "catchup (fetched from the provider's API: it was never delivered)")
+	}
 	row("last delivered", e.LastDeliveredAt.Format(time.RFC3339))
 	if e.State == ferry.StatePending {
 		row("next attempt", e.NextAttemptAt.Format(time.RFC3339))
@@ -421,6 +462,28 @@ when the event does not exist.`)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(d.Actions) > 0 {
+		fmt.Fprintln(out, "\nactions:")
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  AT\tACTION\tBY")
+		for _, a := range d.Actions {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", a.At.Format(time.RFC3339), a.Action, oneLine(a.Actor, 80))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(d.Replays) > 0 {
+		fmt.Fprintln(out, "\nreplays (this body under other ids, not processed):")
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  RECEIVED\tCLAIMED ID\tCLAIMED TYPE")
+		for _, r := range d.Replays {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.ReceivedAt.Format(time.RFC3339), oneLine(r.ClaimedEventID, 80), oneLine(r.ClaimedType, 80))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if *payload {
 		fmt.Fprintf(out, "\npayload:\n%s\n", e.Payload)
 	}
@@ -436,6 +499,7 @@ others are still replayed).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	state := fs.String("state", "", "bulk: replay every event in this `state` (dead or unknown) of --source")
 	source := fs.String("source", "", "bulk: the `source` whose events to replay (required with --state)")
+	actor := fs.String("actor", defaultActor(), "who asks, kept with each replayed event (`ferry events show` lists it)")
 	positional, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -450,6 +514,8 @@ others are still replayed).`)
 		return usagef("--state %q: bulk replay takes dead or unknown (replay done events one by one)", *state)
 	case !bulk && len(positional) < 2:
 		return usagef("want SOURCE EVENT_ID..., or --state dead --source X")
+	case *actor == "":
+		return usagef("--actor is empty: name who asks for the replay")
 	}
 	env, err := openEvents(ctx, *configPath)
 	if err != nil {
@@ -458,7 +524,7 @@ others are still replayed).`)
 	defer env.close()
 
 	if bulk {
-		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}})
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}, Actor: *actor})
 		if err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
@@ -477,7 +543,7 @@ others are still replayed).`)
 		if err != nil {
 			return fmt.Errorf("replay %s %s: %w", src, id, err)
 		}
-		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}})
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}, Actor: *actor})
 		if err != nil {
 			return fmt.Errorf("replay %s %s: %w", src, id, err)
 		}
@@ -495,4 +561,13 @@ others are still replayed).`)
 		return fmt.Errorf("%s %s: %w", src, strings.Join(missing, ", "), errEventNotFound)
 	}
 	return nil
+}
+
+// defaultActor names the person at the terminal: "cli:" and $USER, or "cli"
+// when $USER is not set.
+func defaultActor() string {
+	if u := os.Getenv("USER"); u != "" {
+		return "cli:" + u
+	}
+	return "cli"
 }

@@ -79,7 +79,7 @@ secrets = ["gh_cli"]
 //	stripe/evt_done   done
 //	stripe/evt_dead   dead ("card declined")
 //	stripe/evt_old    pending, received 70h ago: at risk (72h window - 12h)
-//	github/gh_fresh   pending, new
+//	github/gh_fresh   pending, new; its body replayed once as github/gh_forged
 func seedScenario(t *testing.T, open func(now func() time.Time) seeder) {
 	t.Helper()
 	ctx := context.Background()
@@ -104,6 +104,13 @@ func seedScenario(t *testing.T, open func(now func() time.Time) seeder) {
 	receive("stripe", "evt_done")
 	receive("stripe", "evt_dead")
 	receive("github", "gh_fresh")
+	res, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{
+		Source: "github", EventID: "gh_forged", Type: "delete",
+		Payload: []byte(`{"id":"gh_fresh","amount":4200}`), ReplayWindow: 72 * time.Hour,
+	})
+	if err != nil || res.Outcome != ferry.ReceiveReplay {
+		t.Fatalf("seed replay = %+v, %v", res, err)
+	}
 	claims, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "seed", Limit: 10, TTL: time.Minute, Sources: []string{"stripe"}})
 	if err != nil {
 		t.Fatal(err)
@@ -219,6 +226,23 @@ func TestEventsCLI(t *testing.T) {
 					t.Errorf("show without --payload printed the payload, or no error:\n%s", stdout)
 				}
 			})
+			t.Run("ShowReplays", func(t *testing.T) {
+				stdout, stderr, code := runFerry(t, "events", "show", "github", "gh_fresh", "--config", cfg, "--json")
+				if code != 0 {
+					t.Fatalf("show: exit %d: %s", code, stderr)
+				}
+				var d eventDetail
+				if err := json.Unmarshal([]byte(stdout), &d); err != nil {
+					t.Fatal(err)
+				}
+				if len(d.Replays) != 1 || d.Replays[0].ClaimedEventID != "gh_forged" || d.Replays[0].ClaimedType != "delete" || d.Replays[0].ReceivedAt.IsZero() {
+					t.Errorf("show replays = %+v, want gh_forged/delete", d.Replays)
+				}
+				stdout, _, _ = runFerry(t, "events", "show", "--config", cfg, "github", "gh_fresh")
+				if !strings.Contains(stdout, "SUSPECTED REPLAY") || !strings.Contains(stdout, "gh_forged") {
+					t.Errorf("text show does not flag the replay:\n%s", stdout)
+				}
+			})
 			t.Run("NotFound", func(t *testing.T) {
 				_, stderr, code := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_nope")
 				if code != exitNotFound || !strings.Contains(stderr, "not found") {
@@ -250,7 +274,7 @@ func TestEventsCLI(t *testing.T) {
 			})
 			// Replay last: it changes the states the other subtests read.
 			t.Run("Replay", func(t *testing.T) {
-				stdout, stderr, code := runFerry(t, "events", "replay", "--config", cfg, "stripe", "evt_done", "evt_nope")
+				stdout, stderr, code := runFerry(t, "events", "replay", "--config", cfg, "--actor", "alice", "stripe", "evt_done", "evt_nope")
 				if code != exitNotFound || !strings.Contains(stdout, "replayed stripe evt_done") || !strings.Contains(stderr, "evt_nope") {
 					t.Errorf("replay one + missing: exit %d\n%s\n%s", code, stdout, stderr)
 				}
@@ -263,6 +287,27 @@ func TestEventsCLI(t *testing.T) {
 				}
 				if got := listJSON(t, "--config", cfg, "--state", "pending", "--source", "stripe"); len(got) != 3 {
 					t.Errorf("after replays, stripe pending = %v, want 3", eventIDs(got))
+				}
+				// Who did each is kept with the event and shown.
+				for _, tc := range []struct{ id, action, actor string }{
+					{"evt_done", "replay", "alice"},
+					{"evt_dead", "requeue", "cli"}, // --actor defaults to cli:$USER, or cli
+				} {
+					stdout, stderr, code := runFerry(t, "events", "show", "stripe", tc.id, "--config", cfg, "--json")
+					if code != 0 {
+						t.Fatalf("show: exit %d: %s", code, stderr)
+					}
+					var d eventDetail
+					if err := json.Unmarshal([]byte(stdout), &d); err != nil {
+						t.Fatal(err)
+					}
+					if len(d.Actions) != 1 || d.Actions[0].Action != tc.action || !strings.HasPrefix(d.Actions[0].Actor, tc.actor) || d.Actions[0].At.IsZero() {
+						t.Errorf("%s actions = %+v, want one %s by %s", tc.id, d.Actions, tc.action, tc.actor)
+					}
+					text, _, _ := runFerry(t, "events", "show", "stripe", tc.id, "--config", cfg)
+					if !strings.Contains(text, "actions:") || !strings.Contains(text, tc.actor) {
+						t.Errorf("text show lacks the action:\n%s", text)
+					}
 				}
 			})
 		})

@@ -4,6 +4,7 @@
 //	ferry serve   --config ferry.toml   receive, work and forward
 //	ferry migrate --config ferry.toml   bring the store's schema up to date
 //	ferry send    --config ferry.toml --source NAME   sign and send a sample delivery
+//	ferry reconcile --config ferry.toml --source NAME   fetch what the provider never delivered
 //	ferry echo    --listen 127.0.0.1:3000 --secret whsec_...   a stand-in app that prints what it receives
 //	ferry events  list|show|replay      look at and replay events
 //	ferry doctor  --config ferry.toml   what needs a human, each with its fix
@@ -43,6 +44,7 @@ func commands() []command {
 		{"serve", "receive webhooks, work them and forward them to your app", runServe},
 		{"migrate", "bring the store's schema up to date", runMigrate},
 		{"send", "sign and send a sample delivery to a running ferry", runSend},
+		{"reconcile", "fetch from the provider's API the events it never delivered (one catch-up pass)", runReconcile},
 		{"echo", "a stand-in app: print each forwarded event and verify its signature", runEcho},
 		{"events", "list, show and replay events", runEvents},
 		{"doctor", "check the config and the store; print what is wrong or at risk, with the fix", runDoctor},

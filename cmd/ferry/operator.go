@@ -21,6 +21,7 @@ type operator struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	metrics *prometheus.Metrics
+	catchup *prometheus.CatchupMetrics
 	stats   ferry.Store
 	// admin serves admin.listen; nil when the dashboard and /metrics are
 	// both off.
@@ -32,6 +33,7 @@ type operator struct {
 func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operator, error) {
 	reg := prom.NewRegistry()
 	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), stats: st}
+	op.catchup = prometheus.NewCatchupMetrics(reg, cfg.CatchupSourceNames())
 	if !cfg.AdminServed() {
 		return op, nil
 	}

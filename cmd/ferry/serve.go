@@ -94,6 +94,9 @@ SIGTERM stops it gracefully (exit 0).`)
 		}
 		go (&purger{store: st, sources: cfg.Sources, log: log, owner: client.ID()}).run(ctx, purgeInterval)
 	}
+	if err := startCatchup(ctx, cfg, st, log, op.catchup, instanceName()); err != nil {
+		return err
+	}
 
 	stopClient := func() {
 		if client != nil {
@@ -174,7 +177,7 @@ func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry
 		if err != nil {
 			return nil, fmt.Errorf("%w: source %s: %v", errConfig, s.Name, err)
 		}
-		sources = append(sources, ferryhttp.Source{Name: s.Name, Verifier: v, MaxBodyBytes: s.MaxBody})
+		sources = append(sources, ferryhttp.Source{Name: s.Name, Verifier: v, MaxBodyBytes: s.MaxBody, ReplayWindow: s.ReceiveReplayWindow()})
 	}
 	return ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{
 		Store: st, Sources: sources, Logger: log, Observer: obs,

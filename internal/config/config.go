@@ -83,10 +83,20 @@ type Source struct {
 	MaxAttempts int `toml:"max_attempts"`
 	// LostLease is "retry" (default) or "hold".
 	LostLease string `toml:"lost_lease"`
+	// DetectReplays answers a delivery of a body stored within the replay
+	// window under another event id as a replay: 200, kept on the stored
+	// event, never processed. Defaults to true for providers whose
+	// signature does not cover the id (github, shopify, hmac) and false
+	// for those whose does (stripe, standardwebhooks). Turn it off for a
+	// sender that legitimately repeats identical bodies under new ids:
+	// those would be dropped as replays.
+	DetectReplays *bool `toml:"detect_replays"`
 	// HMAC describes a generic HMAC sender (provider = "hmac").
 	HMAC HMAC `toml:"hmac"`
 	// Forward is where the service sends each event.
 	Forward Forward `toml:"forward"`
+	// Catchup fetches what the provider never delivered; see catchup.go.
+	Catchup Catchup `toml:"catchup"`
 }
 
 // HMAC mirrors provider.HMACOptions.
@@ -179,6 +189,9 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 		}
 		expand(fmt.Sprintf("source[%d].forward.url", i), &s.Forward.URL)
 		expand(fmt.Sprintf("source[%d].forward.secret", i), &s.Forward.Secret)
+		for k, v := range s.Catchup.expandable() {
+			expand(fmt.Sprintf("source[%d].catchup.%s", i, k), v)
+		}
 	}
 	expand("admin.token", &c.Admin.Token)
 	expand("admin.user", &c.Admin.User)
@@ -250,9 +263,14 @@ func (c *Config) applyDefaults() {
 		if s.LostLease == "" {
 			s.LostLease = string(ferry.LostLeaseRetry)
 		}
+		if s.DetectReplays == nil {
+			on := s.signsOnlyTheBody()
+			s.DetectReplays = &on
+		}
 		if s.Forward.Timeout.Duration == 0 {
 			s.Forward.Timeout.Duration = DefaultForwardTime
 		}
+		s.Catchup.applyDefaults()
 	}
 }
 
@@ -326,6 +344,7 @@ func (c *Config) validate() error {
 				bad(key+".forward.secret", "is not a Standard Webhooks secret (\"whsec_\" + base64): %v", err)
 			}
 		}
+		errs = append(errs, s.Catchup.validate(key, &s)...)
 	}
 	errs = append(errs, c.validateOperator()...)
 	if len(errs) > 0 {
@@ -389,6 +408,28 @@ func (s *Source) ProviderOptions() provider.Options {
 			Mode: provider.HMACMode(s.HMAC.Mode), TimestampHeader: s.HMAC.TimestampHeader,
 		},
 	}
+}
+
+// signsOnlyTheBody reports whether the source's signature leaves the event
+// id unauthenticated, so a captured body re-sent under a new id verifies:
+// GitHub, Shopify and generic HMAC in body mode.
+func (s *Source) signsOnlyTheBody() bool {
+	switch s.Provider {
+	case "github", "shopify":
+		return true
+	case "hmac":
+		return s.HMAC.Mode == "" || s.HMAC.Mode == string(provider.HMACModeBody)
+	}
+	return false
+}
+
+// ReceiveReplayWindow is the receiver's replay-detection window of s: its
+// replay_window when detect_replays is on, 0 (off) otherwise.
+func (s Source) ReceiveReplayWindow() time.Duration {
+	if s.DetectReplays == nil || !*s.DetectReplays {
+		return 0
+	}
+	return s.ReplayWindow.Duration
 }
 
 // Policies returns the engine's per-source policies.

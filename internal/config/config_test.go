@@ -76,3 +76,63 @@ func TestParseRejects(t *testing.T) {
 		})
 	}
 }
+
+// Replay detection is on by default where the signature leaves the id
+// unauthenticated, off where it covers it, and a source can turn it off.
+func TestParseDetectReplays(t *testing.T) {
+	t.Parallel()
+	raw := `
+[store]
+url = "sqlite:ferry.db"
+[[source]]
+name = "stripe"
+provider = "stripe"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[source]]
+name = "swh"
+provider = "standardwebhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[[source]]
+name = "github"
+provider = "github"
+secrets = ["s"]
+replay_window = "24h"
+[[source]]
+name = "shopify"
+provider = "shopify"
+secrets = ["s"]
+[[source]]
+name = "hmac"
+provider = "hmac"
+secrets = ["s"]
+[source.hmac]
+header = "X-Sig"
+event_id_header = "X-Id"
+[[source]]
+name = "hmac-signed-id"
+provider = "hmac"
+secrets = ["s"]
+[source.hmac]
+header = "X-Sig"
+mode = "id.timestamp.body"
+timestamp_header = "X-Time"
+event_id_header = "X-Id"
+[[source]]
+name = "github-repeats"
+provider = "github"
+secrets = ["s"]
+detect_replays = false
+`
+	c, err := Parse([]byte(raw), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Duration{
+		"stripe": 0, "swh": 0, "github": 24 * time.Hour, "shopify": 72 * time.Hour, "hmac": 72 * time.Hour, "hmac-signed-id": 0, "github-repeats": 0,
+	}
+	for _, s := range c.Sources {
+		if got := s.ReceiveReplayWindow(); got != want[s.Name] {
+			t.Errorf("%s: replay detection window %v, want %v", s.Name, got, want[s.Name])
+		}
+	}
+}

@@ -6,7 +6,7 @@
     SELECT id, source, event_id, type, payload_sha256, state, attempt, attempt_base,
            lease_owner, lease_expires_at, next_attempt_at, first_delivered_at,
            last_delivered_at, deliveries, conflicts, claimed_at, completed_at,
-           last_error, requeued_at
+           last_error, requeued_at, origin, replays
     FROM ferry_event
     WHERE (@source::text = '' OR source = @source::text)
       AND (cardinality(@states::text[]) = 0 OR state = ANY(@states::text[]))
@@ -21,7 +21,7 @@ UNION ALL
     SELECT id, source, event_id, type, payload_sha256, state, attempt, attempt_base,
            lease_owner, lease_expires_at, next_attempt_at, first_delivered_at,
            last_delivered_at, deliveries, conflicts, claimed_at, completed_at,
-           last_error, requeued_at
+           last_error, requeued_at, origin, replays
     FROM ferry_event_done
     WHERE (cardinality(@states::text[]) = 0 OR 'done' = ANY(@states::text[]))
       AND (@source::text = '' OR source = @source::text)

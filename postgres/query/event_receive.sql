@@ -6,24 +6,45 @@
 -- its key row instead of failing. touched is false when the known key's
 -- event was not found by this statement's snapshot (it moved between the
 -- tables meanwhile, or was purged): the caller counts the delivery again
--- with event_redeliver.sql.
+-- with event_redeliver.sql once this has committed.
+--
+-- With @replay_window_us > 0, a new key whose payload hash matches a key of
+-- the source first delivered within the window is a replay: nothing is
+-- inserted, the oldest such event counts it (wherever it is) and keeps it in
+-- ferry_replay. The caller holds the body's advisory lock
+-- (event_receive_lock.sql), so the lookup sees every committed delivery of
+-- this body.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
+),
+original AS (
+    SELECT o.id
+    FROM ferry_event_key o, clock
+    WHERE @replay_window_us::bigint > 0
+      AND o.source = @source::text
+      AND o.payload_sha256 = @payload_sha256::bytea
+      AND o.received_at >= clock.now - @replay_window_us::bigint * interval '1 microsecond'
+      AND NOT EXISTS (
+          SELECT FROM ferry_event_key x WHERE x.source = @source::text AND x.event_id = @event_id::text
+      )
+    ORDER BY o.id
+    LIMIT 1
 ),
 k AS (
     INSERT INTO ferry_event_key AS k (source, event_id, id, payload_sha256, received_at)
     SELECT @source::text, @event_id::text, nextval(pg_get_serial_sequence('ferry_event', 'id')),
            @payload_sha256::bytea, now
     FROM clock
+    WHERE NOT EXISTS (SELECT FROM original)
     ON CONFLICT (source, event_id) DO UPDATE SET id = k.id
     -- xmax is 0 on a row this statement inserted.
     RETURNING k.id, k.xmax = 0 AS inserted, k.payload_sha256 <> @payload_sha256::bytea AS conflicting
 ),
 received AS (
     INSERT INTO ferry_event (id, source, event_id, type, payload, headers, payload_sha256,
-                             next_attempt_at, first_delivered_at, last_delivered_at)
+                             next_attempt_at, first_delivered_at, last_delivered_at, origin)
     SELECT k.id, @source::text, @event_id::text, @type::text, @payload::bytea, @headers::jsonb,
-           @payload_sha256::bytea, now, now, now
+           @payload_sha256::bytea, now, now, now, @origin::text
     FROM k, clock
     WHERE k.inserted
     RETURNING id
@@ -50,10 +71,28 @@ conflict AS (
     FROM k
     WHERE conflicting
 ),
+replayed_hot AS (
+    UPDATE ferry_event SET replays = replays + 1
+    WHERE id = (SELECT id FROM original)
+    RETURNING id
+),
+replayed_archived AS (
+    UPDATE ferry_event_done SET replays = replays + 1
+    WHERE id = (SELECT id FROM original)
+    RETURNING id
+),
+replay AS (
+    INSERT INTO ferry_replay (event_id, received_at, claimed_event_id, claimed_type, headers)
+    SELECT id, (SELECT now FROM clock), @event_id::text, @type::text, @headers::jsonb
+    FROM original
+),
 notified AS (
     SELECT pg_notify(ferry_receipt_channel(), '') FROM received
 )
--- Joining notified makes PostgreSQL evaluate it.
-SELECT k.id, k.inserted, k.conflicting,
+-- One row: the stored event, or the replayed one. Joining notified makes
+-- PostgreSQL evaluate it.
+SELECT k.id, k.inserted, k.conflicting, false AS replay,
        k.inserted OR EXISTS (SELECT FROM hot) OR EXISTS (SELECT FROM archived) AS touched
-FROM k LEFT JOIN notified ON true;
+FROM k LEFT JOIN notified ON true
+UNION ALL
+SELECT id, false, false, true, true FROM original;

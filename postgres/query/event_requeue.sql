@@ -1,9 +1,9 @@
 -- Puts terminal events back to pending, due now, with a fresh attempt budget
--- (attempt_base catches up with attempt; attempt itself never goes down), and
--- wakes the workers. Dead and unknown events are requeued where they are;
--- done events move back from the archive to ferry_event with their id, and
--- their day's done counter goes down. Pending and in_progress events are
--- never touched.
+-- (attempt_base catches up with attempt; attempt itself never goes down),
+-- records who asked for each in ferry_action, and wakes the workers. Dead and
+-- unknown events are requeued where they are; done events move back from the
+-- archive to ferry_event with their id, and their day's done counter goes
+-- down. Pending and in_progress events are never touched.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -44,6 +44,12 @@ uncounted AS (
     GROUP BY 1, 2
     ORDER BY 1, 2
     ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
+),
+action AS (
+    INSERT INTO ferry_action (event_id, at, action, actor)
+    SELECT id, (SELECT now FROM clock), @action::text, @actor::text
+    FROM (SELECT id FROM requeued UNION ALL SELECT id FROM restored) r
+    ORDER BY id
 ),
 notified AS (
     SELECT pg_notify(ferry_receipt_channel(), '')

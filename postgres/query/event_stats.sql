@@ -1,9 +1,10 @@
 -- One row per source: counts by state, the oldest waiting work, lapsed
--- leases, attempts that never reported, and events at risk of outliving the
+-- leases, attempts that never reported, events at risk of outliving the
 -- replay window (@risk_sources[i] is at risk after @risk_us[i] microseconds;
--- other sources after @default_risk_us, never when it is 0). Everything is
--- read from ferry_event (live events only) and the done counters, never from
--- the archive: the cost is what is live, not what is stored.
+-- other sources after @default_risk_us, never when it is 0), and the
+-- suspected replays kept. Everything is read from ferry_event (live events
+-- only), the done counters and the few lease_expired and replay rows, never
+-- from the archive: the cost is what is live, not what is stored.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -30,6 +31,18 @@ unfinished AS (
     WHERE source IS NOT NULL
     GROUP BY source
 ),
+-- Suspected replays (few: one ferry_replay row each), by their event's
+-- source wherever the event is.
+replays AS (
+    SELECT source, count(*)::int AS n FROM (
+        SELECT coalesce(
+                   (SELECT e.source FROM ferry_event e WHERE e.id = r.event_id),
+                   (SELECT d.source FROM ferry_event_done d WHERE d.id = r.event_id LIMIT 1)) AS source
+        FROM ferry_replay r
+    ) r
+    WHERE source IS NOT NULL
+    GROUP BY source
+),
 done AS (
     SELECT source, sum(n)::bigint AS done
     FROM ferry_done_count
@@ -50,7 +63,8 @@ live AS (
                               AND e.first_delivered_at <= clock.now - coalesce(risk.us, @default_risk_us::bigint) * interval '1 microsecond') AS at_risk,
            min(e.first_delivered_at) FILTER (WHERE e.state IN ('pending', 'in_progress', 'unknown')
                               AND coalesce(risk.us, @default_risk_us::bigint) > 0
-                              AND e.first_delivered_at <= clock.now - coalesce(risk.us, @default_risk_us::bigint) * interval '1 microsecond') AS oldest_at_risk
+                              AND e.first_delivered_at <= clock.now - coalesce(risk.us, @default_risk_us::bigint) * interval '1 microsecond') AS oldest_at_risk,
+           sum(e.replays)::int AS replays
     FROM ferry_event e
     CROSS JOIN clock
     LEFT JOIN risk ON risk.source = e.source
@@ -61,8 +75,10 @@ SELECT coalesce(live.source, done.source) AS source,
        coalesce(live.dead, 0), coalesce(live.unknown, 0),
        live.oldest_pending, live.oldest_in_progress,
        coalesce(live.lease_expired, 0), coalesce(live.at_risk, 0), live.oldest_at_risk,
+       coalesce(replays.n, 0) AS replays,
        coalesce(unfinished.n, 0) AS unfinished_attempts, (SELECT now FROM clock) AS now
 FROM live
 FULL JOIN done ON done.source = live.source
 LEFT JOIN unfinished ON unfinished.source = coalesce(live.source, done.source)
+LEFT JOIN replays ON replays.source = coalesce(live.source, done.source)
 ORDER BY 1;

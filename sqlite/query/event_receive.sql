@@ -1,9 +1,9 @@
 INSERT INTO ferry_event (
     source, event_id, type, payload, headers, payload_sha256,
-    next_attempt_at, first_delivered_at, last_delivered_at
+    next_attempt_at, first_delivered_at, last_delivered_at, origin
 ) VALUES (
     :source, :event_id, :type, :payload, :headers, :payload_sha256,
-    :now, :now, :now
+    :now, :now, :now, :origin
 )
 ON CONFLICT (source, event_id) DO NOTHING
 RETURNING id

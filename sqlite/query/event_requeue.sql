@@ -1,7 +1,8 @@
 -- Puts terminal events back to pending, due now, with a fresh attempt budget
 -- (attempt_base catches up with attempt; attempt itself never goes down).
 -- :ids, when not empty, names the events; :source ('' is all) narrows a bulk
--- requeue. Pending and in_progress events are never touched.
+-- requeue. Pending and in_progress events are never touched. Returns the
+-- requeued ids, for event_requeue_action.sql.
 UPDATE ferry_event
 SET state = 'pending',
     next_attempt_at = :now,
@@ -14,3 +15,4 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND state NOT IN ('pending', 'in_progress')
   AND (json_array_length(:ids) = 0 OR id IN (SELECT value FROM json_each(:ids)))
   AND (:source = '' OR source = :source)
+RETURNING id

@@ -1,6 +1,6 @@
 -- One row per source: counts by state, the oldest waiting work, lapsed
--- leases, attempts that never reported, and events at risk of outliving the
--- replay window. :risk is a JSON object {source: microseconds}; other
+-- leases, attempts that never reported, events at risk of outliving the
+-- replay window, and the suspected replays kept. :risk is a JSON object {source: microseconds}; other
 -- sources are at risk after :default_risk_us, never when it is 0. Times are
 -- unix microseconds; :now is the clock.
 WITH risk AS (
@@ -42,7 +42,8 @@ events AS (
            min(CASE WHEN state = 'in_progress' THEN claimed_at END)     AS oldest_in_progress,
            sum(state = 'in_progress' AND lease_expires_at <= :now)       AS lease_expired,
            sum(at_risk) AS at_risk,
-           min(CASE WHEN at_risk THEN first_delivered_at END) AS oldest_at_risk
+           min(CASE WHEN at_risk THEN first_delivered_at END) AS oldest_at_risk,
+           sum(replays) AS replays
     FROM classified
     GROUP BY source
 )

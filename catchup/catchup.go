@@ -1,0 +1,361 @@
+// Package catchup fetches from a provider's API the events it never
+// delivered, and feeds them to the store the way the receiver does: same
+// dedupe on (source, event id), same states and ledger, origin "catchup".
+// An event that arrives both ways is stored, and processed, once.
+//
+// A Reconciler lists one provider's events (Stripe's events API, a GitHub
+// hook's deliveries); a Runner runs passes over a window of time, keeps a
+// checkpoint in the store and, in a cluster, runs on one instance at a time
+// under a named lease. A pass advances the checkpoint only once it has
+// listed the whole window: a pass that fails half way is simply run again.
+//
+// Shopify and Standard Webhooks senders have no API a receiver can list
+// missed deliveries with; see docs/operations.md.
+package catchup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// Defaults of a Runner.
+const (
+	// DefaultInterval is how often Run starts a pass.
+	DefaultInterval = 15 * time.Minute
+	// DefaultLookback is the window of the first pass and the most any pass
+	// looks back.
+	DefaultLookback = 72 * time.Hour
+	// DefaultOverlap is how far before the checkpoint a pass starts: events
+	// the provider lists late, and clock skew between it and Ferry.
+	DefaultOverlap = 10 * time.Minute
+	// DefaultSettle is how old an event must be before a pass takes it, so
+	// catch-up does not race the provider's own first delivery.
+	DefaultSettle = 2 * time.Minute
+)
+
+// Reconciler lists one provider's events.
+type Reconciler interface {
+	// List calls found for each event the provider created (or first tried
+	// to deliver) within w. It returns the first error, its own or
+	// found's; the pass then advances nothing.
+	List(ctx context.Context, w Window, found func(*Candidate) error) error
+	// Retention is how far back the provider's API reaches (Stripe 30 days,
+	// GitHub 3 days). A window reaching further is warned about.
+	Retention() time.Duration
+}
+
+// Window is the time range a pass covers, both ends included.
+type Window struct {
+	From, To time.Time
+}
+
+// Candidate is one listed event.
+type Candidate struct {
+	// ID is the event id the receiver would have stored it under.
+	ID string
+	// Delivered is set when the provider reports a successful delivery:
+	// the runner counts it as known without fetching it.
+	Delivered bool
+	// Fetch returns the event as the receiver would have stored it. The
+	// runner calls it only for an event the store lacks.
+	Fetch func(ctx context.Context) (*Event, error)
+}
+
+// Event is a fetched event, ready to receive.
+type Event struct {
+	Type    string
+	Payload []byte
+	// Headers stored with the event (content type, provider identity
+	// headers); never a signature.
+	Headers http.Header
+}
+
+// Outcomes counted by an Observer.
+const (
+	OutcomeNew   = "new"   // the store lacked the event; catch-up added it
+	OutcomeKnown = "known" // the store had it, or the provider delivered it
+)
+
+// Observer counts what passes found. prometheus.CatchupMetrics is one.
+type Observer interface {
+	CatchupEvent(source, outcome string)
+}
+
+// Runner runs catch-up passes for one source.
+type Runner struct {
+	// Source is the configured source name. Required.
+	Source string
+	// Reconciler lists the source's provider. Required.
+	Reconciler Reconciler
+	// Store is where events and the checkpoint live. Required.
+	Store ferry.Store
+	// Lookback is the first pass's window and the most any pass looks back.
+	// Defaults to DefaultLookback.
+	Lookback time.Duration
+	// Overlap defaults to DefaultOverlap.
+	Overlap time.Duration
+	// Settle defaults to DefaultSettle; negative means none.
+	Settle time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Observer is optional.
+	Observer Observer
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// PassOptions tune one pass.
+type PassOptions struct {
+	// Since, when positive, starts the window that long ago instead of at
+	// the checkpoint. The checkpoint still advances if the window covers it.
+	Since time.Duration
+	// DryRun lists and looks up, but receives nothing and advances nothing.
+	DryRun bool
+}
+
+// Result is what one pass did.
+type Result struct {
+	Source string    `json:"source"`
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	// Fetched counts the events listed in the window.
+	Fetched int `json:"fetched"`
+	// New counts events the store lacked and the pass received.
+	New int `json:"new"`
+	// Known counts events the store had or the provider delivered.
+	Known int `json:"known"`
+	// Unstorable counts events whose id or type no store accepts (see
+	// ferry.ValidateEventID); each is skipped with a warning, so one bad id
+	// cannot stop every pass.
+	Unstorable int `json:"unstorable,omitempty"`
+	// Advanced is whether the checkpoint moved to To.
+	Advanced bool `json:"advanced"`
+	DryRun   bool `json:"dry_run,omitempty"`
+	// Warnings name gaps the pass could not cover.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// CheckpointName is the store key of the source's checkpoint; its lease has
+// the same name.
+func CheckpointName(source string) string { return "catchup:" + source }
+
+// ErrConfig is wrapped by errors in a Runner's or a Reconciler's settings.
+var ErrConfig = errors.New("catchup: invalid settings")
+
+func (r *Runner) check() error {
+	if r.Source == "" || r.Reconciler == nil || r.Store == nil {
+		return fmt.Errorf("%w: Source, Reconciler and Store are required", ErrConfig)
+	}
+	return nil
+}
+
+func (r *Runner) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Runner) log() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Pass runs one catch-up pass: it works out the window from the checkpoint
+// (or opts.Since), lists it, receives what the store lacks and, if the
+// listing completed, moves the checkpoint to the window's end. The error of
+// a failed pass says how far it got; the checkpoint is then unchanged.
+func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	lookback := orDefault(r.Lookback, DefaultLookback)
+	overlap := orDefault(r.Overlap, DefaultOverlap)
+	settle := max(orDefault(r.Settle, DefaultSettle), 0)
+	now := r.now().UTC().Truncate(time.Second) // providers count whole seconds
+	res := &Result{Source: r.Source, To: now.Add(-settle), DryRun: opts.DryRun}
+
+	name := CheckpointName(r.Source)
+	var checkpoint time.Time
+	switch cp, err := r.Store.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: name}); {
+	case errors.Is(err, ferry.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("catchup %s: read checkpoint: %w", r.Source, err)
+	default:
+		if checkpoint, err = time.Parse(time.RFC3339Nano, cp.Value); err != nil {
+			return nil, fmt.Errorf("catchup %s: checkpoint %q: %w", r.Source, cp.Value, err)
+		}
+	}
+
+	floor := now.Add(-lookback)
+	switch {
+	case opts.Since > 0:
+		res.From = now.Add(-opts.Since)
+	case checkpoint.IsZero():
+		res.From = floor
+	default:
+		res.From = checkpoint.Add(-overlap)
+		if res.From.Before(floor) {
+			res.Warnings = append(res.Warnings, fmt.Sprintf(
+				"events created between %s and %s are not fetched: the last complete pass ended %s, longer ago than lookback %s; run `ferry reconcile --since` to reach further",
+				res.From.Format(time.RFC3339), floor.Format(time.RFC3339), checkpoint.Format(time.RFC3339), lookback))
+			res.From = floor
+		}
+	}
+	if limit := now.Add(-r.Reconciler.Retention()); res.From.Before(limit) {
+		res.Warnings = append(res.Warnings, fmt.Sprintf(
+			"events created before %s are out of the provider's reach (it keeps %s); they cannot be caught up",
+			limit.Format(time.RFC3339), r.Reconciler.Retention()))
+	}
+	for _, w := range res.Warnings {
+		r.log().Warn("catchup: gap", "source", r.Source, "warning", w)
+	}
+	if !res.From.Before(res.To) {
+		return res, nil // nothing settled yet
+	}
+
+	err := r.Reconciler.List(ctx, Window{From: res.From, To: res.To}, func(c *Candidate) error {
+		res.Fetched++
+		known, err := r.take(ctx, c, opts.DryRun)
+		if errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) {
+			res.Unstorable++
+			r.log().Warn("catchup: skipped an event no store can keep", "source", r.Source, "err", err)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		outcome := OutcomeNew
+		if known {
+			res.Known++
+			outcome = OutcomeKnown
+		} else {
+			res.New++
+		}
+		if r.Observer != nil && !opts.DryRun {
+			r.Observer.CatchupEvent(r.Source, outcome)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("catchup %s: pass from %s failed after %d events (%d new), checkpoint not advanced: %w",
+			r.Source, res.From.Format(time.RFC3339), res.Fetched, res.New, err)
+	}
+
+	// The window covers everything since the checkpoint only if it starts
+	// at or before it; a short --since must not skip what lies between.
+	if !opts.DryRun && (checkpoint.IsZero() || !res.From.After(checkpoint)) && res.To.After(checkpoint) {
+		err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: res.To.Format(time.RFC3339Nano)})
+		if err != nil {
+			return res, fmt.Errorf("catchup %s: write checkpoint: %w", r.Source, err)
+		}
+		res.Advanced = true
+	}
+	return res, nil
+}
+
+// take looks c up and receives it if the store lacks it. It reports whether
+// the event was known.
+func (r *Runner) take(ctx context.Context, c *Candidate, dryRun bool) (known bool, err error) {
+	if c.Delivered {
+		return true, nil
+	}
+	if err := ferry.ValidateEventID(c.ID); err != nil {
+		return false, err // the value stays out of the message: it may be anything
+	}
+	_, err = r.Store.EventGet(ctx, &ferry.EventGetParams{Source: r.Source, EventID: c.ID})
+	switch {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, ferry.ErrNotFound):
+		return false, fmt.Errorf("look up %s: %w", c.ID, err)
+	case dryRun:
+		return false, nil
+	}
+	ev, err := c.Fetch(ctx)
+	if err != nil {
+		return false, fmt.Errorf("fetch %s: %w", c.ID, err)
+	}
+	res, err := r.Store.EventReceive(ctx, &ferry.EventReceiveParams{
+		Source: r.Source, EventID: c.ID, Type: ev.Type, Payload: ev.Payload, Headers: ev.Headers,
+		Origin: ferry.OriginCatchup,
+	})
+	if err != nil {
+		return false, fmt.Errorf("receive %s: %w", c.ID, err)
+	}
+	// Not new: the live delivery got there between the look-up and now.
+	return res.Outcome != ferry.ReceiveNew, nil
+}
+
+// Run starts a pass at once and then every interval, until ctx is done. In
+// a cluster only the instance holding the lease CheckpointName(Source)
+// runs passes; owner names this instance. A failed pass is logged and
+// retried at the next interval.
+func (r *Runner) Run(ctx context.Context, interval time.Duration, owner string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	if interval <= 0 || owner == "" {
+		return fmt.Errorf("%w: a positive interval and an owner are required", ErrConfig)
+	}
+	// A pass may take up to passTimeout; the lease outlives it by an
+	// interval, and the holder renews it before every pass.
+	passTimeout := max(interval, 5*time.Minute)
+	lease := &ferry.LeaseAcquireParams{Name: CheckpointName(r.Source), Owner: owner, TTL: passTimeout + interval}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = r.Store.LeaseRelease(ctx, &ferry.LeaseReleaseParams{Name: lease.Name, Owner: owner})
+	}()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		r.runOnce(ctx, lease, passTimeout)
+		timer.Reset(interval)
+	}
+}
+
+func (r *Runner) runOnce(ctx context.Context, lease *ferry.LeaseAcquireParams, timeout time.Duration) {
+	held, err := r.Store.LeaseAcquire(ctx, lease)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log().Warn("catchup: lease", "source", r.Source, "error", err.Error())
+		}
+		return
+	}
+	if !held {
+		r.log().Debug("catchup: another instance holds the lease", "source", r.Source)
+		return
+	}
+	passCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := r.Pass(passCtx, PassOptions{})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log().Error("catchup: pass failed; retrying next interval", "source", r.Source, "error", err.Error())
+		}
+		return
+	}
+	r.log().Info("catchup: pass", "source", r.Source, "from", res.From, "to", res.To,
+		"fetched", res.Fetched, "new", res.New, "known", res.Known, "advanced", res.Advanced)
+}

@@ -1,0 +1,231 @@
+package catchup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of the provider API client.
+const (
+	// DefaultRate is the request rate to a provider's API: well under
+	// Stripe's 25 requests a second in test mode (100 live) and GitHub's
+	// 5,000 an hour spread over a pass.
+	DefaultRate = 5.0
+	// maxTries is how many times one request is sent before the pass fails.
+	maxTries = 6
+	// maxWait caps one wait for Retry-After or backoff; a provider asking
+	// for longer fails the pass, which the next interval retries.
+	maxWait = 2 * time.Minute
+	// maxBody caps one API response.
+	maxBody = 32 << 20
+)
+
+// apiClient sends the reconcilers' requests: at most rate a second, 429 and
+// 5xx retried after Retry-After or an exponential backoff, and every secret
+// it was given scrubbed from the errors it returns.
+type apiClient struct {
+	http    *http.Client
+	rate    float64
+	backoff time.Duration // first backoff; doubles per try
+	// authorize sets the request's credentials.
+	authorize func(ctx context.Context, req *http.Request) error
+
+	mu      sync.Mutex
+	secrets []string
+	next    time.Time // earliest start of the next request
+}
+
+func newAPIClient(hc *http.Client, rate float64, secrets ...string) *apiClient {
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	if rate <= 0 {
+		rate = DefaultRate
+	}
+	c := &apiClient{http: hc, rate: rate, backoff: time.Second}
+	c.addSecret(secrets...)
+	return c
+}
+
+// addSecret registers values that must never appear in an error: keys,
+// tokens, and credentials obtained later (an installation token).
+func (c *apiClient) addSecret(secrets ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range secrets {
+		if s != "" {
+			c.secrets = append(c.secrets, s)
+		}
+	}
+}
+
+// redact returns err with every secret replaced. The result does not wrap
+// err (an unwrapped cause would still print the secret); a cancelled
+// context stays recognisable with errors.Is.
+func (c *apiClient) redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	c.mu.Lock()
+	for _, s := range c.secrets {
+		msg = strings.ReplaceAll(msg, s, "[redacted]")
+	}
+	c.mu.Unlock()
+	switch {
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s: %w", msg, context.Canceled)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w", msg, context.DeadlineExceeded)
+	}
+	return errors.New(msg)
+}
+
+// StatusError is a provider API answer that is neither a success nor worth
+// retrying now.
+type StatusError struct {
+	Method, Path string
+	Status       int
+	// Body is the start of the response, secrets scrubbed.
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s %s: HTTP %d: %s", e.Method, e.Path, e.Status, e.Body)
+}
+
+// do sends one request (built anew for each try) and returns the body of a
+// 2xx response and its headers.
+func (c *apiClient) do(ctx context.Context, method, rawURL string, body []byte) ([]byte, http.Header, error) {
+	data, header, err := c.try(ctx, method, rawURL, body)
+	return data, header, c.redact(err)
+}
+
+func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte) ([]byte, http.Header, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("api url: %w", err)
+	}
+	path := u.Path
+	for try := 1; ; try++ {
+		if err := c.wait(ctx); err != nil {
+			return nil, nil, err
+		}
+		var reader io.Reader
+		if body != nil {
+			reader = strings.NewReader(string(body))
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), reader)
+		if err != nil {
+			return nil, nil, err
+		}
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("User-Agent", "ferry-catchup")
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if err := c.authorize(ctx, req); err != nil {
+			return nil, nil, err
+		}
+		resp, err := c.http.Do(req)
+		var retryAfter time.Duration
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, fmt.Errorf("%s %s: %w", method, path, ctx.Err())
+			}
+			if ue, ok := errors.AsType[*url.Error](err); ok {
+				err = ue.Err // the URL is printed once, below
+			}
+			err = fmt.Errorf("%s %s: %w", method, path, err)
+		} else {
+			data, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+			resp.Body.Close()
+			switch {
+			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil:
+				return data, resp.Header, nil
+			case readErr != nil:
+				err = fmt.Errorf("%s %s: read: %w", method, path, readErr)
+			default:
+				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: snippet(data)}
+				if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode < 500 {
+					return nil, nil, err
+				}
+				retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+			}
+		}
+		if try == maxTries {
+			return nil, nil, fmt.Errorf("after %d tries: %w", try, err)
+		}
+		delay := retryAfter
+		if delay <= 0 {
+			delay = c.backoff << (try - 1)
+			delay += rand.N(delay/2 + 1) // jitter, so instances do not retry in step
+		}
+		if delay > maxWait {
+			return nil, nil, fmt.Errorf("provider asks to wait %s, more than %s: %w", delay, maxWait, err)
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
+		}
+	}
+}
+
+// wait holds the caller until the rate allows another request.
+func (c *apiClient) wait(ctx context.Context) error {
+	c.mu.Lock()
+	now := time.Now()
+	start := now
+	if c.next.After(now) {
+		start = c.next
+	}
+	c.next = start.Add(time.Duration(float64(time.Second) / c.rate))
+	c.mu.Unlock()
+	return sleep(ctx, start.Sub(now))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; 0 when absent or
+// unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+func snippet(b []byte) string {
+	const n = 200
+	s := strings.TrimSpace(string(b))
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}

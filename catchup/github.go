@@ -1,0 +1,337 @@
+package catchup
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultGitHubAPI is GitHub's REST API base.
+const DefaultGitHubAPI = "https://api.github.com"
+
+// githubRetention is how long GitHub keeps a hook's deliveries.
+const githubRetention = 3 * 24 * time.Hour
+
+// GitHubOptions configure a GitHub reconciler. Authenticate with Token, or
+// with AppID, PrivateKey and (for a repository or organisation hook)
+// InstallationID.
+type GitHubOptions struct {
+	// Hook is the hook whose deliveries are read: "repos/OWNER/REPO/hooks/ID",
+	// "orgs/ORG/hooks/ID" or "app/hook" (a GitHub App's own webhook).
+	// Required.
+	Hook string
+	// Token is a token that may read the hook (admin:repo_hook or
+	// admin:org_hook, or a fine-grained "Webhooks: read").
+	Token string
+	// AppID, PrivateKey (PEM, as GitHub hands it out) and InstallationID
+	// authenticate as a GitHub App: an RS256 JWT, exchanged for an
+	// installation token except for "app/hook", which takes the JWT itself.
+	AppID          string
+	PrivateKey     string
+	InstallationID string
+	// APIBase defaults to DefaultGitHubAPI (GitHub Enterprise:
+	// "https://HOST/api/v3").
+	APIBase string
+	// Rate is requests a second. Defaults to DefaultRate.
+	Rate float64
+	// HTTPClient defaults to a client with a 30s timeout.
+	HTTPClient *http.Client
+	// Now defaults to time.Now; it dates the App's JWT.
+	Now func() time.Time
+}
+
+// GitHub reads a hook's deliveries (GET …/deliveries, newest first, paged
+// by the Link header), groups the attempts of each event by GUID, and for
+// an event none of whose attempts succeeded fetches the delivery (GET
+// …/deliveries/{id}) and hands its payload, event type and GUID over to be
+// received. It does not ask GitHub to redeliver: a redelivery goes through
+// the same endpoint that failed, is only queued when the call returns, and
+// a pass could not know it was stored; the payload fetched over the
+// authenticated API is stored within the pass, and the checkpoint moves
+// only once it is.
+type GitHub struct {
+	opts   GitHubOptions
+	base   *url.URL
+	hook   string
+	key    *rsa.PrivateKey
+	client *apiClient
+
+	mu          sync.Mutex
+	token       string
+	tokenExpiry time.Time
+}
+
+var _ Reconciler = (*GitHub)(nil)
+
+var hookPath = regexp.MustCompile(`^(repos/[^/]+/[^/]+/hooks/[0-9]+|orgs/[^/]+/hooks/[0-9]+|app/hook)$`)
+
+// NewGitHub checks opts and returns the reconciler.
+func NewGitHub(opts GitHubOptions) (*GitHub, error) {
+	hook := strings.Trim(opts.Hook, "/")
+	if !hookPath.MatchString(hook) {
+		return nil, fmt.Errorf("%w: github: hook %q: write \"repos/OWNER/REPO/hooks/ID\", \"orgs/ORG/hooks/ID\" or \"app/hook\"", ErrConfig, opts.Hook)
+	}
+	base, err := parseBase(opts.APIBase, DefaultGitHubAPI)
+	if err != nil {
+		return nil, err
+	}
+	g := &GitHub{opts: opts, base: base, hook: hook}
+	switch {
+	case opts.Token != "" && opts.AppID == "":
+	case opts.Token == "" && opts.AppID != "" && opts.PrivateKey != "":
+		if g.key, err = parseRSAKey(opts.PrivateKey); err != nil {
+			return nil, fmt.Errorf("%w: github: private_key: %v", ErrConfig, err)
+		}
+		if hook != "app/hook" && opts.InstallationID == "" {
+			return nil, fmt.Errorf("%w: github: installation_id is required for a repository or organisation hook", ErrConfig)
+		}
+	default:
+		return nil, fmt.Errorf("%w: github: set token, or app_id and private_key (and installation_id), not both", ErrConfig)
+	}
+	g.client = newAPIClient(opts.HTTPClient, opts.Rate, opts.Token, opts.PrivateKey)
+	g.client.authorize = g.authorize
+	return g, nil
+}
+
+func (g *GitHub) Retention() time.Duration { return githubRetention }
+
+type githubDelivery struct {
+	ID          int64     `json:"id"`
+	GUID        string    `json:"guid"`
+	DeliveredAt time.Time `json:"delivered_at"`
+	StatusCode  int       `json:"status_code"`
+	Event       string    `json:"event"`
+}
+
+// List reads the deliveries, newest first, until one is older than w.From
+// or the Link header has no next page.
+func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) error) error {
+	type event struct {
+		first     time.Time // its earliest attempt in the window
+		latest    int64     // a delivery id to fetch it by
+		delivered bool
+	}
+	events := map[string]*event{}
+	var order []string
+
+	u := g.base.JoinPath(g.hook, "deliveries")
+	u.RawQuery = url.Values{"per_page": {"100"}}.Encode()
+	next := u.String()
+	for next != "" {
+		body, header, err := g.client.do(ctx, http.MethodGet, next, nil)
+		if err != nil {
+			return fmt.Errorf("github: list deliveries: %w", err)
+		}
+		var page []githubDelivery
+		if err := json.Unmarshal(body, &page); err != nil {
+			return fmt.Errorf("github: list deliveries: %w", err)
+		}
+		older := false
+		for _, d := range page {
+			if d.DeliveredAt.Before(w.From) {
+				older = true
+				continue
+			}
+			if d.DeliveredAt.After(w.To) || d.GUID == "" {
+				continue
+			}
+			e := events[d.GUID]
+			if e == nil {
+				e = &event{first: d.DeliveredAt, latest: d.ID}
+				events[d.GUID] = e
+				order = append(order, d.GUID)
+			}
+			e.first = minTime(e.first, d.DeliveredAt)
+			e.latest = max(e.latest, d.ID)
+			e.delivered = e.delivered || d.StatusCode >= 200 && d.StatusCode < 300
+		}
+		if older {
+			break // newest first: every later page is older still
+		}
+		if next, err = g.nextPage(header.Get("Link")); err != nil {
+			return err
+		}
+	}
+	// Oldest first, so a pass cut short has received the oldest events.
+	slices.SortStableFunc(order, func(a, b string) int { return events[a].first.Compare(events[b].first) })
+	for _, guid := range order {
+		e := events[guid]
+		if err := found(&Candidate{ID: guid, Delivered: e.delivered, Fetch: func(ctx context.Context) (*Event, error) {
+			return g.fetch(ctx, e.latest)
+		}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nextPage returns the Link header's rel="next" URL, which must stay on
+// the API's host: the token goes wherever it points.
+func (g *GitHub) nextPage(link string) (string, error) {
+	for part := range strings.SplitSeq(link, ",") {
+		target, params, ok := strings.Cut(strings.TrimSpace(part), ";")
+		if !ok || !strings.Contains(strings.ReplaceAll(params, " ", ""), `rel="next"`) {
+			continue
+		}
+		target = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(target), "<"), ">")
+		u, err := g.base.Parse(target)
+		if err != nil || u.Scheme != g.base.Scheme || u.Host != g.base.Host {
+			return "", fmt.Errorf("github: list deliveries: next page %q is not on %s", target, g.base.Host)
+		}
+		return u.String(), nil
+	}
+	return "", nil
+}
+
+// fetch reads one delivery with its request headers and payload.
+func (g *GitHub) fetch(ctx context.Context, id int64) (*Event, error) {
+	u := g.base.JoinPath(g.hook, "deliveries", strconv.FormatInt(id, 10))
+	body, _, err := g.client.do(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("github: get delivery: %w", err)
+	}
+	var d struct {
+		GUID    string `json:"guid"`
+		Event   string `json:"event"`
+		Request struct {
+			Headers map[string]string `json:"headers"`
+			Payload json.RawMessage   `json:"payload"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(body, &d); err != nil {
+		return nil, fmt.Errorf("github: get delivery %d: %w", id, err)
+	}
+	if len(d.Request.Payload) == 0 || string(d.Request.Payload) == "null" {
+		return nil, fmt.Errorf("github: get delivery %d: no payload", id)
+	}
+	// The API returns the payload as JSON whatever the hook's content type,
+	// so the stored body is JSON. Identity headers are kept as the receiver
+	// keeps them; signature headers never are.
+	headers := http.Header{"Content-Type": {"application/json"}}
+	for name, v := range d.Request.Headers {
+		switch http.CanonicalHeaderKey(name) {
+		case "X-Github-Event", "X-Github-Delivery", "X-Github-Hook-Id", "User-Agent":
+			headers.Set(name, v)
+		}
+	}
+	return &Event{Type: d.Event, Payload: d.Request.Payload, Headers: headers}, nil
+}
+
+// authorize sets the token, the App's JWT, or an installation token.
+func (g *GitHub) authorize(ctx context.Context, req *http.Request) error {
+	req.Header.Set("Accept", "application/vnd.github+json")
+	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+	switch {
+	case g.key == nil:
+		req.Header.Set("Authorization", "Bearer "+g.opts.Token)
+	case g.hook == "app/hook" || strings.HasSuffix(req.URL.Path, "/access_tokens"):
+		jwt, err := g.appJWT()
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+jwt)
+	default:
+		token, err := g.installationToken(ctx)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return nil
+}
+
+func (g *GitHub) now() time.Time {
+	if g.opts.Now != nil {
+		return g.opts.Now()
+	}
+	return time.Now()
+}
+
+// appJWT signs a ten-minute RS256 JWT for the App, issued a minute in the
+// past against clock drift, as GitHub recommends.
+func (g *GitHub) appJWT() (string, error) {
+	now := g.now()
+	header := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256","typ":"JWT"}`))
+	claims, err := json.Marshal(map[string]any{"iat": now.Add(-time.Minute).Unix(), "exp": now.Add(9 * time.Minute).Unix(), "iss": g.opts.AppID})
+	if err != nil {
+		return "", err
+	}
+	signing := header + "." + base64.RawURLEncoding.EncodeToString(claims)
+	sum := sha256.Sum256([]byte(signing))
+	sig, err := rsa.SignPKCS1v15(rand.Reader, g.key, crypto.SHA256, sum[:])
+	if err != nil {
+		return "", fmt.Errorf("github: sign app jwt: %w", err)
+	}
+	jwt := signing + "." + base64.RawURLEncoding.EncodeToString(sig)
+	g.client.addSecret(jwt)
+	return jwt, nil
+}
+
+// installationToken returns a cached installation token, or a new one
+// when it expires within the minute.
+func (g *GitHub) installationToken(ctx context.Context) (string, error) {
+	g.mu.Lock()
+	if g.token != "" && g.now().Add(time.Minute).Before(g.tokenExpiry) {
+		defer g.mu.Unlock()
+		return g.token, nil
+	}
+	g.mu.Unlock()
+	u := g.base.JoinPath("app", "installations", g.opts.InstallationID, "access_tokens")
+	body, _, err := g.client.try(ctx, http.MethodPost, u.String(), []byte("{}"))
+	if err != nil {
+		return "", fmt.Errorf("github: installation token: %w", err)
+	}
+	var tok struct {
+		Token     string    `json:"token"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	if err := json.Unmarshal(body, &tok); err != nil || tok.Token == "" {
+		return "", fmt.Errorf("github: installation token: no token in the answer")
+	}
+	g.client.addSecret(tok.Token)
+	g.mu.Lock()
+	g.token, g.tokenExpiry = tok.Token, tok.ExpiresAt
+	g.mu.Unlock()
+	return tok.Token, nil
+}
+
+func parseRSAKey(pemText string) (*rsa.PrivateKey, error) {
+	block, _ := pem.Decode([]byte(strings.ReplaceAll(pemText, `\n`, "\n")))
+	if block == nil {
+		return nil, fmt.Errorf("not a PEM key: paste the .pem file GitHub gave you")
+	}
+	if k, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("not an RSA private key")
+	}
+	rk, ok := k.(*rsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("not an RSA private key")
+	}
+	return rk, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,378 @@
+package catchup
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/sqlite"
+)
+
+// fakeGitHub serves a hook's deliveries, newest first, paged by a cursor
+// in the Link header, and each delivery by id.
+type fakeGitHub struct {
+	t        *testing.T
+	hook     string
+	auth     func(r *http.Request) bool
+	mu       sync.Mutex
+	attempts []ghAttempt // oldest first
+	paths    []string    // every request, path and query
+	// onFetch, when set, runs before a delivery is answered.
+	onFetch func(guid string)
+	// nextHost, when set, is the host the Link header points to.
+	nextHost string
+}
+
+type ghAttempt struct {
+	ID     int64
+	GUID   string
+	At     time.Time
+	Status int
+	Event  string
+}
+
+func (f *fakeGitHub) add(guid, event string, at time.Time, statuses ...int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, s := range statuses {
+		f.attempts = append(f.attempts, ghAttempt{ID: int64(len(f.attempts) + 1), GUID: guid, At: at.Add(time.Duration(i) * time.Minute), Status: s, Event: event})
+	}
+}
+
+func (f *fakeGitHub) requested() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.paths)
+}
+
+func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.paths = append(f.paths, r.URL.RequestURI())
+	attempts := slices.Clone(f.attempts)
+	f.mu.Unlock()
+	if !f.auth(r) {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, `{"message":"Bad credentials: %s"}`, r.Header.Get("Authorization"))
+		return
+	}
+	prefix := "/" + f.hook + "/deliveries"
+	switch {
+	case r.URL.Path == prefix:
+		slices.SortFunc(attempts, func(a, b ghAttempt) int { return int(b.ID - a.ID) }) // newest first
+		perPage, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
+		if perPage == 0 {
+			perPage = 30
+		}
+		start := 0
+		if c := r.URL.Query().Get("cursor"); c != "" {
+			start, _ = strconv.Atoi(c)
+		}
+		end := min(start+perPage, len(attempts))
+		if end < len(attempts) {
+			host := "http://" + r.Host
+			if f.nextHost != "" {
+				host = f.nextHost
+			}
+			w.Header().Set("Link", fmt.Sprintf(`<%s%s?per_page=%d&cursor=%d>; rel="next"`, host, prefix, perPage, end))
+		}
+		page := []map[string]any{}
+		for _, a := range attempts[start:end] {
+			page = append(page, map[string]any{
+				"id": a.ID, "guid": a.GUID, "delivered_at": a.At.Format(time.RFC3339), "status_code": a.Status,
+				"status": http.StatusText(a.Status), "event": a.Event, "redelivery": false,
+			})
+		}
+		_ = json.NewEncoder(w).Encode(page)
+	case strings.HasPrefix(r.URL.Path, prefix+"/"):
+		id, _ := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, prefix+"/"), 10, 64)
+		i := slices.IndexFunc(attempts, func(a ghAttempt) bool { return a.ID == id })
+		if i < 0 {
+			http.NotFound(w, r)
+			return
+		}
+		a := attempts[i]
+		if f.onFetch != nil {
+			f.onFetch(a.GUID)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"id": a.ID, "guid": a.GUID, "event": a.Event,
+			"request": map[string]any{
+				"headers": map[string]string{
+					"X-GitHub-Event": a.Event, "X-GitHub-Delivery": a.GUID, "X-Hub-Signature-256": "sha256=deadbeef",
+					"Content-Type": "application/x-www-form-urlencoded",
+				},
+				"payload": map[string]any{"action": "opened", "guid": a.GUID},
+			},
+		})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+type githubBundle struct {
+	fake   *fakeGitHub
+	srv    *httptest.Server
+	store  *sqlite.Store
+	runner *Runner
+	logs   *syncBuffer
+	now    time.Time
+}
+
+const githubToken = "ghp_SECRETtoken0123456789abcdef"
+
+func setupGitHub(t *testing.T, opts GitHubOptions) *githubBundle {
+	t.Helper()
+	b := &githubBundle{store: newStore(t), logs: &syncBuffer{}, now: base}
+	b.fake = &fakeGitHub{t: t, hook: "repos/acme/shop/hooks/42", auth: func(r *http.Request) bool {
+		return r.Header.Get("Authorization") == "Bearer "+githubToken
+	}}
+	b.srv = httptest.NewServer(b.fake)
+	t.Cleanup(b.srv.Close)
+	if opts.Hook == "" {
+		opts.Hook = b.fake.hook
+	}
+	if opts.Token == "" && opts.AppID == "" {
+		opts.Token = githubToken
+	}
+	opts.APIBase = b.srv.URL
+	opts.Rate = 1000
+	r, err := NewGitHub(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.client.backoff = time.Millisecond
+	b.runner = &Runner{
+		Source: "github", Reconciler: r, Store: b.store,
+		Logger: slog.New(slog.NewJSONHandler(b.logs, nil)),
+		Now:    func() time.Time { return b.now },
+	}
+	return b
+}
+
+func (b *githubBundle) pass(t *testing.T) *Result {
+	t.Helper()
+	res, err := b.runner.Pass(context.Background(), PassOptions{})
+	if err != nil {
+		t.Fatalf("Pass: %v", err)
+	}
+	return res
+}
+
+func TestGitHub(t *testing.T) {
+	t.Parallel()
+
+	t.Run("LinkPagingGroupsByGUIDAndFetchesOnlyFailures", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		at := base.Add(-2 * time.Hour)
+		// 120 delivered, 60 failed twice, 30 failed then redelivered fine:
+		// 300 attempts, 3 pages of 100.
+		for i := range 120 {
+			b.fake.add(fmt.Sprintf("ok-%03d", i), "push", at, 200)
+		}
+		for i := range 60 {
+			b.fake.add(fmt.Sprintf("failed-%03d", i), "pull_request", at, 500, 502)
+		}
+		for i := range 30 {
+			b.fake.add(fmt.Sprintf("retried-%03d", i), "push", at, 503, 200)
+		}
+		res := b.pass(t)
+		wantCounts(t, res, 210, 60, 150)
+
+		var lists, fetches int
+		for _, p := range b.fake.requested() {
+			if strings.Contains(p, "/deliveries?") {
+				lists++
+				if !strings.Contains(p, "per_page=100") {
+					t.Errorf("list request %s without per_page=100", p)
+				}
+			} else {
+				fetches++
+			}
+		}
+		if lists != 3 || fetches != 60 {
+			t.Fatalf("%d list pages and %d fetches, want 3 (Link cursor) and 60 (the failed only)", lists, fetches)
+		}
+		ev, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "failed-007"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != "pull_request" || ev.Origin != ferry.OriginCatchup || string(ev.Payload) != `{"action":"opened","guid":"failed-007"}` {
+			t.Fatalf("stored type %q origin %q payload %s", ev.Type, ev.Origin, ev.Payload)
+		}
+		if ev.Headers.Get("X-GitHub-Delivery") != "failed-007" || ev.Headers.Get("Content-Type") != "application/json" {
+			t.Fatalf("headers %v: want the delivery id and a JSON content type", ev.Headers)
+		}
+		for name := range ev.Headers {
+			if strings.Contains(strings.ToLower(name), "signature") {
+				t.Fatalf("a signature header was stored: %v", ev.Headers)
+			}
+		}
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "retried-003"}); err == nil {
+			t.Fatal("an event GitHub delivered on its second attempt was fetched")
+		}
+	})
+
+	t.Run("StopsPagingBeforeTheWindow", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		for i := range 250 {
+			b.fake.add(fmt.Sprintf("old-%03d", i), "push", base.Add(-10*24*time.Hour), 500)
+		}
+		for i := range 50 {
+			b.fake.add(fmt.Sprintf("new-%03d", i), "push", base.Add(-time.Hour), 500)
+		}
+		wantCounts(t, b.pass(t), 50, 50, 0)
+		if n := len(b.fake.requested()); n != 51 {
+			t.Fatalf("%d requests, want one page and 50 fetches: the older pages must not be read", n)
+		}
+	})
+
+	t.Run("NextPageOnAnotherHostIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		var stolen sync.Map
+		attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			stolen.Store(r.Header.Get("Authorization"), true)
+			_, _ = w.Write([]byte("[]"))
+		}))
+		t.Cleanup(attacker.Close)
+		b.fake.nextHost = attacker.URL
+		for i := range 150 {
+			b.fake.add(fmt.Sprintf("g-%03d", i), "push", base.Add(-time.Hour), 500)
+		}
+		_, err := b.runner.Pass(context.Background(), PassOptions{})
+		if err == nil || !strings.Contains(err.Error(), "is not on") {
+			t.Fatalf("err = %v, want the foreign next page refused", err)
+		}
+		stolen.Range(func(k, _ any) bool {
+			t.Fatalf("a request went to another host, with Authorization %q", k)
+			return false
+		})
+		if _, ok := checkpoint(t, b.store, "github"); ok {
+			t.Fatal("checkpoint advanced")
+		}
+	})
+
+	t.Run("TokenNeverInErrorsOrLogs", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		b.fake.auth = func(*http.Request) bool { return false } // and echoes what it got
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- b.runner.Run(ctx, time.Hour, "test") }()
+		for i := 0; i < 1000 && !strings.Contains(b.logs.String(), "pass failed"); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		_, err := b.runner.Pass(context.Background(), PassOptions{})
+		if err == nil || !strings.Contains(err.Error(), "401") {
+			t.Fatalf("err = %v, want a 401", err)
+		}
+		if strings.Contains(err.Error(), githubToken) || strings.Contains(b.logs.String(), githubToken) {
+			t.Fatalf("the token leaked:\nerror: %v\nlogs:\n%s", err, b.logs.String())
+		}
+		if !strings.Contains(b.logs.String(), "pass failed") {
+			t.Fatalf("no failure logged:\n%s", b.logs.String())
+		}
+	})
+
+	t.Run("AppJWTThenInstallationToken", func(t *testing.T) {
+		t.Parallel()
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pemKey := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
+		const instToken = "ghs_INSTALLATIONtoken987"
+		var mu sync.Mutex
+		var exchanges int
+		b := setupGitHub(t, GitHubOptions{AppID: "12345", PrivateKey: pemKey, InstallationID: "678"})
+		wrapped := b.fake
+		b.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/app/installations/678/access_tokens" {
+				if r.Method != http.MethodPost || !validJWT(t, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), &key.PublicKey, "12345") {
+					w.WriteHeader(http.StatusUnauthorized)
+					return
+				}
+				mu.Lock()
+				exchanges++
+				mu.Unlock()
+				fmt.Fprintf(w, `{"token":%q,"expires_at":%q}`, instToken, time.Now().Add(time.Hour).Format(time.RFC3339))
+				return
+			}
+			wrapped.ServeHTTP(w, r)
+		})
+		wrapped.auth = func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer "+instToken }
+		for i := range 3 {
+			b.fake.add(fmt.Sprintf("g-%d", i), "push", base.Add(-time.Hour), 500)
+		}
+		wantCounts(t, b.pass(t), 3, 3, 0)
+		if exchanges != 1 {
+			t.Fatalf("%d token exchanges, want 1 (the token is cached)", exchanges)
+		}
+	})
+
+	t.Run("AppHookUsesTheJWT", func(t *testing.T) {
+		t.Parallel()
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, _ := x509.MarshalPKCS8PrivateKey(key)
+		b := setupGitHub(t, GitHubOptions{Hook: "app/hook", AppID: "99", PrivateKey: string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))})
+		b.fake.hook = "app/hook"
+		b.fake.auth = func(r *http.Request) bool {
+			return validJWT(t, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), &key.PublicKey, "99")
+		}
+		b.fake.add("g-1", "installation", base.Add(-time.Hour), 500)
+		wantCounts(t, b.pass(t), 1, 1, 0)
+	})
+}
+
+// validJWT checks an RS256 JWT as GitHub does: signature, issuer, and an
+// expiry at most ten minutes ahead.
+func validJWT(t *testing.T, jwt string, pub *rsa.PublicKey, iss string) bool {
+	parts := strings.Split(jwt, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil || rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], sig) != nil {
+		return false
+	}
+	var header struct{ Alg string }
+	raw, _ := base64.RawURLEncoding.DecodeString(parts[0])
+	if json.Unmarshal(raw, &header) != nil || header.Alg != "RS256" {
+		return false
+	}
+	var claims struct {
+		Iss      string
+		Iat, Exp int64
+	}
+	raw, _ = base64.RawURLEncoding.DecodeString(parts[1])
+	if json.Unmarshal(raw, &claims) != nil {
+		return false
+	}
+	now := time.Now().Unix()
+	return claims.Iss == iss && claims.Iat <= now && claims.Exp > now && claims.Exp-now <= 600
+}

@@ -1,0 +1,133 @@
+package catchup
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+func TestRunner(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DryRunReceivesAndAdvancesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.add(30, base.Add(-time.Hour), "a")
+		res := b.pass(t, PassOptions{DryRun: true})
+		wantCounts(t, res, 30, 30, 0)
+		list, _ := b.store.EventList(context.Background(), &ferry.EventListParams{})
+		if len(list.Events) != 0 {
+			t.Fatalf("a dry run stored %d events", len(list.Events))
+		}
+		if _, ok := checkpoint(t, b.store, "stripe"); ok || res.Advanced {
+			t.Fatal("a dry run advanced the checkpoint")
+		}
+	})
+
+	t.Run("SinceShorterThanTheGapLeavesTheCheckpoint", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		first := b.pass(t, PassOptions{})
+		b.now = b.now.Add(48 * time.Hour)
+		short := b.pass(t, PassOptions{Since: 24 * time.Hour})
+		if cp, _ := checkpoint(t, b.store, "stripe"); short.Advanced || !cp.Equal(first.To) {
+			t.Fatalf("a 24h pass after a 48h gap moved the checkpoint to %v: the 24h before it would never be fetched", cp)
+		}
+		long := b.pass(t, PassOptions{Since: 50 * time.Hour})
+		if cp, _ := checkpoint(t, b.store, "stripe"); !long.Advanced || !cp.Equal(long.To) {
+			t.Fatalf("a pass covering the gap left the checkpoint at %v", cp)
+		}
+	})
+
+	t.Run("GapsAreWarned", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.pass(t, PassOptions{})
+		b.now = b.now.Add(40 * 24 * time.Hour) // a 40-day outage
+		res := b.pass(t, PassOptions{})
+		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "lookback") {
+			t.Fatalf("warnings %q: want the part beyond lookback named", res.Warnings)
+		}
+		if !res.From.Equal(b.now.Add(-DefaultLookback)) {
+			t.Fatalf("window starts %v, want now - lookback", res.From)
+		}
+		res = b.pass(t, PassOptions{Since: 45 * 24 * time.Hour})
+		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "out of the provider's reach") {
+			t.Fatalf("warnings %q: want Stripe's 30 days named", res.Warnings)
+		}
+		if !strings.Contains(b.logsText(), "catchup: gap") {
+			t.Fatalf("gap not logged:\n%s", b.logsText())
+		}
+	})
+
+	t.Run("OneInstanceAtATime", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.add(5, base.Add(-time.Hour), "a")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- b.runner.Run(ctx, time.Hour, "instance-a") }()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if _, ok := checkpoint(t, b.store, "stripe"); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no pass completed in 30s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		lease := &ferry.LeaseAcquireParams{Name: CheckpointName("stripe"), Owner: "instance-b", TTL: time.Minute}
+		if held, err := b.store.LeaseAcquire(context.Background(), lease); err != nil || held {
+			t.Fatalf("instance b took the lease while a runs: %v %v", held, err)
+		}
+		before := len(b.fake.requests())
+		b2 := *b.runner
+		b2.runOnce(context.Background(), lease, time.Minute)
+		if after := len(b.fake.requests()); after != before {
+			t.Fatalf("instance b ran a pass (%d requests) while a holds the lease", after-before)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if held, err := b.store.LeaseAcquire(context.Background(), lease); err != nil || !held {
+			t.Fatalf("a stopped but b cannot take the lease: %v %v", held, err)
+		}
+	})
+
+	t.Run("MissingSettingsAreRefused", func(t *testing.T) {
+		t.Parallel()
+		if _, err := (&Runner{}).Pass(context.Background(), PassOptions{}); !errors.Is(err, ErrConfig) {
+			t.Fatalf("err = %v, want ErrConfig", err)
+		}
+		if _, err := NewStripe(StripeOptions{}); !errors.Is(err, ErrConfig) {
+			t.Fatalf("no key: err = %v, want ErrConfig", err)
+		}
+		if _, err := NewGitHub(GitHubOptions{Hook: "repos/a/b", Token: "x"}); !errors.Is(err, ErrConfig) {
+			t.Fatalf("bad hook: err = %v, want ErrConfig", err)
+		}
+		if _, err := NewGitHub(GitHubOptions{Hook: "app/hook", AppID: "1", PrivateKey: "not a key"}); !errors.Is(err, ErrConfig) {
+			t.Fatalf("bad key: err = %v, want ErrConfig", err)
+		}
+	})
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Duration{
+		"": 0, "3": 3 * time.Second, "junk": 0, "-1": 0,
+		now.Add(90 * time.Second).Format(http1123): 90 * time.Second,
+	} {
+		if got := parseRetryAfter(in, now); got != want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+const http1123 = "Mon, 02 Jan 2006 15:04:05 GMT"

@@ -1,0 +1,135 @@
+package catchup
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultStripeAPI is Stripe's API base.
+const DefaultStripeAPI = "https://api.stripe.com"
+
+// stripeRetention is how long Stripe lists events.
+const stripeRetention = 30 * 24 * time.Hour
+
+// StripeOptions configure a Stripe reconciler.
+type StripeOptions struct {
+	// APIKey is a secret key or a restricted key with read access to
+	// events. Required.
+	APIKey string
+	// APIBase defaults to DefaultStripeAPI.
+	APIBase string
+	// Types, when set, lists only these event types (at most 20, Stripe's
+	// limit). Empty lists every type.
+	Types []string
+	// OnlyFailed lists only events whose delivery to some endpoint of the
+	// account failed (delivery_success=false): fewer calls, but an event
+	// Stripe never tried to send (an endpoint that was disabled) is missed.
+	// Defaults to false: every event, the known ones skipped by a look-up.
+	OnlyFailed bool
+	// Rate is requests a second. Defaults to DefaultRate.
+	Rate float64
+	// HTTPClient defaults to a client with a 30s timeout.
+	HTTPClient *http.Client
+}
+
+// Stripe lists events with GET /v1/events, newest first, a hundred a page.
+// The event object the API returns is the body Stripe delivers to a
+// webhook endpoint, and its id the event id the receiver stores.
+type Stripe struct {
+	opts   StripeOptions
+	base   *url.URL
+	client *apiClient
+}
+
+var _ Reconciler = (*Stripe)(nil)
+
+// NewStripe checks opts and returns the reconciler.
+func NewStripe(opts StripeOptions) (*Stripe, error) {
+	if opts.APIKey == "" {
+		return nil, fmt.Errorf("%w: stripe: an API key is required", ErrConfig)
+	}
+	if len(opts.Types) > 20 {
+		return nil, fmt.Errorf("%w: stripe: %d types, Stripe accepts at most 20", ErrConfig, len(opts.Types))
+	}
+	base, err := parseBase(opts.APIBase, DefaultStripeAPI)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stripe{opts: opts, base: base, client: newAPIClient(opts.HTTPClient, opts.Rate, opts.APIKey)}
+	s.client.authorize = func(_ context.Context, req *http.Request) error {
+		req.Header.Set("Authorization", "Bearer "+opts.APIKey)
+		return nil
+	}
+	return s, nil
+}
+
+func (s *Stripe) Retention() time.Duration { return stripeRetention }
+
+// List pages through the window with starting_after until has_more is false.
+func (s *Stripe) List(ctx context.Context, w Window, found func(*Candidate) error) error {
+	q := url.Values{}
+	q.Set("created[gte]", strconv.FormatInt(w.From.Unix(), 10))
+	q.Set("created[lte]", strconv.FormatInt(w.To.Unix(), 10))
+	q.Set("limit", "100")
+	for _, t := range s.opts.Types {
+		q.Add("types[]", t)
+	}
+	if s.opts.OnlyFailed {
+		q.Set("delivery_success", "false")
+	}
+	for {
+		u := s.base.JoinPath("v1", "events")
+		u.RawQuery = q.Encode()
+		body, _, err := s.client.do(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return fmt.Errorf("stripe: list events: %w", err)
+		}
+		var page struct {
+			Data    []json.RawMessage `json:"data"`
+			HasMore bool              `json:"has_more"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return fmt.Errorf("stripe: list events: %w", err)
+		}
+		var last string
+		for _, raw := range page.Data {
+			var head struct {
+				ID   string `json:"id"`
+				Type string `json:"type"`
+			}
+			if err := json.Unmarshal(raw, &head); err != nil || head.ID == "" {
+				return fmt.Errorf("stripe: list events: an event without an id")
+			}
+			ev := &Event{Type: head.Type, Payload: raw, Headers: http.Header{"Content-Type": {"application/json; charset=utf-8"}}}
+			if err := found(&Candidate{ID: head.ID, Fetch: func(context.Context) (*Event, error) { return ev, nil }}); err != nil {
+				return err
+			}
+			last = head.ID
+		}
+		if !page.HasMore {
+			return nil
+		}
+		if last == "" {
+			return fmt.Errorf("stripe: list events: has_more with an empty page")
+		}
+		q.Set("starting_after", last)
+	}
+}
+
+// parseBase reads an api_base setting.
+func parseBase(raw, def string) (*url.URL, error) {
+	if raw == "" {
+		raw = def
+	}
+	u, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("%w: api_base %q is not an http(s) URL", ErrConfig, raw)
+	}
+	return u, nil
+}

@@ -1,0 +1,412 @@
+package catchup
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/sqlite"
+)
+
+// base is the wall-clock instant the tests' runners see as now.
+var base = time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
+
+func newStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// fakeStripe serves GET /v1/events from its events, newest first, with
+// Stripe's filters and paging. fail, when set, may answer a request
+// instead (return true once it has written a response).
+type fakeStripe struct {
+	t      *testing.T
+	key    string
+	mu     sync.Mutex
+	events []stripeEvent // any order
+	reqs   []stripeRequest
+	fail   func(n int, w http.ResponseWriter, r *http.Request) bool
+}
+
+type stripeEvent struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Type    string `json:"type"`
+	Created int64  `json:"created"`
+	Failed  bool   `json:"-"`
+}
+
+type stripeRequest struct {
+	at    time.Time
+	query url.Values
+}
+
+func (f *fakeStripe) add(n int, created time.Time, prefix string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("evt_%s%03d", prefix, i)
+		f.events = append(f.events, stripeEvent{ID: id, Object: "event", Type: "invoice.paid", Created: created.Add(time.Duration(i) * time.Second).Unix()})
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (f *fakeStripe) requests() []stripeRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.reqs)
+}
+
+func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.reqs = append(f.reqs, stripeRequest{at: time.Now(), query: r.URL.Query()})
+	n := len(f.reqs)
+	events := slices.Clone(f.events)
+	f.mu.Unlock()
+	if r.Header.Get("Authorization") != "Bearer "+f.key {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, `{"error":{"message":"Invalid API Key provided: %s"}}`, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		return
+	}
+	if f.fail != nil && f.fail(n, w, r) {
+		return
+	}
+	if r.Method != http.MethodGet || r.URL.Path != "/v1/events" {
+		http.NotFound(w, r)
+		return
+	}
+	q := r.URL.Query()
+	gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
+	lte, _ := strconv.ParseInt(q.Get("created[lte]"), 10, 64)
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	types := q["types[]"]
+	slices.SortFunc(events, func(a, b stripeEvent) int { // newest first
+		if c := b.Created - a.Created; c != 0 {
+			return int(c)
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	var match []stripeEvent
+	for _, e := range events {
+		if e.Created < gte || (lte > 0 && e.Created > lte) ||
+			(len(types) > 0 && !slices.Contains(types, e.Type)) ||
+			(q.Get("delivery_success") == "false" && !e.Failed) {
+			continue
+		}
+		match = append(match, e)
+	}
+	if after := q.Get("starting_after"); after != "" {
+		i := slices.IndexFunc(match, func(e stripeEvent) bool { return e.ID == after })
+		match = match[i+1:]
+	}
+	hasMore := len(match) > limit
+	if hasMore {
+		match = match[:limit]
+	}
+	// Written by hand: the encoder would compact the indented objects,
+	// and Stripe sends them indented.
+	data := make([]string, len(match))
+	for i, e := range match {
+		obj, _ := json.MarshalIndent(e, "", "  ")
+		data[i] = string(obj)
+	}
+	fmt.Fprintf(w, `{"object": "list", "data": [%s], "has_more": %t}`, strings.Join(data, ", "), hasMore)
+}
+
+type stripeBundle struct {
+	fake   *fakeStripe
+	store  *sqlite.Store
+	runner *Runner
+	logs   *syncBuffer
+	now    time.Time
+}
+
+func setupStripe(t *testing.T, opts StripeOptions) *stripeBundle {
+	t.Helper()
+	b := &stripeBundle{fake: &fakeStripe{t: t, key: "sk_test_51SECRETkeyABC"}, store: newStore(t), logs: &syncBuffer{}, now: base}
+	srv := httptest.NewServer(b.fake)
+	t.Cleanup(srv.Close)
+	if opts.APIKey == "" {
+		opts.APIKey = b.fake.key
+	}
+	opts.APIBase = srv.URL
+	if opts.Rate == 0 {
+		opts.Rate = 1000
+	}
+	r, err := NewStripe(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.client.backoff = time.Millisecond
+	b.runner = &Runner{
+		Source: "stripe", Reconciler: r, Store: b.store,
+		Logger: slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Now:    func() time.Time { return b.now },
+	}
+	return b
+}
+
+// syncBuffer collects log lines written from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+func (b *stripeBundle) logsText() string { return b.logs.String() }
+
+func (b *stripeBundle) pass(t *testing.T, opts PassOptions) *Result {
+	t.Helper()
+	res, err := b.runner.Pass(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("Pass: %v", err)
+	}
+	return res
+}
+
+func checkpoint(t *testing.T, st ferry.Store, source string) (time.Time, bool) {
+	t.Helper()
+	cp, err := st.CheckpointGet(context.Background(), &ferry.CheckpointGetParams{Name: CheckpointName(source)})
+	if errors.Is(err, ferry.ErrNotFound) {
+		return time.Time{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, cp.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at, true
+}
+
+func wantCounts(t *testing.T, res *Result, fetched, new, known int) {
+	t.Helper()
+	if res.Fetched != fetched || res.New != new || res.Known != known {
+		t.Fatalf("fetched=%d new=%d known=%d, want %d %d %d", res.Fetched, res.New, res.Known, fetched, new, known)
+	}
+}
+
+func TestStripe(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PagesUntilHasMoreIsFalse", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		ids := b.fake.add(250, base.Add(-time.Hour), "a")
+		res := b.pass(t, PassOptions{})
+		wantCounts(t, res, 250, 250, 0)
+		reqs := b.fake.requests()
+		if len(reqs) != 3 {
+			t.Fatalf("%d requests, want 3 pages of 100", len(reqs))
+		}
+		for i, r := range reqs {
+			if r.query["limit"][0] != "100" {
+				t.Errorf("request %d limit = %v, want 100", i, r.query["limit"])
+			}
+		}
+		// Newest first: page 2 starts after the 100th newest.
+		if got := reqs[1].query["starting_after"]; len(got) != 1 || got[0] != ids[150] {
+			t.Errorf("page 2 starting_after = %v, want %s", got, ids[150])
+		}
+		ev, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: ids[7]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Origin != ferry.OriginCatchup || ev.Type != "invoice.paid" {
+			t.Errorf("stored origin %q type %q, want catchup, invoice.paid", ev.Origin, ev.Type)
+		}
+		var obj stripeEvent
+		if err := json.Unmarshal(ev.Payload, &obj); err != nil || obj.ID != ids[7] || !bytes.HasPrefix(ev.Payload, []byte("{\n  \"id\"")) {
+			t.Errorf("payload is not the API's event object byte for byte: %s", ev.Payload)
+		}
+		if cp, ok := checkpoint(t, b.store, "stripe"); !ok || !cp.Equal(res.To) {
+			t.Errorf("checkpoint = %v, want the window's end %v", cp, res.To)
+		}
+	})
+
+	t.Run("FiltersFromConfig", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{Types: []string{"invoice.paid", "charge.refunded"}, OnlyFailed: true})
+		b.pass(t, PassOptions{})
+		q := b.fake.requests()[0].query
+		if !slices.Equal(q["types[]"], []string{"invoice.paid", "charge.refunded"}) || q.Get("delivery_success") != "false" {
+			t.Fatalf("query %v: want types[] and delivery_success=false", q)
+		}
+		if q.Get("created[gte]") != strconv.FormatInt(base.Add(-DefaultLookback).Unix(), 10) {
+			t.Fatalf("created[gte] = %s, want now - lookback", q.Get("created[gte]"))
+		}
+	})
+
+	t.Run("KnownEventsAreLeftAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		ids := b.fake.add(50, base.Add(-time.Hour), "a")
+		for _, id := range ids[:40] {
+			if _, err := b.store.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantCounts(t, b.pass(t, PassOptions{}), 50, 10, 40)
+		ev, _ := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: ids[0]})
+		if ev.Deliveries != 1 || ev.Origin != ferry.OriginDelivery {
+			t.Fatalf("a known event: deliveries %d origin %q, want 1 and delivery (untouched)", ev.Deliveries, ev.Origin)
+		}
+	})
+
+	t.Run("TooManyRequestsHonoursRetryAfter", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.add(150, base.Add(-time.Hour), "a")
+		b.fake.fail = func(n int, w http.ResponseWriter, r *http.Request) bool {
+			if n != 2 {
+				return false
+			}
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return true
+		}
+		wantCounts(t, b.pass(t, PassOptions{}), 150, 150, 0)
+		reqs := b.fake.requests()
+		if len(reqs) != 3 {
+			t.Fatalf("%d requests, want 3 (page 1, 429, page 2 again)", len(reqs))
+		}
+		if gap := reqs[2].at.Sub(reqs[1].at); gap < time.Second {
+			t.Fatalf("retried %s after the 429, want at least Retry-After's 1s", gap)
+		}
+	})
+
+	t.Run("ServerErrorHalfWayAdvancesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.add(250, base.Add(-time.Hour), "a")
+		broken := true
+		b.fake.fail = func(n int, w http.ResponseWriter, r *http.Request) bool {
+			if broken && r.URL.Query().Get("starting_after") != "" {
+				w.WriteHeader(http.StatusInternalServerError)
+				return true
+			}
+			return false
+		}
+		res, err := b.runner.Pass(context.Background(), PassOptions{})
+		if err == nil {
+			t.Fatal("a pass whose page 2 always fails succeeded")
+		}
+		if tries := len(b.fake.requests()) - 1; tries != maxTries {
+			t.Errorf("page 2 was tried %d times, want %d (5xx is retried)", tries, maxTries)
+		}
+		if _, ok := checkpoint(t, b.store, "stripe"); ok {
+			t.Fatal("the checkpoint advanced after a failed pass")
+		}
+		if res.New != 100 {
+			t.Fatalf("new = %d before the failure, want page 1's 100", res.New)
+		}
+		broken = false
+		b.now = b.now.Add(DefaultInterval)
+		res = b.pass(t, PassOptions{})
+		wantCounts(t, res, 250, 150, 100)
+		if q := b.fake.requests()[len(b.fake.requests())-3].query.Get("created[gte]"); q != strconv.FormatInt(b.now.Add(-DefaultLookback).Unix(), 10) {
+			t.Fatalf("the retry pass starts at %s, want now - lookback: no checkpoint was written", q)
+		}
+	})
+
+	t.Run("OverlappingWindowsReceiveOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.add(20, base.Add(-time.Hour), "a")
+		first := b.pass(t, PassOptions{})
+		wantCounts(t, first, 20, 20, 0)
+		// Events created in the overlap before the checkpoint, and after it.
+		b.fake.add(5, first.To.Add(-5*time.Minute), "b")
+		b.fake.add(7, first.To.Add(time.Minute), "c")
+		b.now = b.now.Add(time.Hour)
+		secondTo := b.now.Add(-DefaultSettle)
+		b.fake.add(4, secondTo.Add(-3*time.Minute), "d") // will lie in the next overlap
+		second := b.pass(t, PassOptions{})
+		if !second.From.Equal(first.To.Add(-DefaultOverlap)) {
+			t.Fatalf("second window starts %v, want the checkpoint minus the overlap %v", second.From, first.To.Add(-DefaultOverlap))
+		}
+		// The 5 created just before the first checkpoint were not listed by
+		// the first pass (the provider listed them late); the overlap
+		// catches them.
+		wantCounts(t, second, 16, 16, 0)
+		b.now = b.now.Add(time.Minute)
+		third := b.pass(t, PassOptions{})
+		wantCounts(t, third, 4, 0, 4)
+		list, _ := b.store.EventList(context.Background(), &ferry.EventListParams{Limit: 1000})
+		if len(list.Events) != 36 {
+			t.Fatalf("%d events stored, want 36", len(list.Events))
+		}
+		for _, e := range list.Events {
+			if e.Deliveries != 1 {
+				t.Fatalf("%s has %d deliveries, want 1", e.EventID, e.Deliveries)
+			}
+		}
+	})
+
+	t.Run("KeyNeverInErrorsOrLogs", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{APIKey: "sk_live_WRONGkey1234567890"})
+		b.fake.add(3, base.Add(-time.Hour), "a")
+		// The fake echoes the key it was given, as a careless API might.
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- b.runner.Run(ctx, time.Hour, "test") }()
+		for i := 0; i < 1000 && !strings.Contains(b.logsText(), "pass failed"); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		_, err := b.runner.Pass(context.Background(), PassOptions{})
+		if err == nil {
+			t.Fatal("a pass with a wrong key succeeded")
+		}
+		if !strings.Contains(err.Error(), "401") {
+			t.Fatalf("error %v: want the 401 named", err)
+		}
+		if strings.Contains(err.Error(), "WRONGkey") {
+			t.Fatalf("the key is in the error: %v", err)
+		}
+		if !strings.Contains(b.logsText(), "pass failed") {
+			t.Fatalf("no failure logged:\n%s", b.logsText())
+		}
+		if strings.Contains(b.logsText(), "WRONGkey") {
+			t.Fatalf("the key is in the logs:\n%s", b.logsText())
+		}
+	})
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/catchup"
+	"github.com/ferry-inbox/ferry/internal/config"
+)
+
+func runReconcile(ctx context.Context, args []string) error {
+	return reconcile(ctx, args, os.Stdout, os.Stderr)
+}
+
+// reconcile runs one catch-up pass by hand: after an outage, or to look
+// further back than the loop does (--since).
+func reconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "ferry.toml", "the config `file`")
+	source := fs.String("source", "", "the source `name` to catch up (required)")
+	since := fs.Duration("since", 0, "look back this far instead of from the checkpoint (e.g. 24h)")
+	dryRun := fs.Bool("dry-run", false, "list and count, but receive nothing and leave the checkpoint")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *source == "" {
+		return usagef("--source is required: name a source with a [source.catchup] table")
+	}
+	if *since < 0 {
+		return usagef("--since %v: use a positive duration like 24h", *since)
+	}
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	runner, err := newCatchupRunner(cfg, *source, nil, slog.New(slog.NewTextHandler(stderr, nil)), nil)
+	if err != nil {
+		return err
+	}
+	st, closeStore, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	runner.Store = st
+
+	res, err := runner.Pass(ctx, catchup.PassOptions{Since: *since, DryRun: *dryRun})
+	if res != nil {
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(res)
+		} else {
+			for _, w := range res.Warnings {
+				fmt.Fprintf(stdout, "warning: %s\n", w)
+			}
+			fmt.Fprintf(stdout, "window: %s to %s; checkpoint %s\n", res.From.Format(time.RFC3339), res.To.Format(time.RFC3339), advanced(res))
+			fmt.Fprintf(stdout, "reconcile: source=%s fetched=%d new=%d known=%d\n", res.Source, res.Fetched, res.New, res.Known)
+		}
+	}
+	return err
+}
+
+func advanced(res *catchup.Result) string {
+	switch {
+	case res.DryRun:
+		return "left (dry run)"
+	case res.Advanced:
+		return "advanced to " + res.To.Format(time.RFC3339)
+	}
+	return "left: the window did not reach back to it"
+}
+
+// newCatchupRunner builds the runner of the named source; st may be set
+// later.
+func newCatchupRunner(cfg *config.Config, name string, st ferry.Store, log *slog.Logger, obs catchup.Observer) (*catchup.Runner, error) {
+	for i := range cfg.Sources {
+		s := &cfg.Sources[i]
+		if s.Name != name {
+			continue
+		}
+		rec, err := s.Reconciler()
+		if err != nil {
+			return nil, fmt.Errorf("%w: source %s: %v", errConfig, name, err)
+		}
+		if rec == nil {
+			return nil, fmt.Errorf("%w: source %s has no [source.catchup] table: add one with api_key (Stripe) or token and hook (GitHub); see docs/configuration.md", errConfig, name)
+		}
+		return &catchup.Runner{Source: name, Reconciler: rec, Store: st, Lookback: s.Catchup.Lookback.Duration, Logger: log, Observer: obs}, nil
+	}
+	return nil, usagef("--source %q: no such source in the config", name)
+}
+
+// startCatchup runs the catch-up loop of every source that has one, until
+// ctx is done.
+func startCatchup(ctx context.Context, cfg *config.Config, st ferry.Store, log *slog.Logger, obs catchup.Observer, owner string) error {
+	for _, s := range cfg.Sources {
+		if !s.Catchup.Enabled() || s.Catchup.Interval.Duration == 0 {
+			continue
+		}
+		r, err := newCatchupRunner(cfg, s.Name, st, log, obs)
+		if err != nil {
+			return err
+		}
+		go func() { _ = r.Run(ctx, s.Catchup.Interval.Duration, owner) }()
+	}
+	return nil
+}
+
+// instanceName names this process as a lease owner: host, pid and a random
+// suffix, so a restarted process on a reused pid is a new owner.
+func instanceName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano()%1_000_000)
+}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/sqlite"
+)
+
+const stripeAPIKey = "sk_test_e2eSECRETkey0123456789"
+
+// stripeAPI is a fake of Stripe's GET /v1/events: the events it lists, a
+// page of at most limit, newest first, with the bodies sendStripe posts.
+func stripeAPI(t *testing.T, ids []string, created time.Time) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/events" || r.Header.Get("Authorization") != "Bearer "+stripeAPIKey {
+			http.Error(w, `{"error":{}}`, http.StatusUnauthorized)
+			return
+		}
+		q := r.URL.Query()
+		limit, _ := strconv.Atoi(q.Get("limit"))
+		gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
+		var page []string
+		started := q.Get("starting_after") == ""
+		for i := len(ids) - 1; i >= 0; i-- { // newest first
+			if !started {
+				started = ids[i] == q.Get("starting_after")
+				continue
+			}
+			if created.Add(time.Duration(i)*time.Second).Unix() < gte {
+				continue
+			}
+			page = append(page, fmt.Sprintf(`{"id":%q,"type":"invoice.paid","data":{}}`, ids[i]))
+		}
+		hasMore := len(page) > limit
+		if hasMore {
+			page = page[:limit]
+		}
+		fmt.Fprintf(w, `{"object":"list","data":[%s],"has_more":%t}`, strings.Join(page, ","), hasMore)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func withCatchup(t *testing.T, config, apiBase, interval string) string {
+	t.Helper()
+	raw, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = fmt.Appendf(raw, "[source.catchup]\napi_key = \"${E2E_STRIPE_KEY}\"\napi_base = %q\ninterval = %q\nrate = 20\n", apiBase, interval)
+	path := filepath.Join(t.TempDir(), "ferry-catchup.toml")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// appByEvent counts the app's requests per Ferry-Event-Id, and returns
+// the Ferry-Origin header each came with.
+func appByEvent(app *downstream) (count map[string]int, origin map[string]string) {
+	app.mu.Lock()
+	defer app.mu.Unlock()
+	count, origin = map[string]int{}, map[string]string{}
+	for _, r := range app.requests {
+		count[r.Header.Get("Ferry-Event-Id")]++
+		origin[r.Header.Get("Ferry-Event-Id")] = r.Header.Get("Ferry-Origin")
+	}
+	return count, origin
+}
+
+// checkAllOnce waits until every event is done, then checks the app got
+// each exactly once and that exactly the never-delivered ones are marked
+// as caught up.
+func checkAllOnce(t *testing.T, st ferry.Store, app *downstream, ids []string, caughtUp map[string]bool) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "all 50 events done", func() bool {
+		for _, id := range ids {
+			if ev := eventState(t, st, id); ev == nil || ev.State != ferry.StateDone {
+				return false
+			}
+		}
+		return true
+	})
+	got, origins := appByEvent(app)
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("app received %s %d times, want once", id, got[id])
+		}
+		want := ferry.OriginDelivery
+		if caughtUp[id] {
+			want = ferry.OriginCatchup
+		}
+		if ev := eventState(t, st, id); ev.Origin != want {
+			t.Errorf("%s origin %q, want %q", id, ev.Origin, want)
+		}
+		if caughtUp[id] != (origins[id] == "catchup") {
+			t.Errorf("%s reached the app with Ferry-Origin %q", id, origins[id])
+		}
+	}
+	if app.count() != len(ids) {
+		t.Errorf("app received %d requests, want %d", app.count(), len(ids))
+	}
+}
+
+func e2eEvents() (ids []string, caughtUp map[string]bool) {
+	caughtUp = map[string]bool{}
+	for i := range 50 {
+		id := fmt.Sprintf("evt_e2e_%02d", i)
+		ids = append(ids, id)
+		if i%5 == 2 { // 10 the provider never delivered
+			caughtUp[id] = true
+		}
+	}
+	return ids, caughtUp
+}
+
+func TestReconcile(t *testing.T) {
+	t.Setenv("E2E_STRIPE_KEY", stripeAPIKey)
+
+	t.Run("ByHandCatchesUpTheTenNeverDelivered", func(t *testing.T) {
+		pool, schema := pgtest.Schema(t)
+		st := postgres.New(pool, nil)
+		ids, caughtUp := e2eEvents()
+		api := stripeAPI(t, ids, time.Now().Add(-time.Hour))
+		app, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
+		cfg := withCatchup(t, writeConfig(t, pgtest.ConnString(schema), appSrv.URL, ""), api.URL, "0")
+		p := startServe(t, cfg)
+		for _, id := range ids {
+			if !caughtUp[id] {
+				if code := sendStripe(t, p.addr, id); code != http.StatusOK {
+					t.Fatalf("live delivery of %s answered %d", id, code)
+				}
+			}
+		}
+		waitFor(t, 60*time.Second, "40 live events forwarded", func() bool { return app.count() == 40 })
+
+		out, errOut, code := runFerry(t, "reconcile", "--config", cfg, "--source", "stripe")
+		if code != 0 {
+			t.Fatalf("reconcile exit %d\n%s%s", code, out, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if last := lines[len(lines)-1]; last != "reconcile: source=stripe fetched=50 new=10 known=40" {
+			t.Fatalf("last line %q\n%s", last, out)
+		}
+		if strings.Contains(out+errOut, stripeAPIKey) {
+			t.Fatalf("the API key was printed:\n%s%s", out, errOut)
+		}
+		checkAllOnce(t, st, app, ids, caughtUp)
+
+		// A second pass lists the overlap again and adds nothing.
+		out, _, code = runFerry(t, "reconcile", "--config", cfg, "--source", "stripe", "--since", "24h")
+		if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "fetched=50 new=0 known=50") {
+			t.Fatalf("second reconcile exit %d:\n%s", code, out)
+		}
+		// Each event is done: forwarded again, it would have been claimed again.
+		checkAllOnce(t, st, app, ids, caughtUp)
+
+		out, _, code = runFerry(t, "reconcile", "--config", cfg, "--source", "stripe", "--since", "2h", "--dry-run", "--json")
+		var res struct {
+			Fetched, New, Known int
+			DryRun              bool `json:"dry_run"`
+			Advanced            bool
+		}
+		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Fetched != 50 || res.Known != 50 || !res.DryRun || res.Advanced {
+			t.Fatalf("dry run --json: exit %d, %v, %+v\n%s", code, err, res, out)
+		}
+		if _, errOut, code := runFerry(t, "reconcile", "--config", cfg); code != 2 || !strings.Contains(errOut, "--source is required") {
+			t.Fatalf("reconcile without --source: exit %d %s", code, errOut)
+		}
+
+		out, _, _ = runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_e2e_02")
+		if !strings.Contains(out, "catchup") {
+			t.Errorf("events show does not say the event was caught up:\n%s", out)
+		}
+	})
+
+	t.Run("ServeLoopCatchesUpAfterAnOutage", func(t *testing.T) {
+		dbPath := filepath.Join(t.TempDir(), "ferry.db")
+		ids, caughtUp := e2eEvents()
+		api := stripeAPI(t, ids, time.Now().Add(-time.Hour))
+		app, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
+		plain := writeConfig(t, "sqlite:"+dbPath, appSrv.URL, "")
+
+		// Before: 40 delivered live to a ferry without catch-up.
+		first := startServe(t, plain)
+		for _, id := range ids {
+			if !caughtUp[id] {
+				if code := sendStripe(t, first.addr, id); code != http.StatusOK {
+					t.Fatalf("live delivery of %s answered %d", id, code)
+				}
+			}
+		}
+		st, err := sqlite.Open(dbPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		waitFor(t, 60*time.Second, "40 live events done", func() bool {
+			list, err := st.EventList(context.Background(), &ferry.EventListParams{States: []ferry.State{ferry.StateDone}})
+			return err == nil && len(list.Events) == 40
+		})
+		// A graceful stop records the last verdicts (a SIGKILL could lose the
+		// last "done", and that event would rightly run again).
+		_ = first.cmd.Process.Signal(syscall.SIGTERM)
+		<-first.exited
+
+		// After: the loop's first pass runs at start.
+		p := startServe(t, withCatchup(t, plain, api.URL, "15m"))
+		checkAllOnce(t, st, app, ids, caughtUp)
+		if _, err := st.CheckpointGet(context.Background(), &ferry.CheckpointGetParams{Name: "catchup:stripe"}); err != nil {
+			t.Errorf("no checkpoint after the loop's pass: %v", err)
+		}
+		resp, err := http.Get("http://" + p.admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{
+			`ferry_catchup_events_total{outcome="new",source="stripe"} 10`,
+			`ferry_catchup_events_total{outcome="known",source="stripe"} 40`,
+		} {
+			if !strings.Contains(string(metrics), want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+		if strings.Contains(p.log(), stripeAPIKey) {
+			t.Errorf("the API key is in serve's log")
+		}
+	})
+}

@@ -1,0 +1,127 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ferry-inbox/ferry/catchup"
+)
+
+// Catchup is a source's [source.catchup] table: fetch from the provider's
+// API what it never delivered (Stripe and GitHub only; see
+// docs/operations.md).
+type Catchup struct {
+	// APIKey is Stripe's secret or restricted key: "${STRIPE_API_KEY}".
+	APIKey string `toml:"api_key"`
+	// Token is a GitHub token that may read the hook's deliveries.
+	Token string `toml:"token"`
+	// AppID, PrivateKey and InstallationID authenticate as a GitHub App
+	// instead of Token.
+	AppID          string `toml:"app_id"`
+	PrivateKey     string `toml:"private_key"`
+	InstallationID string `toml:"installation_id"`
+	// Interval is how often serve runs a pass; "0" turns the loop off
+	// (`ferry reconcile` still works). Defaults to 15m.
+	Interval *Duration `toml:"interval"`
+	// Lookback is the first pass's window and the most any pass looks
+	// back. Defaults to 72h.
+	Lookback Duration `toml:"lookback"`
+	// APIBase overrides the provider's API URL (tests, proxies, GitHub
+	// Enterprise).
+	APIBase string `toml:"api_base"`
+	// Hook is the GitHub hook whose deliveries are read:
+	// "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks/ID" or "app/hook".
+	Hook string `toml:"hook"`
+	// Types limits Stripe's listing to these event types.
+	Types []string `toml:"types"`
+	// OnlyFailed lists only Stripe events whose delivery failed. Defaults
+	// to false.
+	OnlyFailed bool `toml:"only_failed"`
+	// Rate is API requests a second. Defaults to 5.
+	Rate float64 `toml:"rate"`
+}
+
+// Enabled reports whether the source has a [source.catchup] table with
+// credentials.
+func (c *Catchup) Enabled() bool {
+	return c.APIKey != "" || c.Token != "" || c.AppID != "" || c.PrivateKey != ""
+}
+
+// expandable lists the table's strings that ${NAME} expands.
+func (c *Catchup) expandable() map[string]*string {
+	return map[string]*string{
+		"api_key": &c.APIKey, "token": &c.Token, "app_id": &c.AppID,
+		"private_key": &c.PrivateKey, "installation_id": &c.InstallationID, "api_base": &c.APIBase,
+	}
+}
+
+func (c *Catchup) applyDefaults() {
+	if c.Interval == nil {
+		c.Interval = &Duration{catchup.DefaultInterval}
+	}
+	if c.Lookback.Duration == 0 {
+		c.Lookback.Duration = catchup.DefaultLookback
+	}
+	if c.Rate == 0 {
+		c.Rate = catchup.DefaultRate
+	}
+}
+
+// Reconciler builds the source's reconciler; it checks the table as it
+// goes. A source without catch-up returns nil, nil.
+func (s *Source) Reconciler() (catchup.Reconciler, error) {
+	c := s.Catchup
+	if !c.Enabled() {
+		return nil, nil
+	}
+	switch s.Provider {
+	case "stripe":
+		if c.Token != "" || c.AppID != "" || c.Hook != "" {
+			return nil, fmt.Errorf("catchup: token, app_id and hook are GitHub's; Stripe takes api_key")
+		}
+		return catchup.NewStripe(catchup.StripeOptions{APIKey: c.APIKey, APIBase: c.APIBase, Types: c.Types, OnlyFailed: c.OnlyFailed, Rate: c.Rate})
+	case "github":
+		if c.APIKey != "" || len(c.Types) > 0 || c.OnlyFailed {
+			return nil, fmt.Errorf("catchup: api_key, types and only_failed are Stripe's; GitHub takes token (or app_id, private_key, installation_id) and hook")
+		}
+		return catchup.NewGitHub(catchup.GitHubOptions{
+			Hook: c.Hook, Token: c.Token, AppID: c.AppID, PrivateKey: c.PrivateKey, InstallationID: c.InstallationID,
+			APIBase: c.APIBase, Rate: c.Rate,
+		})
+	}
+	return nil, fmt.Errorf("catchup: provider %q has no API that lists missed deliveries (only stripe and github do); remove [source.catchup] and see docs/operations.md for what to do instead", s.Provider)
+}
+
+func (c *Catchup) validate(key string, s *Source) []error {
+	var errs []error
+	bad := func(k, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.catchup.%s: "+format, append([]any{key, k}, args...)...))
+	}
+	if c.Interval.Duration < 0 || (c.Interval.Duration > 0 && c.Interval.Duration < time.Minute) {
+		bad("interval", "is %v: use at least 1m, or \"0\" to turn the loop off", c.Interval.Duration)
+	}
+	if c.Lookback.Duration < time.Minute {
+		bad("lookback", "is %v: use at least 1m (the default is %v)", c.Lookback.Duration, catchup.DefaultLookback)
+	}
+	if c.Rate < 0 || c.Rate > 25 {
+		bad("rate", "is %v requests a second: use a number above 0 and at most 25 (Stripe's test-mode limit)", c.Rate)
+	}
+	if !c.Enabled() && (c.Hook != "" || c.APIBase != "" || len(c.Types) > 0 || c.InstallationID != "") {
+		bad("api_key", "missing: catch-up needs credentials: api_key for Stripe, token (or app_id and private_key) for GitHub")
+	}
+	if _, err := s.Reconciler(); err != nil {
+		errs = append(errs, fmt.Errorf("%s.%v", key, err))
+	}
+	return errs
+}
+
+// CatchupSourceNames lists the sources with catch-up configured.
+func (c *Config) CatchupSourceNames() []string {
+	var out []string
+	for _, s := range c.Sources {
+		if s.Catchup.Enabled() {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}

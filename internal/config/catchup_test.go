@@ -1,0 +1,84 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry/catchup"
+)
+
+func TestCatchup(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "STRIPE_API_KEY": "rk_test_abc"})
+
+	t.Run("DefaultsAndExpansion", func(t *testing.T) {
+		t.Parallel()
+		c, err := Parse([]byte(good+"[source.catchup]\napi_key = \"${STRIPE_API_KEY}\"\n"), vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cu := c.Sources[0].Catchup
+		if cu.APIKey != "rk_test_abc" || cu.Interval.Duration != 15*time.Minute || cu.Lookback.Duration != 72*time.Hour || cu.Rate != 5 {
+			t.Fatalf("catchup = %+v", cu)
+		}
+		rec, err := c.Sources[0].Reconciler()
+		if _, ok := rec.(*catchup.Stripe); !ok || err != nil {
+			t.Fatalf("Reconciler() = %T, %v; want a Stripe reconciler", rec, err)
+		}
+		if names := c.CatchupSourceNames(); len(names) != 1 || names[0] != "stripe" {
+			t.Fatalf("CatchupSourceNames = %v", names)
+		}
+	})
+
+	t.Run("NoTableNoCatchup", func(t *testing.T) {
+		t.Parallel()
+		c, err := Parse([]byte(good), vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := c.Sources[0].Reconciler(); rec != nil || err != nil {
+			t.Fatalf("Reconciler() = %v, %v; want none", rec, err)
+		}
+	})
+
+	t.Run("IntervalZeroTurnsTheLoopOff", func(t *testing.T) {
+		t.Parallel()
+		c, err := Parse([]byte(good+"[source.catchup]\napi_key = \"k\"\ninterval = \"0\"\n"), vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Sources[0].Catchup.Interval.Duration != 0 {
+			t.Fatalf("interval = %v, want 0", c.Sources[0].Catchup.Interval.Duration)
+		}
+	})
+
+	for _, tc := range []struct {
+		name, table, wantKey, wantFix string
+	}{
+		{"short interval", "api_key = \"k\"\ninterval = \"10s\"", "catchup.interval", "at least 1m"},
+		{"rate too high", "api_key = \"k\"\nrate = 100", "catchup.rate", "at most 25"},
+		{"no credentials", "hook = \"repos/a/b/hooks/1\"", "catchup.api_key", "credentials"},
+		{"github keys on stripe", "token = \"t\"\nhook = \"repos/a/b/hooks/1\"", "catchup", "Stripe takes api_key"},
+		{"too many types", "api_key = \"k\"\ntypes = [" + strings.Repeat(`"a",`, 21) + "]", "catchup", "at most 20"},
+		{"missing env", "api_key = \"${NOPE}\"", "catchup.api_key", "export it"},
+	} {
+		t.Run("Rejects/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(good+"[source.catchup]\n"+tc.table+"\n"), vars)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantKey) || !strings.Contains(err.Error(), tc.wantFix) {
+				t.Fatalf("err = %v, want ErrInvalid naming %s and %q", err, tc.wantKey, tc.wantFix)
+			}
+		})
+	}
+
+	t.Run("Rejects/ShopifyHasNoAPI", func(t *testing.T) {
+		t.Parallel()
+		raw := strings.Replace(good, `provider = "stripe"`, `provider = "shopify"`, 1) + "[source.catchup]\napi_key = \"k\"\n"
+		_, err := Parse([]byte(raw), vars)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no API that lists missed deliveries") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}

@@ -1,0 +1,65 @@
+package ferry
+
+import "time"
+
+// Named leases and checkpoints serve periodic work that one instance of a
+// cluster does at a time (catch-up, pushed alerts): the lease says who runs
+// it now, the checkpoint how far it got. Both live in the store, timed on
+// the database's clock, so instances need no other coordination.
+
+type LeaseAcquireParams struct {
+	// Name names the work ("catchup:stripe"). Required.
+	Name string
+	// Owner names the instance. Required. Acquiring again as the same owner
+	// renews the lease.
+	Owner string
+	// TTL is how long the lease holds from the database's now unless renewed.
+	// Required, positive.
+	TTL time.Duration
+}
+
+type LeaseReleaseParams struct {
+	Name  string
+	Owner string
+}
+
+type CheckpointGetParams struct {
+	Name string
+}
+
+type CheckpointPutParams struct {
+	// Name names the work. Required.
+	Name string
+	// Value is the work's own record of its progress (a time, a cursor).
+	Value string
+}
+
+// Checkpoint is how far a piece of periodic work got.
+type Checkpoint struct {
+	Name  string
+	Value string
+	// UpdatedAt is the database's time of the last CheckpointPut.
+	UpdatedAt time.Time
+}
+
+// Origin says how an event reached the inbox.
+type Origin string
+
+const (
+	// OriginDelivery: the provider delivered it to the receiver. The default.
+	OriginDelivery Origin = "delivery"
+	// OriginCatchup: a reconciler fetched it from the provider's API because
+	// the provider never delivered it (package catchup).
+	OriginCatchup Origin = "catchup"
+)
+
+// Valid reports whether o is one of the two origins.
+func (o Origin) Valid() bool { return o == OriginDelivery || o == OriginCatchup }
+
+// OrDelivery returns o, or OriginDelivery when o is empty.
+func (o Origin) OrDelivery() Origin {
+	if o == "" {
+		return OriginDelivery
+	}
+	return o
+}

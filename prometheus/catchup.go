@@ -1,0 +1,41 @@
+package prometheus
+
+import (
+	prom "github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-inbox/ferry/catchup"
+)
+
+var _ catchup.Observer = (*CatchupMetrics)(nil)
+
+// CatchupMetrics counts what catch-up passes found:
+// ferry_catchup_events_total{source, outcome="new"|"known"}. A steady
+// stream of "new" means the provider fails to deliver: look at the
+// endpoint's configuration on its side.
+type CatchupMetrics struct {
+	sources []string
+	events  *prom.CounterVec
+}
+
+// NewCatchupMetrics registers the counter on reg, every source in sources
+// starting at zero.
+func NewCatchupMetrics(reg prom.Registerer, sources []string) *CatchupMetrics {
+	m := &CatchupMetrics{
+		sources: sources,
+		events: prom.NewCounterVec(prom.CounterOpts{
+			Namespace: "ferry", Name: "catchup_events_total",
+			Help: "Events listed by catch-up passes, by source and outcome: new (fetched because the provider never delivered it) or known.",
+		}, []string{"source", "outcome"}),
+	}
+	reg.MustRegister(m.events)
+	for _, s := range sources {
+		m.events.WithLabelValues(s, catchup.OutcomeNew)
+		m.events.WithLabelValues(s, catchup.OutcomeKnown)
+	}
+	return m
+}
+
+// CatchupEvent counts one listed event.
+func (m *CatchupMetrics) CatchupEvent(source, outcome string) {
+	m.events.WithLabelValues(source, outcome).Inc()
+}

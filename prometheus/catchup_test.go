@@ -1,0 +1,41 @@
+package prometheus_test
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-inbox/ferry/catchup"
+	"github.com/ferry-inbox/ferry/prometheus"
+)
+
+func TestCatchupMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prom.NewRegistry()
+	m := prometheus.NewCatchupMetrics(reg, []string{"stripe", "github"})
+	for range 3 {
+		m.CatchupEvent("stripe", catchup.OutcomeNew)
+	}
+	m.CatchupEvent("stripe", catchup.OutcomeKnown)
+
+	srv := httptest.NewServer(prometheus.Handler(reg))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`ferry_catchup_events_total{outcome="new",source="stripe"} 3`,
+		`ferry_catchup_events_total{outcome="known",source="stripe"} 1`,
+		`ferry_catchup_events_total{outcome="new",source="github"} 0`, // present before the first pass
+	} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("metrics lack %s:\n%s", want, raw)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+	"errors"
+	"fmt"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+//go:embed query/checkpoint_get.sql
+var checkpointGetSQL string
+
+//go:embed query/checkpoint_put.sql
+var checkpointPutSQL string
+
+//go:embed query/lease_acquire.sql
+var leaseAcquireSQL string
+
+//go:embed query/lease_release.sql
+var leaseReleaseSQL string
+
+func (s *Store) LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquireParams) (bool, error) {
+	if params.Name == "" || params.Owner == "" || params.TTL <= 0 {
+		return false, fmt.Errorf("sqlite: lease acquire: %w: name, owner and a positive ttl are required", ferry.ErrInvalidParams)
+	}
+	held := false
+	err := s.writeTx(ctx, "lease acquire", func(tx *sql.Tx) error {
+		now := s.nowMicros() // under the write lock
+		var one int
+		err := tx.QueryRowContext(ctx, leaseAcquireSQL,
+			sql.Named("name", params.Name), sql.Named("owner", params.Owner),
+			sql.Named("now", now), sql.Named("expires_at", now+params.TTL.Microseconds()),
+		).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		held = err == nil
+		return err
+	})
+	return held, err
+}
+
+func (s *Store) LeaseRelease(ctx context.Context, params *ferry.LeaseReleaseParams) error {
+	return s.writeTx(ctx, "lease release", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, leaseReleaseSQL, sql.Named("name", params.Name), sql.Named("owner", params.Owner))
+		return err
+	})
+}
+
+func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetParams) (*ferry.Checkpoint, error) {
+	var (
+		c       ferry.Checkpoint
+		updated sql.NullInt64
+	)
+	err := s.readDB.QueryRowContext(ctx, checkpointGetSQL, sql.Named("name", params.Name)).Scan(&c.Name, &c.Value, &updated)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, ferry.ErrNotFound
+	case err != nil:
+		return nil, fmt.Errorf("sqlite: checkpoint get: %w", err)
+	}
+	c.UpdatedAt = fromMicros(updated)
+	return &c, nil
+}
+
+func (s *Store) CheckpointPut(ctx context.Context, params *ferry.CheckpointPutParams) error {
+	if params.Name == "" {
+		return fmt.Errorf("sqlite: checkpoint put: %w: name is required", ferry.ErrInvalidParams)
+	}
+	return s.writeTx(ctx, "checkpoint put", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, checkpointPutSQL,
+			sql.Named("name", params.Name), sql.Named("value", params.Value), sql.Named("now", s.nowMicros()))
+		return err
+	})
+}

@@ -1,0 +1,1 @@
+UPDATE ferry_event SET replays = replays + 1 WHERE id = :id

@@ -1,0 +1,1 @@
+DELETE FROM ferry_lease WHERE name = :name AND owner = :owner

@@ -1,0 +1,172 @@
+package storetest
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+func acquire[TX any](t *testing.T, b *bundle[TX], name, owner string, ttl time.Duration) bool {
+	t.Helper()
+	held, err := b.store.LeaseAcquire(b.ctx, &ferry.LeaseAcquireParams{Name: name, Owner: owner, TTL: ttl})
+	if err != nil {
+		t.Fatalf("LeaseAcquire(%s, %s): %v", name, owner, err)
+	}
+	return held
+}
+
+// testNamedLease pins LeaseAcquire and LeaseRelease: one holder at a time
+// per name, on the store's clock.
+func testNamedLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	const name, lease = "catchup:stripe", time.Minute
+
+	t.Run("FreeIsTakenHeldIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		if !acquire(t, b, name, "a", lease) {
+			t.Fatal("a could not take a free lease")
+		}
+		if acquire(t, b, name, "b", lease) {
+			t.Fatal("b took a lease a holds")
+		}
+		if !acquire(t, b, "other", "b", lease) {
+			t.Fatal("b could not take another name: names must be independent")
+		}
+	})
+
+	t.Run("OwnerRenews", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		acquire(t, b, name, "a", lease)
+		b.clock.Advance(lease - time.Second)
+		if !acquire(t, b, name, "a", lease) {
+			t.Fatal("a could not renew its own lease")
+		}
+		b.clock.Advance(2 * time.Second) // past the first expiry, within the renewal
+		if acquire(t, b, name, "b", lease) {
+			t.Fatal("b took a renewed lease before it expired")
+		}
+	})
+
+	t.Run("ExpiredIsTaken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		acquire(t, b, name, "a", lease)
+		b.clock.Advance(lease)
+		if !acquire(t, b, name, "b", lease) {
+			t.Fatal("b could not take an expired lease")
+		}
+		if acquire(t, b, name, "a", lease) {
+			t.Fatal("a took back a lease b now holds")
+		}
+	})
+
+	t.Run("ReleaseFreesOnlyTheOwners", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		acquire(t, b, name, "a", lease)
+		if err := b.store.LeaseRelease(b.ctx, &ferry.LeaseReleaseParams{Name: name, Owner: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		if acquire(t, b, name, "c", lease) {
+			t.Fatal("a release by a non-owner freed the lease")
+		}
+		if err := b.store.LeaseRelease(b.ctx, &ferry.LeaseReleaseParams{Name: name, Owner: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if !acquire(t, b, name, "c", lease) {
+			t.Fatal("c could not take a released lease")
+		}
+	})
+
+	t.Run("ConcurrentAcquireHasOneWinner", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const n = 8
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			wins int
+		)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				held, err := b.store.LeaseAcquire(b.ctx, &ferry.LeaseAcquireParams{Name: name, Owner: string(rune('a' + i)), TTL: lease})
+				if err != nil {
+					t.Error(err)
+				}
+				if held {
+					mu.Lock()
+					wins++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if wins != 1 {
+			t.Fatalf("%d owners hold the lease, want 1", wins)
+		}
+	})
+
+	t.Run("InvalidParams", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, p := range []*ferry.LeaseAcquireParams{
+			{Owner: "a", TTL: lease}, {Name: name, TTL: lease}, {Name: name, Owner: "a"},
+		} {
+			if _, err := b.store.LeaseAcquire(b.ctx, p); !errors.Is(err, ferry.ErrInvalidParams) {
+				t.Errorf("LeaseAcquire(%+v) err = %v, want ErrInvalidParams", p, err)
+			}
+		}
+	})
+}
+
+// testCheckpoint pins CheckpointGet and CheckpointPut.
+func testCheckpoint[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Run("MissingIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		if _, err := b.store.CheckpointGet(b.ctx, &ferry.CheckpointGetParams{Name: "none"}); !errors.Is(err, ferry.ErrNotFound) {
+			t.Fatalf("CheckpointGet(none) err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("PutOverwrites", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		put := func(value string) {
+			t.Helper()
+			if err := b.store.CheckpointPut(b.ctx, &ferry.CheckpointPutParams{Name: "catchup:stripe", Value: value}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put("first")
+		b.clock.Advance(time.Minute)
+		put("second")
+		if err := b.store.CheckpointPut(b.ctx, &ferry.CheckpointPutParams{Name: "catchup:github", Value: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.store.CheckpointGet(b.ctx, &ferry.CheckpointGetParams{Name: "catchup:stripe"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Name != "catchup:stripe" || c.Value != "second" {
+			t.Fatalf("checkpoint = %s=%q, want catchup:stripe=\"second\"", c.Name, c.Value)
+		}
+		if !c.UpdatedAt.Equal(b.clock.Now()) {
+			t.Fatalf("UpdatedAt = %v, want the store's now %v", c.UpdatedAt, b.clock.Now())
+		}
+	})
+
+	t.Run("InvalidParams", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		if err := b.store.CheckpointPut(b.ctx, &ferry.CheckpointPutParams{Value: "x"}); !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Fatalf("CheckpointPut without a name: err = %v, want ErrInvalidParams", err)
+		}
+	})
+}

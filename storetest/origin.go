@@ -1,0 +1,169 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// testOrigin pins EventReceiveParams.Origin: recorded with a new key, kept
+// by a known one, read back by EventGet, EventList and claims.
+func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	receiveFrom := func(t *testing.T, b *bundle[TX], eventID string, origin ferry.Origin) *ferry.EventReceiveResult {
+		t.Helper()
+		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+			Source: "stripe", EventID: eventID, Type: "test.event",
+			Payload: []byte(`{"id":"` + eventID + `"}`), Origin: origin,
+		})
+		if err != nil {
+			t.Fatalf("EventReceive(%s, %q): %v", eventID, origin, err)
+		}
+		return res
+	}
+	listed := func(t *testing.T, b *bundle[TX]) map[string]ferry.Origin {
+		t.Helper()
+		res, err := b.store.EventList(b.ctx, &ferry.EventListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]ferry.Origin{}
+		for _, e := range res.Events {
+			out[e.EventID] = e.Origin
+		}
+		return out
+	}
+
+	t.Run("DefaultIsDelivery", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receiveFrom(t, b, "evt_1", "").ID
+		if got := get(t, b, id).Origin; got != ferry.OriginDelivery {
+			t.Fatalf("EventGet origin = %q, want delivery", got)
+		}
+		if got := listed(t, b)["evt_1"]; got != ferry.OriginDelivery {
+			t.Fatalf("EventList origin = %q, want delivery", got)
+		}
+	})
+
+	t.Run("CatchupIsReadBack", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receiveFrom(t, b, "evt_1", ferry.OriginCatchup).ID
+		if got := get(t, b, id).Origin; got != ferry.OriginCatchup {
+			t.Fatalf("EventGet origin = %q, want catchup", got)
+		}
+		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{Source: "stripe", EventID: "evt_1"})
+		if err != nil || ev.Origin != ferry.OriginCatchup {
+			t.Fatalf("EventGet by key origin = %v, %v; want catchup", ev, err)
+		}
+		if got := listed(t, b)["evt_1"]; got != ferry.OriginCatchup {
+			t.Fatalf("EventList origin = %q, want catchup", got)
+		}
+		if got := claimOne(t, b, "w").Event.Origin; got != ferry.OriginCatchup {
+			t.Fatalf("claimed event origin = %q, want catchup", got)
+		}
+	})
+
+	t.Run("KnownKeyKeepsItsOrigin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first := receiveFrom(t, b, "evt_c", ferry.OriginCatchup)
+		if res := receiveFrom(t, b, "evt_c", ferry.OriginDelivery); res.Outcome != ferry.ReceiveDuplicate {
+			t.Fatalf("second receipt outcome = %s, want duplicate", res.Outcome)
+		}
+		receiveFrom(t, b, "evt_d", ferry.OriginDelivery)
+		receiveFrom(t, b, "evt_d", ferry.OriginCatchup)
+		if got := get(t, b, first.ID); got.Origin != ferry.OriginCatchup || got.Deliveries != 2 {
+			t.Fatalf("evt_c origin %q deliveries %d, want catchup and 2", got.Origin, got.Deliveries)
+		}
+		if got := listed(t, b)["evt_d"]; got != ferry.OriginDelivery {
+			t.Fatalf("evt_d origin = %q, want delivery (the first receipt decides)", got)
+		}
+	})
+
+	t.Run("BothWaysAtOnceStoreOne", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			news int
+		)
+		for i := range 8 {
+			origin := ferry.OriginDelivery
+			if i%2 == 1 {
+				origin = ferry.OriginCatchup
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+					Source: "stripe", EventID: "evt_race", Payload: []byte(`{}`), Origin: origin,
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Outcome == ferry.ReceiveNew {
+					mu.Lock()
+					news++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if news != 1 {
+			t.Fatalf("%d receipts were new, want 1", news)
+		}
+		if claims := claim(t, b, "w", 10); len(claims) != 1 {
+			t.Fatalf("claimed %d events, want 1", len(claims))
+		}
+	})
+
+	t.Run("ConcurrentReceiptsKeepTheirOrigin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Receipts that queue together are written together (group
+		// commit): each keeps its own origin.
+		var wg sync.WaitGroup
+		for i := range 32 {
+			origin := ferry.OriginDelivery
+			if i%2 == 1 {
+				origin = ferry.OriginCatchup
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+					Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{}`), Origin: origin,
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		got := listed(t, b)
+		for i := range 32 {
+			want := ferry.OriginDelivery
+			if i%2 == 1 {
+				want = ferry.OriginCatchup
+			}
+			if id := fmt.Sprintf("evt_%02d", i); got[id] != want {
+				t.Errorf("%s origin %q, want %q", id, got[id], want)
+			}
+		}
+	})
+
+	t.Run("InvalidIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Origin: "carrier-pigeon"})
+		if !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Fatalf("err = %v, want ErrInvalidParams", err)
+		}
+	})
+}
