@@ -208,7 +208,7 @@ func TestArchiveMoveKeepsEveryColumn(t *testing.T) {
 			t.Errorf("column %s: %v in ferry_event, %v archived", k, v, archived[k])
 		}
 	}
-	if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{res.ID}}); err != nil {
+	if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{res.ID}, Actor: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	back := row("ferry_event")

@@ -110,7 +110,7 @@ func redeliver[TX any](t *testing.T, b *bundle[TX], source, eventID, payload str
 }
 
 func requeueAndCompleteSource[TX any](b *bundle[TX], id int64, source string) error {
-	if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}}); err != nil {
+	if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op"}); err != nil {
 		return err
 	}
 	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 10, TTL: ttl, Sources: []string{source}})
