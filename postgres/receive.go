@@ -347,7 +347,11 @@ func scanReceive(row pgx.Row, missed *redeliveries) (*ferry.EventReceiveResult, 
 		return nil, err
 	}
 	if !touched && missed != nil {
-		missed.add(result.ID, 1, int32(btoi(conflicting)))
+		if replay {
+			missed.addReplay(result.ID)
+		} else {
+			missed.add(result.ID, 1, int32(btoi(conflicting)))
+		}
 	}
 	switch {
 	case replay:
@@ -362,18 +366,24 @@ func scanReceive(row pgx.Row, missed *redeliveries) (*ferry.EventReceiveResult, 
 	return &result, nil
 }
 
-// redeliveries are deliveries of known keys whose events a receipt's
-// statement did not find: the event moved between ferry_event and the
+// redeliveries are deliveries of known keys (and suspected replays) whose
+// events a receipt's statement did not find: the event moved between ferry_event and the
 // archive while the receipt ran.
 type redeliveries struct {
-	id64         []int64
-	n, conflicts []int32
+	id64                  []int64
+	n, conflicts, replays []int32
 }
 
-func (r *redeliveries) add(id int64, n, conflicts int32) {
+func (r *redeliveries) add(id int64, n, conflicts int32) { r.addAll(id, n, conflicts, 0) }
+
+// addReplay counts a suspected replay of the event.
+func (r *redeliveries) addReplay(id int64) { r.addAll(id, 0, 0, 1) }
+
+func (r *redeliveries) addAll(id int64, n, conflicts, replays int32) {
 	r.id64 = append(r.id64, id)
 	r.n = append(r.n, n)
 	r.conflicts = append(r.conflicts, conflicts)
+	r.replays = append(r.replays, replays)
 }
 
 // redeliver counts the missed deliveries on their events with a fresh
@@ -387,7 +397,7 @@ func (s *Store) redeliver(ctx context.Context, r *redeliveries, now any) {
 			return
 		}
 		rows, _ := s.pool.Query(ctx, eventRedeliverSQL, pgx.NamedArgs{
-			"now": now, "id": r.id64, "n": r.n, "conflicts": r.conflicts,
+			"now": now, "id": r.id64, "n": r.n, "conflicts": r.conflicts, "replays": r.replays,
 		})
 		found, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
@@ -396,7 +406,7 @@ func (s *Store) redeliver(ctx context.Context, r *redeliveries, now any) {
 		var rest redeliveries
 		for i, id := range r.id64 {
 			if !slices.Contains(found, id) {
-				rest.add(id, r.n[i], r.conflicts[i])
+				rest.addAll(id, r.n[i], r.conflicts[i], r.replays[i])
 			}
 		}
 		*r = rest

@@ -10,8 +10,8 @@
 --
 -- With @replay_window_us > 0, a new key whose payload hash matches a key of
 -- the source first delivered within the window is a replay: nothing is
--- inserted, the oldest such event counts it (wherever it is) and keeps it in
--- ferry_replay. The caller holds the body's advisory lock
+-- inserted, the oldest such event counts it (wherever it is; touched as
+-- above) and keeps it in ferry_replay. The caller holds the body's advisory lock
 -- (event_receive_lock.sql), so the lookup sees every committed delivery of
 -- this body.
 WITH clock AS (
@@ -95,4 +95,6 @@ SELECT k.id, k.inserted, k.conflicting, false AS replay,
        k.inserted OR EXISTS (SELECT FROM hot) OR EXISTS (SELECT FROM archived) AS touched
 FROM k LEFT JOIN notified ON true
 UNION ALL
-SELECT id, false, false, true, true FROM original;
+SELECT id, false, false, true,
+       EXISTS (SELECT FROM replayed_hot) OR EXISTS (SELECT FROM replayed_archived)
+FROM original;
