@@ -38,6 +38,11 @@ type Store interface {
 	// first, payloads included.
 	ConflictList(ctx context.Context, params *ConflictListParams) ([]*Conflict, error)
 
+	// ConflictNoticeList pages through one source's conflicting deliveries,
+	// oldest first, after a cursor, without payloads: what pushed alerts
+	// announce once each.
+	ConflictNoticeList(ctx context.Context, params *NoticeListParams) ([]*Notice, error)
+
 	// EventClaimMany leases up to Limit due events to Owner: pending events
 	// whose next attempt time has come, and in_progress events whose lease has
 	// expired, oldest due first (an expired lease counts from when its event
@@ -145,6 +150,9 @@ type Store interface {
 	// ReplayList returns the suspected replays kept on one event, oldest
 	// first.
 	ReplayList(ctx context.Context, params *ReplayListParams) ([]*Replay, error)
+
+	// ReplayNoticeList is ConflictNoticeList for suspected replays.
+	ReplayNoticeList(ctx context.Context, params *NoticeListParams) ([]*Notice, error)
 
 	// ReceiptSubscribe returns a channel that receives soon after any
 	// instance sharing the store commits a change that puts an event in

@@ -32,6 +32,10 @@ func testHistory[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatalf("conflicts of a done event: %+v, %v", got, err)
 		}
 		wantOutcomes(t, b, id, ferry.OutcomeDone)
+		notices, err := b.store.ConflictNoticeList(b.ctx, &ferry.NoticeListParams{Source: "s"})
+		if err != nil || len(notices) != 1 || notices[0].EventRowID != id || notices[0].EventID != "e" {
+			t.Fatalf("conflict notices of a done event: %+v, %v; want one for %d", notices, err, id)
+		}
 
 		// Back to pending and done again: one event, one id, its whole ledger.
 		if err := requeueAndCompleteSource(b, id, "s"); err != nil {

@@ -98,6 +98,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"NamedLease", testNamedLease[TX]},
 		{"Checkpoint", testCheckpoint[TX]},
 		{"Origin", testOrigin[TX]},
+		{"Notice", testNotice[TX]},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()

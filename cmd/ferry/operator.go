@@ -26,6 +26,8 @@ type operator struct {
 	// admin serves admin.listen; nil when the dashboard and /metrics are
 	// both off.
 	admin http.Handler
+	// pusher POSTs alerts to alerts.url; nil when it is not set.
+	pusher *alertPusher
 }
 
 // newOperator builds the metrics and the admin handler. Nothing it builds is
@@ -33,6 +35,11 @@ type operator struct {
 func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operator, error) {
 	reg := prom.NewRegistry()
 	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), stats: st}
+	pusher, err := op.newPusher()
+	if err != nil {
+		return nil, err
+	}
+	op.pusher = pusher
 	op.catchup = prometheus.NewCatchupMetrics(reg, cfg.CatchupSourceNames())
 	if !cfg.AdminServed() {
 		return op, nil
@@ -66,8 +73,24 @@ func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operato
 	return op, nil
 }
 
-// start runs the background parts until ctx is done: the alert watcher.
+// newPusher builds the alert pusher when alerts.url is set; nil otherwise.
+func (op *operator) newPusher() (*alertPusher, error) {
+	if op.cfg.Alerts.URL == "" {
+		return nil, nil
+	}
+	return newAlertPusher(alertPusherOptions{
+		Store: op.stats, URL: op.cfg.Alerts.URL, Sources: op.cfg.SourceNames(), Params: op.cfg.StatsParams(0),
+		Interval: op.cfg.Alerts.Interval.Duration, Check: op.cfg.Alerts.CheckInterval.Duration,
+		PublicURL: op.cfg.Admin.PublicURL, Log: op.log,
+	}), nil
+}
+
+// start runs the background parts until ctx is done: the alert watcher,
+// and the alert pusher when alerts.url is set.
 func (op *operator) start(ctx context.Context) {
 	w := newAlertWatcher(op.stats, op.cfg.StatsParams(0), op.log)
 	go w.run(ctx, op.cfg.Alerts.CheckInterval.Duration)
+	if op.pusher != nil {
+		go op.pusher.run(ctx, op.cfg.Alerts.CheckInterval.Duration)
+	}
 }

@@ -196,6 +196,7 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 	expand("admin.token", &c.Admin.Token)
 	expand("admin.user", &c.Admin.User)
 	expand("admin.password", &c.Admin.Password)
+	expand("alerts.url", &c.Alerts.URL)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}

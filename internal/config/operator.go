@@ -55,8 +55,19 @@ type Metrics struct {
 	Cache Duration `toml:"cache"`
 }
 
-// Alerts tunes the at-risk warnings.
+// Alerts tunes the warnings serve logs and, with URL, pushes.
 type Alerts struct {
+	// URL receives a JSON POST (Slack-compatible: a "text" field, plus
+	// kind, source, event ids, counts and a dashboard link) for events
+	// newly at risk, dead, unknown, conflicting or suspected replays. One
+	// instance of a cluster sends (the store's lease "alerts"). It is a
+	// secret (a Slack webhook URL is): write it as "${FERRY_ALERTS_URL}";
+	// it never reaches a log line. Optional; nothing is pushed when empty.
+	URL string `toml:"url"`
+	// Interval is the least time between two messages of one kind about one
+	// source; what happens meanwhile is rolled up into the next. Defaults
+	// to 10m.
+	Interval Duration `toml:"interval"`
 	// AtRiskMargin is how long before a source's replay window runs out an
 	// unfinished event counts as at risk. Defaults to a sixth of each
 	// source's replay window (12h for the default 72h).
@@ -73,6 +84,7 @@ const (
 	DefaultSessionTTL         = 12 * time.Hour
 	DefaultMetricsCache       = 10 * time.Second
 	DefaultAlertCheckInterval = 30 * time.Second
+	DefaultAlertInterval      = 10 * time.Minute
 )
 
 func (c *Config) applyOperatorDefaults() {
@@ -98,6 +110,9 @@ func (c *Config) applyOperatorDefaults() {
 	if c.Alerts.CheckInterval.Duration == 0 {
 		c.Alerts.CheckInterval.Duration = DefaultAlertCheckInterval
 	}
+	if c.Alerts.Interval.Duration == 0 {
+		c.Alerts.Interval.Duration = DefaultAlertInterval
+	}
 }
 
 func (c *Config) validateOperator() []error {
@@ -116,6 +131,16 @@ func (c *Config) validateOperator() []error {
 	}
 	if c.Alerts.CheckInterval.Duration < time.Second {
 		bad("alerts.check_interval", "is %v: use at least 1s (the default is %v)", c.Alerts.CheckInterval.Duration, DefaultAlertCheckInterval)
+	}
+	if c.Alerts.URL != "" {
+		// The URL is never echoed: a Slack webhook URL is a secret.
+		u, err := url.Parse(c.Alerts.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("alerts.url", "is not an http(s) URL (not shown: it may hold a secret): write it like \"https://hooks.slack.com/services/...\", from the environment as \"${FERRY_ALERTS_URL}\"")
+		}
+	}
+	if c.Alerts.Interval.Duration < 0 {
+		bad("alerts.interval", "is %v: use a positive duration like \"10m\" (the default), the least time between two messages of one kind about one source", c.Alerts.Interval.Duration)
 	}
 	if m := c.Alerts.AtRiskMargin.Duration; m != 0 {
 		for i, s := range c.Sources {

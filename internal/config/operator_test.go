@@ -13,7 +13,8 @@ func TestOperatorDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !*c.UI.Enabled || !*c.Metrics.Enabled || c.Metrics.Cache.Duration != DefaultMetricsCache || c.Alerts.CheckInterval.Duration != DefaultAlertCheckInterval {
+	if !*c.UI.Enabled || !*c.Metrics.Enabled || c.Metrics.Cache.Duration != DefaultMetricsCache || c.Alerts.CheckInterval.Duration != DefaultAlertCheckInterval ||
+		c.Alerts.Interval.Duration != DefaultAlertInterval || c.Alerts.URL != "" {
 		t.Errorf("operator defaults: ui %+v metrics %+v alerts %+v", c.UI, c.Metrics, c.Alerts)
 	}
 	if got := c.AtRiskAfter()["stripe"]; got != 60*time.Hour {
@@ -37,6 +38,10 @@ func TestOperatorRejects(t *testing.T) {
 		{"ui.token moved", "[ui]\ntoken = \"x\"\n", "ui.token", "admin.token"},
 		{"ui.user moved", "[ui]\nuser = \"ops\"\npassword = \"pw\"\n", "ui.password", "admin.password"},
 		{"margin past window", "[alerts]\nat_risk_margin = \"80h\"\n", "alerts.at_risk_margin", "shorter than"},
+		{"alerts url not http", "[alerts]\nurl = \"ftp://hooks.example/T0/B0/xoxsecret\"\n", "alerts.url", `"${FERRY_ALERTS_URL}"`},
+		{"alerts url without host", "[alerts]\nurl = \"https:///services/xoxsecret\"\n", "alerts.url", "not an http(s) URL"},
+		{"alerts url from unset env", "[alerts]\nurl = \"${FERRY_ALERTS_URL}\"\n", "alerts.url", "export it"},
+		{"alerts interval negative", "[alerts]\ninterval = \"-1m\"\n", "alerts.interval", `positive duration like "10m"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -46,6 +51,9 @@ func TestOperatorRejects(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.wantKey) || !strings.Contains(err.Error(), tc.wantFix) {
 				t.Errorf("err = %v, want the key %q and the fix %q", err, tc.wantKey, tc.wantFix)
+			}
+			if strings.Contains(err.Error(), "xoxsecret") {
+				t.Errorf("err = %v: the alerts URL (a secret) reached the message", err)
 			}
 		})
 	}
@@ -65,6 +73,8 @@ func TestOperatorAccepts(t *testing.T) {
 		"both on port 0":                  strings.Replace(good, "127.0.0.1:8080", "127.0.0.1:0", 1) + "[admin]\nlisten = \"127.0.0.1:0\"\n",
 		"https public url":                good + "[admin]\npublic_url = \"https://ferry-admin.example.com\"\n",
 		"margin below window":             good + "[alerts]\nat_risk_margin = \"24h\"\n",
+		"alerts url from env":             good + "[alerts]\nurl = \"https://hooks.slack.com/services/${TOKEN}\"\n",
+		"alerts to slack":                 good + "[alerts]\nurl = \"https://hooks.slack.com/services/T0/B0/x\"\ninterval = \"1m\"\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

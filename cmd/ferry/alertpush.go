@@ -1,0 +1,406 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// alertLease is the store's named lease whose holder pushes alerts.
+const alertLease = "alerts"
+
+// alertListLimit is the most events or notices one check reads per kind and
+// source; more are counted (events) or left for the next message (notices).
+const alertListLimit = 1000
+
+// alertNamesShown is the most event ids one message names.
+const alertNamesShown = 10
+
+// alertRule is one kind of alert. An event kind names the events in a
+// condition now (at risk, dead, unknown): a message announces those not
+// announced before. A notice kind pages through rows that only grow
+// (conflicting deliveries, suspected replays) after a cursor. A new kind is
+// one more line in alertRules.
+type alertRule struct {
+	kind string
+	// one and many phrase the message: count, source.
+	one, many string
+	// state lists an event kind by state; at risk is read from the stats.
+	state ferry.State
+	// notices lists a notice kind.
+	notices func(ferry.Store, context.Context, *ferry.NoticeListParams) ([]*ferry.Notice, error)
+}
+
+var alertRules = []alertRule{
+	{kind: "at_risk",
+		one:  "%d event on %s is newly at risk of outliving the provider's replay window",
+		many: "%d events on %s are newly at risk of outliving the provider's replay window"},
+	{kind: "dead", state: ferry.StateDead,
+		one:  "%d event on %s is dead: no attempt left; replay it once the cause is fixed",
+		many: "%d events on %s are dead: no attempt left; replay them once the cause is fixed"},
+	{kind: "unknown", state: ferry.StateUnknown,
+		one:  "%d event on %s is held as unknown: its lease was lost while its effect may have run; a person decides",
+		many: "%d events on %s are held as unknown: their leases were lost while their effects may have run; a person decides"},
+	{kind: "conflicting", notices: ferry.Store.ConflictNoticeList,
+		one:  "%d conflicting delivery on %s: a known event id with other bytes; the first body was kept",
+		many: "%d conflicting deliveries on %s: known event ids with other bytes; the first bodies were kept"},
+	{kind: "suspected_replay", notices: ferry.Store.ReplayNoticeList,
+		one:  "%d suspected replay on %s: a stored body under another event id, answered and not processed",
+		many: "%d suspected replays on %s: stored bodies under other event ids, answered and not processed"},
+}
+
+// alertMessage is the JSON body POSTed to alerts.url. Text alone makes a
+// Slack message; the other fields are for receivers that route or count.
+type alertMessage struct {
+	Text   string `json:"text"`
+	Kind   string `json:"kind"`
+	Source string `json:"source"`
+	// New counts what this message announces for the first time.
+	New int `json:"new"`
+	// Total counts the events in this condition now (event kinds); for
+	// notice kinds it equals New.
+	Total int `json:"total"`
+	// EventIDs are the provider's ids of the first announced events.
+	EventIDs []string `json:"event_ids"`
+	// DashboardURL opens the event, or the source's list, when
+	// admin.public_url is set.
+	DashboardURL string `json:"dashboard_url,omitempty"`
+}
+
+// alertMark is what was already announced of one kind about one source,
+// kept as the checkpoint "alerts:KIND:SOURCE" so a restart or a failover
+// does not announce it again.
+type alertMark struct {
+	// SentAt is the database time of the last message.
+	SentAt time.Time `json:"sent_at"`
+	// IDs are the event row ids in the condition at the last message.
+	IDs []int64 `json:"ids,omitempty"`
+	// After is the last notice announced.
+	After int64 `json:"after,omitempty"`
+}
+
+// alertPusher POSTs alerts to one URL, from one instance of a cluster at a
+// time: each check it takes (or renews) the store's lease "alerts" and does
+// nothing unless it holds it. At most one message per kind and source goes
+// out per interval; what happens meanwhile is rolled up into the next one.
+// A failed POST is retried with backoff, then at the next check; the mark
+// is written only after a 2xx, so a crash between the two may send one
+// message twice, never lose one. The URL is a secret and never logged.
+type alertPusher struct {
+	store   ferry.Store
+	url     string
+	sources []string
+	params  ferry.EventStatsParams
+	// interval is the least time between two messages of one kind about
+	// one source.
+	interval time.Duration
+	// leaseTTL outlasts one check with its retries; renewed before each POST.
+	leaseTTL time.Duration
+	// publicURL is admin.public_url, for dashboard links; may be empty.
+	publicURL string
+	owner     string
+	client    *http.Client
+	// retries and retryBase shape the backoff of one message: retryBase,
+	// twice that, and so on.
+	retries   int
+	retryBase time.Duration
+	log       *slog.Logger
+}
+
+type alertPusherOptions struct {
+	Store     ferry.Store
+	URL       string
+	Sources   []string
+	Params    *ferry.EventStatsParams
+	Interval  time.Duration
+	Check     time.Duration
+	PublicURL string
+	Log       *slog.Logger
+}
+
+func newAlertPusher(o alertPusherOptions) *alertPusher {
+	p := *o.Params
+	p.AtRiskLimit = alertListLimit
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return &alertPusher{
+		store: o.Store, url: o.URL, sources: o.Sources, params: p, interval: o.Interval,
+		leaseTTL:  2*o.Check + time.Minute,
+		publicURL: strings.TrimRight(o.PublicURL, "/"),
+		owner:     fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b)),
+		client: &http.Client{
+			Timeout: 10 * time.Second,
+			// A redirect would carry the message elsewhere; a 3xx is a failure.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		retries: 3, retryBase: time.Second, log: o.Log,
+	}
+}
+
+// run checks every interval until ctx is done, then gives the lease up so
+// another instance takes over at once.
+func (p *alertPusher) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		p.check(ctx)
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = p.store.LeaseRelease(rctx, &ferry.LeaseReleaseParams{Name: alertLease, Owner: p.owner})
+			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// check sends what is new since the marks, if this instance holds the lease.
+func (p *alertPusher) check(ctx context.Context) {
+	if !p.hold(ctx) {
+		return
+	}
+	stats, err := p.store.EventStats(ctx, &p.params)
+	if err != nil {
+		p.warn(ctx, "ferry: alerts could not read the store", err)
+		return
+	}
+	bySource := map[string]*ferry.SourceStats{}
+	for _, s := range stats.Sources {
+		bySource[s.Source] = s
+	}
+	for _, source := range p.sources {
+		for _, rule := range alertRules {
+			if ctx.Err() != nil {
+				return
+			}
+			if err := p.checkOne(ctx, rule, source, stats, bySource[source]); err != nil {
+				p.warn(ctx, "ferry: alert not pushed; retrying at the next check", err, "kind", rule.kind, "source", source)
+			}
+		}
+	}
+}
+
+// hold takes or renews the lease; false means another instance sends.
+func (p *alertPusher) hold(ctx context.Context) bool {
+	held, err := p.store.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: alertLease, Owner: p.owner, TTL: p.leaseTTL})
+	if err != nil {
+		p.warn(ctx, "ferry: alerts could not take their lease", err)
+		return false
+	}
+	return held
+}
+
+func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source string, stats *ferry.EventStats, ss *ferry.SourceStats) error {
+	name := "alerts:" + rule.kind + ":" + source
+	var mark alertMark
+	switch cp, err := p.store.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: name}); {
+	case errors.Is(err, ferry.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		if err := json.Unmarshal([]byte(cp.Value), &mark); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", name, err)
+		}
+	}
+	if !mark.SentAt.IsZero() && stats.Now.Sub(mark.SentAt) < p.interval {
+		return nil // rolled up into the next message
+	}
+	msg := &alertMessage{Kind: rule.kind, Source: source}
+	var rowIDs []int64
+	next := alertMark{SentAt: stats.Now}
+	if rule.notices != nil {
+		notices, err := rule.notices(p.store, ctx, &ferry.NoticeListParams{Source: source, AfterID: mark.After, Limit: alertListLimit})
+		if err != nil {
+			return err
+		}
+		if len(notices) == 0 {
+			return nil
+		}
+		for _, n := range notices {
+			msg.EventIDs = append(msg.EventIDs, n.EventID)
+			rowIDs = append(rowIDs, n.EventRowID)
+		}
+		msg.New, msg.Total = len(notices), len(notices)
+		next.After = notices[len(notices)-1].ID
+	} else {
+		events, total, err := p.current(ctx, rule, source, stats, ss)
+		if err != nil {
+			return err
+		}
+		announced := make(map[int64]bool, len(mark.IDs))
+		for _, id := range mark.IDs {
+			announced[id] = true
+		}
+		for _, e := range events {
+			next.IDs = append(next.IDs, e.ID)
+			if !announced[e.ID] {
+				msg.EventIDs = append(msg.EventIDs, e.EventID)
+				rowIDs = append(rowIDs, e.ID)
+			}
+		}
+		if len(rowIDs) == 0 {
+			return nil
+		}
+		msg.New, msg.Total = len(rowIDs), total
+	}
+	if len(msg.EventIDs) > alertNamesShown {
+		msg.EventIDs = msg.EventIDs[:alertNamesShown]
+	}
+	msg.DashboardURL = p.dashboardLink(rule, source, rowIDs)
+	msg.Text = p.text(rule, msg)
+	if !p.hold(ctx) { // the lease may have lapsed during a slow check
+		return nil
+	}
+	if err := p.post(ctx, msg); err != nil {
+		return err
+	}
+	value, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	if err := p.store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: string(value)}); err != nil {
+		return fmt.Errorf("sent, but not remembered (the next holder may send it again): %w", err)
+	}
+	p.log.Info("ferry: alert pushed", "kind", rule.kind, "source", source, "new", msg.New, "total", msg.Total)
+	return nil
+}
+
+// current lists the events of one source in an event kind's condition now,
+// and how many there are in all.
+func (p *alertPusher) current(ctx context.Context, rule alertRule, source string, stats *ferry.EventStats, ss *ferry.SourceStats) ([]*ferry.Event, int, error) {
+	if ss == nil {
+		return nil, 0, nil
+	}
+	if rule.state == "" { // at risk
+		var out []*ferry.Event
+		for _, e := range stats.AtRisk {
+			if e.Source == source {
+				out = append(out, e)
+			}
+		}
+		return out, ss.AtRisk, nil
+	}
+	if ss.States[rule.state] == 0 {
+		return nil, 0, nil
+	}
+	res, err := p.store.EventList(ctx, &ferry.EventListParams{Source: source, States: []ferry.State{rule.state}, Limit: alertListLimit})
+	if err != nil {
+		return nil, 0, err
+	}
+	return res.Events, ss.States[rule.state], nil
+}
+
+func (p *alertPusher) text(rule alertRule, msg *alertMessage) string {
+	format := rule.many
+	if msg.New == 1 {
+		format = rule.one
+	}
+	text := "ferry: " + fmt.Sprintf(format, msg.New, msg.Source)
+	if rule.notices == nil {
+		text += fmt.Sprintf(" (%d in all)", msg.Total)
+	}
+	ids := slackEscape.Replace(strings.Join(msg.EventIDs, ", "))
+	if msg.New > len(msg.EventIDs) {
+		ids += fmt.Sprintf(" and %d more", msg.New-len(msg.EventIDs))
+	}
+	text += ": " + ids
+	if msg.DashboardURL != "" {
+		text += " <" + msg.DashboardURL + "|open>"
+	}
+	return text
+}
+
+// slackEscape keeps provider-chosen ids from forming Slack markup.
+var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// dashboardLink is the event's page when a message names one event, else
+// the source's list in the kind's state.
+func (p *alertPusher) dashboardLink(rule alertRule, source string, rowIDs []int64) string {
+	if p.publicURL == "" {
+		return ""
+	}
+	distinct := map[int64]bool{}
+	for _, id := range rowIDs {
+		distinct[id] = true
+	}
+	if len(distinct) == 1 {
+		return p.publicURL + "/ui/events/" + strconv.FormatInt(rowIDs[0], 10)
+	}
+	q := url.Values{"source": {source}}
+	if rule.state != "" {
+		q.Set("state", string(rule.state))
+	}
+	return p.publicURL + "/ui/?" + q.Encode()
+}
+
+// post sends msg, retrying with backoff; the error never holds the URL.
+func (p *alertPusher) post(ctx context.Context, msg *alertMessage) error {
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	delay := p.retryBase
+	for attempt := 0; ; attempt++ {
+		err = p.postOnce(ctx, body)
+		if err == nil || attempt == p.retries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
+}
+
+func (p *alertPusher) postOnce(ctx context.Context, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(body))
+	if err != nil {
+		return errors.New("alerts.url: cannot build a request")
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "ferry-alerts")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return withoutURL(err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("alerts.url answered %s", resp.Status)
+	}
+	return nil
+}
+
+// withoutURL strips the request URL (a secret) from an HTTP client error.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("POST alerts.url: %w", ue.Err)
+	}
+	return err
+}
+
+func (p *alertPusher) warn(ctx context.Context, msg string, err error, attrs ...any) {
+	if ctx.Err() != nil {
+		return
+	}
+	p.log.Warn(msg, append(attrs, "err", err)...)
+}

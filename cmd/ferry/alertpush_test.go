@@ -1,0 +1,349 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+// alertSecret is the secret part of the receiver's URL, as in a Slack
+// webhook URL; it must never reach a log line.
+const alertSecret = "xoxSECRETab12cd34"
+
+// alertReceiver is a local stand-in for Slack: it records each message it
+// answers 2xx, answers 500 to the next failN requests, and, when hold is
+// set, closes it at the next request and holds that request until release
+// is closed.
+type alertReceiver struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	got      []alertMessage
+	requests int
+	failN    int
+	hold     chan struct{}
+	release  chan struct{}
+}
+
+func newAlertReceiver(t *testing.T) *alertReceiver {
+	r := &alertReceiver{}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost || req.URL.Path != "/services/T0/B0/"+alertSecret || req.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("request %s %s %q", req.Method, req.URL.Path, req.Header.Get("Content-Type"))
+		}
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.requests++
+		hold, release := r.hold, r.release
+		r.hold = nil // only the first request after it is set waits
+		fail := r.failN > 0
+		if fail {
+			r.failN--
+		}
+		r.mu.Unlock()
+		if hold != nil {
+			close(hold)
+			<-release
+		}
+		if fail {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		var m alertMessage
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Errorf("body %s: %v", body, err)
+		}
+		r.mu.Lock()
+		r.got = append(r.got, m)
+		r.mu.Unlock()
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *alertReceiver) url() string { return r.srv.URL + "/services/T0/B0/" + alertSecret }
+
+// messages returns what arrived since the last call.
+func (r *alertReceiver) messages() []alertMessage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.got
+	r.got = nil
+	return out
+}
+
+// lockedBuffer is a log sink several pushers write at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type alertBundle struct {
+	ctx   context.Context
+	clock *storetest.Clock
+	// open returns another store on the same database: another instance.
+	open func(t *testing.T) ferry.Store
+	log  *lockedBuffer
+	recv *alertReceiver
+}
+
+// pusher is one alerting instance on a store of its own over the shared
+// database, checking every 30s and sending at most once per 10m.
+func (b *alertBundle) pusher(t *testing.T, url string) *alertPusher {
+	p := newAlertPusher(alertPusherOptions{
+		Store: b.open(t), URL: url, Sources: []string{"stripe"},
+		Params:   &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"stripe": 60 * time.Hour}},
+		Interval: 10 * time.Minute, Check: 30 * time.Second, PublicURL: "https://ferry-admin.example.com/",
+		Log: slog.New(slog.NewJSONHandler(b.log, nil)),
+	})
+	p.retryBase = time.Millisecond
+	return p
+}
+
+func TestAlertPush(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := &alertBundle{ctx: context.Background(), clock: storetest.NewClock(), log: &lockedBuffer{}, recv: newAlertReceiver(t)}
+			switch kind {
+			case "sqlite":
+				path := filepath.Join(t.TempDir(), "ferry.db")
+				b.open = func(t *testing.T) ferry.Store {
+					s, err := sqlite.Open(path, &sqlite.Config{Now: b.clock.Now})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { s.Close() })
+					return s
+				}
+			case "postgres":
+				_, schema := pgtest.Schema(t)
+				b.open = func(t *testing.T) ferry.Store {
+					s, err := postgres.Open(b.ctx, pgtest.ConnString(schema), &postgres.Config{Now: b.clock.Now})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(s.Close)
+					return s
+				}
+			}
+			st := b.open(t)
+			if err := st.Migrate(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+			testAlertPush(t, b, st)
+		})
+	}
+}
+
+func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
+	ctx := b.ctx
+	receive := func(id, body string) {
+		t.Helper()
+		if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kill := func(id string) {
+		t.Helper()
+		receive(id, `{"n":"`+id+`"}`)
+		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "test", Limit: 100, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims { // the others are done, so only id is dead
+			var err error
+			if c.Event.EventID == id {
+				_, err = st.EventFail(ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Error: "404", Dead: true})
+			} else {
+				err = st.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := func(step string, want ...string) []alertMessage {
+		t.Helper()
+		got := b.recv.messages()
+		var kinds []string
+		for _, m := range got {
+			kinds = append(kinds, m.Kind)
+		}
+		if strings.Join(kinds, ",") != strings.Join(want, ",") {
+			t.Fatalf("%s: messages %+v, want kinds %v", step, got, want)
+		}
+		return got
+	}
+
+	// A dead event and a conflicting delivery.
+	receive("evt_1", `{"v":1}`)
+	receive("evt_1", `{"v":2}`)
+	kill("evt_2")
+
+	a, c := b.pusher(t, b.recv.url()), b.pusher(t, b.recv.url())
+
+	t.Run("OneMessagePerAlertFromTwoInstances", func(t *testing.T) {
+		// The second instance checks while the first is still POSTing, so
+		// only the lease keeps it from sending the same alerts.
+		hold, release := make(chan struct{}), make(chan struct{})
+		b.recv.mu.Lock()
+		b.recv.hold, b.recv.release = hold, release
+		b.recv.mu.Unlock()
+		done := make(chan struct{})
+		go func() { a.check(ctx); close(done) }()
+		select {
+		case <-hold:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the first instance sent nothing")
+		}
+		c.check(ctx)
+		close(release)
+		<-done
+		got := want("first check", "dead", "conflicting")
+		dead, conflict := got[0], got[1]
+		if dead.Source != "stripe" || dead.New != 1 || dead.Total != 1 || strings.Join(dead.EventIDs, ",") != "evt_2" ||
+			!strings.HasPrefix(dead.DashboardURL, "https://ferry-admin.example.com/ui/events/") ||
+			!strings.Contains(dead.Text, "1 event on stripe is dead") || !strings.Contains(dead.Text, "evt_2") {
+			t.Errorf("dead message = %+v", dead)
+		}
+		if conflict.New != 1 || strings.Join(conflict.EventIDs, ",") != "evt_1" || !strings.Contains(conflict.Text, "1 conflicting delivery on stripe") {
+			t.Errorf("conflict message = %+v", conflict)
+		}
+		a.check(ctx)
+		c.check(ctx)
+		want("second check, nothing new")
+	})
+
+	t.Run("RateLimitedAndRolledUp", func(t *testing.T) {
+		receive("evt_1", `{"v":3}`)
+		receive("evt_3", `{"v":1}`)
+		receive("evt_3", `{"v":2}`)
+		a.check(ctx)
+		c.check(ctx)
+		want("within the interval")
+		b.clock.Advance(10 * time.Minute)
+		a.check(ctx)
+		c.check(ctx)
+		m := want("after the interval", "conflicting")[0]
+		if m.New != 2 || strings.Join(m.EventIDs, ",") != "evt_1,evt_3" || m.DashboardURL != "https://ferry-admin.example.com/ui/?source=stripe" ||
+			!strings.Contains(m.Text, "2 conflicting deliveries on stripe") {
+			t.Errorf("rolled-up message = %+v", m)
+		}
+	})
+
+	t.Run("RestartDoesNotResend", func(t *testing.T) {
+		// Both instances are gone; a new one takes over after their lease
+		// lapses, with nothing in memory.
+		b.clock.Advance(11 * time.Minute)
+		fresh := b.pusher(t, b.recv.url())
+		fresh.check(ctx)
+		want("a new instance, nothing new")
+		kill("evt_4")
+		fresh.check(ctx)
+		if m := want("a new dead event", "dead")[0]; m.New != 1 || m.Total != 2 || strings.Join(m.EventIDs, ",") != "evt_4" {
+			t.Errorf("message = %+v, want evt_4 new of 2 dead", m)
+		}
+	})
+
+	t.Run("FailedPostRetried", func(t *testing.T) {
+		fresh := b.pusher(t, b.recv.url())
+		b.clock.Advance(11 * time.Minute)
+		receive("evt_5", `{"v":1}`)
+		receive("evt_5", `{"v":2}`)
+		b.recv.mu.Lock()
+		b.recv.failN, b.recv.requests = 2, 0
+		b.recv.mu.Unlock()
+		fresh.check(ctx)
+		want("after two 500s", "conflicting")
+		b.recv.mu.Lock()
+		if b.recv.requests != 3 {
+			t.Errorf("requests = %d, want 2 failed and 1 answered", b.recv.requests)
+		}
+		// Every retry fails: nothing is remembered, so the next check sends.
+		b.recv.failN = 100
+		b.recv.mu.Unlock()
+		receive("evt_6", `{"v":1}`)
+		receive("evt_6", `{"v":2}`)
+		b.clock.Advance(11 * time.Minute)
+		fresh.check(ctx)
+		want("receiver down")
+		b.recv.mu.Lock()
+		b.recv.failN = 0
+		b.recv.mu.Unlock()
+		fresh.check(ctx)
+		if m := want("receiver back", "conflicting")[0]; strings.Join(m.EventIDs, ",") != "evt_6" {
+			t.Errorf("message = %+v, want evt_6", m)
+		}
+	})
+
+	t.Run("SuspectedReplay", func(t *testing.T) {
+		fresh := b.pusher(t, b.recv.url())
+		b.clock.Advance(11 * time.Minute)
+		receive("evt_r", `{"r":1}`)
+		// The same body under another id, where the provider signs only the body.
+		res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_r_again", Payload: []byte(`{"r":1}`), ReplayWindow: 72 * time.Hour})
+		if err != nil || res.Outcome != ferry.ReceiveReplay {
+			t.Fatalf("EventReceive = %+v, %v; want a replay", res, err)
+		}
+		fresh.check(ctx)
+		m := want("a replay", "suspected_replay")[0]
+		if m.New != 1 || strings.Join(m.EventIDs, ",") != "evt_r" || !strings.Contains(m.Text, "1 suspected replay on stripe") ||
+			m.DashboardURL != fmt.Sprintf("https://ferry-admin.example.com/ui/events/%d", res.ID) {
+			t.Errorf("replay message = %+v", m)
+		}
+		fresh.check(ctx)
+		want("the same replay, again")
+	})
+
+	t.Run("SecretNeverLogged", func(t *testing.T) {
+		// A receiver that refuses connections: the error names the key, not the URL.
+		down := httptest.NewServer(http.NotFoundHandler())
+		downURL := down.URL + "/services/T0/B0/" + alertSecret
+		down.Close()
+		fresh := b.pusher(t, downURL)
+		b.clock.Advance(11 * time.Minute)
+		kill("evt_7")
+		fresh.check(ctx)
+		logs := b.log.String()
+		if !strings.Contains(logs, "alert not pushed") || !strings.Contains(logs, "POST alerts.url") {
+			t.Fatalf("no failed push logged: %s", logs)
+		}
+		if strings.Contains(logs, alertSecret) {
+			t.Errorf("the alerts URL's secret reached the log: %s", logs)
+		}
+	})
+	if t.Failed() {
+		t.Log(b.log.String())
+	}
+}

@@ -1,0 +1,45 @@
+package ferry
+
+import "time"
+
+// Notices are the deliveries an operator hears about without reading every
+// event: a conflicting duplicate (same key, other bytes) or a suspected
+// replay (same bytes, other key). Pushed alerts page through them after a
+// cursor, so each is announced once however many instances share the store.
+
+// NoticeListParams pages through one source's notices of one kind, oldest
+// first.
+type NoticeListParams struct {
+	// Source names the source. Required.
+	Source string
+	// AfterID is the cursor: only notices with a larger ID. Zero starts at
+	// the first.
+	AfterID int64
+	// Limit is the page size. Defaults to 100; at most 1000.
+	Limit int
+}
+
+// Normalize fills Limit's default and checks Source.
+func (p *NoticeListParams) Normalize() error {
+	if p.Source == "" {
+		return invalid("source is required")
+	}
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	p.Limit = min(p.Limit, 1000)
+	return nil
+}
+
+// Notice is one conflicting delivery or suspected replay, without payload
+// or headers.
+type Notice struct {
+	// ID is the notice's own row id, increasing: the cursor.
+	ID int64
+	// EventRowID is the stored event it concerns (Event.ID).
+	EventRowID int64
+	Source     string
+	// EventID is the provider's id of the stored event.
+	EventID    string
+	ReceivedAt time.Time
+}

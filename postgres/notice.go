@@ -1,0 +1,44 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+var (
+	//go:embed query/conflict_notice_list.sql
+	conflictNoticeListSQL string
+	//go:embed query/replay_notice_list.sql
+	replayNoticeListSQL string
+)
+
+// ConflictNoticeList pages through one source's conflicting deliveries.
+func (s *Store) ConflictNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+	return s.noticeList(ctx, "conflict notice list", conflictNoticeListSQL, params)
+}
+
+// ReplayNoticeList pages through one source's suspected replays.
+func (s *Store) ReplayNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+	return s.noticeList(ctx, "replay notice list", replayNoticeListSQL, params)
+}
+
+func (s *Store) noticeList(ctx context.Context, op, query string, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+	if err := params.Normalize(); err != nil {
+		return nil, wrap(op, err)
+	}
+	rows, _ := s.pool.Query(ctx, query, pgx.NamedArgs{"source": params.Source, "after_id": params.AfterID, "limit": params.Limit})
+	notices, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Notice, error) {
+		var n ferry.Notice
+		err := row.Scan(&n.ID, &n.EventRowID, &n.Source, &n.EventID, &n.ReceivedAt)
+		n.ReceivedAt = n.ReceivedAt.UTC()
+		return &n, err
+	})
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	return notices, nil
+}

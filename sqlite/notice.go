@@ -1,0 +1,54 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+var (
+	//go:embed query/conflict_notice_list.sql
+	conflictNoticeListSQL string
+	//go:embed query/replay_notice_list.sql
+	replayNoticeListSQL string
+)
+
+// ConflictNoticeList pages through one source's conflicting deliveries.
+func (s *Store) ConflictNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+	return s.noticeList(ctx, "conflict notice list", conflictNoticeListSQL, params)
+}
+
+// ReplayNoticeList pages through one source's suspected replays.
+func (s *Store) ReplayNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+	return s.noticeList(ctx, "replay notice list", replayNoticeListSQL, params)
+}
+
+func (s *Store) noticeList(ctx context.Context, op, query string, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+	if err := params.Normalize(); err != nil {
+		return nil, wrap(op, err)
+	}
+	rows, err := s.readDB.QueryContext(ctx, query,
+		sql.Named("source", params.Source), sql.Named("after_id", params.AfterID), sql.Named("limit", params.Limit))
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	defer rows.Close()
+	var notices []*ferry.Notice
+	for rows.Next() {
+		var (
+			n        ferry.Notice
+			received sql.NullInt64
+		)
+		if err := rows.Scan(&n.ID, &n.EventRowID, &n.Source, &n.EventID, &received); err != nil {
+			return nil, wrap(op, err)
+		}
+		n.ReceivedAt = fromMicros(received)
+		notices = append(notices, &n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(op, err)
+	}
+	return notices, nil
+}
