@@ -10,8 +10,10 @@
 --
 -- With @replay_window_us > 0, a new key whose payload hash matches a key of
 -- the source first delivered within the window is a replay: nothing is
--- inserted, the oldest such event counts it (wherever it is; touched as
--- above) and keeps it in ferry_replay. The caller holds the body's advisory lock
+-- inserted, and the oldest such event keeps it in ferry_replay. Its replays
+-- counter is raised after the commit by event_redeliver.sql (touched is
+-- false): the receipt's transaction, which may hold several bodies' receipts,
+-- then never holds an event row that a completion also locks. The caller holds the body's advisory lock
 -- (event_receive_lock.sql), so the lookup sees every committed delivery of
 -- this body.
 WITH clock AS (
@@ -71,16 +73,6 @@ conflict AS (
     FROM k
     WHERE conflicting
 ),
-replayed_hot AS (
-    UPDATE ferry_event SET replays = replays + 1
-    WHERE id = (SELECT id FROM original)
-    RETURNING id
-),
-replayed_archived AS (
-    UPDATE ferry_event_done SET replays = replays + 1
-    WHERE id = (SELECT id FROM original)
-    RETURNING id
-),
 replay AS (
     INSERT INTO ferry_replay (event_id, received_at, claimed_event_id, claimed_type, headers)
     SELECT id, (SELECT now FROM clock), @event_id::text, @type::text, @headers::jsonb
@@ -95,6 +87,4 @@ SELECT k.id, k.inserted, k.conflicting, false AS replay,
        k.inserted OR EXISTS (SELECT FROM hot) OR EXISTS (SELECT FROM archived) AS touched
 FROM k LEFT JOIN notified ON true
 UNION ALL
-SELECT id, false, false, true,
-       EXISTS (SELECT FROM replayed_hot) OR EXISTS (SELECT FROM replayed_archived)
-FROM original;
+SELECT id, false, false, true, false FROM original;
