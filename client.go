@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
@@ -18,6 +20,7 @@ type Client struct {
 	cfg      Config
 	store    Store
 	log      *slog.Logger
+	tracer   trace.Tracer // nil when tracing is off
 	policies map[string]SourcePolicy
 	handlers map[string]map[string]handler // source → event type ("" for any) → handler
 
@@ -25,7 +28,7 @@ type Client struct {
 	// EventCompleteMany call (group commit: no timer, an idle client
 	// completes each job alone at once); each job still waits for its own
 	// verdict.
-	completions *groupcommit.Committer[Lease, struct{}]
+	completions *groupcommit.Committer[completion, struct{}]
 
 	mu      sync.Mutex
 	started bool
@@ -187,7 +190,8 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Time) {
 	ev := cl.Event
 	hctx, cancel := context.WithCancelCause(handlerCtx)
-	j := &job{lease: ev.Lease(), source: ev.Source, reclaimed: cl.PreviousUnfinished, cancel: cancel}
+	hctx, span := c.startAttempt(hctx, cl, claimedAt)
+	j := &job{lease: ev.Lease(), source: ev.Source, reclaimed: cl.PreviousUnfinished, cancel: cancel, span: span}
 	j.deadline = claimedAt.Add(c.cfg.LeaseTTL)
 	j.timer = time.AfterFunc(time.Until(j.deadline), j.lose)
 	c.mu.Lock()
@@ -200,7 +204,7 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 		beatCtx, stopBeat := context.WithCancel(c.beatCtx)
 		beating := make(chan struct{})
 		go func() { defer close(beating); c.heartbeat(beatCtx, j) }()
-		completed, took, err := c.runHandler(hctx, cl)
+		completed, took, err := c.runHandler(hctx, j, cl)
 		stopBeat()
 		<-beating
 		c.record(hctx, j, cl, completed, err, took)

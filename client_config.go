@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
@@ -60,6 +62,12 @@ type Config struct {
 	// Observer, if set, is told of every attempt's end (metrics plug in
 	// here).
 	Observer Observer
+
+	// TracerProvider, if set, traces every attempt: a span from the claim
+	// to the verdict, a child of the receipt's span and linked to it when
+	// the receipt was traced, so a handler's own spans (a forward) join the
+	// receipt's trace. Defaults to none: no span is made.
+	TracerProvider trace.TracerProvider
 }
 
 // SourcePolicy is how the client treats one source's events.
@@ -131,7 +139,10 @@ func NewClient(cfg *Config) (*Client, error) {
 		handlers: map[string]map[string]handler{},
 		slotFree: make(chan struct{}, 1),
 	}
-	cl.completions = &groupcommit.Committer[Lease, struct{}]{
+	if c.TracerProvider != nil {
+		cl.tracer = c.TracerProvider.Tracer(TracerName)
+	}
+	cl.completions = &groupcommit.Committer[completion, struct{}]{
 		// A job has at most one completion waiting, so a batch never needs
 		// more than Workers; 1000 caps the arrays a statement carries.
 		MaxBatch: min(c.Workers, maxCompleteBatch),

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
 
@@ -18,6 +20,10 @@ type job struct {
 	reclaimed bool
 	cancel    context.CancelCauseFunc
 	lost      atomic.Bool
+	span      trace.Span // the attempt's span; nil when tracing is off
+	// response is what the handler's downstream answered (SetResponse),
+	// written by the job's goroutine before it records the verdict.
+	response AttemptResponse
 
 	mu sync.Mutex
 	// deadline is this worker's conservative guess of the lease's end, on its
@@ -51,9 +57,15 @@ func (j *job) leaseDeadline() time.Time {
 	return j.deadline
 }
 
+// completion is one job's verdict of done, with what its downstream answered.
+type completion struct {
+	lease    Lease
+	response AttemptResponse
+}
+
 // runHandler runs the event's handler; completed reports that a
 // transactional handler's own transaction completed the event.
-func (c *Client) runHandler(ctx context.Context, cl *Claim) (completed bool, took time.Duration, err error) {
+func (c *Client) runHandler(ctx context.Context, j *job, cl *Claim) (completed bool, took time.Duration, err error) {
 	ev := cl.Event
 	d := &Delivery{
 		Event:              ev,
@@ -67,6 +79,7 @@ func (c *Client) runHandler(ctx context.Context, cl *Claim) (completed bool, too
 		return false, 0, Permanent(fmt.Errorf("ferry: no handler for source %q type %q", ev.Source, ev.Type))
 	}
 	completed, err = runSafely(ctx, h, d)
+	j.response = d.Response()
 	return completed, time.Since(started), err
 }
 
@@ -91,7 +104,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 		// Shared with the completions of other jobs that finish meanwhile;
 		// Do returns only once this lease's verdict is committed (or lost).
 		if werr := retryWrite(wctx, func() error {
-			_, err := c.completions.Do(wctx, j.lease)
+			_, err := c.completions.Do(wctx, completion{lease: j.lease, response: j.response})
 			return err
 		}); werr != nil {
 			outcome = OutcomeLeaseExpired
@@ -112,6 +125,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 			state, e = c.store.EventFail(wctx, &EventFailParams{
 				Lease: j.lease, Error: err.Error(), RetryDelay: delay,
 				MaxAttempts: policy.MaxAttempts, MaxAge: policy.ReplayWindow, Dead: IsPermanent(err),
+				Response: j.response,
 			})
 			return e
 		})
@@ -133,6 +147,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 	if c.cfg.Observer != nil {
 		c.cfg.Observer.AttemptFinished(ev.Source, outcome, j.reclaimed, took)
 	}
+	endAttempt(j.span, outcome, err)
 }
 
 // completeBatch completes the leases of jobs whose handlers returned nil, in
@@ -142,9 +157,22 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 // the failed call did commit (a connection lost at commit), the retry finds
 // the lease done and the job reports it lost, as a single EventComplete
 // would.
-func (c *Client) completeBatch(ctx context.Context, leases []Lease) []groupcommit.Result[struct{}] {
-	out := make([]groupcommit.Result[struct{}], len(leases))
-	lost, err := c.store.EventCompleteMany(ctx, &EventCompleteManyParams{Leases: leases})
+func (c *Client) completeBatch(ctx context.Context, done []completion) []groupcommit.Result[struct{}] {
+	out := make([]groupcommit.Result[struct{}], len(done))
+	leases := make([]Lease, len(done))
+	var responses []AttemptResponse // none unless a handler recorded one
+	for i, d := range done {
+		leases[i] = d.lease
+		if d.response != (AttemptResponse{}) && responses == nil {
+			responses = make([]AttemptResponse, len(done))
+		}
+	}
+	if responses != nil {
+		for i, d := range done {
+			responses[i] = d.response
+		}
+	}
+	lost, err := c.store.EventCompleteMany(ctx, &EventCompleteManyParams{Leases: leases, Responses: responses})
 	if err != nil {
 		err = fmt.Errorf("ferry: complete %d events: %w", len(leases), err)
 		for i := range out {

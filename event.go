@@ -2,7 +2,9 @@ package ferry
 
 import (
 	"net/http"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // State is where an event stands in Ferry's state machine:
@@ -102,6 +104,12 @@ type Event struct {
 	// Origin says whether the provider delivered the event or catch-up
 	// fetched it; the first receipt decides.
 	Origin Origin
+
+	// Traceparent and Tracestate are the W3C trace context of the receipt
+	// (its span's), so that every attempt, in any process, links to the
+	// trace it began. Empty when the receipt was not traced.
+	Traceparent string
+	Tracestate  string
 }
 
 // Lease names one claim of one event: the row and the attempt that holds it.
@@ -144,6 +152,43 @@ type Attempt struct {
 	FinishedAt time.Time // zero while running
 	Outcome    Outcome
 	Error      string
+	// HTTPStatus is the status the handler's downstream answered (the
+	// forwarder's app); 0 when none was recorded.
+	HTTPStatus int
+	// Response is the start of what the downstream answered, at most
+	// ResponseLimit bytes of valid UTF-8; empty when none was recorded.
+	Response string
+}
+
+// ResponseLimit is the most bytes of a downstream's response an attempt
+// keeps: enough to read an error message, too little to hold a payload.
+const ResponseLimit = 512
+
+// AttemptResponse is what a handler's downstream answered one attempt, for
+// the attempt ledger. The zero value records nothing.
+type AttemptResponse struct {
+	// HTTPStatus is 0 (none) or a status code, 100 to 599.
+	HTTPStatus int
+	// Body is at most ResponseLimit bytes of valid UTF-8 without NUL.
+	Body string
+}
+
+// NewAttemptResponse makes what a store can keep of a response: body cut to
+// ResponseLimit bytes on a rune boundary, invalid UTF-8 and NUL bytes
+// replaced by U+FFFD, and a status outside 100 to 599 dropped.
+func NewAttemptResponse(status int, body []byte) AttemptResponse {
+	if status < 100 || status > 599 {
+		status = 0
+	}
+	s := strings.ReplaceAll(strings.ToValidUTF8(string(body), "\uFFFD"), "\x00", "\uFFFD")
+	if len(s) > ResponseLimit {
+		cut := ResponseLimit
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return AttemptResponse{HTTPStatus: status, Body: s}
 }
 
 // Conflict is a delivery whose key matched a stored event but whose payload
@@ -176,6 +221,6 @@ type Replay struct {
 type Action struct {
 	EventID int64 // the Event's row ID
 	At      time.Time
-	Action  string // ActionRequeue or ActionReplay
+	Action  string // ActionRequeue, ActionReplay or ActionRetryNow
 	Actor   string
 }

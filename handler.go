@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +27,26 @@ type Delivery struct {
 	// may or may not have happened; a handler with a non-idempotent effect
 	// should check the downstream before doing it again.
 	PreviousUnfinished bool
+
+	response atomic.Pointer[AttemptResponse] // what SetResponse recorded
+}
+
+// SetResponse records what the handler's downstream answered this attempt:
+// its HTTP status and the first bytes of its body, cut to ResponseLimit and
+// made valid UTF-8 (NewAttemptResponse). The attempt ledger keeps it, shown
+// beside the attempt on the dashboard, so pass only what an operator may
+// read: the downstream's answer, never a secret. The last call wins.
+func (d *Delivery) SetResponse(status int, body []byte) {
+	r := NewAttemptResponse(status, body)
+	d.response.Store(&r)
+}
+
+// Response returns what SetResponse recorded; the zero value if nothing.
+func (d *Delivery) Response() AttemptResponse {
+	if r := d.response.Load(); r != nil {
+		return *r
+	}
+	return AttemptResponse{}
 }
 
 // IdempotencyKey returns the key Ferry hands every attempt of the event
@@ -110,7 +131,7 @@ func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
 		if err := h.fn(ctx, tx, d); err != nil {
 			return err
 		}
-		return h.store.EventCompleteTx(ctx, tx, &EventCompleteParams{Lease: d.Event.Lease()})
+		return h.store.EventCompleteTx(ctx, tx, &EventCompleteParams{Lease: d.Event.Lease(), Response: d.Response()})
 	})
 	return err == nil, err
 }

@@ -3,7 +3,9 @@ package ferry
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Validation and defaults of every Store operation live here, once: each
@@ -64,13 +66,42 @@ func (p *EventClaimManyParams) Validate() error {
 	return nil
 }
 
-// Validate requires a valid Lease.
-func (p *EventCompleteParams) Validate() error { return p.Lease.Validate() }
+// Validate requires a status of 0 or 100 to 599 and a Body a store can
+// keep as it is: at most ResponseLimit bytes of valid UTF-8 without NUL.
+// NewAttemptResponse makes such a response of any bytes.
+func (r AttemptResponse) Validate() error {
+	switch {
+	case r.HTTPStatus != 0 && (r.HTTPStatus < 100 || r.HTTPStatus > 599):
+		return invalid("response status %d is not an HTTP status", r.HTTPStatus)
+	case len(r.Body) > ResponseLimit:
+		return invalid("response of %d bytes is over the limit of %d", len(r.Body), ResponseLimit)
+	case !utf8.ValidString(r.Body) || strings.IndexByte(r.Body, 0) >= 0:
+		return invalid("response is not UTF-8 text")
+	}
+	return nil
+}
 
-// Validate requires every lease to be valid. No leases is valid (a no-op).
+// Validate requires a valid Lease and Response.
+func (p *EventCompleteParams) Validate() error {
+	if err := p.Response.Validate(); err != nil {
+		return err
+	}
+	return p.Lease.Validate()
+}
+
+// Validate requires every lease to be valid, and Responses to be empty or
+// one valid response per lease. No leases is valid (a no-op).
 func (p *EventCompleteManyParams) Validate() error {
+	if len(p.Responses) > 0 && len(p.Responses) != len(p.Leases) {
+		return invalid("%d responses for %d leases", len(p.Responses), len(p.Leases))
+	}
 	for _, l := range p.Leases {
 		if err := l.Validate(); err != nil {
+			return err
+		}
+	}
+	for _, r := range p.Responses {
+		if err := r.Validate(); err != nil {
 			return err
 		}
 	}
@@ -86,6 +117,9 @@ func (p *EventFailParams) Validate() error {
 		return invalid("max attempts must not be negative, got %d", p.MaxAttempts)
 	case p.MaxAge < 0:
 		return invalid("max age must not be negative, got %s", p.MaxAge)
+	}
+	if err := p.Response.Validate(); err != nil {
+		return err
 	}
 	return p.Lease.Validate()
 }
@@ -113,8 +147,8 @@ func (p *EventHeartbeatParams) Validate() error {
 
 // Normalize returns a copy of p with Limit defaulted to
 // EventListLimitDefault and capped at EventListLimitMax, and a negative
-// Before made 0 (start at the newest). It refuses a negative Limit and an
-// unknown state.
+// Before or After made 0 (start at the newest). It refuses a negative
+// Limit, an unknown state, both cursors at once, and an Until before Since.
 func (p *EventListParams) Normalize() (*EventListParams, error) {
 	if p.Limit < 0 {
 		return nil, invalid("limit must not be negative, got %d", p.Limit)
@@ -122,13 +156,27 @@ func (p *EventListParams) Normalize() (*EventListParams, error) {
 	if err := validStates(p.States); err != nil {
 		return nil, err
 	}
+	if err := validRange(p.Since, p.Until); err != nil {
+		return nil, err
+	}
+	if p.Before > 0 && p.After > 0 {
+		return nil, invalid("before and after are both set: page one way at a time")
+	}
 	out := *p
 	if out.Limit == 0 {
 		out.Limit = EventListLimitDefault
 	}
 	out.Limit = min(out.Limit, EventListLimitMax)
 	out.Before = max(out.Before, 0)
+	out.After = max(out.After, 0)
 	return &out, nil
+}
+
+func validRange(since, until time.Time) error {
+	if !since.IsZero() && !until.IsZero() && until.Before(since) {
+		return invalid("until %s is before since %s", until.Format(time.RFC3339), since.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // Validate requires a Source and a Retention at least as long as the
@@ -146,7 +194,9 @@ func (p *EventPurgeParams) Validate() error {
 	return nil
 }
 
-// Validate requires a Source and an EventID, and no negative ReplayWindow.
+// Validate requires a Source, an EventID and a Type that ValidateEventID and
+// ValidateEventType accept, a known Origin, no negative ReplayWindow, and a
+// trace context that ValidateTraceContext accepts.
 func (p *EventReceiveParams) Validate() error {
 	switch {
 	case p.Source == "" || p.EventID == "":
@@ -163,7 +213,43 @@ func (p *EventReceiveParams) Validate() error {
 	if !p.Origin.OrDelivery().Valid() {
 		return invalid("origin must be delivery or catchup")
 	}
+	return ValidateTraceContext(p.Traceparent, p.Tracestate)
+}
+
+// Trace context bounds. A W3C traceparent of version 00 is 55 characters;
+// later versions may append fields, hence the room. W3C asks that at least
+// 512 characters of tracestate be passed on; Ferry keeps no more.
+const (
+	TraceparentMaxLen = 128
+	TracestateMaxLen  = 512
+)
+
+// ValidateTraceContext accepts a traceparent and a tracestate of at most
+// TraceparentMaxLen and TracestateMaxLen printable ASCII characters (a
+// header value, as W3C defines both), empty or not. A receiver that gets a
+// longer tracestate from a provider stores the receipt without it rather
+// than refuse the delivery.
+func ValidateTraceContext(traceparent, tracestate string) error {
+	switch {
+	case len(traceparent) > TraceparentMaxLen:
+		return invalid("traceparent is %d characters, at most %d", len(traceparent), TraceparentMaxLen)
+	case len(tracestate) > TracestateMaxLen:
+		return invalid("tracestate is %d characters, at most %d", len(tracestate), TracestateMaxLen)
+	case !printable(traceparent):
+		return invalid("traceparent holds a character that is not printable ASCII")
+	case !printable(tracestate):
+		return invalid("tracestate holds a character that is not printable ASCII")
+	}
 	return nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate requires a valid Lease.
@@ -171,15 +257,20 @@ func (p *EventReleaseParams) Validate() error { return p.Lease.Validate() }
 
 // Normalize returns a copy of p that a store can run as it is: States
 // defaulted (dead and unknown in bulk; done, dead and unknown by IDs) and
-// stripped of pending and in_progress, which are never requeued; Source
-// cleared when IDs name the events. It refuses a missing Actor, an unknown
-// state and an ID that is not positive. The copy's States may be empty:
+// stripped of pending and in_progress, which are never requeued; the
+// filters (Source, Type, Since, Until, EventIDContains, Before) cleared
+// when IDs name the events, and a negative Before made 0. It refuses a
+// missing Actor, an unknown state, an ID that is not positive, and an
+// Until before Since. The copy's States may be empty:
 // nothing to requeue.
 func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 	if p.Actor == "" {
 		return nil, invalid("actor is required: name who asks for the requeue")
 	}
 	if err := validStates(p.States); err != nil {
+		return nil, err
+	}
+	if err := validRange(p.Since, p.Until); err != nil {
 		return nil, err
 	}
 	for _, id := range p.IDs {
@@ -203,9 +294,20 @@ func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 		}
 	}
 	if len(p.IDs) > 0 {
-		out.Source = "" // IDs name the events; Source only narrows a bulk requeue
+		// IDs name the events; the filters only narrow a bulk requeue.
+		out.Source, out.Type, out.EventIDContains = "", "", ""
+		out.Since, out.Until, out.Before = time.Time{}, time.Time{}, 0
 	}
+	out.Before = max(out.Before, 0)
 	return &out, nil
+}
+
+// Validate requires a positive ID and an Actor.
+func (p *EventRetryNowParams) Validate() error {
+	if p.Actor == "" {
+		return invalid("actor is required: the action ledger names who retried")
+	}
+	return validID(p.ID)
 }
 
 // Action is what EventRequeue records for each event it requeues:

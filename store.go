@@ -120,8 +120,16 @@ type Store interface {
 	// with a fresh attempt budget (the attempt counter itself never goes down),
 	// and records an Action (who, when, by the database's clock) for each
 	// requeued event in the same transaction. It returns how many events it
-	// requeued.
+	// requeued, or with DryRun how many it would requeue, changing nothing
+	// and recording nothing.
 	EventRequeue(ctx context.Context, params *EventRequeueParams) (int, error)
+
+	// EventRetryNow makes a pending event due at the database's now, so a
+	// worker takes it without waiting out its backoff, and records the
+	// action with its Actor. It reports false, changing nothing, for an
+	// event that is not pending or is already due. The attempt budget is
+	// not reset (that is EventRequeue's, for terminal events).
+	EventRetryNow(ctx context.Context, params *EventRetryNowParams) (bool, error)
 
 	// EventStats aggregates the whole inbox in one consistent read, timed by
 	// the database's clock, for operators: counts by state, the oldest
@@ -229,6 +237,9 @@ const (
 	// ActionReplay is a requeue of an event named by its id, whatever its
 	// terminal state.
 	ActionReplay = "replay"
+	// ActionRetryNow made a pending event in backoff due at once
+	// (EventRetryNow).
+	ActionRetryNow = "retry_now"
 )
 
 type ActionListParams struct {
@@ -263,11 +274,17 @@ type EventClaimManyParams struct {
 
 type EventCompleteParams struct {
 	Lease Lease
+	// Response is what the handler's downstream answered, kept in the
+	// attempt's ledger row. Optional.
+	Response AttemptResponse
 }
 
 type EventCompleteManyParams struct {
 	// Leases are the leases to complete, in any order.
 	Leases []Lease
+	// Responses, when not empty, holds one AttemptResponse per lease, in
+	// the order of Leases. Optional.
+	Responses []AttemptResponse
 }
 
 type EventFailParams struct {
@@ -285,6 +302,9 @@ type EventFailParams struct {
 	MaxAge time.Duration
 	// Dead sends the event to dead whatever its budget (a permanent error).
 	Dead bool
+	// Response is what the handler's downstream answered, kept in the
+	// attempt's ledger row. Optional.
+	Response AttemptResponse
 }
 
 // EventGetParams names an event by ID, or by Source and EventID when ID is 0.
@@ -302,23 +322,35 @@ type EventHeartbeatParams struct {
 type EventListParams struct {
 	// Source filters by source; empty means all.
 	Source string
+	// Type filters by event type, exactly; empty means all.
+	Type string
 	// States filters by state; empty means all.
 	States []State
 	// Since keeps events first delivered at or after it; zero means all.
 	Since time.Time
+	// Until keeps events first delivered before it; zero means all.
+	Until time.Time
 	// EventIDContains keeps events whose provider event id contains it.
 	EventIDContains string
-	// Before is the cursor: only events with a row id below it. Zero starts at
-	// the newest.
+	// Before is the cursor of an older page: only events with a row id
+	// below it. Zero starts at the newest.
 	Before int64
+	// After is the cursor of a newer page: the Limit events with the
+	// lowest row ids above it, still listed newest first. At most one of
+	// Before and After may be set.
+	After int64
 	// Limit is the page size. Defaults to 50; at most 1000.
 	Limit int
 }
 
 type EventListResult struct {
 	Events []*Event
-	// NextBefore is the cursor of the next page; zero when this is the last.
+	// NextBefore is the cursor of the next older page; zero when no older
+	// event matches. Set only when listing with Before or from the newest.
 	NextBefore int64
+	// NextAfter is the cursor of the next newer page; zero when no newer
+	// event matches. Set only when listing with After.
+	NextAfter int64
 }
 
 type EventPurgeParams struct {
@@ -346,6 +378,12 @@ type EventReceiveParams struct {
 	// (ReceiveReplay), never a new event. Defaults to 0: detection off, as
 	// is right when the signature covers the id (Stripe, Standard Webhooks).
 	ReplayWindow time.Duration
+	// Traceparent and Tracestate are the W3C trace context of the receipt,
+	// stored with a new event (a redelivery keeps the first one's). Empty
+	// means none. At most TraceparentMaxLen and TracestateMaxLen printable
+	// ASCII characters.
+	Traceparent string
+	Tracestate  string
 }
 
 type EventReceiveResult struct {
@@ -372,18 +410,40 @@ type EventReleaseParams struct {
 }
 
 type EventRequeueParams struct {
-	// IDs requeues these events (by row id). When empty, Source and States
-	// select the events instead (bulk replay).
+	// IDs requeues these events (by row id). When empty, the filters below
+	// select the events instead (bulk replay), as EventList's do.
 	IDs []int64
 	// Source limits a bulk requeue to one source; empty means all.
 	Source string
+	// Type limits a bulk requeue to one event type; empty means all.
+	Type string
+	// Since and Until limit a bulk requeue to events first delivered in
+	// [Since, Until); zero means unbounded.
+	Since, Until time.Time
+	// EventIDContains limits a bulk requeue to events whose provider event
+	// id contains it.
+	EventIDContains string
+	// Before limits a bulk requeue to events with a row id below it, so a
+	// confirmed count does not grow with events received since; zero means
+	// no bound.
+	Before int64
 	// States are the states that may be requeued. Defaults to dead and
 	// unknown for a bulk requeue, and done, dead and unknown for IDs. Pending
 	// and in_progress are never requeued.
 	States []State
+	// DryRun counts what would be requeued and changes nothing: the count a
+	// confirmation shows.
+	DryRun bool
 	// Actor names who asked (a user, a token's name, "cli:alice"); it is
 	// recorded with each requeued event's Action. Required: an audit trail
 	// of "unknown" tells nobody anything.
+	Actor string
+}
+
+type EventRetryNowParams struct {
+	ID int64 // the event's row id
+	// Actor is who asked, recorded with the event's ActionRetryNow.
+	// Required.
 	Actor string
 }
 

@@ -96,6 +96,14 @@ func (a *app) count() int {
 	return len(a.arrived)
 }
 
+// repeatCount returns how many forwards were of an event that had already
+// arrived.
+func (a *app) repeatCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.repeats
+}
+
 // waitAll waits until every id in ids has arrived, up to limit, and returns
 // the latest arrival among them.
 func (a *app) waitAll(ctx context.Context, ids []string, limit time.Duration) (time.Time, error) {

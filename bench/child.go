@@ -37,19 +37,20 @@ func ferryBinary(ctx context.Context, tmp string) (string, error) {
 }
 
 // configTOML is a one-source (Stripe) ferry config on storeURL forwarding
-// to forwardURL, with Ferry's default settings for everything else.
-func configTOML(storeURL, forwardURL string) string {
-	return fmt.Sprintf(`[store]
-url = %q
-
-[[source]]
-name = "stripe"
-provider = "stripe"
-secrets = [%q]
-
-[source.forward]
-url = %q
-`, storeURL, stripeSecret, forwardURL)
+// to forwardURL, with Ferry's default settings for everything else: worker,
+// when not empty, is the body of the [worker] table, and forwardTimeout,
+// when not zero, the forward's timeout.
+func configTOML(storeURL, forwardURL, worker string, forwardTimeout time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[store]\nurl = %q\n", storeURL)
+	if worker != "" {
+		fmt.Fprintf(&b, "\n[worker]\n%s", worker)
+	}
+	fmt.Fprintf(&b, "\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [%q]\n\n[source.forward]\nurl = %q\n", stripeSecret, forwardURL)
+	if forwardTimeout > 0 {
+		fmt.Fprintf(&b, "timeout = %q\n", forwardTimeout.String())
+	}
+	return b.String()
 }
 
 // child is one running `ferry serve`.

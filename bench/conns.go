@@ -95,22 +95,8 @@ func connsFerry(ctx context.Context, o *options, workers int, arrivals time.Dura
 	}
 	defer a.close()
 	r := &connsFerryResult{ttl: min(ferry.DefaultLeaseTTL, o.connsHold)}
-	cfg := fmt.Sprintf(`[store]
-url = %q
-
-[worker]
-workers = %d
-lease_ttl = %q
-
-[[source]]
-name = "stripe"
-provider = "stripe"
-secrets = [%q]
-
-[source.forward]
-url = %q
-timeout = %q
-`, storeURL, workers, r.ttl.String(), stripeSecret, "http://"+a.addr+"/webhooks/stripe", (o.connsHold + 30*time.Second).String())
+	worker := fmt.Sprintf("workers = %d\nlease_ttl = %q\n", workers, r.ttl.String())
+	cfg := configTOML(storeURL, "http://"+a.addr+"/webhooks/stripe", worker, o.connsHold+30*time.Second)
 	c, err := startServe(ctx, o.tmp, "conns", cfg, "all")
 	if err != nil {
 		return nil, err
@@ -180,17 +166,12 @@ type connsTxResult struct {
 // Arrivals stop after arrivals; requests still waiting for a connection a
 // hold later are abandoned (the queue would take minutes to drain).
 func connsTxHeld(ctx context.Context, o *options, poolMax int, arrivals time.Duration) (*connsTxResult, error) {
-	s, err := createSchema(ctx, o.url, "conns_txheld")
-	if err != nil {
-		return nil, err
-	}
-	defer s.drop()
 	const appName = "bench_conns_txheld"
-	pool, err := s.pool(ctx, appName, poolMax)
+	_, pool, release, err := createSchemaPool(ctx, o.url, "conns_txheld", poolMax)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
+	defer release()
 	if _, err := pool.Exec(ctx, "CREATE TABLE processed_events (id text PRIMARY KEY, processed_at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		return nil, err
 	}

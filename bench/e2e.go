@@ -125,9 +125,7 @@ func e2eOnce(ctx context.Context, o *options, name string, round int, newStore f
 			return fmt.Errorf("burst drain: %w", err)
 		}
 		r.drain = max(0, last.Sub(end))
-		a.mu.Lock()
-		r.repeats += a.repeats
-		a.mu.Unlock()
+		r.repeats += a.repeatCount()
 		return nil
 	})
 	if err != nil {
@@ -147,9 +145,7 @@ func e2eOnce(ctx context.Context, o *options, name string, round int, newStore f
 			at, _ := a.arrivedAt(id)
 			r.paced = append(r.paced, at.Sub(t))
 		}
-		a.mu.Lock()
-		r.repeats += a.repeats
-		a.mu.Unlock()
+		r.repeats += a.repeatCount()
 		return nil
 	})
 	if err != nil {
@@ -185,9 +181,8 @@ func withExample(ctx context.Context, o *options, name string, run int, newStore
 // the last answer is in. event makes the delivery of an id. It returns the
 // ids answered 2xx.
 func burst(ctx context.Context, target, prefix string, senders int, dur time.Duration, event func(id string) ([]byte, http.Header)) (ids []string, failed int, start, end time.Time) {
-	transport := &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, DisableCompression: true}
-	defer transport.CloseIdleConnections()
-	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	hc := senderClient(senders)
+	defer hc.CloseIdleConnections()
 	var (
 		seq atomic.Int64
 		mu  sync.Mutex
@@ -223,9 +218,8 @@ func burst(ctx context.Context, target, prefix string, senders int, dur time.Dur
 // on its own goroutine, at most inflight at once) and returns the send time
 // of each one answered 2xx, and how many were not.
 func pacedSends(ctx context.Context, target, secret, prefix string, rate int, dur time.Duration, inflight int) (map[string]time.Time, int) {
-	transport := &http.Transport{MaxIdleConnsPerHost: inflight, MaxConnsPerHost: inflight, DisableCompression: true}
-	defer transport.CloseIdleConnections()
-	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	hc := senderClient(inflight)
+	defer hc.CloseIdleConnections()
 	var (
 		mu     sync.Mutex
 		sent   = map[string]time.Time{}

@@ -76,32 +76,21 @@ func ingestPair(ctx context.Context, o *options, key string, a, b ingestSide) (*
 }
 
 func runIngestPG(ctx context.Context, o *options) (*result, error) {
-	sFerry, err := createSchema(ctx, o.url, "ingest_ferry")
+	_, ferryPool, releaseFerry, err := createSchemaPool(ctx, o.url, "ingest_ferry", o.poolSize)
 	if err != nil {
 		return nil, err
 	}
-	defer sFerry.drop()
-	sBare, err := createSchema(ctx, o.url, "ingest_bare")
-	if err != nil {
-		return nil, err
-	}
-	defer sBare.drop()
-
-	ferryPool, err := sFerry.pool(ctx, "bench_ingest_ferry", o.poolSize)
-	if err != nil {
-		return nil, err
-	}
-	defer ferryPool.Close()
+	defer releaseFerry()
 	store := postgres.New(ferryPool, nil)
 	defer store.Close()
 	if err := store.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	barePool, err := sBare.pool(ctx, "bench_ingest_bare", o.poolSize)
+	_, barePool, releaseBare, err := createSchemaPool(ctx, o.url, "ingest_bare", o.poolSize)
 	if err != nil {
 		return nil, err
 	}
-	defer barePool.Close()
+	defer releaseBare()
 	if _, err := barePool.Exec(ctx, bareTableSQL); err != nil {
 		return nil, err
 	}

@@ -65,19 +65,28 @@ func (r *loadResult) rps() float64 { return float64(r.ok) / r.elapsed.Seconds() 
 
 func (r *loadResult) p99() time.Duration { return percentile(r.latencies, 0.99) }
 
+// senderClient is an HTTP client for n concurrent senders to one host: at
+// most n connections, all kept for reuse, no compression, and a 30 s
+// ceiling a request. Close its idle connections when done.
+func senderClient(n int) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			MaxIdleConns:        n,
+			MaxIdleConnsPerHost: n,
+			MaxConnsPerHost:     n,
+			DisableCompression:  true,
+		},
+		Timeout: 30 * time.Second,
+	}
+}
+
 // closedLoop runs clients concurrent connections against target, each
 // sending its next delivery as soon as the last was answered, for warmup
 // (not counted) and then dur (counted). Keys run from 0 in one sequence
 // shared by all clients, prefixed with prefix.
 func closedLoop(ctx context.Context, target, prefix string, clients int, warmup, dur time.Duration) (*loadResult, error) {
-	transport := &http.Transport{
-		MaxIdleConns:        clients,
-		MaxIdleConnsPerHost: clients,
-		MaxConnsPerHost:     clients,
-		DisableCompression:  true,
-	}
-	defer transport.CloseIdleConnections()
-	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	hc := senderClient(clients)
+	defer hc.CloseIdleConnections()
 
 	var (
 		seq       atomic.Int64

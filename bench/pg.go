@@ -70,6 +70,22 @@ func (s *schema) pool(ctx context.Context, app string, maxConns int) (*pgxpool.P
 	return pool, nil
 }
 
+// createSchemaPool creates a fresh schema for what (createSchema) and a
+// pool of at most maxConns on it, named bench_<what> in pg_stat_activity.
+// release closes the pool, then drops the schema.
+func createSchemaPool(ctx context.Context, baseURL, what string, maxConns int) (s *schema, pool *pgxpool.Pool, release func(), err error) {
+	s, err = createSchema(ctx, baseURL, what)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, err = s.pool(ctx, "bench_"+what, maxConns)
+	if err != nil {
+		s.drop()
+		return nil, nil, nil, err
+	}
+	return s, pool, func() { pool.Close(); s.drop() }, nil
+}
+
 func adminExec(ctx context.Context, u, sql string) error {
 	conn, err := pgx.Connect(ctx, u)
 	if err != nil {

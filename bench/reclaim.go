@@ -49,7 +49,7 @@ func runReclaim(ctx context.Context, o *options) (*result, error) {
 	}))
 	defer down.Close()
 
-	a, err := startServe(ctx, o.tmp, "reclaim-a", configTOML(s.url, down.URL+"/a"), "all")
+	a, err := startServe(ctx, o.tmp, "reclaim-a", configTOML(s.url, down.URL+"/a", "", 0), "all")
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func runReclaim(ctx context.Context, o *options) (*result, error) {
 	case <-time.After(30 * time.Second):
 		return nil, fmt.Errorf("worker A never called the downstream")
 	}
-	b, err := startServe(ctx, o.tmp, "reclaim-b", configTOML(s.url, down.URL+"/b"), "worker")
+	b, err := startServe(ctx, o.tmp, "reclaim-b", configTOML(s.url, down.URL+"/b", "", 0), "worker")
 	if err != nil {
 		return nil, err
 	}

@@ -32,29 +32,18 @@ type workRun struct {
 var workPad = strings.Repeat("x", 1000)
 
 func runWork(ctx context.Context, o *options) (*result, error) {
-	sFerry, err := createSchema(ctx, o.url, "work_ferry")
-	if err != nil {
-		return nil, err
-	}
-	defer sFerry.drop()
-	sRiver, err := createSchema(ctx, o.url, "work_river")
-	if err != nil {
-		return nil, err
-	}
-	defer sRiver.drop()
-
 	// The bench's own pools seed and count; each run's workers use the pool
 	// its settings name.
-	ferryPool, err := sFerry.pool(ctx, "bench_work_ferry", o.poolSize)
+	sFerry, ferryPool, releaseFerry, err := createSchemaPool(ctx, o.url, "work_ferry", o.poolSize)
 	if err != nil {
 		return nil, err
 	}
-	defer ferryPool.Close()
-	riverPool, err := sRiver.pool(ctx, "bench_work_river", o.poolSize)
+	defer releaseFerry()
+	sRiver, riverPool, releaseRiver, err := createSchemaPool(ctx, o.url, "work_river", o.poolSize)
 	if err != nil {
 		return nil, err
 	}
-	defer riverPool.Close()
+	defer releaseRiver()
 	if err := postgres.New(ferryPool, nil).Migrate(ctx); err != nil {
 		return nil, err
 	}

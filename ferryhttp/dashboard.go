@@ -23,6 +23,9 @@ import (
 // DefaultPayloadLimit is how much of a payload the event page shows.
 const DefaultPayloadLimit = 64 << 10
 
+// DefaultRefresh is how often the overview refreshes itself.
+const DefaultRefresh = 5 * time.Second
+
 // DashboardOptions configure a Dashboard.
 type DashboardOptions struct {
 	// Store is read and requeued. Required.
@@ -36,16 +39,25 @@ type DashboardOptions struct {
 	PayloadLimit int
 	// PageSize is the number of events a page lists. Defaults to 50.
 	PageSize int
+	// Refresh is how often the overview reloads its counts, at-risk panel
+	// and list (paused while a filter is being edited). Defaults to
+	// DefaultRefresh; negative turns it off.
+	Refresh time.Duration
 	// Logger gets one line per replay: what, how many and who (the actor
 	// Admin authenticated), never a payload. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
 // Dashboard is the operator's web page at /ui/: counts by state and source,
-// the events at risk first, a filterable event table, an event page with
-// its payload, headers and attempt ledger, and replay buttons. It is
-// server-rendered HTML with no script at all. Every POST is checked against
-// cross-origin requests (CSRF) by http.CrossOriginProtection.
+// the events at risk first, an event table filtered by state, source, type,
+// time and id and paged both ways, an event page with its payload, headers,
+// conflicting payloads and attempt ledger (with what the app answered), and
+// actions: replay one event, retry a pending one now, and replay what a
+// filter selects after a confirmation that shows the count. It is
+// server-rendered HTML; one small script of its own (ui/static/ferry.js,
+// the only script the Content-Security-Policy allows) refreshes the
+// overview. Every POST is checked against cross-origin requests (CSRF) by
+// http.CrossOriginProtection.
 //
 // It has no credentials of its own: serve it through an Admin, on a
 // listener apart from the receiver's.
@@ -70,6 +82,9 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	if opts.PageSize <= 0 {
 		opts.PageSize = 50
 	}
+	if opts.Refresh == 0 {
+		opts.Refresh = DefaultRefresh
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -82,9 +97,12 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	static, _ := fs.Sub(uiFS, "ui/static")
 	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /ui/{$}", d.overview)
+	mux.HandleFunc("GET /ui/live", d.overview)
 	mux.HandleFunc("GET /ui/events/{id}", d.event)
 	mux.HandleFunc("POST /ui/events/{id}/replay", d.replayOne)
-	mux.HandleFunc("POST /ui/replay", d.replayDead)
+	mux.HandleFunc("POST /ui/events/{id}/retry", d.retryNow)
+	mux.HandleFunc("GET /ui/replay", d.replayConfirm)
+	mux.HandleFunc("POST /ui/replay", d.replayMany)
 	d.routes, d.handler = mux, http.NewCrossOriginProtection().Handler(mux)
 	return d, nil
 }
@@ -102,7 +120,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func securityHeaders(h http.Header) {
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
@@ -114,6 +132,8 @@ func parsePages() (*template.Template, error) {
 		"time":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 		"state": func(s ferry.State) string { return string(s) },
 		"count": func(s *ferry.SourceStats, st string) int { return s.States[ferry.State(st)] },
+		"took":  func(a *ferry.Attempt) string { return took(a.FinishedAt.Sub(a.StartedAt)) },
+		"next":  nextAttempt,
 	}).ParseFS(uiFS, "ui/*.html")
 }
 
@@ -122,13 +142,17 @@ type chrome struct {
 	Title   string
 	Actor   string
 	SignOut bool // signed in through the login form, so there is a session to end
+	// Refresh is the overview's refresh period in milliseconds, for
+	// ferry.js; 0 on every other page.
+	Refresh int64
 }
 
 func (c *chrome) frame() *chrome { return c }
 
 type page interface{ frame() *chrome }
 
-// overviewData is what overview.html shows.
+// overviewData is what overview.html shows, and live.html, the part of it
+// ferry.js refreshes.
 type overviewData struct {
 	chrome
 	Stats   *ferry.EventStats
@@ -136,23 +160,106 @@ type overviewData struct {
 	States  []ferry.State
 	Sources []string
 	Events  []*ferry.Event
-	Filter  struct{ State, Source, Q string }
-	Next    string // the next page's query string, or ""
+	Filter  filter
+	Older   string // the older page's URL, or ""
+	Newer   string // the newer page's URL, or ""
+	Replay  string // the bulk replay confirmation of this filter
 	Flash   string
+	Error   string // a filter that cannot be used, said plainly
 	AtRisk  func(*ferry.Event) bool
+}
+
+// filter is what the overview's form selects, as the query string carries
+// it. Times are UTC, in the datetime-local input's format.
+type filter struct {
+	State, Source, Type, Q, From, To string
+}
+
+const filterTime = "2006-01-02T15:04"
+
+func filterOf(v url.Values) filter {
+	return filter{State: v.Get("state"), Source: v.Get("source"), Type: v.Get("type"), Q: v.Get("q"), From: v.Get("from"), To: v.Get("to")}
+}
+
+// values is the filter as a query string's values, empty fields left out.
+func (f filter) values() url.Values {
+	v := url.Values{}
+	for k, x := range map[string]string{"state": f.State, "source": f.Source, "type": f.Type, "q": f.Q, "from": f.From, "to": f.To} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	return v
+}
+
+// url is the overview's URL for the filter plus extra query values.
+func (f filter) url(path string, extra ...string) string {
+	v := f.values()
+	for i := 0; i+1 < len(extra); i += 2 {
+		v.Set(extra[i], extra[i+1])
+	}
+	if len(v) == 0 {
+		return path
+	}
+	return path + "?" + v.Encode()
+}
+
+// times parses From and To.
+func (f filter) times() (since, until time.Time, err error) {
+	for _, t := range []struct {
+		in  string
+		out *time.Time
+		key string
+	}{{f.From, &since, "from"}, {f.To, &until, "to"}} {
+		if t.in == "" {
+			continue
+		}
+		if *t.out, err = time.Parse(filterTime, t.in); err != nil {
+			return since, until, fmt.Errorf("%s %q is not a time like 2026-01-31T09:30 (UTC)", t.key, t.in)
+		}
+	}
+	if !since.IsZero() && !until.IsZero() && until.Before(since) {
+		return since, until, errors.New("to is before from")
+	}
+	return since, until, nil
+}
+
+func (f filter) states() []ferry.State {
+	if st := ferry.State(f.State); st.Valid() {
+		return []ferry.State{st}
+	}
+	return nil
+}
+
+// requeue is the bulk requeue of what the filter selects. Without a state
+// it takes EventRequeue's default, dead and unknown.
+func (f filter) requeue() (*ferry.EventRequeueParams, error) {
+	since, until, err := f.times()
+	if err != nil {
+		return nil, err
+	}
+	return &ferry.EventRequeueParams{Source: f.Source, Type: f.Type, EventIDContains: f.Q, Since: since, Until: until, States: f.states()}, nil
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	data := overviewData{chrome: chrome{Title: "Events"}}
-	data.Filter.State, data.Filter.Source, data.Filter.Q = q.Get("state"), q.Get("source"), q.Get("q")
-	data.Flash = q.Get("flash")
-	params := &ferry.EventListParams{Source: data.Filter.Source, EventIDContains: data.Filter.Q, Limit: d.opts.PageSize}
-	if st := ferry.State(data.Filter.State); st.Valid() {
-		params.States = []ferry.State{st}
+	data := overviewData{chrome: chrome{Title: "Events"}, Filter: filterOf(q), Flash: q.Get("flash")}
+	if d.opts.Refresh > 0 {
+		data.Refresh = d.opts.Refresh.Milliseconds()
+	}
+	params := &ferry.EventListParams{Source: data.Filter.Source, Type: data.Filter.Type, EventIDContains: data.Filter.Q,
+		States: data.Filter.states(), Limit: d.opts.PageSize}
+	var err error
+	if params.Since, params.Until, err = data.Filter.times(); err != nil {
+		data.Error = err.Error()
+		params.Since, params.Until = time.Time{}, time.Time{}
 	}
 	params.Before, _ = strconv.ParseInt(q.Get("before"), 10, 64)
+	params.After, _ = strconv.ParseInt(q.Get("after"), 10, 64)
+	if params.Before > 0 {
+		params.After = 0
+	}
 
 	stats, err := d.opts.Store.EventStats(ctx, &ferry.EventStatsParams{AtRiskAfter: d.opts.AtRiskAfter, AtRiskLimit: 100})
 	if err != nil {
@@ -163,6 +270,14 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		d.fail(w, r, "list events", err)
 		return
+	}
+	if params.After > 0 && list.NextAfter == 0 {
+		// Paged back to the newest: show the first page as it is now, full.
+		params.After = 0
+		if list, err = d.opts.Store.EventList(ctx, params); err != nil {
+			d.fail(w, r, "list events", err)
+			return
+		}
 	}
 	data.Stats, data.States, data.Events = stats, ferry.States, list.Events
 	data.Totals = map[ferry.State]int{}
@@ -178,12 +293,22 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.Sort(data.Sources)
-	if list.NextBefore != 0 {
-		next := url.Values{"state": {data.Filter.State}, "source": {data.Filter.Source}, "q": {data.Filter.Q}, "before": {strconv.FormatInt(list.NextBefore, 10)}}
-		data.Next = next.Encode()
+	if n := len(list.Events); n > 0 {
+		// An After page came from an older one; a Before page from a newer.
+		if list.NextBefore != 0 || params.After > 0 {
+			data.Older = data.Filter.url("/ui/", "before", strconv.FormatInt(list.Events[n-1].ID, 10))
+		}
+		if list.NextAfter != 0 || params.Before > 0 {
+			data.Newer = data.Filter.url("/ui/", "after", strconv.FormatInt(list.Events[0].ID, 10))
+		}
 	}
+	data.Replay = data.Filter.url("/ui/replay")
 	data.AtRisk = d.atRisk(stats.Now)
-	d.render(w, r, "overview.html", &data)
+	page := "overview.html"
+	if r.URL.Path == "/ui/live" {
+		page = "live.html"
+	}
+	d.render(w, r, page, &data)
 }
 
 // atRisk says whether e is at risk at now, as EventStats counts it.
@@ -207,15 +332,31 @@ type eventData struct {
 	Now        time.Time
 	AtRisk     bool
 	Attempts   []*ferry.Attempt
-	Actions    []*ferry.Action
+	Actions    []*ferry.Action // who requeued, replayed or retried it, oldest first
 	Replays    []*ferry.Replay
-	Conflicts  int
+	Conflicts  []conflictView
+	Original   []line // the stored payload, line by line, beside the conflicts
 	Headers    []header
 	Payload    string
 	PayloadLen int
 	Truncated  bool
 	Replayable bool
+	Retryable  bool // pending and not yet due: "retry now" makes it due
 	Flash      string
+}
+
+// conflictView is one conflicting delivery beside the stored payload.
+type conflictView struct {
+	ReceivedAt time.Time
+	Lines      []line
+	Truncated  bool
+}
+
+// line is one line of a pretty-printed payload; Differs marks a line that
+// is not the same in the other payload of a side-by-side pair.
+type line struct {
+	Text    string
+	Differs bool
 }
 
 func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
@@ -260,8 +401,35 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 		Actions: actions, Replays: replays,
 		PayloadLen: len(e.Payload), Flash: r.URL.Query().Get("flash"),
 		Replayable: e.State.Terminal(),
+		Retryable:  e.State == ferry.StatePending && e.NextAttemptAt.After(stats.Now),
 	}
 	data.Payload, data.Truncated = prettyPayload(e.Payload, d.opts.PayloadLimit)
+	if e.Conflicts > 0 {
+		conflicts, err := d.opts.Store.ConflictList(ctx, &ferry.ConflictListParams{ID: id})
+		if err != nil {
+			d.fail(w, r, "list conflicts", err)
+			return
+		}
+		original := strings.Split(data.Payload, "\n")
+		differs := make([]bool, len(original))
+		for _, c := range conflicts {
+			text, cut := prettyPayload(c.Payload, d.opts.PayloadLimit)
+			view := conflictView{ReceivedAt: c.ReceivedAt, Truncated: cut}
+			for i, l := range strings.Split(text, "\n") {
+				diff := i >= len(original) || original[i] != l
+				view.Lines = append(view.Lines, line{Text: l, Differs: diff})
+			}
+			for i := range original {
+				if i >= len(view.Lines) || view.Lines[i].Text != original[i] {
+					differs[i] = true
+				}
+			}
+			data.Conflicts = append(data.Conflicts, view)
+		}
+		for i, l := range original {
+			data.Original = append(data.Original, line{Text: l, Differs: differs[i]})
+		}
+	}
 	for name, values := range e.Headers {
 		for _, v := range values {
 			h := header{Name: name, Value: v}
@@ -325,21 +493,98 @@ func (d *Dashboard) replayOne(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, url.QueryEscape(flash)), http.StatusSeeOther)
 }
 
-func (d *Dashboard) replayDead(w http.ResponseWriter, r *http.Request) {
-	source := r.PostFormValue("source")
-	if source == "" {
-		http.Error(w, "name a source", http.StatusBadRequest)
+// retryNow makes a pending event in backoff due now.
+func (d *Dashboard) retryNow(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		http.NotFound(w, r)
 		return
 	}
 	actor := actorOf(r.Context())
-	n, err := d.requeue(r.Context(), actor, &ferry.EventRequeueParams{Source: source, States: []ferry.State{ferry.StateDead}})
+	ok, err := d.opts.Store.EventRetryNow(r.Context(), &ferry.EventRetryNowParams{ID: id, Actor: actor})
+	if err != nil {
+		d.fail(w, r, "retry now", err)
+		return
+	}
+	flash := "due now: a worker will take it at once"
+	if !ok {
+		flash = "not changed: the event is not waiting for a retry"
+	}
+	d.opts.Logger.Info("ferry: dashboard retry now", "id", id, "changed", ok, "actor", actor)
+	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, url.QueryEscape(flash)), http.StatusSeeOther)
+}
+
+// replayData is what replay.html shows: what a bulk replay would take.
+type replayData struct {
+	chrome
+	Filter filter
+	Hidden map[string]string // the filter, for the confirming POST
+	States []ferry.State     // the states the replay takes
+	Count  int
+	Back   string
+}
+
+// replayConfirm counts what a bulk replay of the filter would take (a dry
+// run of the very requeue) and asks to confirm it.
+func (d *Dashboard) replayConfirm(w http.ResponseWriter, r *http.Request) {
+	f := filterOf(r.URL.Query())
+	params, err := f.requeue()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	params.Actor = actorOf(r.Context()) // a dry run records nothing, but is checked as the real one
+	norm, err := params.Normalize()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	// The replay takes only events that exist now, so the count confirmed
+	// is not outgrown by deliveries that arrive before the click.
+	newest, err := d.opts.Store.EventList(r.Context(), &ferry.EventListParams{Limit: 1})
+	if err != nil {
+		d.fail(w, r, "count replay", err)
+		return
+	}
+	if len(newest.Events) > 0 {
+		params.Before = newest.Events[0].ID + 1
+	}
+	params.DryRun = true
+	n, err := d.requeue(r.Context(), params.Actor, params)
+	if err != nil {
+		d.fail(w, r, "count replay", err)
+		return
+	}
+	data := replayData{chrome: chrome{Title: "Replay"}, Filter: f, Hidden: map[string]string{}, States: norm.States, Count: n, Back: f.url("/ui/")}
+	for k := range f.values() {
+		data.Hidden[k] = f.values().Get(k)
+	}
+	data.Hidden["upto"] = strconv.FormatInt(params.Before, 10)
+	d.render(w, r, "replay.html", &data)
+}
+
+// replayMany replays what the posted filter selects.
+func (d *Dashboard) replayMany(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad form", http.StatusBadRequest)
+		return
+	}
+	f := filterOf(r.PostForm)
+	params, err := f.requeue()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	// upto is the confirmation's bound: events received since are not taken.
+	params.Before, _ = strconv.ParseInt(r.PostFormValue("upto"), 10, 64)
+	actor := actorOf(r.Context())
+	n, err := d.requeue(r.Context(), actor, params)
 	if err != nil {
 		d.fail(w, r, "replay", err)
 		return
 	}
-	d.opts.Logger.Info("ferry: dashboard replay of dead events", "source", source, "replayed", n, "actor", actor)
-	flash := fmt.Sprintf("replayed %d dead events of %s", n, source)
-	http.Redirect(w, r, "/ui/?source="+url.QueryEscape(source)+"&flash="+url.QueryEscape(flash), http.StatusSeeOther)
+	d.opts.Logger.Info("ferry: dashboard bulk replay", "filter", f.values().Encode(), "replayed", n, "actor", actor)
+	http.Redirect(w, r, f.url("/ui/", "flash", fmt.Sprintf("replayed %d events", n)), http.StatusSeeOther)
 }
 
 // requeue is the one place a dashboard action reaches the store, and so
@@ -379,6 +624,30 @@ func renderPage(w http.ResponseWriter, pages *template.Template, log *slog.Logge
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, op string, err error) {
 	d.opts.Logger.Warn("ferry: dashboard: store error", "op", op, "path", r.URL.Path, "err", err)
 	http.Error(w, "the store did not answer: "+op, http.StatusServiceUnavailable)
+}
+
+// took writes an attempt's duration: "85ms", "2.4s", "3m".
+func took(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "–"
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return ago(d)
+}
+
+// nextAttempt says when a pending event runs: "due" or "in 4m".
+func nextAttempt(now time.Time, e *ferry.Event) string {
+	if e.State != ferry.StatePending {
+		return ""
+	}
+	if !e.NextAttemptAt.After(now) {
+		return "due"
+	}
+	return "in " + ago(e.NextAttemptAt.Sub(now))
 }
 
 // ago writes a duration the way an operator reads it: "3d 4h", "12m".

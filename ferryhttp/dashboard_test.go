@@ -3,12 +3,14 @@ package ferryhttp_test
 import (
 	"context"
 	"encoding/base64"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -133,8 +135,8 @@ func TestDashboardPages(t *testing.T) {
 	if !strings.Contains(atRisk, "evt_old") || strings.Contains(atRisk, "evt_dead") {
 		t.Errorf("the at-risk section must list evt_old, and only it:\n%s", atRisk)
 	}
-	if !strings.Contains(rest, "Replay all 1 dead") || !strings.Contains(rest, `id="next-page"`) {
-		t.Errorf("overview lacks the bulk replay button or pagination:\n%s", rest)
+	if !strings.Contains(rest, `href="/ui/replay?source=stripe&amp;state=dead"`) || !strings.Contains(rest, "Replay 1 dead") {
+		t.Errorf("overview lacks the bulk replay link of the dead:\n%s", rest)
 	}
 
 	_, body = get(t, newReq(t, "GET", b.server.URL+"/ui/?state=dead", nil))
@@ -210,11 +212,19 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 	req = newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	if code, body := get(t, req); code != 200 || !strings.Contains(body, "replayed 0 dead events of stripe") {
+	if code, body := get(t, req); code != 200 || !strings.Contains(body, "replayed 0 events") {
 		t.Errorf("bulk replay: %d\n%s", code, body)
 	}
-	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard replay of dead events" source=stripe replayed=0 actor=anonymous`) {
+	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard bulk replay" filter="source=stripe" replayed=0 actor=anonymous`) {
 		t.Errorf("the bulk replay's log line must name the actor:\n%s", logs)
+	}
+	for _, path := range []string{"/ui/replay", "/ui/events/" + itoa(b.ids["gh_1"]) + "/retry"} {
+		req = newReq(t, "POST", b.server.URL+path, strings.NewReader("source=stripe"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		if code, _ := get(t, req); code != http.StatusForbidden {
+			t.Errorf("cross-site POST %s: %d, want 403", path, code)
+		}
 	}
 }
 
@@ -453,3 +463,354 @@ func TestAdminSessionExpiresAndSecure(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// page GETs a dashboard path and fails the test on anything but 200.
+func page(t *testing.T, b *dashBundle, path string) string {
+	t.Helper()
+	code, body := get(t, newReq(t, "GET", b.server.URL+path, nil))
+	if code != 200 {
+		t.Fatalf("GET %s: %d\n%s", path, code, body)
+	}
+	return body
+}
+
+// link returns the href of the element with the given id, as a browser
+// reads it (HTML entities decoded), or "" if there is none.
+func link(body, id string) string {
+	_, rest, ok := strings.Cut(body, `id="`+id+`"`)
+	if !ok {
+		return ""
+	}
+	// The href precedes the id in our templates: search back from it.
+	start := strings.LastIndex(body[:len(body)-len(rest)], `href="`)
+	if start < 0 {
+		return ""
+	}
+	href, _, _ := strings.Cut(body[start+len(`href="`):], `"`)
+	return html.UnescapeString(href)
+}
+
+// listed returns the event ids of the overview's event table, in order.
+func listed(body string) []string {
+	_, table, _ := strings.Cut(body, `id="event-table"`)
+	table, _, _ = strings.Cut(table, "</table>")
+	var ids []string
+	for _, part := range strings.Split(table, `class="event-link">`)[1:] {
+		id, _, _ := strings.Cut(part, "<")
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// TestDashboardPaging follows the pager's links as a browser does: older
+// to the last page and newer back to the first, keeping the filter.
+func TestDashboardPaging(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{PageSize: 1}, ferryhttp.AdminOptions{})
+
+	var pages [][]string
+	body := page(t, b, "/ui/")
+	if link(body, "newer-page") != "" {
+		t.Error("the first page links to a newer one")
+	}
+	for {
+		pages = append(pages, listed(body))
+		older := link(body, "next-page")
+		if older == "" {
+			break
+		}
+		if len(pages) > 5 {
+			t.Fatalf("older links do not end: %v", pages)
+		}
+		body = page(t, b, older)
+	}
+	if want := [][]string{{"gh_1"}, {"evt_dead"}, {"evt_old"}}; !slices.EqualFunc(pages, want, slices.Equal) {
+		t.Fatalf("older pages = %v, want %v", pages, want)
+	}
+	var back [][]string
+	for newer := link(body, "newer-page"); newer != ""; newer = link(body, "newer-page") {
+		body = page(t, b, newer)
+		back = append(back, listed(body))
+		if len(back) > 5 {
+			t.Fatalf("newer links do not end: %v", back)
+		}
+	}
+	if want := [][]string{{"evt_dead"}, {"gh_1"}}; !slices.EqualFunc(back, want, slices.Equal) {
+		t.Fatalf("newer pages = %v, want %v", back, want)
+	}
+
+	body = page(t, b, "/ui/?source=stripe")
+	older := link(body, "next-page")
+	if !strings.Contains(older, "source=stripe") {
+		t.Fatalf("the older link drops the filter: %q", older)
+	}
+	if got := listed(page(t, b, older)); !slices.Equal(got, []string{"evt_old"}) {
+		t.Errorf("stripe's second page = %v, want [evt_old]", got)
+	}
+}
+
+// TestDashboardFilters: type, received from/to and id select what the
+// table lists; a time that is not one is said, not ignored silently.
+func TestDashboardFilters(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	if _, err := b.store.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "stripe", EventID: "ch_1", Type: "charge.failed"}); err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04")
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"type=charge.failed", []string{"ch_1"}},
+		{"type=invoice.paid&source=stripe", []string{"evt_dead", "evt_old"}},
+		{"to=" + hourAgo, []string{"evt_old"}},
+		{"from=" + hourAgo, []string{"ch_1", "gh_1", "evt_dead"}},
+		{"from=" + hourAgo + "&type=invoice.paid&q=evt", []string{"evt_dead"}},
+	} {
+		if got := listed(page(t, b, "/ui/?"+tc.query)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s lists %v, want %v", tc.query, got, tc.want)
+		}
+	}
+	if body := page(t, b, "/ui/?from=yesterday"); !strings.Contains(body, `id="filter-error"`) || !strings.Contains(body, "yesterday") {
+		t.Errorf("a bad time is not reported:\n%s", body)
+	}
+}
+
+// TestDashboardBulkReplay: the confirmation counts what the filter selects
+// and changes nothing; its POST replays exactly that.
+func TestDashboardBulkReplay(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	ctx := context.Background()
+
+	body := page(t, b, "/ui/replay?source=stripe&state=dead")
+	if !strings.Contains(body, `id="replay-count">1 event matches`) || !strings.Contains(body, `name="source" value="stripe"`) || !strings.Contains(body, `name="state" value="dead"`) {
+		t.Fatalf("confirmation:\n%s", body)
+	}
+	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StateDead {
+		t.Fatalf("the confirmation changed the event to %s", e.State)
+	}
+	if body := page(t, b, "/ui/replay?state=pending"); !strings.Contains(body, "No event this filter selects can be replayed") || strings.Contains(body, `id="replay-confirm"`) {
+		t.Errorf("a filter of live events offers a replay:\n%s", body)
+	}
+
+	_, upto, ok := strings.Cut(body, `name="upto" value="`)
+	upto, _, _ = strings.Cut(upto, `"`)
+	if !ok || upto == "" {
+		t.Fatalf("the confirmation does not bound the replay:\n%s", body)
+	}
+
+	// A dead event received after the confirmation is not replayed by it.
+	res, err := b.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := b.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 10, TTL: time.Minute, Sources: []string{"stripe"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims {
+		if _, err := b.store.EventFail(ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Dead: c.Event.ID == res.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe&state=dead&upto="+upto))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	if code, body := get(t, req); code != 200 || !strings.Contains(body, "replayed 1 events") {
+		t.Fatalf("bulk replay: %d\n%s", code, body)
+	}
+	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StatePending {
+		t.Errorf("after the bulk replay evt_dead is %s, want pending", e.State)
+	}
+	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: res.ID}); e.State != ferry.StateDead {
+		t.Errorf("an event that died after the confirmation was replayed: %s", e.State)
+	}
+	body = page(t, b, "/ui/events/"+itoa(b.ids["evt_dead"]))
+	if _, actions, _ := strings.Cut(body, `id="actions"`); !strings.Contains(actions, "<td>requeue</td><td>anonymous</td>") {
+		t.Errorf("the event's actions do not say who replayed it:\n%s", actions)
+	}
+}
+
+// TestDashboardRetryNow: a pending event in backoff offers "retry now",
+// which makes it due at once; an event already due is left alone.
+func TestDashboardRetryNow(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	ctx := context.Background()
+	id := b.ids["gh_1"]
+	claims, err := b.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute, Sources: []string{"github"}})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim: %v %v", claims, err)
+	}
+	if _, err := b.store.EventFail(ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Error: "app 503", RetryDelay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if body := page(t, b, "/ui/events/"+itoa(id)); !strings.Contains(body, `id="retry-now"`) || !strings.Contains(body, "(in 59m)") {
+		t.Fatalf("an event in backoff has no retry now button or next attempt:\n%s", body)
+	}
+	retry := func() string {
+		req := newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(id)+"/retry", nil)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		code, body := get(t, req)
+		if code != 200 {
+			t.Fatalf("retry now: %d", code)
+		}
+		return body
+	}
+	if body := retry(); !strings.Contains(body, "due now") || strings.Contains(body, `id="retry-now"`) {
+		t.Errorf("after retry now:\n%s", body)
+	}
+	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: id}); e.State != ferry.StatePending || e.NextAttemptAt.After(time.Now()) {
+		t.Errorf("after retry now: %s, next attempt %v; want pending and due", e.State, e.NextAttemptAt)
+	}
+	if body := retry(); !strings.Contains(body, "not changed") {
+		t.Errorf("retry now of a due event:\n%s", body)
+	}
+	// Who did it is on the page, from the action ledger.
+	body := page(t, b, "/ui/events/"+itoa(id))
+	if _, actions, _ := strings.Cut(body, `id="actions"`); !strings.Contains(actions, "<td>retry_now</td><td>anonymous</td>") {
+		t.Errorf("the event's actions do not say who retried it:\n%s", actions)
+	}
+	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard retry now" id=`+itoa(id)+` changed=true actor=anonymous`) {
+		t.Errorf("retry now's log line:\n%s", logs)
+	}
+}
+
+// TestDashboardAttemptResponses runs the forwarder against a real app:
+// each attempt's HTTP status, duration and first bytes of the answer reach
+// the event page, through the client and the store.
+func TestDashboardAttemptResponses(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	ctx := context.Background()
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Ferry-Event-Id") == "ord_bad" {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			io.WriteString(w, `{"error":"unknown customer <cus_9>"}`+strings.Repeat(" pad", 300))
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "created")
+	}))
+	t.Cleanup(app.Close)
+	fwd, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: app.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]int64{}
+	for _, id := range []string{"ord_bad", "ord_ok"} {
+		res, err := b.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "shop", EventID: id, Payload: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = res.ID
+	}
+	client, err := ferry.NewClient(&ferry.Config{Store: b.store, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Handle("shop", fwd.Handle)
+	if err := client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Stop(context.Background()) })
+	waitState(t, b, ids["ord_bad"], ferry.StateDead)
+	waitState(t, b, ids["ord_ok"], ferry.StateDone)
+
+	body := page(t, b, "/ui/events/"+itoa(ids["ord_bad"]))
+	_, row, _ := strings.Cut(body, `id="attempts"`)
+	for _, want := range []string{`<span class="http-bad">422</span>`, `{&#34;error&#34;:&#34;unknown customer &lt;cus_9&gt;&#34;}`, "ms</td>"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("the failed attempt lacks %q:\n%s", want, row)
+		}
+	}
+	attempts, _ := b.store.AttemptList(ctx, &ferry.AttemptListParams{ID: ids["ord_bad"]})
+	if len(attempts) != 1 || len(attempts[0].Response) != ferry.ResponseLimit {
+		t.Errorf("the ledger keeps %d bytes of the response, want the first %d", len(attempts[0].Response), ferry.ResponseLimit)
+	}
+	body = page(t, b, "/ui/events/"+itoa(ids["ord_ok"]))
+	if _, row, _ := strings.Cut(body, `id="attempts"`); !strings.Contains(row, `<span class="http-ok">201</span>`) || !strings.Contains(row, "<code>created</code>") {
+		t.Errorf("the completed attempt lacks its 201 and response:\n%s", row)
+	}
+}
+
+// waitState reads the store until the event is in state; a generous
+// ceiling only a bug reaches.
+func waitState(t *testing.T, b *dashBundle, id int64, want ferry.State) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		e, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{ID: id})
+		if err == nil && e.State == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("event %d: %v, want %s", id, err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDashboardConflicts shows a conflicting delivery beside the stored
+// payload, with the lines that differ marked.
+func TestDashboardConflicts(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	res, err := b.store.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_dead", Type: "invoice.paid",
+		Payload: []byte(`{"id":"evt_dead","customer":{"name":"Eve"}}`)})
+	if err != nil || res.Outcome != ferry.ReceiveConflict {
+		t.Fatalf("second delivery: %+v %v", res, err)
+	}
+	body := page(t, b, "/ui/events/"+itoa(b.ids["evt_dead"]))
+	_, side, ok := strings.Cut(body, `id="conflict-0"`)
+	if !ok {
+		t.Fatalf("no conflict shown:\n%s", body)
+	}
+	for _, want := range []string{`<span class="line differs">    &#34;name&#34;: &#34;Ada&#34;</span>`, `<span class="line differs">    &#34;name&#34;: &#34;Eve&#34;</span>`, `<span class="line">  &#34;id&#34;: &#34;evt_dead&#34;,</span>`} {
+		if !strings.Contains(side, want) {
+			t.Errorf("side by side lacks %s:\n%s", want, side)
+		}
+	}
+}
+
+// TestDashboardLive: /ui/live is the part of the overview ferry.js swaps
+// in, behind the same credentials; the script is served from the embed and
+// is the only one the CSP allows.
+func TestDashboardLive(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{Token: "live-token"})
+	req := newReq(t, "GET", b.server.URL+"/ui/live?state=dead", nil)
+	if res := do(t, req); res.StatusCode != http.StatusSeeOther {
+		t.Errorf("anonymous /ui/live: %d, want 303 to the login", res.StatusCode)
+	}
+	req = newReq(t, "GET", b.server.URL+"/ui/live?state=dead", nil)
+	req.Header.Set("Authorization", "Bearer live-token")
+	code, body := get(t, req)
+	if code != 200 || !strings.Contains(body, `id="at-risk"`) || !strings.Contains(body, `id="counts"`) || !strings.Contains(body, `id="event-list"`) || strings.Contains(body, "<html") {
+		t.Fatalf("live fragment: %d\n%s", code, body)
+	}
+	if got := listed(body); !slices.Equal(got, []string{"evt_dead"}) {
+		t.Errorf("the fragment ignores the filter: %v", got)
+	}
+	req = newReq(t, "GET", b.server.URL+"/ui/", nil)
+	req.Header.Set("Authorization", "Bearer live-token")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overview, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
+		t.Errorf("CSP = %q", csp)
+	}
+	if !strings.Contains(string(overview), `<script src="/ui/static/ferry.js" defer></script>`) || !strings.Contains(string(overview), `data-refresh="5000"`) {
+		t.Errorf("the overview does not load its script:\n%s", overview)
+	}
+	code, js := get(t, newReq(t, "GET", b.server.URL+"/ui/static/ferry.js", nil))
+	if code != 200 || !strings.Contains(js, `"/ui/live"`) {
+		t.Errorf("ferry.js: %d", code)
+	}
+}

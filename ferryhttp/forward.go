@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/provider"
 )
@@ -29,6 +31,12 @@ type ForwarderOptions struct {
 	Client *http.Client
 	// Now is the clock for the signature timestamp. Defaults to time.Now.
 	Now func() time.Time
+	// TracerProvider, if set, makes each request a client span, a child of
+	// the handler's context (the attempt's span, when the Client traces),
+	// and sends its W3C traceparent and tracestate to the app, so the app's
+	// own spans join the trace. The URL is recorded without its query.
+	// Defaults to none: no span, no trace header.
+	TracerProvider trace.TracerProvider
 }
 
 // Forwarder is the service's ready-made handler: it POSTs the original body
@@ -38,7 +46,9 @@ type ForwarderOptions struct {
 //
 // 408, 409, 425, 429, 5xx and network errors are retried (a Retry-After is
 // honoured); any other answer is permanent and the event goes dead with the
-// status and the start of the response recorded.
+// status and the start of the response recorded. Every answer's status and
+// first ferry.ResponseLimit bytes go to the attempt ledger
+// (ferry.Delivery.SetResponse).
 type Forwarder struct {
 	opts   ForwarderOptions
 	signer *provider.StandardWebhooksSigner // nil without a Secret
@@ -58,6 +68,9 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 	}
 	if f.opts.Now == nil {
 		f.opts.Now = time.Now
+	}
+	if opts.TracerProvider != nil {
+		f.opts.Client = tracedClient(f.opts.Client, opts.TracerProvider)
 	}
 	if opts.Secret != "" {
 		signer, err := provider.NewStandardWebhooksSigner(provider.Options{Secrets: []string{opts.Secret}, Now: f.opts.Now})
@@ -111,8 +124,11 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 		return fmt.Errorf("forward: POST: %w", err)
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, ferry.ResponseLimit))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
+	// The ledger keeps the app's answer beside the attempt: its status and
+	// first bytes, which are the app's own words, never Ferry's secret.
+	d.SetResponse(resp.StatusCode, snippet)
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil

@@ -9,7 +9,8 @@ import (
 )
 
 // EventCompleteMany completes every lease that still holds in one statement
-// (one round trip, one commit): the leases go as two arrays, and the
+// (one round trip, one commit): the leases and their responses go as
+// arrays, and the
 // statement returns the ones it found lost. See ferry.Store.
 func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
 	if err := params.Validate(); err != nil {
@@ -20,13 +21,20 @@ func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventComple
 	}
 	ids := make([]int64, len(params.Leases))
 	attempts := make([]int32, len(params.Leases))
+	statuses := make([]int32, len(params.Leases))
+	responses := make([]string, len(params.Leases))
 	for i, l := range params.Leases {
 		ids[i], attempts[i] = l.ID, int32(l.Attempt)
+		if len(params.Responses) > 0 {
+			statuses[i], responses[i] = int32(params.Responses[i].HTTPStatus), params.Responses[i].Body
+		}
 	}
 	rows, _ := s.pool.Query(ctx, eventCompleteManySQL, pgx.NamedArgs{
-		"now":      s.nowArg(),
-		"ids":      ids,
-		"attempts": attempts,
+		"now":           s.nowArg(),
+		"ids":           ids,
+		"attempts":      attempts,
+		"http_statuses": statuses,
+		"responses":     responses,
 	})
 	lost, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ferry.Lease, error) {
 		var l ferry.Lease

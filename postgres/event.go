@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,8 +80,11 @@ func (s *Store) complete(ctx context.Context, q querier, params *ferry.EventComp
 	if err := params.Validate(); err != nil {
 		return wrap("event complete", err)
 	}
+	args := leaseArgs(s, params.Lease)
+	args["http_status"] = params.Response.HTTPStatus
+	args["response"] = params.Response.Body
 	var id int64
-	err := q.QueryRow(ctx, eventCompleteSQL, leaseArgs(s, params.Lease)).Scan(&id)
+	err := q.QueryRow(ctx, eventCompleteSQL, args).Scan(&id)
 	return fenceError("event complete", err)
 }
 
@@ -94,6 +98,8 @@ func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (f
 	args["max_attempts"] = params.MaxAttempts
 	args["max_age_us"] = micros(params.MaxAge)
 	args["dead"] = params.Dead
+	args["http_status"] = params.Response.HTTPStatus
+	args["response"] = params.Response.Body
 	var state string
 	if err := s.pool.QueryRow(ctx, eventFailSQL, args).Scan(&state); err != nil {
 		return "", fenceError("event fail", err)
@@ -137,20 +143,15 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		return nil, wrap("event list", err)
 	}
 	limit := params.Limit
-	var since any
-	if !params.Since.IsZero() {
-		since = params.Since
-	}
-	var like string
-	if params.EventIDContains != "" {
-		like = "%" + escapeLike(params.EventIDContains) + "%"
-	}
 	rows, _ := s.pool.Query(ctx, eventListSQL, pgx.NamedArgs{
 		"source":        params.Source,
+		"type":          params.Type,
 		"states":        stateStrings(params.States),
-		"since":         since,
-		"event_id_like": like,
+		"since":         timeArg(params.Since),
+		"until":         timeArg(params.Until),
+		"event_id_like": likeArg(params.EventIDContains),
 		"before":        params.Before,
+		"after":         params.After,
 		"limit":         limit + 1, // one more tells whether a next page exists
 	})
 	listed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[eventRow])
@@ -158,18 +159,40 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		return nil, wrap("event list", err)
 	}
 	result := &ferry.EventListResult{Events: make([]*ferry.Event, 0, min(len(listed), limit))}
-	for i, row := range listed {
-		if i == limit {
-			result.NextBefore = result.Events[limit-1].ID
-			break
-		}
+	for _, row := range listed[:min(len(listed), limit)] {
 		event, err := row.event()
 		if err != nil {
 			return nil, wrap("event list", err)
 		}
 		result.Events = append(result.Events, event)
 	}
+	if len(listed) > limit {
+		if params.After > 0 {
+			result.NextAfter = result.Events[limit-1].ID
+		} else {
+			result.NextBefore = result.Events[limit-1].ID
+		}
+	}
+	if params.After > 0 {
+		slices.Reverse(result.Events) // listed oldest first; shown newest first
+	}
 	return result, nil
+}
+
+// timeArg is NULL for the zero time, which the queries read as unbounded.
+func timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// likeArg is the LIKE pattern of a literal substring; "" matches all.
+func likeArg(contains string) string {
+	if contains == "" {
+		return ""
+	}
+	return "%" + escapeLike(contains) + "%"
 }
 
 func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeueParams) (int, error) {
@@ -180,19 +203,47 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	if len(params.States) == 0 {
 		return 0, nil
 	}
+	args := pgx.NamedArgs{
+		"now":           s.nowArg(),
+		"states":        stateStrings(params.States),
+		"ids":           nonNil(params.IDs),
+		"source":        params.Source,
+		"type":          params.Type,
+		"since":         timeArg(params.Since),
+		"until":         timeArg(params.Until),
+		"event_id_like": likeArg(params.EventIDContains),
+		"before":        params.Before,
+		"action":        params.Action(),
+		"actor":         params.Actor,
+	}
 	var count int
-	err = s.pool.QueryRow(ctx, eventRequeueSQL, pgx.NamedArgs{
-		"now":    s.nowArg(),
-		"states": stateStrings(params.States),
-		"ids":    nonNil(params.IDs),
-		"source": params.Source,
-		"action": params.Action(),
-		"actor":  params.Actor,
-	}).Scan(&count)
+	if !params.DryRun {
+		err = s.pool.QueryRow(ctx, eventRequeueSQL, args).Scan(&count)
+		return count, wrap("event requeue", err)
+	}
+	// A dry run is the same statement, rolled back: the count is exactly
+	// what a requeue would take, and no notification leaves the rollback.
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, wrap("event requeue", err)
 	}
-	return count, nil
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	err = tx.QueryRow(ctx, eventRequeueSQL, args).Scan(&count)
+	return count, wrap("event requeue", err)
+}
+
+func (s *Store) EventRetryNow(ctx context.Context, params *ferry.EventRetryNowParams) (bool, error) {
+	if err := params.Validate(); err != nil {
+		return false, wrap("event retry now", err)
+	}
+	var id int64
+	err := s.pool.QueryRow(ctx, eventRetryNowSQL, pgx.NamedArgs{
+		"now": s.nowArg(), "id": params.ID, "action": ferry.ActionRetryNow, "actor": params.Actor,
+	}).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, wrap("event retry now", err)
 }
 
 func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) (int, error) {
@@ -223,10 +274,16 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 			finished *time.Time
 			outcome  string
 			errText  *string
+			status   *int
+			response *string
 		)
-		if err := row.Scan(&a.EventID, &a.Attempt, &a.Worker, &a.StartedAt, &finished, &outcome, &errText); err != nil {
+		if err := row.Scan(&a.EventID, &a.Attempt, &a.Worker, &a.StartedAt, &finished, &outcome, &errText, &status, &response); err != nil {
 			return nil, err
 		}
+		if status != nil {
+			a.HTTPStatus = *status
+		}
+		a.Response = deref(response)
 		a.StartedAt = a.StartedAt.UTC()
 		a.FinishedAt = utc(finished)
 		a.Outcome = ferry.Outcome(outcome)
@@ -353,11 +410,11 @@ type eventRow struct {
 	LastError        *string    `db:"last_error"`
 	RequeuedAt       *time.Time `db:"requeued_at"`
 	Replays          int        `db:"replays"`
+	Traceparent      *string    `db:"traceparent"`
+	Tracestate       *string    `db:"tracestate"`
 	// Columns of migration 002 that no Event field shows yet; named so that
 	// SELECT * scans.
-	Origin      string  `db:"origin"`
-	Traceparent *string `db:"traceparent"`
-	Tracestate  *string `db:"tracestate"`
+	Origin string `db:"origin"`
 }
 
 // claimRow is a claimed event with what the claim learned about the attempt
@@ -396,6 +453,8 @@ func (r *eventRow) event() (*ferry.Event, error) {
 		LastError:        deref(r.LastError),
 		RequeuedAt:       utc(r.RequeuedAt),
 		Origin:           ferry.Origin(r.Origin),
+		Traceparent:      deref(r.Traceparent),
+		Tracestate:       deref(r.Tracestate),
 	}, nil
 }
 

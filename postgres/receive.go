@@ -40,7 +40,9 @@ type receiveArgs struct {
 	headers              []byte   // JSON, nil (NULL) when there are none
 	sum                  [32]byte // payload's SHA-256
 	origin               string
-	replayWindowUS       int64 // 0: replay detection off
+	replayWindowUS       int64  // 0: replay detection off
+	traceparent          string // "" is stored as NULL
+	tracestate           string
 }
 
 // lockKey is the advisory lock key of the receipt's (source, body): a
@@ -75,6 +77,8 @@ func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
 		origin:  string(params.Origin.OrDelivery()),
 
 		replayWindowUS: micros(params.ReplayWindow),
+		traceparent:    params.Traceparent,
+		tracestate:     params.Tracestate,
 	}, nil
 }
 
@@ -228,11 +232,13 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		counts, firstConflicts   = make([]int32, n), make([]int32, n)
 		firsts                   []int // position in order of each key's first delivery
 	)
+	traceparents, tracestates := make([]string, n), make([]string, n)
 	for pos, i := range order {
 		r := reqs[i]
 		sources[pos], eventIDs[pos], types[pos] = r.source, r.eventID, r.typ
 		payloads[pos], sums[pos], headers[pos] = r.payload, r.sum[:], r.headers
 		origins[pos] = r.origin
+		traceparents[pos], tracestates[pos] = r.traceparent, r.tracestate
 		if f := len(firsts) - 1; f >= 0 && sameKey(reqs[order[firsts[f]]], r) {
 			counts[firsts[f]]++
 			if r.sum != reqs[order[firsts[f]]].sum {
@@ -255,6 +261,8 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		"n":               counts,
 		"first_conflicts": firstConflicts,
 		"origin":          origins,
+		"traceparent":     traceparents,
+		"tracestate":      tracestates,
 	})
 	// One row per key, in the order of firsts. Outcomes are only handed out
 	// once the rows are closed without error: the statement has committed.
@@ -333,6 +341,8 @@ func (r *receiveArgs) namedArgs(now any) pgx.NamedArgs {
 		"origin":         r.origin,
 
 		"replay_window_us": r.replayWindowUS,
+		"traceparent":      r.traceparent,
+		"tracestate":       r.tracestate,
 	}
 }
 

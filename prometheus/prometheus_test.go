@@ -28,20 +28,28 @@ import (
 
 const secret = "whsec_metrics_test"
 
+// newStore opens a migrated SQLite store in a temporary directory, closed
+// when the test ends; now is its clock (nil: time.Now).
+func newStore(t *testing.T, now func() time.Time) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestScriptedRun drives a real receiver and a real client against a SQLite
 // store, then reads /metrics from a real server and checks every series.
 func TestScriptedRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := storetest.NewClock()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t, clock.Now)
 
 	reg := prom.NewRegistry()
 	sources := []string{"stripe", "github"}
@@ -191,13 +199,7 @@ func TestScriptedRun(t *testing.T) {
 // store cannot be read.
 func TestStatsDown(t *testing.T) {
 	t.Parallel()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t, nil)
 	store.Close() // every read now fails
 	reg := prom.NewRegistry()
 	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: store, Sources: []string{"stripe"}}))

@@ -23,7 +23,7 @@ const (
 // captured delivery can be replayed; deduplication on the delivery id is
 // what makes a replay harmless.
 type GitHub struct {
-	keys [][]byte
+	v bodyHMAC
 }
 
 var _ ferry.Verifier = (*GitHub)(nil)
@@ -34,25 +34,46 @@ func NewGitHub(opts Options) (*GitHub, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &GitHub{keys: cfg.keys}, nil
+	return &GitHub{v: bodyHMAC{
+		name: "github", keys: cfg.keys,
+		signatureHeader: GitHubSignatureHeader, prefix: "sha256=", encoding: EncodingHex,
+		idHeader: GitHubDeliveryHeader, typeHeader: GitHubEventHeader,
+	}}, nil
 }
 
 // Verify implements ferry.Verifier.
 func (g *GitHub) Verify(header http.Header, body []byte) (*ferry.Verified, error) {
-	value := header.Get(GitHubSignatureHeader)
+	return g.v.verify(header, body)
+}
+
+// bodyHMAC checks an HMAC-SHA256 of the body alone, carried in one header,
+// and reads the event id and type from two others: GitHub's and Shopify's
+// scheme, which differ only in names and encoding.
+type bodyHMAC struct {
+	name            string // in errors: "github", "shopify"
+	keys            [][]byte
+	signatureHeader string
+	prefix          string // before the encoded MAC, e.g. "sha256="
+	encoding        Encoding
+	idHeader        string
+	typeHeader      string
+}
+
+func (b *bodyHMAC) verify(header http.Header, body []byte) (*ferry.Verified, error) {
+	value := header.Get(b.signatureHeader)
 	if value == "" {
-		return nil, verifyErr("github", ferry.ErrNoSignature, "")
+		return nil, verifyErr(b.name, ferry.ErrNoSignature, "")
 	}
-	mac, err := decodeSignature(value, "sha256=", EncodingHex, sha256.Size)
+	mac, err := decodeSignature(value, b.prefix, b.encoding, sha256.Size)
 	if err != nil {
-		return nil, verifyErr("github", ferry.ErrMalformedSignature, err.Error())
+		return nil, verifyErr(b.name, ferry.ErrMalformedSignature, err.Error())
 	}
-	if !signedByAny(sha256.New, g.keys, [][]byte{mac}, body) {
-		return nil, verifyErr("github", ferry.ErrBadSignature, "")
+	if !signedByAny(sha256.New, b.keys, [][]byte{mac}, body) {
+		return nil, verifyErr(b.name, ferry.ErrBadSignature, "")
 	}
-	id := header.Get(GitHubDeliveryHeader)
+	id := header.Get(b.idHeader)
 	if id == "" {
-		return nil, verifyErr("github", ferry.ErrNoEventID, "no "+GitHubDeliveryHeader)
+		return nil, verifyErr(b.name, ferry.ErrNoEventID, "no "+b.idHeader)
 	}
-	return &ferry.Verified{EventID: id, Type: header.Get(GitHubEventHeader)}, nil
+	return &ferry.Verified{EventID: id, Type: header.Get(b.typeHeader)}, nil
 }

@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"crypto/sha256"
 	"net/http"
 
 	"github.com/ferry-inbox/ferry"
@@ -23,7 +22,7 @@ const (
 // underlying event across subscriptions, is not the dedupe key; the receiver
 // can keep it as a stored header.
 type Shopify struct {
-	keys [][]byte
+	v bodyHMAC
 }
 
 var _ ferry.Verifier = (*Shopify)(nil)
@@ -34,25 +33,14 @@ func NewShopify(opts Options) (*Shopify, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Shopify{keys: cfg.keys}, nil
+	return &Shopify{v: bodyHMAC{
+		name: "shopify", keys: cfg.keys,
+		signatureHeader: ShopifySignatureHeader, encoding: EncodingBase64,
+		idHeader: ShopifyWebhookIDHeader, typeHeader: ShopifyTopicHeader,
+	}}, nil
 }
 
 // Verify implements ferry.Verifier.
 func (s *Shopify) Verify(header http.Header, body []byte) (*ferry.Verified, error) {
-	value := header.Get(ShopifySignatureHeader)
-	if value == "" {
-		return nil, verifyErr("shopify", ferry.ErrNoSignature, "")
-	}
-	mac, err := decodeSignature(value, "", EncodingBase64, sha256.Size)
-	if err != nil {
-		return nil, verifyErr("shopify", ferry.ErrMalformedSignature, err.Error())
-	}
-	if !signedByAny(sha256.New, s.keys, [][]byte{mac}, body) {
-		return nil, verifyErr("shopify", ferry.ErrBadSignature, "")
-	}
-	id := header.Get(ShopifyWebhookIDHeader)
-	if id == "" {
-		return nil, verifyErr("shopify", ferry.ErrNoEventID, "no "+ShopifyWebhookIDHeader)
-	}
-	return &ferry.Verified{EventID: id, Type: header.Get(ShopifyTopicHeader)}, nil
+	return s.v.verify(header, body)
 }

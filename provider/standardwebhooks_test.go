@@ -26,6 +26,31 @@ const (
 // secret produces.
 const wrongSig = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
 
+// vectorVerifier is a Standard Webhooks verifier for secret whose clock
+// reads now.
+func vectorVerifier(t *testing.T, secret string, now time.Time) *provider.StandardWebhooks {
+	t.Helper()
+	v, err := provider.NewStandardWebhooks(provider.Options{
+		Secrets: []string{secret},
+		Now:     func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// vectorHeader carries the published vector's id and timestamp and sig,
+// under the header names prefix-id, prefix-timestamp, prefix-signature
+// (prefix "webhook" or "svix").
+func vectorHeader(prefix, sig string) http.Header {
+	h := http.Header{}
+	h.Set(prefix+"-id", swVectorID)
+	h.Set(prefix+"-timestamp", "1614265330")
+	h.Set(prefix+"-signature", sig)
+	return h
+}
+
 func TestStandardWebhooksPublishedVector(t *testing.T) {
 	t.Parallel()
 
@@ -40,18 +65,8 @@ func TestStandardWebhooksPublishedVector(t *testing.T) {
 
 	// Both secret spellings, prefixed and bare.
 	for _, secret := range []string{swVectorSecret, swVectorSecret[len("whsec_"):]} {
-		v, err := provider.NewStandardWebhooks(provider.Options{
-			Secrets: []string{secret},
-			Now:     func() time.Time { return signedAt.Add(time.Minute) },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := http.Header{}
-		h.Set("webhook-id", swVectorID)
-		h.Set("webhook-timestamp", "1614265330")
-		h.Set("webhook-signature", swVectorSignature)
-		got, err := v.Verify(h, []byte(swVectorPayload))
+		v := vectorVerifier(t, secret, signedAt.Add(time.Minute))
+		got, err := v.Verify(vectorHeader("webhook", swVectorSignature), []byte(swVectorPayload))
 		if err != nil || got.EventID != swVectorID || got.Type != "" {
 			t.Fatalf("Verify with %q = %+v, %v", secret, got, err)
 		}
@@ -120,25 +135,12 @@ func TestStandardWebhooks(t *testing.T) {
 func TestStandardWebhooksForgedEntryBesidePublishedVector(t *testing.T) {
 	t.Parallel()
 
-	v, err := provider.NewStandardWebhooks(provider.Options{
-		Secrets: []string{swVectorSecret},
-		Now:     func() time.Time { return time.Unix(swVectorTimestamp, 0) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	header := func(sig string) http.Header {
-		h := http.Header{}
-		h.Set("webhook-id", swVectorID)
-		h.Set("webhook-timestamp", "1614265330")
-		h.Set("webhook-signature", sig)
-		return h
-	}
-	got, err := v.Verify(header("v1,Zm9yZ2Vk "+swVectorSignature), []byte(swVectorPayload))
+	v := vectorVerifier(t, swVectorSecret, time.Unix(swVectorTimestamp, 0))
+	got, err := v.Verify(vectorHeader("webhook", "v1,Zm9yZ2Vk "+swVectorSignature), []byte(swVectorPayload))
 	if err != nil || got.EventID != swVectorID {
 		t.Fatalf("forged entry beside the valid one: Verify = %+v, %v", got, err)
 	}
-	if _, err := v.Verify(header("v1,Zm9yZ2Vk"), []byte(swVectorPayload)); !errors.Is(err, ferry.ErrMalformedSignature) {
+	if _, err := v.Verify(vectorHeader("webhook", "v1,Zm9yZ2Vk"), []byte(swVectorPayload)); !errors.Is(err, ferry.ErrMalformedSignature) {
 		t.Fatalf("forged entry alone: Verify error = %v, want ErrMalformedSignature", err)
 	}
 }
@@ -146,18 +148,8 @@ func TestStandardWebhooksForgedEntryBesidePublishedVector(t *testing.T) {
 func TestStandardWebhooksSvixHeaders(t *testing.T) {
 	t.Parallel()
 
-	v, err := provider.NewStandardWebhooks(provider.Options{
-		Secrets: []string{swVectorSecret},
-		Now:     func() time.Time { return time.Unix(swVectorTimestamp, 0) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := http.Header{}
-	h.Set("svix-id", swVectorID)
-	h.Set("svix-timestamp", "1614265330")
-	h.Set("svix-signature", swVectorSignature)
-	got, err := v.Verify(h, []byte(swVectorPayload))
+	v := vectorVerifier(t, swVectorSecret, time.Unix(swVectorTimestamp, 0))
+	got, err := v.Verify(vectorHeader("svix", swVectorSignature), []byte(swVectorPayload))
 	if err != nil || got.EventID != swVectorID {
 		t.Fatalf("Verify = %+v, %v", got, err)
 	}

@@ -46,7 +46,7 @@ func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventComple
 			return nil
 		}
 		_, err = tx.ExecContext(ctx, eventCompleteManyAttemptSQL, sql.Named("now", now),
-			sql.Named("outcome", string(ferry.OutcomeDone)), sql.Named("leases", leasePairs(done)))
+			sql.Named("outcome", string(ferry.OutcomeDone)), sql.Named("leases", ledgerRows(done, params)))
 		return err
 	})
 	if err != nil {
@@ -69,5 +69,24 @@ func leasePairs(leases []ferry.Lease) string {
 		pairs[i] = [2]int64{l.ID, int64(l.Attempt)}
 	}
 	b, _ := json.Marshal(pairs) // integers cannot fail
+	return string(b)
+}
+
+// ledgerRows encodes the completed leases with what their downstream
+// answered (the first naming's) as a JSON array of [id, attempt,
+// http_status, response] for json_each.
+func ledgerRows(done []ferry.Lease, params *ferry.EventCompleteManyParams) string {
+	responses := make(map[ferry.Lease]ferry.AttemptResponse, len(params.Responses))
+	for i, r := range params.Responses {
+		if _, seen := responses[params.Leases[i]]; !seen {
+			responses[params.Leases[i]] = r
+		}
+	}
+	rows := make([][4]any, len(done))
+	for i, l := range done {
+		r := responses[l]
+		rows[i] = [4]any{l.ID, l.Attempt, r.HTTPStatus, r.Body}
+	}
+	b, _ := json.Marshal(rows) // integers and valid UTF-8 cannot fail
 	return string(b)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,7 +114,7 @@ func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompletePa
 		return wrap("event complete", err)
 	}
 	return s.writeTx(ctx, "event complete", func(tx *sql.Tx) error {
-		return s.complete(ctx, tx, params.Lease)
+		return s.complete(ctx, tx, params)
 	})
 }
 
@@ -124,15 +125,15 @@ func (s *Store) EventCompleteTx(ctx context.Context, tx *sql.Tx, params *ferry.E
 	if err := params.Validate(); err != nil {
 		return wrap("event complete", err)
 	}
-	return wrap("event complete", s.complete(ctx, tx, params.Lease))
+	return wrap("event complete", s.complete(ctx, tx, params))
 }
 
-func (s *Store) complete(ctx context.Context, tx *sql.Tx, lease ferry.Lease) error {
+func (s *Store) complete(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteParams) error {
 	now := s.nowTime()
-	if err := execFenced(ctx, tx, eventCompleteSQL, lease, now); err != nil {
+	if err := execFenced(ctx, tx, eventCompleteSQL, params.Lease, now); err != nil {
 		return err
 	}
-	return finishAttempt(ctx, tx, lease, now, ferry.OutcomeDone, "")
+	return finishAttempt(ctx, tx, params.Lease, now, ferry.OutcomeDone, "", params.Response)
 }
 
 // EventFail ends the attempt as failed; event_fail.sql decides whether the
@@ -161,7 +162,7 @@ func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (f
 		if state == ferry.StateDead {
 			outcome = ferry.OutcomeDead
 		}
-		return finishAttempt(ctx, tx, params.Lease, now, outcome, params.Error)
+		return finishAttempt(ctx, tx, params.Lease, now, outcome, params.Error, params.Response)
 	})
 	if err != nil {
 		return "", err
@@ -182,7 +183,7 @@ func (s *Store) EventRelease(ctx context.Context, params *ferry.EventReleasePara
 		if err := execFenced(ctx, tx, eventReleaseSQL, params.Lease, now); err != nil {
 			return err
 		}
-		return finishAttempt(ctx, tx, params.Lease, now, ferry.OutcomeReleased, "")
+		return finishAttempt(ctx, tx, params.Lease, now, ferry.OutcomeReleased, "", ferry.AttemptResponse{})
 	})
 	if err != nil {
 		return err
@@ -219,7 +220,7 @@ func execFenced(ctx context.Context, tx *sql.Tx, query string, lease ferry.Lease
 }
 
 // finishAttempt closes the ledger row of the lease's attempt.
-func finishAttempt(ctx context.Context, tx *sql.Tx, lease ferry.Lease, now time.Time, outcome ferry.Outcome, errText string) error {
+func finishAttempt(ctx context.Context, tx *sql.Tx, lease ferry.Lease, now time.Time, outcome ferry.Outcome, errText string, resp ferry.AttemptResponse) error {
 	var errArg any // NULL unless the attempt failed
 	if errText != "" {
 		errArg = errText
@@ -227,6 +228,8 @@ func finishAttempt(ctx context.Context, tx *sql.Tx, lease ferry.Lease, now time.
 	_, err := tx.ExecContext(ctx, attemptFinishSQL, append(fenceArgs(lease, now),
 		sql.Named("outcome", string(outcome)),
 		sql.Named("error", errArg),
+		sql.Named("http_status", resp.HTTPStatus),
+		sql.Named("response", resp.Body),
 	)...)
 	return err
 }
@@ -271,6 +274,10 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		where = append(where, "source = :source")
 		args = append(args, sql.Named("source", params.Source))
 	}
+	if params.Type != "" {
+		where = append(where, "type = :type")
+		args = append(args, sql.Named("type", params.Type))
+	}
 	if len(params.States) > 0 {
 		states := make([]string, len(params.States))
 		for i, st := range params.States {
@@ -283,6 +290,10 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		where = append(where, "first_delivered_at >= :since")
 		args = append(args, sql.Named("since", params.Since.UnixMicro()))
 	}
+	if !params.Until.IsZero() {
+		where = append(where, "first_delivered_at < :until")
+		args = append(args, sql.Named("until", params.Until.UnixMicro()))
+	}
 	if params.EventIDContains != "" {
 		where = append(where, "instr(event_id, :contains) > 0")
 		args = append(args, sql.Named("contains", params.EventIDContains))
@@ -291,11 +302,17 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		where = append(where, "id < :before")
 		args = append(args, sql.Named("before", params.Before))
 	}
+	order := "DESC"
+	if params.After > 0 { // a newer page: the lowest ids above the cursor
+		where = append(where, "id > :after")
+		args = append(args, sql.Named("after", params.After))
+		order = "ASC"
+	}
 	query := eventListSQL
 	if len(where) > 0 {
 		query += "WHERE " + strings.Join(where, "\n  AND ") + "\n"
 	}
-	query += "ORDER BY id DESC\nLIMIT :limit"
+	query += "ORDER BY id " + order + "\nLIMIT :limit"
 	args = append(args, sql.Named("limit", limit+1)) // one more tells if a next page exists
 
 	rows, err := s.readDB.QueryContext(ctx, query, args...)
@@ -309,7 +326,14 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 	result := &ferry.EventListResult{Events: events}
 	if len(events) > limit {
 		result.Events = events[:limit]
-		result.NextBefore = events[limit-1].ID
+		if params.After > 0 {
+			result.NextAfter = events[limit-1].ID
+		} else {
+			result.NextBefore = events[limit-1].ID
+		}
+	}
+	if params.After > 0 {
+		slices.Reverse(result.Events) // listed oldest first; shown newest first
 	}
 	return result, nil
 }
@@ -332,11 +356,21 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 			sql.Named("states", jsonArray(params.States)),
 			sql.Named("ids", jsonArray(params.IDs)),
 			sql.Named("source", params.Source),
+			sql.Named("type", params.Type),
+			sql.Named("since", microsOrNil(params.Since)),
+			sql.Named("until", microsOrNil(params.Until)),
+			sql.Named("contains", params.EventIDContains),
+			sql.Named("before", params.Before),
 		)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
 		n = len(ids)
+		if params.DryRun {
+			// The same statement, rolled back: the count is exactly what a
+			// requeue would take, and nothing is recorded.
+			return errDryRun
+		}
 		_, err = tx.ExecContext(ctx, eventRequeueActionSQL,
 			sql.Named("now", now),
 			sql.Named("ids", jsonArray(ids)),
@@ -345,6 +379,9 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 		)
 		return err
 	})
+	if errors.Is(err, errDryRun) {
+		return n, nil
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -352,6 +389,46 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 		s.broadcast()
 	}
 	return n, nil
+}
+
+// errDryRun rolls a dry run's transaction back.
+var errDryRun = errors.New("dry run")
+
+// microsOrNil is NULL for the zero time, which the queries read as
+// unbounded.
+func microsOrNil(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+// EventRetryNow makes a pending event due now and records who asked.
+func (s *Store) EventRetryNow(ctx context.Context, params *ferry.EventRetryNowParams) (bool, error) {
+	if err := params.Validate(); err != nil {
+		return false, wrap("event retry now", err)
+	}
+	var n int64
+	err := s.writeTx(ctx, "event retry now", func(tx *sql.Tx) error {
+		now := s.nowMicros()
+		res, err := tx.ExecContext(ctx, eventRetryNowSQL, sql.Named("now", now), sql.Named("id", params.ID))
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, actionInsertSQL, sql.Named("id", params.ID), sql.Named("now", now),
+			sql.Named("action", ferry.ActionRetryNow), sql.Named("actor", params.Actor))
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if n > 0 {
+		s.broadcast()
+	}
+	return n > 0, nil
 }
 
 // PurgeBatch is how many events one purge transaction deletes at most.
@@ -406,11 +483,13 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 			a                 ferry.Attempt
 			started, finished sql.NullInt64
 			outcome           string
-			errText           sql.NullString
+			errText, response sql.NullString
+			status            sql.NullInt64
 		)
-		if err := rows.Scan(&a.EventID, &a.Attempt, &a.Worker, &started, &finished, &outcome, &errText); err != nil {
+		if err := rows.Scan(&a.EventID, &a.Attempt, &a.Worker, &started, &finished, &outcome, &errText, &status, &response); err != nil {
 			return nil, wrap("attempt list", err)
 		}
+		a.HTTPStatus, a.Response = int(status.Int64), response.String
 		a.StartedAt, a.FinishedAt = fromMicros(started), fromMicros(finished)
 		a.Outcome, a.Error = ferry.Outcome(outcome), errText.String
 		attempts = append(attempts, &a)
@@ -523,17 +602,20 @@ func scanEvent(row scanner) (*ferry.Event, error) {
 		e                                      ferry.Event
 		state, origin                          string
 		headers, leaseOwner, lastError         sql.NullString
+		traceparent, tracestate                sql.NullString
 		leaseExpires, nextAttempt, first, last sql.NullInt64
 		claimed, completed, requeued           sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &e.Payload, &headers, &e.PayloadSHA256,
 		&state, &e.Attempt, &leaseOwner, &leaseExpires, &nextAttempt, &first, &last,
-		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued, &origin, &e.Replays)
+		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued, &origin, &e.Replays,
+		&traceparent, &tracestate)
 	if err != nil {
 		return nil, err
 	}
 	e.State, e.Origin = ferry.State(state), ferry.Origin(origin)
 	e.LeaseOwner, e.LastError = leaseOwner.String, lastError.String
+	e.Traceparent, e.Tracestate = traceparent.String, tracestate.String
 	e.LeaseExpiresAt, e.NextAttemptAt = fromMicros(leaseExpires), fromMicros(nextAttempt)
 	e.FirstDeliveredAt, e.LastDeliveredAt = fromMicros(first), fromMicros(last)
 	e.ClaimedAt, e.CompletedAt, e.RequeuedAt = fromMicros(claimed), fromMicros(completed), fromMicros(requeued)

@@ -75,6 +75,10 @@ var (
 	eventRequeueSQL string
 	//go:embed query/event_requeue_action.sql
 	eventRequeueActionSQL string
+	//go:embed query/event_retry_now.sql
+	eventRetryNowSQL string
+	//go:embed query/action_insert.sql
+	actionInsertSQL string
 	//go:embed query/event_stats.sql
 	eventStatsSQL string
 	//go:embed query/replay_list.sql

@@ -44,6 +44,8 @@ func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
 		sql.Named("now", now),
 		sql.Named("origin", string(params.Origin.OrDelivery())),
 		sql.Named("replay_window_us", params.ReplayWindow.Microseconds()),
+		sql.Named("traceparent", params.Traceparent),
+		sql.Named("tracestate", params.Tracestate),
 	}, nil
 }
 

@@ -131,6 +131,35 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{0}, Actor: "op"})
 			return err
 		}},
+		{"EventComplete/ResponseTooLong", func() error {
+			return s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: lease, Response: ferry.AttemptResponse{Body: string(make([]byte, ferry.ResponseLimit+1))}})
+		}},
+		{"EventCompleteMany/ResponsesMismatch", func() error {
+			_, err := s.EventCompleteMany(ctx, &ferry.EventCompleteManyParams{Leases: []ferry.Lease{lease}, Responses: make([]ferry.AttemptResponse, 2)})
+			return err
+		}},
+		{"EventFail/BadStatus", func() error {
+			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, Response: ferry.AttemptResponse{HTTPStatus: 42}})
+			return err
+		}},
+		{"EventFail/InvalidUTF8", func() error {
+			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, Response: ferry.AttemptResponse{Body: "\xff"}})
+			return err
+		}},
+		{"EventList/BothCursors", func() error {
+			_, err := s.EventList(ctx, &ferry.EventListParams{Before: 5, After: 2})
+			return err
+		}},
+		{"EventList/UntilBeforeSince", func() error {
+			_, err := s.EventList(ctx, &ferry.EventListParams{Since: b.clock.Now(), Until: b.clock.Now().Add(-time.Second)})
+			return err
+		}},
+		{"EventRequeue/UntilBeforeSince", func() error {
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{Since: b.clock.Now(), Until: b.clock.Now().Add(-time.Second), Actor: "op"})
+			return err
+		}},
+		{"EventRetryNow/NoActor", func() error { _, err := s.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: id}); return err }},
+		{"EventRetryNow/BadID", func() error { _, err := s.EventRetryNow(ctx, &ferry.EventRetryNowParams{Actor: "ops"}); return err }},
 		{"EventStats", func() error { _, err := s.EventStats(ctx, &ferry.EventStatsParams{AtRiskLimit: -1}); return err }},
 	} {
 		if err := tc.call(); !errors.Is(err, ferry.ErrInvalidParams) {

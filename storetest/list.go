@@ -138,6 +138,8 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	t.Run("TypeUntilAndNewer", func(t *testing.T) { testListTypeUntilAndNewer(t, setup) })
+
 	// A negative cursor starts at the newest, as zero does.
 	t.Run("NegativeBeforeStartsAtTheNewest", func(t *testing.T) {
 		t.Parallel()
@@ -148,4 +150,68 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatalf("list before -1 = %+v, %v; want the one event", page, err)
 		}
 	})
+}
+
+// testListTypeUntilAndNewer checks EventList's Type and Until filters and
+// paging to newer events with After, back to where Before paging began.
+func testListTypeUntilAndNewer[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Parallel()
+	b := setup(t)
+	start := b.clock.Now()
+	var ids []int64
+	for i := range 7 {
+		typ := "invoice.paid"
+		if i%2 == 1 {
+			typ = "charge.failed"
+		}
+		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: fmt.Sprint("evt_", i), Type: typ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.ID)
+		b.clock.Advance(time.Second)
+	}
+	list := func(p ferry.EventListParams) (*ferry.EventListResult, []int64) {
+		t.Helper()
+		res, err := b.store.EventList(b.ctx, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, ev := range res.Events {
+			got = append(got, ev.ID)
+		}
+		return res, got
+	}
+
+	if _, got := list(ferry.EventListParams{Type: "charge.failed"}); !slices.Equal(got, []int64{ids[5], ids[3], ids[1]}) {
+		t.Errorf("type filter = %v, want %v", got, []int64{ids[5], ids[3], ids[1]})
+	}
+	// Until is exclusive; with Since it is a window [Since, Until).
+	if _, got := list(ferry.EventListParams{Until: start.Add(2 * time.Second)}); !slices.Equal(got, []int64{ids[1], ids[0]}) {
+		t.Errorf("until = %v, want the first two", got)
+	}
+	if _, got := list(ferry.EventListParams{Since: start.Add(2 * time.Second), Until: start.Add(4 * time.Second), Type: "invoice.paid"}); !slices.Equal(got, []int64{ids[2]}) {
+		t.Errorf("since, until and type = %v, want [%d]", got, ids[2])
+	}
+
+	// Older pages with Before, then back with After: the same pages.
+	p1, got1 := list(ferry.EventListParams{Limit: 3})
+	p2, got2 := list(ferry.EventListParams{Limit: 3, Before: p1.NextBefore})
+	p3, got3 := list(ferry.EventListParams{Limit: 3, Before: p2.NextBefore})
+	if !slices.Equal(got3, []int64{ids[0]}) || p3.NextBefore != 0 || p1.NextAfter != 0 {
+		t.Fatalf("pages %v %v %v", got1, got2, got3)
+	}
+	back2, gotBack2 := list(ferry.EventListParams{Limit: 3, After: ids[0]})
+	if !slices.Equal(gotBack2, got2) || back2.NextAfter != got2[0] || back2.NextBefore != 0 {
+		t.Fatalf("newer than %d = %v next after %d; want %v next after %d", ids[0], gotBack2, back2.NextAfter, got2, got2[0])
+	}
+	back1, gotBack1 := list(ferry.EventListParams{Limit: 3, After: back2.NextAfter})
+	if !slices.Equal(gotBack1, got1) || back1.NextAfter != 0 {
+		t.Fatalf("newer than %d = %v next after %d; want %v and no newer page", back2.NextAfter, gotBack1, back1.NextAfter, got1)
+	}
+	// Filters hold in both directions.
+	if _, got := list(ferry.EventListParams{Type: "invoice.paid", After: ids[0]}); !slices.Equal(got, []int64{ids[6], ids[4], ids[2]}) {
+		t.Errorf("newer invoice.paid = %v", got)
+	}
 }

@@ -161,6 +161,118 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, done, ferry.StatePending)
 	})
 
+	// A bulk requeue selects by EventList's filters; a dry run counts
+	// exactly what the requeue then takes, and changes nothing.
+	t.Run("BulkByFilterAndDryRun", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		start := b.clock.Now()
+		kill := func(eventID, typ string) int64 {
+			t.Helper()
+			res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Type: typ})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease := claimOne(t, b, "w1").Event.Lease()
+			if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {
+				t.Fatal(err)
+			}
+			b.clock.Advance(time.Second)
+			return res.ID
+		}
+		early := kill("a_early", "charge.failed") // at start
+		match := kill("a_match", "charge.failed") // start+1s
+		other := kill("a_other", "invoice.paid")  // start+2s
+		late := kill("b_late", "charge.failed")   // start+3s
+		filter := ferry.EventRequeueParams{
+			Source: "stripe", Type: "charge.failed", EventIDContains: "a_",
+			Since: start.Add(time.Second), Until: start.Add(3 * time.Second), Actor: "op",
+		}
+		dry := filter
+		dry.DryRun = true
+		if n, err := b.store.EventRequeue(b.ctx, &dry); err != nil || n != 1 {
+			t.Fatalf("dry run = %d, %v; want 1", n, err)
+		}
+		for _, id := range []int64{early, match, other, late} {
+			wantState(t, b, id, ferry.StateDead) // the dry run changed nothing
+			if list, err := b.store.ActionList(b.ctx, &ferry.ActionListParams{ID: id}); err != nil || len(list) != 0 {
+				t.Fatalf("the dry run recorded actions %+v, %v", list, err)
+			}
+		}
+		if n, err := b.store.EventRequeue(b.ctx, &filter); err != nil || n != 1 {
+			t.Fatalf("requeue = %d, %v; want 1", n, err)
+		}
+		wantState(t, b, match, ferry.StatePending)
+		for _, id := range []int64{early, other, late} {
+			wantState(t, b, id, ferry.StateDead)
+		}
+		// Live events stay out of a bulk requeue even when named by state.
+		filter.States = ferry.States
+		if n, err := b.store.EventRequeue(b.ctx, &filter); err != nil || n != 0 {
+			t.Fatalf("requeue of a pending match = %d, %v; want 0", n, err)
+		}
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claimOne(t, b, "w1").Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		wantState(t, b, match, ferry.StateDone)
+
+		// Before bounds a bulk requeue to the events that existed when it
+		// was counted.
+		newer := kill("a_newer", "charge.failed")
+		bounded := ferry.EventRequeueParams{Source: "stripe", Before: newer, Actor: "op"}
+		if n, err := b.store.EventRequeue(b.ctx, &bounded); err != nil || n != 3 {
+			t.Fatalf("requeue before %d = %d, %v; want the 3 older dead", newer, n, err)
+		}
+		wantState(t, b, newer, ferry.StateDead)
+	})
+
+	// EventRetryNow makes a pending event in backoff due at once, and
+	// nothing else: not a live or terminal one, nor one already due.
+	t.Run("RetryNow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "stripe", "evt_1")
+		retry := func() bool {
+			t.Helper()
+			ok, err := b.store.EventRetryNow(b.ctx, &ferry.EventRetryNowParams{ID: id, Actor: "ops"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		if retry() {
+			t.Fatal("retry now of an event already due reported a change")
+		}
+		lease := claimOne(t, b, "w1").Event.Lease()
+		if retry() {
+			t.Fatal("retry now of an in_progress event reported a change")
+		}
+		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, RetryDelay: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if claims := claim(t, b, "w2", 1); len(claims) != 0 {
+			t.Fatal("an event in backoff was claimed")
+		}
+		b.clock.Advance(time.Minute)
+		if !retry() {
+			t.Fatal("retry now of a pending event in backoff reported no change")
+		}
+		ev := wantState(t, b, id, ferry.StatePending)
+		list, err := b.store.ActionList(b.ctx, &ferry.ActionListParams{ID: id})
+		if err != nil || len(list) != 1 || list[0].Action != ferry.ActionRetryNow || list[0].Actor != "ops" || !list[0].At.Equal(b.clock.Now()) {
+			t.Errorf("actions after retry now = %+v, %v; want one retry_now by ops at %v", list, err, b.clock.Now())
+		}
+		if !ev.NextAttemptAt.Equal(b.clock.Now()) || ev.Attempt != 1 {
+			t.Errorf("after retry now: next attempt %v (now %v), attempt %d", ev.NextAttemptAt, b.clock.Now(), ev.Attempt)
+		}
+		if c := claimOne(t, b, "w2"); c.Event.ID != id || c.Event.Attempt != 2 {
+			t.Errorf("claimed %d attempt %d, want %d attempt 2", c.Event.ID, c.Event.Attempt, id)
+		}
+		if retry() {
+			t.Error("retry now of a claimed event reported a change")
+		}
+	})
+
 	t.Run("RecordsWhoAndWhen", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

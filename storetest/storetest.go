@@ -95,10 +95,12 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Model", testModel[TX]},
 		{"Stats", testStats[TX]},
 		{"CompleteMany", testCompleteMany[TX]},
+		{"Response", testResponse[TX]},
 		{"NamedLease", testNamedLease[TX]},
 		{"Checkpoint", testCheckpoint[TX]},
 		{"Origin", testOrigin[TX]},
 		{"Notice", testNotice[TX]},
+		{"Trace", testTrace[TX]},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()

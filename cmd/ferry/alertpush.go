@@ -155,19 +155,10 @@ func newAlertPusher(o alertPusherOptions) *alertPusher {
 // run checks every interval until ctx is done, then gives the lease up so
 // another instance takes over at once.
 func (p *alertPusher) run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		p.check(ctx)
-		select {
-		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = p.store.LeaseRelease(rctx, &ferry.LeaseReleaseParams{Name: alertLease, Owner: p.owner})
-			cancel()
-			return
-		case <-t.C:
-		}
-	}
+	runEvery(ctx, every, p.check)
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = p.store.LeaseRelease(rctx, &ferry.LeaseReleaseParams{Name: alertLease, Owner: p.owner})
+	cancel()
 }
 
 // check sends what is new since the marks, if this instance holds the lease.

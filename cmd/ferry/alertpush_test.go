@@ -89,7 +89,8 @@ func (r *alertReceiver) messages() []alertMessage {
 	return out
 }
 
-// lockedBuffer is a log sink several pushers write at once.
+// lockedBuffer is a buffer several goroutines write at once: a log sink
+// several pushers share, a child process's stdout and stderr.
 type lockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer

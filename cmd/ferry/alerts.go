@@ -36,10 +36,16 @@ func newAlertWatcher(store ferry.Store, params *ferry.EventStatsParams, log *slo
 
 // run checks every interval until ctx is done.
 func (w *alertWatcher) run(ctx context.Context, interval time.Duration) {
+	runEvery(ctx, interval, w.check)
+}
+
+// runEvery runs fn at once and then every interval until ctx is done; a
+// run that overlaps a tick delays the next one, it never runs twice at once.
+func runEvery(ctx context.Context, interval time.Duration, fn func(context.Context)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		w.check(ctx)
+		fn(ctx)
 		select {
 		case <-ctx.Done():
 			return

@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
 )
 
@@ -22,14 +20,7 @@ func TestAlertWatcher(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := storetest.NewClock()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := migratedSQLite(t, clock.Now)
 	for i := range alertBurst + 2 {
 		if _, err := store.EventReceive(ctx, &ferry.EventReceiveParams{
 			Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{"secret_field":"pii"}`),
@@ -104,4 +95,33 @@ func TestAlertWatcher(t *testing.T) {
 	if got := lines(); len(got) != 0 {
 		t.Errorf("second check repeated: %v", got)
 	}
+}
+
+// runEvery runs its function at once, again on every tick, and returns when
+// the context ends: the watcher, the pusher and the purger rely on all three.
+func TestRunEvery(t *testing.T) {
+	t.Parallel()
+	t.Run("AtOnceAndStopsWithContext", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		calls := 0
+		runEvery(ctx, time.Hour, func(context.Context) { calls++; cancel() })
+		if calls != 1 {
+			t.Fatalf("%d calls before the first tick of an hour, want 1", calls)
+		}
+	})
+	t.Run("AgainOnEveryTick", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		calls := 0
+		runEvery(ctx, time.Millisecond, func(context.Context) {
+			if calls++; calls == 3 {
+				cancel()
+			}
+		})
+		if calls != 3 {
+			t.Fatalf("%d calls, want 3 (the third cancels)", calls)
+		}
+	})
 }

@@ -127,10 +127,7 @@ func TestEventsListAll(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			storeURL, open := kind.setup(t)
-			cfg := writeCLIConfig(t, storeURL, "")
-			if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
-				t.Fatalf("migrate: exit %d: %s", code, stderr)
-			}
+			cfg := migrateCLI(t, storeURL)
 			s := open(time.Now)
 			seedMany(t, s.store, n)
 			s.close()
@@ -226,11 +223,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	setup := func(t *testing.T) (string, string) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "ferry.db")
-		cfg := filepath.Join(dir, "ferry.toml")
-		raw := fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nreplay_window = \"72h\"\nlost_lease = \"hold\"\n%s", "sqlite:"+path, forward)
-		if err := os.WriteFile(cfg, []byte(raw), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nreplay_window = \"72h\"\nlost_lease = \"hold\"\n%s", "sqlite:"+path, forward))
 		if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
 			t.Fatalf("migrate: %d %s", code, stderr)
 		}
@@ -315,12 +308,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	})
 	t.Run("StoreUnreachable", func(t *testing.T) {
 		t.Parallel()
-		dir := t.TempDir()
-		cfg := filepath.Join(dir, "ferry.toml")
-		raw := fmt.Sprintf("[store]\nurl = \"postgres://ferry@%s/none?connect_timeout=2\"\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s", freeAddr(t), forward)
-		if err := os.WriteFile(cfg, []byte(raw), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = \"postgres://ferry@%s/none?connect_timeout=2\"\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s", freeAddr(t), forward))
 		r, code := doctorJSON(t, cfg)
 		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "store: ") {
 			t.Errorf("store down: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
@@ -336,6 +324,28 @@ func openSQLite(t *testing.T, path string, now func() time.Time) ferry.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// migratedSQLite opens a fresh, migrated SQLite store in a temporary
+// directory, reading the time from now.
+func migratedSQLite(t *testing.T, now func() time.Time) ferry.Store {
+	t.Helper()
+	s := openSQLite(t, filepath.Join(t.TempDir(), "ferry.db"), now)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// migrateCLI writes a CLI config (writeCLIConfig) for storeURL and runs
+// `ferry migrate` with it, returning the config's path.
+func migrateCLI(t *testing.T, storeURL string) string {
+	t.Helper()
+	cfg := writeCLIConfig(t, storeURL, "")
+	if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	return cfg
 }
 
 // serve logs durations as strings, in JSON and in text (--log-format).

@@ -449,38 +449,29 @@ when the event does not exist.`)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "\nattempts:")
-	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tWORKER\tSTARTED\tFINISHED\tOUTCOME\tERROR")
-	for _, a := range d.Attempts {
+	if err := writeSection(out, "attempts", "#\tWORKER\tSTARTED\tFINISHED\tOUTCOME\tERROR", len(d.Attempts), func(tw io.Writer, i int) {
+		a := d.Attempts[i]
 		finished := "-"
 		if a.FinishedAt != nil {
 			finished = a.FinishedAt.Format(time.RFC3339)
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Worker, a.StartedAt.Format(time.RFC3339), finished, a.Outcome, oneLine(a.Error, 80))
-	}
-	if err := tw.Flush(); err != nil {
+	}); err != nil {
 		return err
 	}
 	if len(d.Actions) > 0 {
-		fmt.Fprintln(out, "\nactions:")
-		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  AT\tACTION\tBY")
-		for _, a := range d.Actions {
+		if err := writeSection(out, "actions", "AT\tACTION\tBY", len(d.Actions), func(tw io.Writer, i int) {
+			a := d.Actions[i]
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", a.At.Format(time.RFC3339), a.Action, oneLine(a.Actor, 80))
-		}
-		if err := tw.Flush(); err != nil {
+		}); err != nil {
 			return err
 		}
 	}
 	if len(d.Replays) > 0 {
-		fmt.Fprintln(out, "\nreplays (this body under other ids, not processed):")
-		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  RECEIVED\tCLAIMED ID\tCLAIMED TYPE")
-		for _, r := range d.Replays {
+		if err := writeSection(out, "replays (this body under other ids, not processed)", "RECEIVED\tCLAIMED ID\tCLAIMED TYPE", len(d.Replays), func(tw io.Writer, i int) {
+			r := d.Replays[i]
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.ReceivedAt.Format(time.RFC3339), oneLine(r.ClaimedEventID, 80), oneLine(r.ClaimedType, 80))
-		}
-		if err := tw.Flush(); err != nil {
+		}); err != nil {
 			return err
 		}
 	}
@@ -488,6 +479,18 @@ when the event does not exist.`)
 		fmt.Fprintf(out, "\npayload:\n%s\n", e.Payload)
 	}
 	return nil
+}
+
+// writeSection writes a titled, tab-aligned table of n rows to out after a
+// blank line; row writes row i, indented two spaces, to tw.
+func writeSection(out io.Writer, title, header string, n int, row func(tw io.Writer, i int)) error {
+	fmt.Fprintf(out, "\n%s:\n", title)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  "+header)
+	for i := range n {
+		row(tw, i)
+	}
+	return tw.Flush()
 }
 
 func runEventsReplay(ctx context.Context, args []string, out io.Writer) error {

@@ -54,8 +54,7 @@ func cliStores() []struct {
 // writeCLIConfig writes a config for storeURL with sources stripe and github.
 func writeCLIConfig(t *testing.T, storeURL, extra string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "ferry.toml")
-	raw := fmt.Sprintf(`
+	return writeTempFile(t, "ferry.toml", fmt.Sprintf(`
 [store]
 url = %q
 [[source]]
@@ -67,11 +66,7 @@ replay_window = "72h"
 name = "github"
 provider = "github"
 secrets = ["gh_cli"]
-%s`, storeURL, extra)
-	if err := os.WriteFile(path, []byte(raw), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+%s`, storeURL, extra))
 }
 
 // seedScenario stores, in the store under test:
@@ -164,10 +159,7 @@ func TestEventsCLI(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			storeURL, open := kind.setup(t)
-			cfg := writeCLIConfig(t, storeURL, "")
-			if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
-				t.Fatalf("migrate: exit %d: %s", code, stderr)
-			}
+			cfg := migrateCLI(t, storeURL)
 			seedScenario(t, open)
 
 			t.Run("ListAll", func(t *testing.T) {

@@ -64,17 +64,7 @@ const (
 // writeConfig writes a one-source (stripe) config forwarding to forwardURL.
 func writeConfig(t *testing.T, storeURL, forwardURL, workerExtra string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "ferry.toml")
-	cfg := fmt.Sprintf(`
-[store]
-url = %q
-[http]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[worker]
-poll_interval = "100ms"
-retry_base = "50ms"
+	return writeServeConfig(t, storeURL, fmt.Sprintf(`retry_base = "50ms"
 retry_cap = "200ms"
 %s
 [[source]]
@@ -85,8 +75,32 @@ secrets = [%q]
 url = %q
 secret = %q
 timeout = "30s"
-`, storeURL, workerExtra, stripeSecret, forwardURL, forwardSecret)
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+`, workerExtra, stripeSecret, forwardURL, forwardSecret))
+}
+
+// writeServeConfig writes a config for `ferry serve` on storeURL, both
+// listeners on free loopback ports and workers polling every 100ms; rest
+// follows inside the [worker] table (more worker keys, then the sources).
+func writeServeConfig(t *testing.T, storeURL, rest string) string {
+	t.Helper()
+	return writeTempFile(t, "ferry.toml", fmt.Sprintf(`
+[store]
+url = %q
+[http]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[worker]
+poll_interval = "100ms"
+`, storeURL)+rest)
+}
+
+// writeTempFile writes content, readable by its owner only, to a file
+// named name in a fresh temporary directory and returns its path.
+func writeTempFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -33,16 +33,7 @@ type purger struct {
 
 // run purges at once and then every interval until ctx is done.
 func (p *purger) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		p.purgeAll(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	runEvery(ctx, interval, p.purgeAll)
 }
 
 func (p *purger) purgeAll(ctx context.Context) {

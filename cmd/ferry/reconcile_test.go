@@ -63,11 +63,7 @@ func withCatchup(t *testing.T, config, apiBase, interval string) string {
 		t.Fatal(err)
 	}
 	raw = fmt.Appendf(raw, "[source.catchup]\napi_key = \"${E2E_STRIPE_KEY}\"\napi_base = %q\ninterval = %q\nrate = 20\n", apiBase, interval)
-	path := filepath.Join(t.TempDir(), "ferry-catchup.toml")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeTempFile(t, "ferry-catchup.toml", string(raw))
 }
 
 // appByEvent counts the app's requests per Ferry-Event-Id, and returns

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -175,28 +174,18 @@ func TestServeReplayedBodies(t *testing.T) {
 // body-mode HMAC source, all forwarding to appURL.
 func writeReplayConfig(t *testing.T, storeURL, appURL string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "ferry.toml")
-	cfg := fmt.Sprintf(`
-[store]
-url = %q
-[http]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[worker]
-poll_interval = "100ms"
-[[source]]
+	return writeServeConfig(t, storeURL, fmt.Sprintf(`[[source]]
 name = "github"
 provider = "github"
 secrets = ["gh_secret"]
 [source.forward]
-url = %[2]q
+url = %[1]q
 [[source]]
 name = "shopify"
 provider = "shopify"
 secrets = ["shop_secret"]
 [source.forward]
-url = %[2]q
+url = %[1]q
 [[source]]
 name = "acme"
 provider = "hmac"
@@ -207,10 +196,6 @@ prefix = "sha256="
 event_id_header = "X-Acme-Event-Id"
 type_header = "X-Acme-Event-Type"
 [source.forward]
-url = %[2]q
-`, storeURL, appURL)
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+url = %[1]q
+`, appURL))
 }

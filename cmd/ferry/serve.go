@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -54,6 +56,14 @@ SIGTERM stops it gracefully (exit 0).`)
 		}
 	}
 
+	// Deferred first, so it runs last: the spans of the final attempts and
+	// of the drain are flushed after the client and the servers stop.
+	tracerProvider, stopTracing, err := newTracing(ctx, cfg.Telemetry, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+
 	st, closeStore, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -78,7 +88,7 @@ SIGTERM stops it gracefully (exit 0).`)
 
 	var receiver *ferryhttp.Receiver
 	if runsReceiver {
-		if receiver, err = newReceiver(cfg, st, log, op.metrics); err != nil {
+		if receiver, err = newReceiver(cfg, st, log, op.metrics, tracerProvider); err != nil {
 			return err
 		}
 		receiver.Register(mux)
@@ -86,7 +96,7 @@ SIGTERM stops it gracefully (exit 0).`)
 
 	var client *ferry.Client
 	if runsWorker {
-		if client, err = newClient(cfg, st, log, op.metrics); err != nil {
+		if client, err = newClient(cfg, st, log, op.metrics, tracerProvider); err != nil {
 			return err
 		}
 		if err := client.Start(ctx); err != nil {
@@ -170,7 +180,7 @@ func newServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferryhttp.ReceiveObserver) (*ferryhttp.Receiver, error) {
+func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferryhttp.ReceiveObserver, tracer trace.TracerProvider) (*ferryhttp.Receiver, error) {
 	var sources []ferryhttp.Source
 	for _, s := range cfg.Sources {
 		v, err := cfg.Verifier(s)
@@ -182,6 +192,7 @@ func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry
 	return ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{
 		Store: st, Sources: sources, Logger: log, Observer: obs,
 		StoreTimeout: cfg.HTTP.StoreTimeout.Duration, RetryAfter: cfg.HTTP.RetryAfter.Duration,
+		TracerProvider: tracer,
 	})
 }
 
@@ -197,7 +208,7 @@ type chaosHook interface {
 
 var newChaosHook func(st ferry.Store, log *slog.Logger) (chaosHook, error)
 
-func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.Observer) (*ferry.Client, error) {
+func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.Observer, tracer trace.TracerProvider) (*ferry.Client, error) {
 	w := cfg.Worker
 	var hook chaosHook
 	if newChaosHook != nil {
@@ -214,12 +225,14 @@ func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.O
 		Workers: w.Workers, LeaseTTL: w.LeaseTTL.Duration, HeartbeatInterval: w.Heartbeat.Duration,
 		PollInterval: w.PollInterval.Duration, ShutdownGrace: w.ShutdownGrace.Duration,
 		RetryBase: w.RetryBase.Duration, RetryCap: w.RetryCap.Duration,
+		TracerProvider: tracer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: worker: %v", errConfig, err)
 	}
 	for _, s := range cfg.Sources {
-		fwd, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: s.Forward.URL, Secret: s.Forward.Secret, Timeout: s.Forward.Timeout.Duration})
+		fwd, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: s.Forward.URL, Secret: s.Forward.Secret, Timeout: s.Forward.Timeout.Duration,
+			TracerProvider: tracer})
 		if err != nil {
 			return nil, fmt.Errorf("%w: source %s: %v", errConfig, s.Name, err)
 		}

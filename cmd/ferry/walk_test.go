@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,9 +33,10 @@ import (
 // What the test rewrites, and nothing else: "go run ./cmd/ferry" becomes the
 // binary TestMain built; the commands run in a temp dir holding a copy of
 // examples/ (so the relative sqlite:ferry.db lands there); and the walk's
-// two addresses, 127.0.0.1:8080 and 127.0.0.1:3000, become free loopback
-// ports, in the copied config, the commands and the expected output alike,
-// so the test runs beside anything else on the machine.
+// three addresses, 127.0.0.1:8080, 127.0.0.1:8081 (admin) and
+// 127.0.0.1:3000, become free loopback ports, in the copied config, the
+// commands and the expected output alike, so the test runs beside anything
+// else on the machine.
 
 const walkSection, walkCommand = "## Run it", "go run ./cmd/ferry"
 
@@ -60,7 +59,7 @@ func TestReadmeWalk(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	rewrite := strings.NewReplacer("127.0.0.1:8080", freeAddr(t), "127.0.0.1:3000", freeAddr(t)).Replace
+	rewrite := strings.NewReplacer("127.0.0.1:8080", freeAddr(t), "127.0.0.1:8081", freeAddr(t), "127.0.0.1:3000", freeAddr(t)).Replace
 	copyExamples(t, dir, rewrite)
 
 	var echo *walkProc
@@ -312,30 +311,19 @@ func runWalkCommand(t *testing.T, dir string, args []string) (string, int) {
 // walkProc is a command of the walk that runs in its own terminal.
 type walkProc struct {
 	cmd    *exec.Cmd
-	mu     sync.Mutex
-	out    bytes.Buffer
+	out    lockedBuffer // its stdout and stderr
 	exited chan struct{}
 	err    error
 }
 
-func (p *walkProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *walkProc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
+func (p *walkProc) output() string { return p.out.String() }
 
 // startWalkProc starts args in dir and waits until its output holds ready.
 func startWalkProc(t *testing.T, dir string, args []string, ready string) *walkProc {
 	t.Helper()
 	p := &walkProc{cmd: exec.Command(ferryBin, args...), exited: make(chan struct{})}
 	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

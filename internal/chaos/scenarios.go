@@ -163,17 +163,7 @@ func (s *run) kill(ctx context.Context) error {
 		return err
 	}
 	done := s.sendAsync(ctx, plan(s.evs, 0.10, s.rng))
-	kills := 0
-	for kills < 10000 {
-		sleep(ctx, s.between(100*time.Millisecond, 900*time.Millisecond))
-		if isDone(done) || ctx.Err() != nil {
-			break
-		}
-		if p := s.proc(s.rng.IntN(3)); p != nil && p.alive() {
-			p.kill()
-			kills++
-		}
-	}
+	kills := s.killUntil(ctx, done, 100*time.Millisecond, 900*time.Millisecond, func() int { return s.rng.IntN(3) })
 	armed.Store(false)
 	<-done
 	s.r.detail("sigkills=%d restarts=%d crash_points after-claim=%d after-effect=%d after-commit=%d",
@@ -187,6 +177,24 @@ func (s *run) kill(ctx context.Context) error {
 		s.r.fail("no worker was SIGKILLed; send more events")
 	}
 	return s.finish(ctx)
+}
+
+// killUntil SIGKILLs instance pick() if it is alive, after a pause of
+// lo–hi before each try, until done is closed, ctx ends or 10,000 kills;
+// it returns how many it killed.
+func (s *run) killUntil(ctx context.Context, done <-chan struct{}, lo, hi time.Duration, pick func() int) int {
+	kills := 0
+	for kills < 10000 {
+		sleep(ctx, s.between(lo, hi))
+		if isDone(done) || ctx.Err() != nil {
+			break
+		}
+		if p := s.proc(pick()); p != nil && p.alive() {
+			p.kill()
+			kills++
+		}
+	}
+	return kills
 }
 
 func isDone(c <-chan struct{}) bool {
@@ -529,17 +537,7 @@ func (s *run) crashloop(ctx context.Context) error {
 		return err
 	}
 	done := s.sendAsync(ctx, plan(s.evs, 0.10, s.rng))
-	kills := 0
-	for kills < 10000 {
-		sleep(ctx, s.between(800*time.Millisecond, 1200*time.Millisecond))
-		if isDone(done) || ctx.Err() != nil {
-			break
-		}
-		if p := s.proc(0); p != nil && p.alive() {
-			p.kill()
-			kills++
-		}
-	}
+	kills := s.killUntil(ctx, done, 800*time.Millisecond, 1200*time.Millisecond, func() int { return 0 })
 	<-done
 	s.r.detail("sigkills=%d restarts=%d (max_reclaim_ms is not measured here: no worker survives a kill to take a lease back; the restarted process does, after its own start)", kills, s.restarts.Load())
 	if kills == 0 {

@@ -30,6 +30,8 @@ type Config struct {
 	UI      UI       `toml:"ui"`
 	Metrics Metrics  `toml:"metrics"`
 	Alerts  Alerts   `toml:"alerts"`
+
+	Telemetry Telemetry `toml:"telemetry"`
 }
 
 // Store says where events live.
@@ -197,6 +199,7 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 	expand("admin.user", &c.Admin.User)
 	expand("admin.password", &c.Admin.Password)
 	expand("alerts.url", &c.Alerts.URL)
+	expand("telemetry.otlp_endpoint", &c.Telemetry.OTLPEndpoint)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
@@ -348,6 +351,7 @@ func (c *Config) validate() error {
 		errs = append(errs, s.Catchup.validate(key, &s)...)
 	}
 	errs = append(errs, c.validateOperator()...)
+	errs = append(errs, c.validateTelemetry()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(errs))
 	}

@@ -35,7 +35,8 @@ counted AS (
 ),
 ledger AS (
     UPDATE ferry_attempt a
-    SET outcome = 'done', finished_at = (SELECT now FROM clock)
+    SET outcome = 'done', finished_at = (SELECT now FROM clock),
+        http_status = nullif(@http_status::int, 0), response = nullif(@response::text, '')
     FROM archived
     WHERE a.event_id = archived.id AND a.attempt = archived.attempt
 )

@@ -4,12 +4,17 @@
 -- (each once, in the order first named): nothing changes for those. The
 -- fence is EventComplete's, per lease. Rows are locked in id order first, so
 -- that two batches sharing events wait on each other instead of deadlocking.
+-- Each ledger row keeps what its downstream answered (the first naming's; 0
+-- and '' are none).
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 leases AS (
-    SELECT id, attempt, min(n) AS first
-    FROM unnest(@ids::bigint[], @attempts::int[]) WITH ORDINALITY AS l(id, attempt, n)
+    SELECT id, attempt, min(n) AS first,
+           (array_agg(http_status ORDER BY n))[1] AS http_status,
+           (array_agg(response ORDER BY n))[1] AS response
+    FROM unnest(@ids::bigint[], @attempts::int[], @http_statuses::int[], @responses::text[])
+         WITH ORDINALITY AS l(id, attempt, http_status, response, n)
     GROUP BY id, attempt
 ),
 held AS (
@@ -52,8 +57,10 @@ counted AS (
 ),
 ledger AS (
     UPDATE ferry_attempt a
-    SET outcome = 'done', finished_at = (SELECT now FROM clock)
+    SET outcome = 'done', finished_at = (SELECT now FROM clock),
+        http_status = nullif(l.http_status, 0), response = nullif(l.response, '')
     FROM archived
+    JOIN leases l ON l.id = archived.id AND l.attempt = archived.attempt
     WHERE a.event_id = archived.id AND a.attempt = archived.attempt
 )
 SELECT l.id, l.attempt

@@ -29,7 +29,8 @@ ledger AS (
     UPDATE ferry_attempt a
     SET outcome = CASE WHEN failed.state = 'dead' THEN 'dead' ELSE 'failed' END,
         finished_at = (SELECT now FROM clock),
-        error = @error::text
+        error = @error::text,
+        http_status = nullif(@http_status::int, 0), response = nullif(@response::text, '')
     FROM failed
     WHERE a.event_id = failed.id AND a.attempt = failed.attempt
 ),

@@ -44,9 +44,11 @@ k AS (
 ),
 received AS (
     INSERT INTO ferry_event (id, source, event_id, type, payload, headers, payload_sha256,
-                             next_attempt_at, first_delivered_at, last_delivered_at, origin)
+                             next_attempt_at, first_delivered_at, last_delivered_at, origin,
+                             traceparent, tracestate)
     SELECT k.id, @source::text, @event_id::text, @type::text, @payload::bytea, @headers::jsonb,
-           @payload_sha256::bytea, now, now, now, @origin::text
+           @payload_sha256::bytea, now, now, now, @origin::text,
+           nullif(@traceparent::text, ''), nullif(@tracestate::text, '')
     FROM k, clock
     WHERE k.inserted
     RETURNING id

@@ -22,9 +22,9 @@ delivery AS (
     SELECT d.*
     FROM unnest(@source::text[], @event_id::text[], @type::text[], @payload::bytea[],
                 @headers::jsonb[], @payload_sha256::bytea[], @is_first::bool[], @n::int[],
-                @first_conflicts::int[], @origin::text[])
+                @first_conflicts::int[], @origin::text[], @traceparent::text[], @tracestate::text[])
          WITH ORDINALITY AS d (source, event_id, type, payload, headers, payload_sha256,
-                               is_first, n, first_conflicts, origin, ord)
+                               is_first, n, first_conflicts, origin, traceparent, tracestate, ord)
 ),
 k AS (
     INSERT INTO ferry_event_key AS k (source, event_id, id, payload_sha256, received_at)
@@ -40,7 +40,8 @@ k AS (
 -- Per key: the first delivery, and how many of the batch's deliveries
 -- differ from the stored hash.
 kd AS (
-    SELECT k.*, d.type, d.payload, d.headers, d.n, d.first_conflicts, d.origin, d.ord,
+    SELECT k.*, d.type, d.payload, d.headers, d.n, d.first_conflicts, d.origin,
+           d.traceparent, d.tracestate, d.ord,
            (SELECT count(*)::int FROM delivery x
             WHERE x.source = k.source AND x.event_id = k.event_id
               AND x.payload_sha256 <> k.payload_sha256) AS differing
@@ -50,9 +51,11 @@ kd AS (
 received AS (
     INSERT INTO ferry_event (id, source, event_id, type, payload, headers, payload_sha256,
                              deliveries, conflicts,
-                             next_attempt_at, first_delivered_at, last_delivered_at, origin)
+                             next_attempt_at, first_delivered_at, last_delivered_at, origin,
+                             traceparent, tracestate)
     SELECT kd.id, kd.source, kd.event_id, kd.type, kd.payload, kd.headers, kd.payload_sha256,
-           kd.n, kd.first_conflicts, clock.now, clock.now, clock.now, kd.origin
+           kd.n, kd.first_conflicts, clock.now, clock.now, clock.now, kd.origin,
+           nullif(kd.traceparent, ''), nullif(kd.tracestate, '')
     FROM kd, clock
     WHERE kd.inserted
     ORDER BY kd.ord

@@ -3,7 +3,9 @@
 -- records who asked for each in ferry_action, and wakes the workers. Dead and
 -- unknown events are requeued where they are; done events move back from the
 -- archive to ferry_event with their id, and their day's done counter goes
--- down. Pending and in_progress events are never touched.
+-- down. Pending and in_progress events are never touched. @ids, when not
+-- empty, names the events; the other filters narrow a bulk requeue as
+-- event_list.sql's do (EventRequeue clears them with @ids).
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -16,6 +18,11 @@ requeued AS (
       AND state NOT IN ('pending', 'in_progress', 'done')
       AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
       AND (@source::text = '' OR source = @source::text)
+      AND (@type::text = '' OR type = @type::text)
+      AND (@since::timestamptz IS NULL OR first_delivered_at >= @since::timestamptz)
+      AND (@until::timestamptz IS NULL OR first_delivered_at < @until::timestamptz)
+      AND (@event_id_like::text = '' OR event_id LIKE @event_id_like::text)
+      AND (@before::bigint = 0 OR id < @before::bigint)
     RETURNING id
 ),
 unarchived AS (
@@ -23,6 +30,11 @@ unarchived AS (
     WHERE 'done' = ANY(@states::text[])
       AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
       AND (@source::text = '' OR source = @source::text)
+      AND (@type::text = '' OR type = @type::text)
+      AND (@since::timestamptz IS NULL OR first_delivered_at >= @since::timestamptz)
+      AND (@until::timestamptz IS NULL OR first_delivered_at < @until::timestamptz)
+      AND (@event_id_like::text = '' OR event_id LIKE @event_id_like::text)
+      AND (@before::bigint = 0 OR id < @before::bigint)
     RETURNING *
 ),
 restored AS (

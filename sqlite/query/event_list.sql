@@ -1,6 +1,6 @@
--- Payload and headers are left out of lists; EventList appends its filters.
+-- Payload, headers and trace context are left out of lists; EventList appends its filters.
 SELECT id, source, event_id, type, NULL, NULL, payload_sha256, state, attempt,
        lease_owner, lease_expires_at, next_attempt_at, first_delivered_at,
        last_delivered_at, deliveries, conflicts, claimed_at, completed_at,
-       last_error, requeued_at, origin, replays
+       last_error, requeued_at, origin, replays, NULL, NULL
 FROM ferry_event

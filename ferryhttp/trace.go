@@ -1,0 +1,179 @@
+package ferryhttp
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// Tracing of the HTTP edge: a server span per receipt (its stored trace
+// context is what every attempt links to) and a client span per forward,
+// whose context the app receives as traceparent and tracestate. Both only
+// when the options name a TracerProvider; otherwise the receiver and the
+// forwarder make no span and read or write no trace header.
+
+// HTTP attributes of OpenTelemetry's semantic conventions (v1.43), spelled
+// out so that the library needs no semconv package.
+const (
+	attrHTTPMethod = attribute.Key("http.request.method")
+	attrHTTPRoute  = attribute.Key("http.route")
+	attrHTTPStatus = attribute.Key("http.response.status_code")
+	attrURLFull    = attribute.Key("url.full")
+	attrServerAddr = attribute.Key("server.address")
+	attrServerPort = attribute.Key("server.port")
+	attrErrorType  = attribute.Key("error.type")
+)
+
+const receiverRoute = "/webhooks/{source}"
+
+// traceContext is the W3C propagator, whatever the program's global one is.
+var traceContext propagation.TraceContext
+
+// startReceipt starts the receipt's server span, a child of the provider's
+// traceparent if the request carries one, and returns the request with the
+// span in its context. Untraced, it returns req and a nil span.
+func (r *Receiver) startReceipt(req *http.Request, source string) (*http.Request, trace.Span) {
+	if r.tracer == nil {
+		return req, nil
+	}
+	ctx := traceContext.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
+	method := knownMethod(req.Method)
+	attrs := []attribute.KeyValue{attrHTTPMethod.String(method), attrHTTPRoute.String(receiverRoute)}
+	if _, ok := r.sources[source]; ok { // not a name a sender made up
+		attrs = append(attrs, ferry.AttrSource.String(source))
+	}
+	ctx, span := r.tracer.Start(ctx, method+" "+receiverRoute, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	return req.WithContext(ctx), span
+}
+
+// receiptPhase marks a step of the receipt (verified, stored) on its span,
+// with attrs.
+func (r *Receiver) receiptPhase(ctx context.Context, name string, attrs ...attribute.KeyValue) {
+	if r.tracer == nil {
+		return
+	}
+	trace.SpanFromContext(ctx).AddEvent(name, trace.WithAttributes(attrs...))
+}
+
+// receiptTraceContext returns the receipt span's traceparent and tracestate,
+// for the store: every attempt links to them. A tracestate too long to
+// store is dropped (the delivery is not refused for it). Empty when
+// untraced.
+func (r *Receiver) receiptTraceContext(ctx context.Context) (traceparent, tracestate string) {
+	if r.tracer == nil || !trace.SpanContextFromContext(ctx).IsValid() {
+		return "", ""
+	}
+	carrier := propagation.MapCarrier{}
+	traceContext.Inject(ctx, carrier)
+	traceparent, tracestate = carrier["traceparent"], carrier["tracestate"]
+	if ferry.ValidateTraceContext(traceparent, tracestate) != nil {
+		tracestate = ""
+	}
+	if ferry.ValidateTraceContext(traceparent, tracestate) != nil {
+		return "", ""
+	}
+	return traceparent, tracestate
+}
+
+// endReceipt ends the receipt's span once the answer is written: status,
+// outcome, reason and, once verified, the event id. A 503 is an error (the
+// store did not commit); a refusal is the sender's mistake, not Ferry's.
+func endReceipt(span trace.Span, a answer, eventID string) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attrHTTPStatus.Int(a.status), ferry.AttrOutcome.String(a.outcome))
+	if a.reason != "" {
+		span.SetAttributes(ferry.AttrReason.String(a.reason))
+	}
+	if eventID != "" {
+		span.SetAttributes(ferry.AttrEventID.String(eventID))
+	}
+	if a.status >= 500 {
+		span.SetAttributes(attrErrorType.String(strconv.Itoa(a.status)))
+		span.SetStatus(codes.Error, a.reason)
+	}
+	span.End()
+}
+
+// knownMethod is method if HTTP defines it, else "_OTHER" (the semantic
+// conventions' word), so that a sender cannot name spans.
+func knownMethod(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method
+	}
+	return "_OTHER"
+}
+
+// tracedClient returns a copy of c whose requests each get a client span
+// and carry its traceparent and tracestate.
+func tracedClient(c *http.Client, tp trace.TracerProvider) *http.Client {
+	traced := *c
+	base := c.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	traced.Transport = &tracingTransport{base: base, tracer: tp.Tracer(ferry.TracerName)}
+	return &traced
+}
+
+// tracingTransport makes the forward's client span, from the request to the
+// app's response headers.
+type tracingTransport struct {
+	base   http.RoundTripper
+	tracer trace.Tracer
+}
+
+func (t *tracingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	method := knownMethod(req.Method)
+	attrs := []attribute.KeyValue{attrHTTPMethod.String(method), attrURLFull.String(spanURL(req.URL)), attrServerAddr.String(req.URL.Hostname())}
+	if port := req.URL.Port(); port != "" {
+		if p, err := strconv.Atoi(port); err == nil {
+			attrs = append(attrs, attrServerPort.Int(p))
+		}
+	}
+	ctx, span := t.tracer.Start(req.Context(), method, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	defer span.End()
+
+	// A RoundTripper must not change the request it is given.
+	req = req.Clone(ctx)
+	traceContext.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		span.SetAttributes(attrErrorType.String(errorType(err)))
+		span.SetStatus(codes.Error, err.Error())
+		return nil, err
+	}
+	span.SetAttributes(attrHTTPStatus.Int(resp.StatusCode))
+	if resp.StatusCode >= 400 {
+		span.SetAttributes(attrErrorType.String(strconv.Itoa(resp.StatusCode)))
+		span.SetStatus(codes.Error, resp.Status)
+	}
+	return resp, nil
+}
+
+// spanURL is u without its query, fragment and credentials: a forward URL
+// may carry the app's token, and a span is read by more people than the
+// config.
+func spanURL(u *url.URL) string {
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
+
+func errorType(err error) string {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return "timeout"
+	}
+	return "request_failed"
+}

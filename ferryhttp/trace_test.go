@@ -1,0 +1,318 @@
+package ferryhttp_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
+)
+
+// The provider's own trace context, as it would send it.
+const (
+	providerTraceID     = "4bf92f3577b34da6a3ce929d0e0e4736"
+	providerSpanID      = "00f067aa0ba902b7"
+	providerTraceparent = "00-" + providerTraceID + "-" + providerSpanID + "-01"
+	providerTracestate  = "congo=t61rcWkgMzE"
+)
+
+func newRecorder() (*tracetest.SpanRecorder, trace.TracerProvider) {
+	rec := tracetest.NewSpanRecorder()
+	return rec, sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+}
+
+func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
+	out := map[attribute.Key]string{}
+	for _, kv := range s.Attributes() {
+		out[kv.Key] = kv.Value.String()
+	}
+	return out
+}
+
+// oneSpan returns the only span the recorder holds. The receiver ends its
+// span inside ServeHTTP, and the server sends the (short) answer once
+// ServeHTTP has returned, so the span is there once the reply is.
+func oneSpan(t *testing.T, rec *tracetest.SpanRecorder) sdktrace.ReadOnlySpan {
+	t.Helper()
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans ended, want 1", len(spans))
+	}
+	return spans[0]
+}
+
+// wantAttrs checks attributes by their emitted text.
+func wantAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want map[attribute.Key]string) {
+	t.Helper()
+	got := spanAttrs(s)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("span %q: %s = %q, want %q", s.Name(), k, got[k], v)
+		}
+	}
+}
+
+// noSecrets fails if any attribute or event attribute of s carries one of
+// the tests' secrets, a signature header's value or a marker of the body.
+func noSecrets(t *testing.T, s sdktrace.ReadOnlySpan, d delivery, bodyMarker string) {
+	t.Helper()
+	forbidden := append([]string{bodyMarker}, secrets...)
+	for _, name := range sentSignatureHeaders {
+		if v := d.header.Get(name); v != "" {
+			forbidden = append(forbidden, v)
+		}
+	}
+	values := spanAttrs(s)
+	for _, e := range s.Events() {
+		for _, kv := range e.Attributes {
+			values[attribute.Key(e.Name+"/"+string(kv.Key))] = kv.Value.String()
+		}
+	}
+	for k, v := range values {
+		for _, f := range forbidden {
+			if strings.Contains(v, f) {
+				t.Errorf("span attribute %s = %q carries %q", k, v, f)
+			}
+		}
+	}
+}
+
+func TestReceiverTracing(t *testing.T) {
+	t.Parallel()
+
+	traced := func(t *testing.T, st ferry.Store) (*bundle, *tracetest.SpanRecorder) {
+		rec, tp := newRecorder()
+		return setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.TracerProvider = tp }), rec
+	}
+
+	// The receipt span is a child of the provider's traceparent, tells
+	// what became of the delivery, and its own context is stored with the
+	// event, the provider's tracestate kept.
+	t.Run("ChildOfTheProvidersTraceStoredWithTheEvent", func(t *testing.T) {
+		t.Parallel()
+		b, rec := traced(t, openSQLite(t))
+		d := stripe(`{"id":"evt_traced","type":"invoice.paid","marker":"BODY-MARKER-5e1"}`).
+			with("Traceparent", providerTraceparent).with("Tracestate", providerTracestate)
+		if r := b.send(t, d); r.status != http.StatusOK {
+			t.Fatalf("answered %d %s", r.status, r.raw)
+		}
+		s := oneSpan(t, rec)
+		if s.Name() != "POST /webhooks/{source}" || s.SpanKind() != trace.SpanKindServer {
+			t.Errorf("span %q kind %v", s.Name(), s.SpanKind())
+		}
+		if p := s.Parent(); p.TraceID().String() != providerTraceID || p.SpanID().String() != providerSpanID || !p.IsRemote() {
+			t.Errorf("parent = %v, want the provider's span %s", p, providerSpanID)
+		}
+		wantAttrs(t, s, map[attribute.Key]string{
+			ferry.AttrSource: "stripe", ferry.AttrEventID: "evt_traced", ferry.AttrOutcome: "accepted",
+			"http.response.status_code": "200", "http.request.method": "POST", "http.route": "/webhooks/{source}",
+		})
+		var events []string
+		for _, e := range s.Events() {
+			events = append(events, e.Name)
+		}
+		if strings.Join(events, ",") != "verified,stored" {
+			t.Errorf("span events %v, want verified then stored", events)
+		}
+		noSecrets(t, s, d, "BODY-MARKER-5e1")
+
+		ev := event(t, b.store, "stripe", "evt_traced")
+		sc := s.SpanContext()
+		if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; ev.Traceparent != want || ev.Tracestate != providerTracestate {
+			t.Errorf("stored trace context (%q, %q), want the receipt span's (%q, %q)", ev.Traceparent, ev.Tracestate, want, providerTracestate)
+		}
+	})
+
+	t.Run("RootWithoutATraceparent", func(t *testing.T) {
+		t.Parallel()
+		b, rec := traced(t, openSQLite(t))
+		if r := b.send(t, stripe(`{"id":"evt_root"}`)); r.status != http.StatusOK {
+			t.Fatalf("answered %d", r.status)
+		}
+		s := oneSpan(t, rec)
+		if s.Parent().IsValid() {
+			t.Errorf("parent = %v, want none", s.Parent())
+		}
+		if ev := event(t, b.store, "stripe", "evt_root"); !strings.Contains(ev.Traceparent, s.SpanContext().TraceID().String()) {
+			t.Errorf("stored traceparent %q, want the receipt's trace %s", ev.Traceparent, s.SpanContext().TraceID())
+		}
+	})
+
+	// A refusal is traced with its reason; it is the sender's error, not
+	// Ferry's, so the span is not an error.
+	t.Run("RefusalHasItsReason", func(t *testing.T) {
+		t.Parallel()
+		b, rec := traced(t, openSQLite(t))
+		d := stripeAt("whsec_wrong", `{"id":"evt_forged"}`, testNow)
+		if r := b.send(t, d); r.status != http.StatusUnauthorized {
+			t.Fatalf("answered %d", r.status)
+		}
+		s := oneSpan(t, rec)
+		wantAttrs(t, s, map[attribute.Key]string{
+			ferry.AttrOutcome: "rejected", ferry.AttrReason: "bad_signature", "http.response.status_code": "401",
+		})
+		if s.Status().Code == codes.Error || len(s.Events()) != 0 {
+			t.Errorf("refusal: status %+v events %v, want no error and no phase", s.Status(), s.Events())
+		}
+		noSecrets(t, s, d, "evt_forged")
+	})
+
+	t.Run("StoreFailureIsAnError", func(t *testing.T) {
+		t.Parallel()
+		b, rec := traced(t, &failingStore{Store: openSQLite(t), receive: func(context.Context, *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+			return nil, errors.New("disk on fire")
+		}})
+		if r := b.send(t, stripe(`{"id":"evt_down"}`)); r.status != http.StatusServiceUnavailable {
+			t.Fatalf("answered %d", r.status)
+		}
+		s := oneSpan(t, rec)
+		wantAttrs(t, s, map[attribute.Key]string{ferry.AttrOutcome: "unavailable", ferry.AttrReason: "store_unavailable", "http.response.status_code": "503"})
+		if s.Status().Code != codes.Error {
+			t.Errorf("status %+v, want an error", s.Status())
+		}
+	})
+
+	// A tracestate longer than a store keeps (valid W3C nonetheless) is
+	// dropped: the delivery is stored, with its traceparent.
+	t.Run("OverlongTracestateIsDropped", func(t *testing.T) {
+		t.Parallel()
+		b, _ := traced(t, openSQLite(t))
+		var members []string
+		for _, k := range []string{"a", "b", "c"} {
+			members = append(members, k+"="+strings.Repeat("v", 250))
+		}
+		d := stripe(`{"id":"evt_long"}`).with("Traceparent", providerTraceparent).with("Tracestate", strings.Join(members, ","))
+		if r := b.send(t, d); r.status != http.StatusOK {
+			t.Fatalf("answered %d %s", r.status, r.raw)
+		}
+		if ev := event(t, b.store, "stripe", "evt_long"); !strings.Contains(ev.Traceparent, providerTraceID) || ev.Tracestate != "" {
+			t.Errorf("stored (%q, %q), want the traceparent alone", ev.Traceparent, ev.Tracestate)
+		}
+	})
+
+	// A source that is not configured is not named: senders do not choose
+	// attribute values.
+	t.Run("UnknownSourceIsNotNamed", func(t *testing.T) {
+		t.Parallel()
+		b, rec := traced(t, openSQLite(t))
+		if r := b.send(t, delivery{source: "made-up-by-sender", body: []byte(`{}`)}); r.status != http.StatusNotFound {
+			t.Fatalf("answered %d", r.status)
+		}
+		s := oneSpan(t, rec)
+		if got := spanAttrs(s); got[ferry.AttrSource] != "" || got[ferry.AttrReason] != "unknown_source" {
+			t.Errorf("attributes %v, want no source and reason unknown_source", got)
+		}
+	})
+
+	// Untraced, the receiver reads no trace header and stores none.
+	t.Run("OffStoresNoTraceContext", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, openSQLite(t), nil)
+		d := stripe(`{"id":"evt_off"}`).with("Traceparent", providerTraceparent)
+		if r := b.send(t, d); r.status != http.StatusOK {
+			t.Fatalf("answered %d", r.status)
+		}
+		if ev := event(t, b.store, "stripe", "evt_off"); ev.Traceparent != "" || ev.Tracestate != "" {
+			t.Errorf("untraced receiver stored (%q, %q)", ev.Traceparent, ev.Tracestate)
+		}
+	})
+}
+
+func TestForwarderTracing(t *testing.T) {
+	t.Parallel()
+
+	// parent is the attempt's span, as a traced Client runs the handler in.
+	parent := func(t *testing.T, tp trace.TracerProvider) (context.Context, trace.Span) {
+		ts, err := trace.ParseTraceState(providerTracestate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, span := tp.Tracer("test").Start(context.Background(), "ferry.attempt")
+		sc := span.SpanContext().WithTraceState(ts)
+		return trace.ContextWithSpanContext(ctx, sc), span
+	}
+
+	// The forward is a client span, a child of the attempt; the app gets
+	// its traceparent (the forward span's context) and the tracestate, so
+	// the app's spans join the trace. The span's URL has no query.
+	t.Run("ClientSpanAndTraceparentToTheApp", func(t *testing.T) {
+		t.Parallel()
+		srv, got := app(t, nil)
+		rec, tp := newRecorder()
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "/hooks?token=APP-TOKEN-9d", TracerProvider: tp})
+		ctx, attempt := parent(t, tp)
+		if err := f.Handle(ctx, testDelivery()); err != nil {
+			t.Fatal(err)
+		}
+		attempt.End()
+		r := <-got
+
+		var fwd sdktrace.ReadOnlySpan
+		for _, s := range rec.Ended() {
+			if s.SpanKind() == trace.SpanKindClient {
+				fwd = s
+			}
+		}
+		if fwd == nil {
+			t.Fatalf("no client span among %d", len(rec.Ended()))
+		}
+		sc := fwd.SpanContext()
+		if p := fwd.Parent(); p.SpanID() != attempt.SpanContext().SpanID() || sc.TraceID() != attempt.SpanContext().TraceID() {
+			t.Errorf("forward span's parent %v, want the attempt %v", p, attempt.SpanContext())
+		}
+		if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; r.header.Get("Traceparent") != want {
+			t.Errorf("app got traceparent %q, want the forward span's %q", r.header.Get("Traceparent"), want)
+		}
+		if r.header.Get("Tracestate") != providerTracestate {
+			t.Errorf("app got tracestate %q, want %q", r.header.Get("Tracestate"), providerTracestate)
+		}
+		wantAttrs(t, fwd, map[attribute.Key]string{
+			"http.request.method": "POST", "http.response.status_code": "200", "url.full": srv.URL + "/hooks",
+			"server.address": "127.0.0.1",
+		})
+		if fwd.Name() != "POST" || fwd.Status().Code == codes.Error {
+			t.Errorf("forward span %q status %+v", fwd.Name(), fwd.Status())
+		}
+	})
+
+	t.Run("AppErrorIsAnError", func(t *testing.T) {
+		t.Parallel()
+		srv, _ := app(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
+		rec, tp := newRecorder()
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL, TracerProvider: tp})
+		if err := f.Handle(context.Background(), testDelivery()); err == nil {
+			t.Fatal("a 502 forwarded without error")
+		}
+		s := oneSpan(t, rec)
+		wantAttrs(t, s, map[attribute.Key]string{"http.response.status_code": "502", "error.type": "502"})
+		if s.Status().Code != codes.Error {
+			t.Errorf("status %+v, want an error", s.Status())
+		}
+	})
+
+	// Untraced, the forwarder sends no trace header, whatever span the
+	// handler's context holds.
+	t.Run("OffSendsNoTraceparent", func(t *testing.T) {
+		t.Parallel()
+		srv, got := app(t, nil)
+		_, tp := newRecorder()
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL})
+		ctx, span := parent(t, tp)
+		defer span.End()
+		if err := f.Handle(ctx, testDelivery()); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-got; r.header.Get("Traceparent") != "" || r.header.Get("Tracestate") != "" {
+			t.Errorf("untraced forwarder sent traceparent %q tracestate %q", r.header.Get("Traceparent"), r.header.Get("Tracestate"))
+		}
+	})
+}
