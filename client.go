@@ -29,20 +29,37 @@ type Client struct {
 	// completes each job alone at once); each job still waits for its own
 	// verdict.
 	completions *groupcommit.Committer[completion, struct{}]
+	// failures batches failed attempts into one EventFailMany call, the
+	// same way.
+	failures *groupcommit.Committer[EventFailParams, State]
 
 	mu      sync.Mutex
 	started bool
 	// registerErr is the first handler that could not be registered
 	// (HandleTx with a store not the client's own); Start returns it.
 	registerErr error
-	active      int
-	slotFree    chan struct{}
+	// held counts the events this client has leased and not yet finished:
+	// running, or claimed ahead and waiting for one of the workers.
+	held int
+	// finished counts the events this client has finished, to tell the
+	// claim loop that its workers make progress.
+	finished int
+	// beating holds the jobs whose leases the heartbeat loop extends:
+	// from their claim until their handler returns.
+	beating  map[*job]struct{}
+	slotFree chan struct{}
+	// workers has room for Workers running handlers.
+	workers chan struct{}
+	// stopQueued closes when Stop begins: events claimed ahead and still
+	// waiting for a worker are released instead of run.
+	stopQueued chan struct{}
 
 	stopClaiming context.CancelFunc
 	stopHandlers context.CancelCauseFunc
 	stopBeats    context.CancelFunc
 	beatCtx      context.Context
 	claimDone    chan struct{}
+	beatDone     chan struct{}
 	jobs         sync.WaitGroup
 }
 
@@ -75,6 +92,8 @@ func (c *Client) Start(ctx context.Context) error {
 	beatCtx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
 	c.stopClaiming, c.stopHandlers, c.stopBeats, c.beatCtx = stopClaiming, stopHandlers, stopBeats, beatCtx
 	c.claimDone = make(chan struct{})
+	c.beatDone = make(chan struct{})
+	go c.heartbeatLoop(beatCtx)
 
 	wake, err := c.store.ReceiptSubscribe(claimCtx)
 	if err != nil {
@@ -102,6 +121,8 @@ func (c *Client) Stop(ctx context.Context) error {
 
 	stopClaiming()
 	<-c.claimDone
+	close(c.stopQueued)
+	defer func() { c.stopBeats(); <-c.beatDone }()
 
 	finished := make(chan struct{})
 	go func() { c.jobs.Wait(); close(finished) }()
@@ -113,7 +134,6 @@ func (c *Client) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	c.stopHandlers(errShutdown)
-	defer c.stopBeats()
 	select {
 	case <-finished:
 		return nil
@@ -132,19 +152,37 @@ func (c *Client) sources() (claim, hold []string) {
 	return claim, hold
 }
 
+// claimLoop keeps up to Workers + Prefetch events leased: Workers running
+// and at most Prefetch claimed ahead, waiting for the next free worker, so
+// that a worker finishing its event starts the next at once instead of
+// waiting for a claim's round trip. It claims in batches: only once at least
+// Prefetch of those places are free (a saturated client claims Prefetch
+// events at a time, not one per finished job), which also means whenever a
+// worker is idle. A claim that came back short means nothing more is due:
+// the loop then waits for a receipt signal or the poll before it claims
+// again, rather than asking the store each time a job ends. And it claims
+// ahead only after some job has finished since its last claim: a client
+// whose workers are all stuck claims nothing more, so it holds at most
+// Prefetch waiting events (heartbeated, released at Stop) besides its stuck
+// ones.
 func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}) {
 	defer close(c.claimDone)
 	sources, hold := c.sources()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	failures := 0
+	dry := false // the last claim found fewer due events than it asked for
+	lastFinished := -1
 	for {
 		c.mu.Lock()
-		free := c.cfg.Workers - c.active
+		free := c.cfg.Workers + c.cfg.Prefetch - c.held
+		idle := c.held < c.cfg.Workers
+		finished := c.finished
 		c.mu.Unlock()
 
 		full := false
-		if free > 0 {
+		if free >= c.cfg.Prefetch && !dry && (idle || finished != lastFinished) {
+			lastFinished = finished
 			started := time.Now()
 			// Not cancelled by Stop: a claim the database committed must come
 			// back, so that it can be worked or released.
@@ -168,25 +206,31 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 					c.launch(handlerCtx, cl, started)
 				}
 				full = len(claims) == free
+				dry = !full
 			}
 		}
 		if full {
-			continue // more may be due: claim again at once
+			continue // more may be due: claim again as soon as there is room
 		}
 		resetTimer(poll, max(c.cfg.PollInterval, backoff(failures, c.cfg.PollInterval, 30*c.cfg.PollInterval)))
 		select {
 		case <-ctx.Done():
 			return
 		case _, ok := <-wake:
+			dry = false
 			if !ok {
 				wake = nil // the store closed its notifications: poll only
 			}
 		case <-poll.C:
+			dry = false
 		case <-c.slotFree:
 		}
 	}
 }
 
+// launch holds a claimed event: its lease joins the heartbeats at once, and
+// its handler runs as soon as one of the Workers is free. An event still
+// waiting when Stop begins is released unworked, for another instance.
 func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Time) {
 	ev := cl.Event
 	hctx, cancel := context.WithCancelCause(handlerCtx)
@@ -195,27 +239,64 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 	j.deadline = claimedAt.Add(c.cfg.LeaseTTL)
 	j.timer = time.AfterFunc(time.Until(j.deadline), j.lose)
 	c.mu.Lock()
-	c.active++
+	c.held++
+	c.beating[j] = struct{}{}
 	c.mu.Unlock()
 	c.jobs.Add(1)
 	go func() {
 		defer c.jobs.Done()
 		defer c.finish(j)
-		beatCtx, stopBeat := context.WithCancel(c.beatCtx)
-		beating := make(chan struct{})
-		go func() { defer close(beating); c.heartbeat(beatCtx, j) }()
-		completed, took, err := c.runHandler(hctx, j, cl)
-		stopBeat()
-		<-beating
+		working := false
+		select {
+		case c.workers <- struct{}{}:
+			working = true
+		case <-c.stopQueued:
+		}
+		select {
+		case <-c.stopQueued:
+			// Stop began while it waited (a worker freed at the same moment
+			// does not count): never started, so given back at once.
+			if working {
+				<-c.workers
+			}
+			c.stopBeating(j)
+			c.release(j.lease)
+			endAttempt(j.span, OutcomeReleased, nil)
+			if c.cfg.Observer != nil {
+				c.cfg.Observer.AttemptFinished(ev.Source, OutcomeReleased, j.reclaimed, 0)
+			}
+			return
+		default:
+		}
+		defer func() { <-c.workers }()
+		var (
+			completed bool
+			took      time.Duration
+			err       error
+		)
+		if j.lost.Load() {
+			err = ErrLeaseLost // lapsed while it waited: another worker may have it
+		} else {
+			completed, took, err = c.runHandler(hctx, j, cl)
+		}
+		c.stopBeating(j)
 		c.record(hctx, j, cl, completed, err, took)
 	}()
+}
+
+// stopBeating takes j out of the heartbeats: its handler has returned.
+func (c *Client) stopBeating(j *job) {
+	c.mu.Lock()
+	delete(c.beating, j)
+	c.mu.Unlock()
 }
 
 func (c *Client) finish(j *job) {
 	j.timer.Stop()
 	j.cancel(nil)
 	c.mu.Lock()
-	c.active--
+	c.held--
+	c.finished++
 	c.mu.Unlock()
 	select {
 	case c.slotFree <- struct{}{}:

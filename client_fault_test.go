@@ -13,17 +13,17 @@ import (
 // faultyStore wraps a real store and breaks one behaviour at a time.
 type faultyStore struct {
 	ferry.Store
-	hangHeartbeats bool         // EventHeartbeat blocks until its context ends
+	hangHeartbeats bool         // EventHeartbeatMany blocks until its context ends
 	closedWake     bool         // ReceiptSubscribe returns a closed channel
 	claims         atomic.Int64 // EventClaimMany calls
 }
 
-func (s *faultyStore) EventHeartbeat(ctx context.Context, p *ferry.EventHeartbeatParams) (time.Time, error) {
+func (s *faultyStore) EventHeartbeatMany(ctx context.Context, p *ferry.EventHeartbeatManyParams) ([]ferry.Lease, error) {
 	if s.hangHeartbeats {
 		<-ctx.Done()
-		return time.Time{}, ctx.Err()
+		return nil, ctx.Err()
 	}
-	return s.Store.EventHeartbeat(ctx, p)
+	return s.Store.EventHeartbeatMany(ctx, p)
 }
 
 func (s *faultyStore) ReceiptSubscribe(ctx context.Context) (<-chan struct{}, error) {

@@ -120,9 +120,10 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 		delay := backoff(ev.Attempt, c.cfg.RetryBase, c.cfg.RetryCap)
 		delay = max(delay, retryAfterOf(err))
 		var state State
+		// Batched with the failures of other jobs, as completions are.
 		werr := retryWrite(wctx, func() error {
 			var e error
-			state, e = c.store.EventFail(wctx, &EventFailParams{
+			state, e = c.failures.Do(wctx, EventFailParams{
 				Lease: j.lease, Error: err.Error(), RetryDelay: delay,
 				MaxAttempts: policy.MaxAttempts, MaxAge: policy.ReplayWindow, Dead: IsPermanent(err),
 				Response: j.response,
@@ -195,11 +196,14 @@ func (c *Client) completeBatch(ctx context.Context, done []completion) []groupco
 	return out
 }
 
-// heartbeat extends j's lease every interval until ctx is done. Each job
-// beats on its own, so one slow call cannot delay another lease; each call is
-// bounded by the job's deadline, past which the job's timer has already
-// cancelled the handler.
-func (c *Client) heartbeat(ctx context.Context, j *job) {
+// heartbeatLoop extends the leases of every held job, running or claimed
+// ahead, in one EventHeartbeatMany call per HeartbeatInterval, until ctx is
+// done. Each call is bounded by one interval, so a slow store delays the
+// next tick, never past it; a job whose lease the store found lost is
+// cancelled with ErrLeaseLost, and a job whose beats keep failing is
+// cancelled by its own timer at its deadline.
+func (c *Client) heartbeatLoop(ctx context.Context) {
+	defer close(c.beatDone)
 	tick := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	for {
@@ -208,25 +212,63 @@ func (c *Client) heartbeat(ctx context.Context, j *job) {
 			return
 		case <-tick.C:
 		}
-		if j.lost.Load() {
-			return
+		c.mu.Lock()
+		jobs := make(map[Lease]*job, len(c.beating))
+		leases := make([]Lease, 0, len(c.beating))
+		for j := range c.beating {
+			if !j.lost.Load() {
+				jobs[j.lease] = j
+				leases = append(leases, j.lease)
+			}
+		}
+		c.mu.Unlock()
+		if len(leases) == 0 {
+			continue
 		}
 		sent := time.Now()
-		bctx, cancel := context.WithDeadline(ctx, j.leaseDeadline())
-		_, err := c.store.EventHeartbeat(bctx, &EventHeartbeatParams{Lease: j.lease, TTL: c.cfg.LeaseTTL})
+		bctx, cancel := context.WithTimeout(ctx, c.cfg.HeartbeatInterval)
+		lost, err := c.store.EventHeartbeatMany(bctx, &EventHeartbeatManyParams{Leases: leases, TTL: c.cfg.LeaseTTL})
 		cancel()
 		switch {
 		case err == nil:
-			j.extend(sent.Add(c.cfg.LeaseTTL))
-		case errors.Is(err, ErrLeaseLost):
-			j.lose()
-			return
+			for _, l := range lost {
+				jobs[l].lose()
+				delete(jobs, l)
+			}
+			for _, j := range jobs {
+				j.extend(sent.Add(c.cfg.LeaseTTL))
+			}
 		case ctx.Err() != nil:
 			return
 		default:
-			c.log.Warn("ferry: heartbeat failed; retrying until the lease would lapse", "worker", c.cfg.ID, "err", logSafe(err))
+			c.log.Warn("ferry: heartbeat failed; retrying until the leases would lapse", "worker", c.cfg.ID, "leases", len(leases), "err", logSafe(err))
 		}
 	}
+}
+
+// failBatch closes the attempts of jobs whose handlers failed, in one
+// EventFailMany call, and gives each job its own verdict: the state its
+// event went to, ErrLeaseLost for a lease the store found lost, or the
+// call's error for every job when the batch failed as a whole (each job then
+// retries within its own lease, as completeBatch's do).
+func (c *Client) failBatch(ctx context.Context, failures []EventFailParams) []groupcommit.Result[State] {
+	out := make([]groupcommit.Result[State], len(failures))
+	states, err := c.store.EventFailMany(ctx, &EventFailManyParams{Failures: failures})
+	if err != nil {
+		err = fmt.Errorf("ferry: fail %d events: %w", len(failures), err)
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	for i, s := range states {
+		if s == "" {
+			out[i].Err = ErrLeaseLost
+		} else {
+			out[i].Value = s
+		}
+	}
+	return out
 }
 
 // retryWrite retries a store write that failed for any reason but a lost

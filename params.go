@@ -124,6 +124,24 @@ func (p *EventFailParams) Validate() error {
 	return p.Lease.Validate()
 }
 
+// Validate requires every failure to be valid and to name a different
+// lease: two verdicts for one attempt cannot both be recorded. No failures
+// is valid (a no-op).
+func (p *EventFailManyParams) Validate() error {
+	seen := make(map[Lease]bool, len(p.Failures))
+	for i := range p.Failures {
+		f := &p.Failures[i]
+		if err := f.Validate(); err != nil {
+			return err
+		}
+		if seen[f.Lease] {
+			return invalid("lease %d/%d is named twice", f.Lease.ID, f.Lease.Attempt)
+		}
+		seen[f.Lease] = true
+	}
+	return nil
+}
+
 // Validate requires a positive ID, or a Source and an EventID when ID is 0.
 // Its error is also ErrNotFound, as no event can match such params: callers
 // that answer "not found" for a bad id keep doing so.
@@ -143,6 +161,20 @@ func (p *EventHeartbeatParams) Validate() error {
 		return invalid("ttl must be positive, got %s", p.TTL)
 	}
 	return p.Lease.Validate()
+}
+
+// Validate requires a positive TTL and every lease to be valid. No leases
+// is valid (a no-op).
+func (p *EventHeartbeatManyParams) Validate() error {
+	if p.TTL <= 0 {
+		return invalid("ttl must be positive, got %s", p.TTL)
+	}
+	for _, l := range p.Leases {
+		if err := l.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Normalize returns a copy of p with Limit defaulted to
@@ -179,14 +211,18 @@ func validRange(since, until time.Time) error {
 	return nil
 }
 
-// Validate requires a Source and a Retention at least as long as the
-// ReplayWindow (ErrRetentionTooShort otherwise).
+// Validate requires a Source, a positive ReplayWindow and a Retention at
+// least as long as it (ErrRetentionTooShort otherwise). A zero window is
+// refused, not read as "none": params built without it would purge done
+// events at once, and the next redelivery would run the work again.
 func (p *EventPurgeParams) Validate() error {
 	switch {
 	case p.Source == "":
 		return invalid("source is required: retention is per source")
-	case p.Retention < 0 || p.ReplayWindow < 0:
-		return invalid("retention and replay window must not be negative")
+	case p.ReplayWindow <= 0:
+		return invalid("replay window must be positive, got %s: it is how long the provider may redeliver (DefaultReplayWindow is %s)", p.ReplayWindow, DefaultReplayWindow)
+	case p.Retention < 0:
+		return invalid("retention must not be negative")
 	case p.Retention < p.ReplayWindow:
 		return fmt.Errorf("purge of %s: retention %s, replay window %s: %w",
 			p.Source, p.Retention, p.ReplayWindow, ErrRetentionTooShort)

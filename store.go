@@ -72,6 +72,15 @@ type Store interface {
 	// the state the event went to.
 	EventFail(ctx context.Context, params *EventFailParams) (State, error)
 
+	// EventFailMany is EventFail for many leases at once, in one
+	// transaction and a constant number of statements: every failure whose
+	// lease still holds is closed by EventFail's rule, each with its own
+	// error, delay, budget and age. It returns one State per failure, in
+	// order: the state the event went to, or "" for a lease that did not
+	// hold (nothing was changed for it). A non-nil error means nothing was
+	// committed. No failures is a no-op.
+	EventFailMany(ctx context.Context, params *EventFailManyParams) ([]State, error)
+
 	// EventGet returns one event by row id, or by (Source, EventID), payload
 	// and headers included. ErrNotFound if there is none.
 	EventGet(ctx context.Context, params *EventGetParams) (*Event, error)
@@ -79,6 +88,14 @@ type Store interface {
 	// EventHeartbeat extends the lease to TTL from the database's now and
 	// returns its new expiry.
 	EventHeartbeat(ctx context.Context, params *EventHeartbeatParams) (time.Time, error)
+
+	// EventHeartbeatMany extends many leases to TTL from the database's now
+	// in one statement (a client's heartbeat tick for all its leases), each
+	// fenced exactly as EventHeartbeat is. It returns the leases that did
+	// not hold, each once, in the order first named; nothing was changed for
+	// those. A non-nil error means no lease was extended. No leases is a
+	// no-op.
+	EventHeartbeatMany(ctx context.Context, params *EventHeartbeatManyParams) (lost []Lease, err error)
 
 	// EventList returns events newest first (by row id), filtered, without
 	// payloads or headers, a page at a time.
@@ -287,6 +304,12 @@ type EventCompleteManyParams struct {
 	Responses []AttemptResponse
 }
 
+type EventFailManyParams struct {
+	// Failures are the attempts to close as failed, each naming a
+	// different lease.
+	Failures []EventFailParams
+}
+
 type EventFailParams struct {
 	Lease Lease
 	// Error is recorded as the event's last error and in the ledger.
@@ -317,6 +340,13 @@ type EventGetParams struct {
 type EventHeartbeatParams struct {
 	Lease Lease
 	TTL   time.Duration
+}
+
+type EventHeartbeatManyParams struct {
+	// Leases are the leases to extend, in any order.
+	Leases []Lease
+	// TTL is the new lease length, from the database's now, for every lease.
+	TTL time.Duration
 }
 
 type EventListParams struct {
@@ -359,6 +389,8 @@ type EventPurgeParams struct {
 	// Retention is how long a done event is kept after completion.
 	Retention time.Duration
 	// ReplayWindow is how long the source's provider may redeliver.
+	// Required, positive: a purge never takes a key its provider may still
+	// send again.
 	ReplayWindow time.Duration
 }
 

@@ -2,6 +2,7 @@ package ferryhttp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,8 +28,15 @@ type ForwarderOptions struct {
 	// Timeout bounds one request. Defaults to 10 seconds.
 	Timeout time.Duration
 	// Client sends the requests. Defaults to a client that does not follow
-	// redirects (a redirect is reported, not silently followed).
+	// redirects (a redirect is reported, not silently followed), on a
+	// transport of its own that keeps Connections idle connections to the
+	// app for reuse and speaks HTTP/2 to an app that offers it over TLS.
 	Client *http.Client
+	// Connections is how many connections to the app the default Client
+	// keeps open between requests: set it to the client's Workers, so that
+	// every worker reuses one instead of opening a new TCP (and TLS)
+	// connection per event. Defaults to ferry.DefaultWorkers.
+	Connections int
 	// Now is the clock for the signature timestamp. Defaults to time.Now.
 	Now func() time.Time
 	// TracerProvider, if set, makes each request a client span, a child of
@@ -64,7 +72,15 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 		f.opts.Timeout = 10 * time.Second
 	}
 	if f.opts.Client == nil {
-		f.opts.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		conns := cmp.Or(opts.Connections, ferry.DefaultWorkers)
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.MaxIdleConnsPerHost = conns
+		transport.MaxIdleConns = max(transport.MaxIdleConns, conns)
+		transport.ForceAttemptHTTP2 = true
+		f.opts.Client = &http.Client{
+			Transport:     transport,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 	}
 	if f.opts.Now == nil {
 		f.opts.Now = time.Now

@@ -36,11 +36,7 @@ func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventComple
 		"http_statuses": statuses,
 		"responses":     responses,
 	})
-	lost, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ferry.Lease, error) {
-		var l ferry.Lease
-		err := row.Scan(&l.ID, &l.Attempt)
-		return l, err
-	})
+	lost, err := pgx.CollectRows(rows, scanLease)
 	if err != nil {
 		return nil, wrap("event complete many", err)
 	}

@@ -10,6 +10,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,12 @@ type Config struct {
 	// ArchiveSpan is the time range of one archive partition, in whole days;
 	// partitions created from now on use it. Defaults to 24 hours.
 	ArchiveSpan time.Duration
+
+	// MaxConns is the pool size Open uses when the URL does not set
+	// pool_max_conns: size it from the work the pool carries
+	// (ferry.Workload.Conns). Zero keeps pgx's default, max(4, CPUs), which
+	// a receiver and a client together outgrow.
+	MaxConns int
 }
 
 // Store is a ferry.TxStore on a pgx pool. It is safe for concurrent use.
@@ -60,7 +67,14 @@ func New(pool *pgxpool.Pool, config *Config) *Store {
 // Open connects a pool to url and returns a Store that owns it: Close closes
 // the pool. It fails if the server does not answer.
 func Open(ctx context.Context, url string, config *Config) (*Store, error) {
-	pool, err := pgxpool.New(ctx, url)
+	poolConfig, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	if config != nil && config.MaxConns > 0 && !strings.Contains(url, "pool_max_conns") {
+		poolConfig.MaxConns = int32(config.MaxConns)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}

@@ -45,12 +45,18 @@ var (
 	eventCompleteManyAttemptSQL string
 	//go:embed query/event_fail.sql
 	eventFailSQL string
+	//go:embed query/event_fail_many.sql
+	eventFailManySQL string
+	//go:embed query/event_fail_many_attempt.sql
+	eventFailManyAttemptSQL string
 	//go:embed query/event_get_by_id.sql
 	eventGetByIDSQL string
 	//go:embed query/event_get_by_key.sql
 	eventGetByKeySQL string
 	//go:embed query/event_heartbeat.sql
 	eventHeartbeatSQL string
+	//go:embed query/event_heartbeat_many.sql
+	eventHeartbeatManySQL string
 	//go:embed query/event_list.sql
 	eventListSQL string
 	//go:embed query/event_list_at_risk.sql

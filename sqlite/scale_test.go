@@ -48,7 +48,7 @@ func TestPurgeInBatchesLetsReceiptsThrough(t *testing.T) {
 	)
 	go func() {
 		defer close(done)
-		purged, purgeErr = b.store.EventPurge(t.Context(), &ferry.EventPurgeParams{Source: "old", Retention: time.Hour})
+		purged, purgeErr = b.store.EventPurge(t.Context(), &ferry.EventPurgeParams{Source: "old", Retention: time.Hour, ReplayWindow: time.Hour})
 	}()
 	// Receipts during the purge, each timed; and the purge's progress as
 	// a reader sees it.

@@ -50,6 +50,22 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventCompleteMany(ctx, &ferry.EventCompleteManyParams{Leases: []ferry.Lease{lease, bad}})
 			return err
 		}},
+		{"EventHeartbeatMany/BadLease", func() error {
+			_, err := s.EventHeartbeatMany(ctx, &ferry.EventHeartbeatManyParams{Leases: []ferry.Lease{lease, bad}, TTL: ttl})
+			return err
+		}},
+		{"EventHeartbeatMany/NoTTL", func() error {
+			_, err := s.EventHeartbeatMany(ctx, &ferry.EventHeartbeatManyParams{Leases: []ferry.Lease{lease}})
+			return err
+		}},
+		{"EventFailMany/BadFailure", func() error {
+			_, err := s.EventFailMany(ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: lease}, {Lease: lease, RetryDelay: -time.Second}}})
+			return err
+		}},
+		{"EventFailMany/LeaseNamedTwice", func() error {
+			_, err := s.EventFailMany(ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: lease}, {Lease: lease, Dead: true}}})
+			return err
+		}},
 		{"EventFail/NoLease", func() error { _, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: bad}); return err }},
 		{"EventFail/NegativeDelay", func() error {
 			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, RetryDelay: -time.Second})
@@ -77,6 +93,10 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		{"EventList/NegativeLimit", func() error { _, err := s.EventList(ctx, &ferry.EventListParams{Limit: -1}); return err }},
 		{"EventList/UnknownState", func() error {
 			_, err := s.EventList(ctx, &ferry.EventListParams{States: []ferry.State{"stuck"}})
+			return err
+		}},
+		{"EventPurge/NoReplayWindow", func() error {
+			_, err := s.EventPurge(ctx, &ferry.EventPurgeParams{Source: "stripe"})
 			return err
 		}},
 		{"EventPurge/NoSource", func() error {

@@ -95,6 +95,8 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Model", testModel[TX]},
 		{"Stats", testStats[TX]},
 		{"CompleteMany", testCompleteMany[TX]},
+		{"HeartbeatMany", testHeartbeatMany[TX]},
+		{"FailMany", testFailMany[TX]},
 		{"Response", testResponse[TX]},
 		{"NamedLease", testNamedLease[TX]},
 		{"Checkpoint", testCheckpoint[TX]},

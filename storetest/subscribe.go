@@ -90,6 +90,20 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 				return err
 			},
 		},
+		{
+			name: "FailManyBackToPending",
+			prepare: func(t *testing.T, b *bundle[TX]) ferry.Lease {
+				receive(t, b, "stripe", "evt_1")
+				return claimOne(t, b, "w1").Event.Lease()
+			},
+			act: func(t *testing.T, b *bundle[TX], lease ferry.Lease) error {
+				states, err := b.store.EventFailMany(b.ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: lease, Error: "boom"}}})
+				if err == nil && (len(states) != 1 || states[0] != ferry.StatePending) {
+					err = fmt.Errorf("fail many went %v, want pending", states)
+				}
+				return err
+			},
+		},
 	} {
 		t.Run("WakesOn"+tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -127,12 +141,15 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 			if _, err := b.store.EventHeartbeat(b.ctx, &ferry.EventHeartbeatParams{Lease: c.Event.Lease(), TTL: ttl}); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := b.store.EventHeartbeatMany(b.ctx, &ferry.EventHeartbeatManyParams{Leases: []ferry.Lease{c.Event.Lease()}, TTL: ttl}); err != nil {
+				t.Fatal(err)
+			}
 			var err error
 			switch c.Event.ID {
 			case done:
 				err = b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()})
 			case dead:
-				_, err = b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Dead: true})
+				_, err = b.store.EventFailMany(b.ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: c.Event.Lease(), Dead: true}}})
 			default:
 				t.Fatalf("claimed event %d, want %d and %d", c.Event.ID, done, dead)
 			}

@@ -68,7 +68,7 @@ func openEvents(ctx context.Context, configPath string) (*eventsEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, closeStore, err := openStore(ctx, cfg)
+	st, closeStore, err := openStore(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ instance is stopped; --dry-run first says what each pending migration will do.`)
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, c)
+	st, closeStore, err := openStore(ctx, c, nil)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func reconcile(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg)
+	st, closeStore, err := openStore(ctx, cfg, nil)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,7 +65,14 @@ SIGTERM stops it gracefully (exit 0).`)
 	}
 	defer stopTracing()
 
-	st, closeStore, err := openStore(ctx, cfg)
+	work := &ferry.Workload{}
+	if runsReceiver {
+		work.ReceiveBatches = ferryhttp.DefaultReceiveConcurrency
+	}
+	if runsWorker {
+		work.Workers = cmp.Or(cfg.Worker.Workers, ferry.DefaultWorkers)
+	}
+	st, closeStore, err := openStore(ctx, cfg, work)
 	if err != nil {
 		return err
 	}
@@ -231,8 +239,10 @@ func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.O
 		return nil, fmt.Errorf("%w: worker: %v", errConfig, err)
 	}
 	for _, s := range cfg.Sources {
-		fwd, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: s.Forward.URL, Secret: s.Forward.Secret, Timeout: s.Forward.Timeout.Duration,
-			TracerProvider: tracer})
+		fwd, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{
+			URL: s.Forward.URL, Secret: s.Forward.Secret, Timeout: s.Forward.Timeout.Duration,
+			Connections: cmp.Or(w.Workers, ferry.DefaultWorkers), TracerProvider: tracer,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: source %s: %v", errConfig, s.Name, err)
 		}

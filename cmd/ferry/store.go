@@ -36,8 +36,10 @@ func loadConfig(path string) (*config.Config, error) {
 	return c, nil
 }
 
-// openStore opens the configured store; close releases it.
-func openStore(ctx context.Context, c *config.Config) (st ferry.Store, close func(), err error) {
+// openStore opens the configured store, its PostgreSQL pool sized for work
+// (nil: the driver's default, enough for a command's few queries); close
+// releases it.
+func openStore(ctx context.Context, c *config.Config, work *ferry.Workload) (st ferry.Store, close func(), err error) {
 	kind, dsn, err := c.StoreKind()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: store.url: %v", errConfig, err)
@@ -50,7 +52,11 @@ func openStore(ctx context.Context, c *config.Config) (st ferry.Store, close fun
 		}
 		return s, func() { _ = s.Close() }, nil
 	default:
-		s, err := postgres.Open(ctx, dsn, nil)
+		pgConfig := &postgres.Config{}
+		if work != nil {
+			pgConfig.MaxConns = work.Conns()
+		}
+		s, err := postgres.Open(ctx, dsn, pgConfig)
 		if err != nil {
 			return nil, nil, err // "postgres: open: ..."
 		}

@@ -1,0 +1,251 @@
+package ferry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// roundTrips records the store calls of the claim loop, the heartbeats and
+// the failures, to show what the client batches.
+type roundTrips struct {
+	ferry.Store
+	mu         sync.Mutex
+	claimLimit []int // Limit of every EventClaimMany call
+	beats      []int // leases of every EventHeartbeatMany call
+	singleBeat int   // EventHeartbeat calls
+	fails      []int // failures of every EventFailMany call
+	singleFail int   // EventFail calls
+}
+
+func (s *roundTrips) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+	s.mu.Lock()
+	s.claimLimit = append(s.claimLimit, p.Limit)
+	s.mu.Unlock()
+	return s.Store.EventClaimMany(ctx, p)
+}
+
+func (s *roundTrips) EventHeartbeat(ctx context.Context, p *ferry.EventHeartbeatParams) (time.Time, error) {
+	s.mu.Lock()
+	s.singleBeat++
+	s.mu.Unlock()
+	return s.Store.EventHeartbeat(ctx, p)
+}
+
+func (s *roundTrips) EventHeartbeatMany(ctx context.Context, p *ferry.EventHeartbeatManyParams) ([]ferry.Lease, error) {
+	s.mu.Lock()
+	s.beats = append(s.beats, len(p.Leases))
+	s.mu.Unlock()
+	return s.Store.EventHeartbeatMany(ctx, p)
+}
+
+func (s *roundTrips) EventFail(ctx context.Context, p *ferry.EventFailParams) (ferry.State, error) {
+	s.mu.Lock()
+	s.singleFail++
+	s.mu.Unlock()
+	return s.Store.EventFail(ctx, p)
+}
+
+func (s *roundTrips) EventFailMany(ctx context.Context, p *ferry.EventFailManyParams) ([]ferry.State, error) {
+	s.mu.Lock()
+	s.fails = append(s.fails, len(p.Failures))
+	s.mu.Unlock()
+	return s.Store.EventFailMany(ctx, p)
+}
+
+// waitFor polls cond until it holds, failing after a ceiling only a bug
+// reaches.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *clientBundle) countState(t *testing.T, state ferry.State) int {
+	t.Helper()
+	page, err := b.store.EventList(b.ctx, &ferry.EventListParams{States: []ferry.State{state}, Limit: ferry.EventListLimitMax})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(page.Events)
+}
+
+// One heartbeat call per tick carries every lease the client holds: those
+// of running handlers and those of events claimed ahead, waiting.
+func TestClientHeartbeatsEveryLeaseInOneCall(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, false)
+	for i := range 10 {
+		b.receive(t, "stripe", fmt.Sprint("evt_", i))
+	}
+	store := &roundTrips{Store: b.store}
+	const workers, prefetch = 4, 2
+	c := b.newClient(t, func(c *ferry.Config) {
+		c.Store = store
+		c.Workers, c.Prefetch = workers, prefetch
+		c.HeartbeatInterval = 20 * time.Millisecond
+	})
+	gate := make(chan struct{})
+	c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	start(t, c)
+	defer close(gate)
+	waitFor(t, "a heartbeat of every held lease", func() bool {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return slices.Contains(store.beats, workers+prefetch)
+	})
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.singleBeat != 0 {
+		t.Errorf("%d single heartbeats besides the batched ones", store.singleBeat)
+	}
+	if m := slices.Max(store.beats); m > workers+prefetch {
+		t.Errorf("a heartbeat carried %d leases; the client may hold %d", m, workers+prefetch)
+	}
+}
+
+// The client holds Workers running events and at most Prefetch claimed
+// ahead; at Stop, those still waiting go back to pending, released, never
+// run.
+func TestClientClaimsAheadAndReleasesTheWaitingAtStop(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, false)
+	var ids []int64
+	for i := range 10 {
+		ids = append(ids, b.receive(t, "stripe", fmt.Sprint("evt_", i)))
+	}
+	const workers, prefetch = 2, 2
+	obs := &outcomes{got: map[ferry.Outcome]int{}}
+	c := b.newClient(t, func(c *ferry.Config) {
+		c.Workers, c.Prefetch, c.Observer = workers, prefetch, obs
+		c.ShutdownGrace = time.Millisecond
+	})
+	var mu sync.Mutex
+	ran := map[int64]bool{}
+	c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
+		mu.Lock()
+		ran[d.Event.ID] = true
+		mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two handlers running and two events claimed ahead", func() bool {
+		mu.Lock()
+		n := len(ran)
+		mu.Unlock()
+		return n == workers && b.countState(t, ferry.StateInProgress) == workers+prefetch
+	})
+	if err := c.Stop(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.countState(t, ferry.StatePending); n != len(ids) {
+		t.Fatalf("%d of %d events pending after Stop", n, len(ids))
+	}
+	if n := len(ran); n != workers {
+		t.Errorf("%d handlers ran, want %d: a waiting event was run", n, workers)
+	}
+	for _, id := range ids {
+		out := b.outcomes(t, id)
+		if len(out) > 1 || len(out) == 1 && out[0] != ferry.OutcomeReleased {
+			t.Errorf("event %d ledger = %v, want nothing or one released attempt", id, out)
+		}
+	}
+	if got := obs.count(ferry.OutcomeReleased); got != workers+prefetch {
+		t.Errorf("%d attempts released, want %d", got, workers+prefetch)
+	}
+}
+
+// A saturated client claims in batches of at least Prefetch, never one
+// event per finished job.
+func TestClientClaimsInBatches(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, false)
+	const n = 60
+	var ids []int64
+	for i := range n {
+		ids = append(ids, b.receive(t, "stripe", fmt.Sprint("evt_", i)))
+	}
+	store := &roundTrips{Store: b.store}
+	const workers, prefetch = 4, 2
+	c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.Workers, c.Prefetch = workers, prefetch })
+	c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
+	start(t, c)
+	for _, id := range ids {
+		b.waitState(t, id, ferry.StateDone)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if m := slices.Min(store.claimLimit); m < prefetch {
+		t.Errorf("claim limits %v: a claim asked for %d, below the batch of %d", store.claimLimit, m, prefetch)
+	}
+	if m := slices.Max(store.claimLimit); m > workers+prefetch {
+		t.Errorf("claim limits %v: a claim asked for %d, past the %d the client may hold", store.claimLimit, m, workers+prefetch)
+	}
+}
+
+// Failures of concurrent jobs share EventFailMany calls; each event still
+// gets its own verdict.
+func TestClientBatchedFailures(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, false)
+	const n = 20
+	var ids []int64
+	for i := range n {
+		ids = append(ids, b.receive(t, "stripe", fmt.Sprint("evt_", i)))
+	}
+	store := &roundTrips{Store: b.store}
+	c := b.newClient(t, func(c *ferry.Config) {
+		c.Store = store
+		c.Workers = n
+		c.RetryBase, c.RetryCap = time.Hour, time.Hour // the retry stays pending
+	})
+	var started sync.WaitGroup
+	started.Add(n)
+	gate := make(chan struct{})
+	c.Handle("stripe", func(_ context.Context, d *ferry.Delivery) error {
+		started.Done()
+		<-gate
+		if d.Event.ID == ids[0] {
+			return ferry.Permanent(errors.New("gone"))
+		}
+		return errors.New("downstream 500")
+	})
+	start(t, c)
+	started.Wait()
+	close(gate)
+	for _, id := range ids[1:] {
+		ev := b.waitState(t, id, ferry.StatePending)
+		if ev.LastError != "downstream 500" {
+			t.Errorf("event %d last error %q", id, ev.LastError)
+		}
+		if out := b.outcomes(t, id); fmt.Sprint(out) != "[failed]" {
+			t.Errorf("event %d ledger = %v", id, out)
+		}
+	}
+	b.waitState(t, ids[0], ferry.StateDead)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.singleFail != 0 || slices.Max(store.fails) < 2 || len(store.fails) >= n {
+		t.Errorf("%d single failures, batches %v: failures of concurrent jobs were not batched", store.singleFail, store.fails)
+	}
+}

@@ -1,0 +1,106 @@
+package storetest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// heartbeatMany calls EventHeartbeatMany with the suite's ttl and fails the
+// test on an error.
+func heartbeatMany[TX any](t *testing.T, b *bundle[TX], leases ...ferry.Lease) []ferry.Lease {
+	t.Helper()
+	lost, err := b.store.EventHeartbeatMany(b.ctx, &ferry.EventHeartbeatManyParams{Leases: leases, TTL: ttl})
+	if err != nil {
+		t.Fatalf("EventHeartbeatMany(%v): %v", leases, err)
+	}
+	return lost
+}
+
+// testHeartbeatMany checks EventHeartbeatMany: held leases are extended from
+// the database's now, each fenced as EventHeartbeat is; the others are
+// reported in the order named and left alone.
+func testHeartbeatMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Run("HeldAreExtendedLostAreReportedAndUntouched", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		robbedID := receive(t, b, "stripe", "evt_robbed")
+		expiredID := receive(t, b, "stripe", "evt_expired")
+		doneID := receive(t, b, "stripe", "evt_done")
+		first := claim(t, b, "w1", 3, "stripe")
+		if len(first) != 3 {
+			t.Fatalf("claimed %d, want 3", len(first))
+		}
+		robbed, expired, done := first[0].Event.Lease(), first[1].Event.Lease(), first[2].Event.Lease()
+		if robbed.ID != robbedID || expired.ID != expiredID || done.ID != doneID {
+			t.Fatalf("claimed out of order: %v %v %v", robbed, expired, done)
+		}
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: done}); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(ttl) // w1's two other leases lapse
+		if c := claim(t, b, "w2", 1, "stripe"); len(c) != 1 || c[0].Event.ID != robbedID {
+			t.Fatalf("reclaim took %v, want event %d", c, robbedID)
+		}
+		heldID := receive(t, b, "github", "evt_held")
+		otherID := receive(t, b, "github", "evt_other")
+		fresh := claim(t, b, "w3", 2, "github")
+		held, other := fresh[0].Event.Lease(), fresh[1].Event.Lease()
+		stale := ferry.Lease{ID: heldID, Attempt: held.Attempt + 1} // an attempt that never was
+		b.clock.Advance(ttl / 2)
+
+		before := map[string]snapshot{
+			"robbed": snap(t, b, robbedID), "expired": snap(t, b, expiredID), "done": snap(t, b, doneID),
+		}
+		lost := heartbeatMany(t, b, held, robbed, expired, other, done, stale, held)
+		if want := []ferry.Lease{robbed, expired, done, stale}; !slices.Equal(lost, want) {
+			t.Fatalf("lost = %v, want %v (in the order named, each once)", lost, want)
+		}
+		for _, id := range []int64{heldID, otherID} {
+			ev := wantState(t, b, id, ferry.StateInProgress)
+			if want := b.clock.Now().Add(ttl); !ev.LeaseExpiresAt.Equal(want) || ev.LeaseOwner != "w3" {
+				t.Errorf("event %d: lease expires %v owner %q, want %v w3", id, ev.LeaseExpiresAt, ev.LeaseOwner, want)
+			}
+			if ledger := attempts(t, b, id); len(ledger) != 1 || ledger[0].Outcome != ferry.OutcomeRunning {
+				t.Errorf("event %d ledger = %+v, want one running row", id, ledger)
+			}
+		}
+		for what, s := range before {
+			wantUnchanged(t, b, what+" event", s)
+		}
+	})
+
+	t.Run("AnExtendedLeaseOutlivesItsFirstTTL", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		receive(t, b, "stripe", "evt_1")
+		lease := claimOne(t, b, "w1").Event.Lease()
+		for range 3 {
+			b.clock.Advance(ttl - time.Second)
+			if lost := heartbeatMany(t, b, lease); len(lost) != 0 {
+				t.Fatalf("a held lease was reported lost: %v", lost)
+			}
+		}
+		if c := claim(t, b, "w2", 1); len(c) != 0 {
+			t.Fatalf("w2 claimed %v from under a lease kept alive by heartbeats", c)
+		}
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+			t.Fatalf("complete after heartbeats: %v", err)
+		}
+	})
+
+	t.Run("NoLeasesIsANoOp", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := receive(t, b, "stripe", "evt_1")
+		claimOne(t, b, "w1")
+		before := snap(t, b, id)
+		b.clock.Advance(time.Second)
+		if lost := heartbeatMany(t, b); len(lost) != 0 {
+			t.Fatalf("lost = %v from no leases", lost)
+		}
+		wantUnchanged(t, b, "an unnamed event", before)
+	})
+}
