@@ -43,6 +43,8 @@ func ferryBinary(ctx context.Context, tmp string) (string, error) {
 func configTOML(storeURL, forwardURL, worker string, forwardTimeout time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[store]\nurl = %q\n", storeURL)
+	// Several children run at once (reclaim): each takes a free admin port.
+	b.WriteString("\n[admin]\nlisten = \"127.0.0.1:0\"\n")
 	if worker != "" {
 		fmt.Fprintf(&b, "\n[worker]\n%s", worker)
 	}

@@ -104,7 +104,7 @@ func run() error {
 	flag.DurationVar(&o.ingestDur, "ingest-dur", 4*time.Second, "measured length of one ingest run")
 	flag.IntVar(&o.clients, "clients", 64, "concurrent HTTP connections of the ingest load generator and of the e2e burst")
 	flag.IntVar(&o.poolSize, "pool", 16, "PostgreSQL pool size of both sides of ingest_pg and of work's best runs")
-	flag.IntVar(&o.workEvents, "work-events", 100_000, "events stored before each work run")
+	flag.IntVar(&o.workEvents, "work-events", 200_000, "events stored before each work run")
 	flag.DurationVar(&o.workWindow, "work-window", 4*time.Second, "measured length of one work run (after 1s of warm-up)")
 	flag.StringVar(&sweep, "work-sweep", "100,500,1000", "worker counts tried for Ferry's and River's best (comma-separated)")
 	flag.DurationVar(&o.e2eBurst, "e2e-burst", 5*time.Second, "length of the e2e burst")
