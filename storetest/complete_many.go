@@ -39,33 +39,52 @@ func wantUnchanged[TX any](t *testing.T, b *bundle[TX], what string, before snap
 	}
 }
 
+// mixedLeases are the leases a batch write must tell apart: robbed (lapsed
+// and reclaimed by another worker), expired (lapsed, not reclaimed), done
+// (completed already), held and other (both live, claimed by w3) and stale
+// (an attempt of held's event that never was).
+type mixedLeases struct {
+	robbed, expired, done, held, other, stale ferry.Lease
+}
+
+func claimMixedLeases[TX any](t *testing.T, b *bundle[TX]) mixedLeases {
+	t.Helper()
+	robbedID := receive(t, b, "stripe", "evt_robbed")
+	expiredID := receive(t, b, "stripe", "evt_expired")
+	doneID := receive(t, b, "stripe", "evt_done")
+	first := claim(t, b, "w1", 3, "stripe")
+	if len(first) != 3 {
+		t.Fatalf("claimed %d, want 3", len(first))
+	}
+	m := mixedLeases{robbed: first[0].Event.Lease(), expired: first[1].Event.Lease(), done: first[2].Event.Lease()}
+	if m.robbed.ID != robbedID || m.expired.ID != expiredID || m.done.ID != doneID {
+		t.Fatalf("claimed out of order: %v %v %v", m.robbed, m.expired, m.done)
+	}
+	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: m.done}); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(ttl) // w1's two other leases lapse
+	if c := claim(t, b, "w2", 1, "stripe"); len(c) != 1 || c[0].Event.ID != robbedID {
+		t.Fatalf("reclaim took %v, want event %d", c, robbedID)
+	}
+	heldID := receive(t, b, "github", "evt_held")
+	otherID := receive(t, b, "github", "evt_other")
+	fresh := claim(t, b, "w3", 2, "github")
+	m.held, m.other = fresh[0].Event.Lease(), fresh[1].Event.Lease()
+	if m.held.ID != heldID || m.other.ID != otherID {
+		t.Fatalf("claimed out of order: %v %v", m.held, m.other)
+	}
+	m.stale = ferry.Lease{ID: heldID, Attempt: m.held.Attempt + 1} // an attempt that never was
+	return m
+}
+
 func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	t.Run("HeldAreDoneLostAreReportedAndUntouched", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		robbedID := receive(t, b, "stripe", "evt_robbed")
-		expiredID := receive(t, b, "stripe", "evt_expired")
-		doneID := receive(t, b, "stripe", "evt_done")
-		first := claim(t, b, "w1", 3, "stripe")
-		if len(first) != 3 {
-			t.Fatalf("claimed %d, want 3", len(first))
-		}
-		robbed, expired, done := first[0].Event.Lease(), first[1].Event.Lease(), first[2].Event.Lease()
-		if robbed.ID != robbedID || expired.ID != expiredID || done.ID != doneID {
-			t.Fatalf("claimed out of order: %v %v %v", robbed, expired, done)
-		}
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: done}); err != nil {
-			t.Fatal(err)
-		}
-		b.clock.Advance(ttl) // w1's two other leases lapse
-		if c := claim(t, b, "w2", 1, "stripe"); len(c) != 1 || c[0].Event.ID != robbedID {
-			t.Fatalf("reclaim took %v, want event %d", c, robbedID)
-		}
-		heldID := receive(t, b, "github", "evt_held")
-		otherID := receive(t, b, "github", "evt_other")
-		fresh := claim(t, b, "w3", 2, "github")
-		held, other := fresh[0].Event.Lease(), fresh[1].Event.Lease()
-		stale := ferry.Lease{ID: heldID, Attempt: held.Attempt + 1} // an attempt that never was
+		m := claimMixedLeases(t, b)
+		robbed, expired, done, held, other, stale := m.robbed, m.expired, m.done, m.held, m.other, m.stale
+		robbedID, expiredID, doneID, heldID, otherID := robbed.ID, expired.ID, done.ID, held.ID, other.ID
 		b.clock.Advance(time.Second)
 
 		before := map[string]snapshot{

@@ -26,29 +26,9 @@ func testHeartbeatMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 	t.Run("HeldAreExtendedLostAreReportedAndUntouched", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		robbedID := receive(t, b, "stripe", "evt_robbed")
-		expiredID := receive(t, b, "stripe", "evt_expired")
-		doneID := receive(t, b, "stripe", "evt_done")
-		first := claim(t, b, "w1", 3, "stripe")
-		if len(first) != 3 {
-			t.Fatalf("claimed %d, want 3", len(first))
-		}
-		robbed, expired, done := first[0].Event.Lease(), first[1].Event.Lease(), first[2].Event.Lease()
-		if robbed.ID != robbedID || expired.ID != expiredID || done.ID != doneID {
-			t.Fatalf("claimed out of order: %v %v %v", robbed, expired, done)
-		}
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: done}); err != nil {
-			t.Fatal(err)
-		}
-		b.clock.Advance(ttl) // w1's two other leases lapse
-		if c := claim(t, b, "w2", 1, "stripe"); len(c) != 1 || c[0].Event.ID != robbedID {
-			t.Fatalf("reclaim took %v, want event %d", c, robbedID)
-		}
-		heldID := receive(t, b, "github", "evt_held")
-		otherID := receive(t, b, "github", "evt_other")
-		fresh := claim(t, b, "w3", 2, "github")
-		held, other := fresh[0].Event.Lease(), fresh[1].Event.Lease()
-		stale := ferry.Lease{ID: heldID, Attempt: held.Attempt + 1} // an attempt that never was
+		m := claimMixedLeases(t, b)
+		robbed, expired, done, held, other, stale := m.robbed, m.expired, m.done, m.held, m.other, m.stale
+		robbedID, expiredID, doneID, heldID, otherID := robbed.ID, expired.ID, done.ID, held.ID, other.ID
 		b.clock.Advance(ttl / 2)
 
 		before := map[string]snapshot{
