@@ -63,3 +63,19 @@ func (o Origin) OrDelivery() Origin {
 	}
 	return o
 }
+
+// Validate requires a Name, an Owner and a positive TTL.
+func (p *LeaseAcquireParams) Validate() error {
+	if p.Name == "" || p.Owner == "" || p.TTL <= 0 {
+		return invalid("name, owner and a positive ttl are required")
+	}
+	return nil
+}
+
+// Validate requires a Name.
+func (p *CheckpointPutParams) Validate() error {
+	if p.Name == "" {
+		return invalid("name is required")
+	}
+	return nil
+}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 
@@ -11,20 +10,9 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-var (
-	//go:embed query/checkpoint_get.sql
-	checkpointGetSQL string
-	//go:embed query/checkpoint_put.sql
-	checkpointPutSQL string
-	//go:embed query/lease_acquire.sql
-	leaseAcquireSQL string
-	//go:embed query/lease_release.sql
-	leaseReleaseSQL string
-)
-
 func (s *Store) LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquireParams) (bool, error) {
-	if params.Name == "" || params.Owner == "" || params.TTL <= 0 {
-		return false, fmt.Errorf("postgres: lease acquire: %w: name, owner and a positive ttl are required", ferry.ErrInvalidParams)
+	if err := params.Validate(); err != nil {
+		return false, fmt.Errorf("postgres: lease acquire: %w", err)
 	}
 	var held bool
 	err := s.pool.QueryRow(ctx, leaseAcquireSQL, pgx.NamedArgs{
@@ -60,8 +48,8 @@ func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetPa
 }
 
 func (s *Store) CheckpointPut(ctx context.Context, params *ferry.CheckpointPutParams) error {
-	if params.Name == "" {
-		return fmt.Errorf("postgres: checkpoint put: %w: name is required", ferry.ErrInvalidParams)
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("postgres: checkpoint put: %w", err)
 	}
 	_, err := s.pool.Exec(ctx, checkpointPutSQL, pgx.NamedArgs{"now": s.nowArg(), "name": params.Name, "value": params.Value})
 	if err != nil {

@@ -2,18 +2,10 @@ package postgres
 
 import (
 	"context"
-	_ "embed"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferry-inbox/ferry"
-)
-
-var (
-	//go:embed query/conflict_notice_list.sql
-	conflictNoticeListSQL string
-	//go:embed query/replay_notice_list.sql
-	replayNoticeListSQL string
 )
 
 // ConflictNoticeList pages through one source's conflicting deliveries.

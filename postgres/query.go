@@ -71,4 +71,16 @@ var (
 	replayListSQL string
 	//go:embed query/receipt_channel.sql
 	receiptChannelSQL string
+	//go:embed query/checkpoint_get.sql
+	checkpointGetSQL string
+	//go:embed query/checkpoint_put.sql
+	checkpointPutSQL string
+	//go:embed query/lease_acquire.sql
+	leaseAcquireSQL string
+	//go:embed query/lease_release.sql
+	leaseReleaseSQL string
+	//go:embed query/conflict_notice_list.sql
+	conflictNoticeListSQL string
+	//go:embed query/replay_notice_list.sql
+	replayNoticeListSQL string
 )

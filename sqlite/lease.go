@@ -3,28 +3,15 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	_ "embed"
 	"errors"
 	"fmt"
 
 	"github.com/ferry-inbox/ferry"
 )
 
-//go:embed query/checkpoint_get.sql
-var checkpointGetSQL string
-
-//go:embed query/checkpoint_put.sql
-var checkpointPutSQL string
-
-//go:embed query/lease_acquire.sql
-var leaseAcquireSQL string
-
-//go:embed query/lease_release.sql
-var leaseReleaseSQL string
-
 func (s *Store) LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquireParams) (bool, error) {
-	if params.Name == "" || params.Owner == "" || params.TTL <= 0 {
-		return false, fmt.Errorf("sqlite: lease acquire: %w: name, owner and a positive ttl are required", ferry.ErrInvalidParams)
+	if err := params.Validate(); err != nil {
+		return false, fmt.Errorf("sqlite: lease acquire: %w", err)
 	}
 	held := false
 	err := s.writeTx(ctx, "lease acquire", func(tx *sql.Tx) error {
@@ -67,8 +54,8 @@ func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetPa
 }
 
 func (s *Store) CheckpointPut(ctx context.Context, params *ferry.CheckpointPutParams) error {
-	if params.Name == "" {
-		return fmt.Errorf("sqlite: checkpoint put: %w: name is required", ferry.ErrInvalidParams)
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("sqlite: checkpoint put: %w", err)
 	}
 	return s.writeTx(ctx, "checkpoint put", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, checkpointPutSQL,

@@ -3,16 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	_ "embed"
 
 	"github.com/ferry-inbox/ferry"
-)
-
-var (
-	//go:embed query/conflict_notice_list.sql
-	conflictNoticeListSQL string
-	//go:embed query/replay_notice_list.sql
-	replayNoticeListSQL string
 )
 
 // ConflictNoticeList pages through one source's conflicting deliveries.
