@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,5 +248,58 @@ func TestClientBatchedFailures(t *testing.T) {
 	defer store.mu.Unlock()
 	if store.singleFail != 0 || slices.Max(store.fails) < 2 || len(store.fails) >= n {
 		t.Errorf("%d single failures, batches %v: failures of concurrent jobs were not batched", store.singleFail, store.fails)
+	}
+}
+
+// pausedClaims holds the second EventClaimMany call until a third one is
+// asked, to show whether the client asks for its next batch while the last
+// is still on its way.
+type pausedClaims struct {
+	ferry.Store
+	calls atomic.Int64
+	third chan struct{}
+}
+
+func (s *pausedClaims) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+	switch s.calls.Add(1) {
+	case 2:
+		select {
+		case <-s.third:
+		case <-ctx.Done(): // the claim's own timeout, one lease TTL
+		}
+	case 3:
+		close(s.third)
+	}
+	return s.Store.EventClaimMany(ctx, p)
+}
+
+// A claim's round trip does not stall the client: once Prefetch places free
+// while a claim is on its way, the next one is asked at once.
+func TestClientClaimsWhileAClaimIsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, false)
+	for i := range 10 {
+		b.receive(t, "stripe", fmt.Sprint("evt_", i))
+	}
+	store := &pausedClaims{Store: b.store, third: make(chan struct{})}
+	c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.Workers, c.Prefetch = 2, 1 })
+	next := make(chan struct{})
+	c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
+		select {
+		case <-next:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	start(t, c)
+	defer close(next)
+	next <- struct{}{} // a place frees: the second claim is asked, and held
+	waitFor(t, "the second claim", func() bool { return store.calls.Load() >= 2 })
+	next <- struct{}{} // another frees while the second is still on its way
+	select {
+	case <-store.third:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no claim was asked while the previous one was in flight")
 	}
 }
