@@ -79,9 +79,7 @@ func claimMixedLeases[TX any](t *testing.T, b *bundle[TX]) mixedLeases {
 }
 
 func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("HeldAreDoneLostAreReportedAndUntouched", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HeldAreDoneLostAreReportedAndUntouched", func(t *testing.T, b *bundle[TX]) {
 		m := claimMixedLeases(t, b)
 		robbed, expired, done, held, other, stale := m.robbed, m.expired, m.done, m.held, m.other, m.stale
 		robbedID, expiredID, doneID, heldID, otherID := robbed.ID, expired.ID, done.ID, held.ID, other.ID
@@ -110,9 +108,7 @@ func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) 
 		wantState(t, b, robbedID, ferry.StateInProgress) // still w2's
 	})
 
-	t.Run("NoLeasesIsANoOp", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NoLeasesIsANoOp", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		claimOne(t, b, "w1")
 		before := snap(t, b, id)
@@ -125,9 +121,7 @@ func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) 
 		wantUnchanged(t, b, "an unnamed event", before)
 	})
 
-	t.Run("ALeaseNamedTwiceCompletesOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ALeaseNamedTwiceCompletesOnce", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lostID := receive(t, b, "stripe", "evt_2")
 		claims := claim(t, b, "w1", 2)
@@ -149,9 +143,7 @@ func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) 
 		}
 	})
 
-	t.Run("EveryLeaseLostChangesNothing", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "EveryLeaseLostChangesNothing", func(t *testing.T, b *bundle[TX]) {
 		var leases []ferry.Lease
 		var before []snapshot
 		for i := range 3 {
@@ -176,9 +168,7 @@ func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) 
 	// race a claimer taking the lapsed events back (and completing them in
 	// batches too). The lapsed leases are lost whoever wins, the living ones
 	// are done, and the claimer gets every lapsed event and none other.
-	t.Run("ConcurrentBatchesAndAReclaimer", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConcurrentBatchesAndAReclaimer", func(t *testing.T, b *bundle[TX]) {
 		const perGroup, completers = 60, 4
 		var receipts sync.WaitGroup
 		for w := range completers { // concurrent receipts share commits

@@ -31,9 +31,7 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 		return n
 	}
 
-	t.Run("EffectCommitsWithDone", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "EffectCommitsWithDone", func(t *testing.T, b *bundle[TX]) {
 		fx := newEffects(t, b.store)
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
@@ -47,9 +45,7 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 		}
 	})
 
-	t.Run("LostLeaseRollsBackTheEffect", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "LostLeaseRollsBackTheEffect", func(t *testing.T, b *bundle[TX]) {
 		fx := newEffects(t, b.store)
 		id := receive(t, b, "stripe", "evt_1")
 		zombie := claimOne(t, b, "zombie").Event.Lease()
@@ -68,9 +64,7 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 		wantOutcomes(t, b, id, ferry.OutcomeLeaseExpired, ferry.OutcomeDone)
 	})
 
-	t.Run("ExactlyOnceUnderRacingZombies", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ExactlyOnceUnderRacingZombies", func(t *testing.T, b *bundle[TX]) {
 		fx := newEffects(t, b.store)
 		const n = 40
 		for i := range n {
@@ -123,9 +117,7 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 		}
 	})
 
-	t.Run("FencedTransactionRollsBack", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "FencedTransactionRollsBack", func(t *testing.T, b *bundle[TX]) {
 		fx := newEffects(t, b.store)
 		work := func(lease ferry.Lease, key string) error {
 			return b.store.InTx(b.ctx, func(tx TX) error {

@@ -23,9 +23,7 @@ func heartbeatMany[TX any](t *testing.T, b *bundle[TX], leases ...ferry.Lease) [
 // the database's now, each fenced as EventHeartbeat is; the others are
 // reported in the order named and left alone.
 func testHeartbeatMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("HeldAreExtendedLostAreReportedAndUntouched", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HeldAreExtendedLostAreReportedAndUntouched", func(t *testing.T, b *bundle[TX]) {
 		m := claimMixedLeases(t, b)
 		robbed, expired, done, held, other, stale := m.robbed, m.expired, m.done, m.held, m.other, m.stale
 		robbedID, expiredID, doneID, heldID, otherID := robbed.ID, expired.ID, done.ID, held.ID, other.ID
@@ -52,9 +50,7 @@ func testHeartbeatMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}
 	})
 
-	t.Run("AnExtendedLeaseOutlivesItsFirstTTL", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "AnExtendedLeaseOutlivesItsFirstTTL", func(t *testing.T, b *bundle[TX]) {
 		receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		for range 3 {
@@ -71,9 +67,7 @@ func testHeartbeatMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}
 	})
 
-	t.Run("NoLeasesIsANoOp", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NoLeasesIsANoOp", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		claimOne(t, b, "w1")
 		before := snap(t, b, id)

@@ -11,9 +11,7 @@ import (
 
 // testLease checks the fence: heartbeat, complete and release hold only while the lease does.
 func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("ExpiredLeaseIsReclaimed", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ExpiredLeaseIsReclaimed", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		first := claimOne(t, b, "w1")
 		b.clock.Advance(ttl - time.Millisecond)
@@ -35,9 +33,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("DeadWorkersEventGoesBeforeNewerWork", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DeadWorkersEventGoesBeforeNewerWork", func(t *testing.T, b *bundle[TX]) {
 		orphan := receive(t, b, "stripe", "evt_orphan")
 		claimOne(t, b, "dead-worker")
 		b.clock.Advance(time.Second)
@@ -50,9 +46,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("HeartbeatKeepsALivingWorker", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HeartbeatKeepsALivingWorker", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		c := claimOne(t, b, "w1")
 		for range 6 { // 6 × ttl/2 = 3 × ttl: a slow handler on a living worker
@@ -78,9 +72,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantOutcomes(t, b, id, ferry.OutcomeDone)
 	})
 
-	t.Run("RobbedWorkerIsFenced", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RobbedWorkerIsFenced", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		zombie := claimOne(t, b, "zombie").Event.Lease()
 		b.clock.Advance(ttl)
@@ -106,9 +98,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ExpiredLeaseIsNotHeldEvenUnclaimed", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ExpiredLeaseIsNotHeldEvenUnclaimed", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		b.clock.Advance(ttl)
@@ -118,9 +108,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, id, ferry.StateInProgress)
 	})
 
-	t.Run("CompleteOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "CompleteOnce", func(t *testing.T, b *bundle[TX]) {
 		receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
@@ -132,9 +120,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ReleaseIsDueAtOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ReleaseIsDueAtOnce", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		b.clock.Advance(time.Second)
@@ -152,9 +138,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantOutcomes(t, b, id, ferry.OutcomeReleased, ferry.OutcomeRunning)
 	})
 
-	t.Run("HoldMovesLostLeaseToUnknown", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HoldMovesLostLeaseToUnknown", func(t *testing.T, b *bundle[TX]) {
 		held := receive(t, b, "payments", "evt_1")
 		retried := receive(t, b, "stripe", "evt_1")
 		claim(t, b, "w1", 10)
@@ -177,9 +161,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("HeartbeatAndCompleteAreStored", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HeartbeatAndCompleteAreStored", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		b.clock.Advance(ttl - time.Second)

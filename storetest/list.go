@@ -11,9 +11,7 @@ import (
 
 // testList checks EventList: filters and pages.
 func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("FiltersAndPages", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "FiltersAndPages", func(t *testing.T, b *bundle[TX]) {
 		var ids []int64
 		for i := range 7 {
 			ids = append(ids, receive(t, b, "stripe", fmt.Sprintf("evt_%d", i)))
@@ -67,9 +65,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("PageBoundsAndEdgeFilters", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "PageBoundsAndEdgeFilters", func(t *testing.T, b *bundle[TX]) {
 		start := b.clock.Now()
 		var ids []int64
 		for i := range 5 {
@@ -119,9 +115,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	})
 
 	// The page size defaults to ferry.EventListLimitDefault.
-	t.Run("DefaultLimit", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DefaultLimit", func(t *testing.T, b *bundle[TX]) {
 		receipts := make([]*ferry.EventReceiveParams, ferry.EventListLimitDefault+1)
 		for i := range receipts {
 			receipts[i] = &ferry.EventReceiveParams{Source: "s", EventID: fmt.Sprint("evt_", i)}
@@ -141,9 +135,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	t.Run("TypeUntilAndNewer", func(t *testing.T) { testListTypeUntilAndNewer(t, setup) })
 
 	// A negative cursor starts at the newest, as zero does.
-	t.Run("NegativeBeforeStartsAtTheNewest", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NegativeBeforeStartsAtTheNewest", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "s", "evt_1")
 		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{Before: -1})
 		if err != nil || len(page.Events) != 1 || page.Events[0].ID != id {

@@ -36,9 +36,7 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		return out
 	}
 
-	t.Run("DefaultIsDelivery", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DefaultIsDelivery", func(t *testing.T, b *bundle[TX]) {
 		id := receiveFrom(t, b, "evt_1", "").ID
 		if got := get(t, b, id).Origin; got != ferry.OriginDelivery {
 			t.Fatalf("EventGet origin = %q, want delivery", got)
@@ -48,9 +46,7 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("CatchupIsReadBack", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "CatchupIsReadBack", func(t *testing.T, b *bundle[TX]) {
 		id := receiveFrom(t, b, "evt_1", ferry.OriginCatchup).ID
 		if got := get(t, b, id).Origin; got != ferry.OriginCatchup {
 			t.Fatalf("EventGet origin = %q, want catchup", got)
@@ -67,9 +63,7 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("KnownKeyKeepsItsOrigin", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "KnownKeyKeepsItsOrigin", func(t *testing.T, b *bundle[TX]) {
 		first := receiveFrom(t, b, "evt_c", ferry.OriginCatchup)
 		if res := receiveFrom(t, b, "evt_c", ferry.OriginDelivery); res.Outcome != ferry.ReceiveDuplicate {
 			t.Fatalf("second receipt outcome = %s, want duplicate", res.Outcome)
@@ -84,9 +78,7 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("BothWaysAtOnceStoreOne", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "BothWaysAtOnceStoreOne", func(t *testing.T, b *bundle[TX]) {
 		var (
 			wg   sync.WaitGroup
 			mu   sync.Mutex
@@ -123,9 +115,7 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ConcurrentReceiptsKeepTheirOrigin", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConcurrentReceiptsKeepTheirOrigin", func(t *testing.T, b *bundle[TX]) {
 		// Receipts that queue together are written together (group
 		// commit): each keeps its own origin.
 		var wg sync.WaitGroup
@@ -158,9 +148,7 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("InvalidIsRefused", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "InvalidIsRefused", func(t *testing.T, b *bundle[TX]) {
 		_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Origin: "carrier-pigeon"})
 		if !errors.Is(err, ferry.ErrInvalidParams) {
 			t.Fatalf("err = %v, want ErrInvalidParams", err)

@@ -10,9 +10,7 @@ import (
 
 // testPurge checks EventPurge: only done events past the retention, with their ledger and conflicts.
 func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("KeepsTheReplayWindow", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "KeepsTheReplayWindow", func(t *testing.T, b *bundle[TX]) {
 		old := receive(t, b, "stripe", "old")
 		fresh := receive(t, b, "stripe", "fresh")
 		for range 2 {
@@ -53,9 +51,7 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, other, ferry.StateDone)
 	})
 
-	t.Run("PurgeAtRetentionWithConflicts", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "PurgeAtRetentionWithConflicts", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "s", "e")
 		if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("different")}); err != nil {
 			t.Fatal(err)

@@ -12,9 +12,7 @@ import (
 
 // testReceive checks EventReceive and EventGet: new, duplicate and conflicting deliveries.
 func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("NewIsPendingAndDueNow", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NewIsPendingAndDueNow", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		ev := wantState(t, b, id, ferry.StatePending)
 		now := b.clock.Now()
@@ -38,9 +36,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("DuplicateCountsDelivery", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DuplicateCountsDelivery", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		b.clock.Advance(time.Minute)
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Type: "test.event", Payload: []byte(`{"id":"evt_1"}`)})
@@ -56,9 +52,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("SameEventIDOtherSourceIsNew", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "SameEventIDOtherSourceIsNew", func(t *testing.T, b *bundle[TX]) {
 		a := receive(t, b, "stripe", "evt_1")
 		c := receive(t, b, "github", "evt_1")
 		if a == c {
@@ -66,9 +60,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ConflictIsKept", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConflictIsKept", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
 			Source: "stripe", EventID: "evt_1", Payload: []byte(`{"id":"evt_1","forged":true}`),
@@ -94,9 +86,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("GetByKeyAndNotFound", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "GetByKeyAndNotFound", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{Source: "stripe", EventID: "evt_1"})
 		if err != nil || ev.ID != id {
@@ -110,9 +100,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ConcurrentSameKeyStoresOne", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConcurrentSameKeyStoresOne", func(t *testing.T, b *bundle[TX]) {
 		const n = 16
 		outcomes := make([]ferry.ReceiveOutcome, n)
 		ids := make([]int64, n)
@@ -151,9 +139,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("RedeliveryKeepsTheFirstReceipt", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RedeliveryKeepsTheFirstReceipt", func(t *testing.T, b *bundle[TX]) {
 		start := b.clock.Now()
 		id := receive(t, b, "stripe", "evt_1")
 		if id == 0 {
@@ -185,9 +171,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("EmptyPayloadNoHeaders", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "EmptyPayloadNoHeaders", func(t *testing.T, b *bundle[TX]) {
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e"})
 		if err != nil {
 			t.Fatal(err)
@@ -201,9 +185,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	// A batch gives each receipt the outcome it would have had alone, in
 	// order, including several deliveries of one key; an invalid receipt is
 	// refused alone and its neighbours are stored.
-	t.Run("ManyIsOneAtATimeInOneCommit", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ManyIsOneAtATimeInOneCommit", func(t *testing.T, b *bundle[TX]) {
 		known := receive(t, b, "stripe", "known")
 		params := []*ferry.EventReceiveParams{
 			{Source: "stripe", EventID: "k", Payload: []byte("a")},

@@ -51,9 +51,7 @@ func countEvents[TX any](t *testing.T, b *bundle[TX]) int {
 // stored body under a new id is kept on the first event, never stored as
 // an event of its own.
 func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("StoredBodyUnderANewIDIsKeptOnTheFirst", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "StoredBodyUnderANewIDIsKeptOnTheFirst", func(t *testing.T, b *bundle[TX]) {
 		first := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		if first.Outcome != ferry.ReceiveNew {
 			t.Fatalf("first delivery outcome %s, want new", first.Outcome)
@@ -93,9 +91,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("SameIDIsADuplicateNotAReplay", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "SameIDIsADuplicateNotAReplay", func(t *testing.T, b *bundle[TX]) {
 		first := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		res := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		if res.Outcome != ferry.ReceiveDuplicate || res.ID != first.ID {
@@ -110,9 +106,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("OffOutsideTheWindowOrAnotherSourceIsNew", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "OffOutsideTheWindowOrAnotherSourceIsNew", func(t *testing.T, b *bundle[TX]) {
 		receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		if res := receiveBody(t, b, "github", "d-2", "push", replayBody, 0); res.Outcome != ferry.ReceiveNew {
 			t.Errorf("detection off: outcome %s, want new", res.Outcome)
@@ -135,9 +129,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ConcurrentNewIDsStoreOne", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConcurrentNewIDsStoreOne", func(t *testing.T, b *bundle[TX]) {
 		const n = 16
 		outcomes := make([]ferry.ReceiveOutcome, n)
 		ids := make([]int64, n)
@@ -176,9 +168,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ManyAsIfOneAfterTheOther", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ManyAsIfOneAfterTheOther", func(t *testing.T, b *bundle[TX]) {
 		other := []byte(`{"other":1}`)
 		r := func(source, id string, body []byte, window time.Duration) *ferry.EventReceiveParams {
 			return &ferry.EventReceiveParams{Source: source, EventID: id, Type: "push", Payload: body, ReplayWindow: window}
@@ -227,9 +217,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ListedWithTheEvent", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ListedWithTheEvent", func(t *testing.T, b *bundle[TX]) {
 		first := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		receiveBody(t, b, "github", "d-2", "delete", replayBody, replayWindow)
 		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{})
@@ -241,9 +229,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("CountedInStats", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "CountedInStats", func(t *testing.T, b *bundle[TX]) {
 		receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		receiveBody(t, b, "github", "d-2", "delete", replayBody, replayWindow)
 		receiveBody(t, b, "github", "d-3", "delete", replayBody, replayWindow)

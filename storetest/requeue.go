@@ -11,9 +11,7 @@ import (
 
 // testRequeue checks EventRequeue: which states go back to pending, and the fresh budget.
 func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("DeadGetsAFreshBudget", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DeadGetsAFreshBudget", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, MaxAttempts: 1}); err != nil {
@@ -39,9 +37,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("DoneAndUnknownByIDButNeverLive", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DoneAndUnknownByIDButNeverLive", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
@@ -61,9 +57,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, live, ferry.StateInProgress)
 	})
 
-	t.Run("BulkBySourceTakesDeadAndUnknown", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "BulkBySourceTakesDeadAndUnknown", func(t *testing.T, b *bundle[TX]) {
 		var dead []int64
 		for i := range 3 {
 			dead = append(dead, receive(t, b, "stripe", fmt.Sprint("d", i)))
@@ -85,9 +79,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, other, ferry.StateDead)
 	})
 
-	t.Run("RequeueRestartsBudgetAndAge", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RequeueRestartsBudgetAndAge", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		fail := func() ferry.State {
 			lease := claimOne(t, b, "w1").Event.Lease()
@@ -112,9 +104,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("BulkRequeueLeavesDone", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "BulkRequeueLeavesDone", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		dead := receive(t, b, "stripe", "dead")
 		receive(t, b, "stripe", "pending")
@@ -139,9 +129,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	// By IDs the states default to done, dead and unknown; naming only live
 	// states requeues nothing; an unknown state is refused, and nothing of
 	// the call happens.
-	t.Run("DefaultAndBadStates", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DefaultAndBadStates", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claimOne(t, b, "w1").Event.Lease()}); err != nil {
 			t.Fatal(err)
@@ -163,9 +151,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	// A bulk requeue selects by EventList's filters; a dry run counts
 	// exactly what the requeue then takes, and changes nothing.
-	t.Run("BulkByFilterAndDryRun", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "BulkByFilterAndDryRun", func(t *testing.T, b *bundle[TX]) {
 		start := b.clock.Now()
 		kill := func(eventID, typ string) int64 {
 			t.Helper()
@@ -228,9 +214,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	// EventRetryNow makes a pending event in backoff due at once, and
 	// nothing else: not a live or terminal one, nor one already due.
-	t.Run("RetryNow", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RetryNow", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		retry := func() bool {
 			t.Helper()
@@ -273,9 +257,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("RecordsWhoAndWhen", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RecordsWhoAndWhen", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {

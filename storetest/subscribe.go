@@ -105,9 +105,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 			},
 		},
 	} {
-		t.Run("WakesOn"+tc.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
+		run(t, setup, "WakesOn"+tc.name, func(t *testing.T, b *bundle[TX]) {
 			var lease ferry.Lease
 			if tc.prepare != nil {
 				lease = tc.prepare(t, b)
@@ -125,9 +123,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 	// sent before the write returns (SQLite), and where they travel
 	// asynchronously (PostgreSQL's NOTIFY) it can miss a wrong signal but
 	// never reports one that was not sent.
-	t.Run("NothingElseWakes", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NothingElseWakes", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "evt_done")
 		dead := receive(t, b, "stripe", "evt_dead")
 		receive(t, b, "stripe", "evt_waiting")
@@ -169,9 +165,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 
 	// Writers never wait for a subscriber that does not read, and the
 	// signals they leave coalesce instead of queueing one per change.
-	t.Run("WritersDoNotWaitAndSignalsCoalesce", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "WritersDoNotWaitAndSignalsCoalesce", func(t *testing.T, b *bundle[TX]) {
 		wake := subscribe(t, b)
 		const changes = 20
 		wrote := make(chan struct{})
@@ -201,9 +195,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 		}
 	})
 
-	t.Run("ClosesWhenCtxIsDone", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ClosesWhenCtxIsDone", func(t *testing.T, b *bundle[TX]) {
 		ctx, cancel := context.WithCancel(b.ctx)
 		wake, err := b.store.ReceiptSubscribe(ctx)
 		if err != nil {
