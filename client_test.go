@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
 )
@@ -31,15 +31,7 @@ func setupClient(t *testing.T, fakeClock bool) *clientBundle {
 		b.clock = storetest.NewClock()
 		cfg.Now = b.clock.Now
 	}
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.store = s
+	b.store = teststore.SQLite(t, cfg)
 	return b
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
@@ -139,7 +140,7 @@ const githubToken = "ghp_SECRETtoken0123456789abcdef"
 
 func setupGitHub(t *testing.T, opts GitHubOptions) *githubBundle {
 	t.Helper()
-	b := &githubBundle{store: newStore(t), logs: &syncBuffer{}, now: base}
+	b := &githubBundle{store: teststore.SQLite(t, nil), logs: &syncBuffer{}, now: base}
 	b.fake = &fakeGitHub{t: t, hook: "repos/acme/shop/hooks/42", auth: func(r *http.Request) bool {
 		return r.Header.Get("Authorization") == "Bearer "+githubToken
 	}}

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,24 +18,12 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 // base is the wall-clock instant the tests' runners see as now.
 var base = time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
-
-func newStore(t *testing.T) *sqlite.Store {
-	t.Helper()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // fakeStripe serves GET /v1/events from its events, newest first, with
 // Stripe's filters and paging. fail, when set, may answer a request
@@ -147,7 +134,7 @@ type stripeBundle struct {
 
 func setupStripe(t *testing.T, opts StripeOptions) *stripeBundle {
 	t.Helper()
-	b := &stripeBundle{fake: &fakeStripe{t: t, key: "sk_test_51SECRETkeyABC"}, store: newStore(t), logs: &syncBuffer{}, now: base}
+	b := &stripeBundle{fake: &fakeStripe{t: t, key: "sk_test_51SECRETkeyABC"}, store: teststore.SQLite(t, nil), logs: &syncBuffer{}, now: base}
 	srv := httptest.NewServer(b.fake)
 	t.Cleanup(srv.Close)
 	if opts.APIKey == "" {

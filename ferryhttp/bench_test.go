@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // BenchmarkReceive measures the receiver's hot path in process: a Stripe
@@ -19,7 +20,7 @@ import (
 func BenchmarkReceive(b *testing.B) {
 	run := func(b *testing.B, unique bool) {
 		recv, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{
-			Store: openSQLite(b), Sources: sources(b),
+			Store: teststore.SQLite(b, nil), Sources: sources(b),
 			Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		})
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/provider"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
@@ -342,7 +342,7 @@ func TestForwarderThroughClient(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st := openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: clock.Now})
+			st := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
 			res, err := st.EventReceive(context.Background(), &ferry.EventReceiveParams{
 				Source: "stripe", EventID: "evt_1", Payload: []byte(`{"id":"evt_1"}`),
 			})

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,10 +22,8 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
-	"github.com/ferry-inbox/ferry/internal/pgtest"
-	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/provider"
-	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 func TestMain(m *testing.M) {
@@ -105,35 +102,9 @@ type storeKind struct {
 	open func(t testing.TB) ferry.Store
 }
 
-var storeKinds = []storeKind{{"sqlite", openSQLite}, {"postgres", openPostgres}}
-
-func openSQLite(t testing.TB) ferry.Store {
-	t.Helper()
-	return openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), nil)
-}
-
-func openSQLiteConfig(t testing.TB, path string, config *sqlite.Config) *sqlite.Store {
-	t.Helper()
-	s, err := sqlite.Open(path, config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func openPostgres(t testing.TB) ferry.Store {
-	t.Helper()
-	pool, _ := pgtest.Schema(t)
-	s := postgres.New(pool, nil)
-	t.Cleanup(s.Close)
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+var storeKinds = []storeKind{
+	{"sqlite", func(t testing.TB) ferry.Store { return teststore.SQLite(t, nil) }},
+	{"postgres", func(t testing.TB) ferry.Store { return teststore.Postgres(t, nil) }},
 }
 
 // bundle is a receiver on a real store behind a real loopback server.

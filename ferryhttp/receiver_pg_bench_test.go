@@ -1,7 +1,6 @@
 package ferryhttp_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,8 +11,7 @@ import (
 
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
-	"github.com/ferry-inbox/ferry/internal/pgtest"
-	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // BenchmarkReceivePostgresParallel is the ingest benchmark's Ferry side in
@@ -21,12 +19,7 @@ import (
 // on PostgreSQL with group commit, through the mux, without the network.
 // Profile it to see the receiver's hot path as the bench loads it.
 func BenchmarkReceivePostgresParallel(b *testing.B) {
-	pool, _ := pgtest.Schema(b)
-	store := postgres.New(pool, nil)
-	b.Cleanup(store.Close)
-	if err := store.Migrate(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	store := teststore.Postgres(b, nil)
 	recv, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{
 		Store: store, Sources: sources(b),
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),

@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/prometheus"
 	"github.com/ferry-inbox/ferry/provider"
 	"github.com/ferry-inbox/ferry/sqlite"
@@ -209,7 +210,7 @@ func (v *nilVerifier) Verify(http.Header, []byte) (*ferry.Verified, error) {
 // however it is wrapped, and so is what provider.New returns with an error.
 func TestNewReceiverRefusesNilVerifier(t *testing.T) {
 	t.Parallel()
-	st := openSQLite(t)
+	st := teststore.SQLite(t, nil)
 	var typedNil *provider.Stripe
 	var nilFunc verifierFunc
 	failed, err := provider.New("stripe", provider.Options{})

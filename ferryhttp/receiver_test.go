@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
@@ -352,11 +353,11 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 	t.Run("closed sqlite store", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "ferry.db")
-		st := openSQLiteConfig(t, path, nil)
+		st := teststore.SQLiteAt(t, path, nil)
 		st.Close()
 		b := setup(t, st, nil)
 		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_closed"}`)), "5", "store_unavailable")
-		if event(t, openSQLiteConfig(t, path, nil), "stripe", "evt_closed") != nil {
+		if event(t, teststore.SQLiteAt(t, path, nil), "stripe", "evt_closed") != nil {
 			t.Fatal("event stored")
 		}
 	})
@@ -364,11 +365,7 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 	t.Run("closed postgres pool", func(t *testing.T) {
 		t.Parallel()
 		pool, _ := pgtest.Schema(t)
-		st := postgres.New(pool, nil)
-		t.Cleanup(st.Close)
-		if err := st.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		st := teststore.PostgresOn(t, pool, nil)
 		config := pool.Config()
 		closed, err := pgxpool.NewWithConfig(context.Background(), config)
 		if err != nil {
@@ -386,7 +383,7 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 
 	t.Run("sqlite full", func(t *testing.T) {
 		t.Parallel()
-		st := openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{MaxPageCount: 40})
+		st := teststore.SQLite(t, &sqlite.Config{MaxPageCount: 40})
 		b := setup(t, st, nil)
 		// 512 KiB does not fit in 40 pages of 4 KiB, but is under the 1 MiB
 		// body limit: the store, not the receiver, refuses it.
@@ -403,11 +400,7 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 	t.Run("postgres rejects writes", func(t *testing.T) {
 		t.Parallel()
 		pool, schema := pgtest.Schema(t)
-		writable := postgres.New(pool, nil)
-		t.Cleanup(writable.Close)
-		if err := writable.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		writable := teststore.PostgresOn(t, pool, nil)
 		// A pool on the same schema whose every transaction is read-only: the
 		// server is up and answers, but refuses to commit the receipt.
 		config, err := pgxpool.ParseConfig(pgtest.ConnString(schema))
@@ -457,7 +450,7 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 
 	t.Run("store hangs past StoreTimeout", func(t *testing.T) {
 		t.Parallel()
-		st := openSQLite(t)
+		st := teststore.SQLite(t, nil)
 		var deadline atomic.Bool
 		b := setup(t, &failingStore{Store: st, receive: func(ctx context.Context, _ *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
 			_, ok := ctx.Deadline()
@@ -476,7 +469,7 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 
 	t.Run("sub-second RetryAfter rounds up", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) { o.RetryAfter = 300 * time.Millisecond })
+		b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) { o.RetryAfter = 300 * time.Millisecond })
 		b.recv.Drain()
 		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_x"}`)), "1", "draining")
 	})
@@ -539,7 +532,7 @@ func TestReceiverConcurrentDuplicates(t *testing.T) {
 
 func TestReceiverKeepHeaders(t *testing.T) {
 	t.Parallel()
-	b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) {
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
 		// Listing signature headers must not get them stored.
 		o.KeepHeaders = []string{"x-acme-event-id", "X-Acme-Signature", "Stripe-Signature", "Authorization", "X-Other-Hmac"}
 	})
@@ -556,7 +549,7 @@ func TestReceiverKeepHeaders(t *testing.T) {
 
 func TestNewReceiverOptions(t *testing.T) {
 	t.Parallel()
-	st := openSQLite(t)
+	st := teststore.SQLite(t, nil)
 	v := sources(t)[0].Verifier
 	cases := map[string]ferryhttp.ReceiverOptions{
 		"no store":             {Sources: []ferryhttp.Source{{Name: "a", Verifier: v}}},
@@ -574,7 +567,7 @@ func TestNewReceiverOptions(t *testing.T) {
 
 func TestReceiverPerSourceLimit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) {
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
 		for i := range o.Sources {
 			if o.Sources[i].Name == "stripe" {
 				o.Sources[i].MaxBodyBytes = 100

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/storetest"
 )
@@ -27,13 +28,7 @@ func TestMain(m *testing.M) {
 // setup returns a migrated store in a fresh schema, on a fake clock.
 func setup(t testing.TB) *postgres.Store {
 	t.Helper()
-	pool, _ := pgtest.Schema(t)
-	store := postgres.New(pool, &postgres.Config{Now: storetest.NewClock().Now})
-	t.Cleanup(store.Close)
-	if err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return store
+	return teststore.Postgres(t, &postgres.Config{Now: storetest.NewClock().Now})
 }
 
 func receive(t testing.TB, s *postgres.Store, source, eventID string, payload string) *ferry.EventReceiveResult {

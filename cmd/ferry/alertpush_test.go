@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
@@ -140,12 +141,7 @@ func TestAlertPush(t *testing.T) {
 			case "sqlite":
 				path := filepath.Join(t.TempDir(), "ferry.db")
 				b.open = func(t *testing.T) ferry.Store {
-					s, err := sqlite.Open(path, &sqlite.Config{Now: b.clock.Now})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { s.Close() })
-					return s
+					return teststore.OpenSQLite(t, path, &sqlite.Config{Now: b.clock.Now})
 				}
 			case "postgres":
 				_, schema := pgtest.Schema(t)

@@ -22,9 +22,9 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/provider"
-	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 // downstream is the user's app: it records every forwarded request.
@@ -76,11 +76,7 @@ func TestServe(t *testing.T) {
 		if code := sendStripe(t, p.addr, "evt_fwd"); code != http.StatusOK {
 			t.Fatalf("delivery answered %d", code)
 		}
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+		st := teststore.OpenSQLite(t, dbPath, nil)
 		waitFor(t, 30*time.Second, "the event to be done", func() bool {
 			ev := eventState(t, st, "evt_fwd")
 			return ev != nil && ev.State == ferry.StateDone
@@ -144,11 +140,7 @@ func TestServe(t *testing.T) {
 		if code := sendStripe(t, p.addr, "evt_broken"); code != http.StatusOK {
 			t.Fatalf("delivery answered %d", code)
 		}
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+		st := teststore.OpenSQLite(t, dbPath, nil)
 		waitFor(t, 30*time.Second, "the app to be called", func() bool { return app.count() == 1 })
 		waitFor(t, 30*time.Second, "the attempt to end", func() bool {
 			ev := eventState(t, st, "evt_broken")
@@ -284,11 +276,7 @@ func TestServe(t *testing.T) {
 			}
 		}
 		worker := startServe(t, cfg, "--role", "worker")
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+		st := teststore.OpenSQLite(t, dbPath, nil)
 		byWorker := fmt.Sprintf("-%d-", worker.cmd.Process.Pid) // worker ids are host-pid-random
 		for i := range n {
 			var ev *ferry.Event
@@ -336,11 +324,7 @@ func TestServeAdminSurface(t *testing.T) {
 		if code := sendStripe(t, p.addr, "evt_private"); code != http.StatusOK {
 			t.Fatalf("delivery answered %d", code)
 		}
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+		st := teststore.OpenSQLite(t, dbPath, nil)
 		waitFor(t, 30*time.Second, "the event to be done", func() bool {
 			ev := eventState(t, st, "evt_private")
 			return ev != nil && ev.State == ferry.StateDone

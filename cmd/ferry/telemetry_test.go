@@ -26,7 +26,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/internal/config"
-	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // collectedSpan is one span an OTLP endpoint received, with its resource's
@@ -161,11 +161,7 @@ sampling_ratio = 1.0
 		t.Fatalf("delivery answered %d", resp.StatusCode)
 	}
 
-	st, err := sqlite.Open(dbPath, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := teststore.OpenSQLite(t, dbPath, nil)
 	waitFor(t, 60*time.Second, "the event to be done", func() bool {
 		ev := eventState(t, st, "evt_traced")
 		return ev != nil && ev.State == ferry.StateDone
