@@ -164,9 +164,7 @@ func TestClientBatchedCompletion(t *testing.T) {
 		if ev.Attempt != 2 {
 			t.Errorf("lost event done at attempt %d, want 2 (claimed again)", ev.Attempt)
 		}
-		if out := b.outcomes(t, ids[3]); fmt.Sprint(out) != "[lease_expired done]" {
-			t.Errorf("lost event ledger = %v", out)
-		}
+		b.wantLedger(t, ids[3], "[lease_expired done]")
 	})
 
 	// A batch that fails as a whole fails every job in it; each retries
@@ -184,9 +182,7 @@ func TestClientBatchedCompletion(t *testing.T) {
 		}
 		for _, id := range ids {
 			b.waitState(t, id, ferry.StateDone)
-			if out := b.outcomes(t, id); fmt.Sprint(out) != "[done]" {
-				t.Errorf("event %d ledger = %v", id, out)
-			}
+			b.wantLedger(t, id, "[done]")
 		}
 	})
 }

@@ -19,13 +19,7 @@ func TestHandleTx(t *testing.T) {
 		own, other := setupClient(t, false), setupClient(t, false)
 		c := own.newClient(t, nil)
 		ferry.HandleTx(c, other.store, "stripe", "", noop)
-		err := c.Start(context.Background())
-		if err == nil {
-			_ = c.Stop(context.Background())
-		}
-		if !errors.Is(err, ferry.ErrInvalidParams) {
-			t.Fatalf("Start = %v, want ErrInvalidParams for a HandleTx on another store", err)
-		}
+		wantStartRefused(t, c)
 	})
 
 	// A wrapper around the client's own store is another value: its done
@@ -35,13 +29,7 @@ func TestHandleTx(t *testing.T) {
 		b := setupClient(t, false)
 		c := b.newClient(t, func(cfg *ferry.Config) { cfg.Store = &faultyStore{Store: b.store} })
 		ferry.HandleTx(c, b.store, "stripe", "", noop)
-		err := c.Start(context.Background())
-		if err == nil {
-			_ = c.Stop(context.Background())
-		}
-		if !errors.Is(err, ferry.ErrInvalidParams) {
-			t.Fatalf("Start = %v, want ErrInvalidParams", err)
-		}
+		wantStartRefused(t, c)
 	})
 
 	t.Run("TheClientsOwnStoreWorks", func(t *testing.T) {
@@ -55,8 +43,19 @@ func TestHandleTx(t *testing.T) {
 		})
 		start(t, c)
 		b.waitState(t, id, ferry.StateDone)
-		if out := b.outcomes(t, id); len(out) != 1 || out[0] != ferry.OutcomeDone {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, id, "[done]")
 	})
+}
+
+// wantStartRefused checks that c does not start: a HandleTx names a store
+// other than the client's own.
+func wantStartRefused(t *testing.T, c *ferry.Client) {
+	t.Helper()
+	err := c.Start(context.Background())
+	if err == nil {
+		_ = c.Stop(context.Background())
+	}
+	if !errors.Is(err, ferry.ErrInvalidParams) {
+		t.Fatalf("Start = %v, want ErrInvalidParams for a HandleTx on another store", err)
+	}
 }

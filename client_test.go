@@ -105,6 +105,15 @@ func (b *clientBundle) outcomes(t *testing.T, id int64) []ferry.Outcome {
 	return out
 }
 
+// wantLedger checks the outcomes of the event's attempts, oldest first,
+// written as fmt prints them ("[failed done]").
+func (b *clientBundle) wantLedger(t *testing.T, id int64, want string) {
+	t.Helper()
+	if out := b.outcomes(t, id); fmt.Sprint(out) != want {
+		t.Errorf("event %d ledger = %v, want %s", id, out, want)
+	}
+}
+
 func TestClient(t *testing.T) {
 	t.Parallel()
 
@@ -136,9 +145,7 @@ func TestClient(t *testing.T) {
 				t.Errorf("delivery %d = attempt %d key %s unfinished %v", i, d.Attempt, d.IdempotencyKey, d.PreviousUnfinished)
 			}
 		}
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[failed failed done]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, id, "[failed failed done]")
 	})
 
 	t.Run("PermanentErrorIsDeadAtOnce", func(t *testing.T) {
@@ -183,9 +190,7 @@ func TestClient(t *testing.T) {
 		start(t, c)
 		b.waitState(t, second, ferry.StateDone)
 		b.waitState(t, first, ferry.StateDone)
-		if out := b.outcomes(t, first); fmt.Sprint(out) != "[failed done]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, first, "[failed done]")
 	})
 
 	t.Run("TypeHandlerBeforeCatchAll", func(t *testing.T) {
@@ -233,9 +238,7 @@ func TestClient(t *testing.T) {
 		// The robbed attempt wrote no verdict; the next claim closed it as
 		// lease_expired and did the work.
 		b.waitState(t, id, ferry.StateDone)
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[lease_expired done]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, id, "[lease_expired done]")
 	})
 
 	// The handler runs for three lease TTLs of database time: the owner's
@@ -298,9 +301,7 @@ func TestClient(t *testing.T) {
 		if n := runs.Load(); n != 1 {
 			t.Errorf("handler ran %d times, want 1", n)
 		}
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[done]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, id, "[done]")
 	})
 
 	t.Run("StopReleasesUnfinishedWork", func(t *testing.T) {
@@ -326,9 +327,7 @@ func TestClient(t *testing.T) {
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("released event not claimable at once: %d, %v", len(claims), err)
 		}
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[released running]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, id, "[released running]")
 	})
 
 	// A handler that respects its context and is still running when Stop

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/testlog"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
@@ -26,7 +27,7 @@ type dashBundle struct {
 	store  *sqlite.Store
 	server *httptest.Server
 	ids    map[string]int64
-	logs   *syncBuffer
+	logs   *testlog.Buffer
 }
 
 // setupDashboard seeds a SQLite store and serves a dashboard and a
@@ -46,7 +47,7 @@ func setupDashboard(t *testing.T, opts ferryhttp.DashboardOptions, admin ferryht
 	if err := old.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b := &dashBundle{ids: map[string]int64{}, logs: &syncBuffer{}}
+	b := &dashBundle{ids: map[string]int64{}, logs: &testlog.Buffer{}}
 	receive := func(s *sqlite.Store, source, id string, h http.Header) {
 		res, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: source, EventID: id, Type: "invoice.paid",
 			Payload: []byte(`{"id":"` + id + `","customer":{"name":"Ada"}}`), Headers: h})

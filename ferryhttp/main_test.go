@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/internal/testlog"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/provider"
 )
@@ -107,12 +108,24 @@ var storeKinds = []storeKind{
 	{"postgres", func(t testing.TB) ferry.Store { return teststore.Postgres(t, nil) }},
 }
 
+// forEachStore runs test as a parallel subtest for each kind of store;
+// open makes a fresh, migrated store of that kind.
+func forEachStore(t *testing.T, test func(t *testing.T, open func(testing.TB) ferry.Store)) {
+	t.Helper()
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, kind.open)
+		})
+	}
+}
+
 // bundle is a receiver on a real store behind a real loopback server.
 type bundle struct {
 	store ferry.Store
 	srv   *httptest.Server
 	recv  *ferryhttp.Receiver
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 
 	mu             sync.Mutex
 	contentLengths map[string]int64 // X-Test-Case → the length the server saw
@@ -122,7 +135,7 @@ type bundle struct {
 // options first. Log lines go to b.logs as JSON.
 func setup(t testing.TB, st ferry.Store, edit func(*ferryhttp.ReceiverOptions)) *bundle {
 	t.Helper()
-	b := &bundle{store: st, logs: &syncBuffer{}, contentLengths: map[string]int64{}}
+	b := &bundle{store: st, logs: &testlog.Buffer{}, contentLengths: map[string]int64{}}
 	opts := ferryhttp.ReceiverOptions{
 		Store: st, Sources: sources(t),
 		Logger: slog.New(slog.NewJSONHandler(b.logs, nil)),
@@ -224,24 +237,6 @@ func event(t testing.TB, st ferry.Store, source, eventID string) *ferry.Event {
 		t.Fatal(err)
 	}
 	return ev
-}
-
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // Signed deliveries, one helper per provider, all signed at testNow.

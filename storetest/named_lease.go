@@ -2,7 +2,7 @@ package storetest
 
 import (
 	"errors"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,28 +76,17 @@ func testNamedLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	run(t, setup, "ConcurrentAcquireHasOneWinner", func(t *testing.T, b *bundle[TX]) {
 		const n = 8
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			wins int
-		)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				held, err := b.store.LeaseAcquire(b.ctx, &ferry.LeaseAcquireParams{Name: name, Owner: string(rune('a' + i)), TTL: lease})
-				if err != nil {
-					t.Error(err)
-				}
-				if held {
-					mu.Lock()
-					wins++
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		if wins != 1 {
+		var wins atomic.Int32
+		atOnce(n, func(i int) {
+			held, err := b.store.LeaseAcquire(b.ctx, &ferry.LeaseAcquireParams{Name: name, Owner: string(rune('a' + i)), TTL: lease})
+			if err != nil {
+				t.Error(err)
+			}
+			if held {
+				wins.Add(1)
+			}
+		})
+		if wins := wins.Load(); wins != 1 {
 			t.Fatalf("%d owners hold the lease, want 1", wins)
 		}
 	})

@@ -3,7 +3,6 @@ package storetest
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/ferry-inbox/ferry"
@@ -79,34 +78,9 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	})
 
 	run(t, setup, "BothWaysAtOnceStoreOne", func(t *testing.T, b *bundle[TX]) {
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			news int
-		)
-		for i := range 8 {
-			origin := ferry.OriginDelivery
-			if i%2 == 1 {
-				origin = ferry.OriginCatchup
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
-					Source: "stripe", EventID: "evt_race", Payload: []byte(`{}`), Origin: origin,
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if res.Outcome == ferry.ReceiveNew {
-					mu.Lock()
-					news++
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
+		_, news := receiveAtOnce(t, b, 8, ferry.ReceiveDuplicate, func(i int) *ferry.EventReceiveParams {
+			return &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_race", Payload: []byte(`{}`), Origin: alternate(i)}
+		})
 		if news != 1 {
 			t.Fatalf("%d receipts were new, want 1", news)
 		}
@@ -118,31 +92,17 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	run(t, setup, "ConcurrentReceiptsKeepTheirOrigin", func(t *testing.T, b *bundle[TX]) {
 		// Receipts that queue together are written together (group
 		// commit): each keeps its own origin.
-		var wg sync.WaitGroup
-		for i := range 32 {
-			origin := ferry.OriginDelivery
-			if i%2 == 1 {
-				origin = ferry.OriginCatchup
+		atOnce(32, func(i int) {
+			_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+				Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{}`), Origin: alternate(i),
+			})
+			if err != nil {
+				t.Error(err)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
-					Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{}`), Origin: origin,
-				})
-				if err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
+		})
 		got := listed(t, b)
 		for i := range 32 {
-			want := ferry.OriginDelivery
-			if i%2 == 1 {
-				want = ferry.OriginCatchup
-			}
-			if id := fmt.Sprintf("evt_%02d", i); got[id] != want {
+			if id, want := fmt.Sprintf("evt_%02d", i), alternate(i); got[id] != want {
 				t.Errorf("%s origin %q, want %q", id, got[id], want)
 			}
 		}
@@ -154,4 +114,13 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatalf("err = %v, want ErrInvalidParams", err)
 		}
 	})
+}
+
+// alternate is the origin of the i-th of a run of receipts: delivery, then
+// catchup, and so on.
+func alternate(i int) ferry.Origin {
+	if i%2 == 1 {
+		return ferry.OriginCatchup
+	}
+	return ferry.OriginDelivery
 }

@@ -3,12 +3,39 @@ package storetest
 import (
 	"errors"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
 )
+
+// receiveAtOnce makes the n receipts params gives, all at once, and checks
+// that they are stored as one event: each is new or else, and all have one
+// id. It returns that id and how many receipts were new.
+func receiveAtOnce[TX any](t *testing.T, b *bundle[TX], n int, orElse ferry.ReceiveOutcome, params func(i int) *ferry.EventReceiveParams) (id int64, news int) {
+	t.Helper()
+	outcomes := make([]ferry.ReceiveOutcome, n)
+	ids := make([]int64, n)
+	atOnce(n, func(i int) {
+		res, err := b.store.EventReceive(b.ctx, params(i))
+		if err != nil {
+			t.Errorf("receive %d: %v", i, err)
+			return
+		}
+		outcomes[i], ids[i] = res.Outcome, res.ID
+	})
+	for i := range n {
+		if outcomes[i] == ferry.ReceiveNew {
+			news++
+		} else if outcomes[i] != orElse {
+			t.Errorf("receive %d outcome %s", i, outcomes[i])
+		}
+		if ids[i] != ids[0] {
+			t.Errorf("receive %d id %d, want %d", i, ids[i], ids[0])
+		}
+	}
+	return ids[0], news
+}
 
 // testReceive checks EventReceive and EventGet: new, duplicate and conflicting deliveries.
 func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
@@ -102,35 +129,13 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	run(t, setup, "ConcurrentSameKeyStoresOne", func(t *testing.T, b *bundle[TX]) {
 		const n = 16
-		outcomes := make([]ferry.ReceiveOutcome, n)
-		ids := make([]int64, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_same", Payload: []byte("same")})
-				if err != nil {
-					t.Errorf("receive %d: %v", i, err)
-					return
-				}
-				outcomes[i], ids[i] = res.Outcome, res.ID
-			})
-		}
-		wg.Wait()
-		news := 0
-		for i := range n {
-			if outcomes[i] == ferry.ReceiveNew {
-				news++
-			} else if outcomes[i] != ferry.ReceiveDuplicate {
-				t.Errorf("receive %d outcome %s", i, outcomes[i])
-			}
-			if ids[i] != ids[0] {
-				t.Errorf("receive %d id %d, want %d", i, ids[i], ids[0])
-			}
-		}
+		id, news := receiveAtOnce(t, b, n, ferry.ReceiveDuplicate, func(int) *ferry.EventReceiveParams {
+			return &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_same", Payload: []byte("same")}
+		})
 		if news != 1 {
 			t.Errorf("%d receives were new, want 1", news)
 		}
-		if ev := get(t, b, ids[0]); ev.Deliveries != n {
+		if ev := get(t, b, id); ev.Deliveries != n {
 			t.Errorf("deliveries = %d, want %d", ev.Deliveries, n)
 		}
 		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{})

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -131,39 +130,15 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	run(t, setup, "ConcurrentNewIDsStoreOne", func(t *testing.T, b *bundle[TX]) {
 		const n = 16
-		outcomes := make([]ferry.ReceiveOutcome, n)
-		ids := make([]int64, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
-					Source: "github", EventID: fmt.Sprint("d-", i), Payload: replayBody, ReplayWindow: replayWindow,
-				})
-				if err != nil {
-					t.Errorf("receive %d: %v", i, err)
-					return
-				}
-				outcomes[i], ids[i] = res.Outcome, res.ID
-			})
-		}
-		wg.Wait()
-		news := 0
-		for i := range n {
-			switch outcomes[i] {
-			case ferry.ReceiveNew:
-				news++
-			case ferry.ReceiveReplay:
-			default:
-				t.Errorf("receive %d outcome %s", i, outcomes[i])
+		id, news := receiveAtOnce(t, b, n, ferry.ReceiveReplay, func(i int) *ferry.EventReceiveParams {
+			return &ferry.EventReceiveParams{
+				Source: "github", EventID: fmt.Sprint("d-", i), Payload: replayBody, ReplayWindow: replayWindow,
 			}
-			if ids[i] != ids[0] {
-				t.Errorf("receive %d id %d, want %d", i, ids[i], ids[0])
-			}
-		}
+		})
 		if news != 1 || countEvents(t, b) != 1 {
 			t.Fatalf("%d new, %d events stored; want 1 and 1", news, countEvents(t, b))
 		}
-		if ev := get(t, b, ids[0]); ev.Replays != n-1 || len(replays(t, b, ids[0])) != n-1 {
+		if ev := get(t, b, id); ev.Replays != n-1 || len(replays(t, b, id)) != n-1 {
 			t.Errorf("replays %d, want %d", ev.Replays, n-1)
 		}
 	})

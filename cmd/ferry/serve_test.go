@@ -73,14 +73,9 @@ func TestServe(t *testing.T) {
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		p := startServeWith(t, ferryBin, []string{"FERRY_CHAOS_BROKEN=mark-done-first", "FERRY_CHAOS_CRASH_POINT=after-claim:1",
 			"FERRY_CHAOS_HANDLER=tx-effect", "FERRY_CHAOS_HANDLER_DELAY=10m"}, writeConfig(t, "sqlite:"+dbPath, appSrv.URL+"/hooks", ""))
-		if code := sendStripe(t, p.addr, "evt_fwd"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
+		sendStripeOK(t, p.addr, "evt_fwd")
 		st := teststore.OpenSQLite(t, dbPath, nil)
-		waitFor(t, 30*time.Second, "the event to be done", func() bool {
-			ev := eventState(t, st, "evt_fwd")
-			return ev != nil && ev.State == ferry.StateDone
-		})
+		waitDone(t, st, "evt_fwd")
 
 		if n := app.count(); n != 3 {
 			t.Fatalf("app got %d requests, want 3 (500, 500, 200)", n)
@@ -137,9 +132,7 @@ func TestServe(t *testing.T) {
 		})
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		p := startServeWith(t, chaosBin, []string{"FERRY_CHAOS_BROKEN=mark-done-first"}, writeConfig(t, "sqlite:"+dbPath, appSrv.URL+"/hooks", ""))
-		if code := sendStripe(t, p.addr, "evt_broken"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
+		sendStripeOK(t, p.addr, "evt_broken")
 		st := teststore.OpenSQLite(t, dbPath, nil)
 		waitFor(t, 30*time.Second, "the app to be called", func() bool { return app.count() == 1 })
 		waitFor(t, 30*time.Second, "the attempt to end", func() bool {
@@ -169,9 +162,7 @@ func TestServe(t *testing.T) {
 		const ttl = 5 * time.Second
 		cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, `lease_ttl = "5s"`+"\n"+`heartbeat = "1s"`)
 		first := startServe(t, cfg)
-		if code := sendStripe(t, first.addr, "evt_kill"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
+		sendStripeOK(t, first.addr, "evt_kill")
 		select {
 		case <-handling:
 		case <-time.After(30 * time.Second):
@@ -230,18 +221,9 @@ func TestServe(t *testing.T) {
 		})
 		cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, `shutdown_grace = "500ms"`)
 		p := startServe(t, cfg)
-		if code := sendStripe(t, p.addr, "evt_term"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
+		sendStripeOK(t, p.addr, "evt_term")
 		<-handling
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(30 * time.Second):
-			t.Fatal("ferry serve did not exit after SIGTERM")
-		}
+		p.terminate(t)
 		var exitErr *exec.ExitError
 		if errors.As(p.err, &exitErr) {
 			t.Fatalf("exit code %d after SIGTERM, want 0", exitErr.ExitCode())
@@ -271,9 +253,7 @@ func TestServe(t *testing.T) {
 		receiver := startServe(t, cfg, "--role", "receiver")
 		const n = 5
 		for i := range n {
-			if code := sendStripe(t, receiver.addr, fmt.Sprint("evt_split_", i)); code != http.StatusOK {
-				t.Fatalf("delivery answered %d", code)
-			}
+			sendStripeOK(t, receiver.addr, fmt.Sprint("evt_split_", i))
 		}
 		worker := startServe(t, cfg, "--role", "worker")
 		st := teststore.OpenSQLite(t, dbPath, nil)
@@ -321,14 +301,9 @@ func TestServeAdminSurface(t *testing.T) {
 		_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		p := startServe(t, writeConfig(t, "sqlite:"+dbPath, appSrv.URL, ""))
-		if code := sendStripe(t, p.addr, "evt_private"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
+		sendStripeOK(t, p.addr, "evt_private")
 		st := teststore.OpenSQLite(t, dbPath, nil)
-		waitFor(t, 30*time.Second, "the event to be done", func() bool {
-			ev := eventState(t, st, "evt_private")
-			return ev != nil && ev.State == ferry.StateDone
-		})
+		waitDone(t, st, "evt_private")
 		id := fmt.Sprint(eventState(t, st, "evt_private").ID)
 
 		// The admin paths exist, on the admin listener.
