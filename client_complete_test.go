@@ -115,9 +115,7 @@ func TestClientBatchedCompletion(t *testing.T) {
 		return obs
 	}
 
-	t.Run("ConcurrentJobsShareABatch", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "ConcurrentJobsShareABatch", false, func(t *testing.T, b *clientBundle) {
 		store := &batchingStore{Store: b.store}
 		const n = 40
 		ids := receive(t, b, n)
@@ -138,9 +136,7 @@ func TestClientBatchedCompletion(t *testing.T) {
 	// The store reports one lease of a batch lost: that job alone records
 	// lease_expired, the others are done, and the event is claimed again
 	// once its lease lapses (here, by the same client after it).
-	t.Run("ALostLeaseIsReportedToItsOwnJobOnly", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, true)
+	withClient(t, "ALostLeaseIsReportedToItsOwnJobOnly", true, func(t *testing.T, b *clientBundle) {
 		store := &batchingStore{Store: b.store}
 		const n = 10
 		ids := receive(t, b, n)
@@ -169,9 +165,7 @@ func TestClientBatchedCompletion(t *testing.T) {
 
 	// A batch that fails as a whole fails every job in it; each retries
 	// within its lease, and all of them end done.
-	t.Run("AFailedBatchIsRetriedByEveryJob", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "AFailedBatchIsRetriedByEveryJob", false, func(t *testing.T, b *clientBundle) {
 		store := &batchingStore{Store: b.store}
 		store.failNext.Store(2)
 		const n = 20

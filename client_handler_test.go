@@ -24,17 +24,13 @@ func TestHandleTx(t *testing.T) {
 
 	// A wrapper around the client's own store is another value: its done
 	// would not be fenced by the store the client claims from.
-	t.Run("AWrappedStoreIsRefusedAtStart", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "AWrappedStoreIsRefusedAtStart", false, func(t *testing.T, b *clientBundle) {
 		c := b.newClient(t, func(cfg *ferry.Config) { cfg.Store = &faultyStore{Store: b.store} })
 		ferry.HandleTx(c, b.store, "stripe", "", noop)
 		wantStartRefused(t, c)
 	})
 
-	t.Run("TheClientsOwnStoreWorks", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "TheClientsOwnStoreWorks", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		c := b.newClient(t, nil)
 		ferry.HandleTx(c, b.store, "stripe", "", func(ctx context.Context, tx *sql.Tx, _ *ferry.Delivery) error {

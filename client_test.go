@@ -35,6 +35,16 @@ func setupClient(t *testing.T, fakeClock bool) *clientBundle {
 	return b
 }
 
+// withClient runs test as a parallel subtest with a fresh store; fakeClock
+// puts the store on a storetest.Clock.
+func withClient(t *testing.T, name string, fakeClock bool, test func(*testing.T, *clientBundle)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		test(t, setupClient(t, fakeClock))
+	})
+}
+
 func (b *clientBundle) receive(t *testing.T, source, eventID string) int64 {
 	t.Helper()
 	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: source, EventID: eventID, Type: "test", Payload: []byte(`{}`)})
@@ -117,9 +127,7 @@ func (b *clientBundle) wantLedger(t *testing.T, id int64, want string) {
 func TestClient(t *testing.T) {
 	t.Parallel()
 
-	t.Run("CompletesWithAStableIdempotencyKey", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "CompletesWithAStableIdempotencyKey", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		var got []*ferry.Delivery
 		var mu sync.Mutex
@@ -148,9 +156,7 @@ func TestClient(t *testing.T) {
 		b.wantLedger(t, id, "[failed failed done]")
 	})
 
-	t.Run("PermanentErrorIsDeadAtOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "PermanentErrorIsDeadAtOnce", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		c := b.newClient(t, nil)
 		c.Handle("stripe", func(context.Context, *ferry.Delivery) error {
@@ -163,9 +169,7 @@ func TestClient(t *testing.T) {
 		}
 	})
 
-	t.Run("DeadAfterMaxAttempts", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "DeadAfterMaxAttempts", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		c := b.newClient(t, func(c *ferry.Config) { c.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 4}} })
 		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return errors.New("always") })
@@ -175,9 +179,7 @@ func TestClient(t *testing.T) {
 		}
 	})
 
-	t.Run("PanicIsAFailedAttempt", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "PanicIsAFailedAttempt", false, func(t *testing.T, b *clientBundle) {
 		first := b.receive(t, "stripe", "boom")
 		second := b.receive(t, "stripe", "fine")
 		c := b.newClient(t, func(c *ferry.Config) { c.Workers = 1 })
@@ -193,9 +195,7 @@ func TestClient(t *testing.T) {
 		b.wantLedger(t, first, "[failed done]")
 	})
 
-	t.Run("TypeHandlerBeforeCatchAll", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "TypeHandlerBeforeCatchAll", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		var which atomic.Value
 		c := b.newClient(t, nil)
@@ -208,9 +208,7 @@ func TestClient(t *testing.T) {
 		}
 	})
 
-	t.Run("LostLeaseCancelsTheHandler", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, true)
+	withClient(t, "LostLeaseCancelsTheHandler", true, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		cause := make(chan error, 1)
 		running := make(chan struct{})
@@ -247,9 +245,7 @@ func TestClient(t *testing.T) {
 	// time and waits for a heartbeat after each step, so a busy machine
 	// slows the test but cannot make the lease lapse; the wall-clock TTL is
 	// long for the same reason.
-	t.Run("SlowHandlerOnALivingWorkerIsNeverRobbed", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, true)
+	withClient(t, "SlowHandlerOnALivingWorkerIsNeverRobbed", true, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		const ttl = 30 * time.Second
 		var runs atomic.Int32
@@ -304,9 +300,7 @@ func TestClient(t *testing.T) {
 		b.wantLedger(t, id, "[done]")
 	})
 
-	t.Run("StopReleasesUnfinishedWork", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "StopReleasesUnfinishedWork", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		running := make(chan struct{})
 		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = 100 * time.Millisecond })
@@ -334,9 +328,7 @@ func TestClient(t *testing.T) {
 	// begins finishes and completes its event: Stop cancels only after the
 	// grace. Without the grace the handler would see its context end and the
 	// event would be released instead.
-	t.Run("StopLetsHandlersFinishWithinGrace", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "StopLetsHandlersFinishWithinGrace", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		running, stopping := make(chan struct{}), make(chan struct{})
 		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = time.Minute })

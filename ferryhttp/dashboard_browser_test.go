@@ -223,18 +223,7 @@ func TestDashboardBrowserOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	client, err := ferry.NewClient(&ferry.Config{
-		Store: b.store, PollInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client.Handle("shop", fwd.Handle)
-	if err := client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Stop(context.Background()) })
+	forward(t, b.store, fwd, 50*time.Millisecond)
 	// ord_wait's first attempt meets the maintenance: pending, an hour away.
 	waitFor(t, b, ids["ord_wait"], func(e *ferry.Event) bool { return e.State == ferry.StatePending && e.Attempt == 1 })
 

@@ -104,6 +104,21 @@ func setupDashboard(t *testing.T, opts ferryhttp.DashboardOptions, admin ferryht
 	return b
 }
 
+// forward runs a client on store, polling every poll, that hands the shop
+// source's events to fwd, until the test ends.
+func forward(t *testing.T, store ferry.Store, fwd *ferryhttp.Forwarder, poll time.Duration) {
+	t.Helper()
+	client, err := ferry.NewClient(&ferry.Config{Store: store, PollInterval: poll, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Handle("shop", fwd.Handle)
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Stop(context.Background()) })
+}
+
 func get(t *testing.T, req *http.Request) (int, string) {
 	t.Helper()
 	res, err := http.DefaultClient.Do(req)
@@ -709,15 +724,7 @@ func TestDashboardAttemptResponses(t *testing.T) {
 		}
 		ids[id] = res.ID
 	}
-	client, err := ferry.NewClient(&ferry.Config{Store: b.store, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client.Handle("shop", fwd.Handle)
-	if err := client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Stop(context.Background()) })
+	forward(t, b.store, fwd, 20*time.Millisecond)
 	waitState(t, b, ids["ord_bad"], ferry.StateDead)
 	waitState(t, b, ids["ord_ok"], ferry.StateDone)
 

@@ -22,9 +22,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		b.clock.Advance(time.Minute)
 		late := receive(t, b, "stripe", "late")
 		lease := claimOne(t, b, "w1").Event.Lease() // claims ids[0], the oldest due
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		complete(t, b, lease)
 
 		var seen []int64
 		before := int64(0)
@@ -156,10 +154,7 @@ func testListTypeUntilAndNewer[TX any](t *testing.T, setup func(*testing.T) *bun
 		if i%2 == 1 {
 			typ = "charge.failed"
 		}
-		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: fmt.Sprint("evt_", i), Type: typ})
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "s", EventID: fmt.Sprint("evt_", i), Type: typ})
 		ids = append(ids, res.ID)
 		b.clock.Advance(time.Second)
 	}

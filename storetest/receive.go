@@ -66,10 +66,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	run(t, setup, "DuplicateCountsDelivery", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		b.clock.Advance(time.Minute)
-		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Type: "test.event", Payload: []byte(`{"id":"evt_1"}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Type: "test.event", Payload: []byte(`{"id":"evt_1"}`)})
 		if res.Outcome != ferry.ReceiveDuplicate || res.ID != id {
 			t.Fatalf("outcome %s id %d, want duplicate %d", res.Outcome, res.ID, id)
 		}
@@ -152,9 +149,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 		b.clock.Advance(time.Minute)
 		for _, payload := range []string{`{"id":"evt_1"}`, `{"id":"evt_1","v":2}`} {
-			if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(payload)}); err != nil {
-				t.Fatal(err)
-			}
+			receiveWith(t, b, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(payload)})
 		}
 		ev := wantState(t, b, id, ferry.StatePending)
 		if ev.Deliveries != 3 || ev.Conflicts != 1 {
@@ -177,10 +172,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	})
 
 	run(t, setup, "EmptyPayloadNoHeaders", func(t *testing.T, b *bundle[TX]) {
-		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "s", EventID: "e"})
 		ev := get(t, b, res.ID)
 		if len(ev.Payload) != 0 || ev.Headers != nil || len(ev.PayloadSHA256) != 32 {
 			t.Errorf("event = %+v, want empty payload, nil headers, a hash", ev)

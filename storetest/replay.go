@@ -18,14 +18,10 @@ var replayBody = []byte(`{"action":"opened","number":7}`)
 
 func receiveBody[TX any](t *testing.T, b *bundle[TX], source, eventID, typ string, body []byte, window time.Duration) *ferry.EventReceiveResult {
 	t.Helper()
-	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+	return receiveWith(t, b, &ferry.EventReceiveParams{
 		Source: source, EventID: eventID, Type: typ, Payload: body,
 		Headers: http.Header{"X-Github-Delivery": {eventID}}, ReplayWindow: window,
 	})
-	if err != nil {
-		t.Fatalf("EventReceive(%s, %s): %v", source, eventID, err)
-	}
-	return res
 }
 
 func replays[TX any](t *testing.T, b *bundle[TX], id int64) []*ferry.Replay {

@@ -40,9 +40,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	run(t, setup, "DoneAndUnknownByIDButNeverLive", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		lease := claimOne(t, b, "w1").Event.Lease()
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		complete(t, b, lease)
 		live := receive(t, b, "stripe", "live")
 		claimOne(t, b, "w1")
 		pending := receive(t, b, "stripe", "pending")
@@ -155,10 +153,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		start := b.clock.Now()
 		kill := func(eventID, typ string) int64 {
 			t.Helper()
-			res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Type: typ})
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Type: typ})
 			lease := claimOne(t, b, "w1").Event.Lease()
 			if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {
 				t.Fatal(err)
@@ -260,9 +255,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	run(t, setup, "RecordsWhoAndWhen", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		lease := claimOne(t, b, "w1").Event.Lease()
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		complete(t, b, lease)
 		dead := receive(t, b, "stripe", "dead")
 		lease = claimOne(t, b, "w1").Event.Lease()
 		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {

@@ -54,15 +54,10 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	// trace, is counted on the event and leaves its trace alone.
 	run(t, setup, "RedeliveryKeepsTheFirst", func(t *testing.T, b *bundle[TX]) {
 		first := &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(`{}`), Traceparent: traceparentA}
-		res, err := b.store.EventReceive(b.ctx, first)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := receiveWith(t, b, first)
 		again := *first
 		again.Traceparent, again.Tracestate = traceparentB, tracestateA
-		if _, err := b.store.EventReceive(b.ctx, &again); err != nil {
-			t.Fatal(err)
-		}
+		receiveWith(t, b, &again)
 		ev := get(t, b, res.ID)
 		if ev.Deliveries != 2 {
 			t.Fatalf("deliveries = %d, want 2", ev.Deliveries)
@@ -152,10 +147,7 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		// At the bounds, it is kept as it is.
 		p := &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_max", Payload: []byte(`{}`),
 			Traceparent: strings.Repeat("0", ferry.TraceparentMaxLen), Tracestate: strings.Repeat("a", ferry.TracestateMaxLen)}
-		res, err := b.store.EventReceive(b.ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := receiveWith(t, b, p)
 		wantTrace(t, "at the bounds", get(t, b, res.ID), p.Traceparent, p.Tracestate)
 	})
 }

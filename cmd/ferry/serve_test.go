@@ -56,6 +56,14 @@ func (d *downstream) count() int {
 	return len(d.requests)
 }
 
+// okOnTheThirdTry answers a downstream's first two requests 500, then 200.
+func okOnTheThirdTry(n int, _ *http.Request) int {
+	if n <= 2 {
+		return http.StatusInternalServerError
+	}
+	return http.StatusOK
+}
+
 func TestServe(t *testing.T) {
 	t.Parallel()
 
@@ -64,12 +72,7 @@ func TestServe(t *testing.T) {
 	// the event done before the app answers.
 	t.Run("ForwardsSignedAndRetriesUntil2xx", func(t *testing.T) {
 		t.Parallel()
-		app, appSrv := newDownstream(t, func(n int, _ *http.Request) int {
-			if n <= 2 {
-				return http.StatusInternalServerError
-			}
-			return http.StatusOK
-		})
+		app, appSrv := newDownstream(t, okOnTheThirdTry)
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		p := startServeWith(t, ferryBin, []string{"FERRY_CHAOS_BROKEN=mark-done-first", "FERRY_CHAOS_CRASH_POINT=after-claim:1",
 			"FERRY_CHAOS_HANDLER=tx-effect", "FERRY_CHAOS_HANDLER_DELAY=10m"}, writeConfig(t, "sqlite:"+dbPath, appSrv.URL+"/hooks", ""))
@@ -124,12 +127,7 @@ func TestServe(t *testing.T) {
 	// FERRY_CHAOS_BROKEN, so the same setup there ends after one attempt.
 	t.Run("ChaosBuildHonoursBrokenMode", func(t *testing.T) {
 		t.Parallel()
-		app, appSrv := newDownstream(t, func(n int, _ *http.Request) int {
-			if n <= 2 {
-				return http.StatusInternalServerError
-			}
-			return http.StatusOK
-		})
+		app, appSrv := newDownstream(t, okOnTheThirdTry)
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		p := startServeWith(t, chaosBin, []string{"FERRY_CHAOS_BROKEN=mark-done-first"}, writeConfig(t, "sqlite:"+dbPath, appSrv.URL+"/hooks", ""))
 		sendStripeOK(t, p.addr, "evt_broken")
