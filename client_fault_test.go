@@ -60,14 +60,7 @@ func TestClientFaults(t *testing.T) {
 			return ctx.Err()
 		})
 		start(t, c)
-		select {
-		case err := <-cause:
-			if !errors.Is(err, ferry.ErrLeaseLost) {
-				t.Fatalf("handler cancelled with %v, want ErrLeaseLost", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("handler still running long after its lease lapsed")
-		}
+		wantCancelledByLostLease(t, cause)
 	})
 
 	withClient(t, "StopReturnsWhenItsContextEnds", false, func(t *testing.T, b *clientBundle) {

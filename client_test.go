@@ -124,6 +124,20 @@ func (b *clientBundle) wantLedger(t *testing.T, id int64, want string) {
 	}
 }
 
+// wantCancelledByLostLease waits, 30 s at the most, for the cause a
+// handler's context was cancelled with, and checks it is ErrLeaseLost.
+func wantCancelledByLostLease(t *testing.T, cause <-chan error) {
+	t.Helper()
+	select {
+	case err := <-cause:
+		if !errors.Is(err, ferry.ErrLeaseLost) {
+			t.Fatalf("handler cancelled with %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("handler not cancelled long after its lease was lost")
+	}
+}
+
 func TestClient(t *testing.T) {
 	t.Parallel()
 
@@ -225,14 +239,7 @@ func TestClient(t *testing.T) {
 		start(t, c)
 		<-running
 		b.clock.Advance(time.Minute) // the database says the lease is over
-		select {
-		case err := <-cause:
-			if !errors.Is(err, ferry.ErrLeaseLost) {
-				t.Fatalf("handler cancelled with %v, want ErrLeaseLost", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("handler not cancelled after its lease was lost")
-		}
+		wantCancelledByLostLease(t, cause)
 		// The robbed attempt wrote no verdict; the next claim closed it as
 		// lease_expired and did the work.
 		b.waitState(t, id, ferry.StateDone)

@@ -749,17 +749,7 @@ func TestDashboardAttemptResponses(t *testing.T) {
 // ceiling only a bug reaches.
 func waitState(t *testing.T, b *dashBundle, id int64, want ferry.State) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		e, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{ID: id})
-		if err == nil && e.State == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("event %d: %v, want %s", id, err, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, b, id, func(e *ferry.Event) bool { return e.State == want })
 }
 
 // TestDashboardConflicts shows a conflicting delivery beside the stored

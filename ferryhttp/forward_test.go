@@ -50,6 +50,20 @@ func app(t *testing.T, answer http.HandlerFunc) (*httptest.Server, <-chan record
 	return srv, got
 }
 
+// hangingApp is an app that answers no request until the request is
+// cancelled or the test ends.
+func hangingApp(t *testing.T) (*httptest.Server, <-chan recorded) {
+	release := make(chan struct{})
+	srv, got := app(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) }) // before srv.Close, which waits for the handler
+	return srv, got
+}
+
 func newForwarder(t *testing.T, opts ferryhttp.ForwarderOptions) *ferryhttp.Forwarder {
 	t.Helper()
 	f, err := ferryhttp.NewForwarder(opts)
@@ -234,14 +248,7 @@ func TestForwarderNetworkErrors(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
-		release := make(chan struct{})
-		srv, _ := app(t, func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
-		})
-		t.Cleanup(func() { close(release) }) // before srv.Close, which waits for the handler
+		srv, _ := hangingApp(t)
 		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "?token=" + appToken, Timeout: 50 * time.Millisecond})
 		err := f.Handle(context.Background(), testDelivery())
 		if !errors.Is(err, context.DeadlineExceeded) || ferry.IsPermanent(err) {
@@ -252,14 +259,7 @@ func TestForwarderNetworkErrors(t *testing.T) {
 
 	t.Run("handler context cancelled", func(t *testing.T) {
 		t.Parallel()
-		release := make(chan struct{})
-		srv, got := app(t, func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
-		})
-		t.Cleanup(func() { close(release) })
+		srv, got := hangingApp(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { <-got; cancel() }()
 		err := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL}).Handle(ctx, testDelivery())

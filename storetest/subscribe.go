@@ -29,6 +29,11 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 		return wake
 	}
 
+	claimedLease := func(t *testing.T, b *bundle[TX]) ferry.Lease {
+		receive(t, b, "stripe", "evt_1")
+		return claimOne(t, b, "w1").Event.Lease()
+	}
+
 	// Each case prepares the store, subscribes only then (so no earlier
 	// change can be the signal it sees) and makes one change that wakes.
 	for _, tc := range []struct {
@@ -67,21 +72,15 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 			},
 		},
 		{
-			name: "Release",
-			prepare: func(t *testing.T, b *bundle[TX]) ferry.Lease {
-				receive(t, b, "stripe", "evt_1")
-				return claimOne(t, b, "w1").Event.Lease()
-			},
+			name:    "Release",
+			prepare: claimedLease,
 			act: func(t *testing.T, b *bundle[TX], lease ferry.Lease) error {
 				return b.store.EventRelease(b.ctx, &ferry.EventReleaseParams{Lease: lease})
 			},
 		},
 		{
-			name: "FailBackToPending",
-			prepare: func(t *testing.T, b *bundle[TX]) ferry.Lease {
-				receive(t, b, "stripe", "evt_1")
-				return claimOne(t, b, "w1").Event.Lease()
-			},
+			name:    "FailBackToPending",
+			prepare: claimedLease,
 			act: func(t *testing.T, b *bundle[TX], lease ferry.Lease) error {
 				state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "boom"})
 				if err == nil && state != ferry.StatePending {
@@ -91,11 +90,8 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 			},
 		},
 		{
-			name: "FailManyBackToPending",
-			prepare: func(t *testing.T, b *bundle[TX]) ferry.Lease {
-				receive(t, b, "stripe", "evt_1")
-				return claimOne(t, b, "w1").Event.Lease()
-			},
+			name:    "FailManyBackToPending",
+			prepare: claimedLease,
 			act: func(t *testing.T, b *bundle[TX], lease ferry.Lease) error {
 				states, err := b.store.EventFailMany(b.ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: lease, Error: "boom"}}})
 				if err == nil && (len(states) != 1 || states[0] != ferry.StatePending) {
