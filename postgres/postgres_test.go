@@ -184,13 +184,18 @@ func listen(t *testing.T, s *postgres.Store) *pgx.Conn {
 	return conn
 }
 
-func receiptChannel(t *testing.T, s *postgres.Store) string {
+// queryText returns the one text value query selects on s's pool.
+func queryText(t *testing.T, s *postgres.Store, query string) string {
 	t.Helper()
-	var channel string
-	if err := s.Pool().QueryRow(context.Background(), "SELECT ferry_receipt_channel()").Scan(&channel); err != nil {
-		t.Fatal(err)
+	var text string
+	if err := s.Pool().QueryRow(context.Background(), query).Scan(&text); err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
-	return channel
+	return text
+}
+
+func receiptChannel(t *testing.T, s *postgres.Store) string {
+	return queryText(t, s, "SELECT ferry_receipt_channel()")
 }
 
 // wantNotified waits (up to a ceiling) for the next notification and
@@ -233,12 +238,7 @@ func wantMarkerFirst(t *testing.T, s *postgres.Store, conn *pgx.Conn, skipStore 
 }
 
 func currentSchema(t *testing.T, s *postgres.Store) string {
-	t.Helper()
-	var schema string
-	if err := s.Pool().QueryRow(context.Background(), "SELECT current_schema()").Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	return schema
+	return queryText(t, s, "SELECT current_schema()")
 }
 
 func TestOpen(t *testing.T) {
