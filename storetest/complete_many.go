@@ -74,7 +74,7 @@ func claimMixedLeases[TX any](t *testing.T, b *bundle[TX]) mixedLeases {
 	if m.robbed.ID != robbedID || m.expired.ID != expiredID || m.done.ID != doneID {
 		t.Fatalf("claimed out of order: %v %v %v", m.robbed, m.expired, m.done)
 	}
-	complete(t, b, m.done)
+	mustComplete(t, b, m.done)
 	b.clock.Advance(ttl) // w1's two other leases lapse
 	if c := claim(t, b, "w2", 1, "stripe"); len(c) != 1 || c[0].Event.ID != robbedID {
 		t.Fatalf("reclaim took %v, want event %d", c, robbedID)
@@ -132,7 +132,7 @@ func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) 
 		lostID := receive(t, b, "stripe", "evt_2")
 		claims := claim(t, b, "w1", 2)
 		lease, gone := claims[0].Event.Lease(), claims[1].Event.Lease()
-		complete(t, b, gone)
+		mustComplete(t, b, gone)
 		before := snap(t, b, lostID)
 		lost := completeMany(t, b, lease, gone, lease, gone, lease)
 		if !slices.Equal(lost, []ferry.Lease{gone}) {

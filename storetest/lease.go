@@ -62,7 +62,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				t.Fatal("a heartbeated lease was taken")
 			}
 		}
-		complete(t, b, c.Event.Lease())
+		mustComplete(t, b, c.Event.Lease())
 		ev := wantState(t, b, id, ferry.StateDone)
 		if !ev.CompletedAt.Equal(b.clock.Now()) || ev.LeaseOwner != "" || !ev.LeaseExpiresAt.IsZero() {
 			t.Errorf("done event: completed %v owner %q expiry %v", ev.CompletedAt, ev.LeaseOwner, ev.LeaseExpiresAt)
@@ -109,7 +109,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	run(t, setup, "CompleteOnce", func(t *testing.T, b *bundle[TX]) {
 		receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
-		complete(t, b, lease)
+		mustComplete(t, b, lease)
 		wantLeaseLost(t, "second complete", b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}))
 		if got := claim(t, b, "w2", 10); len(got) != 0 {
 			t.Fatal("a done event was claimed")
@@ -169,7 +169,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Errorf("stored lease expiry %v, heartbeat said %v, want %v", ev.LeaseExpiresAt, exp, b.clock.Now().Add(ttl))
 		}
 		b.clock.Advance(time.Second)
-		complete(t, b, lease)
+		mustComplete(t, b, lease)
 		ledger := attempts(t, b, id)
 		if len(ledger) != 1 || ledger[0].Outcome != ferry.OutcomeDone || !ledger[0].FinishedAt.Equal(b.clock.Now()) || ledger[0].Error != "" {
 			t.Fatalf("ledger = %+v, want one done attempt finished now", ledger)

@@ -22,7 +22,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		b.clock.Advance(time.Minute)
 		late := receive(t, b, "stripe", "late")
 		lease := claimOne(t, b, "w1").Event.Lease() // claims ids[0], the oldest due
-		complete(t, b, lease)
+		mustComplete(t, b, lease)
 
 		var seen []int64
 		before := int64(0)

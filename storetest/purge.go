@@ -15,7 +15,7 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		fresh := receive(t, b, "stripe", "fresh")
 		for range 2 {
 			lease := claimOne(t, b, "w1").Event.Lease()
-			complete(t, b, lease)
+			mustComplete(t, b, lease)
 		}
 		// Both are done; a day later fresh is replayed and done again, so it is younger.
 		b.clock.Advance(24 * time.Hour)
@@ -25,7 +25,7 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		pending := receive(t, b, "stripe", "pending")
 		other := receive(t, b, "github", "old")
 		lease := claim(t, b, "w1", 1, "github")[0].Event.Lease()
-		complete(t, b, lease)
+		mustComplete(t, b, lease)
 
 		_, err := b.store.EventPurge(b.ctx, &ferry.EventPurgeParams{Source: "stripe", Retention: 71 * time.Hour, ReplayWindow: 72 * time.Hour})
 		if !errors.Is(err, ferry.ErrRetentionTooShort) {
@@ -52,7 +52,7 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		receiveWith(t, b, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("different")})
 		pending := receive(t, b, "s", "pending")
 		lease := claimOne(t, b, "w").Event.Lease()
-		complete(t, b, lease)
+		mustComplete(t, b, lease)
 		params := &ferry.EventPurgeParams{Source: "s", Retention: 24 * time.Hour, ReplayWindow: time.Hour}
 		b.clock.Advance(24*time.Hour - time.Second)
 		if n, err := b.store.EventPurge(b.ctx, params); err != nil || n != 0 {

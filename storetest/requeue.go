@@ -40,7 +40,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	run(t, setup, "DoneAndUnknownByIDButNeverLive", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		lease := claimOne(t, b, "w1").Event.Lease()
-		complete(t, b, lease)
+		mustComplete(t, b, lease)
 		live := receive(t, b, "stripe", "live")
 		claimOne(t, b, "w1")
 		pending := receive(t, b, "stripe", "pending")
@@ -255,7 +255,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	run(t, setup, "RecordsWhoAndWhen", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		lease := claimOne(t, b, "w1").Event.Lease()
-		complete(t, b, lease)
+		mustComplete(t, b, lease)
 		dead := receive(t, b, "stripe", "dead")
 		lease = claimOne(t, b, "w1").Event.Lease()
 		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {

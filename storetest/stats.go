@@ -42,7 +42,7 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		done := receive(t, b, "a", "done")
 		dead := receive(t, b, "a", "dead")
 		c := claimOne(t, b, "w1")
-		complete(t, b, c.Event.Lease())
+		mustComplete(t, b, c.Event.Lease())
 		c = claimOne(t, b, "w1")
 		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Error: "boom", Dead: true}); err != nil {
 			t.Fatal(err)

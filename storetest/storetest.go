@@ -153,7 +153,8 @@ func claimOne[TX any](t *testing.T, b *bundle[TX], owner string) *ferry.Claim {
 	return claims[0]
 }
 
-func complete[TX any](t *testing.T, b *bundle[TX], lease ferry.Lease) {
+// mustComplete completes the lease and fails the test on an error.
+func mustComplete[TX any](t *testing.T, b *bundle[TX], lease ferry.Lease) {
 	t.Helper()
 	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
 		t.Fatalf("EventComplete(%v): %v", lease, err)
