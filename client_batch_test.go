@@ -25,38 +25,35 @@ type roundTrips struct {
 	singleFail int   // EventFail calls
 }
 
-func (s *roundTrips) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+// note records a call under the lock.
+func (s *roundTrips) note(record func()) {
 	s.mu.Lock()
-	s.claimLimit = append(s.claimLimit, p.Limit)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	record()
+}
+
+func (s *roundTrips) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+	s.note(func() { s.claimLimit = append(s.claimLimit, p.Limit) })
 	return s.Store.EventClaimMany(ctx, p)
 }
 
 func (s *roundTrips) EventHeartbeat(ctx context.Context, p *ferry.EventHeartbeatParams) (time.Time, error) {
-	s.mu.Lock()
-	s.singleBeat++
-	s.mu.Unlock()
+	s.note(func() { s.singleBeat++ })
 	return s.Store.EventHeartbeat(ctx, p)
 }
 
 func (s *roundTrips) EventHeartbeatMany(ctx context.Context, p *ferry.EventHeartbeatManyParams) ([]ferry.Lease, error) {
-	s.mu.Lock()
-	s.beats = append(s.beats, len(p.Leases))
-	s.mu.Unlock()
+	s.note(func() { s.beats = append(s.beats, len(p.Leases)) })
 	return s.Store.EventHeartbeatMany(ctx, p)
 }
 
 func (s *roundTrips) EventFail(ctx context.Context, p *ferry.EventFailParams) (ferry.State, error) {
-	s.mu.Lock()
-	s.singleFail++
-	s.mu.Unlock()
+	s.note(func() { s.singleFail++ })
 	return s.Store.EventFail(ctx, p)
 }
 
 func (s *roundTrips) EventFailMany(ctx context.Context, p *ferry.EventFailManyParams) ([]ferry.State, error) {
-	s.mu.Lock()
-	s.fails = append(s.fails, len(p.Failures))
-	s.mu.Unlock()
+	s.note(func() { s.fails = append(s.fails, len(p.Failures)) })
 	return s.Store.EventFailMany(ctx, p)
 }
 
@@ -239,9 +236,7 @@ func TestClientBatchedFailures(t *testing.T) {
 		if ev.LastError != "downstream 500" {
 			t.Errorf("event %d last error %q", id, ev.LastError)
 		}
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[failed]" {
-			t.Errorf("event %d ledger = %v", id, out)
-		}
+		b.wantLedger(t, id, "[failed]")
 	}
 	b.waitState(t, ids[0], ferry.StateDead)
 	store.mu.Lock()
