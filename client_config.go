@@ -34,7 +34,7 @@ type Config struct {
 	// trip. It is also the smallest claim a saturated client makes (claims
 	// come in batches of at least Prefetch, not one per finished job).
 	// Events waiting here are held from other instances, so it stays small:
-	// defaults to Workers/4, at least 1. Events still waiting at Stop are
+	// defaults to Workers/2, at least 1. Events still waiting at Stop are
 	// released at once.
 	Prefetch int
 
@@ -144,7 +144,7 @@ func NewClient(cfg *Config) (*Client, error) {
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseTTL/3)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
-	c.Prefetch = cmp.Or(c.Prefetch, max(1, c.Workers/4))
+	c.Prefetch = cmp.Or(c.Prefetch, max(1, c.Workers/2))
 	c.MaxHeldBytes = cmp.Or(c.MaxHeldBytes, DefaultMaxHeldBytes)
 	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
 	c.RetryCap = cmp.Or(c.RetryCap, time.Hour)
