@@ -151,8 +151,9 @@ type Store interface {
 	// EventStats aggregates the whole inbox in one consistent read, timed by
 	// the database's clock, for operators: counts by state, the oldest
 	// waiting work, abandoned attempts and the events at risk of outliving
-	// their provider's replay window. It is one or two aggregate queries over
-	// every event row, so callers that poll it (metrics) cache the result.
+	// their provider's replay window. It should cost what is live, not what
+	// is stored: postgres.Store reads live events and counters of done ones.
+	// Callers that poll it (metrics) still cache the result.
 	EventStats(ctx context.Context, params *EventStatsParams) (*EventStats, error)
 
 	// LeaseAcquire takes the named lease for Owner, or renews it, until TTL
@@ -542,4 +543,74 @@ func (s *SourceStats) Total() int {
 		n += c
 	}
 	return n
+}
+
+// MigrationPlanner is a Store that can say what Migrate would do without
+// doing it (`ferry migrate --dry-run`). Both stores Ferry ships are.
+type MigrationPlanner interface {
+	// MigratePlan lists the migrations the schema lacks, in the order
+	// Migrate would apply them; empty when the schema is up to date.
+	MigratePlan(ctx context.Context) ([]MigrationStep, error)
+}
+
+// MigrationStep is one migration Migrate would apply.
+type MigrationStep struct {
+	Version int
+	Name    string
+	// Summary says what it does to this store's data, with counts where it
+	// moves rows.
+	Summary string
+}
+
+// ArchiveStore is a Store whose done events live in time partitions that
+// retention drops whole (postgres.Store). One instance of a cluster runs
+// ArchiveMaintain at a time, under ArchiveMaintainParams.Owner's lease.
+type ArchiveStore interface {
+	// ArchiveMaintain creates the archive's partitions ahead of time, moves
+	// stray rows out of the default partition, drops the partitions wholly
+	// older than Retention with their events' ledger, conflicts, replays and
+	// actions, purges dedupe keys older than KeyRetention whose events are
+	// gone, and refreshes the planner's statistics of the archive. It does
+	// nothing (Skipped) while another owner holds the maintenance lease.
+	ArchiveMaintain(ctx context.Context, params *ArchiveMaintainParams) (*ArchiveMaintainResult, error)
+
+	// ArchiveInfo reports the archive's partitions, for metrics.
+	ArchiveInfo(ctx context.Context) (*ArchiveInfo, error)
+}
+
+type ArchiveMaintainParams struct {
+	// Owner names this instance for the maintenance lease. Required.
+	Owner string
+	// Retention is how long a done event is kept at least: a partition is
+	// dropped once its end is Retention old, so an event is kept between
+	// Retention and Retention plus one partition span. Required, positive:
+	// the longest retention of every source.
+	Retention time.Duration
+	// KeyRetention is how long a dedupe key is kept at least after the
+	// first delivery, and never while its event is stored: at least the
+	// longest replay window. Defaults to Retention.
+	KeyRetention time.Duration
+	// Ahead is how far ahead partitions exist. Defaults to 7 days.
+	Ahead time.Duration
+	// KeyBatch is how many keys one statement purges. Defaults to 10,000.
+	KeyBatch int
+}
+
+type ArchiveMaintainResult struct {
+	// Skipped is true when another instance holds the maintenance lease.
+	Skipped bool
+	// Created and Dropped count partitions.
+	Created, Dropped int
+	// Events counts the events dropped with their partitions; Keys the
+	// dedupe keys purged.
+	Events, Keys int
+}
+
+// ArchiveInfo describes the archive's ranged partitions.
+type ArchiveInfo struct {
+	Partitions int
+	// Oldest is the start of the oldest partition; zero when there is none.
+	Oldest time.Time
+	// Now is the database clock the info was read at.
+	Now time.Time
 }

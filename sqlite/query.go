@@ -91,6 +91,8 @@ var (
 	replayListSQL string
 	//go:embed query/migration_applied.sql
 	migrationAppliedSQL string
+	//go:embed query/migration_exists.sql
+	migrationExistsSQL string
 	//go:embed query/migration_record.sql
 	migrationRecordSQL string
 	//go:embed query/migration_table.sql
