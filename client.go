@@ -41,6 +41,8 @@ type Client struct {
 	// held counts the events this client has leased and not yet finished:
 	// running, or claimed ahead and waiting for one of the workers.
 	held int
+	// heldBytes sums the payloads of the held events (MaxHeldBytes).
+	heldBytes int64
 	// finished counts the events this client has finished, to tell the
 	// claim loop that its workers make progress.
 	finished int
@@ -177,11 +179,15 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 		c.mu.Lock()
 		free := c.cfg.Workers + c.cfg.Prefetch - c.held
 		idle := c.held < c.cfg.Workers
+		room := c.cfg.MaxHeldBytes - c.heldBytes
+		if c.held == 0 {
+			room = c.cfg.MaxHeldBytes // the first event is taken however large
+		}
 		finished := c.finished
 		c.mu.Unlock()
 
 		full := false
-		if free >= c.cfg.Prefetch && !dry && (idle || finished != lastFinished) {
+		if free >= c.cfg.Prefetch && room > 0 && !dry && (idle || finished != lastFinished) {
 			lastFinished = finished
 			started := time.Now()
 			// Not cancelled by Stop: a claim the database committed must come
@@ -189,6 +195,7 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL)
 			claims, err := c.store.EventClaimMany(claimCtx, &EventClaimManyParams{
 				Owner: c.cfg.ID, Limit: free, TTL: c.cfg.LeaseTTL, Sources: sources, HoldSources: hold,
+				MaxBytes: room,
 			})
 			cancel()
 			switch {
@@ -205,8 +212,10 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 				for _, cl := range claims {
 					c.launch(handlerCtx, cl, started)
 				}
+				// A claim cut short by the byte budget is not dry: more
+				// is due once held events finish (slotFree).
 				full = len(claims) == free
-				dry = !full
+				dry = !full && !overBudget(claims, room)
 			}
 		}
 		if full {
@@ -228,6 +237,20 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 	}
 }
 
+// overBudget reports whether claims, made with room bytes to spare, may
+// have stopped at the byte budget rather than for want of due events: one
+// more event as large as the largest of them would not have fitted. The
+// loop then claims again when a held event finishes, instead of waiting for
+// a receipt signal that may not come; a claim that finds nothing ends it.
+func overBudget(claims []*Claim, room int64) bool {
+	var total, largest int64
+	for _, cl := range claims {
+		n := int64(len(cl.Event.Payload))
+		total, largest = total+n, max(largest, n)
+	}
+	return len(claims) > 0 && total+largest > room
+}
+
 // launch holds a claimed event: its lease joins the heartbeats at once, and
 // its handler runs as soon as one of the Workers is free. An event still
 // waiting when Stop begins is released unworked, for another instance.
@@ -235,11 +258,12 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 	ev := cl.Event
 	hctx, cancel := context.WithCancelCause(handlerCtx)
 	hctx, span := c.startAttempt(hctx, cl, claimedAt)
-	j := &job{lease: ev.Lease(), source: ev.Source, reclaimed: cl.PreviousUnfinished, cancel: cancel, span: span}
+	j := &job{lease: ev.Lease(), source: ev.Source, size: int64(len(ev.Payload)), reclaimed: cl.PreviousUnfinished, cancel: cancel, span: span}
 	j.deadline = claimedAt.Add(c.cfg.LeaseTTL)
 	j.timer = time.AfterFunc(time.Until(j.deadline), j.lose)
 	c.mu.Lock()
 	c.held++
+	c.heldBytes += j.size
 	c.beating[j] = struct{}{}
 	c.mu.Unlock()
 	c.jobs.Add(1)
@@ -296,6 +320,7 @@ func (c *Client) finish(j *job) {
 	j.cancel(nil)
 	c.mu.Lock()
 	c.held--
+	c.heldBytes -= j.size
 	c.finished++
 	c.mu.Unlock()
 	select {

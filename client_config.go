@@ -38,6 +38,15 @@ type Config struct {
 	// released at once.
 	Prefetch int
 
+	// MaxHeldBytes bounds the payload bytes of the events the client holds
+	// (running or claimed ahead), so that large bodies cannot grow memory
+	// with the worker count: a claim asks only for what fits in the room
+	// left, and none is made while the budget is spent; a claim always takes
+	// its first due event, so the client holds at most MaxHeldBytes plus
+	// one event, and an event larger than the budget is still worked.
+	// Defaults to DefaultMaxHeldBytes (16 MiB).
+	MaxHeldBytes int64
+
 	// LeaseTTL is how long a claim holds an event without a heartbeat; a
 	// dead worker's events are taken back within it. Defaults to 15 seconds.
 	LeaseTTL time.Duration
@@ -111,6 +120,7 @@ type Observer interface {
 // Default settings; see Config.
 const (
 	DefaultWorkers       = 64
+	DefaultMaxHeldBytes  = 16 << 20
 	DefaultLeaseTTL      = 15 * time.Second
 	DefaultPollInterval  = time.Second
 	DefaultShutdownGrace = 10 * time.Second
@@ -134,10 +144,11 @@ func NewClient(cfg *Config) (*Client, error) {
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
 	c.Prefetch = cmp.Or(c.Prefetch, max(1, c.Workers/4))
+	c.MaxHeldBytes = cmp.Or(c.MaxHeldBytes, DefaultMaxHeldBytes)
 	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
 	c.RetryCap = cmp.Or(c.RetryCap, time.Hour)
-	if c.Workers < 0 || c.Prefetch < 0 || c.LeaseTTL < 0 || c.PollInterval < 0 || c.ShutdownGrace < 0 || c.RetryBase < 0 || c.RetryCap < 0 {
-		return nil, fmt.Errorf("%w: Config durations, Workers and Prefetch may not be negative", ErrInvalidParams)
+	if c.Workers < 0 || c.Prefetch < 0 || c.MaxHeldBytes < 0 || c.LeaseTTL < 0 || c.PollInterval < 0 || c.ShutdownGrace < 0 || c.RetryBase < 0 || c.RetryCap < 0 {
+		return nil, fmt.Errorf("%w: Config durations, Workers, Prefetch and MaxHeldBytes may not be negative", ErrInvalidParams)
 	}
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.LeaseTTL/3 {
 		return nil, fmt.Errorf("%w: HeartbeatInterval %v must be positive and at most LeaseTTL/3 (%v)", ErrInvalidParams, c.HeartbeatInterval, c.LeaseTTL/3)

@@ -17,6 +17,7 @@ import (
 type job struct {
 	lease     Lease
 	source    string
+	size      int64 // payload bytes, counted in Client.heldBytes
 	reclaimed bool
 	cancel    context.CancelCauseFunc
 	lost      atomic.Bool

@@ -62,6 +62,8 @@ func (p *EventClaimManyParams) Validate() error {
 		return invalid("limit must be positive, got %d", p.Limit)
 	case p.TTL <= 0:
 		return invalid("ttl must be positive, got %s", p.TTL)
+	case p.MaxBytes < 0:
+		return invalid("max bytes must not be negative, got %d", p.MaxBytes)
 	}
 	return nil
 }

@@ -287,6 +287,11 @@ type EventClaimManyParams struct {
 	Sources []string
 	// HoldSources are sources whose LostLeasePolicy is LostLeaseHold.
 	HoldSources []string
+	// MaxBytes bounds the payload bytes of the claimed events: the claim
+	// stops, in due order, before the event that would take the total past
+	// it, but always takes the first due event, however large. Zero means
+	// no bound.
+	MaxBytes int64
 }
 
 type EventCompleteParams struct {

@@ -32,6 +32,7 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 		"ttl_us":       micros(params.TTL),
 		"sources":      nonNil(params.Sources),
 		"hold_sources": nonNil(params.HoldSources),
+		"max_bytes":    params.MaxBytes,
 	})
 	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[claimRow])
 	if err != nil {

@@ -38,6 +38,7 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 			sql.Named("now", now),
 			sql.Named("sources", jsonArray(params.Sources)),
 			sql.Named("limit", params.Limit),
+			sql.Named("max_bytes", params.MaxBytes),
 		)
 		if err != nil || len(ids) == 0 {
 			return err

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -130,6 +131,37 @@ func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 		if c := claimOne(t, b, "w2"); c.Event.ID != retried || !c.PreviousUnfinished {
 			t.Errorf("claim = event %d previous unfinished %v, want %d with an unfinished attempt", c.Event.ID, c.PreviousUnfinished, retried)
+		}
+	})
+
+	t.Run("StopsAtMaxBytesButTakesTheFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var ids []int64
+		for i := range 5 {
+			ids = append(ids, receive(t, b, "stripe", fmt.Sprint("evt_", i))) // 14-byte payloads
+			b.clock.Advance(time.Second)
+		}
+		claimBytes := func(maxBytes int64) []int64 {
+			t.Helper()
+			claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w1", Limit: 10, TTL: ttl, MaxBytes: maxBytes})
+			if err != nil {
+				t.Fatalf("EventClaimMany(max bytes %d): %v", maxBytes, err)
+			}
+			var got []int64
+			for _, c := range claims {
+				got = append(got, c.Event.ID)
+			}
+			return got
+		}
+		if got := claimBytes(28); !slices.Equal(got, ids[:2]) {
+			t.Errorf("claim of at most 28 bytes = %v, want the two oldest %v", got, ids[:2])
+		}
+		if got := claimBytes(1); !slices.Equal(got, ids[2:3]) {
+			t.Errorf("claim of at most 1 byte = %v, want the oldest due %v however large", got, ids[2:3])
+		}
+		if got := claimBytes(0); !slices.Equal(got, ids[3:]) {
+			t.Errorf("claim without a byte bound = %v, want the rest %v", got, ids[3:])
 		}
 	})
 }

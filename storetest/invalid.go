@@ -40,6 +40,10 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1})
 			return err
 		}},
+		{"EventClaimMany/NegativeMaxBytes", func() error {
+			_, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: ttl, MaxBytes: -1})
+			return err
+		}},
 		{"EventComplete", func() error { return s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: bad}) }},
 		{"EventCompleteTx", func() error {
 			return s.InTx(ctx, func(tx TX) error {

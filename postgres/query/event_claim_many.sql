@@ -1,5 +1,6 @@
 -- Leases up to @limit due events to @owner in one statement: due pending
--- events and in_progress events whose lease expired, oldest due first,
+-- events and in_progress events whose lease expired, oldest due first, as
+-- many as fit in @max_bytes of payload (the first always; 0 is no bound),
 -- skipping rows another claimer has locked. Expired leases of hold sources
 -- go to unknown instead. Every claim gets a running ledger row; a previous
 -- attempt still running in the ledger is closed as lease_expired.
@@ -23,7 +24,7 @@ held_ledger AS (
 -- Two index scans, each stopping at @limit, rather than one sort of every
 -- due event; together they lock at most twice @limit rows for this statement.
 pending_due AS MATERIALIZED (
-    SELECT id, attempt, next_attempt_at AS due_at, false AS expired
+    SELECT id, attempt, next_attempt_at AS due_at, false AS expired, octet_length(payload) AS size
     FROM ferry_event
     WHERE state = 'pending'
       AND next_attempt_at <= (SELECT now FROM clock)
@@ -36,7 +37,7 @@ pending_due AS MATERIALIZED (
 -- (next_attempt_at, which a claim leaves alone), so a dead worker's events go
 -- ahead of newer work instead of waiting behind a backlog.
 expired_due AS MATERIALIZED (
-    SELECT id, attempt, next_attempt_at AS due_at, true AS expired
+    SELECT id, attempt, next_attempt_at AS due_at, true AS expired, octet_length(payload) AS size
     FROM ferry_event
     WHERE state = 'in_progress'
       AND lease_expires_at <= (SELECT now FROM clock)
@@ -49,14 +50,19 @@ expired_due AS MATERIALIZED (
 due AS (
     SELECT d.id, d.attempt, d.due_at, d.expired OR a.event_id IS NOT NULL AS previous_unfinished
     FROM (
-        SELECT * FROM pending_due
-        UNION ALL
-        SELECT * FROM expired_due
-        ORDER BY due_at, id
-        LIMIT @limit::int
+        SELECT *, sum(size) OVER w AS total, row_number() OVER w AS n
+        FROM (
+            SELECT * FROM pending_due
+            UNION ALL
+            SELECT * FROM expired_due
+            ORDER BY due_at, id
+            LIMIT @limit::int
+        ) u
+        WINDOW w AS (ORDER BY due_at, id)
     ) d
     LEFT JOIN ferry_attempt a
         ON a.event_id = d.id AND a.attempt = d.attempt AND a.outcome = 'running'
+    WHERE @max_bytes::bigint = 0 OR d.total <= @max_bytes::bigint OR d.n = 1
 ),
 closed AS (
     UPDATE ferry_attempt a
