@@ -111,7 +111,10 @@ func scaleLayoutRun(ctx context.Context, o *options, l *scaleLayout) ([]*scaleSa
 	}
 	defer s.drop()
 	cfgPath := filepath.Join(o.tmp, "scale-"+l.name+".toml")
-	cfg := configTOML(s.url, "http://127.0.0.1:9/unused") + fmt.Sprintf("\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = %q\n", scaleToken)
+	// configTOML already opens [admin] on a free port; the views measured
+	// here also need its token.
+	cfg := strings.Replace(configTOML(s.url, "http://127.0.0.1:9/unused", "", 0),
+		"[admin]\n", fmt.Sprintf("[admin]\ntoken = %q\n", scaleToken), 1)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
