@@ -104,7 +104,7 @@ func TestClaimPlanIgnoresHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, err := b.store.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+sqlite.ClaimDueSQL(),
-		sql.Named("now", 0), sql.Named("sources", "[]"), sql.Named("limit", 10))
+		sql.Named("now", 0), sql.Named("sources", "[]"), sql.Named("limit", 10), sql.Named("max_bytes", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
