@@ -24,6 +24,27 @@ type Store interface {
 	// replays), oldest first, with who did each and when.
 	ActionList(ctx context.Context, params *ActionListParams) ([]*Action, error)
 
+	// ArchiveInfo reports how many time partitions hold done events and
+	// when the oldest starts, read at the database's now, for metrics. A
+	// store without partitions (sqlite.Store) reports zero partitions.
+	ArchiveInfo(ctx context.Context) (*ArchiveInfo, error)
+
+	// ArchiveMaintain enforces retention for every source at once, under a
+	// maintenance lease taken for Owner (one instance of a cluster at a
+	// time; Skipped, changing nothing, while another owner holds it): done
+	// events completed longer than Retention ago go, with their ledger,
+	// conflicts, replays and actions, and no dedupe key younger than
+	// KeyRetention is forgotten. postgres.Store keeps done events in time
+	// partitions: it creates them Ahead of time, drops those wholly older
+	// than Retention (an event is kept between Retention and Retention plus
+	// one partition span), moves strays out of the default partition,
+	// purges its key table in batches of KeyBatch and ANALYZEs the
+	// partitioned parents. sqlite.Store keeps done events in its one event
+	// table: it deletes them in short batches (its EventPurge's, so receipts
+	// never wait behind the run) and reports no partitions. Rows come out in
+	// batches either way; a shorter per-source retention is EventPurge's.
+	ArchiveMaintain(ctx context.Context, params *ArchiveMaintainParams) (*ArchiveMaintainResult, error)
+
 	// AttemptList returns the attempt ledger of one event, oldest first.
 	AttemptList(ctx context.Context, params *AttemptListParams) ([]*Attempt, error)
 
@@ -168,6 +189,12 @@ type Store interface {
 	// Migrate brings the schema up to date. It is safe to call from several
 	// processes at once.
 	Migrate(ctx context.Context) error
+
+	// MigratePlan lists the migrations the schema lacks, in the order
+	// Migrate would apply them, each with what it does to this store's data
+	// (`ferry migrate --dry-run`); empty when the schema is up to date. It
+	// changes nothing.
+	MigratePlan(ctx context.Context) ([]MigrationStep, error)
 
 	// Ping checks that the database answers, for readiness checks.
 	Ping(ctx context.Context) error
@@ -550,14 +577,6 @@ func (s *SourceStats) Total() int {
 	return n
 }
 
-// MigrationPlanner is a Store that can say what Migrate would do without
-// doing it (`ferry migrate --dry-run`). Both stores Ferry ships are.
-type MigrationPlanner interface {
-	// MigratePlan lists the migrations the schema lacks, in the order
-	// Migrate would apply them; empty when the schema is up to date.
-	MigratePlan(ctx context.Context) ([]MigrationStep, error)
-}
-
 // MigrationStep is one migration Migrate would apply.
 type MigrationStep struct {
 	Version int
@@ -567,22 +586,7 @@ type MigrationStep struct {
 	Summary string
 }
 
-// ArchiveStore is a Store whose done events live in time partitions that
-// retention drops whole (postgres.Store). One instance of a cluster runs
-// ArchiveMaintain at a time, under ArchiveMaintainParams.Owner's lease.
-type ArchiveStore interface {
-	// ArchiveMaintain creates the archive's partitions ahead of time, moves
-	// stray rows out of the default partition, drops the partitions wholly
-	// older than Retention with their events' ledger, conflicts, replays and
-	// actions, purges dedupe keys older than KeyRetention whose events are
-	// gone, and refreshes the planner's statistics of the archive. It does
-	// nothing (Skipped) while another owner holds the maintenance lease.
-	ArchiveMaintain(ctx context.Context, params *ArchiveMaintainParams) (*ArchiveMaintainResult, error)
-
-	// ArchiveInfo reports the archive's partitions, for metrics.
-	ArchiveInfo(ctx context.Context) (*ArchiveInfo, error)
-}
-
+// ArchiveMaintainParams are Store.ArchiveMaintain's.
 type ArchiveMaintainParams struct {
 	// Owner names this instance for the maintenance lease. Required.
 	Owner string
@@ -601,6 +605,7 @@ type ArchiveMaintainParams struct {
 	KeyBatch int
 }
 
+// ArchiveMaintainResult is what one Store.ArchiveMaintain run did.
 type ArchiveMaintainResult struct {
 	// Skipped is true when another instance holds the maintenance lease.
 	Skipped bool
@@ -611,7 +616,8 @@ type ArchiveMaintainResult struct {
 	Events, Keys int
 }
 
-// ArchiveInfo describes the archive's ranged partitions.
+// ArchiveInfo describes the archive's ranged partitions. A store that keeps
+// done events in one table (sqlite.Store) reports none.
 type ArchiveInfo struct {
 	Partitions int
 	// Oldest is the start of the oldest partition; zero when there is none.

@@ -9,8 +9,6 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-var _ ferry.ArchiveStore = (*Store)(nil)
-
 // archiveLeaseTTL bounds how long a maintenance run that died keeps others
 // out. A run takes seconds; the lease is renewed per partition.
 const archiveLeaseTTL = 10 * time.Minute
@@ -20,7 +18,7 @@ const archiveLeaseTTL = 10 * time.Minute
 // for longer; a run that times out tries again at its next interval.
 const archiveLockTimeout = "2s"
 
-// ArchiveMaintain keeps the archive's partitions: see ferry.ArchiveStore.
+// ArchiveMaintain keeps the archive's partitions: see ferry.Store.
 // Each partition is created or dropped in its own transaction.
 func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
 	params, err := params.Normalize()

@@ -81,8 +81,6 @@ func loadMigrations() ([]migration, error) {
 	return all, nil
 }
 
-var _ ferry.MigrationPlanner = (*Store)(nil)
-
 // MigratePlan lists the migrations Migrate would apply, each summarised by
 // its file's leading comment and, for the archive migration, how many rows
 // it moves. It reads only.

@@ -39,7 +39,7 @@ type StatsCollector struct {
 
 	mu      sync.Mutex
 	stats   *ferry.EventStats
-	archive *ferry.ArchiveInfo // nil unless the store is a ferry.ArchiveStore
+	archive *ferry.ArchiveInfo
 	err     error
 	readAt  time.Time
 	hasRead bool
@@ -70,7 +70,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		oldestAtRisk:     desc("oldest_at_risk_age_seconds", "Age of the oldest at-risk event; 0 when none.", "source"),
 		replays:          desc("replays_suspected", "Deliveries of a stored event's body under another event id, kept and not processed (suspected replays).", "source"),
 		up:               desc("stats_up", "1 if the last read of the store's stats succeeded, 0 if not."),
-		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive (PostgreSQL only)."),
+		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive; 0 on a store without partitions (SQLite)."),
 		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),
 	}
 }
@@ -145,8 +145,8 @@ func (c *StatsCollector) read() (*ferry.EventStats, error) {
 	params := c.opts.Params
 	params.AtRiskLimit = 0
 	c.stats, c.err = c.opts.Store.EventStats(ctx, &params)
-	if archive, ok := c.opts.Store.(ferry.ArchiveStore); ok && c.err == nil {
-		c.archive, c.err = archive.ArchiveInfo(ctx)
+	if c.err == nil {
+		c.archive, c.err = c.opts.Store.ArchiveInfo(ctx)
 	}
 	c.readAt, c.hasRead = c.opts.Now(), true
 	return c.stats, c.err

@@ -445,15 +445,22 @@ func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) 
 	if err := params.Validate(); err != nil {
 		return 0, wrap("event purge", err)
 	}
-	now := s.nowMicros()
+	return s.purgeDone(ctx, "event purge", params.Source, s.nowMicros(), params.Retention, 0)
+}
+
+// purgeDone deletes source's done events completed at least retention
+// before now and first delivered at least keyRetention before it, PurgeBatch
+// at a time, each batch its own transaction.
+func (s *Store) purgeDone(ctx context.Context, op, source string, now int64, retention, keyRetention time.Duration) (int, error) {
 	total := 0
 	for {
 		var n int64
-		err := s.writeTx(ctx, "event purge", func(tx *sql.Tx) error {
+		err := s.writeTx(ctx, op, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, eventPurgeSQL,
 				sql.Named("now", now),
-				sql.Named("source", params.Source),
-				sql.Named("retention_us", params.Retention.Microseconds()),
+				sql.Named("source", source),
+				sql.Named("retention_us", retention.Microseconds()),
+				sql.Named("key_retention_us", keyRetention.Microseconds()),
 				sql.Named("batch", PurgeBatch))
 			if err != nil {
 				return err

@@ -101,6 +101,8 @@ var (
 	checkpointGetSQL string
 	//go:embed query/checkpoint_put.sql
 	checkpointPutSQL string
+	//go:embed query/archive_sources.sql
+	archiveSourcesSQL string
 	//go:embed query/lease_acquire.sql
 	leaseAcquireSQL string
 	//go:embed query/lease_release.sql

@@ -261,8 +261,6 @@ func (s *Store) Migrate(ctx context.Context) error {
 	})
 }
 
-var _ ferry.MigrationPlanner = (*Store)(nil)
-
 // MigratePlan lists the migrations Migrate would apply, each summarised by
 // its file's leading comment. It reads only.
 func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) {

@@ -86,6 +86,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Requeue", testRequeue[TX]},
 		{"List", testList[TX]},
 		{"Purge", testPurge[TX]},
+		{"Archive", testArchive[TX]},
 		{"History", testHistory[TX]},
 		{"Subscribe", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testSubscribe(t, setup, h.Close) }},
 		{"Migrate", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testMigrate(t, setup, unmigrated) }},

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-
-	"github.com/ferry-inbox/ferry"
 )
 
 func runMigrate(ctx context.Context, args []string) error {
@@ -28,11 +26,7 @@ instance is stopped; --dry-run first says what each pending migration will do.`)
 	}
 	defer closeStore()
 	if *dryRun {
-		planner, ok := st.(ferry.MigrationPlanner)
-		if !ok {
-			return fmt.Errorf("ferry: migrate --dry-run: this store cannot plan")
-		}
-		steps, err := planner.MigratePlan(ctx)
+		steps, err := st.MigratePlan(ctx)
 		if err != nil {
 			return err
 		}

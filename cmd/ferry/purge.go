@@ -17,12 +17,12 @@ const purgeInterval = time.Hour
 // than retention are deleted, never sooner than the replay window (the store
 // refuses that). Without it the inbox grows for ever.
 //
-// On a store with a partitioned archive (ferry.ArchiveStore) it first runs
-// the archive's maintenance under the store's lease (one instance at a
-// time): partitions are created ahead and dropped whole once the longest
-// retention has passed, keys are purged past the longest replay window.
-// Only sources whose retention is shorter than the longest are then purged
-// row by row.
+// It first runs the store's ArchiveMaintain for the longest retention of
+// every source, under the store's lease (one instance at a time): on
+// PostgreSQL partitions are created ahead and dropped whole, keys are purged
+// past the longest replay window; on SQLite done events past it are deleted
+// in short batches. Only sources whose retention is shorter than the
+// longest are then purged one by one (EventPurge).
 type purger struct {
 	store   ferry.Store
 	sources []config.Source
@@ -42,24 +42,22 @@ func (p *purger) purgeAll(ctx context.Context) {
 		longest = max(longest, s.Retention.Duration)
 		keys = max(keys, s.Retention.Duration, s.ReplayWindow.Duration)
 	}
-	archive, partitioned := p.store.(ferry.ArchiveStore)
-	if partitioned && longest > 0 {
-		res, err := archive.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: p.owner, Retention: longest, KeyRetention: keys})
+	if longest > 0 {
+		res, err := p.store.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: p.owner, Retention: longest, KeyRetention: keys})
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			p.log.Warn("ferry: archive maintenance failed; will try again", "err", err)
-		case res.Created > 0 || res.Dropped > 0 || res.Keys > 0:
+		case res.Created > 0 || res.Dropped > 0 || res.Events > 0 || res.Keys > 0:
 			p.log.Info("ferry: archive maintained", "partitions_created", res.Created, "partitions_dropped", res.Dropped,
 				"events_dropped", res.Events, "keys_purged", res.Keys, "retention", longest.String())
 		}
 	}
 	for _, s := range p.sources {
-		if partitioned && s.Retention.Duration >= longest {
-			// Its done events go with whole partitions; the default
-			// partition's strays are caught by a source with a shorter
-			// retention or by maintenance moving them into a partition.
+		if s.Retention.Duration >= longest {
+			// ArchiveMaintain enforced it (on PostgreSQL the default
+			// partition's strays too).
 			continue
 		}
 		n, err := p.store.EventPurge(ctx, &ferry.EventPurgeParams{
