@@ -5,9 +5,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
@@ -32,23 +36,56 @@ SELECT (SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id)
        (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.id) FROM ferry_replay r)::text,
        (SELECT jsonb_agg(to_jsonb(x) ORDER BY x.id) FROM ferry_action x)::text`
 
-// An installation of the previous schema (migrations 001 and 002, copied
-// under testdata as they shipped), with an event in every state, is
-// migrated by `ferry migrate`: every row survives unchanged, done events now
-// in the archive; then `ferry serve` of this version works off what was
-// pending or leased.
+// An installation of the previous schema (the shipped migrations before
+// 003, read from package postgres's own files and recorded as its Migrate
+// records them), with an event in every state, is migrated by `ferry
+// migrate`: every row survives unchanged, done events now in the archive;
+// then `ferry serve` of this version works off what was pending or leased.
 func TestUpgradeFromSchema002(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema := pgtest.Schema(t)
-	for _, name := range []string{"001_initial.sql", "002_operations.sql", "fill.sql"} {
-		sql, err := os.ReadFile(filepath.Join("testdata", "upgrade", "postgres", name))
+	shipped := filepath.Join("..", "..", "postgres")
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pool.Exec(ctx, string(sql)); err != nil {
-			t.Fatalf("%s: %v", name, err)
+		return string(b)
+	}
+	if _, err := pool.Exec(ctx, read(filepath.Join(shipped, "query", "migration_table.sql"))); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(shipped, "migration", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	var previous []string
+	for _, path := range files {
+		base := strings.TrimSuffix(filepath.Base(path), ".sql")
+		number, name, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(number)
+		if err != nil {
+			t.Fatalf("migration file %s: %v", path, err)
 		}
+		if version >= 3 {
+			break
+		}
+		if _, err := pool.Exec(ctx, read(path)); err != nil {
+			t.Fatalf("%s: %v", base, err)
+		}
+		if _, err := pool.Exec(ctx, read(filepath.Join(shipped, "query", "migration_record.sql")), pgx.NamedArgs{"version": version, "name": name}); err != nil {
+			t.Fatal(err)
+		}
+		previous = append(previous, base)
+	}
+	if !slices.Equal(previous, []string{"001_initial", "002_operations"}) {
+		t.Fatalf("previous schema from %v; want 001_initial and 002_operations", previous)
+	}
+	if _, err := pool.Exec(ctx, read(filepath.Join("testdata", "upgrade", "postgres", "fill.sql"))); err != nil {
+		t.Fatalf("fill.sql: %v", err)
 	}
 	snapshot := func(sql string) [5]string {
 		var s [5]string

@@ -1,12 +1,6 @@
--- An installation of schema 002 with an event in every state, each with the
+-- Fills an installation of schema 002 (the test applies the shipped
+-- migrations 001 and 002 first) with an event in every state, each with the
 -- ledger, conflicts, replays and actions the old version wrote.
-CREATE TABLE ferry_migration (
-    version    int         PRIMARY KEY,
-    name       text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-);
-INSERT INTO ferry_migration (version, name) VALUES (1, 'initial'), (2, 'operations');
-
 INSERT INTO ferry_event (source, event_id, type, payload, headers, payload_sha256, state, attempt, attempt_base,
                          lease_owner, lease_expires_at, next_attempt_at, first_delivered_at, last_delivered_at,
                          deliveries, conflicts, claimed_at, completed_at, last_error, requeued_at, origin, replays)
