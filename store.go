@@ -3,6 +3,7 @@ package ferry
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -575,6 +576,21 @@ func (s *SourceStats) Total() int {
 		n += c
 	}
 	return n
+}
+
+// MigrationSummary is what a migration file says it does: its leading "--"
+// comment lines, joined into one paragraph. MigratePlan's Summary starts
+// with it in both stores.
+func MigrationSummary(sql string) string {
+	var lines []string
+	for _, line := range strings.Split(sql, "\n") {
+		text, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
+		if !ok {
+			break
+		}
+		lines = append(lines, strings.TrimSpace(text))
+	}
+	return strings.Join(lines, " ")
 }
 
 // MigrationStep is one migration Migrate would apply.

@@ -105,7 +105,7 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 		if slices.Contains(applied, int32(m.version)) {
 			continue
 		}
-		step := ferry.MigrationStep{Version: m.version, Name: m.name, Summary: leadingComment(m.sql)}
+		step := ferry.MigrationStep{Version: m.version, Name: m.name, Summary: ferry.MigrationSummary(m.sql)}
 		if m.name == "archive" && exists {
 			var events, done, days int64
 			if err := s.pool.QueryRow(ctx, migratePlanArchiveSQL).Scan(&events, &done, &days); err != nil {
@@ -117,17 +117,4 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 		steps = append(steps, step)
 	}
 	return steps, nil
-}
-
-// leadingComment is the first paragraph of "--" lines of a migration file.
-func leadingComment(sql string) string {
-	var lines []string
-	for _, line := range strings.Split(sql, "\n") {
-		text, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
-		if !ok {
-			break
-		}
-		lines = append(lines, strings.TrimSpace(text))
-	}
-	return strings.Join(lines, " ")
 }

@@ -304,22 +304,9 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 			return nil, wrap("migrate plan", err)
 		}
 		_, base, _ := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
-		steps = append(steps, ferry.MigrationStep{Version: version, Name: base, Summary: leadingComment(string(body))})
+		steps = append(steps, ferry.MigrationStep{Version: version, Name: base, Summary: ferry.MigrationSummary(string(body))})
 	}
 	return steps, nil
-}
-
-// leadingComment is the first paragraph of "--" lines of a migration file.
-func leadingComment(sql string) string {
-	var lines []string
-	for _, line := range strings.Split(sql, "\n") {
-		text, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
-		if !ok {
-			break
-		}
-		lines = append(lines, strings.TrimSpace(text))
-	}
-	return strings.Join(lines, " ")
 }
 
 // migrationNames lists the embedded migrations in version order.
