@@ -271,6 +271,9 @@ func claimComplete(ctx context.Context, l *scaleLayout, pool *pgxpool.Pool, dur 
 				rows, _ := pool.Query(ctx, claimSQL, pgx.NamedArgs{
 					"now": nil, "owner": fmt.Sprint("bench-", w), "limit": 100, "ttl_us": int64(time.Minute / time.Microsecond),
 					"sources": []string{}, "hold_sources": []string{},
+					// No payload budget (a layout whose claim has none ignores it;
+					// left out, NULL would claim one event a call).
+					"max_bytes": 0,
 				})
 				var ids []int64
 				var attempts []int32
