@@ -70,6 +70,10 @@ var errShutdown = errors.New("ferry: client stopped")
 // maxCompleteBatch is the most leases one EventCompleteMany call carries.
 const maxCompleteBatch = 1000
 
+// maxClaimsInFlight is how many claims a client runs at once: two, so that
+// the next batch is on its way while the last one comes back.
+const maxClaimsInFlight = 2
+
 // ID returns the name this worker leases under.
 func (c *Client) ID() string { return c.cfg.ID }
 
@@ -160,78 +164,113 @@ func (c *Client) sources() (claim, hold []string) {
 // waiting for a claim's round trip. It claims in batches: only once at least
 // Prefetch of those places are free (a saturated client claims Prefetch
 // events at a time, not one per finished job), which also means whenever a
-// worker is idle. A claim that came back short means nothing more is due:
-// the loop then waits for a receipt signal or the poll before it claims
-// again, rather than asking the store each time a job ends. And it claims
-// ahead only after some job has finished since its last claim: a client
-// whose workers are all stuck claims nothing more, so it holds at most
-// Prefetch waiting events (heartbeated, released at Stop) besides its stuck
-// ones.
+// worker is idle. Up to maxClaimsInFlight claims run at once: the next batch
+// is asked for while the previous one is still on its way, so a claim's
+// round trip does not cap the client's rate. A claim that came back short
+// means nothing more is due: the loop then waits for a receipt signal or the
+// poll before it claims again, rather than asking the store each time a job
+// ends. And it claims ahead only after some job has finished since its last
+// claim: a client whose workers are all stuck claims nothing more, so it
+// holds at most Prefetch waiting events (heartbeated, released at Stop)
+// besides its stuck ones.
 func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}) {
 	defer close(c.claimDone)
 	sources, hold := c.sources()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
-	failures := 0
-	dry := false // the last claim found fewer due events than it asked for
-	lastFinished := -1
+	type claimed struct {
+		claims []*Claim
+		err    error
+		asked  int
+		room   int64
+		signal int // signals seen when the claim was asked
+		start  time.Time
+	}
+	results := make(chan claimed, maxClaimsInFlight)
+	var (
+		inFlight     int   // claims asked and not yet back
+		asked        int   // events those claims may bring
+		askedBytes   int64 // payload bytes they may bring
+		failures     int
+		dry          bool // the last claim found fewer due events than it asked for
+		signals      int  // receipt signals and polls seen
+		lastFinished = -1
+	)
+	defer func() {
+		// Stop: what claims still on their way bring back is released.
+		for ; inFlight > 0; inFlight-- {
+			for _, cl := range (<-results).claims {
+				c.release(cl.Event.Lease())
+			}
+		}
+	}()
 	for {
 		c.mu.Lock()
-		free := c.cfg.Workers + c.cfg.Prefetch - c.held
-		idle := c.held < c.cfg.Workers
-		room := c.cfg.MaxHeldBytes - c.heldBytes
-		if c.held == 0 {
+		free := c.cfg.Workers + c.cfg.Prefetch - c.held - asked
+		idle := c.held+asked < c.cfg.Workers
+		room := c.cfg.MaxHeldBytes - c.heldBytes - askedBytes
+		if c.held == 0 && inFlight == 0 {
 			room = c.cfg.MaxHeldBytes // the first event is taken however large
 		}
 		finished := c.finished
 		c.mu.Unlock()
 
-		full := false
-		if free >= c.cfg.Prefetch && room > 0 && !dry && (idle || finished != lastFinished) {
+		if inFlight < maxClaimsInFlight && free >= c.cfg.Prefetch && room > 0 && !dry && (idle || finished != lastFinished) {
 			lastFinished = finished
-			started := time.Now()
-			// Not cancelled by Stop: a claim the database committed must come
-			// back, so that it can be worked or released.
-			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL)
-			claims, err := c.store.EventClaimMany(claimCtx, &EventClaimManyParams{
+			inFlight, asked, askedBytes = inFlight+1, asked+free, askedBytes+room
+			go func(params *EventClaimManyParams, signal int) {
+				start := time.Now()
+				// Not cancelled by Stop: a claim the database committed must
+				// come back, so that it can be worked or released.
+				claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL)
+				defer cancel()
+				claims, err := c.store.EventClaimMany(claimCtx, params)
+				results <- claimed{claims: claims, err: err, asked: params.Limit, room: params.MaxBytes, signal: signal, start: start}
+			}(&EventClaimManyParams{
 				Owner: c.cfg.ID, Limit: free, TTL: c.cfg.LeaseTTL, Sources: sources, HoldSources: hold,
 				MaxBytes: room,
-			})
-			cancel()
-			switch {
-			case ctx.Err() != nil:
-				for _, cl := range claims {
-					c.release(cl.Event.Lease())
-				}
-				return
-			case err != nil:
-				failures++
-				c.log.Warn("ferry: claim failed", "worker", c.cfg.ID, "err", err)
-			default:
-				failures = 0
-				for _, cl := range claims {
-					c.launch(handlerCtx, cl, started)
-				}
-				// A claim cut short by the byte budget is not dry: more
-				// is due once held events finish (slotFree).
-				full = len(claims) == free
-				dry = !full && !overBudget(claims, room)
-			}
+			}, signals)
+			continue // another claim may be due as soon as Prefetch more places free
 		}
-		if full {
-			continue // more may be due: claim again as soon as there is room
+		if inFlight == 0 {
+			resetTimer(poll, max(c.cfg.PollInterval, backoff(failures, c.cfg.PollInterval, 30*c.cfg.PollInterval)))
 		}
-		resetTimer(poll, max(c.cfg.PollInterval, backoff(failures, c.cfg.PollInterval, 30*c.cfg.PollInterval)))
 		select {
 		case <-ctx.Done():
 			return
+		case r := <-results:
+			inFlight, asked, askedBytes = inFlight-1, asked-r.asked, askedBytes-r.room
+			if ctx.Err() != nil {
+				for _, cl := range r.claims {
+					c.release(cl.Event.Lease())
+				}
+				return
+			}
+			if r.err != nil {
+				failures++
+				c.log.Warn("ferry: claim failed", "worker", c.cfg.ID, "err", r.err)
+				dry = true // wait for the poll's backoff before asking again
+				continue
+			}
+			failures = 0
+			for _, cl := range r.claims {
+				c.launch(handlerCtx, cl, r.start)
+			}
+			// Short means nothing more was due when it ran, unless a receipt
+			// signal came since it was asked; a claim cut short by the byte
+			// budget is not dry either: more is due once held events finish.
+			if len(r.claims) < r.asked && !overBudget(r.claims, r.room) && r.signal == signals {
+				dry = true
+			}
 		case _, ok := <-wake:
 			dry = false
+			signals++
 			if !ok {
 				wake = nil // the store closed its notifications: poll only
 			}
 		case <-poll.C:
 			dry = false
+			signals++
 		case <-c.slotFree:
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,38 +25,35 @@ type roundTrips struct {
 	singleFail int   // EventFail calls
 }
 
-func (s *roundTrips) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+// note records a call under the lock.
+func (s *roundTrips) note(record func()) {
 	s.mu.Lock()
-	s.claimLimit = append(s.claimLimit, p.Limit)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	record()
+}
+
+func (s *roundTrips) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+	s.note(func() { s.claimLimit = append(s.claimLimit, p.Limit) })
 	return s.Store.EventClaimMany(ctx, p)
 }
 
 func (s *roundTrips) EventHeartbeat(ctx context.Context, p *ferry.EventHeartbeatParams) (time.Time, error) {
-	s.mu.Lock()
-	s.singleBeat++
-	s.mu.Unlock()
+	s.note(func() { s.singleBeat++ })
 	return s.Store.EventHeartbeat(ctx, p)
 }
 
 func (s *roundTrips) EventHeartbeatMany(ctx context.Context, p *ferry.EventHeartbeatManyParams) ([]ferry.Lease, error) {
-	s.mu.Lock()
-	s.beats = append(s.beats, len(p.Leases))
-	s.mu.Unlock()
+	s.note(func() { s.beats = append(s.beats, len(p.Leases)) })
 	return s.Store.EventHeartbeatMany(ctx, p)
 }
 
 func (s *roundTrips) EventFail(ctx context.Context, p *ferry.EventFailParams) (ferry.State, error) {
-	s.mu.Lock()
-	s.singleFail++
-	s.mu.Unlock()
+	s.note(func() { s.singleFail++ })
 	return s.Store.EventFail(ctx, p)
 }
 
 func (s *roundTrips) EventFailMany(ctx context.Context, p *ferry.EventFailManyParams) ([]ferry.State, error) {
-	s.mu.Lock()
-	s.fails = append(s.fails, len(p.Failures))
-	s.mu.Unlock()
+	s.note(func() { s.fails = append(s.fails, len(p.Failures)) })
 	return s.Store.EventFailMany(ctx, p)
 }
 
@@ -238,14 +236,65 @@ func TestClientBatchedFailures(t *testing.T) {
 		if ev.LastError != "downstream 500" {
 			t.Errorf("event %d last error %q", id, ev.LastError)
 		}
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[failed]" {
-			t.Errorf("event %d ledger = %v", id, out)
-		}
+		b.wantLedger(t, id, "[failed]")
 	}
 	b.waitState(t, ids[0], ferry.StateDead)
 	store.mu.Lock()
 	defer store.mu.Unlock()
 	if store.singleFail != 0 || slices.Max(store.fails) < 2 || len(store.fails) >= n {
 		t.Errorf("%d single failures, batches %v: failures of concurrent jobs were not batched", store.singleFail, store.fails)
+	}
+}
+
+// pausedClaims holds the second EventClaimMany call until a third one is
+// asked, to show whether the client asks for its next batch while the last
+// is still on its way.
+type pausedClaims struct {
+	ferry.Store
+	calls atomic.Int64
+	third chan struct{}
+}
+
+func (s *pausedClaims) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+	switch s.calls.Add(1) {
+	case 2:
+		select {
+		case <-s.third:
+		case <-ctx.Done(): // the claim's own timeout, one lease TTL
+		}
+	case 3:
+		close(s.third)
+	}
+	return s.Store.EventClaimMany(ctx, p)
+}
+
+// A claim's round trip does not stall the client: once Prefetch places free
+// while a claim is on its way, the next one is asked at once.
+func TestClientClaimsWhileAClaimIsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, false)
+	for i := range 10 {
+		b.receive(t, "stripe", fmt.Sprint("evt_", i))
+	}
+	store := &pausedClaims{Store: b.store, third: make(chan struct{})}
+	c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.Workers, c.Prefetch = 2, 1 })
+	next := make(chan struct{})
+	c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
+		select {
+		case <-next:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	start(t, c)
+	defer close(next)
+	next <- struct{}{} // a place frees: the second claim is asked, and held
+	waitFor(t, "the second claim", func() bool { return store.calls.Load() >= 2 })
+	next <- struct{}{} // another frees while the second is still on its way
+	select {
+	case <-store.third:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no claim was asked while the previous one was in flight")
 	}
 }

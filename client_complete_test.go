@@ -115,9 +115,7 @@ func TestClientBatchedCompletion(t *testing.T) {
 		return obs
 	}
 
-	t.Run("ConcurrentJobsShareABatch", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "ConcurrentJobsShareABatch", false, func(t *testing.T, b *clientBundle) {
 		store := &batchingStore{Store: b.store}
 		const n = 40
 		ids := receive(t, b, n)
@@ -138,9 +136,7 @@ func TestClientBatchedCompletion(t *testing.T) {
 	// The store reports one lease of a batch lost: that job alone records
 	// lease_expired, the others are done, and the event is claimed again
 	// once its lease lapses (here, by the same client after it).
-	t.Run("ALostLeaseIsReportedToItsOwnJobOnly", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, true)
+	withClient(t, "ALostLeaseIsReportedToItsOwnJobOnly", true, func(t *testing.T, b *clientBundle) {
 		store := &batchingStore{Store: b.store}
 		const n = 10
 		ids := receive(t, b, n)
@@ -164,16 +160,12 @@ func TestClientBatchedCompletion(t *testing.T) {
 		if ev.Attempt != 2 {
 			t.Errorf("lost event done at attempt %d, want 2 (claimed again)", ev.Attempt)
 		}
-		if out := b.outcomes(t, ids[3]); fmt.Sprint(out) != "[lease_expired done]" {
-			t.Errorf("lost event ledger = %v", out)
-		}
+		b.wantLedger(t, ids[3], "[lease_expired done]")
 	})
 
 	// A batch that fails as a whole fails every job in it; each retries
 	// within its lease, and all of them end done.
-	t.Run("AFailedBatchIsRetriedByEveryJob", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "AFailedBatchIsRetriedByEveryJob", false, func(t *testing.T, b *clientBundle) {
 		store := &batchingStore{Store: b.store}
 		store.failNext.Store(2)
 		const n = 20
@@ -184,9 +176,7 @@ func TestClientBatchedCompletion(t *testing.T) {
 		}
 		for _, id := range ids {
 			b.waitState(t, id, ferry.StateDone)
-			if out := b.outcomes(t, id); fmt.Sprint(out) != "[done]" {
-				t.Errorf("event %d ledger = %v", id, out)
-			}
+			b.wantLedger(t, id, "[done]")
 		}
 	})
 }

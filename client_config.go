@@ -43,7 +43,8 @@ type Config struct {
 	// with the worker count: a claim asks only for what fits in the room
 	// left, and none is made while the budget is spent; a claim always takes
 	// its first due event, so the client holds at most MaxHeldBytes plus
-	// one event, and an event larger than the budget is still worked.
+	// one event per claim in flight (two), and an event larger than the
+	// budget is still worked.
 	// Defaults to DefaultMaxHeldBytes (16 MiB).
 	MaxHeldBytes int64
 

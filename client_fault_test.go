@@ -45,9 +45,7 @@ func TestClientFaults(t *testing.T) {
 
 	// A store that stops answering must not leave a handler running past its
 	// lease while another worker takes the event.
-	t.Run("HungHeartbeatsStillCancelAtTheLeaseEnd", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "HungHeartbeatsStillCancelAtTheLeaseEnd", false, func(t *testing.T, b *clientBundle) {
 		b.receive(t, "stripe", "evt_1")
 		store := &faultyStore{Store: b.store, hangHeartbeats: true}
 		cause := make(chan error, 1)
@@ -62,19 +60,10 @@ func TestClientFaults(t *testing.T) {
 			return ctx.Err()
 		})
 		start(t, c)
-		select {
-		case err := <-cause:
-			if !errors.Is(err, ferry.ErrLeaseLost) {
-				t.Fatalf("handler cancelled with %v, want ErrLeaseLost", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("handler still running long after its lease lapsed")
-		}
+		wantCancelledByLostLease(t, cause)
 	})
 
-	t.Run("StopReturnsWhenItsContextEnds", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "StopReturnsWhenItsContextEnds", false, func(t *testing.T, b *clientBundle) {
 		b.receive(t, "stripe", "evt_1")
 		running, release := make(chan struct{}), make(chan struct{})
 		obs := &outcomes{got: map[ferry.Outcome]int{}}
@@ -105,9 +94,7 @@ func TestClientFaults(t *testing.T) {
 		}
 	})
 
-	t.Run("ClosedNotificationsFallBackToPolling", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "ClosedNotificationsFallBackToPolling", false, func(t *testing.T, b *clientBundle) {
 		store := &faultyStore{Store: b.store, closedWake: true}
 		c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.PollInterval = 100 * time.Millisecond })
 		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/storetest"
 )
@@ -39,10 +40,7 @@ func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	clock := storetest.NewClock()
-	st := postgres.New(pool, &postgres.Config{Now: clock.Now})
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := teststore.PostgresOn(t, pool, &postgres.Config{Now: clock.Now})
 	if _, err := pool.Exec(ctx, `CREATE TABLE effect (event_id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}

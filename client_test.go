@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
 )
@@ -31,16 +31,18 @@ func setupClient(t *testing.T, fakeClock bool) *clientBundle {
 		b.clock = storetest.NewClock()
 		cfg.Now = b.clock.Now
 	}
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.store = s
+	b.store = teststore.SQLite(t, cfg)
 	return b
+}
+
+// withClient runs test as a parallel subtest with a fresh store; fakeClock
+// puts the store on a storetest.Clock.
+func withClient(t *testing.T, name string, fakeClock bool, test func(*testing.T, *clientBundle)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		test(t, setupClient(t, fakeClock))
+	})
 }
 
 func (b *clientBundle) receive(t *testing.T, source, eventID string) int64 {
@@ -113,12 +115,33 @@ func (b *clientBundle) outcomes(t *testing.T, id int64) []ferry.Outcome {
 	return out
 }
 
+// wantLedger checks the outcomes of the event's attempts, oldest first,
+// written as fmt prints them ("[failed done]").
+func (b *clientBundle) wantLedger(t *testing.T, id int64, want string) {
+	t.Helper()
+	if out := b.outcomes(t, id); fmt.Sprint(out) != want {
+		t.Errorf("event %d ledger = %v, want %s", id, out, want)
+	}
+}
+
+// wantCancelledByLostLease waits, 30 s at the most, for the cause a
+// handler's context was cancelled with, and checks it is ErrLeaseLost.
+func wantCancelledByLostLease(t *testing.T, cause <-chan error) {
+	t.Helper()
+	select {
+	case err := <-cause:
+		if !errors.Is(err, ferry.ErrLeaseLost) {
+			t.Fatalf("handler cancelled with %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("handler not cancelled long after its lease was lost")
+	}
+}
+
 func TestClient(t *testing.T) {
 	t.Parallel()
 
-	t.Run("CompletesWithAStableIdempotencyKey", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "CompletesWithAStableIdempotencyKey", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		var got []*ferry.Delivery
 		var mu sync.Mutex
@@ -144,14 +167,10 @@ func TestClient(t *testing.T) {
 				t.Errorf("delivery %d = attempt %d key %s unfinished %v", i, d.Attempt, d.IdempotencyKey, d.PreviousUnfinished)
 			}
 		}
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[failed failed done]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, id, "[failed failed done]")
 	})
 
-	t.Run("PermanentErrorIsDeadAtOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "PermanentErrorIsDeadAtOnce", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		c := b.newClient(t, nil)
 		c.Handle("stripe", func(context.Context, *ferry.Delivery) error {
@@ -164,9 +183,7 @@ func TestClient(t *testing.T) {
 		}
 	})
 
-	t.Run("DeadAfterMaxAttempts", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "DeadAfterMaxAttempts", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		c := b.newClient(t, func(c *ferry.Config) { c.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 4}} })
 		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return errors.New("always") })
@@ -176,9 +193,7 @@ func TestClient(t *testing.T) {
 		}
 	})
 
-	t.Run("PanicIsAFailedAttempt", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "PanicIsAFailedAttempt", false, func(t *testing.T, b *clientBundle) {
 		first := b.receive(t, "stripe", "boom")
 		second := b.receive(t, "stripe", "fine")
 		c := b.newClient(t, func(c *ferry.Config) { c.Workers = 1 })
@@ -191,14 +206,10 @@ func TestClient(t *testing.T) {
 		start(t, c)
 		b.waitState(t, second, ferry.StateDone)
 		b.waitState(t, first, ferry.StateDone)
-		if out := b.outcomes(t, first); fmt.Sprint(out) != "[failed done]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, first, "[failed done]")
 	})
 
-	t.Run("TypeHandlerBeforeCatchAll", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "TypeHandlerBeforeCatchAll", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		var which atomic.Value
 		c := b.newClient(t, nil)
@@ -211,9 +222,7 @@ func TestClient(t *testing.T) {
 		}
 	})
 
-	t.Run("LostLeaseCancelsTheHandler", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, true)
+	withClient(t, "LostLeaseCancelsTheHandler", true, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		cause := make(chan error, 1)
 		running := make(chan struct{})
@@ -230,20 +239,11 @@ func TestClient(t *testing.T) {
 		start(t, c)
 		<-running
 		b.clock.Advance(time.Minute) // the database says the lease is over
-		select {
-		case err := <-cause:
-			if !errors.Is(err, ferry.ErrLeaseLost) {
-				t.Fatalf("handler cancelled with %v, want ErrLeaseLost", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("handler not cancelled after its lease was lost")
-		}
+		wantCancelledByLostLease(t, cause)
 		// The robbed attempt wrote no verdict; the next claim closed it as
 		// lease_expired and did the work.
 		b.waitState(t, id, ferry.StateDone)
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[lease_expired done]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, id, "[lease_expired done]")
 	})
 
 	// The handler runs for three lease TTLs of database time: the owner's
@@ -252,9 +252,7 @@ func TestClient(t *testing.T) {
 	// time and waits for a heartbeat after each step, so a busy machine
 	// slows the test but cannot make the lease lapse; the wall-clock TTL is
 	// long for the same reason.
-	t.Run("SlowHandlerOnALivingWorkerIsNeverRobbed", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, true)
+	withClient(t, "SlowHandlerOnALivingWorkerIsNeverRobbed", true, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		const ttl = 30 * time.Second
 		var runs atomic.Int32
@@ -306,14 +304,10 @@ func TestClient(t *testing.T) {
 		if n := runs.Load(); n != 1 {
 			t.Errorf("handler ran %d times, want 1", n)
 		}
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[done]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, id, "[done]")
 	})
 
-	t.Run("StopReleasesUnfinishedWork", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "StopReleasesUnfinishedWork", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		running := make(chan struct{})
 		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = 100 * time.Millisecond })
@@ -334,18 +328,14 @@ func TestClient(t *testing.T) {
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("released event not claimable at once: %d, %v", len(claims), err)
 		}
-		if out := b.outcomes(t, id); fmt.Sprint(out) != "[released running]" {
-			t.Errorf("ledger = %v", out)
-		}
+		b.wantLedger(t, id, "[released running]")
 	})
 
 	// A handler that respects its context and is still running when Stop
 	// begins finishes and completes its event: Stop cancels only after the
 	// grace. Without the grace the handler would see its context end and the
 	// event would be released instead.
-	t.Run("StopLetsHandlersFinishWithinGrace", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "StopLetsHandlersFinishWithinGrace", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		running, stopping := make(chan struct{}), make(chan struct{})
 		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = time.Minute })

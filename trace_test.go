@@ -63,9 +63,7 @@ func TestClientTracing(t *testing.T) {
 	// Each attempt is a span from claim to verdict, in the receipt's trace
 	// (a child of the receipt's span) and linked to it, with its number,
 	// source, type and outcome; the handler runs inside it.
-	t.Run("AttemptIsAChildOfTheReceiptAndLinksToIt", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "AttemptIsAChildOfTheReceiptAndLinksToIt", false, func(t *testing.T, b *clientBundle) {
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
 			Source: "stripe", EventID: "evt_1", Type: "invoice.paid", Payload: []byte(`{"secret_payload":1}`),
 			Traceparent: receiptTraceparent, Tracestate: receiptTracestate,
@@ -137,9 +135,7 @@ func TestClientTracing(t *testing.T) {
 
 	// An event received untraced gives each attempt a trace of its own: a
 	// root, not a child of whatever span the caller of Start was in.
-	t.Run("UntracedReceiptStartsARoot", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "UntracedReceiptStartsARoot", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		rec, tp := newRecorder()
 		c := b.newClient(t, func(c *ferry.Config) { c.TracerProvider = tp })
@@ -159,9 +155,7 @@ func TestClientTracing(t *testing.T) {
 
 	// Without a TracerProvider the stored trace context is not used: the
 	// handler's context holds no span.
-	t.Run("OffMakesNoSpan", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, false)
+	withClient(t, "OffMakesNoSpan", false, func(t *testing.T, b *clientBundle) {
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(`{}`), Traceparent: receiptTraceparent})
 		if err != nil {
 			t.Fatal(err)

@@ -21,7 +21,7 @@ type Workload struct {
 const operatorConns = 2
 
 // Conns is how many connections the workload uses at once: one per receipt
-// batch; for a client one claim, its completion and failure batches
+// batch; for a client its claims in flight, its completion and failure batches
 // (batchWriters each), one heartbeat call for all its leases and one
 // receipt listener, plus one per worker when handlers are transactional;
 // and operatorConns. A pool this size never makes the work wait for a
@@ -29,7 +29,7 @@ const operatorConns = 2
 func (w Workload) Conns() int {
 	n := max(w.ReceiveBatches, 0) + operatorConns
 	if w.Workers > 0 {
-		n += 1 + 2*batchWriters + 1 + 1
+		n += maxClaimsInFlight + 2*batchWriters + 1 + 1
 		if w.TxHandlers {
 			n += w.Workers
 		}

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 // fakeGitHub serves a hook's deliveries, newest first, paged by a cursor
@@ -127,19 +126,16 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type githubBundle struct {
-	fake   *fakeGitHub
-	srv    *httptest.Server
-	store  *sqlite.Store
-	runner *Runner
-	logs   *syncBuffer
-	now    time.Time
+	runBundle
+	fake *fakeGitHub
+	srv  *httptest.Server
 }
 
 const githubToken = "ghp_SECRETtoken0123456789abcdef"
 
 func setupGitHub(t *testing.T, opts GitHubOptions) *githubBundle {
 	t.Helper()
-	b := &githubBundle{store: newStore(t), logs: &syncBuffer{}, now: base}
+	b := &githubBundle{runBundle: newRunBundle(t)}
 	b.fake = &fakeGitHub{t: t, hook: "repos/acme/shop/hooks/42", auth: func(r *http.Request) bool {
 		return r.Header.Get("Authorization") == "Bearer "+githubToken
 	}}
@@ -158,21 +154,8 @@ func setupGitHub(t *testing.T, opts GitHubOptions) *githubBundle {
 		t.Fatal(err)
 	}
 	r.client.backoff = time.Millisecond
-	b.runner = &Runner{
-		Source: "github", Reconciler: r, Store: b.store,
-		Logger: slog.New(slog.NewJSONHandler(b.logs, nil)),
-		Now:    func() time.Time { return b.now },
-	}
+	b.start("github", r, slog.LevelInfo)
 	return b
-}
-
-func (b *githubBundle) pass(t *testing.T) *Result {
-	t.Helper()
-	res, err := b.runner.Pass(context.Background(), PassOptions{})
-	if err != nil {
-		t.Fatalf("Pass: %v", err)
-	}
-	return res
 }
 
 func TestGitHub(t *testing.T) {
@@ -193,7 +176,7 @@ func TestGitHub(t *testing.T) {
 		for i := range 30 {
 			b.fake.add(fmt.Sprintf("retried-%03d", i), "push", at, 503, 200)
 		}
-		res := b.pass(t)
+		res := b.pass(t, PassOptions{})
 		wantCounts(t, res, 210, 60, 150)
 
 		var lists, fetches int
@@ -239,7 +222,7 @@ func TestGitHub(t *testing.T) {
 		for i := range 50 {
 			b.fake.add(fmt.Sprintf("new-%03d", i), "push", base.Add(-time.Hour), 500)
 		}
-		wantCounts(t, b.pass(t), 50, 50, 0)
+		wantCounts(t, b.pass(t, PassOptions{}), 50, 50, 0)
 		if n := len(b.fake.requested()); n != 51 {
 			t.Fatalf("%d requests, want one page and 50 fetches: the older pages must not be read", n)
 		}
@@ -325,7 +308,7 @@ func TestGitHub(t *testing.T) {
 		for i := range 3 {
 			b.fake.add(fmt.Sprintf("g-%d", i), "push", base.Add(-time.Hour), 500)
 		}
-		wantCounts(t, b.pass(t), 3, 3, 0)
+		wantCounts(t, b.pass(t, PassOptions{}), 3, 3, 0)
 		if exchanges != 1 {
 			t.Fatalf("%d token exchanges, want 1 (the token is cached)", exchanges)
 		}
@@ -344,7 +327,7 @@ func TestGitHub(t *testing.T) {
 			return validJWT(t, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), &key.PublicKey, "99")
 		}
 		b.fake.add("g-1", "installation", base.Add(-time.Hour), 500)
-		wantCounts(t, b.pass(t), 1, 1, 0)
+		wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
 	})
 }
 

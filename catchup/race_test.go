@@ -66,7 +66,7 @@ func TestLiveAndCatchupAtOnceRunOnce(t *testing.T) {
 		}
 	}
 
-	res := b.pass(t)
+	res := b.pass(t, PassOptions{})
 	wantCounts(t, res, 10, 5, 5) // the 5 that raced count as known
 
 	var (

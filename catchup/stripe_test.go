@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,24 +18,13 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/testlog"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 // base is the wall-clock instant the tests' runners see as now.
 var base = time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
-
-func newStore(t *testing.T) *sqlite.Store {
-	t.Helper()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // fakeStripe serves GET /v1/events from its events, newest first, with
 // Stripe's filters and paging. fail, when set, may answer a request
@@ -137,17 +125,47 @@ func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"object": "list", "data": [%s], "has_more": %t}`, strings.Join(data, ", "), hasMore)
 }
 
-type stripeBundle struct {
-	fake   *fakeStripe
+// runBundle is what a provider's tests share: a store, a runner on it
+// that reads the time from now, and the runner's logs.
+type runBundle struct {
 	store  *sqlite.Store
 	runner *Runner
-	logs   *syncBuffer
+	logs   *testlog.Buffer
 	now    time.Time
+}
+
+func newRunBundle(t *testing.T) runBundle {
+	return runBundle{store: teststore.SQLite(t, nil), logs: &testlog.Buffer{}, now: base}
+}
+
+// start makes the runner for source on r, logging JSON at level and up.
+func (b *runBundle) start(source string, r Reconciler, level slog.Level) {
+	b.runner = &Runner{
+		Source: source, Reconciler: r, Store: b.store,
+		Logger: slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: level})),
+		Now:    func() time.Time { return b.now },
+	}
+}
+
+func (b *runBundle) logsText() string { return b.logs.String() }
+
+func (b *runBundle) pass(t *testing.T, opts PassOptions) *Result {
+	t.Helper()
+	res, err := b.runner.Pass(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("Pass: %v", err)
+	}
+	return res
+}
+
+type stripeBundle struct {
+	runBundle
+	fake *fakeStripe
 }
 
 func setupStripe(t *testing.T, opts StripeOptions) *stripeBundle {
 	t.Helper()
-	b := &stripeBundle{fake: &fakeStripe{t: t, key: "sk_test_51SECRETkeyABC"}, store: newStore(t), logs: &syncBuffer{}, now: base}
+	b := &stripeBundle{runBundle: newRunBundle(t), fake: &fakeStripe{t: t, key: "sk_test_51SECRETkeyABC"}}
 	srv := httptest.NewServer(b.fake)
 	t.Cleanup(srv.Close)
 	if opts.APIKey == "" {
@@ -162,41 +180,8 @@ func setupStripe(t *testing.T, opts StripeOptions) *stripeBundle {
 		t.Fatal(err)
 	}
 	r.client.backoff = time.Millisecond
-	b.runner = &Runner{
-		Source: "stripe", Reconciler: r, Store: b.store,
-		Logger: slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Now:    func() time.Time { return b.now },
-	}
+	b.start("stripe", r, slog.LevelDebug)
 	return b
-}
-
-// syncBuffer collects log lines written from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
-func (b *stripeBundle) logsText() string { return b.logs.String() }
-
-func (b *stripeBundle) pass(t *testing.T, opts PassOptions) *Result {
-	t.Helper()
-	res, err := b.runner.Pass(context.Background(), opts)
-	if err != nil {
-		t.Fatalf("Pass: %v", err)
-	}
-	return res
 }
 
 func checkpoint(t *testing.T, st ferry.Store, source string) (time.Time, bool) {

@@ -223,18 +223,7 @@ func TestDashboardBrowserOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	client, err := ferry.NewClient(&ferry.Config{
-		Store: b.store, PollInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client.Handle("shop", fwd.Handle)
-	if err := client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Stop(context.Background()) })
+	forward(t, b.store, fwd, 50*time.Millisecond)
 	// ord_wait's first attempt meets the maintenance: pending, an hour away.
 	waitFor(t, b, ids["ord_wait"], func(e *ferry.Event) bool { return e.State == ferry.StatePending && e.Attempt == 1 })
 
@@ -281,15 +270,9 @@ func TestDashboardBrowserOperations(t *testing.T) {
 	if state("ord_1") != ferry.StateDead || state("ord_2") != ferry.StateDead {
 		t.Fatal("the confirmation page replayed before the confirmation")
 	}
-	err = chromedp.Do(br, chromedp.Click(`#replay-confirm`), chromedp.WaitVisible(`#flash`))
-	if err != nil {
-		t.Fatalf("confirm the replay: %v", err)
-	}
-	if flash, _ := chromedp.Run(br, chromedp.Text(`#flash`)); !strings.Contains(flash, "replayed 2 events") {
-		t.Fatalf("flash after the bulk replay = %q", flash)
-	}
-	waitFor(t, b, ids["ord_1"], func(e *ferry.Event) bool { return e.State == ferry.StateDone })
-	waitFor(t, b, ids["ord_2"], func(e *ferry.Event) bool { return e.State == ferry.StateDone })
+	clickForFlash(t, br, `#replay-confirm`, "confirm the replay", "replayed 2 events")
+	waitState(t, b, ids["ord_1"], ferry.StateDone)
+	waitState(t, b, ids["ord_2"], ferry.StateDone)
 	if state("ord_3") != ferry.StateDead {
 		t.Errorf("ord_3 (order.refunded) was replayed: %s", state("ord_3"))
 	}
@@ -306,14 +289,8 @@ func TestDashboardBrowserOperations(t *testing.T) {
 		t.Fatalf("open ord_wait: %v", err)
 	}
 	screenshot(t, br, "event.png")
-	err = chromedp.Do(br, chromedp.Click(`#retry-now`), chromedp.WaitVisible(`#flash`))
-	if err != nil {
-		t.Fatalf("retry now: %v", err)
-	}
-	if flash, _ := chromedp.Run(br, chromedp.Text(`#flash`)); !strings.Contains(flash, "due now") {
-		t.Fatalf("flash after retry now = %q", flash)
-	}
-	waitFor(t, b, ids["ord_wait"], func(e *ferry.Event) bool { return e.State == ferry.StateDone })
+	clickForFlash(t, br, `#retry-now`, "retry now", "due now")
+	waitState(t, b, ids["ord_wait"], ferry.StateDone)
 
 	// The overview refreshes itself when a delivery arrives: no reload
 	// (the page's own marker survives), the new row appears.
@@ -335,7 +312,7 @@ func TestDashboardBrowserOperations(t *testing.T) {
 	if marker, _ := chromedp.Run(br, chromedp.Evaluate[string](`String(window.ferryTestMarker)`)); marker != "same page" {
 		t.Fatalf("the overview reloaded instead of refreshing (marker %q)", marker)
 	}
-	waitFor(t, b, ids["ord_live"], func(e *ferry.Event) bool { return e.State == ferry.StateDone })
+	waitState(t, b, ids["ord_live"], ferry.StateDone)
 	_, err = chromedp.Run(br, chromedp.Poll[bool](`document.querySelector("#counts [data-count='shop/done']").textContent === "4"`,
 		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
 	if err != nil {
@@ -392,6 +369,18 @@ func waitFor(t *testing.T, b *dashBundle, id int64, ok func(*ferry.Event) bool) 
 			t.Fatalf("event %d is %s at attempt %d, next at %v (%v)", id, e.State, e.Attempt, e.NextAttemptAt, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// clickForFlash clicks sel (doing what), waits for the flash message and
+// checks that it says want.
+func clickForFlash(t *testing.T, br context.Context, sel, what, want string) {
+	t.Helper()
+	if err := chromedp.Do(br, chromedp.Click(sel), chromedp.WaitVisible(`#flash`)); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if flash, _ := chromedp.Run(br, chromedp.Text(`#flash`)); !strings.Contains(flash, want) {
+		t.Fatalf("flash after %s = %q, want %q in it", what, flash, want)
 	}
 }
 

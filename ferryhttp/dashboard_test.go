@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/testlog"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
@@ -26,7 +27,7 @@ type dashBundle struct {
 	store  *sqlite.Store
 	server *httptest.Server
 	ids    map[string]int64
-	logs   *syncBuffer
+	logs   *testlog.Buffer
 }
 
 // setupDashboard seeds a SQLite store and serves a dashboard and a
@@ -46,7 +47,7 @@ func setupDashboard(t *testing.T, opts ferryhttp.DashboardOptions, admin ferryht
 	if err := old.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b := &dashBundle{ids: map[string]int64{}, logs: &syncBuffer{}}
+	b := &dashBundle{ids: map[string]int64{}, logs: &testlog.Buffer{}}
 	receive := func(s *sqlite.Store, source, id string, h http.Header) {
 		res, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: source, EventID: id, Type: "invoice.paid",
 			Payload: []byte(`{"id":"` + id + `","customer":{"name":"Ada"}}`), Headers: h})
@@ -101,6 +102,21 @@ func setupDashboard(t *testing.T, opts ferryhttp.DashboardOptions, admin ferryht
 	b.server = httptest.NewServer(a)
 	t.Cleanup(b.server.Close)
 	return b
+}
+
+// forward runs a client on store, polling every poll, that hands the shop
+// source's events to fwd, until the test ends.
+func forward(t *testing.T, store ferry.Store, fwd *ferryhttp.Forwarder, poll time.Duration) {
+	t.Helper()
+	client, err := ferry.NewClient(&ferry.Config{Store: store, PollInterval: poll, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Handle("shop", fwd.Handle)
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Stop(context.Background()) })
 }
 
 func get(t *testing.T, req *http.Request) (int, string) {
@@ -708,15 +724,7 @@ func TestDashboardAttemptResponses(t *testing.T) {
 		}
 		ids[id] = res.ID
 	}
-	client, err := ferry.NewClient(&ferry.Config{Store: b.store, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client.Handle("shop", fwd.Handle)
-	if err := client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Stop(context.Background()) })
+	forward(t, b.store, fwd, 20*time.Millisecond)
 	waitState(t, b, ids["ord_bad"], ferry.StateDead)
 	waitState(t, b, ids["ord_ok"], ferry.StateDone)
 
@@ -741,17 +749,7 @@ func TestDashboardAttemptResponses(t *testing.T) {
 // ceiling only a bug reaches.
 func waitState(t *testing.T, b *dashBundle, id int64, want ferry.State) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		e, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{ID: id})
-		if err == nil && e.State == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("event %d: %v, want %s", id, err, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, b, id, func(e *ferry.Event) bool { return e.State == want })
 }
 
 // TestDashboardConflicts shows a conflicting delivery beside the stored

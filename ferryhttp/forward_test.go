@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/provider"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
@@ -47,6 +47,20 @@ func app(t *testing.T, answer http.HandlerFunc) (*httptest.Server, <-chan record
 		}
 	}))
 	t.Cleanup(srv.Close)
+	return srv, got
+}
+
+// hangingApp is an app that answers no request until the request is
+// cancelled or the test ends.
+func hangingApp(t *testing.T) (*httptest.Server, <-chan recorded) {
+	release := make(chan struct{})
+	srv, got := app(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) }) // before srv.Close, which waits for the handler
 	return srv, got
 }
 
@@ -234,14 +248,7 @@ func TestForwarderNetworkErrors(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
-		release := make(chan struct{})
-		srv, _ := app(t, func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
-		})
-		t.Cleanup(func() { close(release) }) // before srv.Close, which waits for the handler
+		srv, _ := hangingApp(t)
 		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "?token=" + appToken, Timeout: 50 * time.Millisecond})
 		err := f.Handle(context.Background(), testDelivery())
 		if !errors.Is(err, context.DeadlineExceeded) || ferry.IsPermanent(err) {
@@ -252,14 +259,7 @@ func TestForwarderNetworkErrors(t *testing.T) {
 
 	t.Run("handler context cancelled", func(t *testing.T) {
 		t.Parallel()
-		release := make(chan struct{})
-		srv, got := app(t, func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
-		})
-		t.Cleanup(func() { close(release) })
+		srv, got := hangingApp(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { <-got; cancel() }()
 		err := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL}).Handle(ctx, testDelivery())
@@ -342,7 +342,7 @@ func TestForwarderThroughClient(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st := openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: clock.Now})
+			st := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
 			res, err := st.EventReceive(context.Background(), &ferry.EventReceiveParams{
 				Source: "stripe", EventID: "evt_1", Payload: []byte(`{"id":"evt_1"}`),
 			})

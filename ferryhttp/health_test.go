@@ -4,10 +4,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 func TestHealth(t *testing.T) {
@@ -32,7 +32,7 @@ func TestHealth(t *testing.T) {
 
 	t.Run("ready, then stopping", func(t *testing.T) {
 		t.Parallel()
-		h := &ferryhttp.Health{Store: openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), nil)}
+		h := &ferryhttp.Health{Store: teststore.SQLite(t, nil)}
 		srv := serve(t, h)
 		if code, body := get(t, srv, "/healthz"); code != 200 || body != "ok\n" {
 			t.Errorf("/healthz = %d %q", code, body)
@@ -51,7 +51,7 @@ func TestHealth(t *testing.T) {
 
 	t.Run("store unreachable", func(t *testing.T) {
 		t.Parallel()
-		st := openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), nil)
+		st := teststore.SQLite(t, nil)
 		st.Close()
 		srv := serve(t, &ferryhttp.Health{Store: st})
 		if code, _ := get(t, srv, "/readyz"); code != 503 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // TestReceiverLogsNoSecrets sends every kind of delivery through one
@@ -18,7 +19,7 @@ import (
 // secret, signature or payload byte in any of them.
 func TestReceiverLogsNoSecrets(t *testing.T) {
 	t.Parallel()
-	st := openSQLite(t)
+	st := teststore.SQLite(t, nil)
 	var fail atomic.Bool
 	b := setup(t, &failingStore{Store: st, receive: func(ctx context.Context, p *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
 		if fail.Load() {

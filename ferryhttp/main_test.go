@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,10 +22,9 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
-	"github.com/ferry-inbox/ferry/internal/pgtest"
-	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/internal/testlog"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/provider"
-	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 func TestMain(m *testing.M) {
@@ -105,35 +103,21 @@ type storeKind struct {
 	open func(t testing.TB) ferry.Store
 }
 
-var storeKinds = []storeKind{{"sqlite", openSQLite}, {"postgres", openPostgres}}
-
-func openSQLite(t testing.TB) ferry.Store {
-	t.Helper()
-	return openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), nil)
+var storeKinds = []storeKind{
+	{"sqlite", func(t testing.TB) ferry.Store { return teststore.SQLite(t, nil) }},
+	{"postgres", func(t testing.TB) ferry.Store { return teststore.Postgres(t, nil) }},
 }
 
-func openSQLiteConfig(t testing.TB, path string, config *sqlite.Config) *sqlite.Store {
+// forEachStore runs test as a parallel subtest for each kind of store;
+// open makes a fresh, migrated store of that kind.
+func forEachStore(t *testing.T, test func(t *testing.T, open func(testing.TB) ferry.Store)) {
 	t.Helper()
-	s, err := sqlite.Open(path, config)
-	if err != nil {
-		t.Fatal(err)
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, kind.open)
+		})
 	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func openPostgres(t testing.TB) ferry.Store {
-	t.Helper()
-	pool, _ := pgtest.Schema(t)
-	s := postgres.New(pool, nil)
-	t.Cleanup(s.Close)
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // bundle is a receiver on a real store behind a real loopback server.
@@ -141,7 +125,7 @@ type bundle struct {
 	store ferry.Store
 	srv   *httptest.Server
 	recv  *ferryhttp.Receiver
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 
 	mu             sync.Mutex
 	contentLengths map[string]int64 // X-Test-Case → the length the server saw
@@ -151,7 +135,7 @@ type bundle struct {
 // options first. Log lines go to b.logs as JSON.
 func setup(t testing.TB, st ferry.Store, edit func(*ferryhttp.ReceiverOptions)) *bundle {
 	t.Helper()
-	b := &bundle{store: st, logs: &syncBuffer{}, contentLengths: map[string]int64{}}
+	b := &bundle{store: st, logs: &testlog.Buffer{}, contentLengths: map[string]int64{}}
 	opts := ferryhttp.ReceiverOptions{
 		Store: st, Sources: sources(t),
 		Logger: slog.New(slog.NewJSONHandler(b.logs, nil)),
@@ -253,24 +237,6 @@ func event(t testing.TB, st ferry.Store, source, eventID string) *ferry.Event {
 		t.Fatal(err)
 	}
 	return ev
-}
-
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // Signed deliveries, one helper per provider, all signed at testNow.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // batchWatcher is a real store that records the size of every
@@ -45,7 +46,7 @@ func (s *batchWatcher) batches() []int {
 func TestReceiverBatchesConcurrentDeliveries(t *testing.T) {
 	t.Parallel()
 	const n = 20
-	st := &batchWatcher{Store: openSQLite(t), release: make(chan struct{})}
+	st := &batchWatcher{Store: teststore.SQLite(t, nil), release: make(chan struct{})}
 	b := setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.ReceiveConcurrency = 1 })
 
 	replies := make(chan reply, n)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // heldStore is a real store whose receipts wait for a release, so that a
@@ -72,7 +73,7 @@ func headersOnly(t *testing.T, b *bundle, d delivery) reply {
 // again.
 func TestReceiverMemoryBudget(t *testing.T) {
 	t.Parallel()
-	real := openSQLite(t)
+	real := teststore.SQLite(t, nil)
 	st := &heldStore{Store: real, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	const budget = 16 << 10
 	b := setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.MaxInFlightBytes = budget })
@@ -117,7 +118,7 @@ func TestReceiverMemoryBudget(t *testing.T) {
 // ever.
 func TestReceiverMemoryBudgetAdmitsOneLargeBody(t *testing.T) {
 	t.Parallel()
-	b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) { o.MaxInFlightBytes = 1 << 10 })
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) { o.MaxInFlightBytes = 1 << 10 })
 	if r := b.send(t, stripe(stripeBodyOfSize("evt_big", 8<<10))); r.status != http.StatusOK {
 		t.Fatalf("a lone large delivery: %d %s", r.status, r.raw)
 	}

@@ -1,19 +1,14 @@
 package ferryhttp_test
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync/atomic"
 	"testing"
 
-	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
-	"github.com/ferry-inbox/ferry/internal/pgtest"
-	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // BenchmarkReceivePostgresParallel is the ingest benchmark's Ferry side in
@@ -21,27 +16,12 @@ import (
 // on PostgreSQL with group commit, through the mux, without the network.
 // Profile it to see the receiver's hot path as the bench loads it.
 func BenchmarkReceivePostgresParallel(b *testing.B) {
-	pool, _ := pgtest.Schema(b)
-	store := postgres.New(pool, nil)
-	b.Cleanup(store.Close)
-	if err := store.Migrate(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	recv, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{
-		Store: store, Sources: sources(b),
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	recv.Register(mux)
-	pad := `,"type":"invoice.paid","data":{"object":{"amount":2000,"currency":"eur","customer":"cus_123"}}}`
+	mux := benchMux(b, teststore.Postgres(b, nil))
 	var n atomic.Int64
 	b.SetParallelism(32) // × GOMAXPROCS 2: the bench's 64 connections
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			body := []byte(`{"id":"evt_` + strconv.FormatInt(n.Add(1), 10) + `"` + pad)
+			body := benchBody("evt_" + strconv.FormatInt(n.Add(1), 10))
 			req := ferrytest.NewRequest("/webhooks/stripe", ferrytest.SignStripe(stripeSecret, body, testNow), body)
 			req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
 			w := httptest.NewRecorder()

@@ -24,91 +24,88 @@ import (
 func TestReceiverReplayedBody(t *testing.T) {
 	t.Parallel()
 	const window = 72 * time.Hour
-	for _, kind := range storeKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			reg := prom.NewRegistry()
-			metrics := prometheus.NewMetrics(reg, []string{"stripe", "github", "shopify", "standardwebhooks", "hmac"})
-			b := setup(t, kind.open(t), func(o *ferryhttp.ReceiverOptions) {
-				o.Observer = metrics
-				for i, s := range o.Sources {
-					if s.Name == "github" || s.Name == "shopify" || s.Name == "hmac" {
-						o.Sources[i].ReplayWindow = window
-					}
+	forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
+		reg := prom.NewRegistry()
+		metrics := prometheus.NewMetrics(reg, []string{"stripe", "github", "shopify", "standardwebhooks", "hmac"})
+		b := setup(t, open(t), func(o *ferryhttp.ReceiverOptions) {
+			o.Observer = metrics
+			for i, s := range o.Sources {
+				if s.Name == "github" || s.Name == "shopify" || s.Name == "hmac" {
+					o.Sources[i].ReplayWindow = window
 				}
-			})
-			const body = `{"BODYMARK":"captured","action":"opened"}`
-			for _, tc := range []struct {
-				source, originalType string
-				original             delivery
-				forged               func(id string) delivery
-			}{
-				{"github", "push", github(githubSecret, "gh-1", body), func(id string) delivery {
-					return github(githubSecret, id, body).with("X-GitHub-Event", "delete")
-				}},
-				{"shopify", "orders/create", shopify(shopifySecret, "shop-1", body), func(id string) delivery {
-					return shopify(shopifySecret, id, body).with("X-Shopify-Topic", "orders/cancelled")
-				}},
-				{"hmac", "thing.happened", hmacDelivery(hmacSecret, "acme-1", body), func(id string) delivery {
-					return hmacDelivery(hmacSecret, id, body).with("X-Acme-Event-Type", "thing.deleted")
-				}},
-			} {
-				if r := b.send(t, tc.original); r.status != 200 || !maps.Equal(r.body, accepted) {
-					t.Fatalf("%s original: %d %s", tc.source, r.status, r.raw)
-				}
-				for i := range 5 {
-					r := b.send(t, tc.forged(fmt.Sprintf("forged-%d", i)))
-					if r.status != 200 || !maps.Equal(r.body, map[string]string{"status": "replay"}) {
-						t.Fatalf("%s replay %d: %d %s, want 200 replay", tc.source, i, r.status, r.raw)
-					}
-				}
-				list, err := b.store.EventList(t.Context(), &ferry.EventListParams{Source: tc.source})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(list.Events) != 1 || list.Events[0].Type != tc.originalType || list.Events[0].Replays != 5 {
-					t.Fatalf("%s: %d events stored, want the original alone (%s) with 5 replays: %+v", tc.source, len(list.Events), tc.originalType, list.Events)
-				}
-				replays, err := b.store.ReplayList(t.Context(), &ferry.ReplayListParams{ID: list.Events[0].ID})
-				if err != nil || len(replays) != 5 {
-					t.Fatalf("%s: %d replays kept, %v; want 5", tc.source, len(replays), err)
-				}
-				if replays[0].ClaimedEventID != "forged-0" || replays[0].ClaimedType == tc.originalType {
-					t.Errorf("%s: replay kept as %s/%s, want forged-0 under the forged type", tc.source, replays[0].ClaimedEventID, replays[0].ClaimedType)
-				}
-				for _, r := range replays {
-					assertNoSignatureHeaders(t, r.Headers)
-				}
-				if n := receivedTotal(t, reg, tc.source, "replay", ""); n != 5 {
-					t.Errorf(`%s: ferry_received_total{outcome="replay"} = %v, want 5`, tc.source, n)
-				}
-			}
-
-			logs := b.logs.String()
-			if strings.Contains(logs, "BODYMARK") {
-				t.Errorf("the log quotes a payload:\n%.2000s", logs)
-			}
-			for _, sig := range sentSignatureHeaders {
-				if strings.Contains(logs, sig) {
-					t.Errorf("the log names signature header %s", sig)
-				}
-			}
-			warnings := 0
-			for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
-				var rec map[string]any
-				if err := json.Unmarshal([]byte(line), &rec); err != nil {
-					t.Fatalf("log line %q: %v", line, err)
-				}
-				if rec["alert"] == "suspected_replay" {
-					warnings++
-					if rec["level"] != "WARN" || rec["outcome"] != "replay" {
-						t.Errorf("replay logged as %v", rec)
-					}
-				}
-			}
-			if warnings != 15 {
-				t.Errorf("%d suspected_replay warnings, want one per replay (15)", warnings)
 			}
 		})
-	}
+		const body = `{"BODYMARK":"captured","action":"opened"}`
+		for _, tc := range []struct {
+			source, originalType string
+			original             delivery
+			forged               func(id string) delivery
+		}{
+			{"github", "push", github(githubSecret, "gh-1", body), func(id string) delivery {
+				return github(githubSecret, id, body).with("X-GitHub-Event", "delete")
+			}},
+			{"shopify", "orders/create", shopify(shopifySecret, "shop-1", body), func(id string) delivery {
+				return shopify(shopifySecret, id, body).with("X-Shopify-Topic", "orders/cancelled")
+			}},
+			{"hmac", "thing.happened", hmacDelivery(hmacSecret, "acme-1", body), func(id string) delivery {
+				return hmacDelivery(hmacSecret, id, body).with("X-Acme-Event-Type", "thing.deleted")
+			}},
+		} {
+			if r := b.send(t, tc.original); r.status != 200 || !maps.Equal(r.body, accepted) {
+				t.Fatalf("%s original: %d %s", tc.source, r.status, r.raw)
+			}
+			for i := range 5 {
+				r := b.send(t, tc.forged(fmt.Sprintf("forged-%d", i)))
+				if r.status != 200 || !maps.Equal(r.body, map[string]string{"status": "replay"}) {
+					t.Fatalf("%s replay %d: %d %s, want 200 replay", tc.source, i, r.status, r.raw)
+				}
+			}
+			list, err := b.store.EventList(t.Context(), &ferry.EventListParams{Source: tc.source})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Events) != 1 || list.Events[0].Type != tc.originalType || list.Events[0].Replays != 5 {
+				t.Fatalf("%s: %d events stored, want the original alone (%s) with 5 replays: %+v", tc.source, len(list.Events), tc.originalType, list.Events)
+			}
+			replays, err := b.store.ReplayList(t.Context(), &ferry.ReplayListParams{ID: list.Events[0].ID})
+			if err != nil || len(replays) != 5 {
+				t.Fatalf("%s: %d replays kept, %v; want 5", tc.source, len(replays), err)
+			}
+			if replays[0].ClaimedEventID != "forged-0" || replays[0].ClaimedType == tc.originalType {
+				t.Errorf("%s: replay kept as %s/%s, want forged-0 under the forged type", tc.source, replays[0].ClaimedEventID, replays[0].ClaimedType)
+			}
+			for _, r := range replays {
+				assertNoSignatureHeaders(t, r.Headers)
+			}
+			if n := receivedTotal(t, reg, tc.source, "replay", ""); n != 5 {
+				t.Errorf(`%s: ferry_received_total{outcome="replay"} = %v, want 5`, tc.source, n)
+			}
+		}
+
+		logs := b.logs.String()
+		if strings.Contains(logs, "BODYMARK") {
+			t.Errorf("the log quotes a payload:\n%.2000s", logs)
+		}
+		for _, sig := range sentSignatureHeaders {
+			if strings.Contains(logs, sig) {
+				t.Errorf("the log names signature header %s", sig)
+			}
+		}
+		warnings := 0
+		for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			if rec["alert"] == "suspected_replay" {
+				warnings++
+				if rec["level"] != "WARN" || rec["outcome"] != "replay" {
+					t.Errorf("replay logged as %v", rec)
+				}
+			}
+		}
+		if warnings != 15 {
+			t.Errorf("%d suspected_replay warnings, want one per replay (15)", warnings)
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/prometheus"
 	"github.com/ferry-inbox/ferry/provider"
 	"github.com/ferry-inbox/ferry/sqlite"
@@ -28,39 +29,36 @@ import (
 // stores nothing.
 func TestReceiverStandardWebhooksSignatureList(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, kind.open(t), nil)
-			const body = `{"type":"user.created"}`
+	forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
+		b := setup(t, open(t), nil)
+		const body = `{"type":"user.created"}`
 
-			d := standardWebhooks(swSecret, "msg_list_ok", body, testNow)
-			valid := d.header.Get("Webhook-Signature")
-			r := b.send(t, d.with("Webhook-Signature", "v1,Zm9yZ2Vk "+valid))
-			if r.status != 200 || !maps.Equal(r.body, accepted) {
-				t.Fatalf("forged entry beside the valid one: %d %s, want 200 accepted", r.status, r.raw)
-			}
-			if event(t, b.store, "standardwebhooks", "msg_list_ok") == nil {
-				t.Fatal("accepted but not stored")
-			}
+		d := standardWebhooks(swSecret, "msg_list_ok", body, testNow)
+		valid := d.header.Get("Webhook-Signature")
+		r := b.send(t, d.with("Webhook-Signature", "v1,Zm9yZ2Vk "+valid))
+		if r.status != 200 || !maps.Equal(r.body, accepted) {
+			t.Fatalf("forged entry beside the valid one: %d %s, want 200 accepted", r.status, r.raw)
+		}
+		if event(t, b.store, "standardwebhooks", "msg_list_ok") == nil {
+			t.Fatal("accepted but not stored")
+		}
 
-			wrong := standardWebhooks(swSecret, "msg_list_bad", `{"other":1}`, testNow).header.Get("Webhook-Signature")
-			for _, list := range []struct{ sig, reason string }{
-				{"v1,Zm9yZ2Vk", "malformed_signature"},
-				{"v1,Zm9yZ2Vk v1,!!! v2," + valid[3:] + " nocomma", "malformed_signature"},
-				{"v1,Zm9yZ2Vk " + wrong, "bad_signature"},
-			} {
-				d := standardWebhooks(swSecret, "msg_list_bad", body, testNow).with("Webhook-Signature", list.sig)
-				r := b.send(t, d)
-				if r.status != 401 || !maps.Equal(r.body, rejected(list.reason)) {
-					t.Errorf("%q: %d %s, want 401 %s", strings.ReplaceAll(list.sig, valid[3:], "<valid>"), r.status, r.raw, list.reason)
-				}
+		wrong := standardWebhooks(swSecret, "msg_list_bad", `{"other":1}`, testNow).header.Get("Webhook-Signature")
+		for _, list := range []struct{ sig, reason string }{
+			{"v1,Zm9yZ2Vk", "malformed_signature"},
+			{"v1,Zm9yZ2Vk v1,!!! v2," + valid[3:] + " nocomma", "malformed_signature"},
+			{"v1,Zm9yZ2Vk " + wrong, "bad_signature"},
+		} {
+			d := standardWebhooks(swSecret, "msg_list_bad", body, testNow).with("Webhook-Signature", list.sig)
+			r := b.send(t, d)
+			if r.status != 401 || !maps.Equal(r.body, rejected(list.reason)) {
+				t.Errorf("%q: %d %s, want 401 %s", strings.ReplaceAll(list.sig, valid[3:], "<valid>"), r.status, r.raw, list.reason)
 			}
-			if event(t, b.store, "standardwebhooks", "msg_list_bad") != nil {
-				t.Fatal("a rejected delivery was stored")
-			}
-		})
-	}
+		}
+		if event(t, b.store, "standardwebhooks", "msg_list_bad") != nil {
+			t.Fatal("a rejected delivery was stored")
+		}
+	})
 }
 
 // TestReceiverUnstorableIdentity: on both stores, through the real receiver,
@@ -70,105 +68,102 @@ func TestReceiverStandardWebhooksSignatureList(t *testing.T) {
 // value; the next normal delivery is 200 and stored.
 func TestReceiverUnstorableIdentity(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			reg := prom.NewRegistry()
-			metrics := prometheus.NewMetrics(reg, []string{"stripe", "github", "shopify", "standardwebhooks", "hmac"})
-			b := setup(t, kind.open(t), func(o *ferryhttp.ReceiverOptions) { o.Observer = metrics })
+	forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
+		reg := prom.NewRegistry()
+		metrics := prometheus.NewMetrics(reg, []string{"stripe", "github", "shopify", "standardwebhooks", "hmac"})
+		b := setup(t, open(t), func(o *ferryhttp.ReceiverOptions) { o.Observer = metrics })
 
-			// Every bad value carries the marker, so the log can be searched
-			// for it.
-			const marker = "IDMARK"
-			// Long values are not repetitive: PostgreSQL compresses a
-			// repetitive key until it fits its index.
-			long := func(n int) string {
-				var sb strings.Builder
-				sb.WriteString(marker)
-				for i := 0; sb.Len() < n; i++ {
-					sum := sha256.Sum256([]byte(strconv.Itoa(i)))
-					sb.WriteString(hex.EncodeToString(sum[:]))
-				}
-				return sb.String()[:n]
+		// Every bad value carries the marker, so the log can be searched
+		// for it.
+		const marker = "IDMARK"
+		// Long values are not repetitive: PostgreSQL compresses a
+		// repetitive key until it fits its index.
+		long := func(n int) string {
+			var sb strings.Builder
+			sb.WriteString(marker)
+			for i := 0; sb.Len() < n; i++ {
+				sum := sha256.Sum256([]byte(strconv.Itoa(i)))
+				sb.WriteString(hex.EncodeToString(sum[:]))
 			}
-			stripeEvent := func(id, typ string) string {
-				body, err := json.Marshal(map[string]string{"id": id, "type": typ})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return string(body)
-			}
-			cases := []struct {
-				name   string
-				d      delivery
-				reason string
-			}{
-				{"stripe id 3000 bytes", stripe(stripeEvent(long(3000), "invoice.paid")), "bad_event_id"},
-				{"stripe id 9000 bytes", stripe(stripeEvent(long(9000), "invoice.paid")), "bad_event_id"},
-				{"stripe id with NUL", stripe(stripeEvent(marker+"\x00", "invoice.paid")), "bad_event_id"},
-				{"stripe id with a line break", stripe(stripeEvent(marker+"\nlevel=ERROR", "invoice.paid")), "bad_event_id"},
-				{"github id 3000 bytes", github(githubSecret, long(3000), `{}`), "bad_event_id"},
-				{"github id 9000 bytes", github(githubSecret, long(9000), `{}`), "bad_event_id"},
-				{"github id invalid UTF-8", github(githubSecret, marker+"\xff\xfe", `{}`), "bad_event_id"},
-				{"shopify id invalid UTF-8", shopify(shopifySecret, marker+"\xc3", `{}`), "bad_event_id"},
-				{"standardwebhooks id 3000 bytes", standardWebhooks(swSecret, long(3000), `{}`, testNow), "bad_event_id"},
-				{"hmac id 9000 bytes", hmacDelivery(hmacSecret, long(9000), `{}`), "bad_event_id"},
-				{"stripe type with NUL", stripe(stripeEvent("evt_badtype", marker+"\x00")), "bad_event_type"},
-				{"stripe type 3000 bytes", stripe(stripeEvent("evt_badtype", long(3000))), "bad_event_type"},
-				{"github type invalid UTF-8", github(githubSecret, "gh-badtype", `{}`).with("X-GitHub-Event", marker+"\xff"), "bad_event_type"},
-			}
-			for _, tc := range cases {
-				r := b.send(t, tc.d)
-				if r.status != 400 || !maps.Equal(r.body, rejected(tc.reason)) {
-					t.Errorf("%s: %d %s, want 400 %s", tc.name, r.status, r.raw, tc.reason)
-				}
-			}
-			if ev := event(t, b.store, "stripe", "evt_badtype"); ev != nil {
-				t.Error("a delivery with a bad type was stored")
-			}
-			if ev := event(t, b.store, "github", "gh-badtype"); ev != nil {
-				t.Error("a delivery with a bad type was stored")
-			}
-			list, err := b.store.EventList(t.Context(), &ferry.EventListParams{})
+			return sb.String()[:n]
+		}
+		stripeEvent := func(id, typ string) string {
+			body, err := json.Marshal(map[string]string{"id": id, "type": typ})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(list.Events) != 0 {
-				t.Fatalf("%d events stored from rejected deliveries", len(list.Events))
+			return string(body)
+		}
+		cases := []struct {
+			name   string
+			d      delivery
+			reason string
+		}{
+			{"stripe id 3000 bytes", stripe(stripeEvent(long(3000), "invoice.paid")), "bad_event_id"},
+			{"stripe id 9000 bytes", stripe(stripeEvent(long(9000), "invoice.paid")), "bad_event_id"},
+			{"stripe id with NUL", stripe(stripeEvent(marker+"\x00", "invoice.paid")), "bad_event_id"},
+			{"stripe id with a line break", stripe(stripeEvent(marker+"\nlevel=ERROR", "invoice.paid")), "bad_event_id"},
+			{"github id 3000 bytes", github(githubSecret, long(3000), `{}`), "bad_event_id"},
+			{"github id 9000 bytes", github(githubSecret, long(9000), `{}`), "bad_event_id"},
+			{"github id invalid UTF-8", github(githubSecret, marker+"\xff\xfe", `{}`), "bad_event_id"},
+			{"shopify id invalid UTF-8", shopify(shopifySecret, marker+"\xc3", `{}`), "bad_event_id"},
+			{"standardwebhooks id 3000 bytes", standardWebhooks(swSecret, long(3000), `{}`, testNow), "bad_event_id"},
+			{"hmac id 9000 bytes", hmacDelivery(hmacSecret, long(9000), `{}`), "bad_event_id"},
+			{"stripe type with NUL", stripe(stripeEvent("evt_badtype", marker+"\x00")), "bad_event_type"},
+			{"stripe type 3000 bytes", stripe(stripeEvent("evt_badtype", long(3000))), "bad_event_type"},
+			{"github type invalid UTF-8", github(githubSecret, "gh-badtype", `{}`).with("X-GitHub-Event", marker+"\xff"), "bad_event_type"},
+		}
+		for _, tc := range cases {
+			r := b.send(t, tc.d)
+			if r.status != 400 || !maps.Equal(r.body, rejected(tc.reason)) {
+				t.Errorf("%s: %d %s, want 400 %s", tc.name, r.status, r.raw, tc.reason)
 			}
+		}
+		if ev := event(t, b.store, "stripe", "evt_badtype"); ev != nil {
+			t.Error("a delivery with a bad type was stored")
+		}
+		if ev := event(t, b.store, "github", "gh-badtype"); ev != nil {
+			t.Error("a delivery with a bad type was stored")
+		}
+		list, err := b.store.EventList(t.Context(), &ferry.EventListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Events) != 0 {
+			t.Fatalf("%d events stored from rejected deliveries", len(list.Events))
+		}
 
-			// The next normal delivery goes through.
-			if r := b.send(t, github(githubSecret, "gh-after", `{}`)); r.status != 200 || !maps.Equal(r.body, accepted) {
-				t.Fatalf("normal delivery after them: %d %s", r.status, r.raw)
-			}
-			if event(t, b.store, "github", "gh-after") == nil {
-				t.Fatal("normal delivery answered 200 but not stored")
-			}
+		// The next normal delivery goes through.
+		if r := b.send(t, github(githubSecret, "gh-after", `{}`)); r.status != 200 || !maps.Equal(r.body, accepted) {
+			t.Fatalf("normal delivery after them: %d %s", r.status, r.raw)
+		}
+		if event(t, b.store, "github", "gh-after") == nil {
+			t.Fatal("normal delivery answered 200 but not stored")
+		}
 
-			if logs := b.logs.String(); strings.Contains(logs, marker) {
-				t.Errorf("the log quotes a rejected id or type:\n%.2000s", logs)
+		if logs := b.logs.String(); strings.Contains(logs, marker) {
+			t.Errorf("the log quotes a rejected id or type:\n%.2000s", logs)
+		}
+		if n := strings.Count(b.logs.String(), `"reason":"bad_event_id"`); n != 10 {
+			t.Errorf("%d log lines with reason bad_event_id, want 10", n)
+		}
+		counted := map[string]float64{}
+		for _, source := range []string{"stripe", "github", "shopify", "standardwebhooks", "hmac"} {
+			for _, reason := range []string{"bad_event_id", "bad_event_type"} {
+				counted[source+"/"+reason] = receivedTotal(t, reg, source, "rejected", reason)
 			}
-			if n := strings.Count(b.logs.String(), `"reason":"bad_event_id"`); n != 10 {
-				t.Errorf("%d log lines with reason bad_event_id, want 10", n)
+		}
+		want := map[string]float64{
+			"stripe/bad_event_id": 4, "github/bad_event_id": 3, "shopify/bad_event_id": 1,
+			"standardwebhooks/bad_event_id": 1, "hmac/bad_event_id": 1,
+			"stripe/bad_event_type": 2, "github/bad_event_type": 1,
+		}
+		for k, n := range counted {
+			if n != want[k] {
+				t.Errorf("ferry_received_total{%s} = %v, want %v", k, n, want[k])
 			}
-			counted := map[string]float64{}
-			for _, source := range []string{"stripe", "github", "shopify", "standardwebhooks", "hmac"} {
-				for _, reason := range []string{"bad_event_id", "bad_event_type"} {
-					counted[source+"/"+reason] = receivedTotal(t, reg, source, "rejected", reason)
-				}
-			}
-			want := map[string]float64{
-				"stripe/bad_event_id": 4, "github/bad_event_id": 3, "shopify/bad_event_id": 1,
-				"standardwebhooks/bad_event_id": 1, "hmac/bad_event_id": 1,
-				"stripe/bad_event_type": 2, "github/bad_event_type": 1,
-			}
-			for k, n := range counted {
-				if n != want[k] {
-					t.Errorf("ferry_received_total{%s} = %v, want %v", k, n, want[k])
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // receivedTotal reads ferry_received_total for one label set from reg; 0 if
@@ -209,7 +204,7 @@ func (v *nilVerifier) Verify(http.Header, []byte) (*ferry.Verified, error) {
 // however it is wrapped, and so is what provider.New returns with an error.
 func TestNewReceiverRefusesNilVerifier(t *testing.T) {
 	t.Parallel()
-	st := openSQLite(t)
+	st := teststore.SQLite(t, nil)
 	var typedNil *provider.Stripe
 	var nilFunc verifierFunc
 	failed, err := provider.New("stripe", provider.Options{})
@@ -263,41 +258,38 @@ func TestReceiverHMACIDTimestampReplay(t *testing.T) {
 		Header: "X-Acme-Signature", Prefix: "sha256=", Mode: provider.HMACModeIDTimestampBody,
 		EventIDHeader: "X-Acme-Event-Id", TimestampHeader: "X-Acme-Timestamp", TypeHeader: "X-Acme-Event-Type",
 	}
-	for _, kind := range storeKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, kind.open(t), func(o *ferryhttp.ReceiverOptions) {
-				v, err := provider.New("hmac", provider.Options{
-					Secrets: []string{hmacSecret}, HMAC: scheme, Now: func() time.Time { return testNow },
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				o.Sources = append(o.Sources, ferryhttp.Source{Name: "acme", Verifier: v})
+	forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
+		b := setup(t, open(t), func(o *ferryhttp.ReceiverOptions) {
+			v, err := provider.New("hmac", provider.Options{
+				Secrets: []string{hmacSecret}, HMAC: scheme, Now: func() time.Time { return testNow },
 			})
-			const body = `{"order":7}`
-			h, err := ferrytest.SignHMACEvent(hmacSecret, scheme, "acme-1", testNow, []byte(body))
 			if err != nil {
 				t.Fatal(err)
 			}
-			h.Set("X-Acme-Event-Type", "order.paid")
-			captured := delivery{source: "acme", header: h, body: []byte(body)}
-			if r := b.send(t, captured); r.status != 200 || !maps.Equal(r.body, accepted) {
-				t.Fatalf("original: %d %s", r.status, r.raw)
-			}
-			for i := range 5 {
-				replay := captured.with("X-Acme-Event-Id", fmt.Sprintf("acme-replay-%d", i)).with("X-Acme-Event-Type", "order.refunded")
-				if r := b.send(t, replay); r.status != 401 || !maps.Equal(r.body, rejected("bad_signature")) {
-					t.Fatalf("replay %d: %d %s, want 401 bad_signature", i, r.status, r.raw)
-				}
-			}
-			list, err := b.store.EventList(t.Context(), &ferry.EventListParams{Source: "acme"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(list.Events) != 1 || list.Events[0].EventID != "acme-1" || list.Events[0].Type != "order.paid" {
-				t.Fatalf("stored %d events, want only acme-1 as order.paid", len(list.Events))
-			}
+			o.Sources = append(o.Sources, ferryhttp.Source{Name: "acme", Verifier: v})
 		})
-	}
+		const body = `{"order":7}`
+		h, err := ferrytest.SignHMACEvent(hmacSecret, scheme, "acme-1", testNow, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Set("X-Acme-Event-Type", "order.paid")
+		captured := delivery{source: "acme", header: h, body: []byte(body)}
+		if r := b.send(t, captured); r.status != 200 || !maps.Equal(r.body, accepted) {
+			t.Fatalf("original: %d %s", r.status, r.raw)
+		}
+		for i := range 5 {
+			replay := captured.with("X-Acme-Event-Id", fmt.Sprintf("acme-replay-%d", i)).with("X-Acme-Event-Type", "order.refunded")
+			if r := b.send(t, replay); r.status != 401 || !maps.Equal(r.body, rejected("bad_signature")) {
+				t.Fatalf("replay %d: %d %s, want 401 bad_signature", i, r.status, r.raw)
+			}
+		}
+		list, err := b.store.EventList(t.Context(), &ferry.EventListParams{Source: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Events) != 1 || list.Events[0].EventID != "acme-1" || list.Events[0].Type != "order.paid" {
+			t.Fatalf("stored %d events, want only acme-1 as order.paid", len(list.Events))
+		}
+	})
 }

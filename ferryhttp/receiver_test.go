@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
@@ -186,76 +187,73 @@ func receiveCases() []receiveCase {
 
 func TestReceiverStatusTable(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, kind.open(t), nil)
-			for _, tc := range receiveCases() {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					for _, d := range tc.before {
-						if r := b.send(t, d); r.status != 200 {
-							t.Fatalf("earlier delivery answered %d %s", r.status, r.raw)
-						}
+	forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
+		b := setup(t, open(t), nil)
+		for _, tc := range receiveCases() {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				for _, d := range tc.before {
+					if r := b.send(t, d); r.status != 200 {
+						t.Fatalf("earlier delivery answered %d %s", r.status, r.raw)
 					}
-					d := tc.d
-					d.header = d.header.Clone()
-					if d.header == nil {
-						d.header = http.Header{}
-					}
-					d.header.Set("X-Test-Case", tc.name)
-					r := b.send(t, d)
+				}
+				d := tc.d
+				d.header = d.header.Clone()
+				if d.header == nil {
+					d.header = http.Header{}
+				}
+				d.header.Set("X-Test-Case", tc.name)
+				r := b.send(t, d)
 
-					if r.status != tc.status || !maps.Equal(r.body, tc.body) {
-						t.Fatalf("answer = %d %s, want %d %v", r.status, r.raw, tc.status, tc.body)
+				if r.status != tc.status || !maps.Equal(r.body, tc.body) {
+					t.Fatalf("answer = %d %s, want %d %v", r.status, r.raw, tc.status, tc.body)
+				}
+				if ct := r.header.Get("Content-Type"); ct != "application/json" {
+					t.Errorf("Content-Type = %q", ct)
+				}
+				if tc.status == 405 && r.header.Get("Allow") != http.MethodPost {
+					t.Errorf("Allow = %q, want POST", r.header.Get("Allow"))
+				}
+				if d.chunked {
+					b.mu.Lock()
+					n := b.contentLengths[tc.name]
+					b.mu.Unlock()
+					if n != -1 {
+						t.Fatalf("server saw Content-Length %d: the delivery was not chunked", n)
 					}
-					if ct := r.header.Get("Content-Type"); ct != "application/json" {
-						t.Errorf("Content-Type = %q", ct)
-					}
-					if tc.status == 405 && r.header.Get("Allow") != http.MethodPost {
-						t.Errorf("Allow = %q, want POST", r.header.Get("Allow"))
-					}
-					if d.chunked {
-						b.mu.Lock()
-						n := b.contentLengths[tc.name]
-						b.mu.Unlock()
-						if n != -1 {
-							t.Fatalf("server saw Content-Length %d: the delivery was not chunked", n)
-						}
-					}
+				}
 
-					if tc.eventID == "" {
-						return
+				if tc.eventID == "" {
+					return
+				}
+				ev := event(t, b.store, tc.source, tc.eventID)
+				if !tc.stored {
+					if ev != nil {
+						t.Fatalf("a %d answer stored the event", tc.status)
 					}
-					ev := event(t, b.store, tc.source, tc.eventID)
-					if !tc.stored {
-						if ev != nil {
-							t.Fatalf("a %d answer stored the event", tc.status)
-						}
-						return
+					return
+				}
+				if ev == nil {
+					t.Fatalf("answered %d but the event is not stored", tc.status)
+				}
+				if len(tc.before) == 0 && string(ev.Payload) != string(tc.d.body) {
+					t.Errorf("stored payload differs from the body sent (%d bytes vs %d)", len(ev.Payload), len(tc.d.body))
+				}
+				if ev.Headers.Get("Content-Type") != "application/json" {
+					t.Errorf("stored headers = %v, want Content-Type kept", ev.Headers)
+				}
+				assertNoSignatureHeaders(t, ev.Headers)
+				for _, name := range sentSignatureHeaders {
+					if sig := tc.d.header.Get(name); sig != "" && storedValue(ev.Headers, sig) {
+						t.Errorf("the %s value is stored", name)
 					}
-					if ev == nil {
-						t.Fatalf("answered %d but the event is not stored", tc.status)
-					}
-					if len(tc.before) == 0 && string(ev.Payload) != string(tc.d.body) {
-						t.Errorf("stored payload differs from the body sent (%d bytes vs %d)", len(ev.Payload), len(tc.d.body))
-					}
-					if ev.Headers.Get("Content-Type") != "application/json" {
-						t.Errorf("stored headers = %v, want Content-Type kept", ev.Headers)
-					}
-					assertNoSignatureHeaders(t, ev.Headers)
-					for _, name := range sentSignatureHeaders {
-						if sig := tc.d.header.Get(name); sig != "" && storedValue(ev.Headers, sig) {
-							t.Errorf("the %s value is stored", name)
-						}
-					}
-					if tc.check != nil {
-						tc.check(t, b.store, ev)
-					}
-				})
-			}
-		})
-	}
+				}
+				if tc.check != nil {
+					tc.check(t, b.store, ev)
+				}
+			})
+		}
+	})
 }
 
 func wantType(typ string) func(*testing.T, ferry.Store, *ferry.Event) {
@@ -334,29 +332,26 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 
 	t.Run("store returns an error", func(t *testing.T) {
 		t.Parallel()
-		for _, kind := range storeKinds {
-			t.Run(kind.name, func(t *testing.T) {
-				t.Parallel()
-				st := kind.open(t)
-				b := setup(t, &failingStore{Store: st, receive: func(context.Context, *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
-					return nil, errStoreDown
-				}}, nil)
-				assertUnavailable(t, b.send(t, stripe(`{"id":"evt_down"}`)), "5", "store_unavailable")
-				if event(t, st, "stripe", "evt_down") != nil {
-					t.Fatal("event stored")
-				}
-			})
-		}
+		forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
+			st := open(t)
+			b := setup(t, &failingStore{Store: st, receive: func(context.Context, *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+				return nil, errStoreDown
+			}}, nil)
+			assertUnavailable(t, b.send(t, stripe(`{"id":"evt_down"}`)), "5", "store_unavailable")
+			if event(t, st, "stripe", "evt_down") != nil {
+				t.Fatal("event stored")
+			}
+		})
 	})
 
 	t.Run("closed sqlite store", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "ferry.db")
-		st := openSQLiteConfig(t, path, nil)
+		st := teststore.SQLiteAt(t, path, nil)
 		st.Close()
 		b := setup(t, st, nil)
 		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_closed"}`)), "5", "store_unavailable")
-		if event(t, openSQLiteConfig(t, path, nil), "stripe", "evt_closed") != nil {
+		if event(t, teststore.SQLiteAt(t, path, nil), "stripe", "evt_closed") != nil {
 			t.Fatal("event stored")
 		}
 	})
@@ -364,11 +359,7 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 	t.Run("closed postgres pool", func(t *testing.T) {
 		t.Parallel()
 		pool, _ := pgtest.Schema(t)
-		st := postgres.New(pool, nil)
-		t.Cleanup(st.Close)
-		if err := st.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		st := teststore.PostgresOn(t, pool, nil)
 		config := pool.Config()
 		closed, err := pgxpool.NewWithConfig(context.Background(), config)
 		if err != nil {
@@ -386,7 +377,7 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 
 	t.Run("sqlite full", func(t *testing.T) {
 		t.Parallel()
-		st := openSQLiteConfig(t, filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{MaxPageCount: 40})
+		st := teststore.SQLite(t, &sqlite.Config{MaxPageCount: 40})
 		b := setup(t, st, nil)
 		// 512 KiB does not fit in 40 pages of 4 KiB, but is under the 1 MiB
 		// body limit: the store, not the receiver, refuses it.
@@ -403,11 +394,7 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 	t.Run("postgres rejects writes", func(t *testing.T) {
 		t.Parallel()
 		pool, schema := pgtest.Schema(t)
-		writable := postgres.New(pool, nil)
-		t.Cleanup(writable.Close)
-		if err := writable.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		writable := teststore.PostgresOn(t, pool, nil)
 		// A pool on the same schema whose every transaction is read-only: the
 		// server is up and answers, but refuses to commit the receipt.
 		config, err := pgxpool.ParseConfig(pgtest.ConnString(schema))
@@ -435,29 +422,26 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 
 	t.Run("draining", func(t *testing.T) {
 		t.Parallel()
-		for _, kind := range storeKinds {
-			t.Run(kind.name, func(t *testing.T) {
-				t.Parallel()
-				st := kind.open(t)
-				b := setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.RetryAfter = 30 * time.Second })
-				if r := b.send(t, stripe(`{"id":"evt_before"}`)); r.status != 200 {
-					t.Fatalf("before Drain: %d %s", r.status, r.raw)
-				}
-				b.recv.Drain()
-				assertUnavailable(t, b.send(t, stripe(`{"id":"evt_draining"}`)), "30", "draining")
-				// A redelivery of a stored event is not acknowledged either:
-				// a draining instance commits nothing.
-				assertUnavailable(t, b.send(t, stripe(`{"id":"evt_before"}`)), "30", "draining")
-				if event(t, st, "stripe", "evt_draining") != nil {
-					t.Fatal("event stored while draining")
-				}
-			})
-		}
+		forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
+			st := open(t)
+			b := setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.RetryAfter = 30 * time.Second })
+			if r := b.send(t, stripe(`{"id":"evt_before"}`)); r.status != 200 {
+				t.Fatalf("before Drain: %d %s", r.status, r.raw)
+			}
+			b.recv.Drain()
+			assertUnavailable(t, b.send(t, stripe(`{"id":"evt_draining"}`)), "30", "draining")
+			// A redelivery of a stored event is not acknowledged either:
+			// a draining instance commits nothing.
+			assertUnavailable(t, b.send(t, stripe(`{"id":"evt_before"}`)), "30", "draining")
+			if event(t, st, "stripe", "evt_draining") != nil {
+				t.Fatal("event stored while draining")
+			}
+		})
 	})
 
 	t.Run("store hangs past StoreTimeout", func(t *testing.T) {
 		t.Parallel()
-		st := openSQLite(t)
+		st := teststore.SQLite(t, nil)
 		var deadline atomic.Bool
 		b := setup(t, &failingStore{Store: st, receive: func(ctx context.Context, _ *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
 			_, ok := ctx.Deadline()
@@ -476,7 +460,7 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 
 	t.Run("sub-second RetryAfter rounds up", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) { o.RetryAfter = 300 * time.Millisecond })
+		b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) { o.RetryAfter = 300 * time.Millisecond })
 		b.recv.Drain()
 		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_x"}`)), "1", "draining")
 	})
@@ -484,62 +468,59 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 
 func TestReceiverConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, kind.open(t), nil)
-			const n = 16
-			d := stripe(`{"id":"evt_concurrent","type":"invoice.paid"}`)
-			replies := make([]reply, n)
-			errs := make(chan error, n)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Go(func() {
-					<-start
-					r, err := b.do(d)
-					if err != nil {
-						errs <- fmt.Errorf("delivery %d: %w", i, err)
-					}
-					replies[i] = r
-				})
-			}
-			close(start)
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			var news int
-			for i, r := range replies {
-				switch {
-				case r.status == 200 && maps.Equal(r.body, accepted):
-					news++
-				case r.status == 200 && maps.Equal(r.body, duplicate):
-				default:
-					t.Errorf("delivery %d answered %d %s", i, r.status, r.raw)
+	forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
+		b := setup(t, open(t), nil)
+		const n = 16
+		d := stripe(`{"id":"evt_concurrent","type":"invoice.paid"}`)
+		replies := make([]reply, n)
+		errs := make(chan error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				r, err := b.do(d)
+				if err != nil {
+					errs <- fmt.Errorf("delivery %d: %w", i, err)
 				}
+				replies[i] = r
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		var news int
+		for i, r := range replies {
+			switch {
+			case r.status == 200 && maps.Equal(r.body, accepted):
+				news++
+			case r.status == 200 && maps.Equal(r.body, duplicate):
+			default:
+				t.Errorf("delivery %d answered %d %s", i, r.status, r.raw)
 			}
-			if news != 1 {
-				t.Errorf("%d deliveries answered accepted, want 1", news)
-			}
-			list, err := b.store.EventList(context.Background(), &ferry.EventListParams{Source: "stripe"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(list.Events) != 1 {
-				t.Fatalf("%d events stored, want 1", len(list.Events))
-			}
-			if ev := event(t, b.store, "stripe", "evt_concurrent"); ev.Deliveries != n || ev.Conflicts != 0 {
-				t.Errorf("deliveries, conflicts = %d, %d; want %d, 0", ev.Deliveries, ev.Conflicts, n)
-			}
-		})
-	}
+		}
+		if news != 1 {
+			t.Errorf("%d deliveries answered accepted, want 1", news)
+		}
+		list, err := b.store.EventList(context.Background(), &ferry.EventListParams{Source: "stripe"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Events) != 1 {
+			t.Fatalf("%d events stored, want 1", len(list.Events))
+		}
+		if ev := event(t, b.store, "stripe", "evt_concurrent"); ev.Deliveries != n || ev.Conflicts != 0 {
+			t.Errorf("deliveries, conflicts = %d, %d; want %d, 0", ev.Deliveries, ev.Conflicts, n)
+		}
+	})
 }
 
 func TestReceiverKeepHeaders(t *testing.T) {
 	t.Parallel()
-	b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) {
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
 		// Listing signature headers must not get them stored.
 		o.KeepHeaders = []string{"x-acme-event-id", "X-Acme-Signature", "Stripe-Signature", "Authorization", "X-Other-Hmac"}
 	})
@@ -556,7 +537,7 @@ func TestReceiverKeepHeaders(t *testing.T) {
 
 func TestNewReceiverOptions(t *testing.T) {
 	t.Parallel()
-	st := openSQLite(t)
+	st := teststore.SQLite(t, nil)
 	v := sources(t)[0].Verifier
 	cases := map[string]ferryhttp.ReceiverOptions{
 		"no store":             {Sources: []ferryhttp.Source{{Name: "a", Verifier: v}}},
@@ -574,7 +555,7 @@ func TestNewReceiverOptions(t *testing.T) {
 
 func TestReceiverPerSourceLimit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, openSQLite(t), func(o *ferryhttp.ReceiverOptions) {
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
 		for i := range o.Sources {
 			if o.Sources[i].Name == "stripe" {
 				o.Sources[i].MaxBodyBytes = 100

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // The provider's own trace context, as it would send it.
@@ -99,7 +100,7 @@ func TestReceiverTracing(t *testing.T) {
 	// event, the provider's tracestate kept.
 	t.Run("ChildOfTheProvidersTraceStoredWithTheEvent", func(t *testing.T) {
 		t.Parallel()
-		b, rec := traced(t, openSQLite(t))
+		b, rec := traced(t, teststore.SQLite(t, nil))
 		d := stripe(`{"id":"evt_traced","type":"invoice.paid","marker":"BODY-MARKER-5e1"}`).
 			with("Traceparent", providerTraceparent).with("Tracestate", providerTracestate)
 		if r := b.send(t, d); r.status != http.StatusOK {
@@ -134,7 +135,7 @@ func TestReceiverTracing(t *testing.T) {
 
 	t.Run("RootWithoutATraceparent", func(t *testing.T) {
 		t.Parallel()
-		b, rec := traced(t, openSQLite(t))
+		b, rec := traced(t, teststore.SQLite(t, nil))
 		if r := b.send(t, stripe(`{"id":"evt_root"}`)); r.status != http.StatusOK {
 			t.Fatalf("answered %d", r.status)
 		}
@@ -151,7 +152,7 @@ func TestReceiverTracing(t *testing.T) {
 	// Ferry's, so the span is not an error.
 	t.Run("RefusalHasItsReason", func(t *testing.T) {
 		t.Parallel()
-		b, rec := traced(t, openSQLite(t))
+		b, rec := traced(t, teststore.SQLite(t, nil))
 		d := stripeAt("whsec_wrong", `{"id":"evt_forged"}`, testNow)
 		if r := b.send(t, d); r.status != http.StatusUnauthorized {
 			t.Fatalf("answered %d", r.status)
@@ -168,7 +169,7 @@ func TestReceiverTracing(t *testing.T) {
 
 	t.Run("StoreFailureIsAnError", func(t *testing.T) {
 		t.Parallel()
-		b, rec := traced(t, &failingStore{Store: openSQLite(t), receive: func(context.Context, *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+		b, rec := traced(t, &failingStore{Store: teststore.SQLite(t, nil), receive: func(context.Context, *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
 			return nil, errors.New("disk on fire")
 		}})
 		if r := b.send(t, stripe(`{"id":"evt_down"}`)); r.status != http.StatusServiceUnavailable {
@@ -185,7 +186,7 @@ func TestReceiverTracing(t *testing.T) {
 	// dropped: the delivery is stored, with its traceparent.
 	t.Run("OverlongTracestateIsDropped", func(t *testing.T) {
 		t.Parallel()
-		b, _ := traced(t, openSQLite(t))
+		b, _ := traced(t, teststore.SQLite(t, nil))
 		var members []string
 		for _, k := range []string{"a", "b", "c"} {
 			members = append(members, k+"="+strings.Repeat("v", 250))
@@ -203,7 +204,7 @@ func TestReceiverTracing(t *testing.T) {
 	// attribute values.
 	t.Run("UnknownSourceIsNotNamed", func(t *testing.T) {
 		t.Parallel()
-		b, rec := traced(t, openSQLite(t))
+		b, rec := traced(t, teststore.SQLite(t, nil))
 		if r := b.send(t, delivery{source: "made-up-by-sender", body: []byte(`{}`)}); r.status != http.StatusNotFound {
 			t.Fatalf("answered %d", r.status)
 		}
@@ -216,7 +217,7 @@ func TestReceiverTracing(t *testing.T) {
 	// Untraced, the receiver reads no trace header and stores none.
 	t.Run("OffStoresNoTraceContext", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, openSQLite(t), nil)
+		b := setup(t, teststore.SQLite(t, nil), nil)
 		d := stripe(`{"id":"evt_off"}`).with("Traceparent", providerTraceparent)
 		if r := b.send(t, d); r.status != http.StatusOK {
 			t.Fatalf("answered %d", r.status)

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/storetest"
 )
@@ -24,13 +24,8 @@ type archiveBundle struct {
 
 func archiveSetup(t *testing.T) *archiveBundle {
 	t.Helper()
-	pool, _ := pgtest.Schema(t)
 	clock := storetest.NewClock()
-	st := postgres.New(pool, &postgres.Config{Now: clock.Now})
-	t.Cleanup(st.Close)
-	if err := st.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	st := teststore.Postgres(t, &postgres.Config{Now: clock.Now})
 	return &archiveBundle{ctx: context.Background(), clock: clock, store: st}
 }
 

@@ -3,41 +3,28 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/storetest"
 )
 
 // benchStore is a migrated store on the database's own clock.
-func benchStore(b *testing.B) *postgres.Store {
-	b.Helper()
-	pool, _ := pgtest.Schema(b)
-	store := postgres.New(pool, nil)
-	b.Cleanup(store.Close)
-	if err := store.Migrate(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	return store
-}
+func benchStore(b *testing.B) *postgres.Store { return teststore.Postgres(b, nil) }
 
-// BenchmarkReceive measures the receiver's hot path: one new event per op.
-func BenchmarkReceive(b *testing.B) {
-	ctx := context.Background()
-	store := benchStore(b)
-	payload := []byte(`{"id":"evt","type":"invoice.paid","data":{"object":{}}}`)
-	for i := 0; b.Loop(); i++ {
-		_, err := store.EventReceive(ctx, &ferry.EventReceiveParams{
-			Source: "bench", EventID: fmt.Sprintf("evt_%d", i), Type: "invoice.paid", Payload: payload,
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+// The store benchmarks are storetest's, so both stores measure the same
+// thing (BenchmarkReceiveParallel: the receiver's group commit over
+// EventReceiveMany is measured by ferryhttp's
+// BenchmarkReceivePostgresParallel).
+
+func BenchmarkReceive(b *testing.B)         { storetest.BenchReceive(b, benchStore) }
+func BenchmarkReceiveParallel(b *testing.B) { storetest.BenchReceiveParallel(b, benchStore) }
+func BenchmarkCompleteMany(b *testing.B)    { storetest.BenchCompleteMany(b, benchStore) }
+func BenchmarkHeartbeatMany(b *testing.B)   { storetest.BenchHeartbeatMany(b, benchStore) }
+func BenchmarkFailMany(b *testing.B)        { storetest.BenchFailMany(b, benchStore) }
 
 // BenchmarkClaimComplete measures one claim of 100 events and their 100
 // completions per op.
@@ -64,26 +51,4 @@ func BenchmarkClaimComplete(b *testing.B) {
 			}
 		}
 	}
-}
-
-// BenchmarkReceiveParallel measures concurrent EventReceive calls, one
-// commit each; the receiver's group commit over EventReceiveMany is measured
-// by ferryhttp's BenchmarkReceivePostgresParallel.
-func BenchmarkReceiveParallel(b *testing.B) {
-	ctx := context.Background()
-	store := benchStore(b)
-	payload := []byte(`{"id":"evt","type":"invoice.paid","data":{"object":{}}}`)
-	var n atomic.Int64
-	b.SetParallelism(32)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			_, err := store.EventReceive(ctx, &ferry.EventReceiveParams{
-				Source: "bench", EventID: fmt.Sprintf("evt_%d", n.Add(1)), Type: "invoice.paid", Payload: payload,
-			})
-			if err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
 }

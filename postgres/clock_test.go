@@ -9,8 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/internal/pgtest"
-	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // With the database's own clock (no Config.Now), a lease that lapses while a
@@ -20,11 +19,7 @@ import (
 func TestCompleteTxSeesTheStatementClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.Schema(t)
-	st := postgres.New(pool, nil)
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := teststore.Postgres(t, nil)
 	if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e"}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/storetest"
 )
@@ -27,13 +28,7 @@ func TestMain(m *testing.M) {
 // setup returns a migrated store in a fresh schema, on a fake clock.
 func setup(t testing.TB) *postgres.Store {
 	t.Helper()
-	pool, _ := pgtest.Schema(t)
-	store := postgres.New(pool, &postgres.Config{Now: storetest.NewClock().Now})
-	t.Cleanup(store.Close)
-	if err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return store
+	return teststore.Postgres(t, &postgres.Config{Now: storetest.NewClock().Now})
 }
 
 func receive(t testing.TB, s *postgres.Store, source, eventID string, payload string) *ferry.EventReceiveResult {
@@ -189,13 +184,18 @@ func listen(t *testing.T, s *postgres.Store) *pgx.Conn {
 	return conn
 }
 
-func receiptChannel(t *testing.T, s *postgres.Store) string {
+// queryText returns the one text value query selects on s's pool.
+func queryText(t *testing.T, s *postgres.Store, query string) string {
 	t.Helper()
-	var channel string
-	if err := s.Pool().QueryRow(context.Background(), "SELECT ferry_receipt_channel()").Scan(&channel); err != nil {
-		t.Fatal(err)
+	var text string
+	if err := s.Pool().QueryRow(context.Background(), query).Scan(&text); err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
-	return channel
+	return text
+}
+
+func receiptChannel(t *testing.T, s *postgres.Store) string {
+	return queryText(t, s, "SELECT ferry_receipt_channel()")
 }
 
 // wantNotified waits (up to a ceiling) for the next notification and
@@ -238,12 +238,7 @@ func wantMarkerFirst(t *testing.T, s *postgres.Store, conn *pgx.Conn, skipStore 
 }
 
 func currentSchema(t *testing.T, s *postgres.Store) string {
-	t.Helper()
-	var schema string
-	if err := s.Pool().QueryRow(context.Background(), "SELECT current_schema()").Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	return schema
+	return queryText(t, s, "SELECT current_schema()")
 }
 
 func TestOpen(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/prometheus"
 	"github.com/ferry-inbox/ferry/storetest"
@@ -20,13 +20,8 @@ import (
 func TestArchiveGauges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.Schema(t)
 	clock := storetest.NewClock()
-	store := postgres.New(pool, &postgres.Config{Now: clock.Now})
-	t.Cleanup(store.Close)
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := teststore.Postgres(t, &postgres.Config{Now: clock.Now})
 	// Partitions from the retention's start (2 days back) to 3 days ahead.
 	if _, err := store.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour, Ahead: 72 * time.Hour}); err != nil {
 		t.Fatal(err)

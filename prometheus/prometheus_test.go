@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/prometheus"
 	"github.com/ferry-inbox/ferry/provider"
 	"github.com/ferry-inbox/ferry/sqlite"
@@ -28,28 +28,13 @@ import (
 
 const secret = "whsec_metrics_test"
 
-// newStore opens a migrated SQLite store in a temporary directory, closed
-// when the test ends; now is its clock (nil: time.Now).
-func newStore(t *testing.T, now func() time.Time) *sqlite.Store {
-	t.Helper()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), &sqlite.Config{Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // TestScriptedRun drives a real receiver and a real client against a SQLite
 // store, then reads /metrics from a real server and checks every series.
 func TestScriptedRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := storetest.NewClock()
-	store := newStore(t, clock.Now)
+	store := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
 
 	reg := prom.NewRegistry()
 	sources := []string{"stripe", "github"}
@@ -199,7 +184,7 @@ func TestScriptedRun(t *testing.T) {
 // store cannot be read.
 func TestStatsDown(t *testing.T) {
 	t.Parallel()
-	store := newStore(t, nil)
+	store := teststore.SQLite(t, nil)
 	store.Close() // every read now fails
 	reg := prom.NewRegistry()
 	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: store, Sources: []string{"stripe"}}))

@@ -65,29 +65,26 @@ func FuzzStripeVerify(f *testing.F) {
 }
 
 func FuzzGitHubVerify(f *testing.F) {
-	v, err := provider.NewGitHub(provider.Options{Secrets: []string{fuzzSecret}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	fuzzBodyHMAC(f, v, provider.GitHubSignatureHeader, provider.GitHubDeliveryHeader, "sha256=", func(id string, body []byte) http.Header {
+	fuzzBodyHMAC(f, provider.NewGitHub, provider.GitHubSignatureHeader, provider.GitHubDeliveryHeader, "sha256=", func(id string, body []byte) http.Header {
 		return ferrytest.SignGitHub(fuzzSecret, id, "push", body)
 	})
 }
 
 func FuzzShopifyVerify(f *testing.F) {
-	v, err := provider.NewShopify(provider.Options{Secrets: []string{fuzzSecret}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	fuzzBodyHMAC(f, v, provider.ShopifySignatureHeader, provider.ShopifyWebhookIDHeader, "====", func(id string, body []byte) http.Header {
+	fuzzBodyHMAC(f, provider.NewShopify, provider.ShopifySignatureHeader, provider.ShopifyWebhookIDHeader, "====", func(id string, body []byte) http.Header {
 		return ferrytest.SignShopify(fuzzSecret, id, "orders/create", body)
 	})
 }
 
-// fuzzBodyHMAC fuzzes v, a verifier of a body HMAC in sigHeader with the
-// event id in idHeader: any signature, id and body give an id or a
-// sentinel, and sign's deliveries verify. badSig is one more seed signature.
-func fuzzBodyHMAC(f *testing.F, v ferry.Verifier, sigHeader, idHeader, badSig string, sign func(id string, body []byte) http.Header) {
+// fuzzBodyHMAC fuzzes the verifier newVerifier makes, one of a body HMAC
+// in sigHeader with the event id in idHeader: any signature, id and body
+// give an id or a sentinel, and sign's deliveries verify. badSig is one
+// more seed signature.
+func fuzzBodyHMAC[V ferry.Verifier](f *testing.F, newVerifier func(provider.Options) (V, error), sigHeader, idHeader, badSig string, sign func(id string, body []byte) http.Header) {
+	v, err := newVerifier(provider.Options{Secrets: []string{fuzzSecret}})
+	if err != nil {
+		f.Fatal(err)
+	}
 	for _, b := range fuzzBodies {
 		f.Add(sign("d-1", []byte(b)).Get(sigHeader), "d-1", []byte(b))
 	}

@@ -17,13 +17,14 @@ var now = time.Unix(1_700_000_000, 0)
 func clock() time.Time { return now }
 
 // verifyCase is one delivery and the error its verifier must return; want
-// nil means it must verify as wantID.
+// nil means it must verify as wantID, and as wantType when that is set.
 type verifyCase struct {
-	name   string
-	header http.Header
-	body   []byte
-	want   error
-	wantID string
+	name     string
+	header   http.Header
+	body     []byte
+	want     error
+	wantID   string
+	wantType string
 }
 
 // runCases verifies each case and checks that no error mentions a secret.
@@ -39,6 +40,9 @@ func runCases(t *testing.T, v ferry.Verifier, secrets []string, cases []verifyCa
 				}
 				if got.EventID != tc.wantID {
 					t.Fatalf("EventID = %q, want %q", got.EventID, tc.wantID)
+				}
+				if tc.wantType != "" && got.Type != tc.wantType {
+					t.Fatalf("Type = %q, want %q", got.Type, tc.wantType)
 				}
 				return
 			}

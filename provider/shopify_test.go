@@ -21,16 +21,8 @@ func TestShopify(t *testing.T) {
 	signed := ferrytest.SignShopify(secret, "b54557e4", "orders/create", body)
 	h := func(value string) http.Header { return with(signed, "X-Shopify-Hmac-Sha256", value) }
 
-	t.Run("Type", func(t *testing.T) {
-		t.Parallel()
-		got, err := v.Verify(signed, body)
-		if err != nil || got.Type != "orders/create" {
-			t.Fatalf("Verify = %+v, %v", got, err)
-		}
-	})
-
 	runCases(t, v, []string{secret, oldSecret}, []verifyCase{
-		{name: "Valid", header: signed, body: body, wantID: "b54557e4"},
+		{name: "Valid", header: signed, body: body, wantID: "b54557e4", wantType: "orders/create"},
 		{name: "OldSecret", header: ferrytest.SignShopify(oldSecret, "b54557e4", "orders/create", body), body: body, wantID: "b54557e4"},
 		{name: "MissingHeader", header: h(""), body: body, want: ferry.ErrNoSignature},
 		{name: "NotBase64", header: h("!!!"), body: body, want: ferry.ErrMalformedSignature},

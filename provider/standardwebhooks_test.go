@@ -94,16 +94,8 @@ func TestStandardWebhooks(t *testing.T) {
 	oldSig := sign(oldSecret, "msg_1", now, body).Get("Webhook-Signature")
 	h := func(value string) http.Header { return with(signed, "Webhook-Signature", value) }
 
-	t.Run("Type", func(t *testing.T) {
-		t.Parallel()
-		got, err := v.Verify(signed, body)
-		if err != nil || got.Type != "user.created" {
-			t.Fatalf("Verify = %+v, %v", got, err)
-		}
-	})
-
 	runCases(t, v, []string{secret, oldSecret, secret[len("whsec_"):]}, []verifyCase{
-		{name: "Valid", header: signed, body: body, wantID: "msg_1"},
+		{name: "Valid", header: signed, body: body, wantID: "msg_1", wantType: "user.created"},
 		{name: "OldSecret", header: h(oldSig), body: body, wantID: "msg_1"},
 		{name: "SeveralSignatures", header: h("v1a,ignored v2,AAAA " + oldSig + " " + sig), body: body, wantID: "msg_1"},
 		// The reference libraries skip entries they cannot read and accept

@@ -25,16 +25,8 @@ func TestStripe(t *testing.T) {
 	oldSig := ferrytest.SignStripe(oldSecret, body, now).Get("Stripe-Signature")
 	h := func(value string) http.Header { return with(signed, "Stripe-Signature", value) }
 
-	t.Run("Type", func(t *testing.T) {
-		t.Parallel()
-		got, err := v.Verify(signed, body)
-		if err != nil || got.Type != "invoice.paid" {
-			t.Fatalf("Verify = %+v, %v", got, err)
-		}
-	})
-
 	runCases(t, v, []string{secret, oldSecret}, []verifyCase{
-		{name: "Valid", header: signed, body: body, wantID: "evt_1"},
+		{name: "Valid", header: signed, body: body, wantID: "evt_1", wantType: "invoice.paid"},
 		{name: "OldSecret", header: h(oldSig), body: body, wantID: "evt_1"},
 		{name: "SecondV1Matches", header: h(oldSig + ",v1=" + sig[len("t=1700000000,v1="):]), body: body, wantID: "evt_1"},
 		{name: "V0Ignored", header: h(sig + ",v0=nothex"), body: body, wantID: "evt_1"},

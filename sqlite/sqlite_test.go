@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
 )
@@ -41,15 +42,7 @@ func setupConfig(t *testing.T, config *sqlite.Config) *testBundle {
 	clock := storetest.NewClock()
 	clock.Advance(123456789 * time.Nanosecond) // finer than the microsecond SQLite keeps
 	config.Now = clock.Now
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return &testBundle{store: store, clock: clock}
+	return &testBundle{store: teststore.SQLite(t, config), clock: clock}
 }
 
 func (b *testBundle) receive(t *testing.T, source, eventID string) int64 {

@@ -22,7 +22,7 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		t.Helper()
 		var got ids
 		got.old = receive(t, b, "stripe", "old")
-		complete(t, b, claimOne(t, b, "w").Event.Lease())
+		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
 		// A first run sets the archive up while old is fresh: it stays.
 		res, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour})
 		if err != nil || res.Skipped || res.Events != 0 || res.Keys != 0 {
@@ -31,15 +31,13 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, got.old, ferry.StateDone)
 		b.clock.Advance(25 * time.Hour)
 		got.recent = receive(t, b, "github", "recent")
-		complete(t, b, claimOne(t, b, "w").Event.Lease())
+		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
 		got.pending = receive(t, b, "stripe", "pending")
 		b.clock.Advance(47 * time.Hour)
 		return got
 	}
 
-	t.Run("DropsPastRetention", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DropsPastRetention", func(t *testing.T, b *bundle[TX]) {
 		h := history(t, b)
 		res, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour})
 		if err != nil || res.Skipped || res.Events != 1 {
@@ -62,9 +60,7 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("KeepsKeysForKeyRetention", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "KeepsKeysForKeyRetention", func(t *testing.T, b *bundle[TX]) {
 		h := history(t, b)
 		if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{
 			Owner: "m", Retention: 48 * time.Hour, KeyRetention: 30 * 24 * time.Hour,
@@ -77,9 +73,7 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("Info", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "Info", func(t *testing.T, b *bundle[TX]) {
 		history(t, b)
 		info, err := b.store.ArchiveInfo(b.ctx)
 		if err != nil {
@@ -98,9 +92,7 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("InvalidParams", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "InvalidParams", func(t *testing.T, b *bundle[TX]) {
 		h := history(t, b)
 		for name, params := range map[string]*ferry.ArchiveMaintainParams{
 			"NoOwner":              {Retention: 48 * time.Hour},

@@ -11,9 +11,7 @@ import (
 
 // testClaim checks EventClaimMany: what is due, in which order, under which lease.
 func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("LeasesFromTheStoreClock", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "LeasesFromTheStoreClock", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		c := claimOne(t, b, "w1")
 		now := b.clock.Now()
@@ -41,9 +39,7 @@ func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("OldestDueFirstWithinLimit", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "OldestDueFirstWithinLimit", func(t *testing.T, b *bundle[TX]) {
 		var ids []int64
 		for i := range 5 {
 			ids = append(ids, receive(t, b, "stripe", fmt.Sprint("evt_", i)))
@@ -67,9 +63,7 @@ func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("SourcesFilter", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "SourcesFilter", func(t *testing.T, b *bundle[TX]) {
 		receive(t, b, "stripe", "evt_1")
 		gh := receive(t, b, "github", "evt_1")
 		got := claim(t, b, "w1", 10, "github")
@@ -78,9 +72,7 @@ func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("NotYetDueIsSkipped", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NotYetDueIsSkipped", func(t *testing.T, b *bundle[TX]) {
 		receive(t, b, "stripe", "evt_1")
 		c := claimOne(t, b, "w1")
 		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), RetryDelay: time.Minute}); err != nil {
@@ -95,9 +87,7 @@ func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("EmptyInbox", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "EmptyInbox", func(t *testing.T, b *bundle[TX]) {
 		if got := claim(t, b, "w1", 10); len(got) != 0 {
 			t.Fatalf("claimed %d events from an empty inbox", len(got))
 		}
@@ -111,9 +101,7 @@ func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("HoldWithinASourceFilter", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HoldWithinASourceFilter", func(t *testing.T, b *bundle[TX]) {
 		held := receive(t, b, "payments", "evt_1")
 		claimOne(t, b, "w1")
 		retried := receive(t, b, "stripe", "evt_1")
@@ -134,9 +122,7 @@ func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("StopsAtMaxBytesButTakesTheFirst", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "StopsAtMaxBytesButTakesTheFirst", func(t *testing.T, b *bundle[TX]) {
 		var ids []int64
 		for i := range 5 {
 			ids = append(ids, receive(t, b, "stripe", fmt.Sprint("evt_", i))) // 14-byte payloads

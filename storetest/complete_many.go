@@ -47,6 +47,20 @@ type mixedLeases struct {
 	robbed, expired, done, held, other, stale ferry.Lease
 }
 
+// snapLost snapshots the events of the leases a batch write must leave
+// alone: robbed, expired and done.
+func snapLost[TX any](t *testing.T, b *bundle[TX], m mixedLeases) map[string]snapshot {
+	t.Helper()
+	return map[string]snapshot{"robbed": snap(t, b, m.robbed.ID), "expired": snap(t, b, m.expired.ID), "done": snap(t, b, m.done.ID)}
+}
+
+func wantAllUnchanged[TX any](t *testing.T, b *bundle[TX], before map[string]snapshot) {
+	t.Helper()
+	for what, s := range before {
+		wantUnchanged(t, b, what+" event", s)
+	}
+}
+
 func claimMixedLeases[TX any](t *testing.T, b *bundle[TX]) mixedLeases {
 	t.Helper()
 	robbedID := receive(t, b, "stripe", "evt_robbed")
@@ -60,9 +74,7 @@ func claimMixedLeases[TX any](t *testing.T, b *bundle[TX]) mixedLeases {
 	if m.robbed.ID != robbedID || m.expired.ID != expiredID || m.done.ID != doneID {
 		t.Fatalf("claimed out of order: %v %v %v", m.robbed, m.expired, m.done)
 	}
-	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: m.done}); err != nil {
-		t.Fatal(err)
-	}
+	mustComplete(t, b, m.done)
 	b.clock.Advance(ttl) // w1's two other leases lapse
 	if c := claim(t, b, "w2", 1, "stripe"); len(c) != 1 || c[0].Event.ID != robbedID {
 		t.Fatalf("reclaim took %v, want event %d", c, robbedID)
@@ -79,22 +91,16 @@ func claimMixedLeases[TX any](t *testing.T, b *bundle[TX]) mixedLeases {
 }
 
 func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("HeldAreDoneLostAreReportedAndUntouched", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HeldAreDoneLostAreReportedAndUntouched", func(t *testing.T, b *bundle[TX]) {
 		m := claimMixedLeases(t, b)
 		robbed, expired, done, held, other, stale := m.robbed, m.expired, m.done, m.held, m.other, m.stale
-		robbedID, expiredID, doneID, heldID, otherID := robbed.ID, expired.ID, done.ID, held.ID, other.ID
 		b.clock.Advance(time.Second)
-
-		before := map[string]snapshot{
-			"robbed": snap(t, b, robbedID), "expired": snap(t, b, expiredID), "done": snap(t, b, doneID),
-		}
+		before := snapLost(t, b, m)
 		lost := completeMany(t, b, held, robbed, expired, other, done, stale)
 		if want := []ferry.Lease{robbed, expired, done, stale}; !slices.Equal(lost, want) {
 			t.Fatalf("lost = %v, want %v (in the order named)", lost, want)
 		}
-		for _, id := range []int64{heldID, otherID} {
+		for _, id := range []int64{held.ID, other.ID} {
 			ev := wantState(t, b, id, ferry.StateDone)
 			if !ev.CompletedAt.Equal(b.clock.Now()) || ev.LeaseOwner != "" || !ev.LeaseExpiresAt.IsZero() {
 				t.Errorf("event %d: completed %v owner %q expiry %v", id, ev.CompletedAt, ev.LeaseOwner, ev.LeaseExpiresAt)
@@ -104,15 +110,11 @@ func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) 
 				t.Errorf("event %d ledger = %+v, want one done row closed now", id, ledger)
 			}
 		}
-		for what, s := range before {
-			wantUnchanged(t, b, what+" event", s)
-		}
-		wantState(t, b, robbedID, ferry.StateInProgress) // still w2's
+		wantAllUnchanged(t, b, before)
+		wantState(t, b, robbed.ID, ferry.StateInProgress) // still w2's
 	})
 
-	t.Run("NoLeasesIsANoOp", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NoLeasesIsANoOp", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		claimOne(t, b, "w1")
 		before := snap(t, b, id)
@@ -125,16 +127,12 @@ func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) 
 		wantUnchanged(t, b, "an unnamed event", before)
 	})
 
-	t.Run("ALeaseNamedTwiceCompletesOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ALeaseNamedTwiceCompletesOnce", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lostID := receive(t, b, "stripe", "evt_2")
 		claims := claim(t, b, "w1", 2)
 		lease, gone := claims[0].Event.Lease(), claims[1].Event.Lease()
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: gone}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, gone)
 		before := snap(t, b, lostID)
 		lost := completeMany(t, b, lease, gone, lease, gone, lease)
 		if !slices.Equal(lost, []ferry.Lease{gone}) {
@@ -149,9 +147,7 @@ func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) 
 		}
 	})
 
-	t.Run("EveryLeaseLostChangesNothing", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "EveryLeaseLostChangesNothing", func(t *testing.T, b *bundle[TX]) {
 		var leases []ferry.Lease
 		var before []snapshot
 		for i := range 3 {
@@ -176,9 +172,7 @@ func testCompleteMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) 
 	// race a claimer taking the lapsed events back (and completing them in
 	// batches too). The lapsed leases are lost whoever wins, the living ones
 	// are done, and the claimer gets every lapsed event and none other.
-	t.Run("ConcurrentBatchesAndAReclaimer", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConcurrentBatchesAndAReclaimer", func(t *testing.T, b *bundle[TX]) {
 		const perGroup, completers = 60, 4
 		var receipts sync.WaitGroup
 		for w := range completers { // concurrent receipts share commits

@@ -31,9 +31,7 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 		return n
 	}
 
-	t.Run("EffectCommitsWithDone", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "EffectCommitsWithDone", func(t *testing.T, b *bundle[TX]) {
 		fx := newEffects(t, b.store)
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
@@ -47,9 +45,7 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 		}
 	})
 
-	t.Run("LostLeaseRollsBackTheEffect", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "LostLeaseRollsBackTheEffect", func(t *testing.T, b *bundle[TX]) {
 		fx := newEffects(t, b.store)
 		id := receive(t, b, "stripe", "evt_1")
 		zombie := claimOne(t, b, "zombie").Event.Lease()
@@ -68,9 +64,7 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 		wantOutcomes(t, b, id, ferry.OutcomeLeaseExpired, ferry.OutcomeDone)
 	})
 
-	t.Run("ExactlyOnceUnderRacingZombies", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ExactlyOnceUnderRacingZombies", func(t *testing.T, b *bundle[TX]) {
 		fx := newEffects(t, b.store)
 		const n = 40
 		for i := range n {
@@ -93,21 +87,11 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 		}
 		for w := range 4 {
 			wg.Go(func() {
-				for {
-					claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: fmt.Sprint("w", w), Limit: 5, TTL: ttl})
-					if err != nil {
-						t.Error(err)
-						return
+				claimUntilEmpty(t, b.ctx, b, fmt.Sprint("w", w), 5, func(c *ferry.Claim) {
+					if err := work(b, fx, c.Event.Lease(), c.Event.EventID); err != nil {
+						t.Errorf("live worker on %s: %v", c.Event.EventID, err)
 					}
-					if len(claims) == 0 {
-						return
-					}
-					for _, c := range claims {
-						if err := work(b, fx, c.Event.Lease(), c.Event.EventID); err != nil {
-							t.Errorf("live worker on %s: %v", c.Event.EventID, err)
-						}
-					}
-				}
+				})
 			})
 		}
 		wg.Wait()
@@ -123,9 +107,7 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 		}
 	})
 
-	t.Run("FencedTransactionRollsBack", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "FencedTransactionRollsBack", func(t *testing.T, b *bundle[TX]) {
 		fx := newEffects(t, b.store)
 		work := func(lease ferry.Lease, key string) error {
 			return b.store.InTx(b.ctx, func(tx TX) error {
@@ -174,6 +156,24 @@ func testCompleteTx[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], ne
 	})
 }
 
+// claimUntilEmpty claims up to limit events at a time as owner and hands
+// each claim to handle, until a claim finds none or ctx ends.
+func claimUntilEmpty[TX any](t *testing.T, ctx context.Context, b *bundle[TX], owner string, limit int, handle func(*ferry.Claim)) {
+	for ctx.Err() == nil {
+		claims, err := b.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: owner, Limit: limit, TTL: ttl})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if len(claims) == 0 {
+			return
+		}
+		for _, c := range claims {
+			handle(c)
+		}
+	}
+}
+
 // testConcurrency: many claimers never hold one event at once, and every
 // event ends done exactly once.
 func testConcurrency[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
@@ -214,32 +214,22 @@ func testConcurrency[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		for w := range workers {
 			owner := fmt.Sprint("w", w)
 			wg.Go(func() {
-				for ctx.Err() == nil {
-					claims, err := b.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: owner, Limit: 10, TTL: ttl})
-					if err != nil {
-						t.Error(err)
-						return
+				claimUntilEmpty(t, ctx, b, owner, 10, func(c *ferry.Claim) {
+					id := c.Event.ID
+					mu.Lock()
+					if other, held := holder[id]; held {
+						t.Errorf("event %d claimed by %s while %s holds it", id, owner, other)
 					}
-					if len(claims) == 0 {
-						return
+					holder[id] = owner
+					mu.Unlock()
+					if err := b.store.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
+						t.Errorf("complete %d: %v", id, err)
 					}
-					for _, c := range claims {
-						id := c.Event.ID
-						mu.Lock()
-						if other, held := holder[id]; held {
-							t.Errorf("event %d claimed by %s while %s holds it", id, owner, other)
-						}
-						holder[id] = owner
-						mu.Unlock()
-						if err := b.store.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
-							t.Errorf("complete %d: %v", id, err)
-						}
-						mu.Lock()
-						delete(holder, id)
-						completed[id]++
-						mu.Unlock()
-					}
-				}
+					mu.Lock()
+					delete(holder, id)
+					completed[id]++
+					mu.Unlock()
+				})
 			})
 		}
 		wg.Wait()

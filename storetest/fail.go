@@ -9,9 +9,7 @@ import (
 
 // testFail checks EventFail: the dead rule and the backoff.
 func testFail[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("BackoffThenRetry", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "BackoffThenRetry", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "downstream 500", RetryDelay: 10 * time.Second, MaxAttempts: 3})
@@ -28,9 +26,7 @@ func testFail[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("DeadAfterMaxAttempts", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DeadAfterMaxAttempts", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		for i := 1; i <= 3; i++ {
 			lease := claimOne(t, b, "w1").Event.Lease()
@@ -49,9 +45,7 @@ func testFail[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("DeadOnceOlderThanMaxAge", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DeadOnceOlderThanMaxAge", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		b.clock.Advance(72*time.Hour - ttl)
 		lease := claimOne(t, b, "w1").Event.Lease()
@@ -68,9 +62,7 @@ func testFail[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, id, ferry.StateDead)
 	})
 
-	t.Run("PermanentErrorIsDeadAtOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "PermanentErrorIsDeadAtOnce", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "404", Dead: true, MaxAttempts: 25})
@@ -97,9 +89,7 @@ func testFail[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			{"YoungEnough", ferry.EventFailParams{MaxAge: time.Hour}, 59 * time.Minute, ferry.StatePending},
 			{"JustYoungEnough", ferry.EventFailParams{MaxAge: time.Hour}, time.Hour - time.Second, ferry.StatePending},
 		} {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel()
-				b := setup(t)
+			run(t, setup, tc.name, func(t *testing.T, b *bundle[TX]) {
 				id := receive(t, b, "stripe", "evt_1")
 				b.clock.Advance(tc.age)
 				params := tc.params

@@ -12,9 +12,7 @@ import (
 // by EventFail's rule with its own fields; the others get "" and are left
 // alone.
 func testFailMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("EachByItsOwnRuleLostAreUntouched", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "EachByItsOwnRuleLostAreUntouched", func(t *testing.T, b *bundle[TX]) {
 		retryID := receive(t, b, "stripe", "evt_retry")
 		permanentID := receive(t, b, "stripe", "evt_permanent")
 		spentID := receive(t, b, "stripe", "evt_spent")
@@ -78,9 +76,7 @@ func testFailMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("NoFailuresIsANoOp", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NoFailuresIsANoOp", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		claimOne(t, b, "w1")
 		before := snap(t, b, id)

@@ -23,22 +23,16 @@ func heartbeatMany[TX any](t *testing.T, b *bundle[TX], leases ...ferry.Lease) [
 // the database's now, each fenced as EventHeartbeat is; the others are
 // reported in the order named and left alone.
 func testHeartbeatMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("HeldAreExtendedLostAreReportedAndUntouched", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HeldAreExtendedLostAreReportedAndUntouched", func(t *testing.T, b *bundle[TX]) {
 		m := claimMixedLeases(t, b)
 		robbed, expired, done, held, other, stale := m.robbed, m.expired, m.done, m.held, m.other, m.stale
-		robbedID, expiredID, doneID, heldID, otherID := robbed.ID, expired.ID, done.ID, held.ID, other.ID
 		b.clock.Advance(ttl / 2)
-
-		before := map[string]snapshot{
-			"robbed": snap(t, b, robbedID), "expired": snap(t, b, expiredID), "done": snap(t, b, doneID),
-		}
+		before := snapLost(t, b, m)
 		lost := heartbeatMany(t, b, held, robbed, expired, other, done, stale, held)
 		if want := []ferry.Lease{robbed, expired, done, stale}; !slices.Equal(lost, want) {
 			t.Fatalf("lost = %v, want %v (in the order named, each once)", lost, want)
 		}
-		for _, id := range []int64{heldID, otherID} {
+		for _, id := range []int64{held.ID, other.ID} {
 			ev := wantState(t, b, id, ferry.StateInProgress)
 			if want := b.clock.Now().Add(ttl); !ev.LeaseExpiresAt.Equal(want) || ev.LeaseOwner != "w3" {
 				t.Errorf("event %d: lease expires %v owner %q, want %v w3", id, ev.LeaseExpiresAt, ev.LeaseOwner, want)
@@ -52,9 +46,7 @@ func testHeartbeatMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}
 	})
 
-	t.Run("AnExtendedLeaseOutlivesItsFirstTTL", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "AnExtendedLeaseOutlivesItsFirstTTL", func(t *testing.T, b *bundle[TX]) {
 		receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		for range 3 {
@@ -71,9 +63,7 @@ func testHeartbeatMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}
 	})
 
-	t.Run("NoLeasesIsANoOp", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NoLeasesIsANoOp", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		claimOne(t, b, "w1")
 		before := snap(t, b, id)

@@ -17,7 +17,7 @@ func testHistory[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		t.Parallel()
 		b := setup(t)
 		id := receive(t, b, "s", "e")
-		complete(t, b, claimOne(t, b, "w").Event.Lease())
+		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
 
 		same := redeliver(t, b, "s", "e", `{"id":"e"}`)
 		other := redeliver(t, b, "s", "e", "changed")
@@ -61,7 +61,7 @@ func testHistory[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		// Every other event done: pages must interleave both kinds by id.
 		for _, c := range claim(t, b, "w", 9) {
 			if c.Event.ID%2 == 0 {
-				complete(t, b, c.Event.Lease())
+				mustComplete(t, b, c.Event.Lease())
 			}
 		}
 		var seen []int64
@@ -95,13 +95,6 @@ func testHistory[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatalf("in_progress filter: %d events, %v; want 5", len(page.Events), err)
 		}
 	})
-}
-
-func complete[TX any](t *testing.T, b *bundle[TX], lease ferry.Lease) {
-	t.Helper()
-	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func redeliver[TX any](t *testing.T, b *bundle[TX], source, eventID, payload string) *ferry.EventReceiveResult {

@@ -125,6 +125,13 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			}
 			return err
 		}},
+		{"EventReceive/LongEventID", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: strings.Repeat("e", ferry.MaxEventIDBytes+1), Payload: []byte("{}")})
+			if !errors.Is(err, ferry.ErrBadEventID) {
+				return fmt.Errorf("not ErrBadEventID: %w", err)
+			}
+			return err
+		}},
 		{"EventReceive/UnstorableType", func() error {
 			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_3", Type: strings.Repeat("t", ferry.MaxEventTypeBytes+1), Payload: []byte("{}")})
 			if !errors.Is(err, ferry.ErrBadEventType) {

@@ -11,9 +11,7 @@ import (
 
 // testLease checks the fence: heartbeat, complete and release hold only while the lease does.
 func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("ExpiredLeaseIsReclaimed", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ExpiredLeaseIsReclaimed", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		first := claimOne(t, b, "w1")
 		b.clock.Advance(ttl - time.Millisecond)
@@ -35,9 +33,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("DeadWorkersEventGoesBeforeNewerWork", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DeadWorkersEventGoesBeforeNewerWork", func(t *testing.T, b *bundle[TX]) {
 		orphan := receive(t, b, "stripe", "evt_orphan")
 		claimOne(t, b, "dead-worker")
 		b.clock.Advance(time.Second)
@@ -50,9 +46,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("HeartbeatKeepsALivingWorker", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HeartbeatKeepsALivingWorker", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		c := claimOne(t, b, "w1")
 		for range 6 { // 6 × ttl/2 = 3 × ttl: a slow handler on a living worker
@@ -68,9 +62,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				t.Fatal("a heartbeated lease was taken")
 			}
 		}
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, c.Event.Lease())
 		ev := wantState(t, b, id, ferry.StateDone)
 		if !ev.CompletedAt.Equal(b.clock.Now()) || ev.LeaseOwner != "" || !ev.LeaseExpiresAt.IsZero() {
 			t.Errorf("done event: completed %v owner %q expiry %v", ev.CompletedAt, ev.LeaseOwner, ev.LeaseExpiresAt)
@@ -78,9 +70,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantOutcomes(t, b, id, ferry.OutcomeDone)
 	})
 
-	t.Run("RobbedWorkerIsFenced", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RobbedWorkerIsFenced", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		zombie := claimOne(t, b, "zombie").Event.Lease()
 		b.clock.Advance(ttl)
@@ -106,9 +96,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ExpiredLeaseIsNotHeldEvenUnclaimed", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ExpiredLeaseIsNotHeldEvenUnclaimed", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		b.clock.Advance(ttl)
@@ -118,23 +106,17 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, id, ferry.StateInProgress)
 	})
 
-	t.Run("CompleteOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "CompleteOnce", func(t *testing.T, b *bundle[TX]) {
 		receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, lease)
 		wantLeaseLost(t, "second complete", b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}))
 		if got := claim(t, b, "w2", 10); len(got) != 0 {
 			t.Fatal("a done event was claimed")
 		}
 	})
 
-	t.Run("ReleaseIsDueAtOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ReleaseIsDueAtOnce", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		b.clock.Advance(time.Second)
@@ -152,9 +134,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantOutcomes(t, b, id, ferry.OutcomeReleased, ferry.OutcomeRunning)
 	})
 
-	t.Run("HoldMovesLostLeaseToUnknown", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HoldMovesLostLeaseToUnknown", func(t *testing.T, b *bundle[TX]) {
 		held := receive(t, b, "payments", "evt_1")
 		retried := receive(t, b, "stripe", "evt_1")
 		claim(t, b, "w1", 10)
@@ -177,9 +157,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("HeartbeatAndCompleteAreStored", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "HeartbeatAndCompleteAreStored", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		b.clock.Advance(ttl - time.Second)
@@ -191,9 +169,7 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Errorf("stored lease expiry %v, heartbeat said %v, want %v", ev.LeaseExpiresAt, exp, b.clock.Now().Add(ttl))
 		}
 		b.clock.Advance(time.Second)
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, lease)
 		ledger := attempts(t, b, id)
 		if len(ledger) != 1 || ledger[0].Outcome != ferry.OutcomeDone || !ledger[0].FinishedAt.Equal(b.clock.Now()) || ledger[0].Error != "" {
 			t.Fatalf("ledger = %+v, want one done attempt finished now", ledger)

@@ -11,9 +11,7 @@ import (
 
 // testList checks EventList: filters and pages.
 func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("FiltersAndPages", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "FiltersAndPages", func(t *testing.T, b *bundle[TX]) {
 		var ids []int64
 		for i := range 7 {
 			ids = append(ids, receive(t, b, "stripe", fmt.Sprintf("evt_%d", i)))
@@ -24,9 +22,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		b.clock.Advance(time.Minute)
 		late := receive(t, b, "stripe", "late")
 		lease := claimOne(t, b, "w1").Event.Lease() // claims ids[0], the oldest due
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, lease)
 
 		var seen []int64
 		before := int64(0)
@@ -67,9 +63,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("PageBoundsAndEdgeFilters", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "PageBoundsAndEdgeFilters", func(t *testing.T, b *bundle[TX]) {
 		start := b.clock.Now()
 		var ids []int64
 		for i := range 5 {
@@ -119,9 +113,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	})
 
 	// The page size defaults to ferry.EventListLimitDefault.
-	t.Run("DefaultLimit", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DefaultLimit", func(t *testing.T, b *bundle[TX]) {
 		receipts := make([]*ferry.EventReceiveParams, ferry.EventListLimitDefault+1)
 		for i := range receipts {
 			receipts[i] = &ferry.EventReceiveParams{Source: "s", EventID: fmt.Sprint("evt_", i)}
@@ -141,9 +133,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	t.Run("TypeUntilAndNewer", func(t *testing.T) { testListTypeUntilAndNewer(t, setup) })
 
 	// A negative cursor starts at the newest, as zero does.
-	t.Run("NegativeBeforeStartsAtTheNewest", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NegativeBeforeStartsAtTheNewest", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "s", "evt_1")
 		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{Before: -1})
 		if err != nil || len(page.Events) != 1 || page.Events[0].ID != id {
@@ -164,10 +154,7 @@ func testListTypeUntilAndNewer[TX any](t *testing.T, setup func(*testing.T) *bun
 		if i%2 == 1 {
 			typ = "charge.failed"
 		}
-		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: fmt.Sprint("evt_", i), Type: typ})
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "s", EventID: fmt.Sprint("evt_", i), Type: typ})
 		ids = append(ids, res.ID)
 		b.clock.Advance(time.Second)
 	}

@@ -12,9 +12,7 @@ import (
 // concurrently: migrating an empty store from several goroutines at once,
 // or a migrated one again, fails nothing and keeps the data.
 func testMigrate[TX any](t *testing.T, setup, unmigrated func(*testing.T) *bundle[TX]) {
-	t.Run("Idempotent", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "Idempotent", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		for range 2 {
 			if err := b.store.Migrate(b.ctx); err != nil {

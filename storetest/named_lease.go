@@ -2,7 +2,7 @@ package storetest
 
 import (
 	"errors"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +23,7 @@ func acquire[TX any](t *testing.T, b *bundle[TX], name, owner string, ttl time.D
 func testNamedLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	const name, lease = "catchup:stripe", time.Minute
 
-	t.Run("FreeIsTakenHeldIsRefused", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "FreeIsTakenHeldIsRefused", func(t *testing.T, b *bundle[TX]) {
 		if !acquire(t, b, name, "a", lease) {
 			t.Fatal("a could not take a free lease")
 		}
@@ -37,9 +35,7 @@ func testNamedLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("OwnerRenews", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "OwnerRenews", func(t *testing.T, b *bundle[TX]) {
 		acquire(t, b, name, "a", lease)
 		b.clock.Advance(lease - time.Second)
 		if !acquire(t, b, name, "a", lease) {
@@ -51,9 +47,7 @@ func testNamedLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ExpiredIsTaken", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ExpiredIsTaken", func(t *testing.T, b *bundle[TX]) {
 		acquire(t, b, name, "a", lease)
 		b.clock.Advance(lease)
 		if !acquire(t, b, name, "b", lease) {
@@ -64,9 +58,7 @@ func testNamedLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ReleaseFreesOnlyTheOwners", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ReleaseFreesOnlyTheOwners", func(t *testing.T, b *bundle[TX]) {
 		acquire(t, b, name, "a", lease)
 		if err := b.store.LeaseRelease(b.ctx, &ferry.LeaseReleaseParams{Name: name, Owner: "b"}); err != nil {
 			t.Fatal(err)
@@ -82,39 +74,24 @@ func testNamedLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ConcurrentAcquireHasOneWinner", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConcurrentAcquireHasOneWinner", func(t *testing.T, b *bundle[TX]) {
 		const n = 8
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			wins int
-		)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				held, err := b.store.LeaseAcquire(b.ctx, &ferry.LeaseAcquireParams{Name: name, Owner: string(rune('a' + i)), TTL: lease})
-				if err != nil {
-					t.Error(err)
-				}
-				if held {
-					mu.Lock()
-					wins++
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		if wins != 1 {
+		var wins atomic.Int32
+		atOnce(n, func(i int) {
+			held, err := b.store.LeaseAcquire(b.ctx, &ferry.LeaseAcquireParams{Name: name, Owner: string(rune('a' + i)), TTL: lease})
+			if err != nil {
+				t.Error(err)
+			}
+			if held {
+				wins.Add(1)
+			}
+		})
+		if wins := wins.Load(); wins != 1 {
 			t.Fatalf("%d owners hold the lease, want 1", wins)
 		}
 	})
 
-	t.Run("InvalidParams", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "InvalidParams", func(t *testing.T, b *bundle[TX]) {
 		for _, p := range []*ferry.LeaseAcquireParams{
 			{Owner: "a", TTL: lease}, {Name: name, TTL: lease}, {Name: name, Owner: "a"},
 		} {
@@ -127,17 +104,13 @@ func testNamedLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 // testCheckpoint pins CheckpointGet and CheckpointPut.
 func testCheckpoint[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("MissingIsNotFound", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "MissingIsNotFound", func(t *testing.T, b *bundle[TX]) {
 		if _, err := b.store.CheckpointGet(b.ctx, &ferry.CheckpointGetParams{Name: "none"}); !errors.Is(err, ferry.ErrNotFound) {
 			t.Fatalf("CheckpointGet(none) err = %v, want ErrNotFound", err)
 		}
 	})
 
-	t.Run("PutOverwrites", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "PutOverwrites", func(t *testing.T, b *bundle[TX]) {
 		put := func(value string) {
 			t.Helper()
 			if err := b.store.CheckpointPut(b.ctx, &ferry.CheckpointPutParams{Name: "catchup:stripe", Value: value}); err != nil {
@@ -162,9 +135,7 @@ func testCheckpoint[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("InvalidParams", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "InvalidParams", func(t *testing.T, b *bundle[TX]) {
 		if err := b.store.CheckpointPut(b.ctx, &ferry.CheckpointPutParams{Value: "x"}); !errors.Is(err, ferry.ErrInvalidParams) {
 			t.Fatalf("CheckpointPut without a name: err = %v, want ErrInvalidParams", err)
 		}

@@ -36,9 +36,7 @@ func testNotice[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		return got
 	}
 
-	t.Run("PagesOneSourceAfterACursor", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "PagesOneSourceAfterACursor", func(t *testing.T, b *bundle[TX]) {
 		if _, ok := b.store.(noticeStore); !ok {
 			t.Skip("the store lists no notices")
 		}
@@ -74,9 +72,7 @@ func testNotice[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ReplaysOfOneSource", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ReplaysOfOneSource", func(t *testing.T, b *bundle[TX]) {
 		ns, ok := b.store.(noticeStore)
 		if !ok {
 			t.Skip("the store lists no notices")
@@ -103,9 +99,7 @@ func testNotice[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("SourceRequired", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "SourceRequired", func(t *testing.T, b *bundle[TX]) {
 		ns, ok := b.store.(noticeStore)
 		if !ok {
 			t.Skip("the store lists no notices")

@@ -3,7 +3,6 @@ package storetest
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/ferry-inbox/ferry"
@@ -36,9 +35,7 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		return out
 	}
 
-	t.Run("DefaultIsDelivery", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DefaultIsDelivery", func(t *testing.T, b *bundle[TX]) {
 		id := receiveFrom(t, b, "evt_1", "").ID
 		if got := get(t, b, id).Origin; got != ferry.OriginDelivery {
 			t.Fatalf("EventGet origin = %q, want delivery", got)
@@ -48,9 +45,7 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("CatchupIsReadBack", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "CatchupIsReadBack", func(t *testing.T, b *bundle[TX]) {
 		id := receiveFrom(t, b, "evt_1", ferry.OriginCatchup).ID
 		if got := get(t, b, id).Origin; got != ferry.OriginCatchup {
 			t.Fatalf("EventGet origin = %q, want catchup", got)
@@ -67,9 +62,7 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("KnownKeyKeepsItsOrigin", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "KnownKeyKeepsItsOrigin", func(t *testing.T, b *bundle[TX]) {
 		first := receiveFrom(t, b, "evt_c", ferry.OriginCatchup)
 		if res := receiveFrom(t, b, "evt_c", ferry.OriginDelivery); res.Outcome != ferry.ReceiveDuplicate {
 			t.Fatalf("second receipt outcome = %s, want duplicate", res.Outcome)
@@ -84,37 +77,10 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("BothWaysAtOnceStoreOne", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			news int
-		)
-		for i := range 8 {
-			origin := ferry.OriginDelivery
-			if i%2 == 1 {
-				origin = ferry.OriginCatchup
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
-					Source: "stripe", EventID: "evt_race", Payload: []byte(`{}`), Origin: origin,
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if res.Outcome == ferry.ReceiveNew {
-					mu.Lock()
-					news++
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
+	run(t, setup, "BothWaysAtOnceStoreOne", func(t *testing.T, b *bundle[TX]) {
+		_, news := receiveAtOnce(t, b, 8, ferry.ReceiveDuplicate, func(i int) *ferry.EventReceiveParams {
+			return &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_race", Payload: []byte(`{}`), Origin: alternate(i)}
+		})
 		if news != 1 {
 			t.Fatalf("%d receipts were new, want 1", news)
 		}
@@ -123,47 +89,38 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ConcurrentReceiptsKeepTheirOrigin", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConcurrentReceiptsKeepTheirOrigin", func(t *testing.T, b *bundle[TX]) {
 		// Receipts that queue together are written together (group
 		// commit): each keeps its own origin.
-		var wg sync.WaitGroup
-		for i := range 32 {
-			origin := ferry.OriginDelivery
-			if i%2 == 1 {
-				origin = ferry.OriginCatchup
+		atOnce(32, func(i int) {
+			_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+				Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{}`), Origin: alternate(i),
+			})
+			if err != nil {
+				t.Error(err)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
-					Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{}`), Origin: origin,
-				})
-				if err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
+		})
 		got := listed(t, b)
 		for i := range 32 {
-			want := ferry.OriginDelivery
-			if i%2 == 1 {
-				want = ferry.OriginCatchup
-			}
-			if id := fmt.Sprintf("evt_%02d", i); got[id] != want {
+			if id, want := fmt.Sprintf("evt_%02d", i), alternate(i); got[id] != want {
 				t.Errorf("%s origin %q, want %q", id, got[id], want)
 			}
 		}
 	})
 
-	t.Run("InvalidIsRefused", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "InvalidIsRefused", func(t *testing.T, b *bundle[TX]) {
 		_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Origin: "carrier-pigeon"})
 		if !errors.Is(err, ferry.ErrInvalidParams) {
 			t.Fatalf("err = %v, want ErrInvalidParams", err)
 		}
 	})
+}
+
+// alternate is the origin of the i-th of a run of receipts: delivery, then
+// catchup, and so on.
+func alternate(i int) ferry.Origin {
+	if i%2 == 1 {
+		return ferry.OriginCatchup
+	}
+	return ferry.OriginDelivery
 }

@@ -10,16 +10,12 @@ import (
 
 // testPurge checks EventPurge: only done events past the retention, with their ledger and conflicts.
 func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("KeepsTheReplayWindow", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "KeepsTheReplayWindow", func(t *testing.T, b *bundle[TX]) {
 		old := receive(t, b, "stripe", "old")
 		fresh := receive(t, b, "stripe", "fresh")
 		for range 2 {
 			lease := claimOne(t, b, "w1").Event.Lease()
-			if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-				t.Fatal(err)
-			}
+			mustComplete(t, b, lease)
 		}
 		// Both are done; a day later fresh is replayed and done again, so it is younger.
 		b.clock.Advance(24 * time.Hour)
@@ -29,9 +25,7 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		pending := receive(t, b, "stripe", "pending")
 		other := receive(t, b, "github", "old")
 		lease := claim(t, b, "w1", 1, "github")[0].Event.Lease()
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, lease)
 
 		_, err := b.store.EventPurge(b.ctx, &ferry.EventPurgeParams{Source: "stripe", Retention: 71 * time.Hour, ReplayWindow: 72 * time.Hour})
 		if !errors.Is(err, ferry.ErrRetentionTooShort) {
@@ -53,18 +47,12 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, other, ferry.StateDone)
 	})
 
-	t.Run("PurgeAtRetentionWithConflicts", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "PurgeAtRetentionWithConflicts", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "s", "e")
-		if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("different")}); err != nil {
-			t.Fatal(err)
-		}
+		receiveWith(t, b, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("different")})
 		pending := receive(t, b, "s", "pending")
 		lease := claimOne(t, b, "w").Event.Lease()
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, lease)
 		params := &ferry.EventPurgeParams{Source: "s", Retention: 24 * time.Hour, ReplayWindow: time.Hour}
 		b.clock.Advance(24*time.Hour - time.Second)
 		if n, err := b.store.EventPurge(b.ctx, params); err != nil || n != 0 {

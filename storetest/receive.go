@@ -3,18 +3,43 @@ package storetest
 import (
 	"errors"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
 )
 
+// receiveAtOnce makes the n receipts params gives, all at once, and checks
+// that they are stored as one event: each is new or else, and all have one
+// id. It returns that id and how many receipts were new.
+func receiveAtOnce[TX any](t *testing.T, b *bundle[TX], n int, orElse ferry.ReceiveOutcome, params func(i int) *ferry.EventReceiveParams) (id int64, news int) {
+	t.Helper()
+	outcomes := make([]ferry.ReceiveOutcome, n)
+	ids := make([]int64, n)
+	atOnce(n, func(i int) {
+		res, err := b.store.EventReceive(b.ctx, params(i))
+		if err != nil {
+			t.Errorf("receive %d: %v", i, err)
+			return
+		}
+		outcomes[i], ids[i] = res.Outcome, res.ID
+	})
+	for i := range n {
+		if outcomes[i] == ferry.ReceiveNew {
+			news++
+		} else if outcomes[i] != orElse {
+			t.Errorf("receive %d outcome %s", i, outcomes[i])
+		}
+		if ids[i] != ids[0] {
+			t.Errorf("receive %d id %d, want %d", i, ids[i], ids[0])
+		}
+	}
+	return ids[0], news
+}
+
 // testReceive checks EventReceive and EventGet: new, duplicate and conflicting deliveries.
 func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("NewIsPendingAndDueNow", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NewIsPendingAndDueNow", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		ev := wantState(t, b, id, ferry.StatePending)
 		now := b.clock.Now()
@@ -38,15 +63,10 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("DuplicateCountsDelivery", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DuplicateCountsDelivery", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		b.clock.Advance(time.Minute)
-		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Type: "test.event", Payload: []byte(`{"id":"evt_1"}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Type: "test.event", Payload: []byte(`{"id":"evt_1"}`)})
 		if res.Outcome != ferry.ReceiveDuplicate || res.ID != id {
 			t.Fatalf("outcome %s id %d, want duplicate %d", res.Outcome, res.ID, id)
 		}
@@ -56,9 +76,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("SameEventIDOtherSourceIsNew", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "SameEventIDOtherSourceIsNew", func(t *testing.T, b *bundle[TX]) {
 		a := receive(t, b, "stripe", "evt_1")
 		c := receive(t, b, "github", "evt_1")
 		if a == c {
@@ -66,9 +84,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ConflictIsKept", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConflictIsKept", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
 			Source: "stripe", EventID: "evt_1", Payload: []byte(`{"id":"evt_1","forged":true}`),
@@ -94,9 +110,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("GetByKeyAndNotFound", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "GetByKeyAndNotFound", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{Source: "stripe", EventID: "evt_1"})
 		if err != nil || ev.ID != id {
@@ -110,39 +124,15 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ConcurrentSameKeyStoresOne", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConcurrentSameKeyStoresOne", func(t *testing.T, b *bundle[TX]) {
 		const n = 16
-		outcomes := make([]ferry.ReceiveOutcome, n)
-		ids := make([]int64, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_same", Payload: []byte("same")})
-				if err != nil {
-					t.Errorf("receive %d: %v", i, err)
-					return
-				}
-				outcomes[i], ids[i] = res.Outcome, res.ID
-			})
-		}
-		wg.Wait()
-		news := 0
-		for i := range n {
-			if outcomes[i] == ferry.ReceiveNew {
-				news++
-			} else if outcomes[i] != ferry.ReceiveDuplicate {
-				t.Errorf("receive %d outcome %s", i, outcomes[i])
-			}
-			if ids[i] != ids[0] {
-				t.Errorf("receive %d id %d, want %d", i, ids[i], ids[0])
-			}
-		}
+		id, news := receiveAtOnce(t, b, n, ferry.ReceiveDuplicate, func(int) *ferry.EventReceiveParams {
+			return &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_same", Payload: []byte("same")}
+		})
 		if news != 1 {
 			t.Errorf("%d receives were new, want 1", news)
 		}
-		if ev := get(t, b, ids[0]); ev.Deliveries != n {
+		if ev := get(t, b, id); ev.Deliveries != n {
 			t.Errorf("deliveries = %d, want %d", ev.Deliveries, n)
 		}
 		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{})
@@ -151,9 +141,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("RedeliveryKeepsTheFirstReceipt", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RedeliveryKeepsTheFirstReceipt", func(t *testing.T, b *bundle[TX]) {
 		start := b.clock.Now()
 		id := receive(t, b, "stripe", "evt_1")
 		if id == 0 {
@@ -161,9 +149,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 		b.clock.Advance(time.Minute)
 		for _, payload := range []string{`{"id":"evt_1"}`, `{"id":"evt_1","v":2}`} {
-			if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(payload)}); err != nil {
-				t.Fatal(err)
-			}
+			receiveWith(t, b, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(payload)})
 		}
 		ev := wantState(t, b, id, ferry.StatePending)
 		if ev.Deliveries != 3 || ev.Conflicts != 1 {
@@ -185,13 +171,8 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("EmptyPayloadNoHeaders", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e"})
-		if err != nil {
-			t.Fatal(err)
-		}
+	run(t, setup, "EmptyPayloadNoHeaders", func(t *testing.T, b *bundle[TX]) {
+		res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "s", EventID: "e"})
 		ev := get(t, b, res.ID)
 		if len(ev.Payload) != 0 || ev.Headers != nil || len(ev.PayloadSHA256) != 32 {
 			t.Errorf("event = %+v, want empty payload, nil headers, a hash", ev)
@@ -201,9 +182,7 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	// A batch gives each receipt the outcome it would have had alone, in
 	// order, including several deliveries of one key; an invalid receipt is
 	// refused alone and its neighbours are stored.
-	t.Run("ManyIsOneAtATimeInOneCommit", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ManyIsOneAtATimeInOneCommit", func(t *testing.T, b *bundle[TX]) {
 		known := receive(t, b, "stripe", "known")
 		params := []*ferry.EventReceiveParams{
 			{Source: "stripe", EventID: "k", Payload: []byte("a")},

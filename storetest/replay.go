@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,14 +18,10 @@ var replayBody = []byte(`{"action":"opened","number":7}`)
 
 func receiveBody[TX any](t *testing.T, b *bundle[TX], source, eventID, typ string, body []byte, window time.Duration) *ferry.EventReceiveResult {
 	t.Helper()
-	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+	return receiveWith(t, b, &ferry.EventReceiveParams{
 		Source: source, EventID: eventID, Type: typ, Payload: body,
 		Headers: http.Header{"X-Github-Delivery": {eventID}}, ReplayWindow: window,
 	})
-	if err != nil {
-		t.Fatalf("EventReceive(%s, %s): %v", source, eventID, err)
-	}
-	return res
 }
 
 func replays[TX any](t *testing.T, b *bundle[TX], id int64) []*ferry.Replay {
@@ -51,9 +46,7 @@ func countEvents[TX any](t *testing.T, b *bundle[TX]) int {
 // stored body under a new id is kept on the first event, never stored as
 // an event of its own.
 func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("StoredBodyUnderANewIDIsKeptOnTheFirst", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "StoredBodyUnderANewIDIsKeptOnTheFirst", func(t *testing.T, b *bundle[TX]) {
 		first := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		if first.Outcome != ferry.ReceiveNew {
 			t.Fatalf("first delivery outcome %s, want new", first.Outcome)
@@ -93,9 +86,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("SameIDIsADuplicateNotAReplay", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "SameIDIsADuplicateNotAReplay", func(t *testing.T, b *bundle[TX]) {
 		first := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		res := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		if res.Outcome != ferry.ReceiveDuplicate || res.ID != first.ID {
@@ -110,9 +101,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("OffOutsideTheWindowOrAnotherSourceIsNew", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "OffOutsideTheWindowOrAnotherSourceIsNew", func(t *testing.T, b *bundle[TX]) {
 		receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		if res := receiveBody(t, b, "github", "d-2", "push", replayBody, 0); res.Outcome != ferry.ReceiveNew {
 			t.Errorf("detection off: outcome %s, want new", res.Outcome)
@@ -135,50 +124,22 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ConcurrentNewIDsStoreOne", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ConcurrentNewIDsStoreOne", func(t *testing.T, b *bundle[TX]) {
 		const n = 16
-		outcomes := make([]ferry.ReceiveOutcome, n)
-		ids := make([]int64, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
-					Source: "github", EventID: fmt.Sprint("d-", i), Payload: replayBody, ReplayWindow: replayWindow,
-				})
-				if err != nil {
-					t.Errorf("receive %d: %v", i, err)
-					return
-				}
-				outcomes[i], ids[i] = res.Outcome, res.ID
-			})
-		}
-		wg.Wait()
-		news := 0
-		for i := range n {
-			switch outcomes[i] {
-			case ferry.ReceiveNew:
-				news++
-			case ferry.ReceiveReplay:
-			default:
-				t.Errorf("receive %d outcome %s", i, outcomes[i])
+		id, news := receiveAtOnce(t, b, n, ferry.ReceiveReplay, func(i int) *ferry.EventReceiveParams {
+			return &ferry.EventReceiveParams{
+				Source: "github", EventID: fmt.Sprint("d-", i), Payload: replayBody, ReplayWindow: replayWindow,
 			}
-			if ids[i] != ids[0] {
-				t.Errorf("receive %d id %d, want %d", i, ids[i], ids[0])
-			}
-		}
+		})
 		if news != 1 || countEvents(t, b) != 1 {
 			t.Fatalf("%d new, %d events stored; want 1 and 1", news, countEvents(t, b))
 		}
-		if ev := get(t, b, ids[0]); ev.Replays != n-1 || len(replays(t, b, ids[0])) != n-1 {
+		if ev := get(t, b, id); ev.Replays != n-1 || len(replays(t, b, id)) != n-1 {
 			t.Errorf("replays %d, want %d", ev.Replays, n-1)
 		}
 	})
 
-	t.Run("ManyAsIfOneAfterTheOther", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ManyAsIfOneAfterTheOther", func(t *testing.T, b *bundle[TX]) {
 		other := []byte(`{"other":1}`)
 		r := func(source, id string, body []byte, window time.Duration) *ferry.EventReceiveParams {
 			return &ferry.EventReceiveParams{Source: source, EventID: id, Type: "push", Payload: body, ReplayWindow: window}
@@ -227,9 +188,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("ListedWithTheEvent", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ListedWithTheEvent", func(t *testing.T, b *bundle[TX]) {
 		first := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		receiveBody(t, b, "github", "d-2", "delete", replayBody, replayWindow)
 		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{})
@@ -241,9 +200,7 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("CountedInStats", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "CountedInStats", func(t *testing.T, b *bundle[TX]) {
 		receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
 		receiveBody(t, b, "github", "d-2", "delete", replayBody, replayWindow)
 		receiveBody(t, b, "github", "d-3", "delete", replayBody, replayWindow)

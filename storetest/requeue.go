@@ -11,9 +11,7 @@ import (
 
 // testRequeue checks EventRequeue: which states go back to pending, and the fresh budget.
 func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
-	t.Run("DeadGetsAFreshBudget", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DeadGetsAFreshBudget", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
 		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, MaxAttempts: 1}); err != nil {
@@ -39,14 +37,10 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("DoneAndUnknownByIDButNeverLive", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DoneAndUnknownByIDButNeverLive", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		lease := claimOne(t, b, "w1").Event.Lease()
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, lease)
 		live := receive(t, b, "stripe", "live")
 		claimOne(t, b, "w1")
 		pending := receive(t, b, "stripe", "pending")
@@ -61,9 +55,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, live, ferry.StateInProgress)
 	})
 
-	t.Run("BulkBySourceTakesDeadAndUnknown", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "BulkBySourceTakesDeadAndUnknown", func(t *testing.T, b *bundle[TX]) {
 		var dead []int64
 		for i := range 3 {
 			dead = append(dead, receive(t, b, "stripe", fmt.Sprint("d", i)))
@@ -75,19 +67,26 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				t.Fatal(err)
 			}
 		}
-		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe", Actor: "op"})
-		if err != nil || n != 3 {
-			t.Fatalf("bulk requeue = %d, %v; want 3", n, err)
+		// And one unknown: a hold source's lease that lapsed.
+		unknown := receive(t, b, "stripe", "u")
+		claimOne(t, b, "w1")
+		b.clock.Advance(ttl)
+		hold := &ferry.EventClaimManyParams{Owner: "w2", Limit: 10, TTL: ttl, Sources: []string{"stripe"}, HoldSources: []string{"stripe"}}
+		if _, err := b.store.EventClaimMany(b.ctx, hold); err != nil {
+			t.Fatal(err)
 		}
-		for _, id := range dead {
+		wantState(t, b, unknown, ferry.StateUnknown)
+		n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Source: "stripe", Actor: "op"})
+		if err != nil || n != 4 {
+			t.Fatalf("bulk requeue = %d, %v; want 4 (three dead, one unknown)", n, err)
+		}
+		for _, id := range append(dead, unknown) {
 			wantState(t, b, id, ferry.StatePending)
 		}
 		wantState(t, b, other, ferry.StateDead)
 	})
 
-	t.Run("RequeueRestartsBudgetAndAge", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RequeueRestartsBudgetAndAge", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		fail := func() ferry.State {
 			lease := claimOne(t, b, "w1").Event.Lease()
@@ -112,9 +111,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("BulkRequeueLeavesDone", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "BulkRequeueLeavesDone", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		dead := receive(t, b, "stripe", "dead")
 		receive(t, b, "stripe", "pending")
@@ -139,9 +136,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	// By IDs the states default to done, dead and unknown; naming only live
 	// states requeues nothing; an unknown state is refused, and nothing of
 	// the call happens.
-	t.Run("DefaultAndBadStates", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "DefaultAndBadStates", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claimOne(t, b, "w1").Event.Lease()}); err != nil {
 			t.Fatal(err)
@@ -163,16 +158,11 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	// A bulk requeue selects by EventList's filters; a dry run counts
 	// exactly what the requeue then takes, and changes nothing.
-	t.Run("BulkByFilterAndDryRun", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "BulkByFilterAndDryRun", func(t *testing.T, b *bundle[TX]) {
 		start := b.clock.Now()
 		kill := func(eventID, typ string) int64 {
 			t.Helper()
-			res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Type: typ})
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Type: typ})
 			lease := claimOne(t, b, "w1").Event.Lease()
 			if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {
 				t.Fatal(err)
@@ -228,9 +218,7 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	// EventRetryNow makes a pending event in backoff due at once, and
 	// nothing else: not a live or terminal one, nor one already due.
-	t.Run("RetryNow", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RetryNow", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		retry := func() bool {
 			t.Helper()
@@ -273,14 +261,10 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("RecordsWhoAndWhen", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RecordsWhoAndWhen", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "done")
 		lease := claimOne(t, b, "w1").Event.Lease()
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, lease)
 		dead := receive(t, b, "stripe", "dead")
 		lease = claimOne(t, b, "w1").Event.Lease()
 		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {

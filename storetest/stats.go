@@ -25,9 +25,7 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		return m
 	}
 
-	t.Run("Empty", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "Empty", func(t *testing.T, b *bundle[TX]) {
 		stats := statsOf(t, b, &ferry.EventStatsParams{DefaultAtRiskAfter: time.Hour, AtRiskLimit: 10})
 		if len(stats.Sources) != 0 || len(stats.AtRisk) != 0 {
 			t.Fatalf("empty store: got %d sources, %d at risk; want none", len(stats.Sources), len(stats.AtRisk))
@@ -37,18 +35,14 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("CountsAndAges", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "CountsAndAges", func(t *testing.T, b *bundle[TX]) {
 		start := b.clock.Now()
 		// a: one done, one dead, one pending; b: one in_progress whose lease
 		// lapses, with a second claim's running attempt.
 		done := receive(t, b, "a", "done")
 		dead := receive(t, b, "a", "dead")
 		c := claimOne(t, b, "w1")
-		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
-			t.Fatal(err)
-		}
+		mustComplete(t, b, c.Event.Lease())
 		c = claimOne(t, b, "w1")
 		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Error: "boom", Dead: true}); err != nil {
 			t.Fatal(err)
@@ -110,9 +104,7 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
-	t.Run("AtRisk", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "AtRisk", func(t *testing.T, b *bundle[TX]) {
 		first := b.clock.Now()
 		oldA := receive(t, b, "a", "old-pending")
 		deadA := receive(t, b, "a", "old-dead")

@@ -11,7 +11,6 @@ package storetest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -115,18 +114,26 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 // receive stores a new delivery and returns its row id.
 func receive[TX any](t *testing.T, b *bundle[TX], source, eventID string) int64 {
 	t.Helper()
-	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+	res := receiveWith(t, b, &ferry.EventReceiveParams{
 		Source: source, EventID: eventID, Type: "test.event",
 		Payload: []byte(`{"id":"` + eventID + `"}`),
 		Headers: http.Header{"Content-Type": {"application/json"}},
 	})
-	if err != nil {
-		t.Fatalf("EventReceive(%s, %s): %v", source, eventID, err)
-	}
 	if res.Outcome != ferry.ReceiveNew {
 		t.Fatalf("EventReceive(%s, %s) outcome = %s, want new", source, eventID, res.Outcome)
 	}
 	return res.ID
+}
+
+// receiveWith stores the delivery p and returns the result, whatever the
+// outcome.
+func receiveWith[TX any](t *testing.T, b *bundle[TX], p *ferry.EventReceiveParams) *ferry.EventReceiveResult {
+	t.Helper()
+	res, err := b.store.EventReceive(b.ctx, p)
+	if err != nil {
+		t.Fatalf("EventReceive(%s, %s): %v", p.Source, p.EventID, err)
+	}
+	return res
 }
 
 func claim[TX any](t *testing.T, b *bundle[TX], owner string, limit int, sources ...string) []*ferry.Claim {
@@ -145,6 +152,14 @@ func claimOne[TX any](t *testing.T, b *bundle[TX], owner string) *ferry.Claim {
 		t.Fatalf("EventClaimMany(%s) claimed %d events, want 1", owner, len(claims))
 	}
 	return claims[0]
+}
+
+// mustComplete completes the lease and fails the test on an error.
+func mustComplete[TX any](t *testing.T, b *bundle[TX], lease ferry.Lease) {
+	t.Helper()
+	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+		t.Fatalf("EventComplete(%v): %v", lease, err)
+	}
 }
 
 func get[TX any](t *testing.T, b *bundle[TX], id int64) *ferry.Event {
@@ -193,17 +208,5 @@ func wantLeaseLost(t *testing.T, op string, err error) {
 }
 
 func requeueAndComplete[TX any](b *bundle[TX], id int64) error {
-	if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op"}); err != nil {
-		return err
-	}
-	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 10, TTL: ttl, Sources: []string{"stripe"}})
-	if err != nil {
-		return err
-	}
-	for _, c := range claims {
-		if c.Event.ID == id {
-			return b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()})
-		}
-	}
-	return fmt.Errorf("requeued event %d not claimed", id)
+	return requeueAndCompleteSource(b, id, "stripe")
 }

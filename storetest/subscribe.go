@@ -29,6 +29,11 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 		return wake
 	}
 
+	claimedLease := func(t *testing.T, b *bundle[TX]) ferry.Lease {
+		receive(t, b, "stripe", "evt_1")
+		return claimOne(t, b, "w1").Event.Lease()
+	}
+
 	// Each case prepares the store, subscribes only then (so no earlier
 	// change can be the signal it sees) and makes one change that wakes.
 	for _, tc := range []struct {
@@ -67,21 +72,15 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 			},
 		},
 		{
-			name: "Release",
-			prepare: func(t *testing.T, b *bundle[TX]) ferry.Lease {
-				receive(t, b, "stripe", "evt_1")
-				return claimOne(t, b, "w1").Event.Lease()
-			},
+			name:    "Release",
+			prepare: claimedLease,
 			act: func(t *testing.T, b *bundle[TX], lease ferry.Lease) error {
 				return b.store.EventRelease(b.ctx, &ferry.EventReleaseParams{Lease: lease})
 			},
 		},
 		{
-			name: "FailBackToPending",
-			prepare: func(t *testing.T, b *bundle[TX]) ferry.Lease {
-				receive(t, b, "stripe", "evt_1")
-				return claimOne(t, b, "w1").Event.Lease()
-			},
+			name:    "FailBackToPending",
+			prepare: claimedLease,
 			act: func(t *testing.T, b *bundle[TX], lease ferry.Lease) error {
 				state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "boom"})
 				if err == nil && state != ferry.StatePending {
@@ -91,11 +90,8 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 			},
 		},
 		{
-			name: "FailManyBackToPending",
-			prepare: func(t *testing.T, b *bundle[TX]) ferry.Lease {
-				receive(t, b, "stripe", "evt_1")
-				return claimOne(t, b, "w1").Event.Lease()
-			},
+			name:    "FailManyBackToPending",
+			prepare: claimedLease,
 			act: func(t *testing.T, b *bundle[TX], lease ferry.Lease) error {
 				states, err := b.store.EventFailMany(b.ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: lease, Error: "boom"}}})
 				if err == nil && (len(states) != 1 || states[0] != ferry.StatePending) {
@@ -105,9 +101,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 			},
 		},
 	} {
-		t.Run("WakesOn"+tc.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
+		run(t, setup, "WakesOn"+tc.name, func(t *testing.T, b *bundle[TX]) {
 			var lease ferry.Lease
 			if tc.prepare != nil {
 				lease = tc.prepare(t, b)
@@ -125,9 +119,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 	// sent before the write returns (SQLite), and where they travel
 	// asynchronously (PostgreSQL's NOTIFY) it can miss a wrong signal but
 	// never reports one that was not sent.
-	t.Run("NothingElseWakes", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "NothingElseWakes", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "evt_done")
 		dead := receive(t, b, "stripe", "evt_dead")
 		receive(t, b, "stripe", "evt_waiting")
@@ -169,9 +161,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 
 	// Writers never wait for a subscriber that does not read, and the
 	// signals they leave coalesce instead of queueing one per change.
-	t.Run("WritersDoNotWaitAndSignalsCoalesce", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "WritersDoNotWaitAndSignalsCoalesce", func(t *testing.T, b *bundle[TX]) {
 		wake := subscribe(t, b)
 		const changes = 20
 		wrote := make(chan struct{})
@@ -201,9 +191,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 		}
 	})
 
-	t.Run("ClosesWhenCtxIsDone", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ClosesWhenCtxIsDone", func(t *testing.T, b *bundle[TX]) {
 		ctx, cancel := context.WithCancel(b.ctx)
 		wake, err := b.store.ReceiptSubscribe(ctx)
 		if err != nil {

@@ -27,9 +27,7 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	}
 
-	t.Run("ReceiveKeepsItForGetAndClaim", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ReceiveKeepsItForGetAndClaim", func(t *testing.T, b *bundle[TX]) {
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
 			Source: "stripe", EventID: "evt_1", Payload: []byte(`{}`),
 			Traceparent: traceparentA, Tracestate: tracestateA,
@@ -46,9 +44,7 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantTrace(t, "EventClaimMany", claimOne(t, b, "w1").Event, traceparentA, tracestateA)
 	})
 
-	t.Run("UntracedReceiptHasNone", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "UntracedReceiptHasNone", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		wantTrace(t, "EventGet", get(t, b, id), "", "")
 		wantTrace(t, "EventClaimMany", claimOne(t, b, "w1").Event, "", "")
@@ -56,19 +52,12 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	// The trace is the first receipt's: a redelivery, traced in another
 	// trace, is counted on the event and leaves its trace alone.
-	t.Run("RedeliveryKeepsTheFirst", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RedeliveryKeepsTheFirst", func(t *testing.T, b *bundle[TX]) {
 		first := &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(`{}`), Traceparent: traceparentA}
-		res, err := b.store.EventReceive(b.ctx, first)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := receiveWith(t, b, first)
 		again := *first
 		again.Traceparent, again.Tracestate = traceparentB, tracestateA
-		if _, err := b.store.EventReceive(b.ctx, &again); err != nil {
-			t.Fatal(err)
-		}
+		receiveWith(t, b, &again)
 		ev := get(t, b, res.ID)
 		if ev.Deliveries != 2 {
 			t.Fatalf("deliveries = %d, want 2", ev.Deliveries)
@@ -78,9 +67,7 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	// EventReceiveMany stores each receipt's own trace, in a batch of
 	// several (one statement) and in a batch of one.
-	t.Run("ReceiveManyKeepsEach", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ReceiveManyKeepsEach", func(t *testing.T, b *bundle[TX]) {
 		receipts := []*ferry.EventReceiveParams{
 			{Source: "stripe", EventID: "evt_a", Payload: []byte(`a`), Traceparent: traceparentA, Tracestate: tracestateA},
 			{Source: "stripe", EventID: "evt_b", Payload: []byte(`b`)},
@@ -111,9 +98,7 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	// Receipts under replay detection take another path in a store (a
 	// lock, a statement each): it keeps the trace as well.
-	t.Run("ReplayDetectingReceiveKeepsIt", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "ReplayDetectingReceiveKeepsIt", func(t *testing.T, b *bundle[TX]) {
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
 			Source: "github", EventID: "d1", Payload: []byte(`one`), ReplayWindow: time.Hour,
 			Traceparent: traceparentA, Tracestate: tracestateA,
@@ -140,9 +125,7 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	// A trace context that cannot be a header value, or is longer than the
 	// bounds, is refused like any invalid param, and nothing is stored.
-	t.Run("RefusesBadTraceContext", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
+	run(t, setup, "RefusesBadTraceContext", func(t *testing.T, b *bundle[TX]) {
 		for name, p := range map[string]*ferry.EventReceiveParams{
 			"LongTraceparent":      {Traceparent: strings.Repeat("0", ferry.TraceparentMaxLen+1)},
 			"LongTracestate":       {Tracestate: strings.Repeat("a", ferry.TracestateMaxLen+1)},
@@ -164,10 +147,7 @@ func testTrace[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		// At the bounds, it is kept as it is.
 		p := &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_max", Payload: []byte(`{}`),
 			Traceparent: strings.Repeat("0", ferry.TraceparentMaxLen), Tracestate: strings.Repeat("a", ferry.TracestateMaxLen)}
-		res, err := b.store.EventReceive(b.ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := receiveWith(t, b, p)
 		wantTrace(t, "at the bounds", get(t, b, res.ID), p.Traceparent, p.Tracestate)
 	})
 }

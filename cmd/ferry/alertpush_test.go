@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/testlog"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
@@ -89,31 +90,12 @@ func (r *alertReceiver) messages() []alertMessage {
 	return out
 }
 
-// lockedBuffer is a buffer several goroutines write at once: a log sink
-// several pushers share, a child process's stdout and stderr.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type alertBundle struct {
 	ctx   context.Context
 	clock *storetest.Clock
 	// open returns another store on the same database: another instance.
 	open func(t *testing.T) ferry.Store
-	log  *lockedBuffer
+	log  *testlog.Buffer
 	recv *alertReceiver
 }
 
@@ -135,17 +117,12 @@ func TestAlertPush(t *testing.T) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			b := &alertBundle{ctx: context.Background(), clock: storetest.NewClock(), log: &lockedBuffer{}, recv: newAlertReceiver(t)}
+			b := &alertBundle{ctx: context.Background(), clock: storetest.NewClock(), log: &testlog.Buffer{}, recv: newAlertReceiver(t)}
 			switch kind {
 			case "sqlite":
 				path := filepath.Join(t.TempDir(), "ferry.db")
 				b.open = func(t *testing.T) ferry.Store {
-					s, err := sqlite.Open(path, &sqlite.Config{Now: b.clock.Now})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { s.Close() })
-					return s
+					return teststore.OpenSQLite(t, path, &sqlite.Config{Now: b.clock.Now})
 				}
 			case "postgres":
 				_, schema := pgtest.Schema(t)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
 )
 
@@ -20,7 +22,7 @@ func TestAlertWatcher(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := storetest.NewClock()
-	store := migratedSQLite(t, clock.Now)
+	store := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
 	for i := range alertBurst + 2 {
 		if _, err := store.EventReceive(ctx, &ferry.EventReceiveParams{
 			Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{"secret_field":"pii"}`),

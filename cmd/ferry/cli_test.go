@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
@@ -238,7 +239,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	t.Run("Healthy", func(t *testing.T) {
 		t.Parallel()
 		path, cfg := setup(t)
-		st := openSQLite(t, path, time.Now)
+		st := teststore.OpenSQLite(t, path, nil)
 		receive(t, st, "evt_ok")
 		r, code := doctorJSON(t, cfg)
 		if code != 0 || !r.Healthy || !hasFinding(r, "ok", "app at http://"+app.Addr().String()) || !hasFinding(r, "ok", "1 pending") {
@@ -248,7 +249,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	t.Run("Dead", func(t *testing.T) {
 		t.Parallel()
 		path, cfg := setup(t)
-		st := openSQLite(t, path, time.Now)
+		st := teststore.OpenSQLite(t, path, nil)
 		receive(t, st, "evt_dead")
 		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "t", Limit: 1, TTL: time.Minute, Sources: []string{"stripe"}})
 		if err != nil || len(claims) != 1 {
@@ -268,12 +269,12 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	t.Run("Unknown", func(t *testing.T) {
 		t.Parallel()
 		path, cfg := setup(t)
-		past := openSQLite(t, path, func() time.Time { return time.Now().Add(-time.Hour) })
+		past := teststore.OpenSQLite(t, path, &sqlite.Config{Now: func() time.Time { return time.Now().Add(-time.Hour) }})
 		receive(t, past, "evt_unknown")
 		if _, err := past.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "gone", Limit: 1, TTL: time.Minute, Sources: []string{"stripe"}}); err != nil {
 			t.Fatal(err)
 		}
-		now := openSQLite(t, path, time.Now)
+		now := teststore.OpenSQLite(t, path, nil)
 		if _, err := now.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "t", Limit: 1, TTL: time.Minute, Sources: []string{"stripe"}, HoldSources: []string{"stripe"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +289,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	t.Run("AtRisk", func(t *testing.T) {
 		t.Parallel()
 		path, cfg := setup(t)
-		old := openSQLite(t, path, func() time.Time { return time.Now().Add(-70 * time.Hour) })
+		old := teststore.OpenSQLite(t, path, &sqlite.Config{Now: func() time.Time { return time.Now().Add(-70 * time.Hour) }})
 		receive(t, old, "evt_old") // stripe's window is 72h: at risk after 60h
 		r, code := doctorJSON(t, cfg)
 		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 events at risk") || len(r.AtRisk) != 1 || r.AtRisk[0].EventID != "evt_old" {
@@ -314,27 +315,6 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 			t.Errorf("store down: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
 		}
 	})
-}
-
-func openSQLite(t *testing.T, path string, now func() time.Time) ferry.Store {
-	t.Helper()
-	s, err := sqlite.Open(path, &sqlite.Config{Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-// migratedSQLite opens a fresh, migrated SQLite store in a temporary
-// directory, reading the time from now.
-func migratedSQLite(t *testing.T, now func() time.Time) ferry.Store {
-	t.Helper()
-	s := openSQLite(t, filepath.Join(t.TempDir(), "ferry.db"), now)
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // migrateCLI writes a CLI config (writeCLIConfig) for storeURL and runs

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,6 +193,39 @@ func sendStripe(t *testing.T, addr, eventID string) int {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
+}
+
+// sendStripeOK is sendStripe that fails the test unless the delivery is
+// accepted.
+func sendStripeOK(t *testing.T, addr, eventID string) {
+	t.Helper()
+	if code := sendStripe(t, addr, eventID); code != http.StatusOK {
+		t.Fatalf("delivery of %s answered %d", eventID, code)
+	}
+}
+
+// waitDone waits, 60 s at the most, until the Stripe event eventID is done
+// in st.
+func waitDone(t *testing.T, st ferry.Store, eventID string) {
+	t.Helper()
+	waitFor(t, 60*time.Second, eventID+" to be done", func() bool {
+		ev := eventState(t, st, eventID)
+		return ev != nil && ev.State == ferry.StateDone
+	})
+}
+
+// terminate sends SIGTERM to the process and waits, 60 s at the most, for
+// it to exit.
+func (p *serveProc) terminate(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("ferry serve did not exit within 60 s of SIGTERM")
+	}
 }
 
 // waitFor polls cond every 20 ms until it holds, failing after limit.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/config"
+	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
 )
 
@@ -17,7 +19,7 @@ func TestPurgerKeepsRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := storetest.NewClock()
-	st := migratedSQLite(t, clock.Now)
+	st := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
 	done := func(eventID string) int64 {
 		res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Payload: []byte("{}")})
 		if err != nil {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
-	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 const stripeAPIKey = "sk_test_e2eSECRETkey0123456789"
@@ -201,11 +201,7 @@ func TestReconcile(t *testing.T) {
 				}
 			}
 		}
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+		st := teststore.OpenSQLite(t, dbPath, nil)
 		waitFor(t, 60*time.Second, "40 live events done", func() bool {
 			list, err := st.EventList(context.Background(), &ferry.EventListParams{States: []ferry.State{ferry.StateDone}})
 			return err == nil && len(list.Events) == 40

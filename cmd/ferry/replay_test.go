@@ -14,9 +14,9 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/provider"
-	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 // acmeScheme is the generic HMAC sender of TestServeReplayedBodies, in body
@@ -39,12 +39,7 @@ func TestServeReplayedBodies(t *testing.T) {
 	}{
 		{"sqlite", func(t *testing.T) (string, ferry.Store) {
 			path := filepath.Join(t.TempDir(), "ferry.db")
-			st, err := sqlite.Open(path, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return "sqlite:" + path, st
+			return "sqlite:" + path, teststore.OpenSQLite(t, path, nil)
 		}},
 		{"postgres", func(t *testing.T) (string, ferry.Store) {
 			pool, schema := pgtest.Schema(t)

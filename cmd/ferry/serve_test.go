@@ -22,9 +22,9 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/provider"
-	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 // downstream is the user's app: it records every forwarded request.
@@ -56,6 +56,14 @@ func (d *downstream) count() int {
 	return len(d.requests)
 }
 
+// okOnTheThirdTry answers a downstream's first two requests 500, then 200.
+func okOnTheThirdTry(n int, _ *http.Request) int {
+	if n <= 2 {
+		return http.StatusInternalServerError
+	}
+	return http.StatusOK
+}
+
 func TestServe(t *testing.T) {
 	t.Parallel()
 
@@ -64,27 +72,13 @@ func TestServe(t *testing.T) {
 	// the event done before the app answers.
 	t.Run("ForwardsSignedAndRetriesUntil2xx", func(t *testing.T) {
 		t.Parallel()
-		app, appSrv := newDownstream(t, func(n int, _ *http.Request) int {
-			if n <= 2 {
-				return http.StatusInternalServerError
-			}
-			return http.StatusOK
-		})
+		app, appSrv := newDownstream(t, okOnTheThirdTry)
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		p := startServeWith(t, ferryBin, []string{"FERRY_CHAOS_BROKEN=mark-done-first", "FERRY_CHAOS_CRASH_POINT=after-claim:1",
 			"FERRY_CHAOS_HANDLER=tx-effect", "FERRY_CHAOS_HANDLER_DELAY=10m"}, writeConfig(t, "sqlite:"+dbPath, appSrv.URL+"/hooks", ""))
-		if code := sendStripe(t, p.addr, "evt_fwd"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		waitFor(t, 30*time.Second, "the event to be done", func() bool {
-			ev := eventState(t, st, "evt_fwd")
-			return ev != nil && ev.State == ferry.StateDone
-		})
+		sendStripeOK(t, p.addr, "evt_fwd")
+		st := teststore.OpenSQLite(t, dbPath, nil)
+		waitDone(t, st, "evt_fwd")
 
 		if n := app.count(); n != 3 {
 			t.Fatalf("app got %d requests, want 3 (500, 500, 200)", n)
@@ -133,22 +127,11 @@ func TestServe(t *testing.T) {
 	// FERRY_CHAOS_BROKEN, so the same setup there ends after one attempt.
 	t.Run("ChaosBuildHonoursBrokenMode", func(t *testing.T) {
 		t.Parallel()
-		app, appSrv := newDownstream(t, func(n int, _ *http.Request) int {
-			if n <= 2 {
-				return http.StatusInternalServerError
-			}
-			return http.StatusOK
-		})
+		app, appSrv := newDownstream(t, okOnTheThirdTry)
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		p := startServeWith(t, chaosBin, []string{"FERRY_CHAOS_BROKEN=mark-done-first"}, writeConfig(t, "sqlite:"+dbPath, appSrv.URL+"/hooks", ""))
-		if code := sendStripe(t, p.addr, "evt_broken"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+		sendStripeOK(t, p.addr, "evt_broken")
+		st := teststore.OpenSQLite(t, dbPath, nil)
 		waitFor(t, 30*time.Second, "the app to be called", func() bool { return app.count() == 1 })
 		waitFor(t, 30*time.Second, "the attempt to end", func() bool {
 			ev := eventState(t, st, "evt_broken")
@@ -177,9 +160,7 @@ func TestServe(t *testing.T) {
 		const ttl = 5 * time.Second
 		cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, `lease_ttl = "5s"`+"\n"+`heartbeat = "1s"`)
 		first := startServe(t, cfg)
-		if code := sendStripe(t, first.addr, "evt_kill"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
+		sendStripeOK(t, first.addr, "evt_kill")
 		select {
 		case <-handling:
 		case <-time.After(30 * time.Second):
@@ -238,18 +219,9 @@ func TestServe(t *testing.T) {
 		})
 		cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, `shutdown_grace = "500ms"`)
 		p := startServe(t, cfg)
-		if code := sendStripe(t, p.addr, "evt_term"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
+		sendStripeOK(t, p.addr, "evt_term")
 		<-handling
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(30 * time.Second):
-			t.Fatal("ferry serve did not exit after SIGTERM")
-		}
+		p.terminate(t)
 		var exitErr *exec.ExitError
 		if errors.As(p.err, &exitErr) {
 			t.Fatalf("exit code %d after SIGTERM, want 0", exitErr.ExitCode())
@@ -279,16 +251,10 @@ func TestServe(t *testing.T) {
 		receiver := startServe(t, cfg, "--role", "receiver")
 		const n = 5
 		for i := range n {
-			if code := sendStripe(t, receiver.addr, fmt.Sprint("evt_split_", i)); code != http.StatusOK {
-				t.Fatalf("delivery answered %d", code)
-			}
+			sendStripeOK(t, receiver.addr, fmt.Sprint("evt_split_", i))
 		}
 		worker := startServe(t, cfg, "--role", "worker")
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+		st := teststore.OpenSQLite(t, dbPath, nil)
 		byWorker := fmt.Sprintf("-%d-", worker.cmd.Process.Pid) // worker ids are host-pid-random
 		for i := range n {
 			var ev *ferry.Event
@@ -333,18 +299,9 @@ func TestServeAdminSurface(t *testing.T) {
 		_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		p := startServe(t, writeConfig(t, "sqlite:"+dbPath, appSrv.URL, ""))
-		if code := sendStripe(t, p.addr, "evt_private"); code != http.StatusOK {
-			t.Fatalf("delivery answered %d", code)
-		}
-		st, err := sqlite.Open(dbPath, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		waitFor(t, 30*time.Second, "the event to be done", func() bool {
-			ev := eventState(t, st, "evt_private")
-			return ev != nil && ev.State == ferry.StateDone
-		})
+		sendStripeOK(t, p.addr, "evt_private")
+		st := teststore.OpenSQLite(t, dbPath, nil)
+		waitDone(t, st, "evt_private")
 		id := fmt.Sprint(eventState(t, st, "evt_private").ID)
 
 		// The admin paths exist, on the admin listener.

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,10 +22,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/internal/config"
-	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 // collectedSpan is one span an OTLP endpoint received, with its resource's
@@ -161,27 +159,13 @@ sampling_ratio = 1.0
 		t.Fatalf("delivery answered %d", resp.StatusCode)
 	}
 
-	st, err := sqlite.Open(dbPath, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	waitFor(t, 60*time.Second, "the event to be done", func() bool {
-		ev := eventState(t, st, "evt_traced")
-		return ev != nil && ev.State == ferry.StateDone
-	})
+	st := teststore.OpenSQLite(t, dbPath, nil)
+	waitDone(t, st, "evt_traced")
 	if n := len(collector.collected()); n != 0 {
 		t.Fatalf("%d spans exported before shutdown; the test needs the batch delay to hold them", n)
 	}
 
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(60 * time.Second):
-		t.Fatal("ferry serve did not stop within 60 s of SIGTERM")
-	}
+	p.terminate(t)
 	if p.err != nil {
 		t.Fatalf("ferry serve exited with %v", p.err)
 	}

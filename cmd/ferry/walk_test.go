@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-inbox/ferry/internal/testlog"
 )
 
 // The README's walk ("## Run it", with its "Two minutes" subsection) is run
@@ -311,7 +313,7 @@ func runWalkCommand(t *testing.T, dir string, args []string) (string, int) {
 // walkProc is a command of the walk that runs in its own terminal.
 type walkProc struct {
 	cmd    *exec.Cmd
-	out    lockedBuffer // its stdout and stderr
+	out    testlog.Buffer // its stdout and stderr
 	exited chan struct{}
 	err    error
 }
