@@ -384,3 +384,33 @@ func validStates(states []State) error {
 	}
 	return nil
 }
+
+// Archive maintenance defaults.
+const (
+	ArchiveAheadDefault    = 7 * 24 * time.Hour
+	ArchiveKeyBatchDefault = 10000
+)
+
+// Normalize returns a copy of p with KeyRetention, Ahead and KeyBatch
+// defaulted. It requires an Owner and a positive Retention.
+func (p *ArchiveMaintainParams) Normalize() (*ArchiveMaintainParams, error) {
+	switch {
+	case p.Owner == "":
+		return nil, invalid("owner is required")
+	case p.Retention <= 0:
+		return nil, invalid("retention must be positive, got %s", p.Retention)
+	case p.KeyRetention < 0 || p.Ahead < 0 || p.KeyBatch < 0:
+		return nil, invalid("key retention, ahead and key batch must not be negative")
+	}
+	out := *p
+	if out.KeyRetention == 0 {
+		out.KeyRetention = out.Retention
+	}
+	if out.Ahead == 0 {
+		out.Ahead = ArchiveAheadDefault
+	}
+	if out.KeyBatch == 0 {
+		out.KeyBatch = ArchiveKeyBatchDefault
+	}
+	return &out, nil
+}

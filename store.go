@@ -3,6 +3,7 @@ package ferry
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -23,6 +24,27 @@ type Store interface {
 	// ActionList returns the operator actions on one event (requeues,
 	// replays), oldest first, with who did each and when.
 	ActionList(ctx context.Context, params *ActionListParams) ([]*Action, error)
+
+	// ArchiveInfo reports how many time partitions hold done events and
+	// when the oldest starts, read at the database's now, for metrics. A
+	// store without partitions (sqlite.Store) reports zero partitions.
+	ArchiveInfo(ctx context.Context) (*ArchiveInfo, error)
+
+	// ArchiveMaintain enforces retention for every source at once, under a
+	// maintenance lease taken for Owner (one instance of a cluster at a
+	// time; Skipped, changing nothing, while another owner holds it): done
+	// events completed longer than Retention ago go, with their ledger,
+	// conflicts, replays and actions, and no dedupe key younger than
+	// KeyRetention is forgotten. postgres.Store keeps done events in time
+	// partitions: it creates them Ahead of time, drops those wholly older
+	// than Retention (an event is kept between Retention and Retention plus
+	// one partition span), moves strays out of the default partition,
+	// purges its key table in batches of KeyBatch and ANALYZEs the
+	// partitioned parents. sqlite.Store keeps done events in its one event
+	// table: it deletes them in short batches (its EventPurge's, so receipts
+	// never wait behind the run) and reports no partitions. Rows come out in
+	// batches either way; a shorter per-source retention is EventPurge's.
+	ArchiveMaintain(ctx context.Context, params *ArchiveMaintainParams) (*ArchiveMaintainResult, error)
 
 	// AttemptList returns the attempt ledger of one event, oldest first.
 	AttemptList(ctx context.Context, params *AttemptListParams) ([]*Attempt, error)
@@ -151,8 +173,9 @@ type Store interface {
 	// EventStats aggregates the whole inbox in one consistent read, timed by
 	// the database's clock, for operators: counts by state, the oldest
 	// waiting work, abandoned attempts and the events at risk of outliving
-	// their provider's replay window. It is one or two aggregate queries over
-	// every event row, so callers that poll it (metrics) cache the result.
+	// their provider's replay window. It should cost what is live, not what
+	// is stored: postgres.Store reads live events and counters of done ones.
+	// Callers that poll it (metrics) still cache the result.
 	EventStats(ctx context.Context, params *EventStatsParams) (*EventStats, error)
 
 	// LeaseAcquire takes the named lease for Owner, or renews it, until TTL
@@ -167,6 +190,12 @@ type Store interface {
 	// Migrate brings the schema up to date. It is safe to call from several
 	// processes at once.
 	Migrate(ctx context.Context) error
+
+	// MigratePlan lists the migrations the schema lacks, in the order
+	// Migrate would apply them, each with what it does to this store's data
+	// (`ferry migrate --dry-run`); empty when the schema is up to date. It
+	// changes nothing.
+	MigratePlan(ctx context.Context) ([]MigrationStep, error)
 
 	// Ping checks that the database answers, for readiness checks.
 	Ping(ctx context.Context) error
@@ -547,4 +576,68 @@ func (s *SourceStats) Total() int {
 		n += c
 	}
 	return n
+}
+
+// MigrationSummary is what a migration file says it does: its leading "--"
+// comment lines, joined into one paragraph. MigratePlan's Summary starts
+// with it in both stores.
+func MigrationSummary(sql string) string {
+	var lines []string
+	for _, line := range strings.Split(sql, "\n") {
+		text, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
+		if !ok {
+			break
+		}
+		lines = append(lines, strings.TrimSpace(text))
+	}
+	return strings.Join(lines, " ")
+}
+
+// MigrationStep is one migration Migrate would apply.
+type MigrationStep struct {
+	Version int
+	Name    string
+	// Summary says what it does to this store's data, with counts where it
+	// moves rows.
+	Summary string
+}
+
+// ArchiveMaintainParams are Store.ArchiveMaintain's.
+type ArchiveMaintainParams struct {
+	// Owner names this instance for the maintenance lease. Required.
+	Owner string
+	// Retention is how long a done event is kept at least: a partition is
+	// dropped once its end is Retention old, so an event is kept between
+	// Retention and Retention plus one partition span. Required, positive:
+	// the longest retention of every source.
+	Retention time.Duration
+	// KeyRetention is how long a dedupe key is kept at least after the
+	// first delivery, and never while its event is stored: at least the
+	// longest replay window. Defaults to Retention.
+	KeyRetention time.Duration
+	// Ahead is how far ahead partitions exist. Defaults to 7 days.
+	Ahead time.Duration
+	// KeyBatch is how many keys one statement purges. Defaults to 10,000.
+	KeyBatch int
+}
+
+// ArchiveMaintainResult is what one Store.ArchiveMaintain run did.
+type ArchiveMaintainResult struct {
+	// Skipped is true when another instance holds the maintenance lease.
+	Skipped bool
+	// Created and Dropped count partitions.
+	Created, Dropped int
+	// Events counts the events dropped with their partitions; Keys the
+	// dedupe keys purged.
+	Events, Keys int
+}
+
+// ArchiveInfo describes the archive's ranged partitions. A store that keeps
+// done events in one table (sqlite.Store) reports none.
+type ArchiveInfo struct {
+	Partitions int
+	// Oldest is the start of the oldest partition; zero when there is none.
+	Oldest time.Time
+	// Now is the database clock the info was read at.
+	Now time.Time
 }

@@ -57,9 +57,10 @@ func configTOML(storeURL, forwardURL, worker string, forwardTimeout time.Duratio
 
 // child is one running `ferry serve`.
 type child struct {
-	cmd  *exec.Cmd
-	addr string // the listen address it logged
-	done chan struct{}
+	cmd   *exec.Cmd
+	addr  string // the listen address it logged
+	admin string // the admin listen address it logged, "" if off
+	done  chan struct{}
 }
 
 // startServe runs `ferry serve` with config text and role, and waits for its
@@ -69,6 +70,11 @@ func startServe(ctx context.Context, tmp, name, configText, role string) (*child
 	if err != nil {
 		return nil, fmt.Errorf("build ferry: %w", err)
 	}
+	return startServeBin(ctx, bin, tmp, name, configText, role)
+}
+
+// startServeBin is startServe of the binary bin.
+func startServeBin(ctx context.Context, bin, tmp, name, configText, role string) (*child, error) {
 	cfgPath := filepath.Join(tmp, name+".toml")
 	if err := os.WriteFile(cfgPath, []byte(configText), 0o600); err != nil {
 		return nil, err
@@ -82,7 +88,7 @@ func startServe(ctx context.Context, tmp, name, configText, role string) (*child
 		return nil, err
 	}
 	c := &child{cmd: cmd, done: make(chan struct{})}
-	addr := make(chan string, 1)
+	addr := make(chan [2]string, 1)
 	go func() {
 		defer close(c.done)
 		sc := bufio.NewScanner(stderr)
@@ -92,11 +98,12 @@ func startServe(ctx context.Context, tmp, name, configText, role string) (*child
 			var line struct {
 				Msg    string `json:"msg"`
 				Listen string `json:"listen"`
+				Admin  string `json:"admin"`
 				Level  string `json:"level"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "ferry: serving" {
 				select {
-				case addr <- line.Listen:
+				case addr <- [2]string{line.Listen, line.Admin}:
 				default:
 				}
 			}
@@ -114,7 +121,8 @@ func startServe(ctx context.Context, tmp, name, configText, role string) (*child
 		_ = cmd.Wait()
 	}()
 	select {
-	case c.addr = <-addr:
+	case a := <-addr:
+		c.addr, c.admin = a[0], a[1]
 		return c, nil
 	case <-c.done:
 		return nil, fmt.Errorf("ferry serve (%s) exited before serving", name)

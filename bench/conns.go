@@ -136,7 +136,7 @@ func connsFerry(ctx context.Context, o *options, workers int, arrivals time.Dura
 	}
 	deadline := time.Now().Add(o.connsHold + 30*time.Second)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ferry_event WHERE state = 'done'").Scan(&r.done); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ferry_event_done").Scan(&r.done); err != nil {
 			break
 		}
 		if r.done >= r.sent {
@@ -146,7 +146,7 @@ func connsFerry(ctx context.Context, o *options, workers int, arrivals time.Dura
 	}
 	peaks, serr := sampler.finish()
 	r.peakInUse, r.peakOpen, r.peakInFlight = peaks.inUse, peaks.open, <-inFlight
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM ferry_event WHERE attempt > 1").Scan(&r.retried); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM ferry_event WHERE attempt > 1) + (SELECT count(*) FROM ferry_event_done WHERE attempt > 1)").Scan(&r.retried); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "  conns ferry: peak %d in use, %d open, %d in flight; %d extended by heartbeats; %d of %d done, %d non-2xx\n",

@@ -26,26 +26,31 @@ import (
 
 // options are the command's flags; every benchmark reads them.
 type options struct {
-	url         string
-	only        []string
-	rounds      int
-	ingestDur   time.Duration
-	clients     int
-	poolSize    int
-	workEvents  int
-	workWindow  time.Duration
-	workSweep   []int
-	e2eBurst    time.Duration
-	e2ePaced    time.Duration
-	e2eRate     int
-	drainMax    time.Duration
-	connsHold   time.Duration
-	connsRate   int
-	connsSteady time.Duration
-	rssRate     int
-	rssDur      time.Duration
-	rssWorstDur time.Duration
-	tmp         string
+	url            string
+	only           []string
+	rounds         int
+	ingestDur      time.Duration
+	clients        int
+	poolSize       int
+	workEvents     int
+	workWindow     time.Duration
+	workSweep      []int
+	e2eBurst       time.Duration
+	e2ePaced       time.Duration
+	e2eRate        int
+	drainMax       time.Duration
+	connsHold      time.Duration
+	connsRate      int
+	connsSteady    time.Duration
+	rssRate        int
+	rssDur         time.Duration
+	rssWorstDur    time.Duration
+	scaleSizes     []int
+	scaleBacklog   int
+	scaleDur       time.Duration
+	scaleBefore    bool
+	scaleBeforeRev string
+	tmp            string
 }
 
 // result is what one benchmark adds to the table and the summary line.
@@ -68,6 +73,7 @@ var benchmarks = []benchmark{
 	{"conns", runConns},
 	{"reclaim", runReclaim},
 	{"rss", runRSS},
+	{"scale", runScale},
 }
 
 // lineKeys are the keys of the last line, in its order, each with the
@@ -97,7 +103,7 @@ func main() {
 
 func run() error {
 	o := &options{}
-	var only, sweep string
+	var only, sweep, sizes string
 	flag.StringVar(&o.url, "db", cmpEnv("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL `url`")
 	flag.StringVar(&only, "only", "", "run only these benchmarks (comma-separated): "+names())
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds per benchmark (pairs alternate A B, B A), median reported; below 3 only for smoke tests")
@@ -117,7 +123,19 @@ func run() error {
 	flag.IntVar(&o.rssRate, "rss-rate", 200, "deliveries a second of the rss steady run (a load the worker keeps up with)")
 	flag.DurationVar(&o.rssDur, "rss-dur", 20*time.Second, "length of the rss steady run")
 	flag.DurationVar(&o.rssWorstDur, "rss-worst-dur", 10*time.Second, "length of the rss worst case (1 MiB bodies on -clients connections)")
+	flag.StringVar(&sizes, "scale-sizes", "1000000,20000000", "done events stored at each step of scale (comma-separated, ascending); the first is the baseline of the *_x ratios")
+	flag.IntVar(&o.scaleBacklog, "scale-backlog", 100_000, "pending events standing during scale")
+	flag.DurationVar(&o.scaleDur, "scale-dur", 5*time.Second, "measured length of scale's receipt and claim runs")
+	flag.BoolVar(&o.scaleBefore, "scale-before", true, "also run scale on the layout before migration 003 (built from git)")
+	flag.StringVar(&o.scaleBeforeRev, "scale-before-rev", "", "git revision of that layout; defaults to the parent of the commit that added migration 003")
 	flag.Parse()
+	for _, f := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-scale-sizes %q: positive counts, comma-separated", sizes)
+		}
+		o.scaleSizes = append(o.scaleSizes, n)
+	}
 	if o.rounds < 1 {
 		return errors.New("-rounds: at least 1 (3 or more for figures worth recording)")
 	}
@@ -198,6 +216,9 @@ func run() error {
 		}
 	}
 	fmt.Println("bench: " + strings.Join(line, " "))
+	if v, ok := summary["scale"]; ok {
+		fmt.Println("scale: " + v)
+	}
 	if len(failed) > 0 {
 		return fmt.Errorf("failed: %s", strings.Join(failed, ", "))
 	}

@@ -86,7 +86,7 @@ func runReclaim(ctx context.Context, o *options) (*result, error) {
 	deadline := time.Now().Add(2 * ferry.DefaultLeaseTTL)
 	var state string
 	for time.Now().Before(deadline) {
-		if err := conn.QueryRow(ctx, "SELECT state FROM ferry_event WHERE event_id = 'evt_reclaim_1'").Scan(&state); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT state FROM ferry_event WHERE event_id = 'evt_reclaim_1' UNION ALL SELECT state FROM ferry_event_done WHERE event_id = 'evt_reclaim_1' LIMIT 1").Scan(&state); err != nil {
 			return nil, err
 		}
 		if state == string(ferry.StateDone) {

@@ -251,15 +251,17 @@ func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) 
 	if err := params.Validate(); err != nil {
 		return 0, wrap("event purge", err)
 	}
-	tag, err := s.pool.Exec(ctx, eventPurgeSQL, pgx.NamedArgs{
-		"now":          s.nowArg(),
-		"source":       params.Source,
-		"retention_us": micros(params.Retention),
-	})
+	var n int
+	err := s.pool.QueryRow(ctx, eventPurgeSQL, pgx.NamedArgs{
+		"now":              s.nowArg(),
+		"source":           params.Source,
+		"retention_us":     micros(params.Retention),
+		"replay_window_us": micros(params.ReplayWindow),
+	}).Scan(&n)
 	if err != nil {
 		return 0, wrap("event purge", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams) ([]*ferry.Attempt, error) {

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
 )
 
 type migration struct {
@@ -77,4 +79,42 @@ func loadMigrations() ([]migration, error) {
 	}
 	slices.SortFunc(all, func(a, b migration) int { return a.version - b.version })
 	return all, nil
+}
+
+// MigratePlan lists the migrations Migrate would apply, each summarised by
+// its file's leading comment and, for the archive migration, how many rows
+// it moves. It reads only.
+func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) {
+	all, err := loadMigrations()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: migrate plan: %w", err)
+	}
+	var applied []int32
+	var exists bool
+	if err := s.pool.QueryRow(ctx, migrationExistsSQL).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("postgres: migrate plan: %w", err)
+	}
+	if exists {
+		rows, _ := s.pool.Query(ctx, migrationAppliedSQL)
+		if applied, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
+			return nil, fmt.Errorf("postgres: migrate plan: %w", err)
+		}
+	}
+	var steps []ferry.MigrationStep
+	for _, m := range all {
+		if slices.Contains(applied, int32(m.version)) {
+			continue
+		}
+		step := ferry.MigrationStep{Version: m.version, Name: m.name, Summary: ferry.MigrationSummary(m.sql)}
+		if m.name == "archive" && exists {
+			var events, done, days int64
+			if err := s.pool.QueryRow(ctx, migratePlanArchiveSQL).Scan(&events, &done, &days); err != nil {
+				return nil, fmt.Errorf("postgres: migrate plan: %w", err)
+			}
+			step.Summary += fmt.Sprintf("\nOn this store: %d events get a dedupe key; %d done events move to %d daily partitions of ferry_event_done; %d stay in ferry_event.",
+				events, done, days, events-done)
+		}
+		steps = append(steps, step)
+	}
+	return steps, nil
 }

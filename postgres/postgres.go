@@ -28,6 +28,9 @@ type Config struct {
 	// timestamp, so tests can move time at will. Defaults to nil: PostgreSQL's
 	// now(), the one clock all instances share.
 	Now func() time.Time
+	// ArchiveSpan is the time range of one archive partition, in whole days;
+	// partitions created from now on use it. Defaults to 24 hours.
+	ArchiveSpan time.Duration
 
 	// MaxConns is the pool size Open uses when the URL does not set
 	// pool_max_conns: size it from the work the pool carries
@@ -38,12 +41,14 @@ type Config struct {
 
 // Store is a ferry.TxStore on a pgx pool. It is safe for concurrent use.
 type Store struct {
-	pool      *pgxpool.Pool
-	ownsPool  bool
-	now       func() time.Time
-	closed    context.Context // done once Close is called
-	close     context.CancelFunc
-	listeners sync.WaitGroup
+	pool     *pgxpool.Pool
+	ownsPool bool
+	now      func() time.Time
+	// archiveSpanDays is Config.ArchiveSpan in days, at least 1.
+	archiveSpanDays int
+	closed          context.Context // done once Close is called
+	close           context.CancelFunc
+	listeners       sync.WaitGroup
 }
 
 // New returns a Store on pool. The caller keeps ownership of the pool: Close
@@ -54,6 +59,7 @@ func New(pool *pgxpool.Pool, config *Config) *Store {
 		config = &Config{}
 	}
 	s.now = config.Now
+	s.archiveSpanDays = max(1, int(config.ArchiveSpan/(24*time.Hour)))
 	s.closed, s.close = context.WithCancel(context.Background())
 	return s
 }

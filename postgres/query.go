@@ -15,6 +15,24 @@ import (
 var migrations embed.FS
 
 var (
+	//go:embed query/archive_analyze.sql
+	archiveAnalyzeSQL string
+	//go:embed query/archive_create.sql
+	archiveCreateSQL string
+	//go:embed query/archive_default_purge.sql
+	archiveDefaultPurgeSQL string
+	//go:embed query/archive_drop.sql
+	archiveDropSQL string
+	//go:embed query/archive_info.sql
+	archiveInfoSQL string
+	//go:embed query/archive_keys_purge.sql
+	archiveKeysPurgeSQL string
+	//go:embed query/archive_lease.sql
+	archiveLeaseSQL string
+	//go:embed query/archive_plan.sql
+	archivePlanSQL string
+	//go:embed query/archive_release.sql
+	archiveReleaseSQL string
 	//go:embed query/action_list.sql
 	actionListSQL string
 	//go:embed query/attempt_list.sql
@@ -51,6 +69,8 @@ var (
 	eventReceiveLockSQL string
 	//go:embed query/event_receive_many.sql
 	eventReceiveManySQL string
+	//go:embed query/event_redeliver.sql
+	eventRedeliverSQL string
 	//go:embed query/event_release.sql
 	eventReleaseSQL string
 	//go:embed query/event_requeue.sql
@@ -61,8 +81,12 @@ var (
 	eventStatsSQL string
 	//go:embed query/migration_applied.sql
 	migrationAppliedSQL string
+	//go:embed query/migration_exists.sql
+	migrationExistsSQL string
 	//go:embed query/migration_lock.sql
 	migrationLockSQL string
+	//go:embed query/migrate_plan_archive.sql
+	migratePlanArchiveSQL string
 	//go:embed query/migration_record.sql
 	migrationRecordSQL string
 	//go:embed query/migration_table.sql

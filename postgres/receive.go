@@ -94,8 +94,10 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 // receiveAlone stores one receipt in a transaction of its own: one
 // statement, or the body's lock and the statement in one batch.
 func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
+	var missed redeliveries
+	defer s.redeliver(ctx, &missed, now) // after the commit, as a fresh snapshot must see the move
 	if r.replayWindowUS == 0 {
-		return s.receiveOne(ctx, s.pool, r, now)
+		return s.receiveOne(ctx, s.pool, r, now, &missed)
 	}
 	b := &pgx.Batch{}
 	b.Queue(eventReceiveLockSQL, pgx.NamedArgs{"keys": []int32{r.lockKey()}})
@@ -104,12 +106,13 @@ func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*fer
 	_, err := br.Exec()
 	var res *ferry.EventReceiveResult
 	if err == nil {
-		res, err = scanReceive(br.QueryRow())
+		res, err = scanReceive(br.QueryRow(), &missed)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
+		missed = redeliveries{}
 		return nil, err
 	}
 	return res, nil
@@ -127,12 +130,14 @@ func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	out := make([]*ferry.EventReceiveResult, len(reqs))
+	var missed redeliveries
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		missed = redeliveries{}
 		if _, err := tx.Exec(ctx, eventReceiveLockSQL, pgx.NamedArgs{"keys": keys}); err != nil {
 			return err
 		}
 		for i, r := range reqs {
-			res, err := s.receiveOne(ctx, tx, r, now)
+			res, err := s.receiveOne(ctx, tx, r, now, &missed)
 			if err != nil {
 				return err
 			}
@@ -143,6 +148,7 @@ func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any)
 	if err != nil {
 		return nil, err
 	}
+	s.redeliver(ctx, &missed, now)
 	return out, nil
 }
 
@@ -261,13 +267,15 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 	// One row per key, in the order of firsts. Outcomes are only handed out
 	// once the rows are closed without error: the statement has committed.
 	type keyResult struct {
-		id       int64
-		inserted bool
-		stored   []byte
+		id           int64
+		inserted     bool
+		stored       []byte
+		n, differing int32
+		touched      bool
 	}
 	keys := make([]keyResult, 0, len(firsts))
 	var k keyResult
-	_, err := pgx.ForEachRow(rows, []any{&k.id, &k.inserted, &k.stored}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&k.id, &k.inserted, &k.stored, &k.n, &k.differing, &k.touched}, func() error {
 		keys = append(keys, k)
 		return nil
 	})
@@ -277,6 +285,13 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 	if len(keys) != len(firsts) {
 		return nil, fmt.Errorf("%d rows for %d keys", len(keys), len(firsts))
 	}
+	var missed redeliveries
+	for _, kr := range keys {
+		if !kr.touched {
+			missed.add(kr.id, kr.n, kr.differing)
+		}
+	}
+	s.redeliver(ctx, &missed, now)
 	out := make([]*ferry.EventReceiveResult, len(reqs))
 
 	key := -1
@@ -308,8 +323,10 @@ type rowQuerier interface {
 
 // receiveOne runs one receipt's statement on q: the pool (its own implicit
 // transaction) or a transaction.
-func (s *Store) receiveOne(ctx context.Context, q rowQuerier, r *receiveArgs, now any) (*ferry.EventReceiveResult, error) {
-	return scanReceive(q.QueryRow(ctx, eventReceiveSQL, r.namedArgs(now)))
+// A delivery whose event the statement did not find is added to missed, to
+// be counted once the transaction has committed.
+func (s *Store) receiveOne(ctx context.Context, q rowQuerier, r *receiveArgs, now any, missed *redeliveries) (*ferry.EventReceiveResult, error) {
+	return scanReceive(q.QueryRow(ctx, eventReceiveSQL, r.namedArgs(now)), missed)
 }
 
 func (r *receiveArgs) namedArgs(now any) pgx.NamedArgs {
@@ -330,19 +347,21 @@ func (r *receiveArgs) namedArgs(now any) pgx.NamedArgs {
 }
 
 // scanReceive reads event_receive.sql's row.
-func scanReceive(row pgx.Row) (*ferry.EventReceiveResult, error) {
+func scanReceive(row pgx.Row, missed *redeliveries) (*ferry.EventReceiveResult, error) {
 	var (
-		result                        ferry.EventReceiveResult
-		inserted, conflicting, replay bool
+		result                                 ferry.EventReceiveResult
+		inserted, conflicting, replay, touched bool
 	)
-	err := row.Scan(&result.ID, &inserted, &conflicting, &replay)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Only a replay of an event deleted under the statement's feet
-		// (a purge past the replay window) leaves no row.
-		return nil, errors.New("the replayed event was deleted meanwhile")
-	}
+	err := row.Scan(&result.ID, &inserted, &conflicting, &replay, &touched)
 	if err != nil {
 		return nil, err
+	}
+	if !touched && missed != nil {
+		if replay {
+			missed.addReplay(result.ID)
+		} else {
+			missed.add(result.ID, 1, int32(btoi(conflicting)))
+		}
 	}
 	switch {
 	case replay:
@@ -355,4 +374,58 @@ func scanReceive(row pgx.Row) (*ferry.EventReceiveResult, error) {
 		result.Outcome = ferry.ReceiveDuplicate
 	}
 	return &result, nil
+}
+
+// redeliveries are deliveries of known keys (and suspected replays) whose
+// events a receipt's statement did not find: the event moved between ferry_event and the
+// archive while the receipt ran.
+type redeliveries struct {
+	id64                  []int64
+	n, conflicts, replays []int32
+}
+
+func (r *redeliveries) add(id int64, n, conflicts int32) { r.addAll(id, n, conflicts, 0) }
+
+// addReplay counts a suspected replay of the event.
+func (r *redeliveries) addReplay(id int64) { r.addAll(id, 0, 0, 1) }
+
+func (r *redeliveries) addAll(id int64, n, conflicts, replays int32) {
+	r.id64 = append(r.id64, id)
+	r.n = append(r.n, n)
+	r.conflicts = append(r.conflicts, conflicts)
+	r.replays = append(r.replays, replays)
+}
+
+// redeliver counts the missed deliveries on their events with a fresh
+// snapshot, a few times while events keep moving. The receipts themselves
+// have committed (keys, conflicts): only the delivery counters are at
+// stake, so an error here is not the receipt's. An event purged meanwhile
+// is simply not found.
+func (s *Store) redeliver(ctx context.Context, r *redeliveries, now any) {
+	for range 3 {
+		if len(r.id64) == 0 {
+			return
+		}
+		rows, _ := s.pool.Query(ctx, eventRedeliverSQL, pgx.NamedArgs{
+			"now": now, "id": r.id64, "n": r.n, "conflicts": r.conflicts, "replays": r.replays,
+		})
+		found, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return
+		}
+		var rest redeliveries
+		for i, id := range r.id64 {
+			if !slices.Contains(found, id) {
+				rest.addAll(id, r.n[i], r.conflicts[i], r.replays[i])
+			}
+		}
+		*r = rest
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

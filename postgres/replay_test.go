@@ -51,7 +51,7 @@ func TestReceiveReplayWaitsForTheOriginal(t *testing.T) {
 			if _, err := tx.Exec(ctx, eventReceiveLockSQL, pgx.NamedArgs{"keys": []int32{args.lockKey()}}); err != nil {
 				t.Fatal(err)
 			}
-			first, err := s.receiveOne(ctx, tx, args, nil)
+			first, err := s.receiveOne(ctx, tx, args, nil, nil)
 			if err != nil || first.Outcome != ferry.ReceiveNew {
 				t.Fatalf("original = %+v, %v", first, err)
 			}

@@ -35,9 +35,11 @@ type StatsCollector struct {
 	opts StatsOptions
 
 	events, oldestPending, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, replays, up *prom.Desc
+	partitions, oldestPartition                                                                          *prom.Desc
 
 	mu      sync.Mutex
 	stats   *ferry.EventStats
+	archive *ferry.ArchiveInfo
 	err     error
 	readAt  time.Time
 	hasRead bool
@@ -68,12 +70,14 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		oldestAtRisk:     desc("oldest_at_risk_age_seconds", "Age of the oldest at-risk event; 0 when none.", "source"),
 		replays:          desc("replays_suspected", "Deliveries of a stored event's body under another event id, kept and not processed (suspected replays).", "source"),
 		up:               desc("stats_up", "1 if the last read of the store's stats succeeded, 0 if not."),
+		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive; 0 on a store without partitions (SQLite)."),
+		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),
 	}
 }
 
 // Describe sends every descriptor.
 func (c *StatsCollector) Describe(ch chan<- *prom.Desc) {
-	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up} {
+	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.partitions, c.oldestPartition} {
 		ch <- d
 	}
 }
@@ -113,6 +117,14 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 	for _, s := range stats.Sources {
 		emit(s)
 	}
+	if a := c.archive; a != nil {
+		gauge(c.partitions, float64(a.Partitions))
+		oldest := 0.0
+		if !a.Oldest.IsZero() {
+			oldest = max(0, a.Now.Sub(a.Oldest).Seconds())
+		}
+		gauge(c.oldestPartition, oldest)
+	}
 	for _, name := range c.opts.Sources {
 		if !seen[name] {
 			emit(&ferry.SourceStats{Source: name})
@@ -133,6 +145,9 @@ func (c *StatsCollector) read() (*ferry.EventStats, error) {
 	params := c.opts.Params
 	params.AtRiskLimit = 0
 	c.stats, c.err = c.opts.Store.EventStats(ctx, &params)
+	if c.err == nil {
+		c.archive, c.err = c.opts.Store.ArchiveInfo(ctx)
+	}
 	c.readAt, c.hasRead = c.opts.Now(), true
 	return c.stats, c.err
 }

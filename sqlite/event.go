@@ -432,25 +432,47 @@ func (s *Store) EventRetryNow(ctx context.Context, params *ferry.EventRetryNowPa
 	return n > 0, nil
 }
 
-// EventPurge deletes done events of Source completed at least Retention ago;
-// their ledger and conflicts go with them (ON DELETE CASCADE).
+// PurgeBatch is how many events one purge transaction deletes at most.
+// Each batch holds SQLite's write lock only briefly (milliseconds), so
+// receipts queue behind one batch at most, never behind the whole purge.
+const PurgeBatch = 500
+
+// EventPurge deletes done events of Source completed at least Retention
+// ago, in transactions of at most PurgeBatch events each; their ledger and
+// conflicts go with them (ON DELETE CASCADE). The cutoff is fixed at the
+// start, so a purge ends even while events keep completing.
 func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) (int, error) {
 	if err := params.Validate(); err != nil {
 		return 0, wrap("event purge", err)
 	}
-	var n int64
-	err := s.writeTx(ctx, "event purge", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, eventPurgeSQL,
-			sql.Named("now", s.nowMicros()),
-			sql.Named("source", params.Source),
-			sql.Named("retention_us", params.Retention.Microseconds()))
-		if err != nil {
+	return s.purgeDone(ctx, "event purge", params.Source, s.nowMicros(), params.Retention, 0)
+}
+
+// purgeDone deletes source's done events completed at least retention
+// before now and first delivered at least keyRetention before it, PurgeBatch
+// at a time, each batch its own transaction.
+func (s *Store) purgeDone(ctx context.Context, op, source string, now int64, retention, keyRetention time.Duration) (int, error) {
+	total := 0
+	for {
+		var n int64
+		err := s.writeTx(ctx, op, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, eventPurgeSQL,
+				sql.Named("now", now),
+				sql.Named("source", source),
+				sql.Named("retention_us", retention.Microseconds()),
+				sql.Named("key_retention_us", keyRetention.Microseconds()),
+				sql.Named("batch", PurgeBatch))
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
 			return err
+		})
+		total += int(n)
+		if err != nil || n < PurgeBatch {
+			return total, err
 		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return int(n), err
+	}
 }
 
 // AttemptList returns the ledger of one event, oldest attempt first.

@@ -91,6 +91,8 @@ var (
 	replayListSQL string
 	//go:embed query/migration_applied.sql
 	migrationAppliedSQL string
+	//go:embed query/migration_exists.sql
+	migrationExistsSQL string
 	//go:embed query/migration_record.sql
 	migrationRecordSQL string
 	//go:embed query/migration_table.sql
@@ -99,6 +101,8 @@ var (
 	checkpointGetSQL string
 	//go:embed query/checkpoint_put.sql
 	checkpointPutSQL string
+	//go:embed query/archive_sources.sql
+	archiveSourcesSQL string
 	//go:embed query/lease_acquire.sql
 	leaseAcquireSQL string
 	//go:embed query/lease_release.sql

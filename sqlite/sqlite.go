@@ -261,6 +261,54 @@ func (s *Store) Migrate(ctx context.Context) error {
 	})
 }
 
+// MigratePlan lists the migrations Migrate would apply, each summarised by
+// its file's leading comment. It reads only.
+func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) {
+	names, err := migrationNames()
+	if err != nil {
+		return nil, wrap("migrate plan", err)
+	}
+	applied := map[int]bool{}
+	var exists int
+	if err := s.readDB.QueryRowContext(ctx, migrationExistsSQL).Scan(&exists); err != nil {
+		return nil, wrap("migrate plan", err)
+	}
+	if exists > 0 {
+		rows, err := s.readDB.QueryContext(ctx, migrationAppliedSQL)
+		if err != nil {
+			return nil, wrap("migrate plan", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var v int
+			if err := rows.Scan(&v); err != nil {
+				return nil, wrap("migrate plan", err)
+			}
+			applied[v] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, wrap("migrate plan", err)
+		}
+	}
+	var steps []ferry.MigrationStep
+	for _, name := range names {
+		version, err := migrationVersion(name)
+		if err != nil {
+			return nil, wrap("migrate plan", err)
+		}
+		if applied[version] {
+			continue
+		}
+		body, err := migrationFS.ReadFile("migration/" + name)
+		if err != nil {
+			return nil, wrap("migrate plan", err)
+		}
+		_, base, _ := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
+		steps = append(steps, ferry.MigrationStep{Version: version, Name: base, Summary: ferry.MigrationSummary(string(body))})
+	}
+	return steps, nil
+}
+
 // migrationNames lists the embedded migrations in version order.
 func migrationNames() ([]string, error) {
 	entries, err := migrationFS.ReadDir("migration")

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"sync"
 	"testing"
 
@@ -42,5 +43,33 @@ func testMigrate[TX any](t *testing.T, setup, unmigrated func(*testing.T) *bundl
 			t.Fatalf("Migrate again: %v", err)
 		}
 		wantState(t, b, id, ferry.StatePending)
+	})
+
+	t.Run("Plan", func(t *testing.T) {
+		t.Parallel()
+		b := unmigrated(t)
+		plan, err := b.store.MigratePlan(b.ctx)
+		if err != nil {
+			t.Fatalf("MigratePlan on an empty store: %v", err)
+		}
+		if len(plan) == 0 {
+			t.Fatal("MigratePlan on an empty store: no steps")
+		}
+		for i, step := range plan {
+			if step.Name == "" || step.Summary == "" || (i > 0 && step.Version <= plan[i-1].Version) {
+				t.Fatalf("MigratePlan step %d = %+v: want a name, a summary and rising versions (all: %+v)", i, step, plan)
+			}
+		}
+		// Planning changes nothing: the same plan again.
+		again, err := b.store.MigratePlan(b.ctx)
+		if err != nil || !slices.Equal(again, plan) {
+			t.Fatalf("MigratePlan again = %+v, %v; want %+v", again, err, plan)
+		}
+		if err := b.store.Migrate(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if plan, err := b.store.MigratePlan(b.ctx); err != nil || len(plan) != 0 {
+			t.Fatalf("MigratePlan after Migrate = %+v, %v; want nothing", plan, err)
+		}
 	})
 }

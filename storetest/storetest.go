@@ -11,7 +11,6 @@ package storetest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -86,6 +85,8 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Requeue", testRequeue[TX]},
 		{"List", testList[TX]},
 		{"Purge", testPurge[TX]},
+		{"Archive", testArchive[TX]},
+		{"History", testHistory[TX]},
 		{"Subscribe", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testSubscribe(t, setup, h.Close) }},
 		{"Migrate", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testMigrate(t, setup, unmigrated) }},
 		{"InvalidParams", testInvalidParams[TX]},
@@ -207,17 +208,5 @@ func wantLeaseLost(t *testing.T, op string, err error) {
 }
 
 func requeueAndComplete[TX any](b *bundle[TX], id int64) error {
-	if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op"}); err != nil {
-		return err
-	}
-	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 10, TTL: ttl, Sources: []string{"stripe"}})
-	if err != nil {
-		return err
-	}
-	for _, c := range claims {
-		if c.Event.ID == id {
-			return b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()})
-		}
-	}
-	return fmt.Errorf("requeued event %d not claimed", id)
+	return requeueAndCompleteSource(b, id, "stripe")
 }

@@ -6,10 +6,13 @@ import (
 )
 
 func runMigrate(ctx context.Context, args []string) error {
-	fs := newFlags("migrate", "[--config FILE]",
+	fs := newFlags("migrate", "[--config FILE] [--dry-run]",
 		`Brings the store's schema up to date. Safe to run from several processes at
-once; serve also migrates at start unless store.migrate = false or --no-migrate.`)
+once; serve also migrates at start unless store.migrate = false or --no-migrate.
+A migration that moves data (003 archive) is meant to run while every older
+instance is stopped; --dry-run first says what each pending migration will do.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
+	dryRun := fs.Bool("dry-run", false, "list the pending migrations and what they will do; change nothing")
 	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
@@ -22,6 +25,21 @@ once; serve also migrates at start unless store.migrate = false or --no-migrate.
 		return err
 	}
 	defer closeStore()
+	if *dryRun {
+		steps, err := st.MigratePlan(ctx)
+		if err != nil {
+			return err
+		}
+		if len(steps) == 0 {
+			fmt.Println("ferry: schema up to date; nothing to do")
+			return nil
+		}
+		for _, step := range steps {
+			fmt.Printf("%03d_%s: %s\n", step.Version, step.Name, step.Summary)
+		}
+		fmt.Printf("ferry: %d migration(s) pending; run without --dry-run to apply\n", len(steps))
+		return nil
+	}
 	if err := st.Migrate(ctx); err != nil {
 		return err
 	}

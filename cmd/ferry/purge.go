@@ -16,10 +16,19 @@ const purgeInterval = time.Hour
 // purger enforces each source's retention: done events completed longer ago
 // than retention are deleted, never sooner than the replay window (the store
 // refuses that). Without it the inbox grows for ever.
+//
+// It first runs the store's ArchiveMaintain for the longest retention of
+// every source, under the store's lease (one instance at a time): on
+// PostgreSQL partitions are created ahead and dropped whole, keys are purged
+// past the longest replay window; on SQLite done events past it are deleted
+// in short batches. Only sources whose retention is shorter than the
+// longest are then purged one by one (EventPurge).
 type purger struct {
 	store   ferry.Store
 	sources []config.Source
 	log     *slog.Logger
+	// owner names this instance for the archive maintenance lease.
+	owner string
 }
 
 // run purges at once and then every interval until ctx is done.
@@ -28,7 +37,29 @@ func (p *purger) run(ctx context.Context, interval time.Duration) {
 }
 
 func (p *purger) purgeAll(ctx context.Context) {
+	var longest, keys time.Duration
 	for _, s := range p.sources {
+		longest = max(longest, s.Retention.Duration)
+		keys = max(keys, s.Retention.Duration, s.ReplayWindow.Duration)
+	}
+	if longest > 0 {
+		res, err := p.store.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: p.owner, Retention: longest, KeyRetention: keys})
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			p.log.Warn("ferry: archive maintenance failed; will try again", "err", err)
+		case res.Created > 0 || res.Dropped > 0 || res.Events > 0 || res.Keys > 0:
+			p.log.Info("ferry: archive maintained", "partitions_created", res.Created, "partitions_dropped", res.Dropped,
+				"events_dropped", res.Events, "keys_purged", res.Keys, "retention", longest.String())
+		}
+	}
+	for _, s := range p.sources {
+		if s.Retention.Duration >= longest {
+			// ArchiveMaintain enforced it (on PostgreSQL the default
+			// partition's strays too).
+			continue
+		}
 		n, err := p.store.EventPurge(ctx, &ferry.EventPurgeParams{
 			Source: s.Name, Retention: s.Retention.Duration, ReplayWindow: s.ReplayWindow.Duration,
 		})

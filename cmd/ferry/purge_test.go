@@ -40,7 +40,7 @@ func TestPurgerKeepsRetention(t *testing.T) {
 	clock.Advance(50 * time.Hour) // old: 150 h since done, young: 50 h
 
 	src := config.Source{Name: "stripe", ReplayWindow: config.Duration{Duration: 72 * time.Hour}, Retention: config.Duration{Duration: 144 * time.Hour}}
-	p := &purger{store: st, sources: []config.Source{src}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &purger{store: st, sources: []config.Source{src}, owner: "test", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	p.purgeAll(ctx)
 
 	if _, err := st.EventGet(ctx, &ferry.EventGetParams{ID: old}); !errors.Is(err, ferry.ErrNotFound) {

@@ -110,7 +110,7 @@ SIGTERM stops it gracefully (exit 0).`)
 		if err := client.Start(ctx); err != nil {
 			return err
 		}
-		go (&purger{store: st, sources: cfg.Sources, log: log}).run(ctx, purgeInterval)
+		go (&purger{store: st, sources: cfg.Sources, log: log, owner: client.ID()}).run(ctx, purgeInterval)
 	}
 	if err := startCatchup(ctx, cfg, st, log, op.catchup, instanceName()); err != nil {
 		return err

@@ -1,24 +1,43 @@
--- Marks a leased event done and closes its ledger row, only while the lease
--- is held: no row back means the lease was lost and nothing changed. The
--- ledger row keeps what the downstream answered (0 and '' are none).
+-- Marks a leased event done, only while the lease is held: the event moves
+-- from ferry_event to the archive (ferry_event_done) with its id, its ledger
+-- row is closed and its day's done counter goes up. No row back means the
+-- lease was lost and nothing changed.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 completed AS (
-    UPDATE ferry_event
-    SET state = 'done', completed_at = (SELECT now FROM clock),
-        lease_owner = NULL, lease_expires_at = NULL
+    DELETE FROM ferry_event
     WHERE id = @id::bigint
       AND attempt = @attempt::int
       AND state = 'in_progress'
       AND lease_expires_at > (SELECT now FROM clock)
-    RETURNING id, attempt
+    RETURNING *
+),
+archived AS (
+    INSERT INTO ferry_event_done (id, source, event_id, type, payload, headers, payload_sha256, state,
+                                  attempt, attempt_base, lease_owner, lease_expires_at, next_attempt_at,
+                                  first_delivered_at, last_delivered_at, deliveries, conflicts, claimed_at,
+                                  completed_at, last_error, requeued_at, origin, traceparent, tracestate, replays)
+    SELECT id, source, event_id, type, payload, headers, payload_sha256, 'done',
+           attempt, attempt_base, NULL, NULL, next_attempt_at,
+           first_delivered_at, last_delivered_at, deliveries, conflicts, claimed_at,
+           (SELECT now FROM clock), last_error, requeued_at, origin, traceparent, tracestate, replays
+    FROM completed
+    RETURNING id, attempt, source, completed_at
+),
+counted AS (
+    INSERT INTO ferry_done_count AS c (source, day, shard, n)
+    SELECT source, (completed_at AT TIME ZONE 'UTC')::date, pg_backend_pid() % 16, count(*)
+    FROM archived
+    GROUP BY 1, 2
+    ORDER BY 1, 2
+    ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
 ),
 ledger AS (
     UPDATE ferry_attempt a
     SET outcome = 'done', finished_at = (SELECT now FROM clock),
         http_status = nullif(@http_status::int, 0), response = nullif(@response::text, '')
-    FROM completed
-    WHERE a.event_id = completed.id AND a.attempt = completed.attempt
+    FROM archived
+    WHERE a.event_id = archived.id AND a.attempt = archived.attempt
 )
-SELECT id FROM completed;
+SELECT id FROM archived;

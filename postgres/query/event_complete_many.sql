@@ -1,10 +1,11 @@
--- Marks every leased event whose lease still holds done and closes its ledger
--- row, in one statement, and returns the leases that did not hold (each once,
--- in the order first named): nothing changes for those. The fence is
--- EventComplete's, per lease. Rows are locked in id order first, so that two
--- batches sharing events wait on each other instead of deadlocking. Each
--- ledger row keeps what its downstream answered (the first naming's; 0 and
--- '' are none).
+-- Marks every leased event whose lease still holds done, in one statement:
+-- each moves to the archive (ferry_event_done) with its id, its ledger row is
+-- closed and the done counters go up. Returns the leases that did not hold
+-- (each once, in the order first named): nothing changes for those. The
+-- fence is EventComplete's, per lease. Rows are locked in id order first, so
+-- that two batches sharing events wait on each other instead of deadlocking.
+-- Each ledger row keeps what its downstream answered (the first naming's; 0
+-- and '' are none).
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -26,22 +27,43 @@ held AS (
     FOR UPDATE OF e
 ),
 completed AS (
-    UPDATE ferry_event e
-    SET state = 'done', completed_at = (SELECT now FROM clock),
-        lease_owner = NULL, lease_expires_at = NULL
-    FROM held
+    DELETE FROM ferry_event e
+    USING held
     WHERE e.id = held.id
-    RETURNING e.id, e.attempt
+      AND e.attempt = held.attempt
+      AND e.state = 'in_progress'
+      AND e.lease_expires_at > (SELECT now FROM clock)
+    RETURNING e.*
+),
+archived AS (
+    INSERT INTO ferry_event_done (id, source, event_id, type, payload, headers, payload_sha256, state,
+                                  attempt, attempt_base, lease_owner, lease_expires_at, next_attempt_at,
+                                  first_delivered_at, last_delivered_at, deliveries, conflicts, claimed_at,
+                                  completed_at, last_error, requeued_at, origin, traceparent, tracestate, replays)
+    SELECT id, source, event_id, type, payload, headers, payload_sha256, 'done',
+           attempt, attempt_base, NULL, NULL, next_attempt_at,
+           first_delivered_at, last_delivered_at, deliveries, conflicts, claimed_at,
+           (SELECT now FROM clock), last_error, requeued_at, origin, traceparent, tracestate, replays
+    FROM completed
+    RETURNING id, attempt, source, completed_at
+),
+counted AS (
+    INSERT INTO ferry_done_count AS c (source, day, shard, n)
+    SELECT source, (completed_at AT TIME ZONE 'UTC')::date, pg_backend_pid() % 16, count(*)
+    FROM archived
+    GROUP BY 1, 2
+    ORDER BY 1, 2
+    ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
 ),
 ledger AS (
     UPDATE ferry_attempt a
     SET outcome = 'done', finished_at = (SELECT now FROM clock),
         http_status = nullif(l.http_status, 0), response = nullif(l.response, '')
-    FROM completed
-    JOIN leases l ON l.id = completed.id AND l.attempt = completed.attempt
-    WHERE a.event_id = completed.id AND a.attempt = completed.attempt
+    FROM archived
+    JOIN leases l ON l.id = archived.id AND l.attempt = archived.attempt
+    WHERE a.event_id = archived.id AND a.attempt = archived.attempt
 )
 SELECT l.id, l.attempt
 FROM leases l
-WHERE NOT EXISTS (SELECT 1 FROM completed c WHERE c.id = l.id AND c.attempt = l.attempt)
+WHERE NOT EXISTS (SELECT 1 FROM archived c WHERE c.id = l.id AND c.attempt = l.attempt)
 ORDER BY l.first;

@@ -1,68 +1,92 @@
--- Stores one delivery in one statement: a new key is inserted pending and due
--- now, and announced with NOTIFY; a known key only counts the delivery, and a
--- delivery whose payload hash differs is kept as a conflict. ON CONFLICT makes
--- concurrent deliveries of one key queue on its row instead of failing.
+-- Stores one delivery in one statement. The key table decides: a new key gets
+-- the next event id and a pending event due now, announced with NOTIFY; a
+-- known key counts the delivery on its event, in ferry_event or in the
+-- archive, and a delivery whose payload hash differs from the first is kept
+-- as a conflict. ON CONFLICT makes concurrent deliveries of one key queue on
+-- its key row instead of failing. touched is false when the known key's
+-- event was not found by this statement's snapshot (it moved between the
+-- tables meanwhile, or was purged): the caller counts the delivery again
+-- with event_redeliver.sql once this has committed.
 --
--- With @replay_window_us > 0, a new key whose payload hash matches an event of
+-- With @replay_window_us > 0, a new key whose payload hash matches a key of
 -- the source first delivered within the window is a replay: nothing is
--- inserted, the oldest such event counts it and keeps it in ferry_replay. The
--- caller holds the body's advisory lock (event_receive_lock.sql), so the
--- lookup sees every committed delivery of this body.
+-- inserted, and the oldest such event keeps it in ferry_replay. Its replays
+-- counter is raised after the commit by event_redeliver.sql (touched is
+-- false): the receipt's transaction, which may hold several bodies' receipts,
+-- then never holds an event row that a completion also locks. The caller holds the body's advisory lock
+-- (event_receive_lock.sql), so the lookup sees every committed delivery of
+-- this body.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 original AS (
-    SELECT e.id
-    FROM ferry_event e, clock
+    SELECT o.id
+    FROM ferry_event_key o, clock
     WHERE @replay_window_us::bigint > 0
-      AND e.source = @source::text
-      AND e.payload_sha256 = @payload_sha256::bytea
-      AND e.first_delivered_at >= clock.now - @replay_window_us::bigint * interval '1 microsecond'
+      AND o.source = @source::text
+      AND o.payload_sha256 = @payload_sha256::bytea
+      AND o.received_at >= clock.now - @replay_window_us::bigint * interval '1 microsecond'
       AND NOT EXISTS (
-          SELECT FROM ferry_event k WHERE k.source = @source::text AND k.event_id = @event_id::text
+          SELECT FROM ferry_event_key x WHERE x.source = @source::text AND x.event_id = @event_id::text
       )
-    ORDER BY e.id
+    ORDER BY o.id
     LIMIT 1
 ),
-received AS (
-    INSERT INTO ferry_event AS e (source, event_id, type, payload, headers, payload_sha256,
-                                  next_attempt_at, first_delivered_at, last_delivered_at, origin,
-                                  traceparent, tracestate)
-    SELECT @source::text, @event_id::text, @type::text, @payload::bytea, @headers::jsonb,
-           @payload_sha256::bytea, now, now, now, @origin::text,
-           nullif(@traceparent::text, ''), nullif(@tracestate::text, '')
+k AS (
+    INSERT INTO ferry_event_key AS k (source, event_id, id, payload_sha256, received_at)
+    SELECT @source::text, @event_id::text, nextval(pg_get_serial_sequence('ferry_event', 'id')),
+           @payload_sha256::bytea, now
     FROM clock
     WHERE NOT EXISTS (SELECT FROM original)
-    ON CONFLICT (source, event_id) DO UPDATE SET
-        deliveries        = e.deliveries + 1,
-        last_delivered_at = excluded.last_delivered_at,
-        conflicts         = e.conflicts + (e.payload_sha256 <> excluded.payload_sha256)::int
-    -- An update always raises deliveries above 1, so 1 means this statement
-    -- inserted the row.
-    RETURNING e.id, e.deliveries = 1 AS inserted, e.payload_sha256 <> @payload_sha256::bytea AS conflicting
+    ON CONFLICT (source, event_id) DO UPDATE SET id = k.id
+    -- xmax is 0 on a row this statement inserted.
+    RETURNING k.id, k.xmax = 0 AS inserted, k.payload_sha256 <> @payload_sha256::bytea AS conflicting
+),
+received AS (
+    INSERT INTO ferry_event (id, source, event_id, type, payload, headers, payload_sha256,
+                             next_attempt_at, first_delivered_at, last_delivered_at, origin,
+                             traceparent, tracestate)
+    SELECT k.id, @source::text, @event_id::text, @type::text, @payload::bytea, @headers::jsonb,
+           @payload_sha256::bytea, now, now, now, @origin::text,
+           nullif(@traceparent::text, ''), nullif(@tracestate::text, '')
+    FROM k, clock
+    WHERE k.inserted
+    RETURNING id
+),
+hot AS (
+    UPDATE ferry_event e
+    SET deliveries = e.deliveries + 1, last_delivered_at = (SELECT now FROM clock),
+        conflicts = e.conflicts + k.conflicting::int
+    FROM k
+    WHERE NOT k.inserted AND e.id = k.id
+    RETURNING e.id
+),
+archived AS (
+    UPDATE ferry_event_done e
+    SET deliveries = e.deliveries + 1, last_delivered_at = (SELECT now FROM clock),
+        conflicts = e.conflicts + k.conflicting::int
+    FROM k
+    WHERE NOT k.inserted AND e.id = k.id
+    RETURNING e.id
 ),
 conflict AS (
     INSERT INTO ferry_conflict (event_id, received_at, payload_sha256, payload, headers)
     SELECT id, (SELECT now FROM clock), @payload_sha256::bytea, @payload::bytea, @headers::jsonb
-    FROM received
+    FROM k
     WHERE conflicting
-),
-replayed AS (
-    UPDATE ferry_event SET replays = replays + 1
-    WHERE id = (SELECT id FROM original)
-    RETURNING id
 ),
 replay AS (
     INSERT INTO ferry_replay (event_id, received_at, claimed_event_id, claimed_type, headers)
     SELECT id, (SELECT now FROM clock), @event_id::text, @type::text, @headers::jsonb
-    FROM replayed
+    FROM original
 ),
 notified AS (
-    SELECT pg_notify(ferry_receipt_channel(), '') FROM received WHERE inserted
+    SELECT pg_notify(ferry_receipt_channel(), '') FROM received
 )
 -- One row: the stored event, or the replayed one. Joining notified makes
 -- PostgreSQL evaluate it.
-SELECT received.id, received.inserted, received.conflicting, false AS replay
-FROM received LEFT JOIN notified ON true
+SELECT k.id, k.inserted, k.conflicting, false AS replay,
+       k.inserted OR EXISTS (SELECT FROM hot) OR EXISTS (SELECT FROM archived) AS touched
+FROM k LEFT JOIN notified ON true
 UNION ALL
-SELECT id, false, false, true FROM replayed;
+SELECT id, false, false, true, false FROM original;

@@ -3,15 +3,18 @@
 -- delivery. The arrays hold one element per delivery, sorted by key (one lock
 -- order for every batch, so two batches sharing keys never deadlock), in
 -- arrival order within a key. @is_first marks each key's first delivery: only
--- it is inserted (ON CONFLICT DO UPDATE may touch a row once per statement),
--- carrying @n, the key's delivery count in the batch, and @first_conflicts,
--- how many of the key's later deliveries differ from it.
+-- it goes into the key table (ON CONFLICT DO UPDATE may touch a row once per
+-- statement), carrying @n, the key's delivery count in the batch, and
+-- @first_conflicts, how many of the key's later deliveries differ from it.
 --
 -- The outcome is that of running the deliveries one after the other: a new
--- key is inserted pending and due now, with every delivery counted and every
--- later delivery whose payload hash differs from the first kept as a
--- conflict; a known key counts the deliveries, and each whose hash differs
--- from the stored one is a conflict. One NOTIFY when any key is new.
+-- key gets the next event id and a pending event due now, with every
+-- delivery counted and every later delivery whose payload hash differs from
+-- the first kept as a conflict; a known key counts the deliveries on its
+-- event (in ferry_event or the archive), and each whose hash differs from
+-- the stored one is a conflict. One NOTIFY when any key is new. touched is
+-- false for a known key whose event this snapshot did not find (it moved
+-- meanwhile): the caller counts those with event_redeliver.sql.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -23,50 +26,72 @@ delivery AS (
          WITH ORDINALITY AS d (source, event_id, type, payload, headers, payload_sha256,
                                is_first, n, first_conflicts, origin, traceparent, tracestate, ord)
 ),
-received AS (
-    INSERT INTO ferry_event AS e (source, event_id, type, payload, headers, payload_sha256,
-                                  deliveries, conflicts,
-                                  next_attempt_at, first_delivered_at, last_delivered_at, origin,
-                                  traceparent, tracestate)
-    SELECT d.source, d.event_id, d.type, d.payload, d.headers, d.payload_sha256,
-           d.n, d.first_conflicts, clock.now, clock.now, clock.now, d.origin,
-           nullif(d.traceparent, ''), nullif(d.tracestate, '')
+k AS (
+    INSERT INTO ferry_event_key AS k (source, event_id, id, payload_sha256, received_at)
+    SELECT d.source, d.event_id, nextval(pg_get_serial_sequence('ferry_event', 'id')),
+           d.payload_sha256, clock.now
     FROM delivery d, clock
     WHERE d.is_first
     ORDER BY d.ord
-    ON CONFLICT (source, event_id) DO UPDATE SET
-        deliveries        = e.deliveries + excluded.deliveries,
-        last_delivered_at = excluded.last_delivered_at,
-        conflicts         = e.conflicts + (
-            SELECT count(*)::int FROM delivery d
-            WHERE d.source = e.source AND d.event_id = e.event_id
-              AND d.payload_sha256 <> e.payload_sha256
-        )
-    -- payload_sha256 is never updated: it is the stored hash, the first
-    -- delivery's for a new row.
-    RETURNING e.id, e.source, e.event_id, e.deliveries, e.payload_sha256
+    ON CONFLICT (source, event_id) DO UPDATE SET id = k.id
+    -- xmax is 0 on a row this statement inserted.
+    RETURNING k.id, k.source, k.event_id, k.payload_sha256, k.xmax = 0 AS inserted
+),
+-- Per key: the first delivery, and how many of the batch's deliveries
+-- differ from the stored hash.
+kd AS (
+    SELECT k.*, d.type, d.payload, d.headers, d.n, d.first_conflicts, d.origin,
+           d.traceparent, d.tracestate, d.ord,
+           (SELECT count(*)::int FROM delivery x
+            WHERE x.source = k.source AND x.event_id = k.event_id
+              AND x.payload_sha256 <> k.payload_sha256) AS differing
+    FROM k
+    JOIN delivery d ON d.is_first AND d.source = k.source AND d.event_id = k.event_id
+),
+received AS (
+    INSERT INTO ferry_event (id, source, event_id, type, payload, headers, payload_sha256,
+                             deliveries, conflicts,
+                             next_attempt_at, first_delivered_at, last_delivered_at, origin,
+                             traceparent, tracestate)
+    SELECT kd.id, kd.source, kd.event_id, kd.type, kd.payload, kd.headers, kd.payload_sha256,
+           kd.n, kd.first_conflicts, clock.now, clock.now, clock.now, kd.origin,
+           nullif(kd.traceparent, ''), nullif(kd.tracestate, '')
+    FROM kd, clock
+    WHERE kd.inserted
+    ORDER BY kd.ord
+    RETURNING id
+),
+hot AS (
+    UPDATE ferry_event e
+    SET deliveries = e.deliveries + kd.n, last_delivered_at = (SELECT now FROM clock),
+        conflicts = e.conflicts + kd.differing
+    FROM kd
+    WHERE NOT kd.inserted AND e.id = kd.id
+    RETURNING e.id
+),
+archived AS (
+    UPDATE ferry_event_done e
+    SET deliveries = e.deliveries + kd.n, last_delivered_at = (SELECT now FROM clock),
+        conflicts = e.conflicts + kd.differing
+    FROM kd
+    WHERE NOT kd.inserted AND e.id = kd.id
+    RETURNING e.id
 ),
 conflict AS (
     INSERT INTO ferry_conflict (event_id, received_at, payload_sha256, payload, headers)
-    SELECT r.id, (SELECT now FROM clock), d.payload_sha256, d.payload, d.headers
-    FROM received r
-    JOIN delivery d ON d.source = r.source AND d.event_id = r.event_id
-    WHERE d.payload_sha256 <> r.payload_sha256
+    SELECT k.id, (SELECT now FROM clock), d.payload_sha256, d.payload, d.headers
+    FROM k
+    JOIN delivery d ON d.source = k.source AND d.event_id = k.event_id
+    WHERE d.payload_sha256 <> k.payload_sha256
     ORDER BY d.ord
 ),
 notified AS (
-    SELECT pg_notify(ferry_receipt_channel(), '')
-    WHERE EXISTS (
-        SELECT FROM received r
-        JOIN delivery d ON d.is_first AND d.source = r.source AND d.event_id = r.event_id
-        WHERE r.deliveries = d.n
-    )
+    SELECT pg_notify(ferry_receipt_channel(), '') WHERE EXISTS (SELECT FROM received)
 )
--- One row per key, in input order. An update raises deliveries above n (the
--- row had at least one before), so deliveries = n means this statement
--- inserted the row. Joining notified makes PostgreSQL evaluate it.
-SELECT r.id, r.deliveries = d.n AS inserted, r.payload_sha256
-FROM received r
-JOIN delivery d ON d.is_first AND d.source = r.source AND d.event_id = r.event_id
+-- One row per key, in input order. Joining notified makes PostgreSQL
+-- evaluate it.
+SELECT kd.id, kd.inserted, kd.payload_sha256, kd.n, kd.differing,
+       kd.inserted OR kd.id IN (SELECT id FROM hot UNION ALL SELECT id FROM archived) AS touched
+FROM kd
 LEFT JOIN notified ON true
-ORDER BY d.ord;
+ORDER BY kd.ord;

@@ -1,9 +1,11 @@
 -- Puts terminal events back to pending, due now, with a fresh attempt budget
 -- (attempt_base catches up with attempt; attempt itself never goes down),
--- records who asked for each in ferry_action, and wakes the workers. Pending
--- and in_progress events are never touched. @ids, when not empty, names the
--- events; the other filters narrow a bulk requeue as event_list.sql's do
--- (EventRequeue clears them with @ids).
+-- records who asked for each in ferry_action, and wakes the workers. Dead and
+-- unknown events are requeued where they are; done events move back from the
+-- archive to ferry_event with their id, and their day's done counter goes
+-- down. Pending and in_progress events are never touched. @ids, when not
+-- empty, names the events; the other filters narrow a bulk requeue as
+-- event_list.sql's do (EventRequeue clears them with @ids).
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -13,7 +15,7 @@ requeued AS (
         attempt_base = attempt, requeued_at = (SELECT now FROM clock),
         lease_owner = NULL, lease_expires_at = NULL, completed_at = NULL
     WHERE state = ANY(@states::text[])
-      AND state NOT IN ('pending', 'in_progress')
+      AND state NOT IN ('pending', 'in_progress', 'done')
       AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
       AND (@source::text = '' OR source = @source::text)
       AND (@type::text = '' OR type = @type::text)
@@ -23,13 +25,46 @@ requeued AS (
       AND (@before::bigint = 0 OR id < @before::bigint)
     RETURNING id
 ),
+unarchived AS (
+    DELETE FROM ferry_event_done
+    WHERE 'done' = ANY(@states::text[])
+      AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
+      AND (@source::text = '' OR source = @source::text)
+      AND (@type::text = '' OR type = @type::text)
+      AND (@since::timestamptz IS NULL OR first_delivered_at >= @since::timestamptz)
+      AND (@until::timestamptz IS NULL OR first_delivered_at < @until::timestamptz)
+      AND (@event_id_like::text = '' OR event_id LIKE @event_id_like::text)
+      AND (@before::bigint = 0 OR id < @before::bigint)
+    RETURNING *
+),
+restored AS (
+    INSERT INTO ferry_event (id, source, event_id, type, payload, headers, payload_sha256, state,
+                             attempt, attempt_base, lease_owner, lease_expires_at, next_attempt_at,
+                             first_delivered_at, last_delivered_at, deliveries, conflicts, claimed_at,
+                             completed_at, last_error, requeued_at, origin, traceparent, tracestate, replays)
+    SELECT id, source, event_id, type, payload, headers, payload_sha256, 'pending',
+           attempt, attempt, NULL, NULL, (SELECT now FROM clock),
+           first_delivered_at, last_delivered_at, deliveries, conflicts, claimed_at,
+           NULL, last_error, (SELECT now FROM clock), origin, traceparent, tracestate, replays
+    FROM unarchived
+    RETURNING id
+),
+uncounted AS (
+    INSERT INTO ferry_done_count AS c (source, day, shard, n)
+    SELECT source, (completed_at AT TIME ZONE 'UTC')::date, pg_backend_pid() % 16, -count(*)
+    FROM unarchived
+    GROUP BY 1, 2
+    ORDER BY 1, 2
+    ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
+),
 action AS (
     INSERT INTO ferry_action (event_id, at, action, actor)
     SELECT id, (SELECT now FROM clock), @action::text, @actor::text
-    FROM requeued
+    FROM (SELECT id FROM requeued UNION ALL SELECT id FROM restored) r
     ORDER BY id
 ),
 notified AS (
-    SELECT pg_notify(ferry_receipt_channel(), '') WHERE EXISTS (SELECT 1 FROM requeued)
+    SELECT pg_notify(ferry_receipt_channel(), '')
+    WHERE EXISTS (SELECT 1 FROM requeued) OR EXISTS (SELECT 1 FROM restored)
 )
-SELECT count(*) FROM requeued LEFT JOIN notified ON true;
+SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM restored) FROM (SELECT 1) one LEFT JOIN notified ON true;

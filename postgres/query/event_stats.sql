@@ -2,28 +2,57 @@
 -- leases, attempts that never reported, events at risk of outliving the
 -- replay window (@risk_sources[i] is at risk after @risk_us[i] microseconds;
 -- other sources after @default_risk_us, never when it is 0), and the
--- suspected replays kept.
+-- suspected replays kept. Everything is read from ferry_event (live events
+-- only), the done counters and the few lease_expired and replay rows, never
+-- from the archive: the cost is what is live, not what is stored.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 risk AS (
     SELECT * FROM unnest(@risk_sources::text[], @risk_us::bigint[]) AS r(source, us)
 ),
+-- Attempts closed as lease_expired (few: an index holds just those), with
+-- their event's source wherever the event is; and running attempts whose
+-- lease has lapsed.
 unfinished AS (
-    SELECT e.source, count(*) AS n
-    FROM ferry_attempt a
-    JOIN ferry_event e ON e.id = a.event_id
-    CROSS JOIN clock
-    WHERE a.outcome = 'lease_expired'
-       OR (a.outcome = 'running' AND e.state = 'in_progress' AND e.attempt = a.attempt
-           AND e.lease_expires_at <= clock.now)
-    GROUP BY e.source
+    SELECT source, count(*) AS n FROM (
+        SELECT coalesce(
+                   (SELECT e.source FROM ferry_event e WHERE e.id = a.event_id),
+                   (SELECT d.source FROM ferry_event_done d WHERE d.id = a.event_id LIMIT 1)) AS source
+        FROM ferry_attempt a
+        WHERE a.outcome = 'lease_expired'
+        UNION ALL
+        SELECT e.source
+        FROM ferry_event e
+        JOIN ferry_attempt a ON a.event_id = e.id AND a.attempt = e.attempt
+        CROSS JOIN clock
+        WHERE e.state = 'in_progress' AND e.lease_expires_at <= clock.now AND a.outcome = 'running'
+    ) u
+    WHERE source IS NOT NULL
+    GROUP BY source
 ),
-events AS (
+-- Suspected replays (few: one ferry_replay row each), by their event's
+-- source wherever the event is.
+replays AS (
+    SELECT source, count(*)::int AS n FROM (
+        SELECT coalesce(
+                   (SELECT e.source FROM ferry_event e WHERE e.id = r.event_id),
+                   (SELECT d.source FROM ferry_event_done d WHERE d.id = r.event_id LIMIT 1)) AS source
+        FROM ferry_replay r
+    ) r
+    WHERE source IS NOT NULL
+    GROUP BY source
+),
+done AS (
+    SELECT source, sum(n)::bigint AS done
+    FROM ferry_done_count
+    GROUP BY source
+    HAVING sum(n) <> 0
+),
+live AS (
     SELECT e.source,
            count(*) FILTER (WHERE e.state = 'pending')     AS pending,
            count(*) FILTER (WHERE e.state = 'in_progress') AS in_progress,
-           count(*) FILTER (WHERE e.state = 'done')        AS done,
            count(*) FILTER (WHERE e.state = 'dead')        AS dead,
            count(*) FILTER (WHERE e.state = 'unknown')     AS unknown,
            min(e.first_delivered_at) FILTER (WHERE e.state = 'pending') AS oldest_pending,
@@ -41,7 +70,15 @@ events AS (
     LEFT JOIN risk ON risk.source = e.source
     GROUP BY e.source
 )
-SELECT events.*, coalesce(unfinished.n, 0) AS unfinished_attempts, (SELECT now FROM clock) AS now
-FROM events
-LEFT JOIN unfinished ON unfinished.source = events.source
-ORDER BY events.source;
+SELECT coalesce(live.source, done.source) AS source,
+       coalesce(live.pending, 0), coalesce(live.in_progress, 0), coalesce(done.done, 0),
+       coalesce(live.dead, 0), coalesce(live.unknown, 0),
+       live.oldest_pending, live.oldest_in_progress,
+       coalesce(live.lease_expired, 0), coalesce(live.at_risk, 0), live.oldest_at_risk,
+       coalesce(replays.n, 0) AS replays,
+       coalesce(unfinished.n, 0) AS unfinished_attempts, (SELECT now FROM clock) AS now
+FROM live
+FULL JOIN done ON done.source = live.source
+LEFT JOIN unfinished ON unfinished.source = coalesce(live.source, done.source)
+LEFT JOIN replays ON replays.source = coalesce(live.source, done.source)
+ORDER BY 1;

@@ -6,14 +6,22 @@
 WITH risk AS (
     SELECT key AS source, value AS us FROM json_each(:risk)
 ),
+-- Attempts closed as lease_expired (through their own partial index), and
+-- running attempts whose lease has lapsed (from the in_progress events):
+-- never a read of the whole ledger.
 unfinished AS (
-    SELECT e.source, count(*) AS n
-    FROM ferry_attempt a
-    JOIN ferry_event e ON e.id = a.event_id
-    WHERE a.outcome = 'lease_expired'
-       OR (a.outcome = 'running' AND e.state = 'in_progress' AND e.attempt = a.attempt
-           AND e.lease_expires_at <= :now)
-    GROUP BY e.source
+    SELECT source, count(*) AS n FROM (
+        SELECT e.source
+        FROM ferry_attempt a INDEXED BY ferry_attempt_lease_expired
+        JOIN ferry_event e ON e.id = a.event_id
+        WHERE a.outcome = 'lease_expired'
+        UNION ALL
+        SELECT e.source
+        FROM ferry_event e
+        JOIN ferry_attempt a ON a.event_id = e.id AND a.attempt = e.attempt
+        WHERE e.state = 'in_progress' AND e.lease_expires_at <= :now AND a.outcome = 'running'
+    )
+    GROUP BY source
 ),
 classified AS (
     SELECT e.*,

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/postgres"
+)
+
+// upgradeSnapshot is every row an upgrade must keep, as JSON, in a stable
+// order: events (wherever the layout keeps them), ledger, conflicts,
+// replays, actions.
+const upgradeSnapshotOld = `
+SELECT (SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id) FROM ferry_event e)::text,
+       (SELECT jsonb_agg(to_jsonb(a) ORDER BY a.event_id, a.attempt) FROM ferry_attempt a)::text,
+       (SELECT jsonb_agg(to_jsonb(c) ORDER BY c.id) FROM ferry_conflict c)::text,
+       (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.id) FROM ferry_replay r)::text,
+       (SELECT jsonb_agg(to_jsonb(x) ORDER BY x.id) FROM ferry_action x)::text`
+
+const upgradeSnapshotNew = `
+SELECT (SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id)
+        FROM (SELECT * FROM ferry_event UNION ALL SELECT * FROM ferry_event_done) e)::text,
+       (SELECT jsonb_agg(to_jsonb(a) ORDER BY a.event_id, a.attempt) FROM ferry_attempt a)::text,
+       (SELECT jsonb_agg(to_jsonb(c) ORDER BY c.id) FROM ferry_conflict c)::text,
+       (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.id) FROM ferry_replay r)::text,
+       (SELECT jsonb_agg(to_jsonb(x) ORDER BY x.id) FROM ferry_action x)::text`
+
+// An installation of the previous schema (the shipped migrations before
+// 003, read from package postgres's own files and recorded as its Migrate
+// records them), with an event in every state, is migrated by `ferry
+// migrate`: every row survives unchanged, done events now in the archive;
+// then `ferry serve` of this version works off what was pending or leased.
+func TestUpgradeFromSchema002(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := pgtest.Schema(t)
+	shipped := filepath.Join("..", "..", "postgres")
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if _, err := pool.Exec(ctx, read(filepath.Join(shipped, "query", "migration_table.sql"))); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(shipped, "migration", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	var previous []string
+	for _, path := range files {
+		base := strings.TrimSuffix(filepath.Base(path), ".sql")
+		number, name, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(number)
+		if err != nil {
+			t.Fatalf("migration file %s: %v", path, err)
+		}
+		if version >= 3 {
+			break
+		}
+		if _, err := pool.Exec(ctx, read(path)); err != nil {
+			t.Fatalf("%s: %v", base, err)
+		}
+		if _, err := pool.Exec(ctx, read(filepath.Join(shipped, "query", "migration_record.sql")), pgx.NamedArgs{"version": version, "name": name}); err != nil {
+			t.Fatal(err)
+		}
+		previous = append(previous, base)
+	}
+	if !slices.Equal(previous, []string{"001_initial", "002_operations"}) {
+		t.Fatalf("previous schema from %v; want 001_initial and 002_operations", previous)
+	}
+	if _, err := pool.Exec(ctx, read(filepath.Join("testdata", "upgrade", "postgres", "fill.sql"))); err != nil {
+		t.Fatalf("fill.sql: %v", err)
+	}
+	snapshot := func(sql string) [5]string {
+		var s [5]string
+		if err := pool.QueryRow(ctx, sql).Scan(&s[0], &s[1], &s[2], &s[3], &s[4]); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := snapshot(upgradeSnapshotOld)
+
+	_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
+	cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, `lease_ttl = "2s"`+"\n"+`heartbeat = "500ms"`)
+
+	out, stderr, code := runFerry(t, "migrate", "--config", cfg, "--dry-run")
+	if code != 0 {
+		t.Fatalf("migrate --dry-run exited %d: %s", code, stderr)
+	}
+	want := "7 events get a dedupe key; 2 done events move to 2 daily partitions of ferry_event_done; 5 stay in ferry_event"
+	if !strings.Contains(out, "003_archive: ") || !strings.Contains(out, want) {
+		t.Fatalf("dry run says:\n%s\nwant 003_archive and %q", out, want)
+	}
+	if got := snapshot(upgradeSnapshotOld); got != before {
+		t.Fatal("the dry run changed the store")
+	}
+
+	if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatalf("migrate exited %d: %s", code, stderr)
+	}
+	after := snapshot(upgradeSnapshotNew)
+	for i, what := range []string{"events", "ledger", "conflicts", "replays", "actions"} {
+		if after[i] != before[i] {
+			t.Errorf("%s changed by the upgrade:\nbefore %s\nafter  %s", what, before[i], after[i])
+		}
+	}
+	var hotDone, archived int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ferry_event WHERE state = 'done'), (SELECT count(*) FROM ferry_event_done)`).Scan(&hotDone, &archived); err != nil {
+		t.Fatal(err)
+	}
+	if hotDone != 0 || archived != 2 {
+		t.Fatalf("after the upgrade: %d done events in ferry_event, %d archived; want 0 and 2", hotDone, archived)
+	}
+
+	st := postgres.New(pool, nil)
+	stats, err := st.EventStats(ctx, &ferry.EventStatsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]map[ferry.State]int{}
+	for _, s := range stats.Sources {
+		counts[s.Source] = s.States
+	}
+	if c := counts["stripe"]; c[ferry.StateDone] != 2 || c[ferry.StatePending] != 2 || c[ferry.StateInProgress] != 1 {
+		t.Errorf("stripe counts after the upgrade: %v", c)
+	}
+	if c := counts["github"]; c[ferry.StateDead] != 1 || c[ferry.StateUnknown] != 1 {
+		t.Errorf("github counts after the upgrade: %v", c)
+	}
+	// A redelivery of an archived event is still a duplicate.
+	if code := sendStripe(t, startServe(t, cfg).addr, "evt_done"); code != http.StatusOK {
+		t.Fatalf("redelivery answered %d", code)
+	}
+	waitFor(t, 60*time.Second, "the pending and leased events done", func() bool {
+		for _, id := range []string{"evt_pending", "evt_retrying", "evt_leased"} {
+			if eventState(t, st, id).State != ferry.StateDone {
+				return false
+			}
+		}
+		return true
+	})
+	if ev := eventState(t, st, "evt_done"); ev.State != ferry.StateDone || ev.Deliveries != 4 || ev.Attempt != 1 {
+		t.Errorf("evt_done after a redelivery: state %s, deliveries %d, attempt %d; want done, 4, 1", ev.State, ev.Deliveries, ev.Attempt)
+	}
+	leased := eventState(t, st, "evt_leased")
+	if got := outcomes(t, st, leased.ID); len(got) != 2 || got[0] != "lease_expired@old-worker" || !strings.HasPrefix(got[1], "done@") {
+		t.Errorf("evt_leased ledger %v, want the old worker's lease_expired, then done", got)
+	}
+	for key, want := range map[[2]string]ferry.State{
+		{"github", "gh_dead"}: ferry.StateDead, {"github", "gh_unknown"}: ferry.StateUnknown, {"stripe", "evt_done_today"}: ferry.StateDone,
+	} {
+		ev, err := st.EventGet(ctx, &ferry.EventGetParams{Source: key[0], EventID: key[1]})
+		if err != nil || ev.State != want {
+			t.Errorf("%s after serve: %+v, %v; want %s", key[1], ev, err, want)
+		}
+	}
+}

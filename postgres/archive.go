@@ -1,0 +1,131 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// archiveLeaseTTL bounds how long a maintenance run that died keeps others
+// out. A run takes seconds; the lease is renewed per partition.
+const archiveLeaseTTL = 10 * time.Minute
+
+// archiveLockTimeout bounds how long a partition attach or detach waits for
+// the archive's lock, so that completions never queue behind maintenance
+// for longer; a run that times out tries again at its next interval.
+const archiveLockTimeout = "2s"
+
+// ArchiveMaintain keeps the archive's partitions: see ferry.Store.
+// Each partition is created or dropped in its own transaction.
+func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
+	params, err := params.Normalize()
+	if err != nil {
+		return nil, wrap("archive maintain", err)
+	}
+	res := &ferry.ArchiveMaintainResult{}
+	lease := func() (bool, error) {
+		rows, _ := s.pool.Query(ctx, archiveLeaseSQL, pgx.NamedArgs{
+			"now": s.nowArg(), "owner": params.Owner, "ttl_us": micros(archiveLeaseTTL),
+		})
+		owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		return len(owners) == 1, err
+	}
+	held, err := lease()
+	if err != nil {
+		return nil, wrap("archive maintain", err)
+	}
+	if !held {
+		res.Skipped = true
+		return res, nil
+	}
+	defer func() {
+		_, _ = s.pool.Exec(context.WithoutCancel(ctx), archiveReleaseSQL, pgx.NamedArgs{"owner": params.Owner})
+	}()
+
+	type step struct {
+		action       string
+		fromDay, toD time.Time
+		name         string
+	}
+	rows, _ := s.pool.Query(ctx, archivePlanSQL, pgx.NamedArgs{
+		"now":          s.nowArg(),
+		"ahead_us":     micros(params.Ahead),
+		"retention_us": micros(params.Retention),
+		"span_days":    s.archiveSpanDays,
+	})
+	var steps []step
+	var st step
+	if _, err := pgx.ForEachRow(rows, []any{&st.action, &st.fromDay, &st.toD, &st.name}, func() error {
+		steps = append(steps, st)
+		return nil
+	}); err != nil {
+		return nil, wrap("archive maintain", err)
+	}
+	for _, st := range steps {
+		if held, err := lease(); err != nil || !held {
+			return res, wrap("archive maintain", err)
+		}
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+archiveLockTimeout+"'"); err != nil {
+				return err
+			}
+			if st.action == "create" {
+				var created bool
+				err := tx.QueryRow(ctx, archiveCreateSQL, pgx.NamedArgs{"from_day": st.fromDay, "to_day": st.toD}).Scan(&created)
+				if created {
+					res.Created++
+				}
+				return err
+			}
+			var n int
+			err := tx.QueryRow(ctx, archiveDropSQL, pgx.NamedArgs{"name": st.name}).Scan(&n)
+			res.Dropped++
+			res.Events += n
+			return err
+		})
+		if err != nil {
+			return res, wrap("archive maintain", err)
+		}
+	}
+	var strays int
+	if err := s.pool.QueryRow(ctx, archiveDefaultPurgeSQL, pgx.NamedArgs{
+		"now": s.nowArg(), "retention_us": micros(params.Retention),
+	}).Scan(&strays); err != nil {
+		return res, wrap("archive maintain", err)
+	}
+	res.Events += strays
+	for {
+		tag, err := s.pool.Exec(ctx, archiveKeysPurgeSQL, pgx.NamedArgs{
+			"now": s.nowArg(), "key_retention_us": micros(params.KeyRetention), "batch": params.KeyBatch,
+		})
+		if err != nil {
+			return res, wrap("archive maintain", err)
+		}
+		res.Keys += int(tag.RowsAffected())
+		if int(tag.RowsAffected()) < params.KeyBatch {
+			break
+		}
+	}
+	if res.Created > 0 || res.Dropped > 0 {
+		if _, err := s.pool.Exec(ctx, archiveAnalyzeSQL); err != nil {
+			return res, wrap("archive maintain", err)
+		}
+	}
+	return res, nil
+}
+
+// ArchiveInfo counts the archive's ranged partitions and dates the oldest.
+func (s *Store) ArchiveInfo(ctx context.Context) (*ferry.ArchiveInfo, error) {
+	var (
+		info   ferry.ArchiveInfo
+		oldest *time.Time
+	)
+	if err := s.pool.QueryRow(ctx, archiveInfoSQL, pgx.NamedArgs{"now": s.nowArg()}).Scan(&info.Partitions, &oldest, &info.Now); err != nil {
+		return nil, wrap("archive info", err)
+	}
+	info.Oldest, info.Now = utc(oldest), info.Now.UTC()
+	return &info, nil
+}

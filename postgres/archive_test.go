@@ -1,0 +1,266 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+type archiveBundle struct {
+	ctx   context.Context
+	clock *storetest.Clock
+	store *postgres.Store
+}
+
+func archiveSetup(t *testing.T) *archiveBundle {
+	t.Helper()
+	clock := storetest.NewClock()
+	st := teststore.Postgres(t, &postgres.Config{Now: clock.Now})
+	return &archiveBundle{ctx: context.Background(), clock: clock, store: st}
+}
+
+// done receives eventID, claims it and completes it now.
+func (b *archiveBundle) done(t *testing.T, eventID string) int64 {
+	t.Helper()
+	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: eventID, Payload: []byte(eventID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+	if err != nil || len(claims) != 1 || claims[0].Event.ID != res.ID {
+		t.Fatalf("claim of %s: %d claims, %v", eventID, len(claims), err)
+	}
+	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+		t.Fatal(err)
+	}
+	return res.ID
+}
+
+func (b *archiveBundle) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.store.Pool().QueryRow(b.ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (b *archiveBundle) doneCount(t *testing.T) int {
+	t.Helper()
+	stats, err := b.store.EventStats(b.ctx, &ferry.EventStatsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stats.Sources {
+		if s.Source == "s" {
+			return s.States[ferry.StateDone]
+		}
+	}
+	return 0
+}
+
+// Maintenance creates partitions ahead (moving completions out of the
+// default partition), then drops a whole partition once it is older than
+// the retention, with its events' ledger and conflicts and their done
+// count; a key outlives its event by no more than the key retention.
+func TestArchiveMaintainCreatesAndDrops(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	day0 := b.done(t, "a")
+	if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "a", Payload: []byte("other")}); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(24 * time.Hour)
+	day1 := b.done(t, "b")
+	b.clock.Advance(24 * time.Hour)
+	day2 := b.done(t, "c")
+	if n := b.count(t, `SELECT count(*) FROM ferry_event_done_default`); n != 3 {
+		t.Fatalf("%d events in the default partition before maintenance, want 3", n)
+	}
+
+	params := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * time.Hour, Ahead: 48 * time.Hour}
+	res, err := b.store.ArchiveMaintain(b.ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retention starts on day 0 (now − 30 h), partitions run to day 4.
+	if res.Created != 5 || res.Dropped != 0 {
+		t.Fatalf("first run: %+v, want 5 created, none dropped", res)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_event_done_default`); n != 0 {
+		t.Fatalf("%d events left in the default partition", n)
+	}
+	if n := b.doneCount(t); n != 3 {
+		t.Fatalf("done count %d, want 3", n)
+	}
+
+	b.clock.Advance(24 * time.Hour)
+	res, err = b.store.ArchiveMaintain(b.ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Created != 1 || res.Dropped != 1 || res.Events != 1 || res.Keys != 1 {
+		t.Fatalf("second run: %+v, want 1 created, 1 dropped with 1 event, 1 key purged", res)
+	}
+	if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: day0}); !errors.Is(err, ferry.ErrNotFound) {
+		t.Fatalf("event of the dropped day: %v, want ErrNotFound", err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_attempt WHERE event_id = $1`, day0); n != 0 {
+		t.Errorf("%d ledger rows of a dropped event", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_conflict WHERE event_id = $1`, day0); n != 0 {
+		t.Errorf("%d conflicts of a dropped event", n)
+	}
+	for _, id := range []int64{day1, day2} {
+		if ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id}); err != nil || ev.State != ferry.StateDone {
+			t.Fatalf("kept event %d: %+v, %v", id, ev, err)
+		}
+	}
+	if n := b.doneCount(t); n != 2 {
+		t.Fatalf("done count %d after the drop, want 2", n)
+	}
+	info, err := b.store.ArchiveInfo(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantOldest := time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC); info.Partitions != 5 || !info.Oldest.Equal(wantOldest) {
+		t.Fatalf("archive info %+v, want 5 partitions from %s", info, wantOldest)
+	}
+	// b's key is kept (its event is), a's is gone: a redelivery of a is new.
+	for key, want := range map[string]ferry.ReceiveOutcome{"a": ferry.ReceiveNew, "b": ferry.ReceiveDuplicate} {
+		got, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: key, Payload: []byte(key)})
+		if err != nil || got.Outcome != want {
+			t.Errorf("redelivery of %s: %+v, %v; want %s", key, got, err, want)
+		}
+	}
+}
+
+// One instance maintains at a time: another owner's live lease skips it.
+func TestArchiveMaintainTakesTurns(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	if _, err := b.store.Pool().Exec(b.ctx, `INSERT INTO ferry_lease (name, owner, expires_at) VALUES ('ferry_archive_maintenance', 'other', $1)`,
+		b.clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	params := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour}
+	res, err := b.store.ArchiveMaintain(b.ctx, params)
+	if err != nil || !res.Skipped || res.Created != 0 {
+		t.Fatalf("while another holds the lease: %+v, %v; want skipped", res, err)
+	}
+	b.clock.Advance(time.Minute)
+	if res, err := b.store.ArchiveMaintain(b.ctx, params); err != nil || res.Skipped || res.Created == 0 {
+		t.Fatalf("once the lease lapsed: %+v, %v; want a run", res, err)
+	}
+}
+
+// Completion moves every column to the archive and requeue moves it back;
+// only the columns the transition sets change.
+func TestArchiveMoveKeepsEveryColumn(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Type: "t",
+		Payload: []byte("body"), Headers: http.Header{"X-A": {"1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Pool().Exec(b.ctx, `UPDATE ferry_event SET origin = 'catchup', traceparent = 'tp', tracestate = 'ts',
+		replays = 2, last_error = 'earlier', deliveries = 3, conflicts = 1 WHERE id = $1`, res.ID); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+	if err != nil || len(claims) != 1 {
+		t.Fatal(claims, err)
+	}
+	row := func(table string) map[string]any {
+		var m map[string]any
+		if err := b.store.Pool().QueryRow(b.ctx, `SELECT to_jsonb(e) - 'state' - 'lease_owner' - 'lease_expires_at' - 'completed_at'
+			- 'next_attempt_at' - 'attempt_base' - 'requeued_at' FROM `+pgx.Identifier{table}.Sanitize()+` e WHERE id = $1`, res.ID).Scan(&m); err != nil {
+			t.Fatalf("%s: %v", table, err)
+		}
+		return m
+	}
+	hot := row("ferry_event")
+	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+		t.Fatal(err)
+	}
+	archived := row("ferry_event_done")
+	if len(archived) != len(hot) {
+		t.Fatalf("archived row has %d columns, hot %d", len(archived), len(hot))
+	}
+	for k, v := range hot {
+		if !jsonEqual(archived[k], v) {
+			t.Errorf("column %s: %v in ferry_event, %v archived", k, v, archived[k])
+		}
+	}
+	if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{res.ID}, Actor: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	back := row("ferry_event")
+	for k, v := range hot {
+		if !jsonEqual(back[k], v) {
+			t.Errorf("column %s: %v before, %v after a requeue", k, v, back[k])
+		}
+	}
+}
+
+func jsonEqual(a, b any) bool { return fmt.Sprintf("%#v", a) == fmt.Sprintf("%#v", b) }
+
+// A redelivery that meets the completion moving its event (the receipt
+// waits on the event row the completion deleted, then finds it gone) is
+// still counted, on the archived event.
+func TestRedeliveryDuringCompletionIsCounted(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+	if err != nil || len(claims) != 1 {
+		t.Fatal(claims, err)
+	}
+	received := make(chan error, 1)
+	err = b.store.InTx(b.ctx, func(tx pgx.Tx) error {
+		if err := b.store.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+			return err
+		}
+		var pid int
+		if err := tx.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			return err
+		}
+		go func() {
+			_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("x")})
+			received <- err
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid) == 0 {
+			if time.Now().After(deadline) {
+				t.Error("the redelivery never waited on the completion")
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-received; err != nil {
+		t.Fatal(err)
+	}
+	ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: res.ID})
+	if err != nil || ev.State != ferry.StateDone || ev.Deliveries != 2 {
+		t.Fatalf("event after the race: %+v, %v; want done with 2 deliveries", ev, err)
+	}
+}

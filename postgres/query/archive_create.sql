@@ -1,0 +1,1 @@
+SELECT ferry_archive_create(@from_day::date, @to_day::date);

@@ -1,0 +1,1 @@
+SELECT ferry_archive_drop(@name::text);

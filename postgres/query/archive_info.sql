@@ -1,0 +1,2 @@
+SELECT count(*)::int, min(from_day), coalesce(@now::timestamptz, statement_timestamp())
+FROM ferry_event_done_partition;

@@ -1,0 +1,17 @@
+-- Purges up to @batch dedupe keys whose first delivery is older than
+-- @key_retention_us and whose event is stored nowhere any more.
+WITH clock AS (
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
+),
+gone AS (
+    SELECT k.source, k.event_id
+    FROM ferry_event_key k
+    WHERE k.received_at < (SELECT now FROM clock) - @key_retention_us::bigint * interval '1 microsecond'
+      AND NOT EXISTS (SELECT FROM ferry_event e WHERE e.id = k.id)
+      AND NOT EXISTS (SELECT FROM ferry_event_done d WHERE d.id = k.id)
+    ORDER BY k.received_at
+    LIMIT @batch::int
+)
+DELETE FROM ferry_event_key k
+USING gone
+WHERE k.source = gone.source AND k.event_id = gone.event_id;

@@ -1,0 +1,24 @@
+-- What maintenance should do now: the days to create partitions for (from
+-- the end of the newest partition, or from the retention's start when there
+-- is none or it is older, until @ahead_us from now, in spans of @span_days),
+-- and the partitions wholly older than @retention_us.
+WITH clock AS (
+    SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
+),
+bounds AS (
+    SELECT (clock.now AT TIME ZONE 'UTC')::date AS today,
+           ((clock.now + @ahead_us::bigint * interval '1 microsecond') AT TIME ZONE 'UTC')::date AS until,
+           ((clock.now - @retention_us::bigint * interval '1 microsecond') AT TIME ZONE 'UTC')::date AS expired,
+           (SELECT max(to_day) FROM ferry_event_done_partition) AS newest
+    FROM clock
+)
+SELECT 'create' AS action, d::date AS from_day, (d + @span_days::int * interval '1 day')::date AS to_day, '' AS name
+FROM bounds, generate_series(
+    greatest(newest, expired)::timestamp,
+    until::timestamp,
+    @span_days::int * interval '1 day') AS d
+UNION ALL
+SELECT 'drop', p.from_day, p.to_day, p.name
+FROM ferry_event_done_partition p, bounds
+WHERE p.to_day <= bounds.expired
+ORDER BY 1, 2;

@@ -1,0 +1,1 @@
+SELECT to_regclass('ferry_migration') IS NOT NULL;

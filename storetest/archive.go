@@ -1,0 +1,111 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// testArchive checks ArchiveMaintain and ArchiveInfo: retention for every
+// source at once, whatever the store keeps done events in (partitions
+// dropped whole, or rows deleted in batches), never a live event, never a
+// dedupe key younger than KeyRetention.
+func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	// history leaves, at the clock's start T0, old (stripe) done at T0,
+	// recent (github) done at T0+25h, pending (stripe) never claimed, and
+	// the clock at T0+72h: old is past a 48-hour retention plus a day's
+	// partition, recent is inside it.
+	type ids struct{ old, recent, pending int64 }
+	history := func(t *testing.T, b *bundle[TX]) ids {
+		t.Helper()
+		var got ids
+		got.old = receive(t, b, "stripe", "old")
+		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
+		// A first run sets the archive up while old is fresh: it stays.
+		res, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour})
+		if err != nil || res.Skipped || res.Events != 0 || res.Keys != 0 {
+			t.Fatalf("ArchiveMaintain at once = %+v, %v; want nothing dropped", res, err)
+		}
+		wantState(t, b, got.old, ferry.StateDone)
+		b.clock.Advance(25 * time.Hour)
+		got.recent = receive(t, b, "github", "recent")
+		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
+		got.pending = receive(t, b, "stripe", "pending")
+		b.clock.Advance(47 * time.Hour)
+		return got
+	}
+
+	run(t, setup, "DropsPastRetention", func(t *testing.T, b *bundle[TX]) {
+		h := history(t, b)
+		res, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour})
+		if err != nil || res.Skipped || res.Events != 1 {
+			t.Fatalf("ArchiveMaintain = %+v, %v; want one event dropped", res, err)
+		}
+		if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: h.old}); !errors.Is(err, ferry.ErrNotFound) {
+			t.Fatalf("event past retention: err = %v, want ErrNotFound", err)
+		}
+		if got := attempts(t, b, h.old); len(got) != 0 {
+			t.Errorf("dropped event's ledger remains: %d rows", len(got))
+		}
+		wantState(t, b, h.recent, ferry.StateDone)
+		wantState(t, b, h.pending, ferry.StatePending)
+		if got := claimOne(t, b, "w"); got.Event.ID != h.pending {
+			t.Fatalf("claimed %d after maintenance, want the pending %d", got.Event.ID, h.pending)
+		}
+		// Run again: nothing more is past retention.
+		if res, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour}); err != nil || res.Skipped || res.Events != 0 {
+			t.Fatalf("second ArchiveMaintain = %+v, %v; want nothing dropped", res, err)
+		}
+	})
+
+	run(t, setup, "KeepsKeysForKeyRetention", func(t *testing.T, b *bundle[TX]) {
+		h := history(t, b)
+		if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{
+			Owner: "m", Retention: 48 * time.Hour, KeyRetention: 30 * 24 * time.Hour,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		res := redeliver(t, b, "stripe", "old", `{"id":"old"}`)
+		if res.Outcome == ferry.ReceiveNew {
+			t.Fatalf("redelivery of an event inside KeyRetention stored a new event %d (old was %d)", res.ID, h.old)
+		}
+	})
+
+	run(t, setup, "Info", func(t *testing.T, b *bundle[TX]) {
+		history(t, b)
+		info, err := b.store.ArchiveInfo(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Now.Equal(b.clock.Now()) {
+			t.Errorf("ArchiveInfo.Now = %v, want the store's clock %v", info.Now, b.clock.Now())
+		}
+		switch {
+		case info.Partitions < 0:
+			t.Errorf("ArchiveInfo.Partitions = %d", info.Partitions)
+		case info.Partitions == 0 && !info.Oldest.IsZero():
+			t.Errorf("no partitions but Oldest = %v", info.Oldest)
+		case info.Partitions > 0 && (info.Oldest.IsZero() || info.Oldest.After(info.Now)):
+			t.Errorf("%d partitions, Oldest = %v at %v", info.Partitions, info.Oldest, info.Now)
+		}
+	})
+
+	run(t, setup, "InvalidParams", func(t *testing.T, b *bundle[TX]) {
+		h := history(t, b)
+		for name, params := range map[string]*ferry.ArchiveMaintainParams{
+			"NoOwner":              {Retention: 48 * time.Hour},
+			"NoRetention":          {Owner: "m"},
+			"NegativeRetention":    {Owner: "m", Retention: -time.Hour},
+			"NegativeKeyRetention": {Owner: "m", Retention: 48 * time.Hour, KeyRetention: -time.Hour},
+			"NegativeAhead":        {Owner: "m", Retention: 48 * time.Hour, Ahead: -time.Hour},
+			"NegativeKeyBatch":     {Owner: "m", Retention: 48 * time.Hour, KeyBatch: -1},
+		} {
+			if _, err := b.store.ArchiveMaintain(b.ctx, params); !errors.Is(err, ferry.ErrInvalidParams) {
+				t.Errorf("%s: err = %v, want ErrInvalidParams", name, err)
+			}
+		}
+		wantState(t, b, h.old, ferry.StateDone)
+	})
+}
