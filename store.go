@@ -537,6 +537,17 @@ type EventStats struct {
 	AtRisk []*Event
 }
 
+// AtRiskCount is how many events are at risk, over every source. A store
+// lists AtRisk only when it is not zero: the list would find nothing, and
+// its scan of the unfinished events is what an operator view would pay.
+func (s *EventStats) AtRiskCount() int {
+	n := 0
+	for _, src := range s.Sources {
+		n += src.AtRisk
+	}
+	return n
+}
+
 // SourceStats is the snapshot of one source.
 type SourceStats struct {
 	Source string

@@ -52,7 +52,7 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 			}
 			stats.Now = stats.Now.UTC()
 		}
-		if params.AtRiskLimit <= 0 {
+		if params.AtRiskLimit <= 0 || stats.AtRiskCount() == 0 {
 			return nil
 		}
 		args["limit"] = params.AtRiskLimit

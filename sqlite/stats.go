@@ -40,7 +40,7 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 	if stats.Sources, err = querySourceStats(ctx, tx, args); err != nil {
 		return nil, wrap("event stats", err)
 	}
-	if params.AtRiskLimit > 0 {
+	if params.AtRiskLimit > 0 && stats.AtRiskCount() > 0 {
 		args = append(args, sql.Named("limit", params.AtRiskLimit))
 		rows, err := tx.QueryContext(ctx, eventListAtRiskSQL, args...)
 		if err != nil {
