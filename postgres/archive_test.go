@@ -264,3 +264,55 @@ func TestRedeliveryDuringCompletionIsCounted(t *testing.T) {
 		t.Fatalf("event after the race: %+v, %v; want done with 2 deliveries", ev, err)
 	}
 }
+
+// Completions landing in the default partition while maintenance creates
+// their day's partition must not make the attach fail: the first
+// maintenance of a fresh store runs while traffic already flows.
+func TestArchiveMaintainDuringCompletions(t *testing.T) {
+	t.Parallel()
+	st := teststore.Postgres(t, nil) // the database's clock: completions fall on today
+	ctx := context.Background()
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: fmt.Sprint("e", i), Payload: []byte("{}")}); err != nil {
+				done <- err
+				return
+			}
+			claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+			if err != nil {
+				done <- err
+				return
+			}
+			for _, c := range claims {
+				if err := st.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for i := range 20 {
+		// Each round drops today's partition again, so the next creates it
+		// while completions go on.
+		if _, err := st.Pool().Exec(ctx, `SELECT ferry_archive_drop(name) FROM ferry_event_done_partition`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, Ahead: 24 * time.Hour}); err != nil {
+			t.Fatalf("maintenance %d during completions: %v", i, err)
+		}
+	}
+}

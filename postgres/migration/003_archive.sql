@@ -89,6 +89,12 @@ BEGIN
     IF EXISTS (SELECT FROM ferry_event_done_partition p WHERE p.name = part) THEN
         RETURN false;
     END IF;
+    -- Completions wait until the partition is attached: one routed to the
+    -- default partition meanwhile would fail its constraint once the range
+    -- is attached (ATTACH locks the parent only against schema changes).
+    -- Held for this transaction: a day's rows moved out of the default
+    -- partition, none once partitions exist ahead.
+    LOCK TABLE ferry_event_done IN SHARE ROW EXCLUSIVE MODE;
     EXECUTE format('CREATE TABLE %I (LIKE ferry_event_done INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
     EXECUTE format('WITH moved AS (DELETE FROM ferry_event_done_default WHERE completed_at >= %L AND completed_at < %L RETURNING *) '
                    'INSERT INTO %I SELECT * FROM moved', lo, hi, part);
