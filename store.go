@@ -614,6 +614,10 @@ type MigrationStep struct {
 }
 
 // ArchiveMaintainParams are Store.ArchiveMaintain's.
+// ArchiveLease is the named lease (LeaseAcquire) under which one instance at
+// a time runs ArchiveMaintain.
+const ArchiveLease = "ferry_archive_maintenance"
+
 type ArchiveMaintainParams struct {
 	// Owner names this instance for the maintenance lease. Required.
 	Owner string

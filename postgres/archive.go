@@ -27,11 +27,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 	}
 	res := &ferry.ArchiveMaintainResult{}
 	lease := func() (bool, error) {
-		rows, _ := s.pool.Query(ctx, archiveLeaseSQL, pgx.NamedArgs{
-			"now": s.nowArg(), "owner": params.Owner, "ttl_us": micros(archiveLeaseTTL),
-		})
-		owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		return len(owners) == 1, err
+		return s.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: ferry.ArchiveLease, Owner: params.Owner, TTL: archiveLeaseTTL})
 	}
 	held, err := lease()
 	if err != nil {
@@ -42,7 +38,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 		return res, nil
 	}
 	defer func() {
-		_, _ = s.pool.Exec(context.WithoutCancel(ctx), archiveReleaseSQL, pgx.NamedArgs{"owner": params.Owner})
+		_ = s.LeaseRelease(context.WithoutCancel(ctx), &ferry.LeaseReleaseParams{Name: ferry.ArchiveLease, Owner: params.Owner})
 	}()
 
 	type step struct {

@@ -27,12 +27,8 @@ var (
 	archiveInfoSQL string
 	//go:embed query/archive_keys_purge.sql
 	archiveKeysPurgeSQL string
-	//go:embed query/archive_lease.sql
-	archiveLeaseSQL string
 	//go:embed query/archive_plan.sql
 	archivePlanSQL string
-	//go:embed query/archive_release.sql
-	archiveReleaseSQL string
 	//go:embed query/action_list.sql
 	actionListSQL string
 	//go:embed query/attempt_list.sql

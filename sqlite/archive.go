@@ -8,9 +8,6 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// archiveLease names the maintenance lease, as in package postgres.
-const archiveLease = "ferry_archive_maintenance"
-
 // archiveLeaseTTL bounds how long a maintenance run that died keeps others
 // out.
 const archiveLeaseTTL = 10 * time.Minute
@@ -29,7 +26,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 		return nil, wrap("archive maintain", err)
 	}
 	res := &ferry.ArchiveMaintainResult{}
-	held, err := s.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: archiveLease, Owner: params.Owner, TTL: archiveLeaseTTL})
+	held, err := s.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: ferry.ArchiveLease, Owner: params.Owner, TTL: archiveLeaseTTL})
 	if err != nil {
 		return nil, wrap("archive maintain", err)
 	}
@@ -38,7 +35,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 		return res, nil
 	}
 	defer func() {
-		_ = s.LeaseRelease(context.WithoutCancel(ctx), &ferry.LeaseReleaseParams{Name: archiveLease, Owner: params.Owner})
+		_ = s.LeaseRelease(context.WithoutCancel(ctx), &ferry.LeaseReleaseParams{Name: ferry.ArchiveLease, Owner: params.Owner})
 	}()
 	sources, err := s.archiveSources(ctx)
 	if err != nil {
