@@ -357,8 +357,8 @@ func archiveInsertDone(ctx context.Context, pool *pgxpool.Pool, prefix string, f
 		    SELECT 'stripe', key, id, sha256(convert_to(key, 'UTF8')), completed_at - interval '1 minute' FROM g
 		),
 		a AS (
-		    INSERT INTO ferry_attempt (event_id, attempt, worker, started_at, finished_at, outcome, http_status)
-		    SELECT id, 1, 'bench', completed_at - interval '1 second', completed_at, 'done', 200 FROM g
+		    INSERT INTO ferry_attempt_done (event_id, attempt, worker, started_at, finished_at, outcome, http_status, completed_at)
+		    SELECT id, 1, 'bench', completed_at - interval '1 second', completed_at, 'done', 200, completed_at FROM g
 		),
 		c AS (
 		    INSERT INTO ferry_done_count AS c (source, day, shard, n)

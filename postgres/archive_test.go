@@ -87,6 +87,9 @@ func TestArchiveMaintainCreatesAndDrops(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM ferry_event_done_default`); n != 3 {
 		t.Fatalf("%d events in the default partition before maintenance, want 3", n)
 	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_attempt_done_default`); n != 3 {
+		t.Fatalf("%d ledger rows in the default partition before maintenance, want 3", n)
+	}
 
 	params := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * time.Hour, Ahead: 48 * time.Hour}
 	res, err := b.store.ArchiveMaintain(b.ctx, params)
@@ -99,6 +102,9 @@ func TestArchiveMaintainCreatesAndDrops(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM ferry_event_done_default`); n != 0 {
 		t.Fatalf("%d events left in the default partition", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_attempt_done_default`); n != 0 {
+		t.Fatalf("%d ledger rows left in the default partition", n)
 	}
 	if n := b.doneCount(t); n != 3 {
 		t.Fatalf("done count %d, want 3", n)
@@ -115,8 +121,11 @@ func TestArchiveMaintainCreatesAndDrops(t *testing.T) {
 	if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: day0}); !errors.Is(err, ferry.ErrNotFound) {
 		t.Fatalf("event of the dropped day: %v, want ErrNotFound", err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM ferry_attempt WHERE event_id = $1`, day0); n != 0 {
+	if n := b.count(t, `SELECT (SELECT count(*) FROM ferry_attempt WHERE event_id = $1) + (SELECT count(*) FROM ferry_attempt_done WHERE event_id = $1)`, day0); n != 0 {
 		t.Errorf("%d ledger rows of a dropped event", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM pg_class WHERE relname = 'ferry_attempt_done_20260102'`); n != 0 {
+		t.Errorf("the dropped day's ledger partition is still there")
 	}
 	if n := b.count(t, `SELECT count(*) FROM ferry_conflict WHERE event_id = $1`, day0); n != 0 {
 		t.Errorf("%d conflicts of a dropped event", n)
@@ -124,6 +133,9 @@ func TestArchiveMaintainCreatesAndDrops(t *testing.T) {
 	for _, id := range []int64{day1, day2} {
 		if ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id}); err != nil || ev.State != ferry.StateDone {
 			t.Fatalf("kept event %d: %+v, %v", id, ev, err)
+		}
+		if atts, err := b.store.AttemptList(b.ctx, &ferry.AttemptListParams{ID: id}); err != nil || len(atts) != 1 || atts[0].Outcome != ferry.OutcomeDone {
+			t.Fatalf("kept event %d's ledger: %+v, %v", id, atts, err)
 		}
 	}
 	if n := b.doneCount(t); n != 2 {

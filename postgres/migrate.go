@@ -107,12 +107,12 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 		}
 		step := ferry.MigrationStep{Version: m.version, Name: m.name, Summary: ferry.MigrationSummary(m.sql)}
 		if m.name == "archive" && exists {
-			var events, done, days int64
-			if err := s.pool.QueryRow(ctx, migratePlanArchiveSQL).Scan(&events, &done, &days); err != nil {
+			var events, done, days, ledger int64
+			if err := s.pool.QueryRow(ctx, migratePlanArchiveSQL).Scan(&events, &done, &days, &ledger); err != nil {
 				return nil, fmt.Errorf("postgres: migrate plan: %w", err)
 			}
-			step.Summary += fmt.Sprintf("\nOn this store: %d events get a dedupe key; %d done events move to %d daily partitions of ferry_event_done; %d stay in ferry_event.",
-				events, done, days, events-done)
+			step.Summary += fmt.Sprintf("\nOn this store: %d events get a dedupe key; %d done events move to %d daily partitions of ferry_event_done, their %d ledger rows to ferry_attempt_done's; %d stay in ferry_event.",
+				events, done, days, ledger, events-done)
 		}
 		steps = append(steps, step)
 	}

@@ -96,11 +96,20 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 		// The next claim closes the lapsed attempt as lease_expired and
 		// runs a fresh one: still one unfinished, and no lease expired.
-		claim(t, b, "w3", 1, "b")
+		reclaimed := claim(t, b, "w3", 1, "b")
 		wantOutcomes(t, b, running, ferry.OutcomeLeaseExpired, ferry.OutcomeRunning)
 		bb = bySource(statsOf(t, b, &ferry.EventStatsParams{}))["b"]
 		if bb.UnfinishedAttempts != 1 || bb.LeaseExpired != 0 {
 			t.Errorf("after reclaim: unfinished %d, lease expired %d; want 1 and 0", bb.UnfinishedAttempts, bb.LeaseExpired)
+		}
+
+		// Done, the event keeps its ledger and the count its attempt that
+		// never reported, wherever the store keeps done events.
+		mustComplete(t, b, reclaimed[0].Event.Lease())
+		wantOutcomes(t, b, running, ferry.OutcomeLeaseExpired, ferry.OutcomeDone)
+		bb = bySource(statsOf(t, b, &ferry.EventStatsParams{}))["b"]
+		if bb.UnfinishedAttempts != 1 || bb.States[ferry.StateDone] != 1 {
+			t.Errorf("after completion: unfinished %d, done %d; want 1 and 1", bb.UnfinishedAttempts, bb.States[ferry.StateDone])
 		}
 	})
 

@@ -31,7 +31,11 @@ SELECT (SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id) FROM ferry_event e)::text,
 const upgradeSnapshotNew = `
 SELECT (SELECT jsonb_agg(to_jsonb(e) ORDER BY e.id)
         FROM (SELECT * FROM ferry_event UNION ALL SELECT * FROM ferry_event_done) e)::text,
-       (SELECT jsonb_agg(to_jsonb(a) ORDER BY a.event_id, a.attempt) FROM ferry_attempt a)::text,
+       (SELECT jsonb_agg(to_jsonb(a) ORDER BY a.event_id, a.attempt)
+        FROM (SELECT * FROM ferry_attempt
+              UNION ALL
+              SELECT event_id, attempt, worker, started_at, finished_at, outcome, error, http_status, response
+              FROM ferry_attempt_done) a)::text,
        (SELECT jsonb_agg(to_jsonb(c) ORDER BY c.id) FROM ferry_conflict c)::text,
        (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.id) FROM ferry_replay r)::text,
        (SELECT jsonb_agg(to_jsonb(x) ORDER BY x.id) FROM ferry_action x)::text`
@@ -103,7 +107,7 @@ func TestUpgradeFromSchema002(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("migrate --dry-run exited %d: %s", code, stderr)
 	}
-	want := "7 events get a dedupe key; 2 done events move to 2 daily partitions of ferry_event_done; 5 stay in ferry_event"
+	want := "7 events get a dedupe key; 2 done events move to 2 daily partitions of ferry_event_done, their 3 ledger rows to ferry_attempt_done's; 5 stay in ferry_event"
 	if !strings.Contains(out, "003_archive: ") || !strings.Contains(out, want) {
 		t.Fatalf("dry run says:\n%s\nwant 003_archive and %q", out, want)
 	}
@@ -126,6 +130,14 @@ func TestUpgradeFromSchema002(t *testing.T) {
 	}
 	if hotDone != 0 || archived != 2 {
 		t.Fatalf("after the upgrade: %d done events in ferry_event, %d archived; want 0 and 2", hotDone, archived)
+	}
+	var hotLedger, archivedLedger int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ferry_attempt a JOIN ferry_event_done d ON d.id = a.event_id),
+		(SELECT count(*) FROM ferry_attempt_done a JOIN ferry_event_done d ON d.id = a.event_id AND d.completed_at = a.completed_at)`).Scan(&hotLedger, &archivedLedger); err != nil {
+		t.Fatal(err)
+	}
+	if hotLedger != 0 || archivedLedger != 3 {
+		t.Fatalf("after the upgrade: %d ledger rows of done events in ferry_attempt, %d beside their event in the archive; want 0 and 3", hotLedger, archivedLedger)
 	}
 
 	st := postgres.New(pool, nil)

@@ -1,3 +1,3 @@
 -- Autovacuum never analyzes a partitioned parent, and the planner's
--- estimates of the archive come from the parent's statistics.
-ANALYZE ferry_event_done;
+-- estimates of the archive come from the parents' statistics.
+ANALYZE ferry_event_done, ferry_attempt_done;

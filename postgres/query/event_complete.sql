@@ -1,6 +1,7 @@
 -- Marks a leased event done, only while the lease is held: the event moves
 -- from ferry_event to the archive (ferry_event_done) with its id, its ledger
--- row is closed and its day's done counter goes up. No row back means the
+-- moves to the archive's (ferry_attempt_done) with the completing attempt
+-- closed, and its day's done counter goes up. No row back means the
 -- lease was lost and nothing changed.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
@@ -33,11 +34,22 @@ counted AS (
     ORDER BY 1, 2
     ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
 ),
+moved AS (
+    DELETE FROM ferry_attempt a
+    USING archived
+    WHERE a.event_id = archived.id
+    RETURNING a.*, archived.attempt AS completing, archived.completed_at
+),
 ledger AS (
-    UPDATE ferry_attempt a
-    SET outcome = 'done', finished_at = (SELECT now FROM clock),
-        http_status = nullif(@http_status::int, 0), response = nullif(@response::text, '')
-    FROM archived
-    WHERE a.event_id = archived.id AND a.attempt = archived.attempt
+    INSERT INTO ferry_attempt_done (event_id, attempt, worker, started_at, finished_at, outcome, error,
+                                    http_status, response, completed_at)
+    SELECT event_id, attempt, worker, started_at,
+           CASE WHEN attempt = completing THEN completed_at ELSE finished_at END,
+           CASE WHEN attempt = completing THEN 'done' ELSE outcome END,
+           error,
+           CASE WHEN attempt = completing THEN nullif(@http_status::int, 0) ELSE http_status END,
+           CASE WHEN attempt = completing THEN nullif(@response::text, '') ELSE response END,
+           completed_at
+    FROM moved
 )
 SELECT id FROM archived;

@@ -1,6 +1,7 @@
 -- Marks every leased event whose lease still holds done, in one statement:
--- each moves to the archive (ferry_event_done) with its id, its ledger row is
--- closed and the done counters go up. Returns the leases that did not hold
+-- each moves to the archive (ferry_event_done) with its id, its ledger to the
+-- archive's (ferry_attempt_done) with the completing attempt closed, and the
+-- done counters go up. Returns the leases that did not hold
 -- (each once, in the order first named): nothing changes for those. The
 -- fence is EventComplete's, per lease. Rows are locked in id order first, so
 -- that two batches sharing events wait on each other instead of deadlocking.
@@ -55,13 +56,24 @@ counted AS (
     ORDER BY 1, 2
     ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
 ),
+moved AS (
+    DELETE FROM ferry_attempt a
+    USING archived
+    WHERE a.event_id = archived.id
+    RETURNING a.*, archived.attempt AS completing, archived.completed_at
+),
 ledger AS (
-    UPDATE ferry_attempt a
-    SET outcome = 'done', finished_at = (SELECT now FROM clock),
-        http_status = nullif(l.http_status, 0), response = nullif(l.response, '')
-    FROM archived
-    JOIN leases l ON l.id = archived.id AND l.attempt = archived.attempt
-    WHERE a.event_id = archived.id AND a.attempt = archived.attempt
+    INSERT INTO ferry_attempt_done (event_id, attempt, worker, started_at, finished_at, outcome, error,
+                                    http_status, response, completed_at)
+    SELECT m.event_id, m.attempt, m.worker, m.started_at,
+           CASE WHEN m.attempt = m.completing THEN m.completed_at ELSE m.finished_at END,
+           CASE WHEN m.attempt = m.completing THEN 'done' ELSE m.outcome END,
+           m.error,
+           CASE WHEN m.attempt = m.completing THEN nullif(l.http_status, 0) ELSE m.http_status END,
+           CASE WHEN m.attempt = m.completing THEN nullif(l.response, '') ELSE m.response END,
+           m.completed_at
+    FROM moved m
+    LEFT JOIN leases l ON l.id = m.event_id AND l.attempt = m.completing
 )
 SELECT l.id, l.attempt
 FROM leases l

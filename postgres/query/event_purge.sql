@@ -23,7 +23,7 @@ uncounted AS (
     ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
 ),
 ledger AS (
-    DELETE FROM ferry_attempt WHERE event_id IN (SELECT id FROM purged)
+    DELETE FROM ferry_attempt_done a USING purged p WHERE a.event_id = p.id AND a.completed_at = p.completed_at
 ),
 conflicts AS (
     DELETE FROM ferry_conflict WHERE event_id IN (SELECT id FROM purged)

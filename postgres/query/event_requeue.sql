@@ -2,8 +2,8 @@
 -- (attempt_base catches up with attempt; attempt itself never goes down),
 -- records who asked for each in ferry_action, and wakes the workers. Dead and
 -- unknown events are requeued where they are; done events move back from the
--- archive to ferry_event with their id, and their day's done counter goes
--- down. Pending and in_progress events are never touched. @ids, when not
+-- archive to ferry_event with their id and ledger, and their day's done
+-- counter goes down. Pending and in_progress events are never touched. @ids, when not
 -- empty, names the events; the other filters narrow a bulk requeue as
 -- event_list.sql's do (EventRequeue clears them with @ids).
 WITH clock AS (
@@ -48,6 +48,18 @@ restored AS (
            NULL, last_error, (SELECT now FROM clock), origin, traceparent, tracestate, replays
     FROM unarchived
     RETURNING id
+),
+-- Their ledger comes back from the archive's with them.
+unledgered AS (
+    DELETE FROM ferry_attempt_done a
+    USING unarchived u
+    WHERE a.event_id = u.id AND a.completed_at = u.completed_at
+    RETURNING a.*
+),
+reledgered AS (
+    INSERT INTO ferry_attempt (event_id, attempt, worker, started_at, finished_at, outcome, error, http_status, response)
+    SELECT event_id, attempt, worker, started_at, finished_at, outcome, error, http_status, response
+    FROM unledgered
 ),
 uncounted AS (
     INSERT INTO ferry_done_count AS c (source, day, shard, n)

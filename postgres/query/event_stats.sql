@@ -11,15 +11,17 @@ WITH clock AS (
 risk AS (
     SELECT * FROM unnest(@risk_sources::text[], @risk_us::bigint[]) AS r(source, us)
 ),
--- Attempts closed as lease_expired (few: an index holds just those), with
--- their event's source wherever the event is; and running attempts whose
--- lease has lapsed.
+-- Attempts closed as lease_expired (few: an index of each ledger holds just
+-- those), with their event's source; and running attempts whose lease has
+-- lapsed.
 unfinished AS (
     SELECT source, count(*) AS n FROM (
-        SELECT coalesce(
-                   (SELECT e.source FROM ferry_event e WHERE e.id = a.event_id),
-                   (SELECT d.source FROM ferry_event_done d WHERE d.id = a.event_id LIMIT 1)) AS source
+        SELECT (SELECT e.source FROM ferry_event e WHERE e.id = a.event_id) AS source
         FROM ferry_attempt a
+        WHERE a.outcome = 'lease_expired'
+        UNION ALL
+        SELECT (SELECT d.source FROM ferry_event_done d WHERE d.id = a.event_id AND d.completed_at = a.completed_at)
+        FROM ferry_attempt_done a
         WHERE a.outcome = 'lease_expired'
         UNION ALL
         SELECT e.source
