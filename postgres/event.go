@@ -66,29 +66,6 @@ func (s *Store) EventHeartbeat(ctx context.Context, params *ferry.EventHeartbeat
 	return expires.UTC(), nil
 }
 
-func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompleteParams) error {
-	return s.complete(ctx, s.pool, params)
-}
-
-// EventCompleteTx completes the event inside tx, so the handler's writes in
-// tx and the fenced done commit or roll back together. On ErrLeaseLost the
-// caller must roll tx back.
-func (s *Store) EventCompleteTx(ctx context.Context, tx pgx.Tx, params *ferry.EventCompleteParams) error {
-	return s.complete(ctx, tx, params)
-}
-
-func (s *Store) complete(ctx context.Context, q querier, params *ferry.EventCompleteParams) error {
-	if err := params.Validate(); err != nil {
-		return wrap("event complete", err)
-	}
-	args := leaseArgs(s, params.Lease)
-	args["http_status"] = params.Response.HTTPStatus
-	args["response"] = params.Response.Body
-	var id int64
-	err := q.QueryRow(ctx, eventCompleteSQL, args).Scan(&id)
-	return fenceError("event complete", err)
-}
-
 func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
 	if err := params.Validate(); err != nil {
 		return "", wrap("event fail", err)

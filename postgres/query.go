@@ -37,8 +37,6 @@ var (
 	conflictListSQL string
 	//go:embed query/event_claim_many.sql
 	eventClaimManySQL string
-	//go:embed query/event_complete.sql
-	eventCompleteSQL string
 	//go:embed query/event_complete_many.sql
 	eventCompleteManySQL string
 	//go:embed query/event_fail.sql

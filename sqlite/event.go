@@ -109,34 +109,6 @@ func (s *Store) EventHeartbeat(ctx context.Context, params *ferry.EventHeartbeat
 	return fromMicros(expires), nil
 }
 
-// EventComplete marks the leased event done.
-func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompleteParams) error {
-	if err := params.Validate(); err != nil {
-		return wrap("event complete", err)
-	}
-	return s.writeTx(ctx, "event complete", func(tx *sql.Tx) error {
-		return s.complete(ctx, tx, params)
-	})
-}
-
-// EventCompleteTx marks the leased event done inside tx, which must come
-// from InTx or DB (a write transaction). On ErrLeaseLost nothing was
-// changed and the caller must roll tx back.
-func (s *Store) EventCompleteTx(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteParams) error {
-	if err := params.Validate(); err != nil {
-		return wrap("event complete", err)
-	}
-	return wrap("event complete", s.complete(ctx, tx, params))
-}
-
-func (s *Store) complete(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteParams) error {
-	now := s.nowTime()
-	if err := execFenced(ctx, tx, eventCompleteSQL, params.Lease, now); err != nil {
-		return err
-	}
-	return finishAttempt(ctx, tx, params.Lease, now, ferry.OutcomeDone, "", params.Response)
-}
-
 // EventFail ends the attempt as failed; event_fail.sql decides whether the
 // event goes dead or back to pending.
 func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {

@@ -42,7 +42,7 @@ CREATE INDEX ferry_event_key_payload ON ferry_event_key (source, payload_sha256)
 
 -- Done events, by completion time. Same columns as ferry_event, in the same
 -- order: a column added to ferry_event must be added here too (and to the
--- column lists of event_complete*.sql and event_requeue.sql).
+-- column lists of event_complete_many.sql and event_requeue.sql).
 CREATE TABLE ferry_event_done (LIKE ferry_event INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
     PARTITION BY RANGE (completed_at);
 ALTER TABLE ferry_event_done ALTER COLUMN completed_at SET NOT NULL;

@@ -1,0 +1,134 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"slices"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+// EventCompleteMany completes every lease that still holds in one write
+// transaction (one fsync) of two statements, whatever the number of leases:
+// a fenced update of the events that returns the ones it completed, then
+// their ledger rows. The clock is read under the write lock. See
+// ferry.Store.
+func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event complete many", err)
+	}
+	if len(params.Leases) == 0 {
+		return nil, nil
+	}
+	var lost []ferry.Lease
+	err := s.writeTx(ctx, "event complete many", func(tx *sql.Tx) (err error) {
+		lost, err = s.completeMany(ctx, tx, params)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lost, nil
+}
+
+// EventComplete marks the leased event done.
+func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompleteParams) error {
+	if err := params.Validate(); err != nil {
+		return wrap("event complete", err)
+	}
+	return s.writeTx(ctx, "event complete", func(tx *sql.Tx) error {
+		return s.complete(ctx, tx, params)
+	})
+}
+
+// EventCompleteTx marks the leased event done inside tx, which must come
+// from InTx or DB (a write transaction). On ErrLeaseLost nothing was
+// changed and the caller must roll tx back.
+func (s *Store) EventCompleteTx(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteParams) error {
+	if err := params.Validate(); err != nil {
+		return wrap("event complete", err)
+	}
+	return wrap("event complete", s.complete(ctx, tx, params))
+}
+
+// complete is a batch of one, so one pair of statements holds the
+// completion rule.
+func (s *Store) complete(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteParams) error {
+	lost, err := s.completeMany(ctx, tx, &ferry.EventCompleteManyParams{
+		Leases:    []ferry.Lease{params.Lease},
+		Responses: []ferry.AttemptResponse{params.Response},
+	})
+	if err == nil && len(lost) > 0 {
+		err = ferry.ErrLeaseLost
+	}
+	return err
+}
+
+// completeMany completes in tx the leases of params that hold and returns
+// the others, each once, in the order first named.
+func (s *Store) completeMany(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
+	now := s.nowMicros()
+	rows, err := tx.QueryContext(ctx, eventCompleteManySQL,
+		sql.Named("now", now), sql.Named("leases", leasePairs(params.Leases)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	completed := make(map[ferry.Lease]bool, len(params.Leases))
+	var done []ferry.Lease
+	for rows.Next() {
+		var l ferry.Lease
+		if err := rows.Scan(&l.ID, &l.Attempt); err != nil {
+			return nil, err
+		}
+		done = append(done, l)
+		completed[l] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(done) > 0 {
+		if _, err := tx.ExecContext(ctx, eventCompleteManyAttemptSQL, sql.Named("now", now),
+			sql.Named("outcome", string(ferry.OutcomeDone)), sql.Named("leases", ledgerRows(done, params))); err != nil {
+			return nil, err
+		}
+	}
+	var lost []ferry.Lease
+	for _, l := range params.Leases {
+		if !completed[l] && !slices.Contains(lost, l) {
+			lost = append(lost, l)
+		}
+	}
+	return lost, nil
+}
+
+// leasePairs encodes leases as a JSON array of [id, attempt] pairs for
+// json_each.
+func leasePairs(leases []ferry.Lease) string {
+	pairs := make([][2]int64, len(leases))
+	for i, l := range leases {
+		pairs[i] = [2]int64{l.ID, int64(l.Attempt)}
+	}
+	b, _ := json.Marshal(pairs) // integers cannot fail
+	return string(b)
+}
+
+// ledgerRows encodes the completed leases with what their downstream
+// answered (the first naming's) as a JSON array of [id, attempt,
+// http_status, response] for json_each.
+func ledgerRows(done []ferry.Lease, params *ferry.EventCompleteManyParams) string {
+	responses := make(map[ferry.Lease]ferry.AttemptResponse, len(params.Responses))
+	for i, r := range params.Responses {
+		if _, seen := responses[params.Leases[i]]; !seen {
+			responses[params.Leases[i]] = r
+		}
+	}
+	rows := make([][4]any, len(done))
+	for i, l := range done {
+		r := responses[l]
+		rows[i] = [4]any{l.ID, l.Attempt, r.HTTPStatus, r.Body}
+	}
+	b, _ := json.Marshal(rows) // integers and valid UTF-8 cannot fail
+	return string(b)
+}
