@@ -57,6 +57,8 @@ SIGTERM stops it gracefully (exit 0).`)
 		}
 	}
 
+	memLimit := setMemoryLimit(cfg, runsReceiver, runsWorker, os.Getenv)
+
 	// Deferred first, so it runs last: the spans of the final attempts and
 	// of the drain are flushed after the client and the servers stop.
 	tracerProvider, stopTracing, err := newTracing(ctx, cfg.Telemetry, os.Getenv, log)
@@ -145,7 +147,7 @@ SIGTERM stops it gracefully (exit 0).`)
 		go func() { served <- s.Serve(listeners[i]) }()
 	}
 	kind, _, _ := cfg.StoreKind()
-	log.Info("ferry: serving", "listen", ln.Addr().String(), "admin", adminAddr, "role", *role, "store", kind, "sources", len(cfg.Sources))
+	log.Info("ferry: serving", "listen", ln.Addr().String(), "admin", adminAddr, "role", *role, "store", kind, "sources", len(cfg.Sources), "memory_limit", memLimit)
 
 	select {
 	case <-ctx.Done():

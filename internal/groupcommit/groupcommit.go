@@ -110,11 +110,8 @@ func (c *Committer[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 func (c *Committer[Req, Res]) withdraw(cl *call[Req, Res]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, p := range c.pending {
-		if p == cl {
-			c.pending = append(c.pending[:i], c.pending[i+1:]...)
-			return
-		}
+	if i := slices.Index(c.pending, cl); i >= 0 {
+		c.pending = slices.Delete(c.pending, i, i+1) // zeroes the freed slot: see flush
 	}
 }
 
@@ -125,7 +122,11 @@ func (c *Committer[Req, Res]) flush() bool {
 	c.mu.Lock()
 	n := min(len(c.pending), c.MaxBatch)
 	batch := slices.Clone(c.pending[:n])
-	c.pending = append(c.pending[:0], c.pending[n:]...)
+	// slices.Delete zeroes the slots past the new length: a stale pointer
+	// left there would keep a finished call's request (a receipt's whole
+	// body) reachable until the queue grew over it again, memory no byte
+	// budget counts.
+	c.pending = slices.Delete(c.pending, 0, n)
 	c.mu.Unlock()
 	if n == 0 {
 		return false

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/ferry-inbox/ferry/internal/groupcommit"
 )
@@ -121,4 +122,66 @@ func TestCommitter(t *testing.T) {
 			t.Fatalf("ran %v: the cancelled call 2 was run", ran)
 		}
 	})
+}
+
+// TestCommitterRetainsNoFinishedRequest pins that the queue lets go of a
+// request once its call returns, run or withdrawn: the receiver's requests
+// carry whole bodies, and one kept reachable from the queue's spare
+// capacity is memory that no byte budget counts.
+func TestCommitterRetainsNoFinishedRequest(t *testing.T) {
+	t.Parallel()
+
+	type body [64 << 10]byte
+	var (
+		started = make(chan struct{})
+		release = make(chan struct{})
+		first   = new(body)
+	)
+	c := &groupcommit.Committer[*body, int]{MaxConcurrent: 1, Run: func(_ context.Context, reqs []*body) []groupcommit.Result[int] {
+		if slices.Contains(reqs, first) {
+			close(started)
+			<-release // hold the only slot while the others queue
+		}
+		return make([]groupcommit.Result[int], len(reqs))
+	}}
+	done := make(chan error, 8)
+	go func() { _, err := c.Do(context.Background(), first); done <- err }()
+	<-started
+
+	// Three calls queue behind the first batch and run as one batch; a
+	// fourth gives up while queued and is withdrawn.
+	var weaks []weak.Pointer[body]
+	for range 3 {
+		b := new(body)
+		weaks = append(weaks, weak.Make(b))
+		go func() { _, err := c.Do(context.Background(), b); done <- err }()
+	}
+	for c.Queued() < 3 {
+		runtime.Gosched()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	withdrawn := new(body)
+	weaks = append(weaks, weak.Make(withdrawn))
+	go func() { _, err := c.Do(ctx, withdrawn); done <- err }()
+	for c.Queued() < 4 {
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("withdrawn Do err = %v, want context.Canceled", err)
+	}
+	close(release)
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	runtime.GC()
+	for i, w := range weaks {
+		if w.Value() != nil {
+			t.Errorf("request %d is still reachable after its call returned", i)
+		}
+	}
+	runtime.KeepAlive(c)
 }
