@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,10 +19,10 @@ import (
 
 // The scale benchmark stores many done events (1 KB payloads, one ledger
 // row each) under a standing pending backlog, and measures at each size
-// what must not grow with history: receipts through the real receiver,
-// claim + complete, the first page of `ferry events list`, a cold /metrics
-// scrape, the dashboard overview, `ferry doctor`, and one retention step on
-// a day of events. It runs the archive layout (this checkout) and the
+// what must not grow with history: a cold /metrics scrape, the dashboard
+// overview, the first page of `ferry events list` and `ferry doctor` (the
+// last two again after the write runs), receipts through the real
+// receiver, claim + complete, and one retention step on a day of events. It runs the archive layout (this checkout) and the
 // layout before it (the binary and SQL of the revision before migration
 // 003, built from git), each in its own schema.
 
@@ -50,6 +51,13 @@ type scaleSample struct {
 	claimRPS                                   float64
 	claimP99                                   time.Duration
 	list, metrics, overview, doctor, retention time.Duration
+	// listChurned and doctorChurned are list and doctor again right after
+	// the receipt and claim runs, before autovacuum has seen their churn.
+	listChurned, doctorChurned time.Duration
+	// failed names the views that gave no answer (the layout before 003
+	// cannot serve some at 20M), with their errors; their times are how
+	// long they took to fail.
+	failed []string
 }
 
 const scaleToken = "bench-admin-token"
@@ -84,9 +92,9 @@ func runScale(ctx context.Context, o *options) (*result, error) {
 	for _, l := range layouts {
 		for _, s := range samples[l.name] {
 			res.rows = append(res.rows, []string{fmt.Sprintf("scale %s %d", l.name, s.rows), "",
-				fmt.Sprintf("load %s (%.0f MB); receive %.0f/s p99 %s; claim+complete %.0f/s, claim p99 %s; list %s; metrics %s; overview %s; doctor %s; retention %s",
+				fmt.Sprintf("load %s (%.0f MB); receive %.0f/s p99 %s; claim+complete %.0f/s, claim p99 %s; list %s; metrics %s; overview %s; doctor %s; retention %s; after the runs: list %s, doctor %s",
 					s.load.Round(time.Second), s.diskMB, s.receiveRPS, ms(s.receiveP99), s.claimRPS, ms(s.claimP99),
-					ms(s.list), ms(s.metrics), ms(s.overview), ms(s.doctor), ms(s.retention))})
+					ms(s.list), ms(s.metrics), ms(s.overview), ms(s.doctor), ms(s.retention), ms(s.listChurned), ms(s.doctorChurned)) + failedNote(s)})
 		}
 	}
 	a := samples[after.name]
@@ -94,6 +102,9 @@ func runScale(ctx context.Context, o *options) (*result, error) {
 	line := fmt.Sprintf("rows=%d receive_x=%.2f claim_x=%.2f list_x=%.2f metrics_ms=%.0f overview_ms=%.0f doctor_ms=%.0f retention_ms=%.0f",
 		last.rows, last.receiveRPS/first.receiveRPS, last.claimRPS/first.claimRPS, float64(first.list)/float64(last.list),
 		msf(last.metrics), msf(last.overview), msf(last.doctor), msf(last.retention))
+	if len(last.failed) > 0 {
+		line += " failed=" + strconv.Itoa(len(last.failed))
+	}
 	if b := samples["before"]; len(b) > 0 {
 		line += fmt.Sprintf(" before_claim_x=%.2f", b[len(b)-1].claimRPS/b[0].claimRPS)
 	} else {
@@ -152,9 +163,13 @@ func scaleLayoutRun(ctx context.Context, o *options, l *scaleLayout) ([]*scaleSa
 		if err := scaleMeasure(ctx, o, l, pool, cfgPath, cfg, sample); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(os.Stderr, "  scale %s %d: receive %.0f/s p99 %s, claim+complete %.0f/s p99 %s, list %s, metrics %s, overview %s, doctor %s, retention %s\n",
+		fmt.Fprintf(os.Stderr, "  scale %s %d: receive %.0f/s p99 %s, claim+complete %.0f/s p99 %s, list %s, metrics %s, overview %s, doctor %s, retention %s; after the runs: list %s, doctor %s\n",
 			l.name, size, sample.receiveRPS, ms(sample.receiveP99), sample.claimRPS, ms(sample.claimP99),
-			ms(sample.list), ms(sample.metrics), ms(sample.overview), ms(sample.doctor), ms(sample.retention))
+			ms(sample.list), ms(sample.metrics), ms(sample.overview), ms(sample.doctor), ms(sample.retention),
+			ms(sample.listChurned), ms(sample.doctorChurned))
+		if len(sample.failed) > 0 {
+			fmt.Fprintf(os.Stderr, "  scale %s %d:%s\n", l.name, size, failedNote(sample))
+		}
 		samples = append(samples, sample)
 	}
 	return samples, nil
@@ -173,20 +188,39 @@ func topUpBacklog(ctx context.Context, pool *pgxpool.Pool, l *scaleLayout, n int
 }
 
 func scaleMeasure(ctx context.Context, o *options, l *scaleLayout, pool *pgxpool.Pool, cfgPath, cfg string, sample *scaleSample) error {
-	// Receipts, through `ferry serve --role receiver` of the layout.
+	timed := func(args ...string) (time.Duration, error) {
+		t := time.Now()
+		cmd := exec.CommandContext(ctx, l.bin, args...)
+		out, err := cmd.CombinedOutput()
+		if _, exit := err.(*exec.ExitError); err != nil && !exit {
+			return 0, fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return time.Since(t), nil
+	}
+	list := func() (time.Duration, error) { return timed("events", "list", "--limit", "20", "--config", cfgPath) }
+	doctor := func() (time.Duration, error) { return timed("doctor", "--config", cfgPath) }
+
 	c, err := startServeBin(ctx, l.bin, o.tmp, "scale-"+l.name, cfg, "receiver")
 	if err != nil {
 		return err
 	}
-	// The first scrape and overview of a fresh process: no cached stats.
-	sample.metrics, err = adminGet(ctx, c.admin, "/metrics")
-	if err == nil {
-		sample.overview, err = adminGet(ctx, c.admin, "/ui/")
+	// A view that fails is recorded with the time it took to fail, and the
+	// run goes on.
+	view := func(name string, d *time.Duration, f func() (time.Duration, error)) {
+		t := time.Now()
+		var err error
+		if *d, err = f(); err != nil {
+			*d = time.Since(t)
+			sample.failed = append(sample.failed, fmt.Sprintf("%s: %v", name, err))
+		}
 	}
-	if err != nil {
-		c.stop()
-		return err
-	}
+	// The operator views of the store as loaded, each from a fresh process
+	// (no cached stats): the first scrape, the overview, a list, doctor.
+	view("metrics", &sample.metrics, func() (time.Duration, error) { return adminGet(ctx, c.admin, "/metrics") })
+	view("overview", &sample.overview, func() (time.Duration, error) { return adminGet(ctx, c.admin, "/ui/") })
+	view("list", &sample.list, list)
+	view("doctor", &sample.doctor, doctor)
+	// Receipts, through `ferry serve --role receiver` of the layout.
 	lr, err := closedLoop(ctx, "http://"+c.addr+"/webhooks/stripe", fmt.Sprintf("evt_scale_%d_", sample.rows), o.clients, time.Second, o.scaleDur)
 	c.stop()
 	if err != nil {
@@ -197,21 +231,8 @@ func scaleMeasure(ctx context.Context, o *options, l *scaleLayout, pool *pgxpool
 	if sample.claimRPS, sample.claimP99, err = claimComplete(ctx, l, pool, o.scaleDur); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
-	timed := func(args ...string) (time.Duration, error) {
-		t := time.Now()
-		cmd := exec.CommandContext(ctx, l.bin, args...)
-		out, err := cmd.CombinedOutput()
-		if _, exit := err.(*exec.ExitError); err != nil && !exit {
-			return 0, fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return time.Since(t), nil
-	}
-	if sample.list, err = timed("events", "list", "--limit", "20", "--config", cfgPath); err != nil {
-		return err
-	}
-	if sample.doctor, err = timed("doctor", "--config", cfgPath); err != nil {
-		return err
-	}
+	view("list after the runs", &sample.listChurned, list)
+	view("doctor after the runs", &sample.doctorChurned, doctor)
 	day := max(10_000, sample.rows/30) // a day of a 30-day retention
 	if err := l.oldDay(ctx, pool, day); err != nil {
 		return fmt.Errorf("old day: %w", err)
@@ -222,6 +243,14 @@ func scaleMeasure(ctx context.Context, o *options, l *scaleLayout, pool *pgxpool
 	}
 	sample.retention = time.Since(t)
 	return nil
+}
+
+// failedNote lists the views of s that gave no answer.
+func failedNote(s *scaleSample) string {
+	if len(s.failed) == 0 {
+		return ""
+	}
+	return "; no answer: " + strings.Join(s.failed, "; ")
 }
 
 func adminGet(ctx context.Context, addr, path string) (time.Duration, error) {
