@@ -369,7 +369,7 @@ func archiveOldDay(ctx context.Context, pool *pgxpool.Pool, n int) error {
 // archiveInsertDone writes done events with their keys, ledger rows, done
 // counts and partitions, as completions would have.
 func archiveInsertDone(ctx context.Context, pool *pgxpool.Pool, prefix string, from, to int, completed string) error {
-	_, err := pool.Exec(ctx, `SELECT ferry_archive_create(d::date, d::date + 1)
+	_, err := pool.Exec(ctx, `SELECT ferry_archive_create(d::date, d::date + 1, now())
 		FROM generate_series((now() - interval '40 days')::date, (now() + interval '7 days')::date, interval '1 day') d
 		WHERE d::date = ((now() - interval '40 days') AT TIME ZONE 'UTC')::date OR d >= now() - interval '4 days'`)
 	if err != nil {

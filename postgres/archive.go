@@ -54,7 +54,8 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 	})
 	var steps []step
 	var st step
-	if _, err := pgx.ForEachRow(rows, []any{&st.action, &st.fromDay, &st.toD, &st.name}, func() error {
+	var current bool // the plan's order: today's day first
+	if _, err := pgx.ForEachRow(rows, []any{&st.action, &st.fromDay, &st.toD, &st.name, &current}, func() error {
 		steps = append(steps, st)
 		return nil
 	}); err != nil {
@@ -70,7 +71,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 			}
 			if st.action == "create" {
 				var created bool
-				err := tx.QueryRow(ctx, archiveCreateSQL, pgx.NamedArgs{"from_day": st.fromDay, "to_day": st.toD}).Scan(&created)
+				err := tx.QueryRow(ctx, archiveCreateSQL, pgx.NamedArgs{"from_day": st.fromDay, "to_day": st.toD, "now": s.nowArg()}).Scan(&created)
 				if created {
 					res.Created++
 				}

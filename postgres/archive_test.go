@@ -29,8 +29,8 @@ func archiveSetup(t *testing.T) *archiveBundle {
 	return &archiveBundle{ctx: context.Background(), clock: clock, store: st}
 }
 
-// done receives eventID, claims it and completes it now.
-func (b *archiveBundle) done(t *testing.T, eventID string) int64 {
+// claimed receives eventID (its payload is its name) and claims it.
+func (b *archiveBundle) claimed(t *testing.T, eventID string) ferry.Lease {
 	t.Helper()
 	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: eventID, Payload: []byte(eventID)})
 	if err != nil {
@@ -40,10 +40,17 @@ func (b *archiveBundle) done(t *testing.T, eventID string) int64 {
 	if err != nil || len(claims) != 1 || claims[0].Event.ID != res.ID {
 		t.Fatalf("claim of %s: %d claims, %v", eventID, len(claims), err)
 	}
-	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+	return claims[0].Event.Lease()
+}
+
+// done receives eventID, claims it and completes it now.
+func (b *archiveBundle) done(t *testing.T, eventID string) int64 {
+	t.Helper()
+	lease := b.claimed(t, eventID)
+	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
-	return res.ID
+	return lease.ID
 }
 
 func (b *archiveBundle) count(t *testing.T, sql string, args ...any) int {
@@ -234,17 +241,10 @@ func jsonEqual(a, b any) bool { return fmt.Sprintf("%#v", a) == fmt.Sprintf("%#v
 func TestRedeliveryDuringCompletionIsCounted(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
-	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("x")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
-	if err != nil || len(claims) != 1 {
-		t.Fatal(claims, err)
-	}
+	lease := b.claimed(t, "e")
 	received := make(chan error, 1)
-	err = b.store.InTx(b.ctx, func(tx pgx.Tx) error {
-		if err := b.store.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+	err := b.store.InTx(b.ctx, func(tx pgx.Tx) error {
+		if err := b.store.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
 			return err
 		}
 		var pid int
@@ -252,7 +252,7 @@ func TestRedeliveryDuringCompletionIsCounted(t *testing.T) {
 			return err
 		}
 		go func() {
-			_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("x")})
+			_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("e")})
 			received <- err
 		}()
 		deadline := time.Now().Add(30 * time.Second)
@@ -271,7 +271,7 @@ func TestRedeliveryDuringCompletionIsCounted(t *testing.T) {
 	if err := <-received; err != nil {
 		t.Fatal(err)
 	}
-	ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: res.ID})
+	ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: lease.ID})
 	if err != nil || ev.State != ferry.StateDone || ev.Deliveries != 2 {
 		t.Fatalf("event after the race: %+v, %v; want done with 2 deliveries", ev, err)
 	}
@@ -326,5 +326,38 @@ func TestArchiveMaintainDuringCompletions(t *testing.T) {
 		if _, err := st.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, Ahead: 24 * time.Hour}); err != nil {
 			t.Fatalf("maintenance %d during completions: %v", i, err)
 		}
+	}
+}
+
+// Maintenance creating a day ahead never waits for completions: no
+// completion can land in a future range, so only the range that holds now
+// takes the archive's lock. An open transaction that completed an event
+// would otherwise hold it off (lock_timeout), and the first maintenance of a
+// fresh store would stall completions while it creates its days.
+func TestArchiveCreateAheadNeverWaitsForCompletions(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	params := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour}
+	if _, err := b.store.ArchiveMaintain(b.ctx, params); err != nil {
+		t.Fatal(err)
+	}
+	lease := b.claimed(t, "e")
+	err := b.store.InTx(b.ctx, func(tx pgx.Tx) error {
+		if err := b.store.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
+			return err
+		}
+		// A day later, with a day more of retention: nothing to drop.
+		b.clock.Advance(24 * time.Hour)
+		m, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: params.Retention + 24*time.Hour})
+		if err != nil || m.Created != 1 || m.Dropped != 0 {
+			t.Errorf("maintenance beside an open completion = %+v, %v; want one day created ahead", m, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: lease.ID}); err != nil || ev.State != ferry.StateDone {
+		t.Fatalf("event after maintenance: %+v, %v; want done", ev, err)
 	}
 }

@@ -94,7 +94,7 @@ CREATE TABLE ferry_event_done_partition (
 -- hold for that range, so the attach succeeds. Each table is built apart
 -- and attached, which locks the parent less than CREATE TABLE ... PARTITION
 -- OF. Does nothing if they exist.
-CREATE FUNCTION ferry_archive_create(from_day date, to_day date) RETURNS boolean
+CREATE FUNCTION ferry_archive_create(from_day date, to_day date, at timestamptz) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     day text := to_char(from_day, 'YYYYMMDD');
@@ -106,13 +106,16 @@ BEGIN
     IF EXISTS (SELECT FROM ferry_event_done_partition p WHERE p.name = 'ferry_event_done_' || day) THEN
         RETURN false;
     END IF;
-    -- Completions wait until the partitions are attached: one routed to a
-    -- default partition meanwhile would fail its constraint once the range
-    -- is attached (ATTACH locks the parent only against schema changes).
-    -- Held for this transaction: a day's rows moved out of the default
-    -- partitions, none once partitions exist ahead. Events before ledger,
-    -- the order every statement takes them in.
-    LOCK TABLE ferry_event_done, ferry_attempt_done IN SHARE ROW EXCLUSIVE MODE;
+    -- A completion routed to a default partition while its range is being
+    -- attached would make the attach fail (ATTACH locks the parent only
+    -- against schema changes), so completions wait while the range that
+    -- holds the clock's now (at, give or take an hour of clock skew) is
+    -- attached. Completions are stamped now, so no other range can receive
+    -- one: creating days ahead, or days past, never stalls them. Events
+    -- before ledger, the order every statement takes them in.
+    IF hi > at - interval '1 hour' AND lo <= at + interval '1 hour' THEN
+        LOCK TABLE ferry_event_done, ferry_attempt_done IN SHARE ROW EXCLUSIVE MODE;
+    END IF;
     FOREACH parent IN ARRAY ARRAY['ferry_event_done', 'ferry_attempt_done'] LOOP
         part := parent || '_' || day;
         EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part, parent);
@@ -148,18 +151,21 @@ BEGIN
         RETURN 0;
     END IF;
     ledger := 'ferry_attempt_done_' || to_char(p.from_day, 'YYYYMMDD');
-    SELECT coalesce(sum(c.n), 0) INTO n FROM ferry_done_count c WHERE c.day >= p.from_day AND c.day < p.to_day;
     EXECUTE format('SELECT min(id), max(id) FROM %I', part) INTO lo, hi;
     FOREACH side IN ARRAY ARRAY['ferry_conflict', 'ferry_replay', 'ferry_action'] LOOP
         EXECUTE format('DELETE FROM %I s WHERE s.event_id BETWEEN $1 AND $2 AND EXISTS (SELECT FROM %I d WHERE d.id = s.event_id)',
                        side, part) USING lo, hi;
     END LOOP;
-    DELETE FROM ferry_done_count WHERE day >= p.from_day AND day < p.to_day;
     -- A default partition rules out DETACH CONCURRENTLY; the plain detach
     -- holds the parent's lock only for the catalog change (bounded by the
     -- caller's lock_timeout).
     EXECUTE format('ALTER TABLE ferry_event_done DETACH PARTITION %I', part);
     EXECUTE format('ALTER TABLE ferry_attempt_done DETACH PARTITION %I', ledger);
+    -- After the detach, which waits for completions in flight: a completion
+    -- that counts into a day being dropped (a clock off by the retention)
+    -- would otherwise wait on this row lock while holding off the detach.
+    WITH counted AS (DELETE FROM ferry_done_count c WHERE c.day >= p.from_day AND c.day < p.to_day RETURNING c.n)
+    SELECT coalesce(sum(counted.n), 0) INTO n FROM counted;
     EXECUTE format('DROP TABLE %I, %I', part, ledger);
     DELETE FROM ferry_event_done_partition WHERE name = part;
     RETURN n;
@@ -170,7 +176,7 @@ END $$;
 INSERT INTO ferry_event_key (source, event_id, id, payload_sha256, received_at)
 SELECT source, event_id, id, payload_sha256, first_delivered_at FROM ferry_event;
 
-SELECT ferry_archive_create(d, d + 1)
+SELECT ferry_archive_create(d, d + 1, now())
 FROM (SELECT DISTINCT (coalesce(completed_at, last_delivered_at) AT TIME ZONE 'UTC')::date AS d
       FROM ferry_event WHERE state = 'done') days
 ORDER BY d;

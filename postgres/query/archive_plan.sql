@@ -1,7 +1,9 @@
 -- What maintenance should do now: the days to create partitions for (from
 -- the end of the newest partition, or from the retention's start when there
 -- is none or it is older, until @ahead_us from now, in spans of @span_days),
--- and the partitions wholly older than @retention_us.
+-- and the partitions wholly older than @retention_us. The day that holds
+-- today comes first: once it exists completions land there, and creating
+-- the other days never waits for one (ferry_archive_create).
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -12,13 +14,14 @@ bounds AS (
            (SELECT max(to_day) FROM ferry_event_done_partition) AS newest
     FROM clock
 )
-SELECT 'create' AS action, d::date AS from_day, (d + @span_days::int * interval '1 day')::date AS to_day, '' AS name
+SELECT 'create' AS action, d::date AS from_day, (d + @span_days::int * interval '1 day')::date AS to_day, '' AS name,
+       d::date <= today AND (d + @span_days::int * interval '1 day')::date > today AS current
 FROM bounds, generate_series(
     greatest(newest, expired)::timestamp,
     until::timestamp,
     @span_days::int * interval '1 day') AS d
 UNION ALL
-SELECT 'drop', p.from_day, p.to_day, p.name
+SELECT 'drop', p.from_day, p.to_day, p.name, false
 FROM ferry_event_done_partition p, bounds
 WHERE p.to_day <= bounds.expired
-ORDER BY 1, 2;
+ORDER BY action, current DESC, from_day;
