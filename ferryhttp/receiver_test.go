@@ -397,16 +397,9 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 		writable := teststore.PostgresOn(t, pool, nil)
 		// A pool on the same schema whose every transaction is read-only: the
 		// server is up and answers, but refuses to commit the receipt.
-		config, err := pgxpool.ParseConfig(pgtest.ConnString(schema))
-		if err != nil {
-			t.Fatal(err)
-		}
-		config.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
-		readOnly, err := pgxpool.NewWithConfig(context.Background(), config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(readOnly.Close)
+		readOnly := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) {
+			c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+		})
 		refusing := postgres.New(readOnly, nil)
 		t.Cleanup(refusing.Close)
 		b := setup(t, refusing, nil)
