@@ -36,14 +36,20 @@ func (b *archiveBundle) done(t *testing.T, eventID string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
-	if err != nil || len(claims) != 1 || claims[0].Event.ID != res.ID {
-		t.Fatalf("claim of %s: %d claims, %v", eventID, len(claims), err)
-	}
-	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: b.claim(t, res.ID)}); err != nil {
 		t.Fatal(err)
 	}
 	return res.ID
+}
+
+// claim claims the one event due, which must be id, and returns its lease.
+func (b *archiveBundle) claim(t *testing.T, id int64) ferry.Lease {
+	t.Helper()
+	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+	if err != nil || len(claims) != 1 || claims[0].Event.ID != id {
+		t.Fatalf("claim of event %d: %d claims, %v", id, len(claims), err)
+	}
+	return claims[0].Event.Lease()
 }
 
 func (b *archiveBundle) count(t *testing.T, sql string, args ...any) int {
@@ -190,10 +196,7 @@ func TestArchiveMoveKeepsEveryColumn(t *testing.T) {
 		replays = 2, last_error = 'earlier', deliveries = 3, conflicts = 1 WHERE id = $1`, res.ID); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
-	if err != nil || len(claims) != 1 {
-		t.Fatal(claims, err)
-	}
+	lease := b.claim(t, res.ID)
 	row := func(table string) map[string]any {
 		var m map[string]any
 		if err := b.store.Pool().QueryRow(b.ctx, `SELECT to_jsonb(e) - 'state' - 'lease_owner' - 'lease_expires_at' - 'completed_at'
@@ -203,7 +206,7 @@ func TestArchiveMoveKeepsEveryColumn(t *testing.T) {
 		return m
 	}
 	hot := row("ferry_event")
-	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	archived := row("ferry_event_done")
@@ -238,13 +241,10 @@ func TestRedeliveryDuringCompletionIsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
-	if err != nil || len(claims) != 1 {
-		t.Fatal(claims, err)
-	}
+	lease := b.claim(t, res.ID)
 	received := make(chan error, 1)
 	err = b.store.InTx(b.ctx, func(tx pgx.Tx) error {
-		if err := b.store.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+		if err := b.store.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
 			return err
 		}
 		var pid int
