@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"slices"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -109,8 +108,9 @@ func lostOf(named, held []ferry.Lease) []ferry.Lease {
 	}
 	var lost []ferry.Lease
 	for _, l := range named {
-		if !holds[l] && !slices.Contains(lost, l) {
+		if !holds[l] {
 			lost = append(lost, l)
+			holds[l] = true // named again later: listed once
 		}
 	}
 	return lost
