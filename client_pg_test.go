@@ -29,16 +29,7 @@ func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
 	_, schema := pgtest.Schema(t)
 	// A transactional handler holds a connection while it runs: ten paused
 	// zombies plus a live worker need more than pgxpool's default of four.
-	poolCfg, err := pgxpool.ParseConfig(pgtest.ConnString(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	poolCfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) { c.MaxConns = 16 })
 	clock := storetest.NewClock()
 	st := teststore.PostgresOn(t, pool, &postgres.Config{Now: clock.Now})
 	if _, err := pool.Exec(ctx, `CREATE TABLE effect (event_id text NOT NULL)`); err != nil {

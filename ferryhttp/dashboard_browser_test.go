@@ -29,12 +29,7 @@ const chromiumPath = "/usr/bin/chromium"
 // artifact (go test -artifacts).
 func TestDashboardBrowser(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing; CI must install it: apt-get update && apt-get install -y chromium", chromiumPath)
-		}
-		t.Skipf("%s is missing; install it with: apt-get update && apt-get install -y chromium", chromiumPath)
-	}
+	needChromium(t)
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
 
 	client, err := ferry.NewClient(&ferry.Config{
@@ -122,12 +117,7 @@ func TestDashboardBrowser(t *testing.T) {
 // the login.
 func TestDashboardBrowserLogin(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing; CI must install it: apt-get update && apt-get install -y chromium", chromiumPath)
-		}
-		t.Skipf("%s is missing; install it with: apt-get update && apt-get install -y chromium", chromiumPath)
-	}
+	needChromium(t)
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{Token: "br0wser-token", TokenName: "oncall"})
 	ctx := newBrowser(t)
 

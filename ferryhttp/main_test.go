@@ -17,29 +17,16 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/internal/leaktest"
 	"github.com/ferry-inbox/ferry/internal/testlog"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/provider"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	// The forwarder's default client shares http.DefaultTransport; its idle
-	// keep-alive connections are not leaks.
-	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(leaktest.Run(m)) }
 
 // testNow is the verifiers' clock: deliveries are signed at it, so the
 // timestamp checks never depend on the wall clock.

@@ -327,6 +327,19 @@ func assertUnavailable(t *testing.T, r reply, retryAfter, reason string) {
 	}
 }
 
+// wantRefused sends a Stripe delivery of eventID with body to a receiver on
+// down, and wants a 503 store_unavailable and no event in seen, a store on
+// the same data that can read. It returns the receiver's bundle.
+func wantRefused(t *testing.T, down, seen ferry.Store, eventID, body string) *bundle {
+	t.Helper()
+	b := setup(t, down, nil)
+	assertUnavailable(t, b.send(t, stripe(body)), "5", "store_unavailable")
+	if event(t, seen, "stripe", eventID) != nil {
+		t.Fatal("event stored")
+	}
+	return b
+}
+
 func TestReceiverStoreUnavailable(t *testing.T) {
 	t.Parallel()
 
@@ -334,13 +347,10 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 		t.Parallel()
 		forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
 			st := open(t)
-			b := setup(t, &failingStore{Store: st, receive: func(context.Context, *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+			down := &failingStore{Store: st, receive: func(context.Context, *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
 				return nil, errStoreDown
-			}}, nil)
-			assertUnavailable(t, b.send(t, stripe(`{"id":"evt_down"}`)), "5", "store_unavailable")
-			if event(t, st, "stripe", "evt_down") != nil {
-				t.Fatal("event stored")
-			}
+			}}
+			wantRefused(t, down, st, "evt_down", `{"id":"evt_down"}`)
 		})
 	})
 
@@ -349,42 +359,26 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ferry.db")
 		st := teststore.SQLiteAt(t, path, nil)
 		st.Close()
-		b := setup(t, st, nil)
-		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_closed"}`)), "5", "store_unavailable")
-		if event(t, teststore.SQLiteAt(t, path, nil), "stripe", "evt_closed") != nil {
-			t.Fatal("event stored")
-		}
+		wantRefused(t, st, teststore.SQLiteAt(t, path, nil), "evt_closed", `{"id":"evt_closed"}`)
 	})
 
 	t.Run("closed postgres pool", func(t *testing.T) {
 		t.Parallel()
-		pool, _ := pgtest.Schema(t)
+		pool, schema := pgtest.Schema(t)
 		st := teststore.PostgresOn(t, pool, nil)
-		config := pool.Config()
-		closed, err := pgxpool.NewWithConfig(context.Background(), config)
-		if err != nil {
-			t.Fatal(err)
-		}
+		closed := pgtest.PoolOn(t, schema, nil)
 		closed.Close()
 		down := postgres.New(closed, nil)
 		t.Cleanup(down.Close)
-		b := setup(t, down, nil)
-		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_closed"}`)), "5", "store_unavailable")
-		if event(t, st, "stripe", "evt_closed") != nil {
-			t.Fatal("event stored")
-		}
+		wantRefused(t, down, st, "evt_closed", `{"id":"evt_closed"}`)
 	})
 
 	t.Run("sqlite full", func(t *testing.T) {
 		t.Parallel()
 		st := teststore.SQLite(t, &sqlite.Config{MaxPageCount: 40})
-		b := setup(t, st, nil)
 		// 512 KiB does not fit in 40 pages of 4 KiB, but is under the 1 MiB
 		// body limit: the store, not the receiver, refuses it.
-		assertUnavailable(t, b.send(t, stripe(stripeBodyOfSize("evt_full", 512<<10))), "5", "store_unavailable")
-		if event(t, st, "stripe", "evt_full") != nil {
-			t.Fatal("event stored")
-		}
+		b := wantRefused(t, st, st, "evt_full", stripeBodyOfSize("evt_full", 512<<10))
 		// The failed write left nothing behind: a small delivery still fits.
 		if r := b.send(t, stripe(`{"id":"evt_small"}`)); r.status != 200 || !maps.Equal(r.body, accepted) {
 			t.Fatalf("small delivery after the full one = %d %s", r.status, r.raw)
@@ -397,23 +391,12 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 		writable := teststore.PostgresOn(t, pool, nil)
 		// A pool on the same schema whose every transaction is read-only: the
 		// server is up and answers, but refuses to commit the receipt.
-		config, err := pgxpool.ParseConfig(pgtest.ConnString(schema))
-		if err != nil {
-			t.Fatal(err)
-		}
-		config.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
-		readOnly, err := pgxpool.NewWithConfig(context.Background(), config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(readOnly.Close)
+		readOnly := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) {
+			c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+		})
 		refusing := postgres.New(readOnly, nil)
 		t.Cleanup(refusing.Close)
-		b := setup(t, refusing, nil)
-		assertUnavailable(t, b.send(t, stripe(`{"id":"evt_readonly"}`)), "5", "store_unavailable")
-		if event(t, writable, "stripe", "evt_readonly") != nil {
-			t.Fatal("event stored")
-		}
+		wantRefused(t, refusing, writable, "evt_readonly", `{"id":"evt_readonly"}`)
 		// The read-only store can still read: the rejection was the write.
 		if _, err := refusing.EventList(context.Background(), &ferry.EventListParams{}); err != nil {
 			t.Fatalf("read-only pool cannot read either: %v", err)

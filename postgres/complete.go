@@ -51,26 +51,17 @@ func (s *Store) completeMany(ctx context.Context, q querier, params *ferry.Event
 	if len(params.Leases) == 0 {
 		return nil, nil
 	}
-	ids := make([]int64, len(params.Leases))
-	attempts := make([]int32, len(params.Leases))
+	ids, attempts := leaseArrays(params.Leases)
 	statuses := make([]int32, len(params.Leases))
 	responses := make([]string, len(params.Leases))
-	for i, l := range params.Leases {
-		ids[i], attempts[i] = l.ID, int32(l.Attempt)
-		if len(params.Responses) > 0 {
-			statuses[i], responses[i] = int32(params.Responses[i].HTTPStatus), params.Responses[i].Body
-		}
+	for i, r := range params.Responses {
+		statuses[i], responses[i] = int32(r.HTTPStatus), r.Body
 	}
-	rows, _ := q.Query(ctx, eventCompleteManySQL, pgx.NamedArgs{
+	return queryLost(ctx, q, eventCompleteManySQL, pgx.NamedArgs{
 		"now":           s.nowArg(),
 		"ids":           ids,
 		"attempts":      attempts,
 		"http_statuses": statuses,
 		"responses":     responses,
 	})
-	lost, err := pgx.CollectRows(rows, scanLease)
-	if err != nil || len(lost) == 0 {
-		return nil, err
-	}
-	return lost, nil
 }

@@ -19,20 +19,13 @@ func (s *Store) EventHeartbeatMany(ctx context.Context, params *ferry.EventHeart
 		return nil, nil
 	}
 	ids, attempts := leaseArrays(params.Leases)
-	rows, _ := s.pool.Query(ctx, eventHeartbeatManySQL, pgx.NamedArgs{
+	lost, err := queryLost(ctx, s.pool, eventHeartbeatManySQL, pgx.NamedArgs{
 		"now":      s.nowArg(),
 		"ids":      ids,
 		"attempts": attempts,
 		"ttl_us":   micros(params.TTL),
 	})
-	lost, err := pgx.CollectRows(rows, scanLease)
-	if err != nil {
-		return nil, wrap("event heartbeat many", err)
-	}
-	if len(lost) == 0 {
-		return nil, nil
-	}
-	return lost, nil
+	return lost, wrap("event heartbeat many", err)
 }
 
 // leaseArrays splits leases into the id and attempt arrays a statement
@@ -46,8 +39,17 @@ func leaseArrays(leases []ferry.Lease) (ids []int64, attempts []int32) {
 	return ids, attempts
 }
 
-func scanLease(row pgx.CollectableRow) (ferry.Lease, error) {
-	var l ferry.Lease
-	err := row.Scan(&l.ID, &l.Attempt)
-	return l, err
+// queryLost runs a fenced batch statement that returns the leases it found
+// lost, and returns them; nil when every lease held.
+func queryLost(ctx context.Context, q querier, sql string, args pgx.NamedArgs) ([]ferry.Lease, error) {
+	rows, _ := q.Query(ctx, sql, args)
+	lost, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ferry.Lease, error) {
+		var l ferry.Lease
+		err := row.Scan(&l.ID, &l.Attempt)
+		return l, err
+	})
+	if err != nil || len(lost) == 0 {
+		return nil, err
+	}
+	return lost, nil
 }

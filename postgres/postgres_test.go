@@ -150,22 +150,10 @@ func TestReceiptSubscribe(t *testing.T) {
 			"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'", channel); err != nil {
 			t.Fatal(err)
 		}
-		waitSignal(t, signals) // the reconnect signals once
+		storetest.WaitWake(t, signals) // the reconnect signals once
 		receive(t, s, "s", "e", "p")
-		waitSignal(t, signals)
+		storetest.WaitWake(t, signals)
 	})
-}
-
-func waitSignal(t *testing.T, signals <-chan struct{}) {
-	t.Helper()
-	select {
-	case _, ok := <-signals:
-		if !ok {
-			t.Fatal("signal channel closed")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no signal within 10s")
-	}
 }
 
 // listen opens a connection of the test's own that LISTENs on s's receipt

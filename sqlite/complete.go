@@ -3,8 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"slices"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -69,23 +67,8 @@ func (s *Store) complete(ctx context.Context, tx *sql.Tx, params *ferry.EventCom
 // the others, each once, in the order first named.
 func (s *Store) completeMany(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
 	now := s.nowMicros()
-	rows, err := tx.QueryContext(ctx, eventCompleteManySQL,
-		sql.Named("now", now), sql.Named("leases", leasePairs(params.Leases)))
+	done, err := queryLeases(ctx, tx, eventCompleteManySQL, sql.Named("now", now), sql.Named("leases", leasePairs(params.Leases)))
 	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	completed := make(map[ferry.Lease]bool, len(params.Leases))
-	var done []ferry.Lease
-	for rows.Next() {
-		var l ferry.Lease
-		if err := rows.Scan(&l.ID, &l.Attempt); err != nil {
-			return nil, err
-		}
-		done = append(done, l)
-		completed[l] = true
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	if len(done) > 0 {
@@ -94,13 +77,43 @@ func (s *Store) completeMany(ctx context.Context, tx *sql.Tx, params *ferry.Even
 			return nil, err
 		}
 	}
+	return lostOf(params.Leases, done), nil
+}
+
+// queryLeases runs a fenced batch statement in tx and returns the leases it
+// reports (the ones that held).
+func queryLeases(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]ferry.Lease, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var held []ferry.Lease
+	for rows.Next() {
+		var l ferry.Lease
+		if err := rows.Scan(&l.ID, &l.Attempt); err != nil {
+			return nil, err
+		}
+		held = append(held, l)
+	}
+	return held, rows.Err()
+}
+
+// lostOf returns the leases named that are not among held, each once, in
+// the order first named; nil when all held.
+func lostOf(named, held []ferry.Lease) []ferry.Lease {
+	holds := make(map[ferry.Lease]bool, len(held))
+	for _, l := range held {
+		holds[l] = true
+	}
 	var lost []ferry.Lease
-	for _, l := range params.Leases {
-		if !completed[l] && !slices.Contains(lost, l) {
+	for _, l := range named {
+		if !holds[l] {
 			lost = append(lost, l)
+			holds[l] = true // named again later: listed once
 		}
 	}
-	return lost, nil
+	return lost
 }
 
 // leasePairs encodes leases as a JSON array of [id, attempt] pairs for
@@ -110,8 +123,7 @@ func leasePairs(leases []ferry.Lease) string {
 	for i, l := range leases {
 		pairs[i] = [2]int64{l.ID, int64(l.Attempt)}
 	}
-	b, _ := json.Marshal(pairs) // integers cannot fail
-	return string(b)
+	return jsonArg(pairs)
 }
 
 // ledgerRows encodes the completed leases with what their downstream
@@ -129,6 +141,5 @@ func ledgerRows(done []ferry.Lease, params *ferry.EventCompleteManyParams) strin
 		r := responses[l]
 		rows[i] = [4]any{l.ID, l.Attempt, r.HTTPStatus, r.Body}
 	}
-	b, _ := json.Marshal(rows) // integers and valid UTF-8 cannot fail
-	return string(b)
+	return jsonArg(rows)
 }

@@ -110,7 +110,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 			if err := tc.act(t, b, lease); err != nil {
 				t.Fatal(err)
 			}
-			waitWake(t, wake)
+			WaitWake(t, wake)
 		})
 	}
 
@@ -177,7 +177,7 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 			t.Fatal("receipts still blocked after a minute: they wait for the subscriber")
 		}
 		got := 0
-		waitWake(t, wake)
+		WaitWake(t, wake)
 		for got = 1; ; got++ {
 			select {
 			case <-wake:
@@ -213,7 +213,10 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 	})
 }
 
-func waitWake(t *testing.T, wake <-chan struct{}) {
+// WaitWake fails t unless wake, a channel from ReceiptSubscribe, delivers a
+// wake-up within a ceiling generous enough for a busy machine; a closed
+// channel fails it too.
+func WaitWake(t testing.TB, wake <-chan struct{}) {
 	t.Helper()
 	select {
 	case _, ok := <-wake:

@@ -96,12 +96,9 @@ func chaosHookFromEnv(st ferry.Store, log *slog.Logger) (*faultHook, error) {
 		}
 		h.point, h.crashAt = point, at
 	}
-	switch v := os.Getenv("FERRY_CHAOS_HANDLER"); v {
-	case "":
-	case "tx-effect":
-		on, h.txMode = true, true
-	default:
-		return nil, fmt.Errorf("%w: FERRY_CHAOS_HANDLER=%q: the only chaos handler is tx-effect", errConfig, v)
+	var err error
+	if h.txMode, err = envMode("FERRY_CHAOS_HANDLER", "tx-effect", "chaos handler"); err != nil {
+		return nil, err
 	}
 	if v := os.Getenv("FERRY_CHAOS_HANDLER_DELAY"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -110,19 +107,28 @@ func chaosHookFromEnv(st ferry.Store, log *slog.Logger) (*faultHook, error) {
 		}
 		on, h.delay = true, d
 	}
-	switch v := os.Getenv("FERRY_CHAOS_BROKEN"); v {
-	case "":
-	case "mark-done-first":
-		on, h.broken = true, true
-	default:
-		return nil, fmt.Errorf("%w: FERRY_CHAOS_BROKEN=%q: the only broken mode is mark-done-first", errConfig, v)
+	if h.broken, err = envMode("FERRY_CHAOS_BROKEN", "mark-done-first", "broken mode"); err != nil {
+		return nil, err
 	}
-	if !on {
+	if !on && !h.txMode && !h.broken {
 		return nil, nil
 	}
 	log.Warn("ferry: CHAOS HOOK ACTIVE: this process is a test subject of `ferry chaos`, not a deployment",
 		"crash_point", h.point, "crash_at", h.crashAt, "handler", os.Getenv("FERRY_CHAOS_HANDLER"), "broken", h.broken, "delay", h.delay)
 	return h, nil
+}
+
+// envMode reads a variable that is unset or names the one mode it switches
+// on (what says what kind of mode, for the error).
+func envMode(name, mode, what string) (bool, error) {
+	switch v := os.Getenv(name); v {
+	case "":
+		return false, nil
+	case mode:
+		return true, nil
+	default:
+		return false, fmt.Errorf("%w: %s=%q: the only %s is %s", errConfig, name, v, what, mode)
+	}
 }
 
 // maybeCrash SIGKILLs the process the crashAt-th time point is reached. The

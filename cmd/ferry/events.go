@@ -56,25 +56,6 @@ says what each does and lists its flags.
 Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 event not found.
 `
 
-// eventsEnv is what every events subcommand opens.
-type eventsEnv struct {
-	cfg   *config.Config
-	store ferry.Store
-	close func()
-}
-
-func openEvents(ctx context.Context, configPath string) (*eventsEnv, error) {
-	cfg, err := loadConfig(configPath)
-	if err != nil {
-		return nil, err
-	}
-	st, closeStore, err := openStore(ctx, cfg, nil)
-	if err != nil {
-		return nil, err
-	}
-	return &eventsEnv{cfg: cfg, store: st, close: closeStore}, nil
-}
-
 // eventLine is one event as list --json prints it, one object a line.
 type eventLine struct {
 	ID            int64      `json:"id"`
@@ -178,7 +159,7 @@ first (at most --limit of them).`)
 		}
 	}
 
-	env, err := openEvents(ctx, *configPath)
+	env, err := openConfigured(ctx, *configPath)
 	if err != nil {
 		return err
 	}
@@ -341,7 +322,7 @@ when the event does not exist.`)
 	if len(positional) != 2 {
 		return usagef("want SOURCE EVENT_ID, got %d arguments", len(positional))
 	}
-	env, err := openEvents(ctx, *configPath)
+	env, err := openConfigured(ctx, *configPath)
 	if err != nil {
 		return err
 	}
@@ -520,7 +501,7 @@ others are still replayed).`)
 	case *actor == "":
 		return usagef("--actor is empty: name who asks for the replay")
 	}
-	env, err := openEvents(ctx, *configPath)
+	env, err := openConfigured(ctx, *configPath)
 	if err != nil {
 		return err
 	}

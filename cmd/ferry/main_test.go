@@ -17,10 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/internal/leaktest"
 )
 
 // ferryBin is the real binary as a user builds it, and chaosBin the one
@@ -43,17 +42,8 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := m.Run()
+	code := leaktest.Run(m)
 	os.RemoveAll(dir)
-	// The tests' own HTTP requests share http.DefaultTransport; its idle
-	// keep-alive connections are not leaks.
-	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
 	os.Exit(code)
 }
 

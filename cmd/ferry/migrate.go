@@ -16,15 +16,12 @@ instance is stopped; --dry-run first says what each pending migration will do.`)
 	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
-	c, err := loadConfig(*configPath)
+	env, err := openConfigured(ctx, *configPath)
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, c, nil)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
+	defer env.close()
+	st := env.store
 	if *dryRun {
 		steps, err := st.MigratePlan(ctx)
 		if err != nil {

@@ -56,6 +56,21 @@ func (d *downstream) count() int {
 	return len(d.requests)
 }
 
+// hangOnFirst starts a downstream whose first request hangs until it is
+// cancelled (its worker dies or gives up on it), and whose later ones answer
+// 200; handling closes when the first arrives.
+func hangOnFirst(t *testing.T) (handling <-chan struct{}, srv *httptest.Server) {
+	first := make(chan struct{})
+	_, srv = newDownstream(t, func(n int, r *http.Request) int {
+		if n == 1 {
+			close(first)
+			<-r.Context().Done()
+		}
+		return http.StatusOK
+	})
+	return first, srv
+}
+
 // okOnTheThirdTry answers a downstream's first two requests 500, then 200.
 func okOnTheThirdTry(n int, _ *http.Request) int {
 	if n <= 2 {
@@ -146,15 +161,7 @@ func TestServe(t *testing.T) {
 		t.Parallel()
 		pool, schema := pgtest.Schema(t)
 		st := postgres.New(pool, nil)
-		handling := make(chan struct{})
-		var once sync.Once
-		_, appSrv := newDownstream(t, func(n int, r *http.Request) int {
-			if n == 1 {
-				once.Do(func() { close(handling) })
-				<-r.Context().Done() // the first worker hangs in the work until it dies
-			}
-			return http.StatusOK
-		})
+		handling, appSrv := hangOnFirst(t) // the first worker hangs in the work until it dies
 		// Long enough that a busy machine's stalls cannot lapse the first
 		// worker's lease before it is killed.
 		const ttl = 5 * time.Second
@@ -210,13 +217,7 @@ func TestServe(t *testing.T) {
 		t.Parallel()
 		pool, schema := pgtest.Schema(t)
 		st := postgres.New(pool, nil)
-		handling := make(chan struct{})
-		var once sync.Once
-		_, appSrv := newDownstream(t, func(_ int, r *http.Request) int {
-			once.Do(func() { close(handling) })
-			<-r.Context().Done() // slower than the grace period
-			return http.StatusOK
-		})
+		handling, appSrv := hangOnFirst(t) // slower than the grace period
 		cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, `shutdown_grace = "500ms"`)
 		p := startServe(t, cfg)
 		sendStripeOK(t, p.addr, "evt_term")

@@ -36,6 +36,27 @@ func loadConfig(path string) (*config.Config, error) {
 	return c, nil
 }
 
+// configured is what a command that works on the store alone opens: the
+// config and its store (events subcommands, migrate).
+type configured struct {
+	cfg   *config.Config
+	store ferry.Store
+	close func()
+}
+
+// openConfigured loads the config at configPath and opens its store.
+func openConfigured(ctx context.Context, configPath string) (*configured, error) {
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return nil, err
+	}
+	st, closeStore, err := openStore(ctx, cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &configured{cfg: cfg, store: st, close: closeStore}, nil
+}
+
 // openStore opens the configured store, its PostgreSQL pool sized for work
 // (nil: the driver's default, enough for a command's few queries); close
 // releases it.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -81,54 +82,47 @@ func TestParseRejects(t *testing.T) {
 // unauthenticated, off where it covers it, and a source can turn it off.
 func TestParseDetectReplays(t *testing.T) {
 	t.Parallel()
-	raw := `
-[store]
-url = "sqlite:ferry.db"
-[[source]]
-name = "stripe"
-provider = "stripe"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-[[source]]
-name = "swh"
-provider = "standardwebhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-[[source]]
-name = "github"
-provider = "github"
+	cases := []struct {
+		name, source string // the source's table after its name
+		want         time.Duration
+	}{
+		{"stripe", `provider = "stripe"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]`, 0},
+		{"swh", `provider = "standardwebhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]`, 0},
+		{"github", `provider = "github"
 secrets = ["s"]
-replay_window = "24h"
-[[source]]
-name = "shopify"
-provider = "shopify"
-secrets = ["s"]
-[[source]]
-name = "hmac"
-provider = "hmac"
+replay_window = "24h"`, 24 * time.Hour},
+		{"shopify", `provider = "shopify"
+secrets = ["s"]`, 72 * time.Hour},
+		{"hmac", `provider = "hmac"
 secrets = ["s"]
 [source.hmac]
 header = "X-Sig"
-event_id_header = "X-Id"
-[[source]]
-name = "hmac-signed-id"
-provider = "hmac"
+event_id_header = "X-Id"`, 72 * time.Hour},
+		{"hmac-signed-id", `provider = "hmac"
 secrets = ["s"]
 [source.hmac]
 header = "X-Sig"
 mode = "id.timestamp.body"
 timestamp_header = "X-Time"
-event_id_header = "X-Id"
-[[source]]
-name = "github-repeats"
-provider = "github"
+event_id_header = "X-Id"`, 0},
+		{"github-repeats", `provider = "github"
 secrets = ["s"]
-detect_replays = false
-`
+detect_replays = false`, 0},
+	}
+	raw := "[store]\nurl = \"sqlite:ferry.db\"\n"
+	want := make(map[string]time.Duration, len(cases))
+	for _, tc := range cases {
+		raw += fmt.Sprintf("[[source]]\nname = %q\n%s\n", tc.name, tc.source)
+		want[tc.name] = tc.want
+	}
 	c, err := Parse([]byte(raw), env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]time.Duration{
-		"stripe": 0, "swh": 0, "github": 24 * time.Hour, "shopify": 72 * time.Hour, "hmac": 72 * time.Hour, "hmac-signed-id": 0, "github-repeats": 0,
+	if len(c.Sources) != len(cases) {
+		t.Fatalf("%d sources parsed, want %d", len(c.Sources), len(cases))
 	}
 	for _, s := range c.Sources {
 		if got := s.ReceiveReplayWindow(); got != want[s.Name] {

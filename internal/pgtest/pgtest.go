@@ -57,18 +57,28 @@ func Schema(t testing.TB) (*pgxpool.Pool, string) {
 			t.Errorf("pgtest: drop schema %s: %v", schema, err)
 		}
 	})
+	return PoolOn(t, schema, nil), schema
+}
 
+// PoolOn opens another pool whose every connection has schema as
+// search_path, after configure (when not nil) has adjusted its config: a
+// larger pool, or one with other session settings. t.Cleanup closes it.
+func PoolOn(t testing.TB, schema string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	config, err := pgxpool.ParseConfig(URL())
 	if err != nil {
 		t.Fatalf("pgtest: parse %s: %v", URL(), err)
 	}
 	config.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, config)
+	if configure != nil {
+		configure(config)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), config)
 	if err != nil {
 		t.Fatalf("pgtest: open pool: %v", err)
 	}
-	t.Cleanup(pool.Close) // runs before the drop: cleanups run last in, first out
-	return pool, schema
+	t.Cleanup(pool.Close) // runs before the schema's drop: cleanups run last in, first out
+	return pool
 }
 
 // ConnString returns URL() with schema as search_path, for child processes

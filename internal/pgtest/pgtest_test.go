@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 )
@@ -16,13 +17,7 @@ func TestSchema(t *testing.T) {
 	pool, schema := pgtest.Schema(t)
 
 	t.Run("PoolUsesSchema", func(t *testing.T) {
-		var current string
-		if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&current); err != nil {
-			t.Fatal(err)
-		}
-		if current != schema {
-			t.Fatalf("current_schema() = %q, want %q", current, schema)
-		}
+		wantSchema(t, pool.QueryRow(ctx, "SELECT current_schema()"), schema)
 	})
 
 	t.Run("ConnStringUsesSchema", func(t *testing.T) {
@@ -31,14 +26,27 @@ func TestSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		var current string
-		if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&current); err != nil {
-			t.Fatal(err)
-		}
-		if current != schema {
-			t.Fatalf("current_schema() = %q, want %q", current, schema)
-		}
+		wantSchema(t, conn.QueryRow(ctx, "SELECT current_schema()"), schema)
 	})
+
+	t.Run("PoolOnUsesSchemaAndConfig", func(t *testing.T) {
+		other := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) { c.MaxConns = 3 })
+		if got := other.Config().MaxConns; got != 3 {
+			t.Fatalf("MaxConns = %d, want 3 (configure not applied)", got)
+		}
+		wantSchema(t, other.QueryRow(ctx, "SELECT current_schema()"), schema)
+	})
+}
+
+func wantSchema(t *testing.T, row pgx.Row, schema string) {
+	t.Helper()
+	var current string
+	if err := row.Scan(&current); err != nil {
+		t.Fatal(err)
+	}
+	if current != schema {
+		t.Fatalf("current_schema() = %q, want %q", current, schema)
+	}
 }
 
 func TestSchemaDroppedOnCleanup(t *testing.T) {
