@@ -245,8 +245,7 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 	if err := params.Validate(); err != nil {
 		return nil, wrap("attempt list", err)
 	}
-	rows, _ := s.pool.Query(ctx, attemptListSQL, pgx.NamedArgs{"id": params.ID})
-	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Attempt, error) {
+	return listByEvent(ctx, s, "attempt list", attemptListSQL, params.ID, func(row pgx.CollectableRow) (*ferry.Attempt, error) {
 		var (
 			a        ferry.Attempt
 			finished *time.Time
@@ -268,18 +267,13 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 		a.Error = deref(errText)
 		return &a, nil
 	})
-	if err != nil {
-		return nil, wrap("attempt list", err)
-	}
-	return attempts, nil
 }
 
 func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListParams) ([]*ferry.Conflict, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("conflict list", err)
 	}
-	rows, _ := s.pool.Query(ctx, conflictListSQL, pgx.NamedArgs{"id": params.ID})
-	conflicts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Conflict, error) {
+	return listByEvent(ctx, s, "conflict list", conflictListSQL, params.ID, func(row pgx.CollectableRow) (*ferry.Conflict, error) {
 		var (
 			c       ferry.Conflict
 			headers []byte
@@ -292,18 +286,13 @@ func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListPara
 		c.Headers, err = decodeHeaders(headers)
 		return &c, err
 	})
-	if err != nil {
-		return nil, wrap("conflict list", err)
-	}
-	return conflicts, nil
 }
 
 func (s *Store) ReplayList(ctx context.Context, params *ferry.ReplayListParams) ([]*ferry.Replay, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("replay list", err)
 	}
-	rows, _ := s.pool.Query(ctx, replayListSQL, pgx.NamedArgs{"id": params.ID})
-	replays, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Replay, error) {
+	return listByEvent(ctx, s, "replay list", replayListSQL, params.ID, func(row pgx.CollectableRow) (*ferry.Replay, error) {
 		var (
 			r       ferry.Replay
 			headers []byte
@@ -316,18 +305,13 @@ func (s *Store) ReplayList(ctx context.Context, params *ferry.ReplayListParams) 
 		r.Headers, err = decodeHeaders(headers)
 		return &r, err
 	})
-	if err != nil {
-		return nil, wrap("replay list", err)
-	}
-	return replays, nil
 }
 
 func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) ([]*ferry.Action, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("action list", err)
 	}
-	rows, _ := s.pool.Query(ctx, actionListSQL, pgx.NamedArgs{"id": params.ID})
-	actions, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Action, error) {
+	return listByEvent(ctx, s, "action list", actionListSQL, params.ID, func(row pgx.CollectableRow) (*ferry.Action, error) {
 		var a ferry.Action
 		if err := row.Scan(&a.EventID, &a.At, &a.Action, &a.Actor); err != nil {
 			return nil, err
@@ -335,10 +319,6 @@ func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) 
 		a.At = a.At.UTC()
 		return &a, nil
 	})
-	if err != nil {
-		return nil, wrap("action list", err)
-	}
-	return actions, nil
 }
 
 // leaseArgs are the arguments of the fence every write after a claim shares.
@@ -495,4 +475,15 @@ func deref(s *string) string {
 // Ping checks that the database answers, for readiness checks.
 func (s *Store) Ping(ctx context.Context) error {
 	return wrap("ping", s.pool.Ping(ctx))
+}
+
+// listByEvent reads the rows query selects for one event's id (its ledger
+// and the side tables shown with it), each through scan.
+func listByEvent[T any](ctx context.Context, s *Store, what, query string, id int64, scan func(pgx.CollectableRow) (*T, error)) ([]*T, error) {
+	rows, _ := s.pool.Query(ctx, query, pgx.NamedArgs{"id": id})
+	list, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, wrap(what, err)
+	}
+	return list, nil
 }

@@ -452,13 +452,7 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 	if err := params.Validate(); err != nil {
 		return nil, wrap("attempt list", err)
 	}
-	rows, err := s.readDB.QueryContext(ctx, attemptListSQL, sql.Named("id", params.ID))
-	if err != nil {
-		return nil, wrap("attempt list", err)
-	}
-	defer rows.Close()
-	var attempts []*ferry.Attempt
-	for rows.Next() {
+	return listByEvent(ctx, s, "attempt list", attemptListSQL, params.ID, func(row scanner) (*ferry.Attempt, error) {
 		var (
 			a                 ferry.Attempt
 			started, finished sql.NullInt64
@@ -466,18 +460,14 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 			errText, response sql.NullString
 			status            sql.NullInt64
 		)
-		if err := rows.Scan(&a.EventID, &a.Attempt, &a.Worker, &started, &finished, &outcome, &errText, &status, &response); err != nil {
-			return nil, wrap("attempt list", err)
+		if err := row.Scan(&a.EventID, &a.Attempt, &a.Worker, &started, &finished, &outcome, &errText, &status, &response); err != nil {
+			return nil, err
 		}
 		a.HTTPStatus, a.Response = int(status.Int64), response.String
 		a.StartedAt, a.FinishedAt = fromMicros(started), fromMicros(finished)
 		a.Outcome, a.Error = ferry.Outcome(outcome), errText.String
-		attempts = append(attempts, &a)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("attempt list", err)
-	}
-	return attempts, nil
+		return &a, nil
+	})
 }
 
 // ConflictList returns the conflicting deliveries of one event, oldest first.
@@ -485,31 +475,20 @@ func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListPara
 	if err := params.Validate(); err != nil {
 		return nil, wrap("conflict list", err)
 	}
-	rows, err := s.readDB.QueryContext(ctx, conflictListSQL, sql.Named("id", params.ID))
-	if err != nil {
-		return nil, wrap("conflict list", err)
-	}
-	defer rows.Close()
-	var conflicts []*ferry.Conflict
-	for rows.Next() {
+	return listByEvent(ctx, s, "conflict list", conflictListSQL, params.ID, func(row scanner) (*ferry.Conflict, error) {
 		var (
 			c        ferry.Conflict
 			received sql.NullInt64
 			headers  string
 		)
-		if err := rows.Scan(&c.EventID, &received, &c.PayloadSHA256, &c.Payload, &headers); err != nil {
-			return nil, wrap("conflict list", err)
+		if err := row.Scan(&c.EventID, &received, &c.PayloadSHA256, &c.Payload, &headers); err != nil {
+			return nil, err
 		}
 		c.ReceivedAt = fromMicros(received)
-		if c.Headers, err = unmarshalHeaders(headers); err != nil {
-			return nil, wrap("conflict list", err)
-		}
-		conflicts = append(conflicts, &c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("conflict list", err)
-	}
-	return conflicts, nil
+		var err error
+		c.Headers, err = unmarshalHeaders(headers)
+		return &c, err
+	})
 }
 
 // ReplayList returns the replays kept on one event, oldest first.
@@ -517,31 +496,20 @@ func (s *Store) ReplayList(ctx context.Context, params *ferry.ReplayListParams) 
 	if err := params.Validate(); err != nil {
 		return nil, wrap("replay list", err)
 	}
-	rows, err := s.readDB.QueryContext(ctx, replayListSQL, sql.Named("id", params.ID))
-	if err != nil {
-		return nil, wrap("replay list", err)
-	}
-	defer rows.Close()
-	var replays []*ferry.Replay
-	for rows.Next() {
+	return listByEvent(ctx, s, "replay list", replayListSQL, params.ID, func(row scanner) (*ferry.Replay, error) {
 		var (
 			r        ferry.Replay
 			received sql.NullInt64
 			headers  string
 		)
-		if err := rows.Scan(&r.EventID, &received, &r.ClaimedEventID, &r.ClaimedType, &headers); err != nil {
-			return nil, wrap("replay list", err)
+		if err := row.Scan(&r.EventID, &received, &r.ClaimedEventID, &r.ClaimedType, &headers); err != nil {
+			return nil, err
 		}
 		r.ReceivedAt = fromMicros(received)
-		if r.Headers, err = unmarshalHeaders(headers); err != nil {
-			return nil, wrap("replay list", err)
-		}
-		replays = append(replays, &r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("replay list", err)
-	}
-	return replays, nil
+		var err error
+		r.Headers, err = unmarshalHeaders(headers)
+		return &r, err
+	})
 }
 
 // ActionList returns the operator actions on one event, oldest first.
@@ -549,27 +517,39 @@ func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) 
 	if err := params.Validate(); err != nil {
 		return nil, wrap("action list", err)
 	}
-	rows, err := s.readDB.QueryContext(ctx, actionListSQL, sql.Named("id", params.ID))
-	if err != nil {
-		return nil, wrap("action list", err)
-	}
-	defer rows.Close()
-	var actions []*ferry.Action
-	for rows.Next() {
+	return listByEvent(ctx, s, "action list", actionListSQL, params.ID, func(row scanner) (*ferry.Action, error) {
 		var (
 			a  ferry.Action
 			at sql.NullInt64
 		)
-		if err := rows.Scan(&a.EventID, &at, &a.Action, &a.Actor); err != nil {
-			return nil, wrap("action list", err)
+		if err := row.Scan(&a.EventID, &at, &a.Action, &a.Actor); err != nil {
+			return nil, err
 		}
 		a.At = fromMicros(at)
-		actions = append(actions, &a)
+		return &a, nil
+	})
+}
+
+// listByEvent reads the rows query selects for one event's id (its ledger
+// and the side tables shown with it), each through scan.
+func listByEvent[T any](ctx context.Context, s *Store, what, query string, id int64, scan func(scanner) (*T, error)) ([]*T, error) {
+	rows, err := s.readDB.QueryContext(ctx, query, sql.Named("id", id))
+	if err != nil {
+		return nil, wrap(what, err)
+	}
+	defer rows.Close()
+	var list []*T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, wrap(what, err)
+		}
+		list = append(list, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, wrap("action list", err)
+		return nil, wrap(what, err)
 	}
-	return actions, nil
+	return list, nil
 }
 
 // scanner is a *sql.Row or *sql.Rows.
