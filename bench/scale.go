@@ -22,9 +22,10 @@ import (
 // what must not grow with history: a cold /metrics scrape, the dashboard
 // overview, the first page of `ferry events list` and `ferry doctor` (the
 // last two again after the write runs), receipts through the real
-// receiver, claim + complete, and one retention step on a day of events. It runs the archive layout (this checkout) and the
-// layout before it (the binary and SQL of the revision before migration
-// 003, built from git), each in its own schema.
+// receiver, claim + complete, and one retention step on a day of events.
+// It runs the archive layout (this checkout) and the layout before it (the
+// binary and SQL of the revision before migration 003, built from git),
+// each in its own schema.
 
 // scaleLayout is one storage layout under test.
 type scaleLayout struct {
@@ -212,6 +213,7 @@ func scaleMeasure(ctx context.Context, o *options, l *scaleLayout, pool *pgxpool
 	if err != nil {
 		return err
 	}
+	defer c.stop() // on an error return; stopping twice is harmless
 	// A view that fails is recorded with the time it took to fail, and the
 	// run goes on.
 	view := func(name string, d *time.Duration, f func() (time.Duration, error)) {
@@ -235,18 +237,15 @@ func scaleMeasure(ctx context.Context, o *options, l *scaleLayout, pool *pgxpool
 	for round := range o.rounds {
 		lr, err := closedLoop(ctx, "http://"+c.addr+"/webhooks/stripe", fmt.Sprintf("evt_scale_%d_r%d_", sample.rows, round), o.clients, time.Second, o.scaleDur)
 		if err != nil {
-			c.stop()
 			return err
 		}
 		recvRPS, recvP99 = append(recvRPS, lr.rps()), append(recvP99, lr.p99())
 		// Each claim round starts from the same standing backlog.
 		if err := topUpBacklog(ctx, pool, l, o.scaleBacklog); err != nil {
-			c.stop()
 			return fmt.Errorf("backlog: %w", err)
 		}
 		rps, p99, err := claimComplete(ctx, l, pool, o.scaleDur)
 		if err != nil {
-			c.stop()
 			return fmt.Errorf("claim: %w", err)
 		}
 		claimRPS, claimP99 = append(claimRPS, rps), append(claimP99, p99)

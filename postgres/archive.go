@@ -54,8 +54,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 	})
 	var steps []step
 	var st step
-	var current bool // the plan's order: today's day first
-	if _, err := pgx.ForEachRow(rows, []any{&st.action, &st.fromDay, &st.toD, &st.name, &current}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&st.action, &st.fromDay, &st.toD, &st.name}, func() error {
 		steps = append(steps, st)
 		return nil
 	}); err != nil {

@@ -14,14 +14,17 @@ bounds AS (
            (SELECT max(to_day) FROM ferry_event_done_partition) AS newest
     FROM clock
 )
-SELECT 'create' AS action, d::date AS from_day, (d + @span_days::int * interval '1 day')::date AS to_day, '' AS name,
-       d::date <= today AND (d + @span_days::int * interval '1 day')::date > today AS current
-FROM bounds, generate_series(
-    greatest(newest, expired)::timestamp,
-    until::timestamp,
-    @span_days::int * interval '1 day') AS d
-UNION ALL
-SELECT 'drop', p.from_day, p.to_day, p.name, false
-FROM ferry_event_done_partition p, bounds
-WHERE p.to_day <= bounds.expired
+SELECT action, from_day, to_day, name
+FROM (
+    SELECT 'create' AS action, d::date AS from_day, (d + @span_days::int * interval '1 day')::date AS to_day, '' AS name,
+           d::date <= today AND (d + @span_days::int * interval '1 day')::date > today AS current
+    FROM bounds, generate_series(
+        greatest(newest, expired)::timestamp,
+        until::timestamp,
+        @span_days::int * interval '1 day') AS d
+    UNION ALL
+    SELECT 'drop', p.from_day, p.to_day, p.name, false
+    FROM ferry_event_done_partition p, bounds
+    WHERE p.to_day <= bounds.expired
+) steps
 ORDER BY action, current DESC, from_day;
