@@ -131,7 +131,9 @@ func TestArchiveMaintainCreatesAndDrops(t *testing.T) {
 	if n := b.count(t, `SELECT (SELECT count(*) FROM ferry_attempt WHERE event_id = $1) + (SELECT count(*) FROM ferry_attempt_done WHERE event_id = $1)`, day0); n != 0 {
 		t.Errorf("%d ledger rows of a dropped event", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM pg_class WHERE relname = 'ferry_attempt_done_20260102'`); n != 0 {
+	// to_regclass looks in this test's schema only: parallel tests have
+	// partitions of the same name in theirs.
+	if n := b.count(t, `SELECT count(to_regclass('ferry_attempt_done_20260102'))`); n != 0 {
 		t.Errorf("the dropped day's ledger partition is still there")
 	}
 	if n := b.count(t, `SELECT count(*) FROM ferry_conflict WHERE event_id = $1`, day0); n != 0 {
