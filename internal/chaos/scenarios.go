@@ -179,13 +179,18 @@ func (s *run) kill(ctx context.Context) error {
 	return s.finish(ctx)
 }
 
-// killUntil SIGKILLs instance pick() if it is alive, after a pause of
-// lo–hi before each try, until done is closed, ctx ends or 10,000 kills;
-// it returns how many it killed.
+// killUntil SIGKILLs instance pick() if it is alive, first once a tenth
+// of the deliveries are in and then after a pause of lo–hi before each try,
+// until done is closed, ctx ends or 10,000 kills; it returns how many it
+// killed.
 func (s *run) killUntil(ctx context.Context, done <-chan struct{}, lo, hi time.Duration, pick func() int) int {
 	kills := 0
-	for kills < 10000 {
-		sleep(ctx, s.between(lo, hi))
+	for try := 0; kills < 10000; try++ {
+		if try == 0 {
+			s.waitFirstFault(ctx, done)
+		} else {
+			sleep(ctx, s.between(lo, hi))
+		}
 		if isDone(done) || ctx.Err() != nil {
 			break
 		}
@@ -195,6 +200,15 @@ func (s *run) killUntil(ctx context.Context, done <-chan struct{}, lo, hi time.D
 		}
 	}
 	return kills
+}
+
+// waitFirstFault waits until a tenth of the deliveries have finished, so
+// the first fault of a run always lands during ingest however fast the
+// machine is; later faults follow the scenario's own timing.
+func (s *run) waitFirstFault(ctx context.Context, done <-chan struct{}) {
+	for s.snd.sent.Load() < int64(len(s.evs)/10) && !isDone(done) && ctx.Err() == nil {
+		sleep(ctx, 5*time.Millisecond)
+	}
 }
 
 func isDone(c <-chan struct{}) bool {
@@ -370,9 +384,19 @@ func (s *run) dbfaults(ctx context.Context) error {
 	}
 	done := s.sendAsync(ctx, plan(s.evs, 0.10, s.rng))
 	counts := map[string]int{}
+	// The kinds take turns in a shuffled order that never starts with a
+	// slowdown, so even a short run breaks connections at least once.
+	kinds := s.rng.Perm(4)
+	if kinds[0] == 1 {
+		kinds[0], kinds[1] = kinds[1], kinds[0]
+	}
 	for i := 0; i < 10000 && !isDone(done) && ctx.Err() == nil; i++ {
-		sleep(ctx, s.between(200*time.Millisecond, 800*time.Millisecond))
-		switch s.rng.IntN(4) {
+		if i == 0 {
+			s.waitFirstFault(ctx, done)
+		} else {
+			sleep(ctx, s.between(200*time.Millisecond, 800*time.Millisecond))
+		}
+		switch kinds[i%len(kinds)] {
 		case 0:
 			counts["reset_connections"] += px.reset()
 		case 1:
