@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,6 +63,40 @@ func testHeartbeatMany[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
 			t.Fatalf("complete after heartbeats: %v", err)
 		}
+	})
+
+	// Batches that share events, each naming them in another order, wait on
+	// each other rather than deadlock: every store locks in id order (the
+	// same lock serves completions and failures).
+	run(t, setup, "OverlappingBatchesInAnyOrder", func(t *testing.T, b *bundle[TX]) {
+		const events, batches, rounds = 300, 4, 10
+		for i := range events {
+			receive(t, b, "stripe", fmt.Sprint("evt_", i))
+		}
+		var leases []ferry.Lease
+		for _, c := range claim(t, b, "w1", events) {
+			leases = append(leases, c.Event.Lease())
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for w := range batches {
+			batch := slices.Clone(leases)
+			if w%2 == 1 {
+				slices.Reverse(batch)
+			}
+			wg.Go(func() {
+				<-start
+				for range rounds {
+					lost, err := b.store.EventHeartbeatMany(b.ctx, &ferry.EventHeartbeatManyParams{Leases: batch, TTL: ttl})
+					if err != nil || len(lost) != 0 {
+						t.Errorf("batch %d: lost %d, %v", w, len(lost), err)
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
 	})
 
 	run(t, setup, "NoLeasesIsANoOp", func(t *testing.T, b *bundle[TX]) {

@@ -214,6 +214,34 @@ ALTER TABLE ferry_event DROP CONSTRAINT ferry_event_source_event_id_key;
 -- backlog of 1 KB events is 0.7k index pages against 16k heap pages.
 CREATE INDEX ferry_event_stats ON ferry_event (source, state)
     INCLUDE (first_delivered_at, claimed_at, lease_expires_at, replays);
+
+-- The fence of every batched write after a claim (complete, fail,
+-- heartbeat): locks the events whose named lease still holds at now and
+-- returns their leases. One probe by primary key per lease, whatever the
+-- statistics say about how many events are in progress; leases are taken in
+-- id order, so batches that share events wait on each other instead of
+-- deadlocking.
+CREATE FUNCTION ferry_event_lock_held(lease_ids bigint[], lease_attempts int[], at timestamptz)
+RETURNS TABLE (id bigint, attempt int)
+LANGUAGE sql ROWS 100 AS $$
+    SELECT e.id, e.attempt
+    FROM (
+        SELECT DISTINCT l.id, l.attempt
+        FROM unnest(lease_ids, lease_attempts) AS l(id, attempt)
+        ORDER BY l.id, l.attempt
+    ) l
+    CROSS JOIN LATERAL (
+        SELECT f.id, f.attempt
+        FROM ferry_event f
+        WHERE f.id = l.id
+          AND f.attempt = l.attempt
+          AND f.state = 'in_progress'
+          AND f.lease_expires_at > at
+        OFFSET 0 -- keeps this a probe per lease, not a join the planner may turn into a scan
+        FOR UPDATE
+    ) e
+$$;
+
 ANALYZE ferry_event;
 ANALYZE ferry_event_done;
 ANALYZE ferry_attempt_done;

@@ -10,7 +10,8 @@ WITH clock AS (
 held AS (
     UPDATE ferry_event
     SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL
-    WHERE state = 'in_progress'
+    WHERE cardinality(@hold_sources::text[]) > 0
+      AND state = 'in_progress'
       AND lease_expires_at <= (SELECT now FROM clock)
       AND source = ANY(@hold_sources::text[])
     RETURNING id, attempt
@@ -48,7 +49,7 @@ expired_due AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 due AS (
-    SELECT d.id, d.attempt, d.due_at, d.expired OR a.event_id IS NOT NULL AS previous_unfinished
+    SELECT d.id, d.attempt, d.due_at, d.expired OR r.running IS NOT NULL AS previous_unfinished
     FROM (
         SELECT *, sum(size) OVER w AS total, row_number() OVER w AS n
         FROM (
@@ -60,15 +61,22 @@ due AS (
         ) u
         WINDOW w AS (ORDER BY due_at, id)
     ) d
-    LEFT JOIN ferry_attempt a
-        ON a.event_id = d.id AND a.attempt = d.attempt AND a.outcome = 'running'
+    -- One probe of the ledger by key per event, whatever the statistics
+    -- say about its size (OFFSET 0 keeps the planner from making it a join).
+    LEFT JOIN LATERAL (
+        SELECT true AS running
+        FROM ferry_attempt a
+        WHERE a.event_id = d.id AND a.attempt = d.attempt AND a.outcome = 'running'
+        OFFSET 0
+    ) r ON true
     WHERE @max_bytes::bigint = 0 OR d.total <= @max_bytes::bigint OR d.n = 1
 ),
 closed AS (
     UPDATE ferry_attempt a
     SET outcome = 'lease_expired', finished_at = (SELECT now FROM clock)
     FROM due
-    WHERE a.event_id = due.id AND a.attempt = due.attempt AND a.outcome = 'running'
+    WHERE a.event_id = ANY(ARRAY(SELECT id FROM due WHERE previous_unfinished))
+      AND a.event_id = due.id AND a.attempt = due.attempt AND a.outcome = 'running'
 ),
 claimed AS (
     UPDATE ferry_event e

@@ -19,21 +19,15 @@ leases AS (
     GROUP BY id, attempt
 ),
 held AS (
-    SELECT e.id, e.attempt
-    FROM ferry_event e
-    JOIN leases l ON l.id = e.id AND l.attempt = e.attempt
-    WHERE e.state = 'in_progress'
-      AND e.lease_expires_at > (SELECT now FROM clock)
-    ORDER BY e.id
-    FOR UPDATE OF e
+    SELECT id, attempt FROM ferry_event_lock_held(@ids::bigint[], @attempts::int[], (SELECT now FROM clock))
 ),
+-- held has locked each row as the fence saw it: nothing changes it before
+-- this statement ends, so the delete matches on the lease alone.
 completed AS (
     DELETE FROM ferry_event e
     USING held
     WHERE e.id = held.id
       AND e.attempt = held.attempt
-      AND e.state = 'in_progress'
-      AND e.lease_expires_at > (SELECT now FROM clock)
     RETURNING e.*
 ),
 archived AS (

@@ -16,13 +16,7 @@ failures AS (
         AS f(id, attempt, error, retry_delay_us, max_attempts, max_age_us, dead, http_status, response)
 ),
 held AS (
-    SELECT e.id, e.attempt
-    FROM ferry_event e
-    JOIN failures f ON f.id = e.id AND f.attempt = e.attempt
-    WHERE e.state = 'in_progress'
-      AND e.lease_expires_at > (SELECT now FROM clock)
-    ORDER BY e.id
-    FOR UPDATE OF e
+    SELECT id, attempt FROM ferry_event_lock_held(@ids::bigint[], @attempts::int[], (SELECT now FROM clock))
 ),
 failed AS (
     UPDATE ferry_event e

@@ -12,13 +12,7 @@ leases AS (
     GROUP BY id, attempt
 ),
 held AS (
-    SELECT e.id, e.attempt
-    FROM ferry_event e
-    JOIN leases l ON l.id = e.id AND l.attempt = e.attempt
-    WHERE e.state = 'in_progress'
-      AND e.lease_expires_at > (SELECT now FROM clock)
-    ORDER BY e.id
-    FOR UPDATE OF e
+    SELECT id, attempt FROM ferry_event_lock_held(@ids::bigint[], @attempts::int[], (SELECT now FROM clock))
 ),
 extended AS (
     UPDATE ferry_event e
