@@ -216,11 +216,11 @@ CREATE INDEX ferry_event_stats ON ferry_event (source, state)
     INCLUDE (first_delivered_at, claimed_at, lease_expires_at, replays);
 
 -- The fence of every batched write after a claim (complete, fail,
--- heartbeat): locks the events whose named lease still holds at now and
--- returns their leases. One probe by primary key per lease, whatever the
--- statistics say about how many events are in progress; leases are taken in
--- id order, so batches that share events wait on each other instead of
--- deadlocking.
+-- heartbeat): locks the events named and returns the leases that still
+-- hold at now. One probe by primary key per lease, whatever the statistics
+-- say about the events in progress or their leases (both go stale in a
+-- churning table); leases are taken in id order, so batches that share
+-- events wait on each other instead of deadlocking.
 CREATE FUNCTION ferry_event_lock_held(lease_ids bigint[], lease_attempts int[], at timestamptz)
 RETURNS TABLE (id bigint, attempt int)
 LANGUAGE sql ROWS 100 AS $$
@@ -230,16 +230,18 @@ LANGUAGE sql ROWS 100 AS $$
         FROM unnest(lease_ids, lease_attempts) AS l(id, attempt)
         ORDER BY l.id, l.attempt
     ) l
+    -- Only the key inside, so that no other index can serve the probe;
+    -- OFFSET 0 keeps the fence out here, checked on the row as locked.
     CROSS JOIN LATERAL (
-        SELECT f.id, f.attempt
+        SELECT f.id, f.attempt, f.state, f.lease_expires_at
         FROM ferry_event f
         WHERE f.id = l.id
-          AND f.attempt = l.attempt
-          AND f.state = 'in_progress'
-          AND f.lease_expires_at > at
-        OFFSET 0 -- keeps this a probe per lease, not a join the planner may turn into a scan
+        OFFSET 0
         FOR UPDATE
     ) e
+    WHERE e.attempt = l.attempt
+      AND e.state = 'in_progress'
+      AND e.lease_expires_at > at
 $$;
 
 ANALYZE ferry_event;
