@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"runtime"
 	"slices"
 	"strconv"
@@ -128,7 +129,19 @@ func run() error {
 	flag.DurationVar(&o.scaleDur, "scale-dur", 5*time.Second, "measured length of scale's receipt and claim runs")
 	flag.BoolVar(&o.scaleBefore, "scale-before", true, "also run scale on the layout before migration 003 (built from git)")
 	flag.StringVar(&o.scaleBeforeRev, "scale-before-rev", "", "git revision of that layout; defaults to the parent of the commit that added migration 003")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (the in-process receivers, workers and load generators) to `file`")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for _, f := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
