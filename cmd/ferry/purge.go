@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -31,9 +32,29 @@ type purger struct {
 	owner string
 }
 
-// run purges at once and then every interval until ctx is done.
-func (p *purger) run(ctx context.Context, interval time.Duration) {
-	runEvery(ctx, interval, p.purgeAll)
+// firstPassTimeout bounds the pass serve waits for before it takes
+// traffic; past it, serve goes on and the next pass tries again.
+const firstPassTimeout = time.Minute
+
+// start runs the first pass now, before the caller serves, then one every
+// interval in the background until ctx is done. On a fresh PostgreSQL store
+// the first pass creates two weeks of partitions: that DDL beside traffic
+// held completions off for up to 100 ms in the first second (e2e_pg).
+func (p *purger) start(ctx context.Context, interval time.Duration) {
+	first, cancel := context.WithTimeout(ctx, firstPassTimeout)
+	p.purgeAll(first)
+	if errors.Is(first.Err(), context.DeadlineExceeded) {
+		p.log.Warn("ferry: archive maintenance did not finish before serving; serving anyway, will try again", "timeout", firstPassTimeout.String())
+	}
+	cancel()
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+		runEvery(ctx, interval, p.purgeAll)
+	}()
 }
 
 func (p *purger) purgeAll(ctx context.Context) {

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/config"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
@@ -48,5 +51,21 @@ func TestPurgerKeepsRetention(t *testing.T) {
 	}
 	if _, err := st.EventGet(ctx, &ferry.EventGetParams{ID: young}); err != nil {
 		t.Errorf("event done 50 h ago was purged: %v", err)
+	}
+}
+
+// On a fresh PostgreSQL store, serve maintains the archive (two weeks of
+// partitions created) before it takes a delivery or a claim: that DDL beside
+// traffic held completions off.
+func TestServeMaintainsTheArchiveBeforeServing(t *testing.T) {
+	t.Parallel()
+	_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
+	_, schema := pgtest.Schema(t)
+	p := startServe(t, writeConfig(t, pgtest.ConnString(schema), appSrv.URL, ""))
+	log := p.log()
+	maintained := strings.Index(log, `"msg":"ferry: archive maintained"`)
+	serving := strings.Index(log, `"msg":"ferry: serving"`)
+	if maintained < 0 || maintained > serving {
+		t.Fatalf("the archive maintained line (at %d) does not come before the serving line (at %d):\n%s", maintained, serving, log)
 	}
 }

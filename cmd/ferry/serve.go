@@ -109,10 +109,10 @@ SIGTERM stops it gracefully (exit 0).`)
 		if client, err = newClient(cfg, st, log, op.metrics, tracerProvider); err != nil {
 			return err
 		}
+		(&purger{store: st, sources: cfg.Sources, log: log, owner: client.ID()}).start(ctx, purgeInterval)
 		if err := client.Start(ctx); err != nil {
 			return err
 		}
-		go (&purger{store: st, sources: cfg.Sources, log: log, owner: client.ID()}).run(ctx, purgeInterval)
 	}
 	if err := startCatchup(ctx, cfg, st, log, op.catchup, instanceName()); err != nil {
 		return err
