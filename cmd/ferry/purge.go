@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -30,28 +31,36 @@ type purger struct {
 	log     *slog.Logger
 	// owner names this instance for the archive maintenance lease.
 	owner string
+	// firstPass bounds the pass start waits for; 0 is firstPassTimeout.
+	firstPass time.Duration
 }
 
 // firstPassTimeout bounds the pass serve waits for before it takes
-// traffic; past it, serve goes on and the next pass tries again.
-const firstPassTimeout = time.Minute
+// traffic: a fresh PostgreSQL store's partitions (a week ahead) take about
+// 1 s on 2 slow cores, a long SQLite purge may take minutes.
+const firstPassTimeout = 10 * time.Second
 
 // start runs the first pass now, before the caller serves, then one every
 // interval in the background until ctx is done. On a fresh PostgreSQL store
-// the first pass creates two weeks of partitions: that DDL beside traffic
-// held completions off for up to 100 ms in the first second (e2e_pg).
+// the first pass creates a week of partitions ahead: that DDL beside traffic
+// held completions off for up to 100 ms in the first second (e2e_pg). A
+// first pass cut short by its bound goes on in the background at once.
 func (p *purger) start(ctx context.Context, interval time.Duration) {
-	first, cancel := context.WithTimeout(ctx, firstPassTimeout)
+	bound := cmp.Or(p.firstPass, firstPassTimeout)
+	first, cancel := context.WithTimeout(ctx, bound)
 	p.purgeAll(first)
-	if errors.Is(first.Err(), context.DeadlineExceeded) {
-		p.log.Warn("ferry: archive maintenance did not finish before serving; serving anyway, will try again", "timeout", firstPassTimeout.String())
-	}
+	cut := errors.Is(first.Err(), context.DeadlineExceeded)
 	cancel()
+	if cut {
+		p.log.Warn("ferry: archive maintenance not done before serving; it goes on in the background", "waited", bound.String())
+	}
 	go func() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
+		if !cut {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
 		}
 		runEvery(ctx, interval, p.purgeAll)
 	}()

@@ -18,32 +18,38 @@ import (
 	"github.com/ferry-inbox/ferry/storetest"
 )
 
+// doneEvent receives, claims and completes a Stripe event in st.
+func doneEvent(t *testing.T, st ferry.Store, eventID string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Payload: []byte("{}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim: %d, %v", len(claims), err)
+	}
+	if err := st.EventComplete(ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+		t.Fatal(err)
+	}
+	return res.ID
+}
+
+// retention144h is a Stripe source keeping done events 144 h.
+var retention144h = config.Source{Name: "stripe", ReplayWindow: config.Duration{Duration: 72 * time.Hour}, Retention: config.Duration{Duration: 144 * time.Hour}}
+
 func TestPurgerKeepsRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := storetest.NewClock()
 	st := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
-	done := func(eventID string) int64 {
-		res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Payload: []byte("{}")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
-		if err != nil || len(claims) != 1 {
-			t.Fatalf("claim: %d, %v", len(claims), err)
-		}
-		if err := st.EventComplete(ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
-			t.Fatal(err)
-		}
-		return res.ID
-	}
-	old := done("evt_old")
+	old := doneEvent(t, st, "evt_old")
 	clock.Advance(100 * time.Hour)
-	young := done("evt_young")
+	young := doneEvent(t, st, "evt_young")
 	clock.Advance(50 * time.Hour) // old: 150 h since done, young: 50 h
 
-	src := config.Source{Name: "stripe", ReplayWindow: config.Duration{Duration: 72 * time.Hour}, Retention: config.Duration{Duration: 144 * time.Hour}}
-	p := &purger{store: st, sources: []config.Source{src}, owner: "test", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &purger{store: st, sources: []config.Source{retention144h}, owner: "test", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	p.purgeAll(ctx)
 
 	if _, err := st.EventGet(ctx, &ferry.EventGetParams{ID: old}); !errors.Is(err, ferry.ErrNotFound) {
@@ -54,7 +60,7 @@ func TestPurgerKeepsRetention(t *testing.T) {
 	}
 }
 
-// On a fresh PostgreSQL store, serve maintains the archive (two weeks of
+// On a fresh PostgreSQL store, serve maintains the archive (a week of
 // partitions created) before it takes a delivery or a claim: that DDL beside
 // traffic held completions off.
 func TestServeMaintainsTheArchiveBeforeServing(t *testing.T) {
@@ -68,4 +74,24 @@ func TestServeMaintainsTheArchiveBeforeServing(t *testing.T) {
 	if maintained < 0 || maintained > serving {
 		t.Fatalf("the archive maintained line (at %d) does not come before the serving line (at %d):\n%s", maintained, serving, log)
 	}
+}
+
+// A first pass cut short by its bound (a long SQLite purge) goes on in the
+// background at once, not an interval later.
+func TestPurgerCutFirstPassGoesOnAtOnce(t *testing.T) {
+	t.Parallel()
+	clock := storetest.NewClock()
+	st := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	old := doneEvent(t, st, "evt_old")
+	clock.Advance(150 * time.Hour)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := &purger{store: st, sources: []config.Source{retention144h}, owner: "test", firstPass: time.Nanosecond,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p.start(ctx, time.Hour)
+	waitFor(t, 30*time.Second, "the purge to go on after the cut first pass", func() bool {
+		_, err := st.EventGet(ctx, &ferry.EventGetParams{ID: old})
+		return errors.Is(err, ferry.ErrNotFound)
+	})
 }
