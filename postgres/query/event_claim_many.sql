@@ -75,6 +75,8 @@ closed AS (
     UPDATE ferry_attempt a
     SET outcome = 'lease_expired', finished_at = (SELECT now FROM clock)
     FROM due
+    -- The array makes this a probe by key for the few events whose previous
+    -- attempt is still open, not a join over the ledger.
     WHERE a.event_id = ANY(ARRAY(SELECT id FROM due WHERE previous_unfinished))
       AND a.event_id = due.id AND a.attempt = due.attempt AND a.outcome = 'running'
 ),
