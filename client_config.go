@@ -23,11 +23,10 @@ type Config struct {
 	// entry here gets the defaults of SourcePolicy.
 	Sources []SourcePolicy
 
-	// Workers is how many handlers run at once. Defaults to 128: on the e2e
-	// benchmark (2 cores, a local app that answers at once) 128 keep up with
-	// the receiver during a burst (forwarded ÷ received 0.93 on PostgreSQL,
-	// 1.00 on SQLite), where 64 reached 0.68 and 0.76: a worker waits for
-	// its forward and its completion's commit, so more of them overlap more.
+	// Workers is how many handlers run at once. Defaults to 128
+	// (DefaultWorkers): a worker waits for its forward and for its
+	// completion's commit, and 128 of them keep the forwarder up with the
+	// receiver during a burst on 2 cores (docs/benchmarks.md, e2e).
 	Workers int
 
 	// Prefetch is how many events the client claims ahead of its workers:
