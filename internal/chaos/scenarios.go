@@ -140,7 +140,9 @@ var crashPoints = []string{"after-claim", "after-effect", "after-commit"}
 
 // kill: three instances; every 100–900 ms one, at random, is SIGKILLed and
 // restarted 200 ms later. Every (re)start is also armed to SIGKILL itself
-// at one of the three crash points, in turn, within its first few attempts.
+// at one of the three crash points, in turn from after-claim, within its
+// first three attempts: an instance on a busy machine may live for only a
+// few events before a random SIGKILL.
 func (s *run) kill(ctx context.Context) error {
 	var armed atomic.Bool
 	var starts atomic.Int64
@@ -151,11 +153,11 @@ func (s *run) kill(ctx context.Context) error {
 	target := max(2, s.opts.Events/500)
 	s.extraEnv = func(int) []string {
 		k := starts.Add(1)
-		point := crashPoints[k%3]
+		point := crashPoints[(k-1)%3]
 		if !armed.Load() || s.lineCount("crash:"+point) >= target {
 			return nil
 		}
-		return []string{fmt.Sprintf("FERRY_CHAOS_CRASH_POINT=%s:%d", point, 1+rand.IntN(20))}
+		return []string{fmt.Sprintf("FERRY_CHAOS_CRASH_POINT=%s:%d", point, 1+rand.IntN(3))}
 	}
 	s.supervised.Store(true)
 	s.measureReclaim = true
