@@ -113,6 +113,33 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	// The done count is kept as events move, not counted from history, so
+	// each move out of done must take its event off: requeue and purge.
+	run(t, setup, "DoneCountFollowsRequeueAndPurge", func(t *testing.T, b *bundle[TX]) {
+		ids := []int64{receive(t, b, "a", "e1"), receive(t, b, "a", "e2"), receive(t, b, "a", "e3")}
+		for range ids {
+			mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
+		}
+		wantDone := func(when string, done, pending int) {
+			t.Helper()
+			a := bySource(statsOf(t, b, &ferry.EventStatsParams{}))["a"]
+			if a == nil || a.States[ferry.StateDone] != done || a.States[ferry.StatePending] != pending {
+				t.Fatalf("%s: stats %+v, want done %d and pending %d", when, a, done, pending)
+			}
+		}
+		wantDone("all completed", 3, 0)
+		if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: ids[:1], States: []ferry.State{ferry.StateDone}, Actor: "op"}); err != nil {
+			t.Fatal(err)
+		}
+		wantDone("one requeued", 2, 1)
+		b.clock.Advance(2 * time.Hour)
+		n, err := b.store.EventPurge(b.ctx, &ferry.EventPurgeParams{Source: "a", Retention: time.Hour, ReplayWindow: time.Hour})
+		if err != nil || n != 2 {
+			t.Fatalf("EventPurge = %d, %v; want 2 purged", n, err)
+		}
+		wantDone("the rest purged", 0, 1)
+	})
+
 	run(t, setup, "AtRisk", func(t *testing.T, b *bundle[TX]) {
 		first := b.clock.Now()
 		oldA := receive(t, b, "a", "old-pending")

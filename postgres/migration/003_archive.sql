@@ -81,6 +81,36 @@ CREATE TABLE ferry_done_count (
     PRIMARY KEY (source, day, shard)
 );
 
+-- The one rule of the done counters: events of a source completed on a UTC
+-- day go up (sign 1) or down (sign -1) together, on the calling backend's
+-- shard, in one lock order. Called by every statement that moves events
+-- into or out of the archive; a dropped partition takes its days' counters
+-- with it (ferry_archive_drop).
+CREATE FUNCTION ferry_done_count_add(sources text[], completed timestamptz[], sign int) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO ferry_done_count AS c (source, day, shard, n)
+    SELECT d.source, (d.completed_at AT TIME ZONE 'UTC')::date, pg_backend_pid() % 16, sign * count(*)
+    FROM unnest(sources, completed) AS d(source, completed_at)
+    GROUP BY 1, 2
+    ORDER BY 1, 2
+    ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
+$$;
+
+-- Forgets done events deleted from the archive: their ledger, conflicts,
+-- replays and actions, and their place in the done counters. Returns how
+-- many there were.
+CREATE FUNCTION ferry_done_forget(ids bigint[], sources text[], completed timestamptz[]) RETURNS bigint
+LANGUAGE sql AS $$
+    SELECT ferry_done_count_add(sources, completed, -1);
+    DELETE FROM ferry_attempt_done a
+    USING unnest(ids, completed) AS p(id, completed_at)
+    WHERE a.event_id = p.id AND a.completed_at = p.completed_at;
+    DELETE FROM ferry_conflict WHERE event_id = ANY(ids);
+    DELETE FROM ferry_replay WHERE event_id = ANY(ids);
+    DELETE FROM ferry_action WHERE event_id = ANY(ids);
+    SELECT coalesce(cardinality(ids), 0)::bigint;
+$$;
+
 -- The archive's ranged partitions: one row each, so maintenance and metrics
 -- read bounds without parsing catalog expressions.
 CREATE TABLE ferry_event_done_partition (

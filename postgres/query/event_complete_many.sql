@@ -43,12 +43,7 @@ archived AS (
     RETURNING id, attempt, source, completed_at
 ),
 counted AS (
-    INSERT INTO ferry_done_count AS c (source, day, shard, n)
-    SELECT source, (completed_at AT TIME ZONE 'UTC')::date, pg_backend_pid() % 16, count(*)
-    FROM archived
-    GROUP BY 1, 2
-    ORDER BY 1, 2
-    ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
+    SELECT ferry_done_count_add(array_agg(source), array_agg(completed_at), 1) FROM archived
 ),
 moved AS (
     DELETE FROM ferry_attempt a
@@ -69,7 +64,10 @@ ledger AS (
     FROM moved m
     LEFT JOIN leases l ON l.id = m.event_id AND l.attempt = m.completing
 )
+-- A filter on counted alone is checked once, before any row is read, so
+-- the counters move even when every lease held and nothing is returned.
 SELECT l.id, l.attempt
 FROM leases l
-WHERE NOT EXISTS (SELECT 1 FROM archived c WHERE c.id = l.id AND c.attempt = l.attempt)
+WHERE (SELECT true FROM counted)
+  AND NOT EXISTS (SELECT 1 FROM archived c WHERE c.id = l.id AND c.attempt = l.attempt)
 ORDER BY l.first;

@@ -62,12 +62,7 @@ reledgered AS (
     FROM unledgered
 ),
 uncounted AS (
-    INSERT INTO ferry_done_count AS c (source, day, shard, n)
-    SELECT source, (completed_at AT TIME ZONE 'UTC')::date, pg_backend_pid() % 16, -count(*)
-    FROM unarchived
-    GROUP BY 1, 2
-    ORDER BY 1, 2
-    ON CONFLICT (source, day, shard) DO UPDATE SET n = c.n + excluded.n
+    SELECT ferry_done_count_add(array_agg(source), array_agg(completed_at), -1) FROM unarchived
 ),
 action AS (
     INSERT INTO ferry_action (event_id, at, action, actor)
@@ -79,4 +74,5 @@ notified AS (
     SELECT pg_notify(ferry_receipt_channel(), '')
     WHERE EXISTS (SELECT 1 FROM requeued) OR EXISTS (SELECT 1 FROM restored)
 )
-SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM restored) FROM (SELECT 1) one LEFT JOIN notified ON true;
+SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM restored)
+FROM uncounted LEFT JOIN notified ON true;
