@@ -111,6 +111,24 @@ LANGUAGE sql AS $$
     SELECT coalesce(cardinality(ids), 0)::bigint;
 $$;
 
+-- The filter of EventList and of a bulk EventRequeue, the same on the hot
+-- table and the archive: an empty filter ('', NULL or 0) matches
+-- everything; event_id_like is an escaped LIKE pattern. One SQL expression,
+-- so the planner inlines it and the indexes on these columns still serve.
+CREATE FUNCTION ferry_event_filter(
+    source text, type text, first_delivered_at timestamptz, event_id text, id bigint,
+    want_source text, want_type text, since timestamptz, until timestamptz,
+    event_id_like text, before bigint
+) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT (want_source = '' OR source = want_source)
+       AND (want_type = '' OR type = want_type)
+       AND (since IS NULL OR first_delivered_at >= since)
+       AND (until IS NULL OR first_delivered_at < until)
+       AND (event_id_like = '' OR event_id LIKE event_id_like)
+       AND (before = 0 OR id < before)
+$$;
+
 -- The archive's ranged partitions: one row each, so maintenance and metrics
 -- read bounds without parsing catalog expressions.
 CREATE TABLE ferry_event_done_partition (

@@ -1,7 +1,7 @@
 -- One page of events, newest first in the result, without payloads or
 -- headers, from ferry_event and the archive: each half reads at most @limit
--- rows by index, then the halves merge. Empty filters match everything;
--- @event_id_like is an escaped LIKE pattern. @before pages to older events
+-- rows by index, then the halves merge. The filters are ferry_event_filter's
+-- (migration 003), and @states. @before pages to older events
 -- (id DESC); @after to newer ones (id ASC, the lowest above it first;
 -- EventList reverses them). The sort key of the unused direction is NULL,
 -- which the planner drops.
@@ -12,13 +12,10 @@ SELECT * FROM (
                last_delivered_at, deliveries, conflicts, claimed_at, completed_at,
                last_error, requeued_at, origin, replays
         FROM ferry_event
-        WHERE (@source::text = '' OR source = @source::text)
-          AND (@type::text = '' OR type = @type::text)
-          AND (cardinality(@states::text[]) = 0 OR state = ANY(@states::text[]))
-          AND (@since::timestamptz IS NULL OR first_delivered_at >= @since::timestamptz)
-          AND (@until::timestamptz IS NULL OR first_delivered_at < @until::timestamptz)
-          AND (@event_id_like::text = '' OR event_id LIKE @event_id_like::text)
-          AND (@before::bigint = 0 OR id < @before::bigint)
+        WHERE (cardinality(@states::text[]) = 0 OR state = ANY(@states::text[]))
+          AND ferry_event_filter(source, type, first_delivered_at, event_id, id,
+                                 @source::text, @type::text, @since::timestamptz, @until::timestamptz,
+                                 @event_id_like::text, @before::bigint)
           AND (@after::bigint = 0 OR id > @after::bigint)
         ORDER BY CASE WHEN @after::bigint > 0 THEN id END ASC,
                  CASE WHEN @after::bigint = 0 THEN id END DESC
@@ -32,12 +29,9 @@ SELECT * FROM (
                last_error, requeued_at, origin, replays
         FROM ferry_event_done
         WHERE (cardinality(@states::text[]) = 0 OR 'done' = ANY(@states::text[]))
-          AND (@source::text = '' OR source = @source::text)
-          AND (@type::text = '' OR type = @type::text)
-          AND (@since::timestamptz IS NULL OR first_delivered_at >= @since::timestamptz)
-          AND (@until::timestamptz IS NULL OR first_delivered_at < @until::timestamptz)
-          AND (@event_id_like::text = '' OR event_id LIKE @event_id_like::text)
-          AND (@before::bigint = 0 OR id < @before::bigint)
+          AND ferry_event_filter(source, type, first_delivered_at, event_id, id,
+                                 @source::text, @type::text, @since::timestamptz, @until::timestamptz,
+                                 @event_id_like::text, @before::bigint)
           AND (@after::bigint = 0 OR id > @after::bigint)
         ORDER BY CASE WHEN @after::bigint > 0 THEN id END ASC,
                  CASE WHEN @after::bigint = 0 THEN id END DESC

@@ -17,24 +17,18 @@ requeued AS (
     WHERE state = ANY(@states::text[])
       AND state NOT IN ('pending', 'in_progress', 'done')
       AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
-      AND (@source::text = '' OR source = @source::text)
-      AND (@type::text = '' OR type = @type::text)
-      AND (@since::timestamptz IS NULL OR first_delivered_at >= @since::timestamptz)
-      AND (@until::timestamptz IS NULL OR first_delivered_at < @until::timestamptz)
-      AND (@event_id_like::text = '' OR event_id LIKE @event_id_like::text)
-      AND (@before::bigint = 0 OR id < @before::bigint)
+      AND ferry_event_filter(source, type, first_delivered_at, event_id, id,
+                             @source::text, @type::text, @since::timestamptz, @until::timestamptz,
+                             @event_id_like::text, @before::bigint)
     RETURNING id
 ),
 unarchived AS (
     DELETE FROM ferry_event_done
     WHERE 'done' = ANY(@states::text[])
       AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
-      AND (@source::text = '' OR source = @source::text)
-      AND (@type::text = '' OR type = @type::text)
-      AND (@since::timestamptz IS NULL OR first_delivered_at >= @since::timestamptz)
-      AND (@until::timestamptz IS NULL OR first_delivered_at < @until::timestamptz)
-      AND (@event_id_like::text = '' OR event_id LIKE @event_id_like::text)
-      AND (@before::bigint = 0 OR id < @before::bigint)
+      AND ferry_event_filter(source, type, first_delivered_at, event_id, id,
+                             @source::text, @type::text, @since::timestamptz, @until::timestamptz,
+                             @event_id_like::text, @before::bigint)
     RETURNING *
 ),
 restored AS (
