@@ -75,8 +75,9 @@ closed AS (
     UPDATE ferry_attempt a
     SET outcome = 'lease_expired', finished_at = (SELECT now FROM clock)
     FROM due
-    -- The array makes this a probe by key for the few events whose previous
-    -- attempt is still open, not a join over the ledger.
+    -- The array names only the few events whose previous attempt is still
+    -- open: on a large ledger a probe by key for each, not a join over it (a
+    -- small one the planner may read whole, which costs as little).
     WHERE a.event_id = ANY(ARRAY(SELECT id FROM due WHERE previous_unfinished))
       AND a.event_id = due.id AND a.attempt = due.attempt AND a.outcome = 'running'
 ),
