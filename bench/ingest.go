@@ -96,7 +96,7 @@ func runIngestPG(ctx context.Context, o *options) (*result, error) {
 	}
 
 	ferrySide := ingestSide{name: "ferry (stripe verify + durable dedupe)", start: func(ctx context.Context) (string, func(), error) {
-		if _, err := ferryPool.Exec(ctx, "TRUNCATE ferry_event, ferry_event_key, ferry_event_done CASCADE"); err != nil {
+		if _, err := ferryPool.Exec(ctx, ferryEmptySQL); err != nil {
 			return "", nil, err
 		}
 		return serveFerry(store)

@@ -162,6 +162,12 @@ type connSampler struct {
 
 type connPeaks struct{ inUse, open int }
 
+// ferryEmptySQL empties a Ferry schema of events and everything they leave
+// behind (ledger, counters, conflicts, replays, actions), so that every run
+// starts from the same store; archive partitions stay, as in production.
+const ferryEmptySQL = `TRUNCATE ferry_event, ferry_event_key, ferry_event_done, ferry_attempt,
+	ferry_attempt_done, ferry_done_count, ferry_conflict, ferry_replay, ferry_action`
+
 const connCountSQL = `
 SELECT count(*) FILTER (WHERE state IS DISTINCT FROM 'idle' OR query ILIKE 'listen %'),
        count(*)

@@ -148,8 +148,7 @@ func workPair(o *options, once func(workRun) (float64, error), a, b workRun) (*p
 
 func ferrySeed(pool *pgxpool.Pool) func(ctx context.Context, n int) error {
 	return func(ctx context.Context, n int) error {
-		_, err := pool.Exec(ctx, `
-			TRUNCATE ferry_event, ferry_event_key, ferry_event_done CASCADE;
+		_, err := pool.Exec(ctx, ferryEmptySQL+`;
 			INSERT INTO ferry_event (source, event_id, type, payload, payload_sha256, next_attempt_at, first_delivered_at, last_delivered_at)
 			SELECT 'bench', 'evt_' || i, 'bench', p, sha256(p), now(), now(), now()
 			FROM generate_series(1, `+fmt.Sprint(n)+`) i,
