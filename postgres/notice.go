@@ -10,19 +10,20 @@ import (
 
 // ConflictNoticeList pages through one source's conflicting deliveries.
 func (s *Store) ConflictNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
-	return s.noticeList(ctx, "conflict notice list", conflictNoticeListSQL, params)
+	return s.noticeList(ctx, "conflict notice list", "conflict", params)
 }
 
 // ReplayNoticeList pages through one source's suspected replays.
 func (s *Store) ReplayNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
-	return s.noticeList(ctx, "replay notice list", replayNoticeListSQL, params)
+	return s.noticeList(ctx, "replay notice list", "replay", params)
 }
 
-func (s *Store) noticeList(ctx context.Context, op, query string, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+// noticeList pages through kind's notices ("conflict" or "replay").
+func (s *Store) noticeList(ctx context.Context, op, kind string, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
 	if err := params.Normalize(); err != nil {
 		return nil, wrap(op, err)
 	}
-	rows, _ := s.pool.Query(ctx, query, pgx.NamedArgs{"source": params.Source, "after_id": params.AfterID, "limit": params.Limit})
+	rows, _ := s.pool.Query(ctx, noticeListSQL, pgx.NamedArgs{"kind": kind, "source": params.Source, "after_id": params.AfterID, "limit": params.Limit})
 	notices, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.Notice, error) {
 		var n ferry.Notice
 		err := row.Scan(&n.ID, &n.EventRowID, &n.Source, &n.EventID, &n.ReceivedAt)

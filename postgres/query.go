@@ -97,8 +97,6 @@ var (
 	leaseAcquireSQL string
 	//go:embed query/lease_release.sql
 	leaseReleaseSQL string
-	//go:embed query/conflict_notice_list.sql
-	conflictNoticeListSQL string
-	//go:embed query/replay_notice_list.sql
-	replayNoticeListSQL string
+	//go:embed query/notice_list.sql
+	noticeListSQL string
 )

@@ -9,19 +9,20 @@ import (
 
 // ConflictNoticeList pages through one source's conflicting deliveries.
 func (s *Store) ConflictNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
-	return s.noticeList(ctx, "conflict notice list", conflictNoticeListSQL, params)
+	return s.noticeList(ctx, "conflict notice list", "conflict", params)
 }
 
 // ReplayNoticeList pages through one source's suspected replays.
 func (s *Store) ReplayNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
-	return s.noticeList(ctx, "replay notice list", replayNoticeListSQL, params)
+	return s.noticeList(ctx, "replay notice list", "replay", params)
 }
 
-func (s *Store) noticeList(ctx context.Context, op, query string, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+// noticeList pages through kind's notices ("conflict" or "replay").
+func (s *Store) noticeList(ctx context.Context, op, kind string, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
 	if err := params.Normalize(); err != nil {
 		return nil, wrap(op, err)
 	}
-	rows, err := s.readDB.QueryContext(ctx, query,
+	rows, err := s.readDB.QueryContext(ctx, noticeListSQL, sql.Named("kind", kind),
 		sql.Named("source", params.Source), sql.Named("after_id", params.AfterID), sql.Named("limit", params.Limit))
 	if err != nil {
 		return nil, wrap(op, err)

@@ -99,6 +99,37 @@ func testNotice[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	// Each list reads its own kind only, and finds its event's key wherever
+	// the event is, done (archived, on PostgreSQL) as well as live.
+	run(t, setup, "EachKindOnlyAndDoneEventsToo", func(t *testing.T, b *bundle[TX]) {
+		ns, ok := b.store.(noticeStore)
+		if !ok {
+			t.Skip("the store lists no notices")
+		}
+		conflicted := receive(t, b, "stripe", "evt_1")
+		conflict(t, b, "stripe", "evt_1", `{"v":2}`)
+		replayed := receive(t, b, "stripe", "evt_2")
+		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
+			Source: "stripe", EventID: "evt_3", Payload: []byte(`{"id":"evt_2"}`), ReplayWindow: time.Hour,
+		})
+		if err != nil || res.Outcome != ferry.ReceiveReplay {
+			t.Fatalf("EventReceive(evt_3) = %+v, %v; want a replay", res, err)
+		}
+		for range 2 {
+			mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
+		}
+		if ev := get(t, b, conflicted); ev.State != ferry.StateDone {
+			t.Fatalf("event %d is %s, want done", conflicted, ev.State)
+		}
+		p := &ferry.NoticeListParams{Source: "stripe"}
+		if got := list(t, b, p); len(got) != 1 || got[0].EventRowID != conflicted || got[0].EventID != "evt_1" {
+			t.Errorf("conflicts = %+v, want one, on row %d (evt_1)", got, conflicted)
+		}
+		if got, err := ns.ReplayNoticeList(b.ctx, p); err != nil || len(got) != 1 || got[0].EventRowID != replayed || got[0].EventID != "evt_2" {
+			t.Errorf("replays = %+v, %v; want one, on row %d (evt_2)", got, err, replayed)
+		}
+	})
+
 	run(t, setup, "SourceRequired", func(t *testing.T, b *bundle[TX]) {
 		ns, ok := b.store.(noticeStore)
 		if !ok {

@@ -263,6 +263,18 @@ ALTER TABLE ferry_event DROP CONSTRAINT ferry_event_source_event_id_key;
 CREATE INDEX ferry_event_stats ON ferry_event (source, state)
     INCLUDE (first_delivered_at, claimed_at, lease_expires_at, replays);
 
+-- An event by row id wherever it is: ferry_event first, then the archive.
+-- One SQL query, STABLE and not STRICT, so PostgreSQL inlines it into the
+-- statement that calls it: a probe by primary key of each table, as if
+-- written out there.
+CREATE FUNCTION ferry_event_find(event_row_id bigint) RETURNS SETOF ferry_event
+LANGUAGE sql STABLE AS $$
+    (SELECT * FROM ferry_event WHERE id = event_row_id)
+    UNION ALL
+    (SELECT * FROM ferry_event_done WHERE id = event_row_id LIMIT 1)
+    LIMIT 1
+$$;
+
 -- The fence of every batched write after a claim (complete, fail,
 -- heartbeat): locks the events named and returns the leases that still
 -- hold at now. One probe by primary key per lease, whatever the statistics
