@@ -215,7 +215,6 @@ func TestClientBatchedFailures(t *testing.T) {
 	c := b.newClient(t, func(c *ferry.Config) {
 		c.Store = store
 		c.Workers = n
-		c.RetryBase, c.RetryCap = time.Hour, time.Hour // the retry stays pending
 	})
 	var started sync.WaitGroup
 	started.Add(n)
@@ -226,7 +225,9 @@ func TestClientBatchedFailures(t *testing.T) {
 		if d.Event.ID == ids[0] {
 			return ferry.Permanent(errors.New("gone"))
 		}
-		return errors.New("downstream 500")
+		// An hour at least, whatever the backoff's jitter draws (it may
+		// draw 0): the retry stays pending, never claimed again here.
+		return ferry.RetryAfter(errors.New("downstream 500"), time.Hour)
 	})
 	start(t, c)
 	started.Wait()
