@@ -9,16 +9,17 @@ import (
 
 // ConflictNoticeList pages through one source's conflicting deliveries.
 func (s *Store) ConflictNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
-	return s.noticeList(ctx, "conflict notice list", "conflict", params)
+	return s.noticeList(ctx, "conflict", params)
 }
 
 // ReplayNoticeList pages through one source's suspected replays.
 func (s *Store) ReplayNoticeList(ctx context.Context, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
-	return s.noticeList(ctx, "replay notice list", "replay", params)
+	return s.noticeList(ctx, "replay", params)
 }
 
 // noticeList pages through kind's notices ("conflict" or "replay").
-func (s *Store) noticeList(ctx context.Context, op, kind string, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+func (s *Store) noticeList(ctx context.Context, kind string, params *ferry.NoticeListParams) ([]*ferry.Notice, error) {
+	op := kind + " notice list"
 	if err := params.Normalize(); err != nil {
 		return nil, wrap(op, err)
 	}

@@ -1,9 +1,10 @@
 -- Deletes archived done events of one source completed at least
 -- @retention_us ago and forgets what hangs off them (ferry_done_forget);
 -- then the source's keys received longer ago than both the retention and
--- the replay window, once no event of theirs is stored. Partition maintenance (archive_*.sql) drops whole days
--- instead; this serves sources whose retention is shorter than the
--- longest, and rows in the default partition.
+-- the replay window, once no event of theirs is stored. Partition
+-- maintenance (archive_*.sql) drops whole days instead; this serves sources
+-- whose retention is shorter than the longest, and rows in the default
+-- partition.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
