@@ -38,6 +38,7 @@ type options struct {
 	workSweep      []int
 	e2eBurst       time.Duration
 	e2ePaced       time.Duration
+	e2eWarmup      time.Duration
 	e2eRate        int
 	drainMax       time.Duration
 	connsHold      time.Duration
@@ -117,6 +118,7 @@ func run() error {
 	flag.DurationVar(&o.e2eBurst, "e2e-burst", 5*time.Second, "length of the e2e burst")
 	flag.DurationVar(&o.e2ePaced, "e2e-paced", 10*time.Second, "length of the e2e paced run")
 	flag.IntVar(&o.e2eRate, "e2e-rate", 200, "deliveries a second of the e2e paced run")
+	flag.DurationVar(&o.e2eWarmup, "e2e-warmup", time.Second, "first part of the e2e paced run whose deliveries are sent but not counted in its percentiles (reported apart)")
 	flag.DurationVar(&o.drainMax, "drain-max", 5*time.Minute, "longest wait for a backlog to reach the app before the benchmark fails")
 	flag.DurationVar(&o.connsHold, "conns-hold", 30*time.Second, "how long the downstream holds each event in conns (shorten only for smoke tests)")
 	flag.IntVar(&o.connsRate, "conns-rate", 5, "events a second in conns")
