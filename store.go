@@ -613,11 +613,45 @@ type MigrationStep struct {
 	Summary string
 }
 
-// ArchiveMaintainParams are Store.ArchiveMaintain's.
 // ArchiveLease is the named lease (LeaseAcquire) under which one instance at
-// a time runs ArchiveMaintain.
-const ArchiveLease = "ferry_archive_maintenance"
+// a time runs ArchiveMaintain, for ArchiveLeaseTTL: how long a run that died
+// keeps the others out. A store renews it as the run goes.
+const (
+	ArchiveLease    = "ferry_archive_maintenance"
+	ArchiveLeaseTTL = 10 * time.Minute
+)
 
+// MaintainArchive is the policy of Store.ArchiveMaintain, for stores to
+// call: it normalizes params and runs run under ArchiveLease, one instance
+// at a time, for ArchiveLeaseTTL, releasing the lease when run returns. When
+// another instance holds the lease it reports Skipped without running run.
+// run counts into res what it did before any error; renew renews the lease
+// and reports whether it is still held, for run to call between steps.
+func MaintainArchive(ctx context.Context, s Store, params *ArchiveMaintainParams,
+	run func(params *ArchiveMaintainParams, res *ArchiveMaintainResult, renew func() (bool, error)) error,
+) (*ArchiveMaintainResult, error) {
+	params, err := params.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	renew := func() (bool, error) {
+		return s.LeaseAcquire(ctx, &LeaseAcquireParams{Name: ArchiveLease, Owner: params.Owner, TTL: ArchiveLeaseTTL})
+	}
+	held, err := renew()
+	if err != nil {
+		return nil, err
+	}
+	res := &ArchiveMaintainResult{Skipped: !held}
+	if !held {
+		return res, nil
+	}
+	defer func() {
+		_ = s.LeaseRelease(context.WithoutCancel(ctx), &LeaseReleaseParams{Name: ArchiveLease, Owner: params.Owner})
+	}()
+	return res, run(params, res, renew)
+}
+
+// ArchiveMaintainParams are Store.ArchiveMaintain's.
 type ArchiveMaintainParams struct {
 	// Owner names this instance for the maintenance lease. Required.
 	Owner string

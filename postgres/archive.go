@@ -9,38 +9,24 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// archiveLeaseTTL bounds how long a maintenance run that died keeps others
-// out. A run takes seconds; the lease is renewed per partition.
-const archiveLeaseTTL = 10 * time.Minute
-
 // archiveLockTimeout bounds how long a partition attach or detach waits for
 // the archive's lock, so that completions never queue behind maintenance
 // for longer; a run that times out tries again at its next interval.
 const archiveLockTimeout = "2s"
 
 // ArchiveMaintain keeps the archive's partitions: see ferry.Store.
-// Each partition is created or dropped in its own transaction.
+// Each partition is created or dropped in its own transaction, with the
+// lease renewed before each.
 func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
-	params, err := params.Normalize()
-	if err != nil {
-		return nil, wrap("archive maintain", err)
-	}
-	res := &ferry.ArchiveMaintainResult{}
-	lease := func() (bool, error) {
-		return s.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: ferry.ArchiveLease, Owner: params.Owner, TTL: archiveLeaseTTL})
-	}
-	held, err := lease()
-	if err != nil {
-		return nil, wrap("archive maintain", err)
-	}
-	if !held {
-		res.Skipped = true
-		return res, nil
-	}
-	defer func() {
-		_ = s.LeaseRelease(context.WithoutCancel(ctx), &ferry.LeaseReleaseParams{Name: ferry.ArchiveLease, Owner: params.Owner})
-	}()
+	res, err := ferry.MaintainArchive(ctx, s, params, func(params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, renew func() (bool, error)) error {
+		return s.archiveMaintain(ctx, params, res, renew)
+	})
+	return res, wrap("archive maintain", err)
+}
 
+// archiveMaintain is ArchiveMaintain's run under the lease: it counts into
+// res what it does before any error.
+func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, renew func() (bool, error)) error {
 	type step struct {
 		action       string
 		fromDay, toD time.Time
@@ -58,11 +44,11 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 		steps = append(steps, st)
 		return nil
 	}); err != nil {
-		return nil, wrap("archive maintain", err)
+		return err
 	}
 	for _, st := range steps {
-		if held, err := lease(); err != nil || !held {
-			return res, wrap("archive maintain", err)
+		if held, err := renew(); err != nil || !held {
+			return err
 		}
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+archiveLockTimeout+"'"); err != nil {
@@ -83,14 +69,14 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 			return err
 		})
 		if err != nil {
-			return res, wrap("archive maintain", err)
+			return err
 		}
 	}
 	var strays int
 	if err := s.pool.QueryRow(ctx, archiveDefaultPurgeSQL, pgx.NamedArgs{
 		"now": s.nowArg(), "retention_us": micros(params.Retention),
 	}).Scan(&strays); err != nil {
-		return res, wrap("archive maintain", err)
+		return err
 	}
 	res.Events += strays
 	for {
@@ -98,7 +84,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 			"now": s.nowArg(), "key_retention_us": micros(params.KeyRetention), "batch": params.KeyBatch,
 		})
 		if err != nil {
-			return res, wrap("archive maintain", err)
+			return err
 		}
 		res.Keys += int(tag.RowsAffected())
 		if int(tag.RowsAffected()) < params.KeyBatch {
@@ -107,10 +93,10 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 	}
 	if res.Created > 0 || res.Dropped > 0 {
 		if _, err := s.pool.Exec(ctx, archiveAnalyzeSQL); err != nil {
-			return res, wrap("archive maintain", err)
+			return err
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // ArchiveInfo counts the archive's ranged partitions and dates the oldest.

@@ -3,14 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"time"
 
 	"github.com/ferry-inbox/ferry"
 )
-
-// archiveLeaseTTL bounds how long a maintenance run that died keeps others
-// out.
-const archiveLeaseTTL = 10 * time.Minute
 
 // ArchiveMaintain enforces the longest retention; see ferry.Store. SQLite
 // keeps done events in its one event table, so there is no partition to
@@ -21,35 +16,22 @@ const archiveLeaseTTL = 10 * time.Minute
 // do not apply. The lease keeps two processes sharing the file from purging
 // at once.
 func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
-	params, err := params.Normalize()
-	if err != nil {
-		return nil, wrap("archive maintain", err)
-	}
-	res := &ferry.ArchiveMaintainResult{}
-	held, err := s.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: ferry.ArchiveLease, Owner: params.Owner, TTL: archiveLeaseTTL})
-	if err != nil {
-		return nil, wrap("archive maintain", err)
-	}
-	if !held {
-		res.Skipped = true
-		return res, nil
-	}
-	defer func() {
-		_ = s.LeaseRelease(context.WithoutCancel(ctx), &ferry.LeaseReleaseParams{Name: ferry.ArchiveLease, Owner: params.Owner})
-	}()
-	sources, err := s.archiveSources(ctx)
-	if err != nil {
-		return nil, wrap("archive maintain", err)
-	}
-	now := s.nowMicros()
-	for _, source := range sources {
-		n, err := s.purgeDone(ctx, "archive maintain", source, now, params.Retention, params.KeyRetention)
-		res.Events += n
+	res, err := ferry.MaintainArchive(ctx, s, params, func(params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, _ func() (bool, error)) error {
+		sources, err := s.archiveSources(ctx)
 		if err != nil {
-			return res, err
+			return err
 		}
-	}
-	return res, nil
+		now := s.nowMicros()
+		for _, source := range sources {
+			n, err := s.purgeDone(ctx, source, now, params.Retention, params.KeyRetention)
+			res.Events += n
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return res, wrap("archive maintain", err)
 }
 
 // archiveSources lists the sources that have events.

@@ -417,17 +417,18 @@ func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) 
 	if err := params.Validate(); err != nil {
 		return 0, wrap("event purge", err)
 	}
-	return s.purgeDone(ctx, "event purge", params.Source, s.nowMicros(), params.Retention, 0)
+	n, err := s.purgeDone(ctx, params.Source, s.nowMicros(), params.Retention, 0)
+	return n, wrap("event purge", err)
 }
 
 // purgeDone deletes source's done events completed at least retention
 // before now and first delivered at least keyRetention before it, PurgeBatch
 // at a time, each batch its own transaction.
-func (s *Store) purgeDone(ctx context.Context, op, source string, now int64, retention, keyRetention time.Duration) (int, error) {
+func (s *Store) purgeDone(ctx context.Context, source string, now int64, retention, keyRetention time.Duration) (int, error) {
 	total := 0
 	for {
 		var n int64
-		err := s.writeTx(ctx, op, func(tx *sql.Tx) error {
+		err := s.write(ctx, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, eventPurgeSQL,
 				sql.Named("now", now),
 				sql.Named("source", source),

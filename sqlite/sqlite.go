@@ -190,15 +190,20 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 // writeTx is InTx for the store's own writes: it wraps errors with op.
 func (s *Store) writeTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	return wrap(op, s.write(ctx, fn))
+}
+
+// write runs fn in a write transaction and commits it if fn returns nil.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return wrap(op, err)
+		return err
 	}
 	defer tx.Rollback() // after Commit, a no-op
 	if err := fn(tx); err != nil {
-		return wrap(op, err)
+		return err
 	}
-	return wrap(op, tx.Commit())
+	return tx.Commit()
 }
 
 // wrap prefixes err with the store and the Store method that returns it

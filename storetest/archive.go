@@ -60,6 +60,31 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	// One instance at a time: a run skips while another owner holds
+	// ArchiveLease, and gives the lease up when it ends.
+	run(t, setup, "UnderTheLease", func(t *testing.T, b *bundle[TX]) {
+		h := history(t, b)
+		other := &ferry.LeaseAcquireParams{Name: ferry.ArchiveLease, Owner: "other", TTL: time.Hour}
+		if held, err := b.store.LeaseAcquire(b.ctx, other); err != nil || !held {
+			t.Fatalf("LeaseAcquire(other) = %v, %v", held, err)
+		}
+		res, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour})
+		if err != nil || !res.Skipped || res.Events != 0 {
+			t.Fatalf("ArchiveMaintain beside the lease's holder = %+v, %v; want skipped", res, err)
+		}
+		wantState(t, b, h.old, ferry.StateDone)
+		if err := b.store.LeaseRelease(b.ctx, &ferry.LeaseReleaseParams{Name: ferry.ArchiveLease, Owner: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		res, err = b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour})
+		if err != nil || res.Skipped || res.Events != 1 {
+			t.Fatalf("ArchiveMaintain with the lease free = %+v, %v; want one event dropped", res, err)
+		}
+		if held, err := b.store.LeaseAcquire(b.ctx, other); err != nil || !held {
+			t.Fatalf("after the run, LeaseAcquire(other) = %v, %v; want the lease given up", held, err)
+		}
+	})
+
 	run(t, setup, "KeepsKeysForKeyRetention", func(t *testing.T, b *bundle[TX]) {
 		h := history(t, b)
 		if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{
