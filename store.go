@@ -32,7 +32,8 @@ type Store interface {
 
 	// ArchiveMaintain enforces retention for every source at once, under a
 	// maintenance lease taken for Owner (one instance of a cluster at a
-	// time; Skipped, changing nothing, while another owner holds it): done
+	// time; Skipped, changing nothing, while another owner holds it; a
+	// store takes it with MaintainArchive): done
 	// events completed longer than Retention ago go, with their ledger,
 	// conflicts, replays and actions, and no dedupe key younger than
 	// KeyRetention is forgotten. postgres.Store keeps done events in time
