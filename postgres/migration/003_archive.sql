@@ -275,6 +275,26 @@ LANGUAGE sql STABLE AS $$
     LIMIT 1
 $$;
 
+-- Counts deliveries on done events: counts[i] more deliveries of event
+-- event_ids[i], conflicting[i] of them conflicting and replayed[i] suspected
+-- replays, at at. Returns the ids it found. A statement calls it only for
+-- the keys whose event the hot table did not hold, so receipts of new and
+-- live events never reach the archive's partitions: an UPDATE of
+-- ferry_event_done in the statement itself would plan and lock every
+-- partition on every batch. Volatile: it reads with its own snapshot, so an
+-- event that a completion moved into the archive while the statement ran is
+-- found and counted.
+CREATE FUNCTION ferry_event_done_redeliver(event_ids bigint[], counts int[], conflicting int[], replayed int[], at timestamptz)
+RETURNS SETOF bigint
+LANGUAGE sql VOLATILE AS $$
+    UPDATE ferry_event_done e
+    SET deliveries = e.deliveries + d.n, conflicts = e.conflicts + d.conflicts, replays = e.replays + d.replays,
+        last_delivered_at = CASE WHEN d.n > 0 THEN at ELSE e.last_delivered_at END
+    FROM unnest(event_ids, counts, conflicting, replayed) AS d(id, n, conflicts, replays)
+    WHERE e.id = d.id
+    RETURNING e.id
+$$;
+
 -- The fence of every batched write after a claim (complete, fail,
 -- heartbeat): locks the events named and returns the leases that still
 -- hold at now. One probe by primary key per lease, whatever the statistics

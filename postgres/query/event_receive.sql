@@ -3,10 +3,11 @@
 -- known key counts the delivery on its event, in ferry_event or in the
 -- archive, and a delivery whose payload hash differs from the first is kept
 -- as a conflict. ON CONFLICT makes concurrent deliveries of one key queue on
--- its key row instead of failing. touched is false when the known key's
--- event was not found by this statement's snapshot (it moved between the
--- tables meanwhile, or was purged): the caller counts the delivery again
--- with event_redeliver.sql once this has committed.
+-- its key row instead of failing. The archive is reached only when the hot
+-- table did not hold the event (ferry_event_done_redeliver). touched is
+-- false when neither found it (a requeue moved it back meanwhile, or it was
+-- purged): the caller counts the delivery again with event_redeliver.sql
+-- once this has committed.
 --
 -- With @replay_window_us > 0, a new key whose payload hash matches a key of
 -- the source first delivered within the window is a replay: nothing is
@@ -61,13 +62,12 @@ hot AS (
     WHERE NOT k.inserted AND e.id = k.id
     RETURNING e.id
 ),
+-- A known key whose event the hot table did not hold: done, or moved.
 archived AS (
-    UPDATE ferry_event_done e
-    SET deliveries = e.deliveries + 1, last_delivered_at = (SELECT now FROM clock),
-        conflicts = e.conflicts + k.conflicting::int
+    SELECT ferry_event_done_redeliver(ARRAY[k.id], ARRAY[1], ARRAY[k.conflicting::int], ARRAY[0],
+                                      (SELECT now FROM clock)) AS id
     FROM k
-    WHERE NOT k.inserted AND e.id = k.id
-    RETURNING e.id
+    WHERE NOT k.inserted AND NOT EXISTS (SELECT FROM hot)
 ),
 conflict AS (
     INSERT INTO ferry_conflict (event_id, received_at, payload_sha256, payload, headers)

@@ -12,9 +12,11 @@
 -- delivery counted and every later delivery whose payload hash differs from
 -- the first kept as a conflict; a known key counts the deliveries on its
 -- event (in ferry_event or the archive), and each whose hash differs from
--- the stored one is a conflict. One NOTIFY when any key is new. touched is
--- false for a known key whose event this snapshot did not find (it moved
--- meanwhile): the caller counts those with event_redeliver.sql.
+-- the stored one is a conflict. One NOTIFY when any key is new. The archive
+-- is reached only for keys whose event the hot table did not hold
+-- (ferry_event_done_redeliver). touched is false for a known key whose event
+-- neither found (a requeue moved it back meanwhile, or it was purged): the
+-- caller counts those with event_redeliver.sql.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -69,13 +71,13 @@ hot AS (
     WHERE NOT kd.inserted AND e.id = kd.id
     RETURNING e.id
 ),
+-- Known keys whose event the hot table did not hold: done, or moved.
 archived AS (
-    UPDATE ferry_event_done e
-    SET deliveries = e.deliveries + kd.n, last_delivered_at = (SELECT now FROM clock),
-        conflicts = e.conflicts + kd.differing
+    SELECT ferry_event_done_redeliver(array_agg(kd.id), array_agg(kd.n), array_agg(kd.differing),
+                                      array_agg(0), (SELECT now FROM clock)) AS id
     FROM kd
-    WHERE NOT kd.inserted AND e.id = kd.id
-    RETURNING e.id
+    WHERE NOT kd.inserted AND kd.id NOT IN (SELECT id FROM hot)
+    HAVING count(*) > 0
 ),
 conflict AS (
     INSERT INTO ferry_conflict (event_id, received_at, payload_sha256, payload, headers)

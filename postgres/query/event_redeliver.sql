@@ -29,11 +29,10 @@ hot AS (
     RETURNING e.id
 ),
 archived AS (
-    UPDATE ferry_event_done e
-    SET deliveries = e.deliveries + d.n, conflicts = e.conflicts + d.conflicts, replays = e.replays + d.replays,
-        last_delivered_at = CASE WHEN d.n > 0 THEN (SELECT now FROM clock) ELSE e.last_delivered_at END
+    SELECT ferry_event_done_redeliver(array_agg(d.id), array_agg(d.n), array_agg(d.conflicts),
+                                      array_agg(d.replays), (SELECT now FROM clock)) AS id
     FROM d
-    WHERE e.id = d.id
-    RETURNING e.id
+    WHERE d.id NOT IN (SELECT id FROM hot)
+    HAVING count(*) > 0
 )
 SELECT id FROM hot UNION ALL SELECT id FROM archived;
