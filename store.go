@@ -629,7 +629,7 @@ const (
 // run counts into res what it did before any error; renew renews the lease
 // and reports whether it is still held, for run to call between steps.
 func MaintainArchive(ctx context.Context, s Store, params *ArchiveMaintainParams,
-	run func(params *ArchiveMaintainParams, res *ArchiveMaintainResult, renew func() (bool, error)) error,
+	run func(ctx context.Context, params *ArchiveMaintainParams, res *ArchiveMaintainResult, renew func() (bool, error)) error,
 ) (*ArchiveMaintainResult, error) {
 	params, err := params.Normalize()
 	if err != nil {
@@ -649,7 +649,7 @@ func MaintainArchive(ctx context.Context, s Store, params *ArchiveMaintainParams
 	defer func() {
 		_ = s.LeaseRelease(context.WithoutCancel(ctx), &LeaseReleaseParams{Name: ArchiveLease, Owner: params.Owner})
 	}()
-	return res, run(params, res, renew)
+	return res, run(ctx, params, res, renew)
 }
 
 // ArchiveMaintainParams are Store.ArchiveMaintain's.

@@ -18,9 +18,7 @@ const archiveLockTimeout = "2s"
 // Each partition is created or dropped in its own transaction, with the
 // lease renewed before each.
 func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
-	res, err := ferry.MaintainArchive(ctx, s, params, func(params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, renew func() (bool, error)) error {
-		return s.archiveMaintain(ctx, params, res, renew)
-	})
+	res, err := ferry.MaintainArchive(ctx, s, params, s.archiveMaintain)
 	return res, wrap("archive maintain", err)
 }
 

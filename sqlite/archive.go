@@ -16,22 +16,27 @@ import (
 // do not apply. The lease keeps two processes sharing the file from purging
 // at once.
 func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
-	res, err := ferry.MaintainArchive(ctx, s, params, func(params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, _ func() (bool, error)) error {
-		sources, err := s.archiveSources(ctx)
+	res, err := ferry.MaintainArchive(ctx, s, params, s.archiveMaintain)
+	return res, wrap("archive maintain", err)
+}
+
+// archiveMaintain is ArchiveMaintain's run under the lease: it counts into
+// res what it deletes before any error. Each batch is short, so it needs no
+// renewal.
+func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, _ func() (bool, error)) error {
+	sources, err := s.archiveSources(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.nowMicros()
+	for _, source := range sources {
+		n, err := s.purgeDone(ctx, source, now, params.Retention, params.KeyRetention)
+		res.Events += n
 		if err != nil {
 			return err
 		}
-		now := s.nowMicros()
-		for _, source := range sources {
-			n, err := s.purgeDone(ctx, source, now, params.Retention, params.KeyRetention)
-			res.Events += n
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return res, wrap("archive maintain", err)
+	}
+	return nil
 }
 
 // archiveSources lists the sources that have events.
