@@ -55,6 +55,11 @@ func runWork(ctx context.Context, o *options) (*result, error) {
 		if err := run.seed(ctx, o.workEvents); err != nil {
 			return 0, fmt.Errorf("%s seed: %w", run.name, err)
 		}
+		// Flush the seed and what the run before wrote, so that neither side
+		// pays for the other's checkpoint.
+		if err := adminExec(ctx, o.url, "CHECKPOINT"); err != nil {
+			return 0, err
+		}
 		r, err := run.work(ctx, o.workWindow)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", run.name, err)
