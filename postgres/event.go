@@ -49,51 +49,6 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 	return claims, nil
 }
 
-func (s *Store) EventHeartbeat(ctx context.Context, params *ferry.EventHeartbeatParams) (time.Time, error) {
-	if err := params.Validate(); err != nil {
-		return time.Time{}, wrap("event heartbeat", err)
-	}
-	var expires time.Time
-	err := s.pool.QueryRow(ctx, eventHeartbeatSQL, pgx.NamedArgs{
-		"now":     s.nowArg(),
-		"id":      params.Lease.ID,
-		"attempt": params.Lease.Attempt,
-		"ttl_us":  micros(params.TTL),
-	}).Scan(&expires)
-	if err != nil {
-		return time.Time{}, fenceError("event heartbeat", err)
-	}
-	return expires.UTC(), nil
-}
-
-func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
-	if err := params.Validate(); err != nil {
-		return "", wrap("event fail", err)
-	}
-	args := leaseArgs(s, params.Lease)
-	args["error"] = params.Error
-	args["retry_delay_us"] = micros(params.RetryDelay)
-	args["max_attempts"] = params.MaxAttempts
-	args["max_age_us"] = micros(params.MaxAge)
-	args["dead"] = params.Dead
-	args["http_status"] = params.Response.HTTPStatus
-	args["response"] = params.Response.Body
-	var state string
-	if err := s.pool.QueryRow(ctx, eventFailSQL, args).Scan(&state); err != nil {
-		return "", fenceError("event fail", err)
-	}
-	return ferry.State(state), nil
-}
-
-func (s *Store) EventRelease(ctx context.Context, params *ferry.EventReleaseParams) error {
-	if err := params.Validate(); err != nil {
-		return wrap("event release", err)
-	}
-	var id int64
-	err := s.pool.QueryRow(ctx, eventReleaseSQL, leaseArgs(s, params.Lease)).Scan(&id)
-	return fenceError("event release", err)
-}
-
 func (s *Store) EventGet(ctx context.Context, params *ferry.EventGetParams) (*ferry.Event, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("event get", err)
@@ -321,11 +276,6 @@ func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) 
 	})
 }
 
-// leaseArgs are the arguments of the fence every write after a claim shares.
-func leaseArgs(s *Store, lease ferry.Lease) pgx.NamedArgs {
-	return pgx.NamedArgs{"now": s.nowArg(), "id": lease.ID, "attempt": lease.Attempt}
-}
-
 // wrap prefixes err with the store and the Store method that returns it
 // ("postgres: event claim many: …"), keeping its sentinel for errors.Is. nil
 // stays nil.
@@ -334,14 +284,6 @@ func wrap(op string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
-}
-
-// fenceError maps "no row matched the fence" to ferry.ErrLeaseLost.
-func fenceError(op string, err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = ferry.ErrLeaseLost
-	}
-	return wrap(op, err)
 }
 
 // eventRow is one ferry_event row as the queries return it.

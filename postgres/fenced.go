@@ -2,22 +2,50 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferry-inbox/ferry"
 )
 
-// EventCompleteMany completes every lease that still holds in one statement
-// (one round trip, one commit): the leases and their responses go as
-// arrays, and the statement returns the ones it found lost. See
-// ferry.Store.
-func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
+// EventHeartbeat extends a held lease to TTL from now. See ferry.Store.
+func (s *Store) EventHeartbeat(ctx context.Context, params *ferry.EventHeartbeatParams) (time.Time, error) {
 	if err := params.Validate(); err != nil {
-		return nil, wrap("event complete many", err)
+		return time.Time{}, wrap("event heartbeat", err)
 	}
-	lost, err := s.completeMany(ctx, s.pool, params)
-	return lost, wrap("event complete many", err)
+	var expires time.Time
+	err := s.pool.QueryRow(ctx, eventHeartbeatSQL, pgx.NamedArgs{
+		"now":     s.nowArg(),
+		"id":      params.Lease.ID,
+		"attempt": params.Lease.Attempt,
+		"ttl_us":  micros(params.TTL),
+	}).Scan(&expires)
+	if err != nil {
+		return time.Time{}, fenceError("event heartbeat", err)
+	}
+	return expires.UTC(), nil
+}
+
+// EventHeartbeatMany extends every lease that still holds in one statement
+// (one round trip per tick, however many leases): the leases go as two
+// arrays, and the statement returns the ones it found lost. See ferry.Store.
+func (s *Store) EventHeartbeatMany(ctx context.Context, params *ferry.EventHeartbeatManyParams) ([]ferry.Lease, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event heartbeat many", err)
+	}
+	if len(params.Leases) == 0 {
+		return nil, nil
+	}
+	ids, attempts := leaseArrays(params.Leases)
+	lost, err := queryLost(ctx, s.pool, eventHeartbeatManySQL, pgx.NamedArgs{
+		"now":      s.nowArg(),
+		"ids":      ids,
+		"attempts": attempts,
+		"ttl_us":   micros(params.TTL),
+	})
+	return lost, wrap("event heartbeat many", err)
 }
 
 // EventComplete completes one lease: see ferry.Store.
@@ -30,6 +58,18 @@ func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompletePa
 // caller must roll tx back.
 func (s *Store) EventCompleteTx(ctx context.Context, tx pgx.Tx, params *ferry.EventCompleteParams) error {
 	return s.complete(ctx, tx, params)
+}
+
+// EventCompleteMany completes every lease that still holds in one statement
+// (one round trip, one commit): the leases and their responses go as
+// arrays, and the statement returns the ones it found lost. See
+// ferry.Store.
+func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event complete many", err)
+	}
+	lost, err := s.completeMany(ctx, s.pool, params)
+	return lost, wrap("event complete many", err)
 }
 
 // complete is a batch of one, so one statement holds the completion rule.
@@ -64,6 +104,27 @@ func (s *Store) completeMany(ctx context.Context, q querier, params *ferry.Event
 		"http_statuses": statuses,
 		"responses":     responses,
 	})
+}
+
+// EventFail ends the attempt as failed; event_fail.sql decides whether the
+// event goes dead or back to pending. See ferry.Store.
+func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
+	if err := params.Validate(); err != nil {
+		return "", wrap("event fail", err)
+	}
+	args := leaseArgs(s, params.Lease)
+	args["error"] = params.Error
+	args["retry_delay_us"] = micros(params.RetryDelay)
+	args["max_attempts"] = params.MaxAttempts
+	args["max_age_us"] = micros(params.MaxAge)
+	args["dead"] = params.Dead
+	args["http_status"] = params.Response.HTTPStatus
+	args["response"] = params.Response.Body
+	var state string
+	if err := s.pool.QueryRow(ctx, eventFailSQL, args).Scan(&state); err != nil {
+		return "", fenceError("event fail", err)
+	}
+	return ferry.State(state), nil
 }
 
 // EventFailMany closes every failure whose lease still holds in one
@@ -126,24 +187,28 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 	return out, nil
 }
 
-// EventHeartbeatMany extends every lease that still holds in one statement
-// (one round trip per tick, however many leases): the leases go as two
-// arrays, and the statement returns the ones it found lost. See ferry.Store.
-func (s *Store) EventHeartbeatMany(ctx context.Context, params *ferry.EventHeartbeatManyParams) ([]ferry.Lease, error) {
+// EventRelease gives a leased event back, pending and due now. See
+// ferry.Store.
+func (s *Store) EventRelease(ctx context.Context, params *ferry.EventReleaseParams) error {
 	if err := params.Validate(); err != nil {
-		return nil, wrap("event heartbeat many", err)
+		return wrap("event release", err)
 	}
-	if len(params.Leases) == 0 {
-		return nil, nil
+	var id int64
+	err := s.pool.QueryRow(ctx, eventReleaseSQL, leaseArgs(s, params.Lease)).Scan(&id)
+	return fenceError("event release", err)
+}
+
+// leaseArgs are the arguments of the fence every write after a claim shares.
+func leaseArgs(s *Store, lease ferry.Lease) pgx.NamedArgs {
+	return pgx.NamedArgs{"now": s.nowArg(), "id": lease.ID, "attempt": lease.Attempt}
+}
+
+// fenceError maps "no row matched the fence" to ferry.ErrLeaseLost.
+func fenceError(op string, err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = ferry.ErrLeaseLost
 	}
-	ids, attempts := leaseArrays(params.Leases)
-	lost, err := queryLost(ctx, s.pool, eventHeartbeatManySQL, pgx.NamedArgs{
-		"now":      s.nowArg(),
-		"ids":      ids,
-		"attempts": attempts,
-		"ttl_us":   micros(params.TTL),
-	})
-	return lost, wrap("event heartbeat many", err)
+	return wrap(op, err)
 }
 
 // leaseArrays splits leases into the id and attempt arrays a statement

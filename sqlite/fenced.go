@@ -4,9 +4,72 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
+	"time"
 
 	"github.com/ferry-inbox/ferry"
 )
+
+// EventHeartbeat extends a held lease to TTL from now.
+func (s *Store) EventHeartbeat(ctx context.Context, params *ferry.EventHeartbeatParams) (time.Time, error) {
+	if err := params.Validate(); err != nil {
+		return time.Time{}, wrap("event heartbeat", err)
+	}
+	var expires sql.NullInt64
+	err := s.writeTx(ctx, "event heartbeat", func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, eventHeartbeatSQL, append(fenceArgs(params.Lease, s.nowTime()),
+			sql.Named("ttl_us", params.TTL.Microseconds()))...).Scan(&expires)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ferry.ErrLeaseLost
+		}
+		return err
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return fromMicros(expires), nil
+}
+
+// EventHeartbeatMany extends every lease that still holds in one statement
+// of one write transaction, whatever the number of leases. See ferry.Store.
+func (s *Store) EventHeartbeatMany(ctx context.Context, params *ferry.EventHeartbeatManyParams) ([]ferry.Lease, error) {
+	if err := params.Validate(); err != nil {
+		return nil, wrap("event heartbeat many", err)
+	}
+	if len(params.Leases) == 0 {
+		return nil, nil
+	}
+	var extended []ferry.Lease
+	err := s.writeTx(ctx, "event heartbeat many", func(tx *sql.Tx) (err error) {
+		extended, err = queryLeases(ctx, tx, eventHeartbeatManySQL, sql.Named("now", s.nowMicros()),
+			sql.Named("ttl_us", params.TTL.Microseconds()), sql.Named("leases", leasePairs(params.Leases)))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lostOf(params.Leases, extended), nil
+}
+
+// EventComplete marks the leased event done.
+func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompleteParams) error {
+	if err := params.Validate(); err != nil {
+		return wrap("event complete", err)
+	}
+	return s.writeTx(ctx, "event complete", func(tx *sql.Tx) error {
+		return s.complete(ctx, tx, params)
+	})
+}
+
+// EventCompleteTx marks the leased event done inside tx, which must come
+// from InTx or DB (a write transaction). On ErrLeaseLost nothing was
+// changed and the caller must roll tx back.
+func (s *Store) EventCompleteTx(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteParams) error {
+	if err := params.Validate(); err != nil {
+		return wrap("event complete", err)
+	}
+	return wrap("event complete", s.complete(ctx, tx, params))
+}
 
 // EventCompleteMany completes every lease that still holds in one write
 // transaction (one fsync) of two statements, whatever the number of leases:
@@ -29,26 +92,6 @@ func (s *Store) EventCompleteMany(ctx context.Context, params *ferry.EventComple
 		return nil, err
 	}
 	return lost, nil
-}
-
-// EventComplete marks the leased event done.
-func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompleteParams) error {
-	if err := params.Validate(); err != nil {
-		return wrap("event complete", err)
-	}
-	return s.writeTx(ctx, "event complete", func(tx *sql.Tx) error {
-		return s.complete(ctx, tx, params)
-	})
-}
-
-// EventCompleteTx marks the leased event done inside tx, which must come
-// from InTx or DB (a write transaction). On ErrLeaseLost nothing was
-// changed and the caller must roll tx back.
-func (s *Store) EventCompleteTx(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteParams) error {
-	if err := params.Validate(); err != nil {
-		return wrap("event complete", err)
-	}
-	return wrap("event complete", s.complete(ctx, tx, params))
 }
 
 // complete is a batch of one, so one pair of statements holds the
@@ -81,68 +124,41 @@ func (s *Store) completeMany(ctx context.Context, tx *sql.Tx, params *ferry.Even
 	return lostOf(params.Leases, done), nil
 }
 
-// queryLeases runs a fenced batch statement in tx and returns the leases it
-// reports (the ones that held).
-func queryLeases(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]ferry.Lease, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
+// EventFail ends the attempt as failed; event_fail.sql decides whether the
+// event goes dead or back to pending.
+func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
+	if err := params.Validate(); err != nil {
+		return "", wrap("event fail", err)
+	}
+	var state ferry.State
+	err := s.writeTx(ctx, "event fail", func(tx *sql.Tx) error {
+		now := s.nowTime()
+		err := tx.QueryRowContext(ctx, eventFailSQL, append(fenceArgs(params.Lease, now),
+			sql.Named("dead", params.Dead),
+			sql.Named("max_attempts", params.MaxAttempts),
+			sql.Named("max_age_us", params.MaxAge.Microseconds()),
+			sql.Named("retry_delay_us", params.RetryDelay.Microseconds()),
+			sql.Named("error", params.Error),
+		)...).Scan(&state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ferry.ErrLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		outcome := ferry.OutcomeFailed
+		if state == ferry.StateDead {
+			outcome = ferry.OutcomeDead
+		}
+		return finishAttempt(ctx, tx, params.Lease, now, outcome, params.Error, params.Response)
+	})
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	defer rows.Close()
-	var held []ferry.Lease
-	for rows.Next() {
-		var l ferry.Lease
-		if err := rows.Scan(&l.ID, &l.Attempt); err != nil {
-			return nil, err
-		}
-		held = append(held, l)
+	if state == ferry.StatePending {
+		s.broadcast()
 	}
-	return held, rows.Err()
-}
-
-// lostOf returns the leases named that are not among held, each once, in
-// the order first named; nil when all held.
-func lostOf(named, held []ferry.Lease) []ferry.Lease {
-	holds := make(map[ferry.Lease]bool, len(held))
-	for _, l := range held {
-		holds[l] = true
-	}
-	var lost []ferry.Lease
-	for _, l := range named {
-		if !holds[l] {
-			lost = append(lost, l)
-			holds[l] = true // named again later: listed once
-		}
-	}
-	return lost
-}
-
-// leasePairs encodes leases as a JSON array of [id, attempt] pairs for
-// json_each.
-func leasePairs(leases []ferry.Lease) string {
-	pairs := make([][2]int64, len(leases))
-	for i, l := range leases {
-		pairs[i] = [2]int64{l.ID, int64(l.Attempt)}
-	}
-	return jsonArg(pairs)
-}
-
-// ledgerRows encodes the completed leases with what their downstream
-// answered (the first naming's) as a JSON array of [id, attempt,
-// http_status, response] for json_each.
-func ledgerRows(done []ferry.Lease, params *ferry.EventCompleteManyParams) string {
-	responses := make(map[ferry.Lease]ferry.AttemptResponse, len(params.Responses))
-	for i, r := range params.Responses {
-		if _, seen := responses[params.Leases[i]]; !seen {
-			responses[params.Leases[i]] = r
-		}
-	}
-	rows := make([][4]any, len(done))
-	for i, l := range done {
-		r := responses[l]
-		rows[i] = [4]any{l.ID, l.Attempt, r.HTTPStatus, r.Body}
-	}
-	return jsonArg(rows)
+	return state, nil
 }
 
 // EventFailMany closes every failure whose lease still holds in one write
@@ -216,29 +232,133 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 	return out, nil
 }
 
+// EventRelease gives a leased event back, pending and due now.
+func (s *Store) EventRelease(ctx context.Context, params *ferry.EventReleaseParams) error {
+	if err := params.Validate(); err != nil {
+		return wrap("event release", err)
+	}
+	err := s.writeTx(ctx, "event release", func(tx *sql.Tx) error {
+		now := s.nowTime()
+		if err := execFenced(ctx, tx, eventReleaseSQL, params.Lease, now); err != nil {
+			return err
+		}
+		return finishAttempt(ctx, tx, params.Lease, now, ferry.OutcomeReleased, "", ferry.AttemptResponse{})
+	})
+	if err != nil {
+		return err
+	}
+	s.broadcast()
+	return nil
+}
+
+// fenceArgs are the parameters of the lease fence every write after a claim
+// carries: this row, this attempt, still in_progress, lease not expired.
+func fenceArgs(lease ferry.Lease, now time.Time) []any {
+	return []any{
+		sql.Named("id", lease.ID),
+		sql.Named("attempt", lease.Attempt),
+		sql.Named("now", now.UnixMicro()),
+	}
+}
+
+// execFenced runs a fenced update and returns ferry.ErrLeaseLost if the fence
+// matched no row.
+func execFenced(ctx context.Context, tx *sql.Tx, query string, lease ferry.Lease, now time.Time, args ...any) error {
+	res, err := tx.ExecContext(ctx, query, append(fenceArgs(lease, now), args...)...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return ferry.ErrLeaseLost
+	}
+	return nil
+}
+
+// finishAttempt closes the ledger row of the lease's attempt.
+func finishAttempt(ctx context.Context, tx *sql.Tx, lease ferry.Lease, now time.Time, outcome ferry.Outcome, errText string, resp ferry.AttemptResponse) error {
+	var errArg any // NULL unless the attempt failed
+	if errText != "" {
+		errArg = errText
+	}
+	_, err := tx.ExecContext(ctx, attemptFinishSQL, append(fenceArgs(lease, now),
+		sql.Named("outcome", string(outcome)),
+		sql.Named("error", errArg),
+		sql.Named("http_status", resp.HTTPStatus),
+		sql.Named("response", resp.Body),
+	)...)
+	return err
+}
+
+// queryLeases runs a fenced batch statement in tx and returns the leases it
+// reports (the ones that held).
+func queryLeases(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]ferry.Lease, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var held []ferry.Lease
+	for rows.Next() {
+		var l ferry.Lease
+		if err := rows.Scan(&l.ID, &l.Attempt); err != nil {
+			return nil, err
+		}
+		held = append(held, l)
+	}
+	return held, rows.Err()
+}
+
+// lostOf returns the leases named that are not among held, each once, in
+// the order first named; nil when all held.
+func lostOf(named, held []ferry.Lease) []ferry.Lease {
+	holds := make(map[ferry.Lease]bool, len(held))
+	for _, l := range held {
+		holds[l] = true
+	}
+	var lost []ferry.Lease
+	for _, l := range named {
+		if !holds[l] {
+			lost = append(lost, l)
+			holds[l] = true // named again later: listed once
+		}
+	}
+	return lost
+}
+
+// leasePairs encodes leases as a JSON array of [id, attempt] pairs for
+// json_each.
+func leasePairs(leases []ferry.Lease) string {
+	pairs := make([][2]int64, len(leases))
+	for i, l := range leases {
+		pairs[i] = [2]int64{l.ID, int64(l.Attempt)}
+	}
+	return jsonArg(pairs)
+}
+
+// ledgerRows encodes the completed leases with what their downstream
+// answered (the first naming's) as a JSON array of [id, attempt,
+// http_status, response] for json_each.
+func ledgerRows(done []ferry.Lease, params *ferry.EventCompleteManyParams) string {
+	responses := make(map[ferry.Lease]ferry.AttemptResponse, len(params.Responses))
+	for i, r := range params.Responses {
+		if _, seen := responses[params.Leases[i]]; !seen {
+			responses[params.Leases[i]] = r
+		}
+	}
+	rows := make([][4]any, len(done))
+	for i, l := range done {
+		r := responses[l]
+		rows[i] = [4]any{l.ID, l.Attempt, r.HTTPStatus, r.Body}
+	}
+	return jsonArg(rows)
+}
+
 // jsonArg encodes v, made of numbers and strings only, for json_each.
 func jsonArg(v any) string {
 	b, _ := json.Marshal(v) // numbers and strings cannot fail
 	return string(b)
-}
-
-// EventHeartbeatMany extends every lease that still holds in one statement
-// of one write transaction, whatever the number of leases. See ferry.Store.
-func (s *Store) EventHeartbeatMany(ctx context.Context, params *ferry.EventHeartbeatManyParams) ([]ferry.Lease, error) {
-	if err := params.Validate(); err != nil {
-		return nil, wrap("event heartbeat many", err)
-	}
-	if len(params.Leases) == 0 {
-		return nil, nil
-	}
-	var extended []ferry.Lease
-	err := s.writeTx(ctx, "event heartbeat many", func(tx *sql.Tx) (err error) {
-		extended, err = queryLeases(ctx, tx, eventHeartbeatManySQL, sql.Named("now", s.nowMicros()),
-			sql.Named("ttl_us", params.TTL.Microseconds()), sql.Named("leases", leasePairs(params.Leases)))
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return lostOf(params.Leases, extended), nil
 }
