@@ -167,25 +167,15 @@ func (s *Store) DB() *sql.DB { return s.db }
 // must do all its work through tx: the Store's other write methods would
 // wait for the one write connection that tx holds.
 func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+	var fnErr error
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		fnErr = fn(tx)
+		return fnErr
+	})
+	if err != nil && fnErr == nil { // begin or commit
+		return fmt.Errorf("sqlite: %w", err)
 	}
-	defer func() {
-		// A panicking fn must not keep the only write connection forever.
-		if p := recover(); p != nil {
-			_ = tx.Rollback()
-			panic(p)
-		}
-	}()
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: commit: %w", err)
-	}
-	return nil
+	return err
 }
 
 // writeTx is InTx for the store's own writes: it wraps errors with op.
@@ -193,17 +183,23 @@ func (s *Store) writeTx(ctx context.Context, op string, fn func(tx *sql.Tx) erro
 	return wrap(op, s.write(ctx, fn))
 }
 
-// write runs fn in a write transaction and commits it if fn returns nil.
+// write runs fn in a write transaction, committing if fn returns nil and
+// rolling back otherwise, or if fn panics, so that the one write
+// connection is never kept. fn's error comes back as it is; an error of
+// begin or commit says which.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() // after Commit, a no-op
 	if err := fn(tx); err != nil {
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // wrap prefixes err with the store and the Store method that returns it
