@@ -7,6 +7,8 @@ var (
 	// names is no longer held: it expired and another worker claimed the
 	// event, or the event was released, completed or requeued. Nothing was
 	// changed. A worker that sees it must stop working on the event.
+	// ArchiveMaintain returns it when its maintenance lease passed to
+	// another instance during the run.
 	ErrLeaseLost = errors.New("ferry: lease lost")
 
 	// ErrNotFound is returned when no event has the given key or row id.

@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -626,19 +627,21 @@ const (
 // call: it normalizes params and runs run under ArchiveLease, one instance
 // at a time, for ArchiveLeaseTTL, releasing the lease when run returns. When
 // another instance holds the lease it reports Skipped without running run.
-// run counts into res what it did before any error; renew renews the lease
-// and reports whether it is still held, for run to call between steps.
+// run counts into res what it did before any error; renew renews the lease,
+// for run to call between steps, and returns ErrLeaseLost once another
+// instance has taken it over (this run outlived ArchiveLeaseTTL): run stops
+// there, so two instances never drop partitions at once.
 func MaintainArchive(ctx context.Context, s Store, params *ArchiveMaintainParams,
-	run func(ctx context.Context, params *ArchiveMaintainParams, res *ArchiveMaintainResult, renew func() (bool, error)) error,
+	run func(ctx context.Context, params *ArchiveMaintainParams, res *ArchiveMaintainResult, renew func() error) error,
 ) (*ArchiveMaintainResult, error) {
 	params, err := params.Normalize()
 	if err != nil {
 		return nil, err
 	}
-	renew := func() (bool, error) {
+	acquire := func() (bool, error) {
 		return s.LeaseAcquire(ctx, &LeaseAcquireParams{Name: ArchiveLease, Owner: params.Owner, TTL: ArchiveLeaseTTL})
 	}
-	held, err := renew()
+	held, err := acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -649,6 +652,13 @@ func MaintainArchive(ctx context.Context, s Store, params *ArchiveMaintainParams
 	defer func() {
 		_ = s.LeaseRelease(context.WithoutCancel(ctx), &LeaseReleaseParams{Name: ArchiveLease, Owner: params.Owner})
 	}()
+	renew := func() error {
+		held, err := acquire()
+		if err == nil && !held {
+			err = fmt.Errorf("%w: the archive maintenance lease passed to another instance", ErrLeaseLost)
+		}
+		return err
+	}
 	return res, run(ctx, params, res, renew)
 }
 

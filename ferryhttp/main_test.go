@@ -118,6 +118,15 @@ type bundle struct {
 	contentLengths map[string]int64 // X-Test-Case → the length the server saw
 }
 
+// reached reports whether the request of X-Test-Case name reached the
+// receiver.
+func (b *bundle) reached(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.contentLengths[name]
+	return ok
+}
+
 // setup starts a receiver for every provider on st; edit may change the
 // options first. Log lines go to b.logs as JSON.
 func setup(t testing.TB, st ferry.Store, edit func(*ferryhttp.ReceiverOptions)) *bundle {

@@ -113,7 +113,8 @@ const DefaultMaxInFlightBytes = 8 << 20
 // ReceiveObserver is told of every delivery the receiver answers. Outcome is
 // accepted, duplicate, conflict, replay, rejected or unavailable; reason is the
 // machine-readable reason of a rejection ("bad_signature", ...) or of a 503
-// ("store_unavailable", "store_timeout", "draining", "memory_budget"), or "".
+// ("store_unavailable", "store_timeout", "client_gone", "draining",
+// "memory_budget"), or "".
 type ReceiveObserver interface {
 	ObserveReceive(source, outcome, reason string, latency time.Duration)
 }
@@ -240,6 +241,10 @@ var (
 	answerTimeout     = answer{http.StatusServiceUnavailable, "unavailable", "store_timeout"}
 	answerDraining    = answer{http.StatusServiceUnavailable, "unavailable", "draining"}
 	answerBusy        = answer{http.StatusServiceUnavailable, "unavailable", "memory_budget"}
+	// answerClientGone is for a sender that hung up while its receipt was
+	// being stored: nobody reads the 503, and the reason keeps the sender's
+	// own timeout from being counted as a store failure.
+	answerClientGone = answer{http.StatusServiceUnavailable, "unavailable", "client_gone"}
 )
 
 // verifyAnswers maps each verification error to its answer; anything else a
@@ -369,12 +374,16 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 		Traceparent:  traceparent, Tracestate: tracestate,
 	})
 	if err != nil {
-		// store_timeout only when our StoreTimeout ran out; a client that hung
-		// up, or a store that failed on its own, is store_unavailable. The
-		// clock decides as well as ctx: the batch our receipt went in may
-		// time out a moment before ctx's own timer fires.
-		if deadline, _ := ctx.Deadline(); errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline) {
+		// store_timeout only when our StoreTimeout ran out, client_gone when
+		// the sender hung up before its receipt was written, and
+		// store_unavailable when the store failed on its own. The clock
+		// decides as well as ctx: the batch our receipt went in may time out
+		// a moment before ctx's own timer fires.
+		switch deadline, _ := ctx.Deadline(); {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline):
 			return answerTimeout, v.EventID, err
+		case errors.Is(err, context.Canceled) && req.Context().Err() != nil:
+			return answerClientGone, v.EventID, err
 		}
 		return answerUnavailable, v.EventID, err
 	}

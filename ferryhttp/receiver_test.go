@@ -1,6 +1,7 @@
 package ferryhttp_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -327,6 +328,13 @@ func assertUnavailable(t *testing.T, r reply, retryAfter, reason string) {
 	}
 }
 
+// observerFunc is a ReceiveObserver.
+type observerFunc func(source, outcome, reason string, latency time.Duration)
+
+func (f observerFunc) ObserveReceive(source, outcome, reason string, latency time.Duration) {
+	f(source, outcome, reason, latency)
+}
+
 // wantRefused sends a Stripe delivery of eventID with body to a receiver on
 // down, and wants a 503 store_unavailable and no event in seen, a store on
 // the same data that can read. It returns the receiver's bundle.
@@ -438,6 +446,58 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 		}
 		if event(t, st, "stripe", "evt_hang") != nil {
 			t.Fatal("event stored")
+		}
+	})
+
+	// A sender that hangs up while its receipt waits for a batch is counted
+	// as client_gone, not as a store failure, and nothing is stored.
+	t.Run("sender hangs up while its receipt waits", func(t *testing.T) {
+		t.Parallel()
+		st := teststore.SQLite(t, nil)
+		writing, held := make(chan struct{}), make(chan struct{})
+		release := sync.OnceFunc(func() { close(held) })
+		observed := make(chan string, 2)
+		b := setup(t, &failingStore{Store: st, receive: func(ctx context.Context, p *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+			close(writing)
+			<-held
+			return st.EventReceive(ctx, p)
+		}}, func(o *ferryhttp.ReceiverOptions) {
+			o.ReceiveConcurrency = 1
+			o.Observer = observerFunc(func(_, outcome, reason string, _ time.Duration) { observed <- outcome + " " + reason })
+		})
+		t.Cleanup(release) // before the server's Close, which waits for it
+		first := make(chan reply, 1)
+		go func() {
+			r, _ := b.do(stripe(`{"id":"evt_first"}`))
+			first <- r
+		}()
+		<-writing // the one batch in flight holds evt_first
+		d := stripe(`{"id":"evt_gone"}`).with("X-Test-Case", "gone")
+		ctx, cancel := context.WithCancel(context.Background())
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.srv.URL+"/webhooks/stripe", bytes.NewReader(d.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = d.header
+		go func() { // hang up once the receiver has the delivery
+			for !b.reached("gone") {
+				time.Sleep(time.Millisecond) // polling interval, not a proof
+			}
+			cancel()
+		}()
+		if resp, err := b.srv.Client().Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("the hung-up delivery was answered %d", resp.StatusCode)
+		}
+		if got := <-observed; got != "unavailable client_gone" {
+			t.Fatalf("the hung-up delivery: %q, want unavailable client_gone", got)
+		}
+		release()
+		if r := <-first; r.status != http.StatusOK {
+			t.Fatalf("the delivery in flight: %d %s", r.status, r.raw)
+		}
+		if event(t, st, "stripe", "evt_gone") != nil {
+			t.Fatal("the hung-up delivery was stored")
 		}
 	})
 

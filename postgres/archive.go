@@ -24,7 +24,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 
 // archiveMaintain is ArchiveMaintain's run under the lease: it counts into
 // res what it does before any error.
-func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, renew func() (bool, error)) error {
+func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, renew func() error) error {
 	type step struct {
 		action       string
 		fromDay, toD time.Time
@@ -45,7 +45,7 @@ func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 		return err
 	}
 	for _, st := range steps {
-		if held, err := renew(); err != nil || !held {
+		if err := renew(); err != nil {
 			return err
 		}
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -23,7 +23,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 // archiveMaintain is ArchiveMaintain's run under the lease: it counts into
 // res what it deletes before any error. Each batch is short, so it needs no
 // renewal.
-func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, _ func() (bool, error)) error {
+func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, _ func() error) error {
 	sources, err := s.archiveSources(ctx)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -82,6 +83,33 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 		if held, err := b.store.LeaseAcquire(b.ctx, other); err != nil || !held {
 			t.Fatalf("after the run, LeaseAcquire(other) = %v, %v; want the lease given up", held, err)
+		}
+	})
+
+	// A run that outlives the lease stops at its next step with
+	// ErrLeaseLost (ferry.MaintainArchive's renew, which both stores'
+	// ArchiveMaintain run under), and leaves the new holder's lease alone.
+	run(t, setup, "StopsWhenTheLeasePasses", func(t *testing.T, b *bundle[TX]) {
+		steps := 0
+		maintain := func(ctx context.Context, _ *ferry.ArchiveMaintainParams, _ *ferry.ArchiveMaintainResult, renew func() error) error {
+			for range 3 {
+				if err := renew(); err != nil {
+					return err
+				}
+				steps++
+				b.clock.Advance(ferry.ArchiveLeaseTTL + time.Second)
+				if _, err := b.store.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: ferry.ArchiveLease, Owner: "other", TTL: time.Hour}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		_, err := ferry.MaintainArchive(b.ctx, b.store, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour}, maintain)
+		if !errors.Is(err, ferry.ErrLeaseLost) || steps != 1 {
+			t.Fatalf("after the lease passed: %d steps, %v; want 1 step and ErrLeaseLost", steps, err)
+		}
+		if held, err := b.store.LeaseAcquire(b.ctx, &ferry.LeaseAcquireParams{Name: ferry.ArchiveLease, Owner: "m", TTL: time.Minute}); err != nil || held {
+			t.Fatalf("the stopped run's owner got the lease back: %v, %v; want the other's lease kept", held, err)
 		}
 	})
 
