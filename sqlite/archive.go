@@ -21,16 +21,16 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 }
 
 // archiveMaintain is ArchiveMaintain's run under the lease: it counts into
-// res what it deletes before any error. Each batch is short, so it needs no
-// renewal.
-func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, _ func() error) error {
+// res what it deletes before any error. It renews the lease as it goes
+// (purgeDone's renew): a purge of millions of events can outlive it.
+func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, renew func() error) error {
 	sources, err := s.archiveSources(ctx)
 	if err != nil {
 		return err
 	}
 	now := s.nowMicros()
 	for _, source := range sources {
-		n, err := s.purgeDone(ctx, source, now, params.Retention, params.KeyRetention)
+		n, err := s.purgeDone(ctx, source, now, params.Retention, params.KeyRetention, renew, purgeRenewEvery)
 		res.Events += n
 		if err != nil {
 			return err

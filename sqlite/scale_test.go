@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -92,6 +93,27 @@ func TestPurgeInBatchesLetsReceiptsThrough(t *testing.T) {
 	slices.Sort(latencies)
 	t.Logf("%d receipts during a purge of %d events: p50 %v, p99 %v, max %v", len(latencies), total,
 		latencies[len(latencies)/2], latencies[len(latencies)*99/100], latencies[len(latencies)-1])
+}
+
+// A long maintenance purge renews its lease every renewEvery batches
+// (100 in ArchiveMaintain), and stops at the first
+// renewal that fails.
+func TestPurgeRenewsTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const renewEvery = 3
+	seedDone(t, b, 2*renewEvery*sqlite.PurgeBatch)
+	lost := errors.New("lease lost")
+	renewals := 0
+	purged, err := sqlite.PurgeDone(b.store, t.Context(), "old", b.clock.Now().UnixMicro(), time.Hour, 0, func() error {
+		if renewals++; renewals == 2 {
+			return lost
+		}
+		return nil
+	}, renewEvery)
+	if want := (2*renewEvery - 1) * sqlite.PurgeBatch; !errors.Is(err, lost) || renewals != 2 || purged != want {
+		t.Fatalf("purge = %d events, %d renewals, %v; want %d events, then the second renewal's error", purged, renewals, err, want)
+	}
 }
 
 // The claim's plan reads the partial indexes of pending and in_progress
