@@ -489,8 +489,13 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 			resp.Body.Close()
 			t.Fatalf("the hung-up delivery was answered %d", resp.StatusCode)
 		}
-		if got := <-observed; got != "unavailable client_gone" {
-			t.Fatalf("the hung-up delivery: %q, want unavailable client_gone", got)
+		select {
+		case got := <-observed:
+			if got != "unavailable client_gone" {
+				t.Fatalf("the hung-up delivery: %q, want unavailable client_gone", got)
+			}
+		case <-time.After(time.Minute): // a ceiling only a hang reaches
+			t.Fatal("the receiver never answered the hung-up delivery")
 		}
 		release()
 		if r := <-first; r.status != http.StatusOK {
