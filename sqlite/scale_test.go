@@ -95,9 +95,8 @@ func TestPurgeInBatchesLetsReceiptsThrough(t *testing.T) {
 		latencies[len(latencies)/2], latencies[len(latencies)*99/100], latencies[len(latencies)-1])
 }
 
-// A long maintenance purge renews its lease every renewEvery batches
-// (100 in ArchiveMaintain), and stops at the first
-// renewal that fails.
+// A long maintenance purge renews its lease every renewEvery batches (100
+// in ArchiveMaintain), and stops at the first renewal that fails.
 func TestPurgeRenewsTheLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
