@@ -24,7 +24,7 @@ func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 // res what it deletes before any error. It renews the lease as it goes
 // (purgeDone's renew): a purge of millions of events can outlive it.
 func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, renew func() error) error {
-	sources, err := s.archiveSources(ctx)
+	sources, err := collectRows(ctx, s.readDB, archiveSourcesSQL, scanValue[string])
 	if err != nil {
 		return err
 	}
@@ -37,24 +37,6 @@ func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 		}
 	}
 	return nil
-}
-
-// archiveSources lists the sources that have events.
-func (s *Store) archiveSources(ctx context.Context) ([]string, error) {
-	rows, err := s.readDB.QueryContext(ctx, archiveSourcesSQL)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var sources []string
-	for rows.Next() {
-		var source string
-		if err := rows.Scan(&source); err != nil {
-			return nil, err
-		}
-		sources = append(sources, source)
-	}
-	return sources, rows.Err()
 }
 
 // ArchiveInfo reports no partitions: SQLite keeps done events in the event

@@ -34,7 +34,7 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 			}
 		}
 
-		ids, err := queryInt64s(ctx, tx, eventClaimManyDueSQL,
+		ids, err := collectRows(ctx, tx, eventClaimManyDueSQL, scanValue[int64],
 			sql.Named("now", now),
 			sql.Named("sources", jsonArray(params.Sources)),
 			sql.Named("limit", params.Limit),
@@ -45,22 +45,18 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 		}
 		idsJSON := jsonArray(ids)
 
-		unfinished, err := queryInt64s(ctx, tx, eventClaimManyClosePreviousSQL,
+		unfinished, err := collectRows(ctx, tx, eventClaimManyClosePreviousSQL, scanValue[int64],
 			sql.Named("now", now), sql.Named("ids", idsJSON))
 		if err != nil {
 			return err
 		}
 
-		rows, err := tx.QueryContext(ctx, eventClaimManySQL,
+		byID, err := collectRows(ctx, tx, eventClaimManySQL, scanEvent,
 			sql.Named("now", now),
 			sql.Named("ids", idsJSON),
 			sql.Named("owner", params.Owner),
 			sql.Named("lease_expires_at", now+params.TTL.Microseconds()),
 		)
-		if err != nil {
-			return err
-		}
-		byID, err := scanEvents(rows)
 		if err != nil {
 			return err
 		}
@@ -170,11 +166,7 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 	query += "ORDER BY id " + order + "\nLIMIT :limit"
 	args = append(args, sql.Named("limit", limit+1)) // one more tells if a next page exists
 
-	rows, err := s.readDB.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, wrap("event list", err)
-	}
-	events, err := scanEvents(rows)
+	events, err := collectRows(ctx, s.readDB, query, scanEvent, args...)
 	if err != nil {
 		return nil, wrap("event list", err)
 	}
@@ -206,7 +198,7 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	var n int
 	err = s.writeTx(ctx, "event requeue", func(tx *sql.Tx) error {
 		now := s.nowMicros()
-		ids, err := queryInt64s(ctx, tx, eventRequeueSQL,
+		ids, err := collectRows(ctx, tx, eventRequeueSQL, scanValue[int64],
 			sql.Named("now", now),
 			sql.Named("states", jsonArray(params.States)),
 			sql.Named("ids", jsonArray(params.IDs)),
@@ -427,20 +419,8 @@ func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) 
 // listByEvent reads the rows query selects for one event's id (its ledger
 // and the side tables shown with it), each through scan.
 func listByEvent[T any](ctx context.Context, s *Store, what, query string, id int64, scan func(scanner) (*T, error)) ([]*T, error) {
-	rows, err := s.readDB.QueryContext(ctx, query, sql.Named("id", id))
+	list, err := collectRows(ctx, s.readDB, query, scan, sql.Named("id", id))
 	if err != nil {
-		return nil, wrap(what, err)
-	}
-	defer rows.Close()
-	var list []*T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, wrap(what, err)
-		}
-		list = append(list, v)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, wrap(what, err)
 	}
 	return list, nil
@@ -448,6 +428,38 @@ func listByEvent[T any](ctx context.Context, s *Store, what, query string, id in
 
 // scanner is a *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
+
+// queryer is a *sql.DB or *sql.Tx.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// collectRows runs query on q and reads every row through scan:
+// database/sql's counterpart of pgx's Query and CollectRows, so that each
+// read here is its PostgreSQL twin in another dialect.
+func collectRows[T any](ctx context.Context, q queryer, query string, scan func(scanner) (T, error), args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var list []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, v)
+	}
+	return list, rows.Err()
+}
+
+// scanValue reads a row of one column: pgx.RowTo's counterpart.
+func scanValue[T any](row scanner) (T, error) {
+	var v T
+	err := row.Scan(&v)
+	return v, err
+}
 
 // scanEvent reads the event columns in the order the query/*.sql files
 // select them.
@@ -479,38 +491,6 @@ func scanEvent(row scanner) (*ferry.Event, error) {
 		}
 	}
 	return &e, nil
-}
-
-// scanEvents reads and closes rows of events.
-func scanEvents(rows *sql.Rows) ([]*ferry.Event, error) {
-	defer rows.Close()
-	var events []*ferry.Event
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		events = append(events, e)
-	}
-	return events, rows.Err()
-}
-
-// queryInt64s runs a query whose rows are one integer each.
-func queryInt64s(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]int64, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int64
-	for rows.Next() {
-		var v int64
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
 }
 
 // jsonArray encodes a list for json_each; nil becomes [] rather than null.

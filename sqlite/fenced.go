@@ -41,7 +41,7 @@ func (s *Store) EventHeartbeatMany(ctx context.Context, params *ferry.EventHeart
 	}
 	var extended []ferry.Lease
 	err := s.writeTx(ctx, "event heartbeat many", func(tx *sql.Tx) (err error) {
-		extended, err = queryLeases(ctx, tx, eventHeartbeatManySQL, sql.Named("now", s.nowMicros()),
+		extended, err = collectRows(ctx, tx, eventHeartbeatManySQL, scanLease, sql.Named("now", s.nowMicros()),
 			sql.Named("ttl_us", params.TTL.Microseconds()), sql.Named("leases", leasePairs(params.Leases)))
 		return err
 	})
@@ -111,7 +111,7 @@ func (s *Store) complete(ctx context.Context, tx *sql.Tx, params *ferry.EventCom
 // the others, each once, in the order first named.
 func (s *Store) completeMany(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
 	now := s.nowMicros()
-	done, err := queryLeases(ctx, tx, eventCompleteManySQL, sql.Named("now", now), sql.Named("leases", leasePairs(params.Leases)))
+	done, err := collectRows(ctx, tx, eventCompleteManySQL, scanLease, sql.Named("now", now), sql.Named("leases", leasePairs(params.Leases)))
 	if err != nil {
 		return nil, err
 	}
@@ -186,19 +186,13 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 	closed := make(map[ferry.Lease]ferry.State, len(params.Failures))
 	err := s.writeTx(ctx, "event fail many", func(tx *sql.Tx) error {
 		now := s.nowMicros()
-		rows, err := tx.QueryContext(ctx, eventFailManySQL, sql.Named("now", now), sql.Named("failures", jsonArg(failures)))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		var ledger [][6]any
-		for rows.Next() {
+		ledger, err := collectRows(ctx, tx, eventFailManySQL, func(row scanner) ([6]any, error) {
 			var (
 				l     ferry.Lease
 				state ferry.State
 			)
-			if err := rows.Scan(&l.ID, &l.Attempt, &state); err != nil {
-				return err
+			if err := row.Scan(&l.ID, &l.Attempt, &state); err != nil {
+				return [6]any{}, err
 			}
 			closed[l] = state
 			outcome := ferry.OutcomeFailed
@@ -206,13 +200,10 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 				outcome = ferry.OutcomeDead
 			}
 			f := byLease[l]
-			ledger = append(ledger, [6]any{l.ID, l.Attempt, string(outcome), f.Error, f.Response.HTTPStatus, f.Response.Body})
-		}
-		if err := rows.Err(); err != nil {
+			return [6]any{l.ID, l.Attempt, string(outcome), f.Error, f.Response.HTTPStatus, f.Response.Body}, nil
+		}, sql.Named("now", now), sql.Named("failures", jsonArg(failures)))
+		if err != nil || len(ledger) == 0 {
 			return err
-		}
-		if len(ledger) == 0 {
-			return nil
 		}
 		_, err = tx.ExecContext(ctx, eventFailManyAttemptSQL, sql.Named("now", now), sql.Named("closed", jsonArg(ledger)))
 		return err
@@ -293,23 +284,12 @@ func finishAttempt(ctx context.Context, tx *sql.Tx, lease ferry.Lease, now time.
 	return err
 }
 
-// queryLeases runs a fenced batch statement in tx and returns the leases it
-// reports (the ones that held).
-func queryLeases(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]ferry.Lease, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var held []ferry.Lease
-	for rows.Next() {
-		var l ferry.Lease
-		if err := rows.Scan(&l.ID, &l.Attempt); err != nil {
-			return nil, err
-		}
-		held = append(held, l)
-	}
-	return held, rows.Err()
+// scanLease reads a row of (id, attempt): the leases a fenced batch
+// statement reports as held.
+func scanLease(row scanner) (ferry.Lease, error) {
+	var l ferry.Lease
+	err := row.Scan(&l.ID, &l.Attempt)
+	return l, err
 }
 
 // lostOf returns the leases named that are not among held, each once, in

@@ -23,25 +23,16 @@ func (s *Store) noticeList(ctx context.Context, kind string, params *ferry.Notic
 	if err := params.Normalize(); err != nil {
 		return nil, wrap(op, err)
 	}
-	rows, err := s.readDB.QueryContext(ctx, noticeListSQL, sql.Named("kind", kind),
-		sql.Named("source", params.Source), sql.Named("after_id", params.AfterID), sql.Named("limit", params.Limit))
-	if err != nil {
-		return nil, wrap(op, err)
-	}
-	defer rows.Close()
-	var notices []*ferry.Notice
-	for rows.Next() {
+	notices, err := collectRows(ctx, s.readDB, noticeListSQL, func(row scanner) (*ferry.Notice, error) {
 		var (
 			n        ferry.Notice
 			received sql.NullInt64
 		)
-		if err := rows.Scan(&n.ID, &n.EventRowID, &n.Source, &n.EventID, &received); err != nil {
-			return nil, wrap(op, err)
-		}
+		err := row.Scan(&n.ID, &n.EventRowID, &n.Source, &n.EventID, &received)
 		n.ReceivedAt = fromMicros(received)
-		notices = append(notices, &n)
-	}
-	if err := rows.Err(); err != nil {
+		return &n, err
+	}, sql.Named("kind", kind), sql.Named("source", params.Source), sql.Named("after_id", params.AfterID), sql.Named("limit", params.Limit))
+	if err != nil {
 		return nil, wrap(op, err)
 	}
 	return notices, nil

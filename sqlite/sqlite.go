@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -231,7 +232,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.ExecContext(ctx, migrationTableSQL); err != nil {
 			return err
 		}
-		applied, err := appliedVersions(ctx, tx)
+		applied, err := collectRows(ctx, tx, migrationAppliedSQL, scanValue[int])
 		if err != nil {
 			return err
 		}
@@ -240,7 +241,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if applied[version] {
+			if slices.Contains(applied, version) {
 				continue
 			}
 			body, err := migrationFS.ReadFile("migration/" + name)
@@ -269,25 +270,13 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 	if err != nil {
 		return nil, wrap("migrate plan", err)
 	}
-	applied := map[int]bool{}
+	var applied []int
 	var exists int
 	if err := s.readDB.QueryRowContext(ctx, migrationExistsSQL).Scan(&exists); err != nil {
 		return nil, wrap("migrate plan", err)
 	}
 	if exists > 0 {
-		rows, err := s.readDB.QueryContext(ctx, migrationAppliedSQL)
-		if err != nil {
-			return nil, wrap("migrate plan", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var v int
-			if err := rows.Scan(&v); err != nil {
-				return nil, wrap("migrate plan", err)
-			}
-			applied[v] = true
-		}
-		if err := rows.Err(); err != nil {
+		if applied, err = collectRows(ctx, s.readDB, migrationAppliedSQL, scanValue[int]); err != nil {
 			return nil, wrap("migrate plan", err)
 		}
 	}
@@ -297,7 +286,7 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 		if err != nil {
 			return nil, wrap("migrate plan", err)
 		}
-		if applied[version] {
+		if slices.Contains(applied, version) {
 			continue
 		}
 		body, err := migrationFS.ReadFile("migration/" + name)
@@ -337,23 +326,6 @@ func migrationVersion(name string) (int, error) {
 		return 0, fmt.Errorf("migration %q: name must start with a number: %w", name, err)
 	}
 	return v, nil
-}
-
-func appliedVersions(ctx context.Context, tx *sql.Tx) (map[int]bool, error) {
-	rows, err := tx.QueryContext(ctx, migrationAppliedSQL)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	applied := make(map[int]bool)
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		applied[v] = true
-	}
-	return applied, rows.Err()
 }
 
 // ReceiptSubscribe returns a channel that receives after this Store commits

@@ -37,36 +37,13 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 		return nil, wrap("event stats", err)
 	}
 	defer tx.Rollback()
-	if stats.Sources, err = querySourceStats(ctx, tx, args); err != nil {
-		return nil, wrap("event stats", err)
-	}
-	if params.AtRiskLimit > 0 && stats.AtRiskCount() > 0 {
-		args = append(args, sql.Named("limit", params.AtRiskLimit))
-		rows, err := tx.QueryContext(ctx, eventListAtRiskSQL, args...)
-		if err != nil {
-			return nil, wrap("event stats", err)
-		}
-		if stats.AtRisk, err = scanEvents(rows); err != nil {
-			return nil, wrap("event stats", err)
-		}
-	}
-	return stats, nil
-}
-
-func querySourceStats(ctx context.Context, tx *sql.Tx, args []any) ([]*ferry.SourceStats, error) {
-	rows, err := tx.QueryContext(ctx, eventStatsSQL, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*ferry.SourceStats
-	for rows.Next() {
+	stats.Sources, err = collectRows(ctx, tx, eventStatsSQL, func(row scanner) (*ferry.SourceStats, error) {
 		var (
 			ss                                       ferry.SourceStats
 			pending, inProgress, done, dead, unknown int
 			oldestPending, oldestRunning, oldestRisk sql.NullInt64
 		)
-		if err := rows.Scan(&ss.Source, &pending, &inProgress, &done, &dead, &unknown,
+		if err := row.Scan(&ss.Source, &pending, &inProgress, &done, &dead, &unknown,
 			&oldestPending, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk, &ss.Replays,
 			&ss.UnfinishedAttempts); err != nil {
 			return nil, err
@@ -76,7 +53,16 @@ func querySourceStats(ctx context.Context, tx *sql.Tx, args []any) ([]*ferry.Sou
 			ferry.StateDone: done, ferry.StateDead: dead, ferry.StateUnknown: unknown,
 		}
 		ss.OldestPending, ss.OldestInProgress, ss.OldestAtRisk = fromMicros(oldestPending), fromMicros(oldestRunning), fromMicros(oldestRisk)
-		out = append(out, &ss)
+		return &ss, nil
+	}, args...)
+	if err != nil {
+		return nil, wrap("event stats", err)
 	}
-	return out, rows.Err()
+	if params.AtRiskLimit > 0 && stats.AtRiskCount() > 0 {
+		args = append(args, sql.Named("limit", params.AtRiskLimit))
+		if stats.AtRisk, err = collectRows(ctx, tx, eventListAtRiskSQL, scanEvent, args...); err != nil {
+			return nil, wrap("event stats", err)
+		}
+	}
+	return stats, nil
 }
