@@ -17,7 +17,7 @@ const alertBurst = 10
 // risk of outliving its replay window or is held as unknown. Dead events and
 // conflicting duplicates are logged where they happen (the client and the
 // receiver), with alert=dead and alert=conflicting_duplicate. Every line is
-// structured (alert, source, event_id, state, age) and carries no payload,
+// structured (alert, source, event_id, state, attempt, age) and carries no payload,
 // header or secret.
 type alertWatcher struct {
 	store  ferry.Store
@@ -81,10 +81,11 @@ func (w *alertWatcher) check(ctx context.Context) {
 			continue
 		}
 		logged++
+		// Not the last error: it is stored whole, and an app's answer in
+		// it may echo the payload (the worker logs its redacted form).
 		w.log.Warn("ferry: event at risk of outliving the provider's replay window",
 			"alert", "at_risk", "source", e.Source, "event_id", e.EventID, "state", string(e.State),
-			"attempt", e.Attempt, "age", stats.Now.Sub(e.FirstDeliveredAt).Round(time.Second).String(),
-			"last_error", e.LastError)
+			"attempt", e.Attempt, "age", stats.Now.Sub(e.FirstDeliveredAt).Round(time.Second).String())
 	}
 	for id := range w.atRisk {
 		if !seen[id] { // finished, or replayed: warn again if it comes back

@@ -30,6 +30,16 @@ func TestAlertWatcher(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// evt_00 failed once on an app that echoed the payload in its answer:
+	// its last error is stored whole, and must not reach the alert line.
+	claimed, err := store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute, Sources: []string{"stripe"}})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim = %v, %v", claimed, err)
+	}
+	if _, err := store.EventFail(ctx, &ferry.EventFailParams{Lease: claimed[0].Event.Lease(), MaxAttempts: 25,
+		Error: `forward: app answered 500 Internal Server Error: "bad request {\"secret_field\":\"pii\"}"`}); err != nil {
+		t.Fatal(err)
+	}
 	var buf bytes.Buffer
 	w := newAlertWatcher(store, &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"stripe": 60 * time.Hour, "shop": 60 * time.Hour}},
 		slog.New(slog.NewJSONHandler(&buf, nil)))
@@ -65,7 +75,7 @@ func TestAlertWatcher(t *testing.T) {
 		t.Fatalf("got %d lines, want %d warnings and one summary: %v", len(got), alertBurst, got)
 	}
 	first := got[0]
-	if first["level"] != "WARN" || first["alert"] != "at_risk" || first["source"] != "stripe" || first["event_id"] != "evt_00" || first["age"] != "61h0m0s" {
+	if first["level"] != "WARN" || first["alert"] != "at_risk" || first["source"] != "stripe" || first["event_id"] != "evt_00" || first["age"] != "61h0m0s" || first["attempt"] != float64(1) {
 		t.Errorf("first warning = %v", first)
 	}
 	if last := got[alertBurst]; last["alert"] != "at_risk" || last["more"] != float64(2) {

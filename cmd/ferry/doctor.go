@@ -132,11 +132,11 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 		conn, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", host)
 		if err != nil {
 			fail("start the app, or fix source."+s.Name+".forward.url; events wait and retry meanwhile, and die when their attempts run out",
-				"source %s: the app at %s does not accept connections: %v", s.Name, u.Redacted(), err)
+				"source %s: the app at %s does not accept connections: %v", s.Name, config.RedactURL(s.Forward.URL), err)
 			continue
 		}
 		conn.Close()
-		ok("source %s: app at %s accepts connections", s.Name, u.Redacted())
+		ok("source %s: app at %s accepts connections", s.Name, config.RedactURL(s.Forward.URL))
 	}
 
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

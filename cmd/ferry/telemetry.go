@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -177,7 +176,7 @@ func newTracing(ctx context.Context, t config.Telemetry, getenv func(string) str
 
 	endpoint := "(from OTEL_EXPORTER_OTLP_*)"
 	if plan.endpoint != "" {
-		endpoint = redactedURL(plan.endpoint)
+		endpoint = config.RedactURL(plan.endpoint)
 	}
 	var service string
 	if v, ok := res.Set().Value("service.name"); ok {
@@ -193,13 +192,4 @@ func newTracing(ctx context.Context, t config.Telemetry, getenv func(string) str
 		}
 	}
 	return provider, stop, nil
-}
-
-// redactedURL drops a password from a URL before it is logged.
-func redactedURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparseable)"
-	}
-	return u.Redacted()
 }

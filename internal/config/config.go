@@ -340,7 +340,7 @@ func (c *Config) validate() error {
 		if s.Forward.URL != "" {
 			u, err := url.Parse(s.Forward.URL)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				bad(key+".forward.url", "%q is not an http(s) URL: write it like \"http://127.0.0.1:3000/webhooks\"", s.Forward.URL)
+				bad(key+".forward.url", "%q is not an http(s) URL: write it like \"http://127.0.0.1:3000/webhooks\"", RedactURL(s.Forward.URL))
 			}
 		}
 		if s.Forward.Secret != "" {
@@ -391,7 +391,7 @@ func (c *Config) StoreKind() (kind, dsn string, err error) {
 	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
 		return "postgres", u, nil
 	}
-	return "", "", fmt.Errorf("unknown scheme in %q: use \"sqlite:PATH\" or \"postgres://...\"", redactURL(u))
+	return "", "", fmt.Errorf("unknown scheme in %q: use \"sqlite:PATH\" or \"postgres://...\"", RedactURL(u))
 }
 
 // Verifier builds the source's signature verifier.
@@ -446,11 +446,19 @@ func (c *Config) Policies() []ferry.SourcePolicy {
 	return out
 }
 
-// redactURL drops a password from a URL before it is printed.
-func redactURL(s string) string {
+// RedactURL is s fit for an error or a log line: without its password,
+// query and fragment, any of which may carry a token (an app's ?token=, a
+// DSN's ?password=). A dropped query shows as "?…".
+func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
-		return "(unparseable)"
+		return "(unparseable)" // url.Parse's error quotes s whole
 	}
-	return u.Redacted()
+	hadQuery := u.RawQuery != "" || u.ForceQuery
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+	out := u.Redacted()
+	if hadQuery {
+		out += "?…"
+	}
+	return out
 }

@@ -58,6 +58,7 @@ func TestParseRejects(t *testing.T) {
 		{"retention below replay window", `replay_window = "72h"`, `replay_window = "72h"` + "\nretention = \"24h\"", "retention", "use at least 72h"},
 		{"ttl below 3 heartbeats", `[http]`, "[worker]\nlease_ttl = \"10s\"\nheartbeat = \"5s\"\n[http]", "worker.heartbeat", "heartbeat ≤"},
 		{"bad url", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "ftp:/x"`, "forward.url", "http(s) URL"},
+		{"bad url with a token", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "https//app.internal/hook?token=SEKRET"`, "forward.url", "http(s) URL"},
 		{"unknown provider", `provider = "stripe"`, `provider = "paypal"`, "provider", "use one of"},
 		{"no secrets", `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = []`, "secrets", "STRIPE_WEBHOOK_SECRET"},
 		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
@@ -74,7 +75,28 @@ func TestParseRejects(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.wantKey) || !strings.Contains(err.Error(), tc.wantFix) {
 				t.Errorf("error %q lacks key %q or fix %q", err, tc.wantKey, tc.wantFix)
 			}
+			if strings.Contains(err.Error(), "SEKRET") {
+				t.Errorf("error %q prints the URL's token", err)
+			}
 		})
+	}
+}
+
+// A URL in an error or a log line keeps where it points and loses what may
+// be a credential.
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"http://127.0.0.1:3000/hook":                      "http://127.0.0.1:3000/hook",
+		"https://app.internal/hook?token=SEKRET":          "https://app.internal/hook?…",
+		"https://app.internal/hook#SEKRET":                "https://app.internal/hook",
+		"postgres://ferry:SEKRET@db/ferry?sslmode=verify": "postgres://ferry:xxxxx@db/ferry?…",
+		"https//app.internal/hook?token=SEKRET":           "https//app.internal/hook?…",
+		"http://[::1/hook?token=SEKRET":                   "(unparseable)",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 

@@ -45,7 +45,7 @@ func (c *Config) validateTelemetry() []error {
 	if t.OTLPEndpoint != "" {
 		u, err := url.Parse(t.OTLPEndpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-			bad("otlp_endpoint", "%q is not the collector's base URL: write it like \"http://127.0.0.1:4318\" (protocol \"http\") or \"http://127.0.0.1:4317\" (protocol \"grpc\"), https for TLS", redactURL(t.OTLPEndpoint))
+			bad("otlp_endpoint", "%q is not the collector's base URL: write it like \"http://127.0.0.1:4318\" (protocol \"http\") or \"http://127.0.0.1:4317\" (protocol \"grpc\"), https for TLS", RedactURL(t.OTLPEndpoint))
 		}
 	}
 	switch t.Protocol {
