@@ -16,7 +16,7 @@ const archiveLockTimeout = "2s"
 
 // ArchiveMaintain keeps the archive's partitions: see ferry.Store.
 // Each partition is created or dropped in its own transaction, with the
-// lease renewed before each.
+// lease renewed before each, and before each batch of keys.
 func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
 	res, err := ferry.MaintainArchive(ctx, s, params, s.archiveMaintain)
 	return res, wrap("archive maintain", err)
@@ -70,6 +70,9 @@ func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 			return err
 		}
 	}
+	if err := renew(); err != nil {
+		return err
+	}
 	var strays int
 	if err := s.pool.QueryRow(ctx, archiveDefaultPurgeSQL, pgx.NamedArgs{
 		"now": s.nowArg(), "retention_us": micros(params.Retention),
@@ -78,6 +81,11 @@ func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 	}
 	res.Events += strays
 	for {
+		// Millions of keys can be due at once (a first run, a retention
+		// cut): renew between batches as between partitions.
+		if err := renew(); err != nil {
+			return err
+		}
 		tag, err := s.pool.Exec(ctx, archiveKeysPurgeSQL, pgx.NamedArgs{
 			"now": s.nowArg(), "key_retention_us": micros(params.KeyRetention), "batch": params.KeyBatch,
 		})

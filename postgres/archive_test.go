@@ -363,3 +363,115 @@ func TestArchiveCreateAheadNeverWaitsForCompletions(t *testing.T) {
 		t.Fatalf("event after maintenance: %+v, %v; want done", ev, err)
 	}
 }
+
+// A drop that races a requeue of one of its day's events keeps what the
+// requeue brings back: the event lives again, so its kept conflicting
+// delivery and its actions must too. The drop detaches the day first (which
+// waits for the requeue) and only then deletes side rows, by what the day
+// still holds.
+func TestArchiveDropKeepsWhatARequeueBringsBack(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	x := b.done(t, "x")
+	if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("other bytes")}); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(72 * time.Hour)
+	// Days ahead now, so that the racing run only drops.
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+
+	// waiting blocks until n statements of this schema wait for a lock.
+	waiting := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); b.count(t, `
+			SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			WHERE NOT l.granted AND c.relnamespace = current_schema()::regnamespace`) < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("fewer than %d statements wait for a lock after a minute", n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// A slow requeue: it holds the archive's partitions while it waits for
+	// the done counters.
+	blocker, err := b.store.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(b.ctx)
+	if _, err := blocker.Exec(b.ctx, `LOCK TABLE ferry_done_count IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	requeued := make(chan error, 1)
+	go func() {
+		_, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{x}, Actor: "op"})
+		requeued <- err
+	}()
+	waiting(1)
+	maintained := make(chan error, 1)
+	go func() {
+		_, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour})
+		maintained <- err
+	}()
+	waiting(2) // the drop, behind the requeue
+	if err := blocker.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-requeued; err != nil {
+		t.Fatalf("requeue: %v", err)
+	}
+	if err := <-maintained; err != nil {
+		t.Fatalf("maintenance: %v", err)
+	}
+
+	ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: x})
+	if err != nil || ev.State != ferry.StatePending {
+		t.Fatalf("requeued event = %+v, %v; want pending", ev, err)
+	}
+	conflicts, err := b.store.ConflictList(b.ctx, &ferry.ConflictListParams{ID: x})
+	if err != nil || len(conflicts) != 1 || string(conflicts[0].Payload) != "other bytes" {
+		t.Errorf("conflicts of the requeued event = %d, %v; want its one kept delivery", len(conflicts), err)
+	}
+	actions, err := b.store.ActionList(b.ctx, &ferry.ActionListParams{ID: x})
+	if err != nil || len(actions) != 1 {
+		t.Errorf("actions of the requeued event = %d, %v; want the requeue", len(actions), err)
+	}
+}
+
+// The key purge renews the maintenance lease between its batches, as the
+// partition steps do, and stops at the first renewal that fails: a run
+// over millions of due keys can outlive the lease.
+func TestArchiveKeyPurgeRenewsTheLease(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	for _, id := range []string{"a", "b", "c"} {
+		b.done(t, id)
+	}
+	// Drop the events' day, keep their keys.
+	b.clock.Advance(72 * time.Hour)
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 100 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	const keys = `SELECT count(*) FROM ferry_event_key`
+	if n := b.count(t, keys); n != 3 {
+		t.Fatalf("%d keys before the run, want 3", n)
+	}
+	// The lease passes as soon as a key is gone.
+	lost := errors.New("lease lost")
+	renew := func() error {
+		if b.count(t, keys) < 3 {
+			return lost
+		}
+		return nil
+	}
+	var res ferry.ArchiveMaintainResult
+	err := postgres.ArchiveRun(b.store, b.ctx, &ferry.ArchiveMaintainParams{Retention: 24 * time.Hour, KeyRetention: time.Hour, KeyBatch: 1}, &res, renew)
+	if !errors.Is(err, lost) || res.Keys != 1 || b.count(t, keys) != 2 {
+		t.Fatalf("run = %d keys purged (%d left), %v; want one batch, then the renewal's error", res.Keys, b.count(t, keys), err)
+	}
+}

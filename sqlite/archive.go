@@ -16,27 +16,37 @@ import (
 // do not apply. The lease keeps two processes sharing the file from purging
 // at once.
 func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
-	res, err := ferry.MaintainArchive(ctx, s, params, s.archiveMaintain)
+	res, err := ferry.MaintainArchive(ctx, s, params, s.archiveRun(purgeRenewEvery))
 	return res, wrap("archive maintain", err)
 }
 
-// archiveMaintain is ArchiveMaintain's run under the lease: it counts into
-// res what it deletes before any error. It renews the lease as it goes
-// (purgeDone's renew): a purge of millions of events can outlive it.
-func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, renew func() error) error {
-	sources, err := collectRows(ctx, s.readDB, archiveSourcesSQL, scanValue[string])
-	if err != nil {
-		return err
-	}
-	now := s.nowMicros()
-	for _, source := range sources {
-		n, err := s.purgeDone(ctx, source, now, params.Retention, params.KeyRetention, renew, purgeRenewEvery)
-		res.Events += n
+// archiveRun returns ArchiveMaintain's run under the lease. It counts into
+// res what it deletes before any error, and renews the lease every
+// renewEvery purge batches, counted across sources: a purge of millions of
+// events, or of thousands of sources, can outlive it.
+func (s *Store) archiveRun(renewEvery int) func(context.Context, *ferry.ArchiveMaintainParams, *ferry.ArchiveMaintainResult, func() error) error {
+	return func(ctx context.Context, params *ferry.ArchiveMaintainParams, res *ferry.ArchiveMaintainResult, renew func() error) error {
+		sources, err := collectRows(ctx, s.readDB, archiveSourcesSQL, scanValue[string])
 		if err != nil {
 			return err
 		}
+		now := s.nowMicros()
+		batches := 0
+		beforeBatch := func() error {
+			if batches++; batches%renewEvery == 0 {
+				return renew()
+			}
+			return nil
+		}
+		for _, source := range sources {
+			n, err := s.purgeDone(ctx, source, now, params.Retention, params.KeyRetention, beforeBatch)
+			res.Events += n
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return nil
 }
 
 // ArchiveInfo reports no partitions: SQLite keeps done events in the event

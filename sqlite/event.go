@@ -291,7 +291,7 @@ func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) 
 	if err := params.Validate(); err != nil {
 		return 0, wrap("event purge", err)
 	}
-	n, err := s.purgeDone(ctx, params.Source, s.nowMicros(), params.Retention, 0, nil, 0)
+	n, err := s.purgeDone(ctx, params.Source, s.nowMicros(), params.Retention, 0, nil)
 	return n, wrap("event purge", err)
 }
 
@@ -302,13 +302,13 @@ const purgeRenewEvery = 100
 
 // purgeDone deletes source's done events completed at least retention
 // before now and first delivered at least keyRetention before it, PurgeBatch
-// at a time, each batch its own transaction. A non-nil renew is called
-// before every renewEvery-th batch, and its error stops the purge.
-func (s *Store) purgeDone(ctx context.Context, source string, now int64, retention, keyRetention time.Duration, renew func() error, renewEvery int) (int, error) {
+// at a time, each batch its own transaction. A non-nil beforeBatch runs
+// before every batch, and its error stops the purge.
+func (s *Store) purgeDone(ctx context.Context, source string, now int64, retention, keyRetention time.Duration, beforeBatch func() error) (int, error) {
 	total := 0
-	for batch := 1; ; batch++ {
-		if renew != nil && batch%renewEvery == 0 {
-			if err := renew(); err != nil {
+	for {
+		if beforeBatch != nil {
+			if err := beforeBatch(); err != nil {
 				return total, err
 			}
 		}

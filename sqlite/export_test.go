@@ -3,6 +3,6 @@ package sqlite
 // ClaimDueSQL is the claim's due-event query, for plan checks.
 func ClaimDueSQL() string { return eventClaimManyDueSQL }
 
-// PurgeDone is purgeDone, for checking how often it renews the maintenance
+// ArchiveRun is archiveRun, for checking how often maintenance renews its
 // lease.
-var PurgeDone = (*Store).purgeDone
+var ArchiveRun = (*Store).archiveRun

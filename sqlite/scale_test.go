@@ -16,20 +16,23 @@ import (
 
 // seedDone writes n done events of source "old", each with one ledger row,
 // completed a day before the store's clock.
-func seedDone(t *testing.T, b *testBundle, n int) {
+func seedDone(t *testing.T, b *testBundle, n int) { seedDoneOf(t, b, "old", n) }
+
+// seedDoneOf inserts n done events of source, completed a day ago.
+func seedDoneOf(t *testing.T, b *testBundle, source string, n int) {
 	t.Helper()
 	completed := b.clock.Now().Add(-24 * time.Hour).UnixMicro()
 	_, err := b.store.DB().ExecContext(t.Context(), `
 		WITH RECURSIVE seq(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < ?1)
 		INSERT INTO ferry_event (source, event_id, payload, payload_sha256, state, attempt,
 		                         next_attempt_at, first_delivered_at, last_delivered_at, completed_at)
-		SELECT 'old', 'evt_' || n, randomblob(1024), randomblob(32), 'done', 1, ?2, ?2, ?2, ?2 FROM seq`, n, completed)
+		SELECT ?3, 'evt_' || n, randomblob(1024), randomblob(32), 'done', 1, ?2, ?2, ?2, ?2 FROM seq`, n, completed, source)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.store.DB().ExecContext(t.Context(), `
 		INSERT INTO ferry_attempt (event_id, attempt, worker, started_at, finished_at, outcome)
-		SELECT id, 1, 'w', completed_at, completed_at, 'done' FROM ferry_event WHERE source = 'old'`); err != nil {
+		SELECT id, 1, 'w', completed_at, completed_at, 'done' FROM ferry_event WHERE source = ?1`, source); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -96,22 +99,28 @@ func TestPurgeInBatchesLetsReceiptsThrough(t *testing.T) {
 }
 
 // A long maintenance purge renews its lease every renewEvery batches (100
-// in ArchiveMaintain), and stops at the first renewal that fails.
-func TestPurgeRenewsTheLease(t *testing.T) {
+// in ArchiveMaintain), counted across sources, and stops at the first
+// renewal that fails. Three sources of three batches each (500, 500, 0)
+// never reach four batches alone.
+func TestMaintenanceRenewsTheLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const renewEvery = 3
-	seedDone(t, b, 2*renewEvery*sqlite.PurgeBatch)
+	const renewEvery = 4
+	for _, source := range []string{"a", "b", "c"} {
+		seedDoneOf(t, b, source, 2*sqlite.PurgeBatch)
+	}
 	lost := errors.New("lease lost")
 	renewals := 0
-	purged, err := sqlite.PurgeDone(b.store, t.Context(), "old", b.clock.Now().UnixMicro(), time.Hour, 0, func() error {
+	var res ferry.ArchiveMaintainResult
+	err := sqlite.ArchiveRun(b.store, renewEvery)(t.Context(), &ferry.ArchiveMaintainParams{Retention: time.Hour}, &res, func() error {
 		if renewals++; renewals == 2 {
 			return lost
 		}
 		return nil
-	}, renewEvery)
-	if want := (2*renewEvery - 1) * sqlite.PurgeBatch; !errors.Is(err, lost) || renewals != 2 || purged != want {
-		t.Fatalf("purge = %d events, %d renewals, %v; want %d events, then the second renewal's error", purged, renewals, err, want)
+	})
+	// Batches 1–7 run (a: 3, b: 3, c: 1); the renewal before the 8th fails.
+	if want := 5 * sqlite.PurgeBatch; !errors.Is(err, lost) || renewals != 2 || res.Events != want {
+		t.Fatalf("maintenance = %d events, %d renewals, %v; want %d events, then the second renewal's error", res.Events, renewals, err, want)
 	}
 }
 
