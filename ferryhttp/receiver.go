@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -87,15 +88,24 @@ type ReceiverOptions struct {
 	// keep one batch on the wire while another waits for its flush. Defaults
 	// to 2.
 	ReceiveConcurrency int
-	// MaxInFlightBytes bounds the bodies held at once, from the moment a
-	// request is admitted until its delivery is stored: a request is counted
-	// by its Content-Length, or by its source's MaxBodyBytes when it names
-	// none. One that would go past the budget is answered 503 + Retry-After
-	// ("memory_budget") before its body is read, so memory stays bounded
-	// however many connections send large bodies at once (a request is
-	// always admitted when nothing else is in flight). Defaults to
-	// DefaultMaxInFlightBytes.
+	// MaxInFlightBytes bounds the body bytes held at once, from their
+	// arrival until their delivery is stored. A request holds what it has
+	// sent (at most twice that while its buffer grows), never what its
+	// Content-Length claims, so connections that name large bodies and send
+	// nothing hold nothing. A request whose Content-Length does not fit
+	// beside what is held is answered 503 + Retry-After ("memory_budget")
+	// before its body is read, and one whose bytes stop fitting part-way is
+	// answered so then; a request is always let through when nothing else
+	// is held, so a body larger than the budget is slow, never refused for
+	// ever. Defaults to DefaultMaxInFlightBytes.
 	MaxInFlightBytes int64
+	// BodyTimeout bounds how long a body may take to arrive once its
+	// headers have (it sets the connection's read deadline, in place of the
+	// server's, while the body is read): a sender that trickles its body
+	// holds its share of MaxInFlightBytes for at most this long, and is
+	// answered 408 ("body_timeout"). Providers send a body in milliseconds.
+	// Defaults to DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
 
 // DefaultReceiveConcurrency is ReceiverOptions.ReceiveConcurrency's
@@ -109,6 +119,9 @@ const DefaultReceiveConcurrency = 2
 // bodies) 32 MiB peaked at 249 MB and 8 MiB at 144 MB, most of it then the
 // workers' claimed payloads, not the receiver's.
 const DefaultMaxInFlightBytes = 8 << 20
+
+// DefaultBodyTimeout is ReceiverOptions.BodyTimeout's default.
+const DefaultBodyTimeout = 10 * time.Second
 
 // ReceiveObserver is told of every delivery the receiver answers. Outcome is
 // accepted, duplicate, conflict, replay, rejected or unavailable; reason is the
@@ -147,7 +160,7 @@ type Receiver struct {
 	sources  map[string]Source
 	keep     []string
 	draining atomic.Bool
-	inFlight atomic.Int64 // body bytes admitted and not yet stored
+	inFlight atomic.Int64 // body bytes arrived and not yet stored (body.go)
 	receipts *groupcommit.Committer[*ferry.EventReceiveParams, *ferry.EventReceiveResult]
 	tracer   trace.Tracer // nil when tracing is off
 }
@@ -168,6 +181,9 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	}
 	if opts.MaxInFlightBytes <= 0 {
 		opts.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	r := &Receiver{opts: opts, sources: map[string]Source{}}
 	if opts.TracerProvider != nil {
@@ -234,6 +250,7 @@ var (
 	answerMethod      = answer{http.StatusMethodNotAllowed, "rejected", "method_not_allowed"}
 	answerTooLarge    = answer{http.StatusRequestEntityTooLarge, "rejected", "body_too_large"}
 	answerUnreadable  = answer{http.StatusBadRequest, "rejected", "unreadable_body"}
+	answerBodyTimeout = answer{http.StatusRequestTimeout, "rejected", "body_timeout"}
 	answerNoEventID   = answer{http.StatusBadRequest, "rejected", "missing_event_id"}
 	answerBadEventID  = answer{http.StatusBadRequest, "rejected", "bad_event_id"}
 	answerBadType     = answer{http.StatusBadRequest, "rejected", "bad_event_type"}
@@ -338,21 +355,28 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	if req.ContentLength > src.MaxBodyBytes {
 		return answerTooLarge, "", nil
 	}
-	size := req.ContentLength
-	if size < 0 {
-		size = src.MaxBodyBytes // unknown length: count the most it may be
-	}
-	if !r.admit(size) {
+	if req.ContentLength > 0 && !r.fits(req.ContentLength) {
 		// Closing the connection is what keeps net/http from reading (up
 		// to 256 KiB of) the body before it answers.
 		w.Header().Set("Connection", "close")
 		return answerBusy, "", nil
 	}
-	defer r.inFlight.Add(-size)
-	body, err := readBody(http.MaxBytesReader(w, req.Body, src.MaxBodyBytes), req.ContentLength)
+	var held int64
+	defer func() { r.inFlight.Add(-held) }()
+	body, err := r.readBody(w, http.MaxBytesReader(w, req.Body, src.MaxBodyBytes), req.ContentLength, &held)
 	if err != nil {
 		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
 			return answerTooLarge, "", nil
+		}
+		// The rest of the body stays unread: without a close, net/http
+		// would wait for it before answering.
+		switch {
+		case errors.Is(err, errBudget):
+			w.Header().Set("Connection", "close")
+			return answerBusy, "", nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
+			return answerBodyTimeout, "", nil
 		}
 		return answerUnreadable, "", nil
 	}
@@ -397,34 +421,6 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 		return answerReplay, v.EventID, nil
 	}
 	return answerAccepted, v.EventID, nil
-}
-
-// admit reserves size bytes of the in-flight budget, or reports that they
-// do not fit. A request is always admitted when nothing else is in flight,
-// so a body larger than the budget is slow, never refused forever.
-func (r *Receiver) admit(size int64) bool {
-	for {
-		cur := r.inFlight.Load()
-		if cur > 0 && cur+size > r.opts.MaxInFlightBytes {
-			return false
-		}
-		if r.inFlight.CompareAndSwap(cur, cur+size) {
-			return true
-		}
-	}
-}
-
-// readBody reads a body of known length into a buffer of that size (no
-// growth beyond what was admitted), and any other whole.
-func readBody(body io.Reader, length int64) ([]byte, error) {
-	if length < 0 {
-		return io.ReadAll(body)
-	}
-	buf := make([]byte, length)
-	if _, err := io.ReadFull(body, buf); err != nil {
-		return nil, err
-	}
-	return buf, nil
 }
 
 // checkIdentity refuses, as 400s, an event id or type that no store can keep

@@ -10,7 +10,7 @@ import (
 // it: clients may compare bodies byte for byte.
 func TestAnswerBodyIsEncoderOutput(t *testing.T) {
 	all := []answer{answerAccepted, answerDuplicate, answerConflict, answerNoSource, answerMethod,
-		answerTooLarge, answerUnreadable, answerUnavailable, answerTimeout, answerDraining,
+		answerTooLarge, answerUnreadable, answerBodyTimeout, answerUnavailable, answerTimeout, answerDraining,
 		verifyAnswer(nil)}
 	for _, va := range verifyAnswers {
 		all = append(all, va.answer)

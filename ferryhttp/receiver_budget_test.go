@@ -123,3 +123,104 @@ func TestReceiverMemoryBudgetAdmitsOneLargeBody(t *testing.T) {
 		t.Fatalf("a lone large delivery: %d %s", r.status, r.raw)
 	}
 }
+
+// stalled opens a connection that sends a delivery's headers with a
+// Content-Length of length, then sent bytes of its body, and then nothing.
+func stalled(t *testing.T, b *bundle, length, sent int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", b.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(time.Minute)) // a ceiling only a hang reaches
+	head := fmt.Sprintf("POST /webhooks/stripe HTTP/1.1\r\nHost: ferry.test\r\nContent-Length: %d\r\n\r\n", length)
+	if _, err := io.WriteString(conn, head+strings.Repeat("x", sent)); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// waitInFlight waits until the receiver holds at least n body bytes.
+func waitInFlight(t *testing.T, b *bundle, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); b.recv.InFlightBytes() < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the receiver holds %d body bytes after a minute, want %d", b.recv.InFlightBytes(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Connections that claim bodies and stall hold only the bytes they sent:
+// however many there are, a genuine delivery still fits in the budget.
+func TestReceiverStalledBodiesHoldWhatTheySent(t *testing.T) {
+	t.Parallel()
+	const budget = 16 << 10
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
+		o.MaxInFlightBytes = budget
+		o.BodyTimeout = time.Minute // they stay for the whole test
+	})
+	// Eight claims of 2 KiB fill the budget by their Content-Length.
+	for range 8 {
+		stalled(t, b, budget/8, 100)
+	}
+	waitInFlight(t, b, 8*100)
+	if r := b.send(t, stripe(stripeBodyOfSize("evt_genuine", 4<<10))); r.status != http.StatusOK {
+		t.Fatalf("a genuine delivery beside stalled ones: %d %s (in flight: %d bytes)", r.status, r.raw, b.recv.InFlightBytes())
+	}
+}
+
+// A body that stops arriving is answered 408 once BodyTimeout has passed,
+// and what it held is given back.
+func TestReceiverBodyTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) { o.BodyTimeout = 100 * time.Millisecond })
+	conn := stalled(t, b, 1<<10, 10)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(raw), `"body_timeout"`) {
+		t.Fatalf("stalled body: %d %s, want 408 body_timeout", resp.StatusCode, raw)
+	}
+	if n := b.recv.InFlightBytes(); n != 0 {
+		t.Fatalf("%d body bytes still held after the answer", n)
+	}
+}
+
+// The body's deadline ends with the body: a receipt that waits for the
+// store longer than BodyTimeout is still stored and answered 200, not
+// withdrawn or timed out.
+func TestReceiverBodyTimeoutSparesTheStoreWait(t *testing.T) {
+	t.Parallel()
+	st := teststore.SQLite(t, nil)
+	holding, writing, release := holdingFirst(st)
+	const bodyTimeout = 100 * time.Millisecond
+	b := setup(t, holding, func(o *ferryhttp.ReceiverOptions) {
+		o.ReceiveConcurrency = 1
+		o.BodyTimeout = bodyTimeout
+	})
+	t.Cleanup(release) // before the server's Close, which waits for it
+	first := sendFirst(b, writing)
+	second := make(chan reply, 1)
+	go func() {
+		r, _ := b.do(stripe(`{"id":"evt_second"}`).with("X-Test-Case", "second"))
+		second <- r
+	}()
+	for !b.reached("second") {
+		time.Sleep(time.Millisecond) // polling interval, not a proof
+	}
+	time.Sleep(3 * bodyTimeout) // evt_second's body deadline passes while it waits for a batch
+	release()
+	for name, answered := range map[string]<-chan reply{"evt_first": first, "evt_second": second} {
+		if r := <-answered; r.status != http.StatusOK {
+			t.Errorf("%s: %d %s, want 200", name, r.status, r.raw)
+		}
+	}
+	if event(t, st, "stripe", "evt_second") == nil {
+		t.Fatal("evt_second not stored")
+	}
+}

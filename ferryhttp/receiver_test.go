@@ -315,6 +315,32 @@ func (s *failingStore) EventReceiveMany(ctx context.Context, p *ferry.EventRecei
 	return out, nil
 }
 
+// holdingFirst is st, but its receipt of evt_first waits until release:
+// with ReceiveConcurrency 1, the one batch in flight is held and later
+// deliveries queue behind it. writing closes when that receipt starts.
+func holdingFirst(st ferry.Store) (store *failingStore, writing <-chan struct{}, release func()) {
+	started, held := make(chan struct{}), make(chan struct{})
+	return &failingStore{Store: st, receive: func(ctx context.Context, p *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
+		if p.EventID == "evt_first" {
+			close(started)
+			<-held
+		}
+		return st.EventReceive(ctx, p)
+	}}, started, sync.OnceFunc(func() { close(held) })
+}
+
+// sendFirst sends evt_first to a receiver on holdingFirst's store and
+// returns once its receipt is held, with the channel its answer comes on.
+func sendFirst(b *bundle, writing <-chan struct{}) <-chan reply {
+	first := make(chan reply, 1)
+	go func() {
+		r, _ := b.do(stripe(`{"id":"evt_first"}`))
+		first <- r
+	}()
+	<-writing
+	return first
+}
+
 var errStoreDown = errors.New("ferry-test: store down")
 
 // assertUnavailable checks that r is a 503 with Retry-After and reason.
@@ -454,26 +480,14 @@ func TestReceiverStoreUnavailable(t *testing.T) {
 	t.Run("sender hangs up while its receipt waits", func(t *testing.T) {
 		t.Parallel()
 		st := teststore.SQLite(t, nil)
-		writing, held := make(chan struct{}), make(chan struct{})
-		release := sync.OnceFunc(func() { close(held) })
+		holding, writing, release := holdingFirst(st)
 		observed := make(chan string, 2)
-		b := setup(t, &failingStore{Store: st, receive: func(ctx context.Context, p *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
-			if p.EventID == "evt_first" { // held; a write of evt_gone fails the test below
-				close(writing)
-				<-held
-			}
-			return st.EventReceive(ctx, p)
-		}}, func(o *ferryhttp.ReceiverOptions) {
+		b := setup(t, holding, func(o *ferryhttp.ReceiverOptions) {
 			o.ReceiveConcurrency = 1
 			o.Observer = observerFunc(func(_, outcome, reason string, _ time.Duration) { observed <- outcome + " " + reason })
 		})
 		t.Cleanup(release) // before the server's Close, which waits for it
-		first := make(chan reply, 1)
-		go func() {
-			r, _ := b.do(stripe(`{"id":"evt_first"}`))
-			first <- r
-		}()
-		<-writing // the one batch in flight holds evt_first
+		first := sendFirst(b, writing)
 		d := stripe(`{"id":"evt_gone"}`).with("X-Test-Case", "gone")
 		ctx, cancel := context.WithCancel(context.Background())
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.srv.URL+"/webhooks/stripe", bytes.NewReader(d.body))

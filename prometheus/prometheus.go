@@ -95,6 +95,16 @@ func NewMetrics(reg prom.Registerer, sources []string) *Metrics {
 	return m
 }
 
+// NewReceiverGauge returns ferry_receiver_in_flight_bytes, the body bytes
+// r holds now (ferryhttp.Receiver.InFlightBytes): near its
+// MaxInFlightBytes, deliveries are answered 503 "memory_budget".
+func NewReceiverGauge(r *ferryhttp.Receiver) prom.Collector {
+	return prom.NewGaugeFunc(prom.GaugeOpts{
+		Namespace: "ferry", Name: "receiver_in_flight_bytes",
+		Help: "Body bytes the receiver holds now, arrived and not yet stored; bounded by http.max_in_flight.",
+	}, func() float64 { return float64(r.InFlightBytes()) })
+}
+
 func (m *Metrics) source(s string) string {
 	if slices.Contains(m.sources, s) {
 		return s

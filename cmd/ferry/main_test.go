@@ -74,16 +74,23 @@ timeout = "30s"
 // follows inside the [worker] table (more worker keys, then the sources).
 func writeServeConfig(t *testing.T, storeURL, rest string) string {
 	t.Helper()
+	return writeServeConfigHTTP(t, storeURL, "", rest)
+}
+
+// writeServeConfigHTTP is writeServeConfig with httpKeys in [http].
+func writeServeConfigHTTP(t *testing.T, storeURL, httpKeys, rest string) string {
+	t.Helper()
 	return writeTempFile(t, "ferry.toml", fmt.Sprintf(`
 [store]
 url = %q
 [http]
 listen = "127.0.0.1:0"
+%s
 [admin]
 listen = "127.0.0.1:0"
 [worker]
 poll_interval = "100ms"
-`, storeURL)+rest)
+`, storeURL, httpKeys)+rest)
 }
 
 // writeTempFile writes content, readable by its owner only, to a file

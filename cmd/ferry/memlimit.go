@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/config"
 )
 
@@ -19,8 +18,8 @@ const memoryLimitBase = 32 << 20
 // serve sets when GOMEMLIMIT is not in its environment, derived from the
 // byte budgets of what this process runs:
 //
-//   - the receiver's bodies in flight, ferryhttp.DefaultMaxInFlightBytes
-//     (8 MiB), or the largest source's max_body if larger (a body is
+//   - the receiver's bodies in flight, http.max_in_flight (8 MiB by
+//     default), or the largest source's max_body if larger (a body is
 //     admitted alone whatever its size);
 //   - the worker's held events, ferry.DefaultMaxHeldBytes (16 MiB), plus
 //     one largest body for each of its two claims in flight.
@@ -40,7 +39,7 @@ func memoryLimit(cfg *config.Config, runsReceiver, runsWorker bool) int64 {
 	}
 	var budget int64
 	if runsReceiver {
-		budget += max(ferryhttp.DefaultMaxInFlightBytes, maxBody)
+		budget += max(cfg.HTTP.MaxInFlight, maxBody)
 	}
 	if runsWorker {
 		budget += ferry.DefaultMaxHeldBytes + 2*maxBody

@@ -13,9 +13,9 @@ import (
 func TestMemoryLimit(t *testing.T) {
 	t.Parallel()
 
-	parse := func(t *testing.T, maxBody string) *config.Config {
+	parse := func(t *testing.T, http, maxBody string) *config.Config {
 		t.Helper()
-		raw := "[store]\nurl = \"sqlite:ferry.db\"\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"s\"]\n" + maxBody +
+		raw := "[store]\nurl = \"sqlite:ferry.db\"\n" + http + "[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"s\"]\n" + maxBody +
 			"[source.forward]\nurl = \"http://127.0.0.1:3000/\"\n"
 		cfg, err := config.Parse([]byte(raw), func(string) (string, bool) { return "", false })
 		if err != nil {
@@ -27,18 +27,19 @@ func TestMemoryLimit(t *testing.T) {
 	// The budgets each role holds, counted twice, plus the base.
 	for _, tc := range []struct {
 		name             string
-		maxBody          string
+		http, maxBody    string
 		receiver, worker bool
 		wantMiB          int64
 	}{
-		{"DefaultsRoleAll", "", true, true, 32 + 2*(8+16+2)},
-		{"DefaultsReceiver", "", true, false, 32 + 2*8},
-		{"DefaultsWorker", "", false, true, 32 + 2*(16+2)},
-		{"LargeMaxBodyRoleAll", "max_body = 33554432\n", true, true, 32 + 2*(32+16+64)},
+		{"DefaultsRoleAll", "", "", true, true, 32 + 2*(8+16+2)},
+		{"DefaultsReceiver", "", "", true, false, 32 + 2*8},
+		{"DefaultsWorker", "", "", false, true, 32 + 2*(16+2)},
+		{"LargeMaxBodyRoleAll", "", "max_body = 33554432\n", true, true, 32 + 2*(32+16+64)},
+		{"LargerBudgetReceiver", "[http]\nmax_in_flight = 67108864\n", "", true, false, 32 + 2*64},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := memoryLimit(parse(t, tc.maxBody), tc.receiver, tc.worker); got != tc.wantMiB<<20 {
+			if got := memoryLimit(parse(t, tc.http, tc.maxBody), tc.receiver, tc.worker); got != tc.wantMiB<<20 {
 				t.Errorf("memoryLimit = %d MiB, want %d MiB", got>>20, tc.wantMiB)
 			}
 		})

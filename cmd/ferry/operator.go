@@ -21,6 +21,7 @@ type operator struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	metrics *prometheus.Metrics
+	reg     *prom.Registry // /metrics serves it
 	catchup *prometheus.CatchupMetrics
 	stats   ferry.Store
 	// admin serves admin.listen; nil when the dashboard and /metrics are
@@ -30,11 +31,16 @@ type operator struct {
 	pusher *alertPusher
 }
 
+// watchReceiver exports r's bodies in flight on /metrics.
+func (op *operator) watchReceiver(r *ferryhttp.Receiver) {
+	op.reg.MustRegister(prometheus.NewReceiverGauge(r))
+}
+
 // newOperator builds the metrics and the admin handler. Nothing it builds is
 // ever mounted on the public listener.
 func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operator, error) {
 	reg := prom.NewRegistry()
-	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), stats: st}
+	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), reg: reg, stats: st}
 	pusher, err := op.newPusher()
 	if err != nil {
 		return nil, err

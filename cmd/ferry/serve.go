@@ -102,6 +102,7 @@ SIGTERM stops it gracefully (exit 0).`)
 			return err
 		}
 		receiver.Register(mux)
+		op.watchReceiver(receiver)
 	}
 
 	var client *ferry.Client
@@ -202,6 +203,7 @@ func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry
 	return ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{
 		Store: st, Sources: sources, Logger: log, Observer: obs,
 		StoreTimeout: cfg.HTTP.StoreTimeout.Duration, RetryAfter: cfg.HTTP.RetryAfter.Duration,
+		MaxInFlightBytes: cfg.HTTP.MaxInFlight, BodyTimeout: cfg.HTTP.BodyTimeout.Duration,
 		TracerProvider: tracer,
 	})
 }

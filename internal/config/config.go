@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/provider"
 )
 
@@ -52,6 +53,14 @@ type HTTP struct {
 	StoreTimeout Duration `toml:"store_timeout"`
 	// RetryAfter is the Retry-After sent with a 503. Defaults to 5s.
 	RetryAfter Duration `toml:"retry_after"`
+	// MaxInFlight bounds the body bytes the receiver holds at once, in
+	// bytes (ferryhttp.ReceiverOptions.MaxInFlightBytes). Defaults to
+	// ferryhttp.DefaultMaxInFlightBytes, 8 MiB.
+	MaxInFlight int64 `toml:"max_in_flight"`
+	// BodyTimeout bounds how long a body may take to arrive once its
+	// headers have (ferryhttp.ReceiverOptions.BodyTimeout). Defaults to
+	// ferryhttp.DefaultBodyTimeout, 10s.
+	BodyTimeout Duration `toml:"body_timeout"`
 }
 
 // Worker tunes the engine; see ferry.Config for each default.
@@ -244,6 +253,12 @@ func (c *Config) applyDefaults() {
 	if c.HTTP.RetryAfter.Duration == 0 {
 		c.HTTP.RetryAfter.Duration = DefaultRetryAfter
 	}
+	if c.HTTP.MaxInFlight == 0 {
+		c.HTTP.MaxInFlight = ferryhttp.DefaultMaxInFlightBytes
+	}
+	if c.HTTP.BodyTimeout.Duration == 0 {
+		c.HTTP.BodyTimeout.Duration = ferryhttp.DefaultBodyTimeout
+	}
 	if c.Worker.LeaseTTL.Duration == 0 {
 		c.Worker.LeaseTTL.Duration = ferry.DefaultLeaseTTL
 	}
@@ -288,6 +303,12 @@ func (c *Config) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
 		bad("http.listen", "%q is not host:port: write it like \"127.0.0.1:8080\"", c.HTTP.Listen)
+	}
+	if c.HTTP.MaxInFlight < 0 {
+		bad("http.max_in_flight", "is %d: use a positive number of bytes, or leave it out for %d", c.HTTP.MaxInFlight, ferryhttp.DefaultMaxInFlightBytes)
+	}
+	if c.HTTP.BodyTimeout.Duration < 0 {
+		bad("http.body_timeout", "is %v: use a positive duration, or leave it out for %v", c.HTTP.BodyTimeout.Duration, ferryhttp.DefaultBodyTimeout)
 	}
 	w := c.Worker
 	if w.Workers < 0 {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-inbox/ferry/ferryhttp"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -42,6 +44,9 @@ func TestParseDefaultsAndExpansion(t *testing.T) {
 	if c.Worker.LeaseTTL.Duration != 15*time.Second || c.Worker.Heartbeat.Duration != 5*time.Second || !*c.Store.Migrate {
 		t.Errorf("worker defaults: %+v", c.Worker)
 	}
+	if c.HTTP.MaxInFlight != ferryhttp.DefaultMaxInFlightBytes || c.HTTP.BodyTimeout.Duration != ferryhttp.DefaultBodyTimeout {
+		t.Errorf("http defaults: %+v", c.HTTP)
+	}
 	if kind, path, err := c.StoreKind(); kind != "sqlite" || path != "ferry.db" || err != nil {
 		t.Errorf("StoreKind = %s %s %v", kind, path, err)
 	}
@@ -63,6 +68,8 @@ func TestParseRejects(t *testing.T) {
 		{"no secrets", `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = []`, "secrets", "STRIPE_WEBHOOK_SECRET"},
 		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
 		{"bad store", `url = "sqlite:ferry.db"`, `url = "mysql://x"`, "store.url", "sqlite:PATH"},
+		{"negative max_in_flight", `[http]`, "[http]\nmax_in_flight = -1", "http.max_in_flight", "positive number of bytes"},
+		{"negative body_timeout", `[http]`, "[http]\nbody_timeout = \"-1s\"", "http.body_timeout", "positive duration"},
 		{"bad lost_lease", `replay_window = "72h"`, `replay_window = "72h"` + "\nlost_lease = \"drop\"", "lost_lease", `"hold"`},
 		{"bad duration", `replay_window = "72h"`, `replay_window = "3 days"`, "", "72h"},
 	} {

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startReceiver runs `ferry serve --role receiver` on SQLite with httpKeys
+// in its [http] table.
+func startReceiver(t *testing.T, httpKeys string) *serveProc {
+	t.Helper()
+	cfg := writeServeConfigHTTP(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), httpKeys,
+		fmt.Sprintf("[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [%q]\n", stripeSecret))
+	return startServe(t, cfg, "--role", "receiver")
+}
+
+// sendHead opens a connection to the receiver and sends a delivery's
+// headers with a Content-Length of length, then sent bytes of its body.
+func sendHead(t *testing.T, addr string, length, sent int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(time.Minute)) // a ceiling only a hang reaches
+	head := fmt.Sprintf("POST /webhooks/stripe HTTP/1.1\r\nHost: ferry.test\r\nContent-Length: %d\r\n\r\n", length)
+	if _, err := io.WriteString(conn, head+strings.Repeat("x", sent)); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// answer reads the receiver's answer on conn: its status and reason.
+func answer(t *testing.T, conn net.Conn) (int, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}
+
+// The [http] keys reach the receiver: max_in_flight bounds the bodies it
+// holds (and /metrics shows them), body_timeout cuts a body that stalls.
+func TestServeReceiverLimits(t *testing.T) {
+	t.Parallel()
+	t.Run("MaxInFlight", func(t *testing.T) {
+		t.Parallel()
+		p := startReceiver(t, "max_in_flight = 4096\nbody_timeout = \"1m\"")
+		stalled := sendHead(t, p.addr, 3500, 3000)
+		waitFor(t, time.Minute, "the stalled body's bytes on /metrics", func() bool {
+			return inFlightBytes(t, p.admin) >= 3000
+		})
+		// 3000 held + 2000 claimed > 4096: refused before its body is read.
+		if code, body := answer(t, sendHead(t, p.addr, 2000, 0)); code != http.StatusServiceUnavailable || !strings.Contains(body, "memory_budget") {
+			t.Fatalf("a body past max_in_flight: %d %s, want 503 memory_budget", code, body)
+		}
+		stalled.Close()
+		waitFor(t, time.Minute, "the stalled body's bytes given back", func() bool {
+			return inFlightBytes(t, p.admin) == 0
+		})
+	})
+	t.Run("BodyTimeout", func(t *testing.T) {
+		t.Parallel()
+		p := startReceiver(t, "body_timeout = \"300ms\"")
+		conn := sendHead(t, p.addr, 1024, 10)
+		// The default (10s) would pass this ceiling.
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if code, body := answer(t, conn); code != http.StatusRequestTimeout || !strings.Contains(body, "body_timeout") {
+			t.Fatalf("a stalled body: %d %s, want 408 body_timeout", code, body)
+		}
+	})
+}
+
+// inFlightBytes reads ferry_receiver_in_flight_bytes from /metrics.
+func inFlightBytes(t *testing.T, admin string) int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "ferry_receiver_in_flight_bytes "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int64(n)
+		}
+	}
+	t.Fatal("no ferry_receiver_in_flight_bytes on /metrics")
+	return 0
+}
