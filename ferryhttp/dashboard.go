@@ -244,7 +244,7 @@ func (f filter) requeue() (*ferry.EventRequeueParams, error) {
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	data := overviewData{chrome: chrome{Title: "Events"}, Filter: filterOf(q), Flash: q.Get("flash")}
+	data := overviewData{chrome: chrome{Title: "Events"}, Filter: filterOf(q), Flash: flashOf(q)}
 	if d.opts.Refresh > 0 {
 		data.Refresh = d.opts.Refresh.Milliseconds()
 	}
@@ -399,7 +399,7 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 		chrome: chrome{Title: e.EventID},
 		Event:  e, Now: stats.Now, AtRisk: d.atRisk(stats.Now)(e), Attempts: attempts,
 		Actions: actions, Replays: replays,
-		PayloadLen: len(e.Payload), Flash: r.URL.Query().Get("flash"),
+		PayloadLen: len(e.Payload), Flash: flashOf(r.URL.Query()),
 		Replayable: e.State.Terminal(),
 		Retryable:  e.State == ferry.StatePending && e.NextAttemptAt.After(stats.Now),
 	}
@@ -473,6 +473,26 @@ func prettyPayload(payload []byte, limit int) (string, bool) {
 	return strings.ToValidUTF8(s[:limit], ""), true // drops a rune cut in half
 }
 
+// flashes are the messages a redirect after an action shows, by code: the
+// page never prints text from its URL, so a link cannot put words of its
+// own on an operator's screen.
+var flashes = map[string]string{
+	"replayed":     "replayed: the event is pending and a worker will take it",
+	"not_replayed": "not replayed: the event is already pending or running",
+	"due":          "due now: a worker will take it at once",
+	"not_due":      "not changed: the event is not waiting for a retry",
+}
+
+// flashOf is the message q's flash code names, or "".
+func flashOf(q url.Values) string {
+	if q.Get("flash") == "replayed_many" {
+		if n, err := strconv.Atoi(q.Get("n")); err == nil && n >= 0 {
+			return fmt.Sprintf("replayed %d events", n)
+		}
+	}
+	return flashes[q.Get("flash")]
+}
+
 func (d *Dashboard) replayOne(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
@@ -485,12 +505,12 @@ func (d *Dashboard) replayOne(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, "replay", err)
 		return
 	}
-	flash := "replayed: the event is pending and a worker will take it"
+	flash := "replayed"
 	if n == 0 {
-		flash = "not replayed: the event is already pending or running"
+		flash = "not_replayed"
 	}
 	d.opts.Logger.Info("ferry: dashboard replay", "id", id, "replayed", n, "actor", actor)
-	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, url.QueryEscape(flash)), http.StatusSeeOther)
+	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
 }
 
 // retryNow makes a pending event in backoff due now.
@@ -506,12 +526,12 @@ func (d *Dashboard) retryNow(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, "retry now", err)
 		return
 	}
-	flash := "due now: a worker will take it at once"
+	flash := "due"
 	if !ok {
-		flash = "not changed: the event is not waiting for a retry"
+		flash = "not_due"
 	}
 	d.opts.Logger.Info("ferry: dashboard retry now", "id", id, "changed", ok, "actor", actor)
-	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, url.QueryEscape(flash)), http.StatusSeeOther)
+	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
 }
 
 // replayData is what replay.html shows: what a bulk replay would take.
@@ -584,7 +604,7 @@ func (d *Dashboard) replayMany(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.opts.Logger.Info("ferry: dashboard bulk replay", "filter", f.values().Encode(), "replayed", n, "actor", actor)
-	http.Redirect(w, r, f.url("/ui/", "flash", fmt.Sprintf("replayed %d events", n)), http.StatusSeeOther)
+	http.Redirect(w, r, f.url("/ui/", "flash", "replayed_many", "n", strconv.Itoa(n)), http.StatusSeeOther)
 }
 
 // requeue is the one place a dashboard action reaches the store, and so

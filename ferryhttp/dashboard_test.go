@@ -190,6 +190,22 @@ func TestDashboardPages(t *testing.T) {
 	}
 }
 
+// A page shows only the messages its actions name by code: a crafted
+// link cannot put words of its own on an operator's screen.
+func TestDashboardFlashIsACode(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	const crafted = "Session+expired%3A+sign+in+again+at+evil.example"
+	for _, path := range []string{"/ui/?flash=" + crafted, "/ui/events/" + itoa(b.ids["evt_dead"]) + "?flash=" + crafted} {
+		if code, body := get(t, newReq(t, "GET", b.server.URL+path, nil)); code != 200 || strings.Contains(body, "evil.example") || strings.Contains(body, `id="flash"`) {
+			t.Errorf("GET %s: %d, shows the link's text or a flash:\n%s", path, code, body)
+		}
+	}
+	if _, body := get(t, newReq(t, "GET", b.server.URL+"/ui/?flash=replayed_many&n=3", nil)); !strings.Contains(body, "replayed 3 events") {
+		t.Errorf("a bulk replay's flash code does not show its message:\n%s", body)
+	}
+}
+
 func TestDashboardReplayAndCSRF(t *testing.T) {
 	t.Parallel()
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
