@@ -1,11 +1,8 @@
 package ferryhttp_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
@@ -40,30 +38,9 @@ func (s *heldStore) EventReceiveMany(ctx context.Context, p *ferry.EventReceiveM
 // without reading the body answers at all.
 func headersOnly(t *testing.T, b *bundle, d delivery) reply {
 	t.Helper()
-	conn, err := net.Dial("tcp", b.srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second)) // a ceiling only a body-reading receiver reaches
-	var req strings.Builder
-	fmt.Fprintf(&req, "POST /webhooks/%s HTTP/1.1\r\nHost: ferry.test\r\nContent-Length: %d\r\n", d.source, len(d.body))
-	for k, vs := range d.header {
-		for _, v := range vs {
-			fmt.Fprintf(&req, "%s: %s\r\n", k, v)
-		}
-	}
-	req.WriteString("\r\n")
-	if _, err := io.WriteString(conn, req.String()); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer without the body: %v", err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
+	conn := testhttp.PartialPost(t, b.srv.Listener.Addr().String(), "/webhooks/"+d.source, d.header, len(d.body), "")
+	status, header, raw := testhttp.ReadResponse(t, conn)
+	r := reply{status: status, header: header, raw: raw}
 	_ = json.Unmarshal(raw, &r.body)
 	return r
 }
@@ -124,21 +101,11 @@ func TestReceiverMemoryBudgetAdmitsOneLargeBody(t *testing.T) {
 	}
 }
 
-// stalled opens a connection that sends a delivery's headers with a
-// Content-Length of length, then sent bytes of its body, and then nothing.
+// stalled sends a Stripe delivery's headers with a Content-Length of
+// length, then sent bytes of its body, and then nothing.
 func stalled(t *testing.T, b *bundle, length, sent int) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", b.srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	_ = conn.SetDeadline(time.Now().Add(time.Minute)) // a ceiling only a hang reaches
-	head := fmt.Sprintf("POST /webhooks/stripe HTTP/1.1\r\nHost: ferry.test\r\nContent-Length: %d\r\n\r\n", length)
-	if _, err := io.WriteString(conn, head+strings.Repeat("x", sent)); err != nil {
-		t.Fatal(err)
-	}
-	return conn
+	return testhttp.PartialPost(t, b.srv.Listener.Addr().String(), "/webhooks/stripe", nil, length, strings.Repeat("x", sent))
 }
 
 // waitInFlight waits until the receiver holds at least n body bytes.
@@ -176,15 +143,9 @@ func TestReceiverStalledBodiesHoldWhatTheySent(t *testing.T) {
 func TestReceiverBodyTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) { o.BodyTimeout = 100 * time.Millisecond })
-	conn := stalled(t, b, 1<<10, 10)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer to a stalled body: %v", err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(raw), `"body_timeout"`) {
-		t.Fatalf("stalled body: %d %s, want 408 body_timeout", resp.StatusCode, raw)
+	status, _, raw := testhttp.ReadResponse(t, stalled(t, b, 1<<10, 10))
+	if status != http.StatusRequestTimeout || !strings.Contains(string(raw), `"body_timeout"`) {
+		t.Fatalf("stalled body: %d %s, want 408 body_timeout", status, raw)
 	}
 	if n := b.recv.InFlightBytes(); n != 0 {
 		t.Fatalf("%d body bytes still held after the answer", n)

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 )
 
 // startReceiver runs `ferry serve --role receiver` on SQLite with httpKeys
@@ -22,33 +23,18 @@ func startReceiver(t *testing.T, httpKeys string) *serveProc {
 	return startServe(t, cfg, "--role", "receiver")
 }
 
-// sendHead opens a connection to the receiver and sends a delivery's
-// headers with a Content-Length of length, then sent bytes of its body.
+// sendHead sends a Stripe delivery's headers with a Content-Length of
+// length, then sent bytes of its body, and then nothing.
 func sendHead(t *testing.T, addr string, length, sent int) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	_ = conn.SetDeadline(time.Now().Add(time.Minute)) // a ceiling only a hang reaches
-	head := fmt.Sprintf("POST /webhooks/stripe HTTP/1.1\r\nHost: ferry.test\r\nContent-Length: %d\r\n\r\n", length)
-	if _, err := io.WriteString(conn, head+strings.Repeat("x", sent)); err != nil {
-		t.Fatal(err)
-	}
-	return conn
+	return testhttp.PartialPost(t, addr, "/webhooks/stripe", nil, length, strings.Repeat("x", sent))
 }
 
-// answer reads the receiver's answer on conn: its status and reason.
+// answer reads the receiver's answer on conn: its status and body.
 func answer(t *testing.T, conn net.Conn) (int, string) {
 	t.Helper()
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer: %v", err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
+	status, _, raw := testhttp.ReadResponse(t, conn)
+	return status, string(raw)
 }
 
 // The [http] keys reach the receiver: max_in_flight bounds the bodies it

@@ -67,9 +67,7 @@ func TestCatchup(t *testing.T) {
 		t.Run("Rejects/"+tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := Parse([]byte(good+"[source.catchup]\n"+tc.table+"\n"), vars)
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantKey) || !strings.Contains(err.Error(), tc.wantFix) {
-				t.Fatalf("err = %v, want ErrInvalid naming %s and %q", err, tc.wantKey, tc.wantFix)
-			}
+			wantInvalid(t, err, tc.wantKey, tc.wantFix, "")
 		})
 	}
 

@@ -76,16 +76,23 @@ func TestParseRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			raw := strings.Replace(good, tc.edit, tc.from, 1)
 			_, err := Parse([]byte(raw), vars)
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("err = %v, want ErrInvalid", err)
-			}
-			if !strings.Contains(err.Error(), tc.wantKey) || !strings.Contains(err.Error(), tc.wantFix) {
-				t.Errorf("error %q lacks key %q or fix %q", err, tc.wantKey, tc.wantFix)
-			}
-			if strings.Contains(err.Error(), "SEKRET") {
-				t.Errorf("error %q prints the URL's token", err)
-			}
+			wantInvalid(t, err, tc.wantKey, tc.wantFix, "SEKRET")
 		})
+	}
+}
+
+// wantInvalid checks that err stops the start: ErrInvalid, naming key and
+// the fix, and never secret (when not "").
+func wantInvalid(t *testing.T, err error, key, fix, secret string) {
+	t.Helper()
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("err = %v, want ErrInvalid", err)
+	}
+	if !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), fix) {
+		t.Errorf("err = %v, want the key %q and the fix %q", err, key, fix)
+	}
+	if secret != "" && strings.Contains(err.Error(), secret) {
+		t.Errorf("err = %v: the secret %q reached the message", err, secret)
 	}
 }
 

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -46,15 +45,7 @@ func TestOperatorRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := Parse([]byte(good+tc.extra), vars)
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("err = %v, want ErrInvalid", err)
-			}
-			if !strings.Contains(err.Error(), tc.wantKey) || !strings.Contains(err.Error(), tc.wantFix) {
-				t.Errorf("err = %v, want the key %q and the fix %q", err, tc.wantKey, tc.wantFix)
-			}
-			if strings.Contains(err.Error(), "xoxsecret") {
-				t.Errorf("err = %v: the alerts URL (a secret) reached the message", err)
-			}
+			wantInvalid(t, err, tc.wantKey, tc.wantFix, "xoxsecret") // the alerts URL is a secret
 		})
 	}
 }

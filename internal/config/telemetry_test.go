@@ -1,10 +1,6 @@
 package config
 
-import (
-	"errors"
-	"strings"
-	"testing"
-)
+import "testing"
 
 func TestTelemetry(t *testing.T) {
 	t.Parallel()
@@ -54,12 +50,7 @@ sampling_ratio = 0.25
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := Parse([]byte(good+"[telemetry]\n"+tc.section+"\n"), vars)
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("err = %v, want ErrInvalid", err)
-			}
-			if !strings.Contains(err.Error(), tc.wantKey) || !strings.Contains(err.Error(), tc.wantFix) {
-				t.Errorf("error %q lacks key %q or fix %q", err, tc.wantKey, tc.wantFix)
-			}
+			wantInvalid(t, err, tc.wantKey, tc.wantFix, "")
 		})
 	}
 }

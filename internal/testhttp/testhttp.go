@@ -1,0 +1,53 @@
+// Package testhttp holds what tests need to speak HTTP below net/http's
+// client: a request whose body stops part-way.
+package testhttp
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// PartialPost opens a connection to addr and sends a POST of path with
+// header and a Content-Length of length, then body (shorter than length, or
+// empty), and nothing more: a sender that stalls. The connection closes
+// when t ends; reads and writes on it give up after a minute, a ceiling
+// only a hang reaches.
+func PartialPost(t testing.TB, addr, path string, header http.Header, length int, body string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	var req strings.Builder
+	fmt.Fprintf(&req, "POST %s HTTP/1.1\r\nHost: ferry.test\r\nContent-Length: %d\r\n", path, length)
+	for k, vs := range header {
+		for _, v := range vs {
+			fmt.Fprintf(&req, "%s: %s\r\n", k, v)
+		}
+	}
+	req.WriteString("\r\n" + body)
+	if _, err := io.WriteString(conn, req.String()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// ReadResponse reads the answer on conn: its status, header and body.
+func ReadResponse(t testing.TB, conn net.Conn) (int, http.Header, []byte) {
+	t.Helper()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, raw
+}
