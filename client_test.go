@@ -226,7 +226,10 @@ func TestClient(t *testing.T) {
 		id := b.receive(t, "stripe", "evt_1")
 		cause := make(chan error, 1)
 		running := make(chan struct{})
-		c := b.newClient(t, func(c *ferry.Config) { c.HeartbeatInterval = 50 * time.Millisecond })
+		// A TTL of an hour: the worker's own timer (an hour of wall clock)
+		// cannot cancel the handler within the test's wait, only a
+		// heartbeat that finds the lease gone.
+		c := b.newClient(t, func(c *ferry.Config) { c.LeaseTTL, c.HeartbeatInterval = time.Hour, 50*time.Millisecond })
 		c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
 			if d.Attempt > 1 {
 				return nil
@@ -238,7 +241,7 @@ func TestClient(t *testing.T) {
 		})
 		start(t, c)
 		<-running
-		b.clock.Advance(time.Minute) // the database says the lease is over
+		b.clock.Advance(2 * time.Hour) // the database says the lease is over
 		wantCancelledByLostLease(t, cause)
 		// The robbed attempt wrote no verdict; the next claim closed it as
 		// lease_expired and did the work.

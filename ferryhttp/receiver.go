@@ -352,12 +352,13 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	if r.draining.Load() {
 		return answerDraining, "", nil
 	}
+	// Refused before the body is read: closing the connection is what
+	// keeps net/http from reading (up to 256 KiB of) it before it answers.
 	if req.ContentLength > src.MaxBodyBytes {
+		w.Header().Set("Connection", "close")
 		return answerTooLarge, "", nil
 	}
 	if req.ContentLength > 0 && !r.fits(req.ContentLength) {
-		// Closing the connection is what keeps net/http from reading (up
-		// to 256 KiB of) the body before it answers.
 		w.Header().Set("Connection", "close")
 		return answerBusy, "", nil
 	}

@@ -45,43 +45,44 @@ func headersOnly(t *testing.T, b *bundle, d delivery) reply {
 	return r
 }
 
-// Past MaxInFlightBytes the receiver answers 503 + Retry-After before it
-// reads a body; once the bodies in flight are stored, the budget is free
-// again.
-func TestReceiverMemoryBudget(t *testing.T) {
-	t.Parallel()
-	real := teststore.SQLite(t, nil)
-	st := &heldStore{Store: real, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	const budget = 16 << 10
-	b := setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.MaxInFlightBytes = budget })
-	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(st.release) }) }
+// holdFirstBody starts a receiver with a budget of 16 KiB on a store that
+// holds every receipt until release, and sends evt_first, 12 KiB. It
+// returns once that body is held in flight, with the channel its answer
+// comes on.
+func holdFirstBody(t *testing.T) (b *bundle, release func(), first <-chan reply) {
+	t.Helper()
+	st := &heldStore{Store: teststore.SQLite(t, nil), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	b = setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.MaxInFlightBytes = 16 << 10 })
+	release = sync.OnceFunc(func() { close(st.release) })
 	t.Cleanup(release) // before the server closes: a held request would keep it open
-
-	first := stripe(stripeBodyOfSize("evt_first", 12<<10))
 	answered := make(chan reply, 1)
 	go func() {
-		r, err := b.do(first)
+		r, err := b.do(stripe(stripeBodyOfSize("evt_first", 12<<10)))
 		if err != nil {
 			t.Error(err)
 		}
 		answered <- r
 	}()
 	select {
-	case <-st.entered: // the first body is admitted and held
-	case <-time.After(30 * time.Second):
+	case <-st.entered:
+	case <-time.After(time.Minute):
 		t.Fatal("the first delivery never reached the store")
 	}
+	return b, release, answered
+}
 
+// Past MaxInFlightBytes the receiver answers 503 + Retry-After before it
+// reads a body; once the bodies in flight are stored, the budget is free
+// again.
+func TestReceiverMemoryBudget(t *testing.T) {
+	t.Parallel()
+	b, release, answered := holdFirstBody(t)
 	over := stripe(stripeBodyOfSize("evt_over", 8<<10)) // 12 + 8 KiB > 16 KiB
 	assertUnavailable(t, headersOnly(t, b, over), "5", "memory_budget")
 
 	release()
 	if r := <-answered; r.status != http.StatusOK {
 		t.Fatalf("first delivery: %d %s", r.status, r.raw)
-	}
-	if ev := event(t, real, "stripe", "evt_over"); ev != nil {
-		t.Fatal("a refused delivery was stored")
 	}
 	// The first body is stored and its bytes given back: the refused one
 	// now fits.
@@ -183,5 +184,36 @@ func TestReceiverBodyTimeoutSparesTheStoreWait(t *testing.T) {
 	}
 	if event(t, st, "stripe", "evt_second") == nil {
 		t.Fatal("evt_second not stored")
+	}
+}
+
+// A body whose length is not named is counted as it arrives, and refused
+// (503 memory_budget, nothing stored) the moment it stops fitting beside
+// what is held.
+func TestReceiverMemoryBudgetRefusesPartWay(t *testing.T) {
+	t.Parallel()
+	b, release, answered := holdFirstBody(t)
+	// 12 KiB held + 8 KiB arriving > 16 KiB, found part-way. (Admitted, it
+	// would wait behind the held store: the ceiling.)
+	refused := make(chan reply, 1)
+	go func() {
+		r, err := b.do(chunked(stripe(stripeBodyOfSize("evt_chunked", 8<<10))))
+		if err != nil {
+			t.Error(err)
+		}
+		refused <- r
+	}()
+	select {
+	case r := <-refused:
+		assertUnavailable(t, r, "5", "memory_budget")
+	case <-time.After(time.Minute):
+		t.Fatal("a chunked body past the budget was not refused: it waits for the store")
+	}
+	release()
+	if r := <-answered; r.status != http.StatusOK {
+		t.Fatalf("first delivery: %d %s", r.status, r.raw)
+	}
+	if ev := event(t, b.store, "stripe", "evt_chunked"); ev != nil {
+		t.Fatal("a body refused part-way was stored")
 	}
 }

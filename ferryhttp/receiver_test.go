@@ -635,6 +635,11 @@ func TestReceiverPerSourceLimit(t *testing.T) {
 			t.Fatalf("101 bytes (chunked %v) answered %d %s", d.chunked, r.status, r.raw)
 		}
 	}
+	// A Content-Length past the limit is answered unread: a sender that
+	// sends only its headers gets the 413.
+	if r := headersOnly(t, b, stripe(stripeBodyOfSize("evt_101", 101))); r.status != 413 || !maps.Equal(r.body, rejected("body_too_large")) {
+		t.Fatalf("101 bytes named, none sent: answered %d %s", r.status, r.raw)
+	}
 	// Other sources keep the default.
 	if r := b.send(t, github(githubSecret, "gh-200", stripeBodyOfSize("x", 200))); r.status != 200 {
 		t.Fatalf("github, 200 bytes, answered %d %s", r.status, r.raw)

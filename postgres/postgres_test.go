@@ -90,16 +90,21 @@ func TestReceiptSubscribe(t *testing.T) {
 		listener := listen(t, s)
 		receive(t, s, "s", "done", "p")
 		receive(t, s, "s", "dead", "p")
-		wantNotified(t, listener, "") // the first receipt's; the second coalesces or follows
+		receive(t, s, "s", "dead_many", "p")
+		wantNotified(t, listener, "") // the first receipt's; the others coalesce or follow
 		wantMarkerFirst(t, s, listener, true)
 
+		// Every change of the contract's NothingElseWakes, one by one.
 		receive(t, s, "s", "done", "p") // a duplicate
-		claims, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 2, TTL: time.Minute})
-		if err != nil || len(claims) != 2 {
+		claims, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 3, TTL: time.Minute})
+		if err != nil || len(claims) != 3 {
 			t.Fatalf("claim = %d, %v", len(claims), err)
 		}
 		for _, c := range claims {
 			if _, err := s.EventHeartbeat(ctx, &ferry.EventHeartbeatParams{Lease: c.Event.Lease(), TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.EventHeartbeatMany(ctx, &ferry.EventHeartbeatManyParams{Leases: []ferry.Lease{c.Event.Lease()}, TTL: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -108,6 +113,12 @@ func TestReceiptSubscribe(t *testing.T) {
 		}
 		if _, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: claims[1].Event.Lease(), Dead: true}); err != nil {
 			t.Fatal(err)
+		}
+		if _, err := s.EventFailMany(ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: claims[2].Event.Lease(), Dead: true}}}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{Source: "github", Actor: "op"}); err != nil || n != 0 {
+			t.Fatalf("requeue of nothing = %d, %v", n, err)
 		}
 		wantMarkerFirst(t, s, listener, false)
 	})

@@ -103,6 +103,9 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		_, err := b.store.EventHeartbeat(b.ctx, &ferry.EventHeartbeatParams{Lease: lease, TTL: ttl})
 		wantLeaseLost(t, "heartbeat after expiry", err)
 		wantLeaseLost(t, "complete after expiry", b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease}))
+		_, err = b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "late", MaxAttempts: 5})
+		wantLeaseLost(t, "fail after expiry", err)
+		wantLeaseLost(t, "release after expiry", b.store.EventRelease(b.ctx, &ferry.EventReleaseParams{Lease: lease}))
 		wantState(t, b, id, ferry.StateInProgress)
 	})
 

@@ -116,9 +116,11 @@ func testSubscribe[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], clo
 
 	// A change that puts no event in pending does not wake. The check reads
 	// the channel once every change has returned: exact where signals are
-	// sent before the write returns (SQLite), and where they travel
-	// asynchronously (PostgreSQL's NOTIFY) it can miss a wrong signal but
-	// never reports one that was not sent.
+	// sent before the write returns (SQLite); where they travel
+	// asynchronously (PostgreSQL's NOTIFY) it can miss a wrong signal, so
+	// package postgres proves the same absence by order
+	// (TestReceiptSubscribe/OnlyClaimableChangesNotify: a marker NOTIFY sent
+	// after these changes arrives first).
 	run(t, setup, "NothingElseWakes", func(t *testing.T, b *bundle[TX]) {
 		done := receive(t, b, "stripe", "evt_done")
 		dead := receive(t, b, "stripe", "evt_dead")

@@ -86,6 +86,28 @@ func TestAlertWatcher(t *testing.T) {
 		t.Errorf("second check repeated warnings: %v", got)
 	}
 
+	// An event that finishes leaves the watch; replayed, it is warned
+	// about again.
+	claimed, err = store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute, Sources: []string{"stripe"}})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim = %v, %v", claimed, err)
+	}
+	again := claimed[0].Event
+	if err := store.EventComplete(ctx, &ferry.EventCompleteParams{Lease: again.Lease()}); err != nil {
+		t.Fatal(err)
+	}
+	w.check(ctx)
+	if got := lines(); len(got) != 0 {
+		t.Errorf("a check after %s finished: %v, want no warning", again.EventID, got)
+	}
+	if n, err := store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{again.ID}, Actor: "op"}); err != nil || n != 1 {
+		t.Fatalf("requeue = %d, %v", n, err)
+	}
+	w.check(ctx)
+	if got := lines(); len(got) != 1 || got[0]["alert"] != "at_risk" || got[0]["event_id"] != again.EventID {
+		t.Errorf("after %s was replayed: %v, want one at_risk warning for it", again.EventID, got)
+	}
+
 	// An event of a hold source whose lease lapses is held as unknown.
 	if _, err := store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "shop", EventID: "order_1", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)

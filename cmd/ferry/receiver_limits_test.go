@@ -61,8 +61,9 @@ func TestServeReceiverLimits(t *testing.T) {
 		t.Parallel()
 		p := startReceiver(t, "body_timeout = \"300ms\"")
 		conn := sendHead(t, p.addr, 1024, 10)
-		// The default (10s) would pass this ceiling.
-		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		// Thirty times the configured 300ms, and short of the 10s default:
+		// only a body_timeout that never reached the receiver passes it.
+		_ = conn.SetDeadline(time.Now().Add(9 * time.Second))
 		if code, body := answer(t, conn); code != http.StatusRequestTimeout || !strings.Contains(body, "body_timeout") {
 			t.Fatalf("a stalled body: %d %s, want 408 body_timeout", code, body)
 		}
