@@ -8,10 +8,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ferry-inbox/ferry/internal/retryafter"
 )
 
 // Defaults of the provider API client.
@@ -159,7 +160,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode < 500 {
 					return nil, nil, err
 				}
-				retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+				retryAfter = retryafter.Parse(resp.Header.Get("Retry-After"), time.Now(), 24*time.Hour) // more than maxWait fails the pass
 			}
 		}
 		if try == maxTries {
@@ -204,21 +205,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// parseRetryAfter reads delay-seconds or an HTTP date; 0 when absent or
-// unreadable.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return t.Sub(now)
-	}
-	return 0
 }
 
 func snippet(b []byte) string {

@@ -116,18 +116,3 @@ func TestRunner(t *testing.T) {
 		}
 	})
 }
-
-func TestParseRetryAfter(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for in, want := range map[string]time.Duration{
-		"": 0, "3": 3 * time.Second, "junk": 0, "-1": 0,
-		now.Add(90 * time.Second).Format(http1123): 90 * time.Second,
-	} {
-		if got := parseRetryAfter(in, now); got != want {
-			t.Errorf("parseRetryAfter(%q) = %v, want %v", in, got, want)
-		}
-	}
-}
-
-const http1123 = "Mon, 02 Jan 2006 15:04:05 GMT"

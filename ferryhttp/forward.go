@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/retryafter"
 	"github.com/ferry-inbox/ferry/provider"
 )
 
@@ -153,7 +154,8 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 	if !retryable(resp.StatusCode) {
 		return ferry.Permanent(err)
 	}
-	if wait := parseRetryAfter(resp.Header.Get("Retry-After"), f.opts.Now()); wait > 0 {
+	// At most a day, so a broken header cannot park an event for ever.
+	if wait := retryafter.Parse(resp.Header.Get("Retry-After"), f.opts.Now(), 24*time.Hour); wait > 0 {
 		return ferry.RetryAfter(err, wait)
 	}
 	return err
@@ -165,21 +167,6 @@ func retryable(status int) bool {
 		return true
 	}
 	return status >= 500
-}
-
-// parseRetryAfter reads delay-seconds or an HTTP date; anything else is 0.
-// It is capped at a day so a broken header cannot park an event for ever.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	var d time.Duration
-	if secs, err := strconv.Atoi(v); err == nil {
-		d = time.Duration(secs) * time.Second
-	} else if t, err := http.ParseTime(v); err == nil {
-		d = t.Sub(now)
-	}
-	return min(max(d, 0), 24*time.Hour)
 }
 
 // appError is a non-2xx answer from the app. Its Error text keeps the start

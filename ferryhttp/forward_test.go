@@ -280,32 +280,6 @@ func assertNoToken(t *testing.T, err error) {
 	}
 }
 
-func TestParseRetryAfter(t *testing.T) {
-	t.Parallel()
-	now := testNow
-	cases := []struct {
-		header string
-		want   time.Duration
-	}{
-		{"", 0},
-		{"0", 0},
-		{"120", 2 * time.Minute},
-		{"-5", 0},
-		{"soon", 0},
-		{"1.5", 0},
-		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
-		{now.Add(-time.Hour).Format(http.TimeFormat), 0},
-		{now.Add(2 * time.Hour).Format(time.RFC850), 2 * time.Hour},
-		{"999999999", 24 * time.Hour},
-		{now.Add(30 * 24 * time.Hour).Format(http.TimeFormat), 24 * time.Hour},
-	}
-	for _, tc := range cases {
-		if got := ferryhttp.ParseRetryAfter(tc.header, now); got != tc.want {
-			t.Errorf("ParseRetryAfter(%q) = %s, want %s", tc.header, got, tc.want)
-		}
-	}
-}
-
 // attemptDone tells a test when the client has recorded an attempt.
 type attemptDone chan ferry.Outcome
 
