@@ -87,7 +87,9 @@ type alertMessage struct {
 type alertMark struct {
 	// SentAt is the database time of the last message.
 	SentAt time.Time `json:"sent_at"`
-	// IDs are the event row ids in the condition at the last message.
+	// Keys are the events in the condition at the last message (alertKey).
+	Keys []string `json:"keys,omitempty"`
+	// IDs are the row ids marks held before Keys; read, never written.
 	IDs []int64 `json:"ids,omitempty"`
 	// After is the last notice announced.
 	After int64 `json:"after,omitempty"`
@@ -234,13 +236,17 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 		if err != nil {
 			return err
 		}
-		announced := make(map[int64]bool, len(mark.IDs))
+		announced := make(map[string]bool, len(mark.Keys)+len(mark.IDs))
+		for _, k := range mark.Keys {
+			announced[k] = true
+		}
 		for _, id := range mark.IDs {
-			announced[id] = true
+			announced[strconv.FormatInt(id, 10)] = true
 		}
 		for _, e := range events {
-			next.IDs = append(next.IDs, e.ID)
-			if !announced[e.ID] {
+			key := alertKey(e)
+			next.Keys = append(next.Keys, key)
+			if !announced[key] {
 				msg.EventIDs = append(msg.EventIDs, e.EventID)
 				rowIDs = append(rowIDs, e.ID)
 			}
@@ -270,6 +276,16 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 	}
 	p.log.Info("ferry: alert pushed", "kind", rule.kind, "source", source, "new", msg.New, "total", msg.Total)
 	return nil
+}
+
+// alertKey names an event in an alert's mark: its row id, and when it was
+// last requeued, so that an event replayed and back in the condition (dead
+// again, at risk again) is announced again.
+func alertKey(e *ferry.Event) string {
+	if e.RequeuedAt.IsZero() {
+		return strconv.FormatInt(e.ID, 10)
+	}
+	return strconv.FormatInt(e.ID, 10) + "@" + strconv.FormatInt(e.RequeuedAt.UnixMicro(), 10)
 }
 
 // current lists the events of one source in an event kind's condition now,

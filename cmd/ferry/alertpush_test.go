@@ -304,6 +304,44 @@ func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 		want("the same replay, again")
 	})
 
+	t.Run("ReplayedAndDeadAgain", func(t *testing.T) {
+		// evt_4 was announced dead; an operator replays it and it dies
+		// again: announced again, though its row is the same.
+		fresh := b.pusher(t, b.recv.url())
+		b.clock.Advance(11 * time.Minute)
+		res, err := st.EventList(ctx, &ferry.EventListParams{Source: "stripe", States: []ferry.State{ferry.StateDead}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id int64
+		for _, e := range res.Events {
+			if e.EventID == "evt_4" {
+				id = e.ID
+			}
+		}
+		if n, err := st.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op"}); err != nil || n != 1 {
+			t.Fatalf("requeue of evt_4 (%d) = %d, %v", id, n, err)
+		}
+		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "test", Limit: 100, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims { // the others are done, so only evt_4 is dead
+			if c.Event.ID == id {
+				_, err = st.EventFail(ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Error: "404", Dead: true})
+			} else {
+				err = st.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		fresh.check(ctx)
+		if m := want("dead again after a replay", "dead")[0]; m.New != 1 || strings.Join(m.EventIDs, ",") != "evt_4" {
+			t.Errorf("message = %+v, want evt_4 new", m)
+		}
+	})
+
 	t.Run("SecretNeverLogged", func(t *testing.T) {
 		// A receiver that refuses connections: the error names the key, not the URL.
 		down := httptest.NewServer(http.NotFoundHandler())
