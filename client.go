@@ -195,6 +195,7 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 		dry          bool // the last claim found fewer due events than it asked for
 		signals      int  // receipt signals and polls seen
 		lastFinished = -1
+		pollArmed    = true // poll will fire; not re-armed until it has
 	)
 	defer func() {
 		// Stop: what claims still on their way bring back is released.
@@ -232,8 +233,12 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 			}, signals)
 			continue // another claim may be due as soon as Prefetch more places free
 		}
-		if inFlight == 0 {
+		// Armed once, not on every pass: jobs that finish more often than
+		// the interval must not keep putting the poll off, since only the
+		// poll finds retries falling due and leases lapsing.
+		if inFlight == 0 && !pollArmed {
 			resetTimer(poll, max(c.cfg.PollInterval, backoff(failures, c.cfg.PollInterval, 30*c.cfg.PollInterval)))
+			pollArmed = true
 		}
 		select {
 		case <-ctx.Done():
@@ -249,7 +254,9 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 			if r.err != nil {
 				failures++
 				c.log.Warn("ferry: claim failed", "worker", c.cfg.ID, "err", r.err)
-				dry = true // wait for the poll's backoff before asking again
+				// Only the poll, re-armed with the backoff, asks again: a
+				// store that fails claims gets no claim per receipt.
+				dry, pollArmed = true, false
 				continue
 			}
 			failures = 0
@@ -263,13 +270,13 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}
 				dry = true
 			}
 		case _, ok := <-wake:
-			dry = false
+			dry = dry && failures > 0 // after a failed claim, the poll's backoff decides
 			signals++
 			if !ok {
 				wake = nil // the store closed its notifications: poll only
 			}
 		case <-poll.C:
-			dry = false
+			dry, pollArmed = false, false
 			signals++
 		case <-c.slotFree:
 		}

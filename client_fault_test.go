@@ -3,6 +3,7 @@ package ferry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ type faultyStore struct {
 	ferry.Store
 	hangHeartbeats bool         // EventHeartbeatMany blocks until its context ends
 	closedWake     bool         // ReceiptSubscribe returns a closed channel
+	failClaims     bool         // EventClaimMany fails
 	claims         atomic.Int64 // EventClaimMany calls
 }
 
@@ -37,6 +39,9 @@ func (s *faultyStore) ReceiptSubscribe(ctx context.Context) (<-chan struct{}, er
 
 func (s *faultyStore) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
 	s.claims.Add(1)
+	if s.failClaims {
+		return nil, errors.New("ferry-test: claim failed")
+	}
 	return s.Store.EventClaimMany(ctx, p)
 }
 
@@ -115,4 +120,71 @@ func TestClientFaults(t *testing.T) {
 		id := b.receive(t, "stripe", "evt_after")
 		b.waitState(t, id, ferry.StateDone) // found by polling
 	})
+
+	// A store whose claims fail while receipts still commit gets claims at
+	// the poll's backoff, not one per receipt signal: six claims take at
+	// least five poll intervals (a busy machine only slows them).
+	withClient(t, "FailingClaimsWaitForTheBackoff", false, func(t *testing.T, b *clientBundle) {
+		store := &faultyStore{Store: b.store, failClaims: true}
+		c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.PollInterval = 100 * time.Millisecond })
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
+		began := time.Now()
+		start(t, c)
+		for i := 0; store.claims.Load() < 6; i++ {
+			if time.Since(began) > time.Minute {
+				t.Fatalf("%d claims in a minute: the claim loop stopped", store.claims.Load())
+			}
+			b.receive(t, "stripe", fmt.Sprint("evt_", i)) // a signal each
+		}
+		if elapsed := time.Since(began); elapsed < 500*time.Millisecond {
+			t.Fatalf("6 failing claims in %v: receipt signals bypass the backoff", elapsed)
+		}
+	})
+
+	// The poll finds what falls due without a signal (a retry's delay
+	// running out) even while jobs finish more often than PollInterval:
+	// finishing jobs must not keep putting it off. The retry is done while
+	// the finishes still go on.
+	withClient(t, "PollNotPutOffByFinishingJobs", true, func(t *testing.T, b *clientBundle) {
+		const slow = 100
+		for i := range slow {
+			b.receive(t, "slow", fmt.Sprint("evt_", i))
+		}
+		flaky := b.receive(t, "flaky", "evt_flaky")
+		tick := make(chan struct{})
+		c := b.newClient(t, func(c *ferry.Config) { c.Workers, c.PollInterval = 2*slow, 100*time.Millisecond })
+		c.Handle("slow", func(ctx context.Context, _ *ferry.Delivery) error {
+			select {
+			case <-tick:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		c.Handle("flaky", func(_ context.Context, d *ferry.Delivery) error {
+			if d.Attempt == 1 {
+				return ferry.RetryAfter(errors.New("transient"), time.Hour)
+			}
+			return nil
+		})
+		start(t, c)
+		waitFor(t, "the first attempt's failure", func() bool {
+			ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: flaky})
+			return err == nil && ev.State == ferry.StatePending && ev.Attempt == 1
+		})
+		b.clock.Advance(2 * time.Hour) // due now; no receipt signal says so
+		released := 0
+		for ; released < slow; released++ {
+			if ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: flaky}); err == nil && ev.State == ferry.StateDone {
+				break
+			}
+			tick <- struct{}{} // a job finishes every 20 ms
+			time.Sleep(20 * time.Millisecond)
+		}
+		if released == slow {
+			t.Fatalf("the retry was not done while %d jobs finished 20 ms apart with a 100 ms poll: finishing jobs put the poll off", slow)
+		}
+		close(tick)
+	})
+
 }
