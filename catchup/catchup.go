@@ -98,6 +98,12 @@ type Runner struct {
 	// Lookback is the first pass's window and the most any pass looks back.
 	// Defaults to DefaultLookback.
 	Lookback time.Duration
+	// Retention is how long the store remembers the source's events (the
+	// source's retention): an older event may have been processed and
+	// purged, and catch-up would receive it again as new. No window reaches
+	// back further than Retention less Overlap (for the provider's clock);
+	// a pass that would is cut there and says so. Zero means no bound.
+	Retention time.Duration
 	// Overlap defaults to DefaultOverlap.
 	Overlap time.Duration
 	// Settle defaults to DefaultSettle; negative means none.
@@ -217,6 +223,17 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 			res.From = floor
 		}
 	}
+	if r.Retention > 0 {
+		if forgotten := now.Add(-r.Retention + overlap); res.From.Before(forgotten) {
+			res.Warnings = append(res.Warnings, fmt.Sprintf(
+				"events created before %s are not fetched: the store forgets events after retention %s, so an older one may have been processed and purged, and would be sent to the app again",
+				forgotten.Format(time.RFC3339), r.Retention))
+			res.From = forgotten
+			if floor.Before(forgotten) {
+				floor = forgotten
+			}
+		}
+	}
 	if limit := now.Add(-r.Reconciler.Retention()); res.From.Before(limit) {
 		res.Warnings = append(res.Warnings, fmt.Sprintf(
 			"events created before %s are out of the provider's reach (it keeps %s); they cannot be caught up",
@@ -258,8 +275,13 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	}
 
 	// The window covers everything since the checkpoint only if it starts
-	// at or before it; a short --since must not skip what lies between.
-	if !opts.DryRun && (checkpoint.IsZero() || !res.From.After(checkpoint)) && res.To.After(checkpoint) {
+	// at or before it, and a first pass's everything it may reach; a short
+	// --since must not skip what lies between.
+	covered := !res.From.After(checkpoint)
+	if checkpoint.IsZero() {
+		covered = !res.From.After(floor)
+	}
+	if !opts.DryRun && covered && res.To.After(checkpoint) {
 		err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: res.To.Format(time.RFC3339Nano)})
 		if err != nil {
 			return res, fmt.Errorf("catchup %s: write checkpoint: %w", r.Source, err)

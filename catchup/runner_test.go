@@ -43,6 +43,44 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// A fresh store's first short --since (trying the config) does not
+	// move the checkpoint: the loop's first pass still covers its lookback.
+	t.Run("ShortSinceOnAFreshStoreLeavesTheCheckpoint", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		if res := b.pass(t, PassOptions{Since: time.Hour}); res.Advanced {
+			t.Fatal("a 1h pass on a fresh store advanced the checkpoint: the lookback before it would never be fetched")
+		}
+		if res := b.pass(t, PassOptions{}); !res.Advanced || !res.From.Equal(b.now.Add(-DefaultLookback)) {
+			t.Fatalf("the first loop pass = from %v, advanced %v; want the whole lookback", res.From, res.Advanced)
+		}
+	})
+
+	// No window reaches past the source's retention: an older event may
+	// have been processed and purged, and would be received (and
+	// forwarded) again as new.
+	t.Run("NeverReachesPastRetention", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.runner.Retention = 144 * time.Hour
+		b.fake.add(1, b.now.Add(-200*time.Hour), "forgotten")
+		b.fake.add(1, b.now.Add(-100*time.Hour), "kept")
+		res := b.pass(t, PassOptions{Since: 240 * time.Hour})
+		if !res.From.Equal(b.now.Add(-144*time.Hour + DefaultOverlap)) {
+			t.Fatalf("window from %v, want retention less the overlap", res.From)
+		}
+		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "retention 144h") {
+			t.Fatalf("warnings %q: want the cut at retention named", res.Warnings)
+		}
+		ctx := context.Background()
+		if _, err := b.store.EventGet(ctx, &ferry.EventGetParams{Source: "stripe", EventID: "evt_forgotten000"}); !errors.Is(err, ferry.ErrNotFound) {
+			t.Fatalf("an event older than retention was received: %v", err)
+		}
+		if _, err := b.store.EventGet(ctx, &ferry.EventGetParams{Source: "stripe", EventID: "evt_kept000"}); err != nil {
+			t.Fatalf("an event within retention was not received: %v", err)
+		}
+	})
+
 	t.Run("GapsAreWarned", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})

@@ -175,6 +175,12 @@ func TestReconcile(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Fetched != 50 || res.Known != 50 || !res.DryRun || res.Advanced {
 			t.Fatalf("dry run --json: exit %d, %v, %+v\n%s", code, err, res, out)
 		}
+		// No window reaches past the source's retention (144h by default).
+		out, _, code = runFerry(t, "reconcile", "--config", cfg, "--source", "stripe", "--since", "240h", "--dry-run", "--json")
+		var cut struct{ Warnings []string }
+		if err := json.Unmarshal([]byte(out), &cut); code != 0 || err != nil || !strings.Contains(strings.Join(cut.Warnings, "\n"), "retention 144h") {
+			t.Fatalf("--since past retention: exit %d, %v, warnings %q", code, err, cut.Warnings)
+		}
 		if _, errOut, code := runFerry(t, "reconcile", "--config", cfg); code != 2 || !strings.Contains(errOut, "--source is required") {
 			t.Fatalf("reconcile without --source: exit %d %s", code, errOut)
 		}

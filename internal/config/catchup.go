@@ -103,6 +103,9 @@ func (c *Catchup) validate(key string, s *Source) []error {
 	if c.Lookback.Duration < time.Minute {
 		bad("lookback", "is %v: use at least 1m (the default is %v)", c.Lookback.Duration, catchup.DefaultLookback)
 	}
+	if most := s.Retention.Duration - catchup.DefaultOverlap; c.Enabled() && c.Lookback.Duration > most {
+		bad("lookback", "is %v, past the source's retention %v: an older event may have been processed and purged, and catch-up would send it again; use at most %v, or raise retention", c.Lookback.Duration, s.Retention.Duration, most)
+	}
 	if c.Rate < 0 || c.Rate > 25 {
 		bad("rate", "is %v requests a second: use a number above 0 and at most 25 (Stripe's test-mode limit)", c.Rate)
 	}

@@ -58,6 +58,7 @@ func TestCatchup(t *testing.T) {
 		name, table, wantKey, wantFix string
 	}{
 		{"short interval", "api_key = \"k\"\ninterval = \"10s\"", "catchup.interval", "at least 1m"},
+		{"lookback past retention", "api_key = \"k\"\nlookback = \"144h\"", "catchup.lookback", "use at most 143h50m0s"},
 		{"rate too high", "api_key = \"k\"\nrate = 100", "catchup.rate", "at most 25"},
 		{"no credentials", "hook = \"repos/a/b/hooks/1\"", "catchup.api_key", "credentials"},
 		{"github keys on stripe", "token = \"t\"\nhook = \"repos/a/b/hooks/1\"", "catchup", "Stripe takes api_key"},
