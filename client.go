@@ -67,6 +67,10 @@ type Client struct {
 
 var errShutdown = errors.New("ferry: client stopped")
 
+// errHandlerExited is the failure of a handler that ended its goroutine
+// (runtime.Goexit, as t.FailNow does) instead of returning.
+var errHandlerExited = errors.New("ferry: handler exited its goroutine without returning")
+
 // maxCompleteBatch is the most leases one EventCompleteMany call carries.
 const maxCompleteBatch = 1000
 
@@ -126,12 +130,14 @@ func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Unlock()
 
 	stopClaiming()
-	<-c.claimDone
+	// Events still waiting for a worker go back now; the claim loop
+	// releases what its claims in flight bring back instead of launching
+	// it. Grace and ctx count from here, even while a claim hangs.
 	close(c.stopQueued)
 	defer func() { c.stopBeats(); <-c.beatDone }()
 
 	finished := make(chan struct{})
-	go func() { c.jobs.Wait(); close(finished) }()
+	go func() { <-c.claimDone; c.jobs.Wait(); close(finished) }() // no launch after claimDone
 	grace := time.NewTimer(c.cfg.ShutdownGrace)
 	defer grace.Stop()
 	select {
@@ -340,15 +346,22 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 		}
 		defer func() { <-c.workers }()
 		var (
-			completed bool
-			took      time.Duration
-			err       error
+			completed, returned bool
+			took                time.Duration
+			err                 error
 		)
+		defer func() {
+			if !returned { // runtime.Goexit in the handler: recorded, not heartbeaten for ever
+				c.stopBeating(j)
+				c.record(hctx, j, cl, false, errHandlerExited, 0)
+			}
+		}()
 		if j.lost.Load() {
 			err = ErrLeaseLost // lapsed while it waited: another worker may have it
 		} else {
 			completed, took, err = c.runHandler(hctx, j, cl)
 		}
+		returned = true
 		c.stopBeating(j)
 		c.record(hctx, j, cl, completed, err, took)
 	}()

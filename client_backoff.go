@@ -1,6 +1,7 @@
 package ferry
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -16,6 +17,9 @@ func backoff(n int, base, limit time.Duration) time.Duration {
 		if d := base << (n - 1); d > 0 && d < limit {
 			ceiling = d
 		}
+	}
+	if ceiling == math.MaxInt64 { // a limit meaning "none": ceiling+1 would wrap
+		return rand.N(ceiling)
 	}
 	return rand.N(ceiling + 1)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +45,25 @@ func (s *faultyStore) EventClaimMany(ctx context.Context, p *ferry.EventClaimMan
 		return nil, errors.New("ferry-test: claim failed")
 	}
 	return s.Store.EventClaimMany(ctx, p)
+}
+
+// hungClaims is a store whose claims hang until unblock closes.
+type hungClaims struct {
+	ferry.Store
+	asked, unblock chan struct{}
+	once           sync.Once
+	returned       atomic.Bool
+}
+
+func (s *hungClaims) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+	s.once.Do(func() { close(s.asked) })
+	defer s.returned.Store(true)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.unblock:
+		return nil, errors.New("ferry-test: claim unblocked")
+	}
 }
 
 func TestClientFaults(t *testing.T) {
@@ -185,6 +206,39 @@ func TestClientFaults(t *testing.T) {
 			t.Fatalf("the retry was not done while %d jobs finished 20 ms apart with a 100 ms poll: finishing jobs put the poll off", slow)
 		}
 		close(tick)
+	})
+
+	// A handler that ends its goroutine (runtime.Goexit, as t.FailNow does)
+	// fails its attempt; its lease is not kept alive for ever, and the
+	// retry runs.
+	withClient(t, "HandlerGoexitFailsTheAttempt", false, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "stripe", "evt_1")
+		c := b.newClient(t, nil)
+		c.Handle("stripe", func(_ context.Context, d *ferry.Delivery) error {
+			if d.Attempt == 1 {
+				runtime.Goexit()
+			}
+			return nil
+		})
+		start(t, c)
+		b.waitState(t, id, ferry.StateDone)
+		b.wantLedger(t, id, "[failed done]")
+	})
+
+	// Stop keeps to its ctx while a claim hangs (a stalled database at
+	// shutdown): it returns at the deadline, not when the claim gives up.
+	withClient(t, "StopKeepsItsDeadlineWhileAClaimHangs", false, func(t *testing.T, b *clientBundle) {
+		store := &hungClaims{Store: b.store, asked: make(chan struct{}), unblock: make(chan struct{})}
+		c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.ShutdownGrace = time.Millisecond })
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
+		start(t, c)
+		t.Cleanup(func() { close(store.unblock) }) // before start's Stop
+		<-store.asked
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if err := c.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) || store.returned.Load() {
+			t.Fatalf("Stop = %v with the claim returned: %v; want the deadline while the claim still hangs", err, store.returned.Load())
+		}
 	})
 
 }
