@@ -241,4 +241,37 @@ func TestClientFaults(t *testing.T) {
 		}
 	})
 
+	// A requeued event's retries back off from RetryBase again: the
+	// backoff grows with the attempts of its new budget, not with every
+	// attempt it ever had.
+	withClient(t, "BackoffStartsAgainAfterARequeue", true, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "stripe", "evt_1")
+		for state := ferry.StatePending; state != ferry.StateDead; {
+			claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w0", Limit: 1, TTL: time.Minute})
+			if err != nil || len(claims) != 1 {
+				t.Fatalf("claim = %v, %v", claims, err)
+			}
+			if state, err = b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Error: "old", MaxAttempts: 20}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op"}); err != nil || n != 1 {
+			t.Fatalf("requeue = %d, %v", n, err)
+		}
+		c := b.newClient(t, func(c *ferry.Config) { c.RetryBase, c.RetryCap = time.Millisecond, time.Hour })
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return errors.New("transient") })
+		start(t, c)
+		var ev *ferry.Event
+		waitFor(t, "a failure after the requeue", func() bool {
+			var err error
+			ev, err = b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
+			return err == nil && ev.Attempt > 20 && ev.State == ferry.StatePending
+		})
+		// RetryBase is 1ms: a few failures in, the delay is still under a
+		// second; grown from attempt 21 it would be up to 17 minutes.
+		if delay := ev.NextAttemptAt.Sub(b.clock.Now()); delay > time.Second {
+			t.Fatalf("attempt %d after a requeue at attempt 20 waits %v", ev.Attempt, delay)
+		}
+	})
+
 }

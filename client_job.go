@@ -118,7 +118,9 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 			log.Warn("ferry: release at shutdown failed; the lease will lapse instead", "err", err)
 		}
 	default:
-		delay := backoff(ev.Attempt, c.cfg.RetryBase, c.cfg.RetryCap)
+		// Grown with the attempts of this budget: a requeued event starts
+		// again from RetryBase.
+		delay := backoff(ev.Attempt-ev.AttemptBase, c.cfg.RetryBase, c.cfg.RetryCap)
 		delay = max(delay, retryAfterOf(err))
 		var state State
 		// Batched with the failures of other jobs, as completions are.

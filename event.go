@@ -75,6 +75,10 @@ type Event struct {
 	// Attempt counts claims and is the fencing token: every write after a claim
 	// must name the attempt it holds. It never goes down, even on requeue.
 	Attempt int
+	// AttemptBase is Attempt as it was when the event was last requeued (0
+	// before): Attempt - AttemptBase counts the claims of its current
+	// budget, which MaxAttempts bounds and the retry backoff grows with.
+	AttemptBase int
 	// LeaseOwner names the worker holding the lease; empty when none does.
 	LeaseOwner string
 	// LeaseExpiresAt is when the lease lapses unless heartbeated; zero when no

@@ -340,6 +340,7 @@ func (r *eventRow) event() (*ferry.Event, error) {
 		PayloadSHA256:    r.PayloadSHA256,
 		State:            ferry.State(r.State),
 		Attempt:          r.Attempt,
+		AttemptBase:      r.AttemptBase,
 		LeaseOwner:       deref(r.LeaseOwner),
 		LeaseExpiresAt:   utc(r.LeaseExpiresAt),
 		NextAttemptAt:    r.NextAttemptAt.UTC(),

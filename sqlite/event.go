@@ -475,7 +475,7 @@ func scanEvent(row scanner) (*ferry.Event, error) {
 	err := row.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &e.Payload, &headers, &e.PayloadSHA256,
 		&state, &e.Attempt, &leaseOwner, &leaseExpires, &nextAttempt, &first, &last,
 		&e.Deliveries, &e.Conflicts, &claimed, &completed, &lastError, &requeued, &origin, &e.Replays,
-		&traceparent, &tracestate)
+		&traceparent, &tracestate, &e.AttemptBase)
 	if err != nil {
 		return nil, err
 	}

@@ -24,12 +24,16 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatalf("requeue = %d, %v", n, err)
 		}
 		ev := wantState(t, b, id, ferry.StatePending)
-		if !ev.RequeuedAt.Equal(b.clock.Now()) || !ev.NextAttemptAt.Equal(b.clock.Now()) || ev.Attempt != 1 {
-			t.Errorf("requeued: at %v next %v attempt %d", ev.RequeuedAt, ev.NextAttemptAt, ev.Attempt)
+		if !ev.RequeuedAt.Equal(b.clock.Now()) || !ev.NextAttemptAt.Equal(b.clock.Now()) || ev.Attempt != 1 || ev.AttemptBase != 1 {
+			t.Errorf("requeued: at %v next %v attempt %d base %d", ev.RequeuedAt, ev.NextAttemptAt, ev.Attempt, ev.AttemptBase)
 		}
 		c := claimOne(t, b, "w1")
-		if c.Event.Attempt != 2 {
-			t.Fatalf("attempt after requeue = %d, want 2 (the fencing token never goes down)", c.Event.Attempt)
+		if c.Event.Attempt != 2 || c.Event.AttemptBase != 1 {
+			t.Fatalf("claim after requeue: attempt %d base %d, want 2 and 1 (the fencing token never goes down; the budget starts again)", c.Event.Attempt, c.Event.AttemptBase)
+		}
+		list, err := b.store.EventList(b.ctx, &ferry.EventListParams{EventIDContains: "evt_1"})
+		if err != nil || len(list.Events) != 1 || list.Events[0].AttemptBase != 1 {
+			t.Fatalf("listed after requeue: %+v, %v; want attempt base 1", list, err)
 		}
 		state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), MaxAttempts: 2})
 		if err != nil || state != ferry.StatePending {

@@ -2,5 +2,5 @@
 SELECT id, source, event_id, type, NULL, NULL, payload_sha256, state, attempt,
        lease_owner, lease_expires_at, next_attempt_at, first_delivered_at,
        last_delivered_at, deliveries, conflicts, claimed_at, completed_at,
-       last_error, requeued_at, origin, replays, NULL, NULL
+       last_error, requeued_at, origin, replays, NULL, NULL, attempt_base
 FROM ferry_event
