@@ -104,13 +104,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.claimDone = make(chan struct{})
 	c.beatDone = make(chan struct{})
 	go c.heartbeatLoop(beatCtx)
-
-	wake, err := c.store.ReceiptSubscribe(claimCtx)
-	if err != nil {
-		c.log.Warn("ferry: receipt notifications unavailable; polling only", "err", err)
-		wake = nil
-	}
-	go c.claimLoop(claimCtx, handlerCtx, wake)
+	go c.claimLoop(claimCtx, handlerCtx)
 	return nil
 }
 
@@ -179,8 +173,20 @@ func (c *Client) sources() (claim, hold []string) {
 // claim: a client whose workers are all stuck claims nothing more, so it
 // holds at most Prefetch waiting events (heartbeated, released at Stop)
 // besides its stuck ones.
-func (c *Client) claimLoop(ctx, handlerCtx context.Context, wake <-chan struct{}) {
+func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 	defer close(c.claimDone)
+	// Here, not in Start: subscribing may wait for a connection (a database
+	// that does not answer), and Start returns at once while Stop can
+	// cancel it. The first claim runs after it, so nothing received before
+	// is missed.
+	wake, err := c.store.ReceiptSubscribe(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("ferry: receipt notifications unavailable; polling only", "err", err)
+		wake = nil
+	}
 	sources, hold := c.sources()
 	poll := time.NewTimer(0)
 	defer poll.Stop()

@@ -66,6 +66,16 @@ func (s *hungClaims) EventClaimMany(ctx context.Context, p *ferry.EventClaimMany
 	}
 }
 
+// stuckSubscribe is a store whose ReceiptSubscribe waits for a connection
+// that never comes (a database host that does not answer) until its ctx
+// ends.
+type stuckSubscribe struct{ ferry.Store }
+
+func (stuckSubscribe) ReceiptSubscribe(ctx context.Context) (<-chan struct{}, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
 func TestClientFaults(t *testing.T) {
 	t.Parallel()
 
@@ -271,6 +281,32 @@ func TestClientFaults(t *testing.T) {
 		// second; grown from attempt 21 it would be up to 17 minutes.
 		if delay := ev.NextAttemptAt.Sub(b.clock.Now()); delay > time.Second {
 			t.Fatalf("attempt %d after a requeue at attempt 20 waits %v", ev.Attempt, delay)
+		}
+	})
+
+	// Start returns at once and Stop ends it even while the subscription
+	// to receipts waits for a database that does not answer.
+	withClient(t, "StartAndStopDoNotWaitForTheSubscription", false, func(t *testing.T, b *clientBundle) {
+		c := b.newClient(t, func(c *ferry.Config) { c.Store = stuckSubscribe{b.store} })
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
+		returned := make(chan error, 2)
+		go func() { returned <- c.Start(context.Background()) }()
+		select {
+		case err := <-returned:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute): // a ceiling only a hang reaches
+			t.Fatal("Start waits for the receipt subscription")
+		}
+		go func() { returned <- c.Stop(context.Background()) }()
+		select {
+		case err := <-returned:
+			if err != nil {
+				t.Fatalf("Stop = %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("Stop waits for the receipt subscription")
 		}
 	})
 
