@@ -23,7 +23,7 @@ import (
 func TestHelpAndUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range [][]string{
-		{"serve"}, {"migrate"}, {"send"}, {"echo"}, {"doctor"}, {"chaos"},
+		{"serve"}, {"migrate"}, {"send"}, {"echo"}, {"doctor"}, {"chaos"}, {"reconcile"},
 		{"events", "list"}, {"events", "show"}, {"events", "replay"},
 	} {
 		name := strings.Join(cmd, " ")

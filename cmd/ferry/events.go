@@ -164,7 +164,13 @@ first (at most --limit of them).`)
 		return err
 	}
 	defer env.close()
-	stats, err := env.store.EventStats(ctx, env.cfg.StatsParams(*limit))
+	statsLimit := *limit
+	if *atRisk {
+		// The filters apply to the at-risk list, so read as much of it as
+		// the store lists: other sources' older events must not fill the page.
+		statsLimit = ferry.EventListLimitMax
+	}
+	stats, err := env.store.EventStats(ctx, env.cfg.StatsParams(statsLimit))
 	if err != nil {
 		return fmt.Errorf("read stats: %w", err)
 	}
@@ -193,12 +199,20 @@ first (at most --limit of them).`)
 	}
 
 	if *atRisk {
+		shown := 0
 		for _, e := range stats.AtRisk {
+			if shown == *limit {
+				break
+			}
 			if matches(e, params) {
 				if err := print(e); err != nil {
 					return err
 				}
+				shown++
 			}
+		}
+		if shown < *limit && stats.AtRiskCount() > len(stats.AtRisk) {
+			fmt.Fprintf(errOut, "note: %d events are at risk; only the oldest %d were searched\n", stats.AtRiskCount(), len(stats.AtRisk))
 		}
 		return flush()
 	}

@@ -325,3 +325,35 @@ func TestDoctorConfigAndHealthy(t *testing.T) {
 		t.Errorf("healthy store: exit %d:\n%s", code, stdout)
 	}
 }
+
+// --at-risk --source X lists X's at-risk events even when more than
+// --limit older ones belong to other sources: the filters apply before
+// the limit.
+func TestEventsListAtRiskFiltersBeforeTheLimit(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	cfg := writeCLIConfig(t, "sqlite:"+path, "")
+	receive := func(ago time.Duration, source, id string) {
+		t.Helper()
+		s, err := sqlite.Open(path, &sqlite.Config{Now: func() time.Time { return time.Now().Add(-ago) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: source, EventID: id, Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive(71*time.Hour, "github", "gh_1") // both at risk, and older
+	receive(71*time.Hour, "github", "gh_2")
+	receive(70*time.Hour, "stripe", "evt_old")
+	if got := eventIDs(listJSON(t, "--config", cfg, "--at-risk", "--source", "stripe", "--limit", "1")); len(got) != 1 || got[0] != "stripe/evt_old" {
+		t.Fatalf("--at-risk --source stripe --limit 1 = %v, want stripe/evt_old", got)
+	}
+	if got := eventIDs(listJSON(t, "--config", cfg, "--at-risk", "--limit", "2")); len(got) != 2 || got[0] != "github/gh_1" {
+		t.Fatalf("--at-risk --limit 2 = %v, want the two oldest", got)
+	}
+}

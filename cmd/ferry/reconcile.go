@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,14 +21,16 @@ func runReconcile(ctx context.Context, args []string) error {
 // reconcile runs one catch-up pass by hand: after an outage, or to look
 // further back than the loop does (--since).
 func reconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("reconcile", "--source NAME [--since 24h] [--dry-run] [--json]",
+		`Runs one catch-up pass of a source's [source.catchup] by hand: lists what the
+provider sent since the checkpoint (or --since), receives what the store lacks,
+and advances the checkpoint when the window covers it.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	source := fs.String("source", "", "the source `name` to catch up (required)")
 	since := fs.Duration("since", 0, "look back this far instead of from the checkpoint (e.g. 24h)")
 	dryRun := fs.Bool("dry-run", false, "list and count, but receive nothing and leave the checkpoint")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
 	if *source == "" {
