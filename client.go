@@ -352,24 +352,21 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 		}
 		defer func() { <-c.workers }()
 		var (
-			completed, returned bool
-			took                time.Duration
-			err                 error
+			completed bool
+			took      time.Duration
+			// What a handler that never returns (runtime.Goexit) leaves:
+			// deferred, the verdict is recorded on that path too.
+			err = errHandlerExited
 		)
 		defer func() {
-			if !returned { // runtime.Goexit in the handler: recorded, not heartbeaten for ever
-				c.stopBeating(j)
-				c.record(hctx, j, cl, false, errHandlerExited, 0)
-			}
+			c.stopBeating(j)
+			c.record(hctx, j, cl, completed, err, took)
 		}()
 		if j.lost.Load() {
 			err = ErrLeaseLost // lapsed while it waited: another worker may have it
 		} else {
 			completed, took, err = c.runHandler(hctx, j, cl)
 		}
-		returned = true
-		c.stopBeating(j)
-		c.record(hctx, j, cl, completed, err, took)
 	}()
 }
 
