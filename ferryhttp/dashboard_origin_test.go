@@ -7,6 +7,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 )
 
 // An event catch-up fetched says so on its page; a delivered one does not.
@@ -19,11 +20,11 @@ func TestDashboardShowsCaughtUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, body := get(t, newReq(t, "GET", b.server.URL+"/ui/events/"+itoa(res.ID), nil))
+	_, body := testhttp.Get(t, b.server.URL+"/ui/events/"+itoa(res.ID))
 	if !strings.Contains(body, `id="origin"`) || !strings.Contains(body, "caught up") {
 		t.Fatalf("caught-up event page lacks its origin:\n%s", body)
 	}
-	_, body = get(t, newReq(t, "GET", b.server.URL+"/ui/events/"+itoa(b.ids["gh_1"]), nil))
+	_, body = testhttp.Get(t, b.server.URL+"/ui/events/"+itoa(b.ids["gh_1"]))
 	if strings.Contains(body, `id="origin"`) {
 		t.Fatal("a delivered event's page says it was caught up")
 	}

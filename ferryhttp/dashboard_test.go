@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/testlog"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
@@ -119,17 +120,6 @@ func forward(t *testing.T, store ferry.Store, fwd *ferryhttp.Forwarder, poll tim
 	t.Cleanup(func() { client.Stop(context.Background()) })
 }
 
-func get(t *testing.T, req *http.Request) (int, string) {
-	t.Helper()
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(body)
-}
-
 func newReq(t *testing.T, method, url string, body io.Reader) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, url, body)
@@ -143,7 +133,7 @@ func TestDashboardPages(t *testing.T) {
 	t.Parallel()
 	b := setupDashboard(t, ferryhttp.DashboardOptions{PageSize: 2}, ferryhttp.AdminOptions{})
 
-	code, body := get(t, newReq(t, "GET", b.server.URL+"/ui/", nil))
+	code, body := testhttp.Get(t, b.server.URL+"/ui/")
 	if code != 200 {
 		t.Fatalf("overview: %d %s", code, body)
 	}
@@ -155,17 +145,17 @@ func TestDashboardPages(t *testing.T) {
 		t.Errorf("overview lacks the bulk replay link of the dead:\n%s", rest)
 	}
 
-	_, body = get(t, newReq(t, "GET", b.server.URL+"/ui/?state=dead", nil))
+	_, body = testhttp.Get(t, b.server.URL+"/ui/?state=dead")
 	_, table, _ := strings.Cut(body, `id="event-table"`)
 	if !strings.Contains(table, "evt_dead") || strings.Contains(table, "gh_1") {
 		t.Errorf("state=dead filter:\n%s", table)
 	}
-	_, body = get(t, newReq(t, "GET", b.server.URL+"/ui/?q=gh_", nil))
+	_, body = testhttp.Get(t, b.server.URL+"/ui/?q=gh_")
 	if _, table, _ = strings.Cut(body, `id="event-table"`); !strings.Contains(table, "gh_1") || strings.Contains(table, "evt_dead") {
 		t.Errorf("q=gh_ filter:\n%s", table)
 	}
 
-	code, body = get(t, newReq(t, "GET", b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"]), nil))
+	code, body = testhttp.Get(t, b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"]))
 	if code != 200 {
 		t.Fatalf("event page: %d", code)
 	}
@@ -180,12 +170,12 @@ func TestDashboardPages(t *testing.T) {
 	if strings.Contains(body, `id="replay-alert"`) || !strings.Contains(body, "No operator action.") {
 		t.Error("event page of an event never replayed nor acted on shows a replay or an action")
 	}
-	_, body = get(t, newReq(t, "GET", b.server.URL+"/ui/events/"+itoa(b.ids["gh_1"]), nil))
+	_, body = testhttp.Get(t, b.server.URL+"/ui/events/"+itoa(b.ids["gh_1"]))
 	_, replays, _ := strings.Cut(body, `id="replays"`)
 	if !strings.Contains(body, `id="replay-alert"`) || !strings.Contains(replays, "gh_forged") || !strings.Contains(replays, "delete") {
 		t.Errorf("event page of a replayed body does not flag and list the replay:\n%s", body)
 	}
-	if code, _ := get(t, newReq(t, "GET", b.server.URL+"/ui/events/999999", nil)); code != 404 {
+	if code, _ := testhttp.Get(t, b.server.URL+"/ui/events/999999"); code != 404 {
 		t.Errorf("missing event: %d, want 404", code)
 	}
 }
@@ -197,11 +187,11 @@ func TestDashboardFlashIsACode(t *testing.T) {
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
 	const crafted = "Session+expired%3A+sign+in+again+at+evil.example"
 	for _, path := range []string{"/ui/?flash=" + crafted, "/ui/events/" + itoa(b.ids["evt_dead"]) + "?flash=" + crafted} {
-		if code, body := get(t, newReq(t, "GET", b.server.URL+path, nil)); code != 200 || strings.Contains(body, "evil.example") || strings.Contains(body, `id="flash"`) {
+		if code, body := testhttp.Get(t, b.server.URL+path); code != 200 || strings.Contains(body, "evil.example") || strings.Contains(body, `id="flash"`) {
 			t.Errorf("GET %s: %d, shows the link's text or a flash:\n%s", path, code, body)
 		}
 	}
-	if _, body := get(t, newReq(t, "GET", b.server.URL+"/ui/?flash=replayed_many&n=3", nil)); !strings.Contains(body, "replayed 3 events") {
+	if _, body := testhttp.Get(t, b.server.URL+"/ui/?flash=replayed_many&n=3"); !strings.Contains(body, "replayed 3 events") {
 		t.Errorf("a bulk replay's flash code does not show its message:\n%s", body)
 	}
 }
@@ -213,12 +203,12 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 
 	req := newReq(t, "POST", replay, nil)
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	if code, _ := get(t, req); code != http.StatusForbidden {
+	if code, _ := testhttp.Do(t, req); code != http.StatusForbidden {
 		t.Errorf("cross-site POST: %d, want 403", code)
 	}
 	req = newReq(t, "POST", replay, nil)
 	req.Header.Set("Origin", "https://evil.example")
-	if code, _ := get(t, req); code != http.StatusForbidden {
+	if code, _ := testhttp.Do(t, req); code != http.StatusForbidden {
 		t.Errorf("cross-origin POST: %d, want 403", code)
 	}
 	e, _ := b.store.EventGet(context.Background(), &ferry.EventGetParams{ID: b.ids["evt_dead"]})
@@ -228,7 +218,7 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 
 	req = newReq(t, "POST", replay, nil)
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	code, body := get(t, req)
+	code, body := testhttp.Do(t, req)
 	if code != 200 || !strings.Contains(body, "replayed") || !strings.Contains(body, `data-state="pending"`) {
 		t.Errorf("same-origin replay: %d\n%s", code, body)
 	}
@@ -244,7 +234,7 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 	req = newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	if code, body := get(t, req); code != 200 || !strings.Contains(body, "replayed 0 events") {
+	if code, body := testhttp.Do(t, req); code != 200 || !strings.Contains(body, "replayed 0 events") {
 		t.Errorf("bulk replay: %d\n%s", code, body)
 	}
 	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard bulk replay" filter="source=stripe" replayed=0 actor=anonymous`) {
@@ -254,7 +244,7 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 		req = newReq(t, "POST", b.server.URL+path, strings.NewReader("source=stripe"))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
-		if code, _ := get(t, req); code != http.StatusForbidden {
+		if code, _ := testhttp.Do(t, req); code != http.StatusForbidden {
 			t.Errorf("cross-site POST %s: %d, want 403", path, code)
 		}
 	}
@@ -277,7 +267,7 @@ func TestAdminRefusesRebinding(t *testing.T) {
 	} {
 		req := newReq(t, "GET", b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"]), nil)
 		req.Host = host
-		code, body := get(t, req)
+		code, body := testhttp.Do(t, req)
 		if code != want {
 			t.Errorf("Host %s: %d, want %d", host, code, want)
 		}
@@ -391,7 +381,7 @@ func TestAdminAuth(t *testing.T) {
 			req.Header.Set("Sec-Fetch-Site", "same-origin")
 			return req
 		}
-		if code, body := get(t, withCookie("GET", b.server.URL+"/ui/", c)); code != 200 || !strings.Contains(body, `id="actor">ci-bot<`) || !strings.Contains(body, `id="sign-out"`) {
+		if code, body := testhttp.Do(t, withCookie("GET", b.server.URL+"/ui/", c)); code != 200 || !strings.Contains(body, `id="actor">ci-bot<`) || !strings.Contains(body, `id="sign-out"`) {
 			t.Errorf("session: %d, or the page does not say who is signed in:\n%s", code, body)
 		}
 		// The actor is inside the signature: naming another one breaks it.
@@ -402,7 +392,7 @@ func TestAdminAuth(t *testing.T) {
 			t.Errorf("a cookie with another actor: %d, want 303 to the login", res.StatusCode)
 		}
 
-		if code, _ := get(t, withCookie("POST", event+"/replay", c)); code != 200 {
+		if code, _ := testhttp.Do(t, withCookie("POST", event+"/replay", c)); code != 200 {
 			t.Fatalf("replay with a session: %d", code)
 		}
 		if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard replay" id=`+itoa(b.ids["evt_dead"])+` replayed=1 actor=ci-bot`) {
@@ -436,7 +426,7 @@ func TestAdminAuth(t *testing.T) {
 		}
 		req := newReq(t, "GET", b.server.URL+"/ui/", nil)
 		req.AddCookie(res.Cookies()[0])
-		if code, body := get(t, req); code != 200 || !strings.Contains(body, `id="actor">ops<`) {
+		if code, body := testhttp.Do(t, req); code != 200 || !strings.Contains(body, `id="actor">ops<`) {
 			t.Errorf("user session: %d\n%s", code, body)
 		}
 	})
@@ -499,7 +489,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // page GETs a dashboard path and fails the test on anything but 200.
 func page(t *testing.T, b *dashBundle, path string) string {
 	t.Helper()
-	code, body := get(t, newReq(t, "GET", b.server.URL+path, nil))
+	code, body := testhttp.Get(t, b.server.URL+path)
 	if code != 200 {
 		t.Fatalf("GET %s: %d\n%s", path, code, body)
 	}
@@ -651,7 +641,7 @@ func TestDashboardBulkReplay(t *testing.T) {
 	req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe&state=dead&upto="+upto))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	if code, body := get(t, req); code != 200 || !strings.Contains(body, "replayed 1 events") {
+	if code, body := testhttp.Do(t, req); code != 200 || !strings.Contains(body, "replayed 1 events") {
 		t.Fatalf("bulk replay: %d\n%s", code, body)
 	}
 	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StatePending {
@@ -686,7 +676,7 @@ func TestDashboardRetryNow(t *testing.T) {
 	retry := func() string {
 		req := newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(id)+"/retry", nil)
 		req.Header.Set("Sec-Fetch-Site", "same-origin")
-		code, body := get(t, req)
+		code, body := testhttp.Do(t, req)
 		if code != 200 {
 			t.Fatalf("retry now: %d", code)
 		}
@@ -802,7 +792,7 @@ func TestDashboardLive(t *testing.T) {
 	}
 	req = newReq(t, "GET", b.server.URL+"/ui/live?state=dead", nil)
 	req.Header.Set("Authorization", "Bearer live-token")
-	code, body := get(t, req)
+	code, body := testhttp.Do(t, req)
 	if code != 200 || !strings.Contains(body, `id="at-risk"`) || !strings.Contains(body, `id="counts"`) || !strings.Contains(body, `id="event-list"`) || strings.Contains(body, "<html") {
 		t.Fatalf("live fragment: %d\n%s", code, body)
 	}
@@ -823,7 +813,7 @@ func TestDashboardLive(t *testing.T) {
 	if !strings.Contains(string(overview), `<script src="/ui/static/ferry.js" defer></script>`) || !strings.Contains(string(overview), `data-refresh="5000"`) {
 		t.Errorf("the overview does not load its script:\n%s", overview)
 	}
-	code, js := get(t, newReq(t, "GET", b.server.URL+"/ui/static/ferry.js", nil))
+	code, js := testhttp.Get(t, b.server.URL+"/ui/static/ferry.js")
 	if code != 200 || !strings.Contains(js, `"/ui/live"`) {
 		t.Errorf("ferry.js: %d", code)
 	}

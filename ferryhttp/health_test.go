@@ -1,27 +1,17 @@
 package ferryhttp_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
 func TestHealth(t *testing.T) {
 	t.Parallel()
-	get := func(t *testing.T, srv *httptest.Server, path string) (int, string) {
-		t.Helper()
-		resp, err := srv.Client().Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
 	serve := func(t *testing.T, h *ferryhttp.Health) *httptest.Server {
 		mux := http.NewServeMux()
 		h.Register(mux)
@@ -34,17 +24,17 @@ func TestHealth(t *testing.T) {
 		t.Parallel()
 		h := &ferryhttp.Health{Store: teststore.SQLite(t, nil)}
 		srv := serve(t, h)
-		if code, body := get(t, srv, "/healthz"); code != 200 || body != "ok\n" {
+		if code, body := testhttp.Get(t, srv.URL+"/healthz"); code != 200 || body != "ok\n" {
 			t.Errorf("/healthz = %d %q", code, body)
 		}
-		if code, body := get(t, srv, "/readyz"); code != 200 || body != "ready\n" {
+		if code, body := testhttp.Get(t, srv.URL+"/readyz"); code != 200 || body != "ready\n" {
 			t.Errorf("/readyz = %d %q", code, body)
 		}
 		h.Stopping()
-		if code, _ := get(t, srv, "/readyz"); code != 503 {
+		if code, _ := testhttp.Get(t, srv.URL+"/readyz"); code != 503 {
 			t.Errorf("/readyz while stopping = %d, want 503", code)
 		}
-		if code, _ := get(t, srv, "/healthz"); code != 200 {
+		if code, _ := testhttp.Get(t, srv.URL+"/healthz"); code != 200 {
 			t.Errorf("/healthz while stopping = %d, want 200: the process is still up", code)
 		}
 	})
@@ -54,10 +44,10 @@ func TestHealth(t *testing.T) {
 		st := teststore.SQLite(t, nil)
 		st.Close()
 		srv := serve(t, &ferryhttp.Health{Store: st})
-		if code, _ := get(t, srv, "/readyz"); code != 503 {
+		if code, _ := testhttp.Get(t, srv.URL+"/readyz"); code != 503 {
 			t.Errorf("/readyz with a closed store = %d, want 503", code)
 		}
-		if code, _ := get(t, srv, "/healthz"); code != 200 {
+		if code, _ := testhttp.Get(t, srv.URL+"/healthz"); code != 200 {
 			t.Errorf("/healthz with a closed store = %d, want 200", code)
 		}
 	})

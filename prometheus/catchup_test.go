@@ -1,7 +1,6 @@
 package prometheus_test
 
 import (
-	"io"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-inbox/ferry/catchup"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/prometheus"
 )
 
@@ -23,18 +23,13 @@ func TestCatchupMetrics(t *testing.T) {
 
 	srv := httptest.NewServer(prometheus.Handler(reg))
 	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, raw := testhttp.Get(t, srv.URL)
 	for _, want := range []string{
 		`ferry_catchup_events_total{outcome="new",source="stripe"} 3`,
 		`ferry_catchup_events_total{outcome="known",source="stripe"} 1`,
 		`ferry_catchup_events_total{outcome="new",source="github"} 0`, // present before the first pass
 	} {
-		if !strings.Contains(string(raw), want) {
+		if !strings.Contains(raw, want) {
 			t.Errorf("metrics lack %s:\n%s", want, raw)
 		}
 	}

@@ -334,6 +334,26 @@ func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 		}
 	})
 
+	t.Run("LeaseLostMidCheckSendsNothing", func(t *testing.T) {
+		// The lease lapses while a check reads the store, and another
+		// instance takes it: the first sends nothing, the holder sends.
+		slow, holder := b.pusher(t, b.recv.url()), b.pusher(t, b.recv.url())
+		b.clock.Advance(11 * time.Minute)
+		kill("evt_8")
+		slow.store = &afterStats{Store: slow.store, then: func() {
+			b.clock.Advance(slow.leaseTTL + time.Second)
+			if !holder.hold(ctx) {
+				t.Error("the other instance could not take the lapsed lease")
+			}
+		}}
+		slow.check(ctx)
+		want("the lease lost mid-check")
+		holder.check(ctx)
+		if m := want("the new holder", "dead")[0]; strings.Join(m.EventIDs, ",") != "evt_8" {
+			t.Errorf("message = %+v, want evt_8", m)
+		}
+	})
+
 	t.Run("SecretNeverLogged", func(t *testing.T) {
 		// A receiver that refuses connections: the error names the key, not the URL.
 		down := httptest.NewServer(http.NotFoundHandler())
@@ -354,4 +374,17 @@ func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 	if t.Failed() {
 		t.Log(b.log.String())
 	}
+}
+
+// afterStats runs then once EventStats has answered: a check that has
+// taken the lease and read the store, before it sends.
+type afterStats struct {
+	ferry.Store
+	then func()
+}
+
+func (s *afterStats) EventStats(ctx context.Context, p *ferry.EventStatsParams) (*ferry.EventStats, error) {
+	stats, err := s.Store.EventStats(ctx, p)
+	s.then()
+	return stats, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 )
@@ -223,17 +223,12 @@ func TestReconcile(t *testing.T) {
 		if _, err := st.CheckpointGet(context.Background(), &ferry.CheckpointGetParams{Name: "catchup:stripe"}); err != nil {
 			t.Errorf("no checkpoint after the loop's pass: %v", err)
 		}
-		resp, err := http.Get("http://" + p.admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		metrics, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_, metrics := testhttp.Get(t, "http://"+p.admin+"/metrics")
 		for _, want := range []string{
 			`ferry_catchup_events_total{outcome="new",source="stripe"} 10`,
 			`ferry_catchup_events_total{outcome="known",source="stripe"} 40`,
 		} {
-			if !strings.Contains(string(metrics), want) {
+			if !strings.Contains(metrics, want) {
 				t.Errorf("metrics lack %s", want)
 			}
 		}

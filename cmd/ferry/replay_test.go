@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -14,6 +12,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/provider"
@@ -83,13 +82,8 @@ func TestServeReplayedBodies(t *testing.T) {
 					t.Fatal(err)
 				}
 				req.Header = h
-				res, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer res.Body.Close()
-				answer, _ := io.ReadAll(res.Body)
-				return res.StatusCode, strings.TrimSpace(string(answer))
+				code, answer := testhttp.Do(t, req)
+				return code, strings.TrimSpace(answer)
 			}
 			for _, s := range senders {
 				if code, answer := post(s.source, s.sign(s.originalID, s.originalType)); code != 200 || answer != `{"status":"accepted"}` {
@@ -138,15 +132,10 @@ func TestServeReplayedBodies(t *testing.T) {
 
 			// An operator sees them: the metric on the admin listener,
 			// one warning per replay in the log, `ferry events show`.
-			res, err := http.Get("http://" + p.admin + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
-			metrics, _ := io.ReadAll(res.Body)
-			res.Body.Close()
+			_, metrics := testhttp.Get(t, "http://"+p.admin+"/metrics")
 			for _, s := range senders {
 				want := fmt.Sprintf(`ferry_received_total{outcome="replay",reason="",source=%q} 5`, s.source)
-				if !bytes.Contains(metrics, []byte(want)) {
+				if !strings.Contains(metrics, want) {
 					t.Errorf("/metrics lacks %s", want)
 				}
 			}

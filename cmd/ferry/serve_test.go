@@ -22,6 +22,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/provider"
@@ -307,14 +308,9 @@ func TestServeAdminSurface(t *testing.T) {
 
 		// The admin paths exist, on the admin listener.
 		for _, path := range []string{"/ui/events/" + id, "/metrics"} {
-			res, err := http.Get("http://" + p.admin + path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			if res.StatusCode != 200 || (path != "/metrics" && !strings.Contains(string(body), "evt_private")) {
-				t.Fatalf("admin listener %s: %d", path, res.StatusCode)
+			code, body := testhttp.Get(t, "http://"+p.admin+path)
+			if code != 200 || (path != "/metrics" && !strings.Contains(body, "evt_private")) {
+				t.Fatalf("admin listener %s: %d", path, code)
 			}
 		}
 
@@ -337,13 +333,7 @@ func TestServeAdminSurface(t *testing.T) {
 					req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 				}
 				req.Header.Set("Sec-Fetch-Site", "same-origin")
-				res, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer res.Body.Close()
-				body, _ := io.ReadAll(res.Body)
-				return res.StatusCode, string(body)
+				return testhttp.Do(t, req)
 			}
 			if code, _ := send("GET", "/healthz", ""); code != 200 {
 				t.Fatalf("%s: /healthz through the proxy: %d", name, code)

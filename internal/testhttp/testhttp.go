@@ -1,5 +1,6 @@
 // Package testhttp holds what tests need to speak HTTP below net/http's
-// client: a request whose body stops part-way.
+// client (a request whose body stops part-way), and the round trip every
+// test repeats.
 package testhttp
 
 import (
@@ -50,4 +51,30 @@ func ReadResponse(t testing.TB, conn net.Conn) (int, http.Header, []byte) {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, raw
+}
+
+// Do sends req on http.DefaultClient and reads the whole answer: its status
+// and body. A request that gets no answer fails t.
+func Do(t testing.TB, req *http.Request) (int, string) {
+	t.Helper()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the answer: %v", req.Method, req.URL, err)
+	}
+	return res.StatusCode, string(body)
+}
+
+// Get is Do of a GET of url.
+func Get(t testing.TB, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Do(t, req)
 }
