@@ -22,4 +22,11 @@ var (
 	// ErrInvalidParams is returned for params a store cannot act on (an empty
 	// source or event id, a non-positive TTL). It wraps a reason.
 	ErrInvalidParams = errors.New("ferry: invalid params")
+
+	// ErrNotDurable is returned by a store's Open when the database can lose
+	// a write it has committed: SQLite not syncing fully, not in WAL mode or
+	// not on a file; PostgreSQL with synchronous_commit or fsync off. Ferry
+	// answers 2xx once a receipt commits, so a commit must be on disk. It
+	// wraps the setting to change.
+	ErrNotDurable = errors.New("ferry: store not durable")
 )

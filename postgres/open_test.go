@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ferry-inbox/ferry"
@@ -33,5 +35,32 @@ func TestOpenSizesThePool(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: pool of %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A URL may turn synchronous_commit off for Ferry's sessions: a receipt
+// would be answered 2xx before its commit is on disk. Open refuses it, and
+// keeps every setting that flushes locally.
+func TestOpenRefusesWhatIsNotDurable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := pgtest.Schema(t)
+	url := pgtest.ConnString(schema)
+	for _, extra := range []string{"&synchronous_commit=off", "&options=-c%20synchronous_commit%3Doff"} {
+		s, err := postgres.Open(ctx, url+extra, nil)
+		if !errors.Is(err, ferry.ErrNotDurable) || !strings.Contains(err.Error(), "synchronous_commit is off") {
+			t.Errorf("Open(…%s) = %v, want ErrNotDurable", extra, err)
+		}
+		if err == nil {
+			s.Close()
+		}
+	}
+	for _, extra := range []string{"", "&synchronous_commit=local", "&synchronous_commit=remote_apply"} {
+		s, err := postgres.Open(ctx, url+extra, nil)
+		if err != nil {
+			t.Errorf("Open(…%s) = %v, want a store", extra, err)
+			continue
+		}
+		s.Close()
 	}
 }

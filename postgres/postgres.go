@@ -53,6 +53,8 @@ type Store struct {
 
 // New returns a Store on pool. The caller keeps ownership of the pool: Close
 // stops the Store's listeners but leaves the pool open. config may be nil.
+// Unlike Open it checks nothing: the pool's sessions must keep
+// synchronous_commit on.
 func New(pool *pgxpool.Pool, config *Config) *Store {
 	s := &Store{pool: pool}
 	if config == nil {
@@ -65,7 +67,8 @@ func New(pool *pgxpool.Pool, config *Config) *Store {
 }
 
 // Open connects a pool to url and returns a Store that owns it: Close closes
-// the pool. It fails if the server does not answer.
+// the pool. It fails if the server does not answer, and with
+// ferry.ErrNotDurable if a commit there may return before it is on disk.
 func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 	poolConfig, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -78,13 +81,30 @@ func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	if err := durable(ctx, pool); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
 	s := New(pool, config)
 	s.ownsPool = true
 	return s, nil
+}
+
+// durable checks, on a connection of the pool (which also proves the
+// server answers), that a commit is on disk when it returns: a URL's
+// options, the role, the database or the server may turn that off.
+func durable(ctx context.Context, pool *pgxpool.Pool) error {
+	var syncCommit, fsync string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), current_setting('fsync')").Scan(&syncCommit, &fsync); err != nil {
+		return err
+	}
+	switch {
+	case syncCommit == "off":
+		return fmt.Errorf("%w: synchronous_commit is off; remove it from the URL, or set it on for Ferry's role (ALTER ROLE ... SET synchronous_commit = on)", ferry.ErrNotDurable)
+	case fsync == "off":
+		return fmt.Errorf("%w: the server runs with fsync off; turn it on in postgresql.conf", ferry.ErrNotDurable)
+	}
+	return nil
 }
 
 // Close stops receipt subscriptions, waits for their connections to close,

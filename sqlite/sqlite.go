@@ -79,14 +79,15 @@ var _ ferry.TxStore[*sql.Tx] = (*Store)(nil)
 // or a "file:" URI, and configures every connection for durability. config
 // may be nil. Open does not create the schema: call Migrate.
 //
-// The database must be a file: an in-memory database would not be shared by
-// the write and read pools.
+// The database must be a file, synced fully in WAL mode: whatever the
+// path's own query sets, Open reads the write connection back and returns
+// ferry.ErrNotDurable otherwise.
 func Open(path string, config *Config) (*Store, error) {
 	if config == nil {
 		config = &Config{}
 	}
-	if path == "" || path == ":memory:" || strings.Contains(path, "mode=memory") {
-		return nil, fmt.Errorf("sqlite: open %q: %w: path must name a file", path, ferry.ErrInvalidParams)
+	if path == "" {
+		return nil, fmt.Errorf("sqlite: open: %w: the path is empty; name a file", ferry.ErrNotDurable)
 	}
 
 	pragmas := []string{
@@ -115,6 +116,10 @@ func Open(path string, config *Config) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
 	}
+	if err := durable(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
 
 	readDB, err := sql.Open("sqlite", dsn(path, append(pragmas[:len(pragmas):len(pragmas)], "query_only(1)")))
 	if err != nil {
@@ -136,6 +141,35 @@ func Open(path string, config *Config) (*Store, error) {
 		closed:      make(chan struct{}),
 	}
 	return s, nil
+}
+
+// durable reads back what the path's query may have overridden (the driver
+// applies its _sync and _journal_mode keys, and pragmas that sort later,
+// after Ferry's): an acknowledged receipt must survive a crash and a Close.
+func durable(db *sql.DB) error {
+	var (
+		sync       int
+		mode, file string
+	)
+	if err := db.QueryRow("PRAGMA synchronous").Scan(&sync); err != nil {
+		return err
+	}
+	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
+		return err
+	}
+	// An in-memory database, by any spelling, has no file name.
+	if err := db.QueryRow("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file); err != nil {
+		return err
+	}
+	switch {
+	case file == "":
+		return fmt.Errorf("%w: the database is in memory, gone at Close; name a file", ferry.ErrNotDurable)
+	case sync < 2:
+		return fmt.Errorf("%w: synchronous is %d, not FULL (2); remove the path's _sync or synchronous setting", ferry.ErrNotDurable, sync)
+	case mode != "wal":
+		return fmt.Errorf("%w: journal_mode is %s, not WAL; remove the path's _journal_mode or journal_mode setting", ferry.ErrNotDurable, mode)
+	}
+	return nil
 }
 
 // dsn appends the driver's query parameters to path.

@@ -75,11 +75,25 @@ func (b *testBundle) get(t *testing.T, id int64) *ferry.Event {
 func TestOpen(t *testing.T) {
 	t.Parallel()
 
-	t.Run("RejectsMemory", func(t *testing.T) {
+	t.Run("RefusesWhatIsNotDurable", func(t *testing.T) {
 		t.Parallel()
-		for _, path := range []string{"", ":memory:", "file:x?mode=memory"} {
-			if _, err := sqlite.Open(path, nil); !errors.Is(err, ferry.ErrInvalidParams) {
-				t.Errorf("Open(%q) = %v, want ErrInvalidParams", path, err)
+		dir := t.TempDir()
+		for path, want := range map[string]string{
+			"":                           "name a file",
+			":memory:":                   "in memory",
+			"file:x?mode=memory":         "in memory",
+			"file::memory:?cache=shared": "in memory",
+			"file:/ferry.db?vfs=memdb":   "in memory",
+			"file:" + filepath.Join(dir, "a.db") + "?_sync=OFF":                   "synchronous is 0",
+			"file:" + filepath.Join(dir, "b.db") + "?_pragma=synchronous(NORMAL)": "synchronous is 1",
+			"file:" + filepath.Join(dir, "c.db") + "?_journal_mode=MEMORY":        "journal_mode is memory",
+		} {
+			s, err := sqlite.Open(path, nil)
+			if !errors.Is(err, ferry.ErrNotDurable) || !strings.Contains(err.Error(), want) {
+				t.Errorf("Open(%q) = %v, want ErrNotDurable: %s", path, err, want)
+			}
+			if err == nil {
+				s.Close()
 			}
 		}
 	})

@@ -283,6 +283,12 @@ func TestServe(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, "retention") || !strings.Contains(stderr, "use at least 72h") {
 			t.Fatalf("exit %d, stderr %q: want 2 naming the key and the fix", code, stderr)
 		}
+		noSync := filepath.Join(t.TempDir(), "nosync.toml")
+		writeFile(t, noSync, strings.Replace(readFile(t, cfg), "x.db", "x.db?_sync=OFF", 1))
+		_, stderr, code = runFerry(t, "serve", "--config", noSync)
+		if code != 2 || !strings.Contains(stderr, "store.url") || !strings.Contains(stderr, "synchronous is 0") {
+			t.Fatalf("exit %d, stderr %q: want 2 naming store.url and the setting", code, stderr)
+		}
 		_, stderr, code = runFerry(t, "serve", "--config", cfg, "--role", "both")
 		if code != 2 || !strings.Contains(stderr, "--role") {
 			t.Fatalf("exit %d, stderr %q: want 2 for a bad flag", code, stderr)

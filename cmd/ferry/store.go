@@ -69,7 +69,7 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload) (st 
 	case "sqlite":
 		s, err := sqlite.Open(dsn, nil)
 		if err != nil {
-			return nil, nil, err // "sqlite: open PATH: ..."
+			return nil, nil, notDurable(err) // "sqlite: open PATH: ..."
 		}
 		return s, func() { _ = s.Close() }, nil
 	default:
@@ -79,8 +79,17 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload) (st 
 		}
 		s, err := postgres.Open(ctx, dsn, pgConfig)
 		if err != nil {
-			return nil, nil, err // "postgres: open: ..."
+			return nil, nil, notDurable(err) // "postgres: open: ..."
 		}
 		return s, s.Close, nil
 	}
+}
+
+// notDurable makes a store that would lose what it acknowledges a config
+// error naming store.url (exit 2); any other failure to open stays as it is.
+func notDurable(err error) error {
+	if errors.Is(err, ferry.ErrNotDurable) {
+		return fmt.Errorf("%w: store.url: %w", errConfig, err)
+	}
+	return err
 }
