@@ -127,7 +127,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 		werr := retryWrite(wctx, func() error {
 			var e error
 			state, e = c.failures.Do(wctx, EventFailParams{
-				Lease: j.lease, Error: err.Error(), RetryDelay: delay,
+				Lease: j.lease, Error: storableText(err.Error()), RetryDelay: delay,
 				MaxAttempts: policy.MaxAttempts, MaxAge: policy.ReplayWindow, Dead: IsPermanent(err),
 				Response: j.response,
 			})

@@ -170,6 +170,27 @@ func TestClient(t *testing.T) {
 		b.wantLedger(t, id, "[failed failed done]")
 	})
 
+	withClient(t, "AnyErrorTextIsRecorded", false, func(t *testing.T, b *clientBundle) {
+		// A handler's error may quote bytes no store keeps as text (a NUL,
+		// a binary body): the failure is recorded with them replaced.
+		id := b.receive(t, "stripe", "evt_1")
+		var calls atomic.Int32
+		c := b.newClient(t, nil)
+		c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
+			if calls.Add(1) == 1 {
+				return errors.New("downstream said \x00\xff")
+			}
+			return nil
+		})
+		start(t, c)
+		b.waitState(t, id, ferry.StateDone)
+		b.wantLedger(t, id, "[failed done]")
+		list, err := b.store.AttemptList(b.ctx, &ferry.AttemptListParams{ID: id})
+		if err != nil || len(list) != 2 || list[0].Error != "downstream said \uFFFD\uFFFD" {
+			t.Errorf("attempts = %+v, %v; want the first failed with its error text made storable", list, err)
+		}
+	})
+
 	withClient(t, "PermanentErrorIsDeadAtOnce", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		c := b.newClient(t, nil)

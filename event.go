@@ -2,7 +2,6 @@ package ferry
 
 import (
 	"net/http"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -184,7 +183,7 @@ func NewAttemptResponse(status int, body []byte) AttemptResponse {
 	if status < 100 || status > 599 {
 		status = 0
 	}
-	s := strings.ReplaceAll(strings.ToValidUTF8(string(body), "\uFFFD"), "\x00", "\uFFFD")
+	s := storableText(string(body))
 	if len(s) > ResponseLimit {
 		cut := ResponseLimit
 		for cut > 0 && !utf8.RuneStart(s[cut]) {

@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -25,13 +26,29 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidParams}, args...)...)
 }
 
+// MaxCount bounds the counts a store keeps in 32 bits: an attempt number,
+// an attempt budget, a claim's limit. Past it a store would compare a
+// truncated number, and a fence on the attempt would not hold.
+const MaxCount = math.MaxInt32
+
 // Validate checks that the lease can name a claim: a row id and an attempt,
-// both positive (a claim's first attempt is 1).
+// both positive (a claim's first attempt is 1), the attempt at most MaxCount.
 func (l Lease) Validate() error {
-	if l.ID <= 0 || l.Attempt <= 0 {
-		return invalid("lease %d/%d: id and attempt must be positive", l.ID, l.Attempt)
+	if l.ID <= 0 || l.Attempt <= 0 || l.Attempt > MaxCount {
+		return invalid("lease %d/%d: id and attempt must be positive, the attempt at most %d", l.ID, l.Attempt, MaxCount)
 	}
 	return nil
+}
+
+// storable reports whether every store can keep s as text: valid UTF-8
+// without NUL (PostgreSQL's text and jsonb hold neither).
+func storable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// storableText makes any text storable: invalid bytes and NUL become U+FFFD.
+func storableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 func validID(id int64) error {
@@ -53,13 +70,13 @@ func (p *ReplayListParams) Validate() error { return validID(p.ID) }
 // Validate requires an ID.
 func (p *ConflictListParams) Validate() error { return validID(p.ID) }
 
-// Validate requires an Owner and a positive Limit and TTL.
+// Validate requires an Owner, a Limit from 1 to MaxCount and a positive TTL.
 func (p *EventClaimManyParams) Validate() error {
 	switch {
 	case p.Owner == "":
 		return invalid("owner is required")
-	case p.Limit <= 0:
-		return invalid("limit must be positive, got %d", p.Limit)
+	case p.Limit <= 0 || p.Limit > MaxCount:
+		return invalid("limit must be from 1 to %d, got %d", MaxCount, p.Limit)
 	case p.TTL <= 0:
 		return invalid("ttl must be positive, got %s", p.TTL)
 	case p.MaxBytes < 0:
@@ -77,8 +94,8 @@ func (r AttemptResponse) Validate() error {
 		return invalid("response status %d is not an HTTP status", r.HTTPStatus)
 	case len(r.Body) > ResponseLimit:
 		return invalid("response of %d bytes is over the limit of %d", len(r.Body), ResponseLimit)
-	case !utf8.ValidString(r.Body) || strings.IndexByte(r.Body, 0) >= 0:
-		return invalid("response is not UTF-8 text")
+	case !storable(r.Body):
+		return invalid("response is not UTF-8 text without NUL")
 	}
 	return nil
 }
@@ -110,13 +127,17 @@ func (p *EventCompleteManyParams) Validate() error {
 	return nil
 }
 
-// Validate requires a valid Lease and no negative delay, budget or age.
+// Validate requires a valid Lease, an Error of UTF-8 text without NUL (the
+// Client replaces what is not), no negative delay or age, and a budget from
+// 0 to MaxCount.
 func (p *EventFailParams) Validate() error {
 	switch {
 	case p.RetryDelay < 0:
 		return invalid("retry delay must not be negative, got %s", p.RetryDelay)
-	case p.MaxAttempts < 0:
-		return invalid("max attempts must not be negative, got %d", p.MaxAttempts)
+	case p.MaxAttempts < 0 || p.MaxAttempts > MaxCount:
+		return invalid("max attempts must be from 0 to %d, got %d", MaxCount, p.MaxAttempts)
+	case !storable(p.Error):
+		return invalid("error is not UTF-8 text without NUL")
 	case p.MaxAge < 0:
 		return invalid("max age must not be negative, got %s", p.MaxAge)
 	}
@@ -232,15 +253,23 @@ func (p *EventPurgeParams) Validate() error {
 	return nil
 }
 
-// Validate requires a Source, an EventID and a Type that ValidateEventID and
-// ValidateEventType accept, a known Origin, no negative ReplayWindow, and a
-// trace context that ValidateTraceContext accepts.
+// Validate requires a Source of UTF-8 text without NUL, an EventID and a
+// Type that ValidateEventID and ValidateEventType accept, headers without
+// NUL, a known Origin, no negative ReplayWindow, and a trace context that
+// ValidateTraceContext accepts. (HTTP carries no NUL in a header.)
 func (p *EventReceiveParams) Validate() error {
 	switch {
 	case p.Source == "" || p.EventID == "":
 		return invalid("source and event id are required")
+	case !storable(p.Source):
+		return invalid("source is not UTF-8 text without NUL")
 	case p.ReplayWindow < 0:
 		return invalid("replay window must not be negative, got %s (0 turns detection off)", p.ReplayWindow)
+	}
+	for name, values := range p.Headers {
+		if strings.IndexByte(name, 0) >= 0 || slices.ContainsFunc(values, func(v string) bool { return strings.IndexByte(v, 0) >= 0 }) {
+			return invalid("header %q holds a NUL", name)
+		}
 	}
 	if err := ValidateEventID(p.EventID); err != nil {
 		return err

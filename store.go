@@ -44,7 +44,9 @@ type Store interface {
 	// purges its key table in batches of KeyBatch and ANALYZEs the
 	// partitioned parents. sqlite.Store keeps done events in its one event
 	// table: it deletes them in short batches (its EventPurge's, so receipts
-	// never wait behind the run) and reports no partitions. Rows come out in
+	// never wait behind the run) and reports no partitions; its event row is
+	// its dedupe key, so a KeyRetention longer than Retention keeps the
+	// whole event that long (ferry serve passes the two equal). Rows come out in
 	// batches either way; a shorter per-source retention is EventPurge's.
 	ArchiveMaintain(ctx context.Context, params *ArchiveMaintainParams) (*ArchiveMaintainResult, error)
 

@@ -312,9 +312,7 @@ type eventRow struct {
 	Replays          int        `db:"replays"`
 	Traceparent      *string    `db:"traceparent"`
 	Tracestate       *string    `db:"tracestate"`
-	// Columns of migration 002 that no Event field shows yet; named so that
-	// SELECT * scans.
-	Origin string `db:"origin"`
+	Origin           string     `db:"origin"`
 }
 
 // claimRow is a claimed event with what the claim learned about the attempt

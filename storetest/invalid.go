@@ -177,6 +177,41 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, Response: ferry.AttemptResponse{Body: "\xff"}})
 			return err
 		}},
+		// PostgreSQL keeps attempts, budgets and limits in 32 bits and text
+		// without NUL or invalid UTF-8: past either, the same refusal on
+		// every store, not a truncated fence or a failed batch.
+		{"EventHeartbeatMany/AttemptOver32Bits", func() error {
+			over := ferry.Lease{ID: lease.ID, Attempt: lease.Attempt + 1<<32}
+			_, err := s.EventHeartbeatMany(ctx, &ferry.EventHeartbeatManyParams{Leases: []ferry.Lease{over}, TTL: time.Hour})
+			return err
+		}},
+		{"EventComplete/AttemptOver32Bits", func() error {
+			return s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: ferry.Lease{ID: lease.ID, Attempt: lease.Attempt + 1<<32}})
+		}},
+		{"EventClaimMany/LimitOver32Bits", func() error {
+			_, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: ferry.MaxCount + 1, TTL: ttl})
+			return err
+		}},
+		{"EventFail/BudgetOver32Bits", func() error {
+			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, MaxAttempts: ferry.MaxCount + 1})
+			return err
+		}},
+		{"EventFailMany/ErrorWithNUL", func() error {
+			_, err := s.EventFailMany(ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: lease, Error: "said \x00"}}})
+			return err
+		}},
+		{"EventFail/ErrorNotUTF8", func() error {
+			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, Error: "said \xff"})
+			return err
+		}},
+		{"EventReceive/SourceNotUTF8", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s\xff", EventID: "evt_4", Payload: []byte("{}")})
+			return err
+		}},
+		{"EventReceive/NULInAHeader", func() error {
+			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_5", Payload: []byte("{}"), Headers: map[string][]string{"X-Note": {"a\x00b"}}})
+			return err
+		}},
 		{"EventList/BothCursors", func() error {
 			_, err := s.EventList(ctx, &ferry.EventListParams{Before: 5, After: 2})
 			return err

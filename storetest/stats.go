@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -205,6 +207,51 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 		if n := bySource(statsOf(t, b, &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"a": time.Hour}}))["a"].AtRisk; n != 0 {
 			t.Errorf("after completion: a at risk = %d, want 0", n)
+		}
+	})
+
+	// An at-risk event is the event EventList shows, field for field: the
+	// same Event without payload or headers, whichever list it comes from.
+	run(t, setup, "AtRiskListedAsEventListShowsIt", func(t *testing.T, b *bundle[TX]) {
+		id := receiveWith(t, b, &ferry.EventReceiveParams{
+			Source: "a", EventID: "old", Type: "t", Payload: []byte("x"), Origin: ferry.OriginCatchup,
+		}).ID
+		b.clock.Advance(2 * time.Hour)
+		stats := statsOf(t, b, &ferry.EventStatsParams{DefaultAtRiskAfter: time.Hour, AtRiskLimit: 10})
+		if len(stats.AtRisk) != 1 || stats.AtRisk[0].ID != id {
+			t.Fatalf("at-risk list = %v, want event %d", stats.AtRisk, id)
+		}
+		listed, err := b.store.EventList(b.ctx, &ferry.EventListParams{})
+		if err != nil || len(listed.Events) != 1 {
+			t.Fatalf("EventList = %v, %v", listed, err)
+		}
+		got, want := *stats.AtRisk[0], *listed.Events[0]
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("at-risk event = %+v\nEventList shows %+v", got, want)
+		}
+		if got.Origin != ferry.OriginCatchup {
+			t.Errorf("at-risk event Origin = %q, want %q", got.Origin, ferry.OriginCatchup)
+		}
+	})
+
+	// "Sources holds one entry per source ..., sorted by name": by the
+	// name's bytes, as Go sorts strings, not by the database's collation,
+	// so that every store (and every database locale) lists them alike.
+	// PostgreSQL differs only under a language-aware collation: run with
+	// TEST_DATABASE_URL naming a database created with ICU_LOCALE 'en-US'.
+	run(t, setup, "SourcesSortedByName", func(t *testing.T, b *bundle[TX]) {
+		names := []string{"a", "B", "a-c", "ab", "Z"}
+		for _, n := range names {
+			receive(t, b, n, "e")
+		}
+		var got []string
+		for _, s := range statsOf(t, b, &ferry.EventStatsParams{}).Sources {
+			got = append(got, s.Source)
+		}
+		want := slices.Clone(names)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("sources = %q, want %q", got, want)
 		}
 	})
 }

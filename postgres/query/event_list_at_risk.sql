@@ -9,7 +9,7 @@ risk AS (
 SELECT e.id, e.source, e.event_id, e.type, e.payload_sha256, e.state, e.attempt, e.attempt_base,
        e.lease_owner, e.lease_expires_at, e.next_attempt_at, e.first_delivered_at,
        e.last_delivered_at, e.deliveries, e.conflicts, e.replays, e.claimed_at, e.completed_at,
-       e.last_error, e.requeued_at
+       e.last_error, e.requeued_at, e.origin
 FROM ferry_event e
 CROSS JOIN clock
 LEFT JOIN risk ON risk.source = e.source

@@ -83,4 +83,4 @@ FROM live
 FULL JOIN done ON done.source = live.source
 LEFT JOIN unfinished ON unfinished.source = coalesce(live.source, done.source)
 LEFT JOIN replays ON replays.source = coalesce(live.source, done.source)
-ORDER BY 1;
+ORDER BY coalesce(live.source, done.source) COLLATE "C"; -- byte order, as SQLite and Go sort
