@@ -64,10 +64,11 @@ type AdminOptions struct {
 // Host, X-Forwarded-* or peer address grants access.
 //
 // Without Token or User the Admin lets every request in as AnonymousActor:
-// serve it only on loopback (the ferry binary refuses anything else at
-// start). Then it answers only requests addressed to an IP literal,
-// localhost or PublicURL's host, so a web page on a DNS name rebound to
-// 127.0.0.1 cannot read it; that check only ever refuses.
+// serve it only on loopback, and behind no proxy (the ferry binary refuses
+// a non-loopback listener or public_url at start). Then it answers only
+// requests addressed to an IP literal or localhost, so a web page on a DNS
+// name rebound to 127.0.0.1, or a proxy that keeps its public Host, cannot
+// read it; that check only ever refuses.
 //
 // Sessions are signed (HMAC-SHA256 under a key drawn at start, so a restart
 // signs everyone out), expire after SessionTTL, and end at once on logout.
@@ -78,7 +79,6 @@ type Admin struct {
 	key     []byte
 	pages   *template.Template
 	handler http.Handler
-	allowed map[string]bool // host names a credential-less Admin answers to
 
 	mu      sync.Mutex
 	revoked map[string]time.Time // session id → expiry, for logouts
@@ -101,7 +101,7 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	a := &Admin{opts: opts, key: make([]byte, 32), revoked: map[string]time.Time{}, allowed: map[string]bool{"localhost": true}}
+	a := &Admin{opts: opts, key: make([]byte, 32), revoked: map[string]time.Time{}}
 	if _, err := rand.Read(a.key); err != nil {
 		return nil, err
 	}
@@ -118,7 +118,6 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 		if err := cop.AddTrustedOrigin(u.Scheme + "://" + u.Host); err != nil {
 			return nil, err
 		}
-		a.allowed[strings.ToLower(u.Hostname())] = true
 	}
 	mux := http.NewServeMux()
 	if opts.Dashboard != nil {
@@ -164,7 +163,7 @@ func (a *Admin) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.hasAuth() {
 			if !a.addressedDirectly(r) {
-				http.Error(w, "without credentials the admin listener answers only to an IP address, localhost or admin.public_url: set admin.token to reach it by another name", http.StatusForbidden)
+				http.Error(w, "without credentials the admin listener answers only to an IP address or localhost: set admin.token to reach it by another name", http.StatusForbidden)
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), principal{actor: AnonymousActor})))
@@ -192,16 +191,15 @@ func (a *Admin) guard(next http.Handler) http.Handler {
 }
 
 // addressedDirectly reports whether the request names this listener by an
-// IP literal, localhost or the configured public host: a DNS name an
-// attacker controls (DNS rebinding) is none of these. It only refuses; it
-// never grants access.
+// IP literal or localhost: a DNS name an attacker controls (DNS rebinding)
+// is neither. It only refuses; it never grants access.
 func (a *Admin) addressedDirectly(r *http.Request) bool {
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	host = strings.ToLower(strings.Trim(host, "[]"))
-	return net.ParseIP(host) != nil || a.allowed[host]
+	return net.ParseIP(host) != nil || host == "localhost"
 }
 
 // authenticate checks, in order, a bearer token, basic auth and the

@@ -433,7 +433,7 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 	for name, values := range e.Headers {
 		for _, v := range values {
 			h := header{Name: name, Value: v}
-			if sensitiveHeader(name) {
+			if SensitiveHeader(name) {
 				h.Value, h.Redacted = "redacted", true
 			}
 			data.Headers = append(data.Headers, h)
@@ -443,9 +443,10 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, "event.html", &data)
 }
 
-// sensitiveHeader reports headers whose value is never shown: signatures
-// (which the receiver does not store anyway) and anything credential-like.
-func sensitiveHeader(name string) bool {
+// SensitiveHeader reports headers whose value is never shown, on the
+// dashboard or by the CLI: signatures (which the receiver does not store
+// anyway) and anything credential-like.
+func SensitiveHeader(name string) bool {
 	if signatureHeaders[http.CanonicalHeaderKey(name)] {
 		return true
 	}

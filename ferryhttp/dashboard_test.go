@@ -251,8 +251,8 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 }
 
 // TestAdminRefusesRebinding: without credentials, a page on a DNS name that
-// resolves to 127.0.0.1 cannot read the dashboard; an IP literal and
-// localhost can.
+// resolves to 127.0.0.1 cannot read the dashboard, nor can a proxy that
+// keeps PublicURL's Host; an IP literal and localhost can.
 func TestAdminRefusesRebinding(t *testing.T) {
 	t.Parallel()
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{PublicURL: "http://ferry-admin.internal:8081"})
@@ -262,7 +262,7 @@ func TestAdminRefusesRebinding(t *testing.T) {
 		"localhost:8081":              200,
 		"127.0.0.1":                   200,
 		"[::1]:8081":                  200,
-		"ferry-admin.internal:8081":   200,
+		"ferry-admin.internal:8081":   http.StatusForbidden,
 		"ferry-admin.internal.evil.x": http.StatusForbidden,
 	} {
 		req := newReq(t, "GET", b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"]), nil)

@@ -8,12 +8,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/config"
 )
 
@@ -371,7 +374,7 @@ when the event does not exist.`)
 		PayloadSHA256:   fmt.Sprintf("%x", e.PayloadSHA256),
 		PayloadBytes:    len(e.Payload),
 		Origin:          string(e.Origin),
-		Headers:         e.Headers,
+		Headers:         shownHeaders(e.Headers),
 		Attempts:        []attemptLine{},
 		Actions:         []actionLine{},
 		Replays:         []replayLine{},
@@ -438,7 +441,7 @@ when the event does not exist.`)
 		row("last error", oneLine(e.LastError, 200))
 	}
 	row("payload", fmt.Sprintf("%d bytes, sha256 %s", len(e.Payload), d.PayloadSHA256))
-	for name, vs := range e.Headers {
+	for name, vs := range d.Headers {
 		row("header "+name, strings.Join(vs, ", "))
 	}
 	if err := tw.Flush(); err != nil {
@@ -568,4 +571,20 @@ func defaultActor() string {
 		return "cli:" + u
 	}
 	return "cli"
+}
+
+// shownHeaders is h with the value of every signature- or credential-like
+// header replaced by "redacted", as the dashboard shows them.
+func shownHeaders(h http.Header) map[string][]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string][]string, len(h))
+	for name, vs := range h {
+		if ferryhttp.SensitiveHeader(name) {
+			vs = slices.Repeat([]string{"redacted"}, len(vs))
+		}
+		out[name] = vs
+	}
+	return out
 }

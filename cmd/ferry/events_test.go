@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
@@ -355,5 +357,24 @@ func TestEventsListAtRiskFiltersBeforeTheLimit(t *testing.T) {
 	}
 	if got := eventIDs(listJSON(t, "--config", cfg, "--at-risk", "--limit", "2")); len(got) != 2 || got[0] != "github/gh_1" {
 		t.Fatalf("--at-risk --limit 2 = %v, want the two oldest", got)
+	}
+}
+
+// events show redacts what the dashboard redacts: a library Receiver may
+// keep a credential-like header (KeepHeaders), and the store has it.
+func TestEventsShowRedactsCredentialHeaders(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	s := teststore.SQLiteAt(t, path, nil)
+	if _, err := s.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_h", Payload: []byte(`{}`),
+		Headers: http.Header{"X-Gitlab-Token": {"glpat-SEKRET1"}, "X-Api-Key": {"SEKRET2"}, "Content-Type": {"application/json"}}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeCLIConfig(t, "sqlite:"+path, "")
+	for _, extra := range [][]string{nil, {"--json"}} {
+		stdout, stderr, code := runFerry(t, append([]string{"events", "show", "--config", cfg, "stripe", "evt_h"}, extra...)...)
+		if code != 0 || strings.Contains(stdout, "SEKRET") || !strings.Contains(stdout, "redacted") || !strings.Contains(stdout, "application/json") {
+			t.Errorf("events show %v: exit %d, want credential-like values redacted and the rest shown:\n%s%s", extra, code, stdout, stderr)
+		}
 	}
 }

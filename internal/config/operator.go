@@ -172,6 +172,8 @@ func (c *Config) validateAdmin() []error {
 		u, err := url.Parse(a.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", a.PublicURL)
+		} else if c.AdminServed() && !c.AdminAuth() && !isLoopbackHost(u.Hostname()) {
+			bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", a.PublicURL)
 		}
 	}
 	if a.SessionTTL.Duration < time.Minute {
@@ -197,9 +199,11 @@ func (c *Config) SecureCookie() bool { return strings.HasPrefix(c.Admin.PublicUR
 // never a request.
 func isLoopback(listen string) bool {
 	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return false
-	}
+	return err == nil && isLoopbackHost(host)
+}
+
+// isLoopbackHost is isLoopback of a host alone.
+func isLoopbackHost(host string) bool {
 	if host == "localhost" {
 		return true
 	}

@@ -33,6 +33,8 @@ func TestOperatorRejects(t *testing.T) {
 		{"user without password", "[admin]\nuser = \"ops\"\n", "admin.password", "set both"},
 		{"token from unset env", "[admin]\nlisten = \"0.0.0.0:8081\"\ntoken = \"${MISSING_TOKEN}\"\n", "admin.token", "export it"},
 		{"public url not a url", "[admin]\npublic_url = \"ferry-admin\"\n", "admin.public_url", "https://ferry-admin.example.com"},
+		{"public url off host without credentials", "[admin]\npublic_url = \"https://ferry-admin.example.com\"\n", "admin.public_url", `admin.token = "${FERRY_ADMIN_TOKEN}"`},
+		{"public url on an address without credentials", "[admin]\npublic_url = \"http://10.0.0.5:8081\"\n", "admin.public_url", "not on this host"},
 		{"session ttl too short", "[admin]\nsession_ttl = \"5s\"\n", "admin.session_ttl", "at least 1m"},
 		{"ui.token moved", "[ui]\ntoken = \"x\"\n", "ui.token", "admin.token"},
 		{"ui.user moved", "[ui]\nuser = \"ops\"\npassword = \"pw\"\n", "ui.password", "admin.password"},
@@ -62,7 +64,9 @@ func TestOperatorAccepts(t *testing.T) {
 		"admin on localhost":              good + "[admin]\nlisten = \"localhost:8081\"\n",
 		"admin on ipv6 loopback":          good + "[admin]\nlisten = \"[::1]:8081\"\n",
 		"both on port 0":                  strings.Replace(good, "127.0.0.1:8080", "127.0.0.1:0", 1) + "[admin]\nlisten = \"127.0.0.1:0\"\n",
-		"https public url":                good + "[admin]\npublic_url = \"https://ferry-admin.example.com\"\n",
+		"https public url with token":     good + "[admin]\npublic_url = \"https://ferry-admin.example.com\"\ntoken = \"${TOKEN}\"\n",
+		"loopback public url":             good + "[admin]\npublic_url = \"http://[::1]:8081\"\n",
+		"public url, no admin listener":   good + "[admin]\npublic_url = \"https://ferry-admin.example.com\"\n[ui]\nenabled = false\n[metrics]\nenabled = false\n",
 		"margin below window":             good + "[alerts]\nat_risk_margin = \"24h\"\n",
 		"alerts url from env":             good + "[alerts]\nurl = \"https://hooks.slack.com/services/${TOKEN}\"\n",
 		"alerts to slack":                 good + "[alerts]\nurl = \"https://hooks.slack.com/services/T0/B0/x\"\ninterval = \"1m\"\n",
@@ -85,7 +89,7 @@ func TestAdminDefaults(t *testing.T) {
 	if c.Admin.Listen != "127.0.0.1:8081" || c.Admin.TokenName != "token" || c.Admin.SessionTTL.Duration != 12*time.Hour || c.SecureCookie() || c.AdminAuth() {
 		t.Errorf("admin defaults: %+v", c.Admin)
 	}
-	c, err = Parse([]byte(good+"[admin]\npublic_url = \"https://ferry-admin.example.com\"\n"), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+	c, err = Parse([]byte(good+"[admin]\npublic_url = \"https://ferry-admin.example.com\"\ntoken = \"t\"\n"), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
 	if err != nil {
 		t.Fatal(err)
 	}
