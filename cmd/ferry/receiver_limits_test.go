@@ -57,6 +57,15 @@ func TestServeReceiverLimits(t *testing.T) {
 			return inFlightBytes(t, p.admin) == 0
 		})
 	})
+	t.Run("HeaderLimit", func(t *testing.T) {
+		t.Parallel()
+		p := startReceiver(t, "")
+		// Past maxHeaderBytes and far short of net/http's 1 MiB default.
+		pad := http.Header{"X-Pad": {strings.Repeat("x", 2*maxHeaderBytes)}}
+		if code, _ := answer(t, testhttp.PartialPost(t, p.addr, "/webhooks/stripe", pad, 0, "")); code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("a %d KiB header: %d, want 431", 2*maxHeaderBytes>>10, code)
+		}
+	})
 	t.Run("BodyTimeout", func(t *testing.T) {
 		t.Parallel()
 		p := startReceiver(t, "body_timeout = \"300ms\"")
@@ -73,12 +82,8 @@ func TestServeReceiverLimits(t *testing.T) {
 // inFlightBytes reads ferry_receiver_in_flight_bytes from /metrics.
 func inFlightBytes(t *testing.T, admin string) int64 {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	_, metrics := testhttp.Get(t, "http://"+admin+"/metrics")
+	sc := bufio.NewScanner(strings.NewReader(metrics))
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "ferry_receiver_in_flight_bytes "); ok {
 			n, err := strconv.ParseFloat(v, 64)

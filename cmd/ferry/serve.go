@@ -180,9 +180,16 @@ SIGTERM stops it gracefully (exit 0).`)
 	return nil
 }
 
+// maxHeaderBytes bounds a request's header block on both listeners (431
+// past it). A provider's delivery sends a few KiB; net/http's default is
+// 1 MiB, which anyone reaching the receiver could hold per connection for
+// ReadHeaderTimeout before a signature is checked.
+const maxHeaderBytes = 64 << 10
+
 func newServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
