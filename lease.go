@@ -64,18 +64,39 @@ func (o Origin) OrDelivery() Origin {
 	return o
 }
 
-// Validate requires a Name, an Owner and a positive TTL.
+// Validate requires a Name and an Owner of text a store keeps (UTF-8
+// without NUL) and a positive TTL.
 func (p *LeaseAcquireParams) Validate() error {
-	if p.Name == "" || p.Owner == "" || p.TTL <= 0 {
-		return invalid("name, owner and a positive ttl are required")
+	if p.TTL <= 0 {
+		return invalid("ttl must be positive, got %s", p.TTL)
+	}
+	return validNameOwner(p.Name, p.Owner)
+}
+
+// Validate requires what LeaseAcquireParams.Validate does of a Name and an
+// Owner.
+func (p *LeaseReleaseParams) Validate() error { return validNameOwner(p.Name, p.Owner) }
+
+func validNameOwner(name, owner string) error {
+	if name == "" || owner == "" || !storable(name) || !storable(owner) {
+		return invalid("name and owner must be non-empty UTF-8 text without NUL")
 	}
 	return nil
 }
 
 // Validate requires a Name.
-func (p *CheckpointPutParams) Validate() error {
+func (p *CheckpointGetParams) Validate() error {
 	if p.Name == "" {
 		return invalid("name is required")
+	}
+	return nil
+}
+
+// Validate requires a Name, and a Name and a Value of UTF-8 text without
+// NUL.
+func (p *CheckpointPutParams) Validate() error {
+	if p.Name == "" || !storable(p.Name) || !storable(p.Value) {
+		return invalid("name is required, and name and value must be UTF-8 text without NUL")
 	}
 	return nil
 }

@@ -331,8 +331,8 @@ func (p *EventReleaseParams) Validate() error { return p.Lease.Validate() }
 // Until before Since. The copy's States may be empty:
 // nothing to requeue.
 func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
-	if p.Actor == "" {
-		return nil, invalid("actor is required: name who asks for the requeue")
+	if p.Actor == "" || !storable(p.Actor) {
+		return nil, invalid("actor is required, UTF-8 text without NUL: name who asks for the requeue")
 	}
 	if err := validStates(p.States); err != nil {
 		return nil, err
@@ -371,8 +371,8 @@ func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 
 // Validate requires a positive ID and an Actor.
 func (p *EventRetryNowParams) Validate() error {
-	if p.Actor == "" {
-		return invalid("actor is required: the action ledger names who retried")
+	if p.Actor == "" || !storable(p.Actor) {
+		return invalid("actor is required, UTF-8 text without NUL: the action ledger names who retried")
 	}
 	return validID(p.ID)
 }

@@ -28,6 +28,9 @@ func (s *Store) LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquirePara
 }
 
 func (s *Store) LeaseRelease(ctx context.Context, params *ferry.LeaseReleaseParams) error {
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("postgres: lease release: %w", err)
+	}
 	if _, err := s.pool.Exec(ctx, leaseReleaseSQL, pgx.NamedArgs{"name": params.Name, "owner": params.Owner}); err != nil {
 		return fmt.Errorf("postgres: lease release: %w", err)
 	}
@@ -35,11 +38,14 @@ func (s *Store) LeaseRelease(ctx context.Context, params *ferry.LeaseReleasePara
 }
 
 func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetParams) (*ferry.Checkpoint, error) {
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("postgres: checkpoint get: %w", err)
+	}
 	var c ferry.Checkpoint
 	err := s.pool.QueryRow(ctx, checkpointGetSQL, pgx.NamedArgs{"name": params.Name}).Scan(&c.Name, &c.Value, &c.UpdatedAt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return nil, ferry.ErrNotFound
+		return nil, fmt.Errorf("postgres: checkpoint get %s: %w", params.Name, ferry.ErrNotFound)
 	case err != nil:
 		return nil, fmt.Errorf("postgres: checkpoint get: %w", err)
 	}

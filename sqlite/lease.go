@@ -31,6 +31,9 @@ func (s *Store) LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquirePara
 }
 
 func (s *Store) LeaseRelease(ctx context.Context, params *ferry.LeaseReleaseParams) error {
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("sqlite: lease release: %w", err)
+	}
 	return s.writeTx(ctx, "lease release", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, leaseReleaseSQL, sql.Named("name", params.Name), sql.Named("owner", params.Owner))
 		return err
@@ -38,6 +41,9 @@ func (s *Store) LeaseRelease(ctx context.Context, params *ferry.LeaseReleasePara
 }
 
 func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetParams) (*ferry.Checkpoint, error) {
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlite: checkpoint get: %w", err)
+	}
 	var (
 		c       ferry.Checkpoint
 		updated sql.NullInt64
@@ -45,7 +51,7 @@ func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetPa
 	err := s.readDB.QueryRowContext(ctx, checkpointGetSQL, sql.Named("name", params.Name)).Scan(&c.Name, &c.Value, &updated)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return nil, ferry.ErrNotFound
+		return nil, fmt.Errorf("sqlite: checkpoint get %s: %w", params.Name, ferry.ErrNotFound)
 	case err != nil:
 		return nil, fmt.Errorf("sqlite: checkpoint get: %w", err)
 	}

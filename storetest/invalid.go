@@ -212,6 +212,23 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_5", Payload: []byte("{}"), Headers: map[string][]string{"X-Note": {"a\x00b"}}})
 			return err
 		}},
+		{"LeaseAcquire/NoTTL", func() error {
+			_, err := s.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: "n", Owner: "o"})
+			return err
+		}},
+		{"LeaseAcquire/OwnerNotUTF8", func() error {
+			_, err := s.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: "n", Owner: "o\xff", TTL: ttl})
+			return err
+		}},
+		{"LeaseRelease/NoOwner", func() error { return s.LeaseRelease(ctx, &ferry.LeaseReleaseParams{Name: "n"}) }},
+		{"CheckpointGet/NoName", func() error { _, err := s.CheckpointGet(ctx, &ferry.CheckpointGetParams{}); return err }},
+		{"CheckpointPut/ValueWithNUL", func() error {
+			return s.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: "n", Value: "a\x00"})
+		}},
+		{"EventRequeue/ActorWithNUL", func() error {
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op\x00"})
+			return err
+		}},
 		{"EventList/BothCursors", func() error {
 			_, err := s.EventList(ctx, &ferry.EventListParams{Before: 5, After: 2})
 			return err
