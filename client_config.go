@@ -73,8 +73,8 @@ type Config struct {
 	RetryBase time.Duration
 	RetryCap  time.Duration
 
-	// ID names this worker in leases and in the attempt ledger. Defaults to
-	// hostname-pid-random.
+	// ID names this worker in leases and in the attempt ledger: UTF-8 text
+	// without NUL. Defaults to hostname-pid-random.
 	ID string
 
 	// Logger receives one line per failed, dead or lost attempt, and claim
@@ -97,8 +97,8 @@ type Config struct {
 type SourcePolicy struct {
 	// Name is the source name, as events are stored under.
 	Name string
-	// MaxAttempts is the attempt budget before an event goes dead. Defaults
-	// to 25.
+	// MaxAttempts is the attempt budget before an event goes dead, at most
+	// MaxCount. Defaults to 25.
 	MaxAttempts int
 	// ReplayWindow is how long the provider redelivers (Stripe and GitHub: 3
 	// days). An event that fails once older than this goes dead, for a person
@@ -158,6 +158,9 @@ func NewClient(cfg *Config) (*Client, error) {
 	if c.ID == "" {
 		c.ID = workerID()
 	}
+	if !storable(c.ID) {
+		return nil, fmt.Errorf("%w: ID %q is not UTF-8 text without NUL: no store could name it in a lease", ErrInvalidParams, c.ID)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -193,6 +196,9 @@ func NewClient(cfg *Config) (*Client, error) {
 	for _, p := range c.Sources {
 		if p.Name == "" {
 			return nil, fmt.Errorf("%w: SourcePolicy.Name is required", ErrInvalidParams)
+		}
+		if p.MaxAttempts < 0 || p.MaxAttempts > MaxCount {
+			return nil, fmt.Errorf("%w: source %q: MaxAttempts %d is not from 1 to %d", ErrInvalidParams, p.Name, p.MaxAttempts, MaxCount)
 		}
 		p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
 		p.ReplayWindow = cmp.Or(p.ReplayWindow, DefaultReplayWindow)

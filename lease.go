@@ -84,10 +84,10 @@ func validNameOwner(name, owner string) error {
 	return nil
 }
 
-// Validate requires a Name.
+// Validate requires a Name of UTF-8 text without NUL.
 func (p *CheckpointGetParams) Validate() error {
-	if p.Name == "" {
-		return invalid("name is required")
+	if p.Name == "" || !storable(p.Name) {
+		return invalid("name must be non-empty UTF-8 text without NUL")
 	}
 	return nil
 }

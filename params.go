@@ -70,11 +70,12 @@ func (p *ReplayListParams) Validate() error { return validID(p.ID) }
 // Validate requires an ID.
 func (p *ConflictListParams) Validate() error { return validID(p.ID) }
 
-// Validate requires an Owner, a Limit from 1 to MaxCount and a positive TTL.
+// Validate requires an Owner of UTF-8 text without NUL, a Limit from 1 to
+// MaxCount and a positive TTL.
 func (p *EventClaimManyParams) Validate() error {
 	switch {
-	case p.Owner == "":
-		return invalid("owner is required")
+	case p.Owner == "" || !storable(p.Owner):
+		return invalid("owner is required, UTF-8 text without NUL")
 	case p.Limit <= 0 || p.Limit > MaxCount:
 		return invalid("limit must be from 1 to %d, got %d", MaxCount, p.Limit)
 	case p.TTL <= 0:
@@ -332,7 +333,7 @@ func (p *EventReleaseParams) Validate() error { return p.Lease.Validate() }
 // nothing to requeue.
 func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 	if p.Actor == "" || !storable(p.Actor) {
-		return nil, invalid("actor is required, UTF-8 text without NUL: name who asks for the requeue")
+		return nil, invalid("actor must be non-empty UTF-8 text without NUL: name who asks for the requeue")
 	}
 	if err := validStates(p.States); err != nil {
 		return nil, err
@@ -372,7 +373,7 @@ func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 // Validate requires a positive ID and an Actor.
 func (p *EventRetryNowParams) Validate() error {
 	if p.Actor == "" || !storable(p.Actor) {
-		return invalid("actor is required, UTF-8 text without NUL: the action ledger names who retried")
+		return invalid("actor must be non-empty UTF-8 text without NUL: the action ledger names who retried")
 	}
 	return validID(p.ID)
 }

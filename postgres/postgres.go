@@ -92,11 +92,11 @@ func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 
 // durable checks, on a connection of the pool (which also proves the
 // server answers), that a commit is on disk when it returns: a URL's
-// options, the role, the database or the server may turn that off. An fsync
-// the role may not read counts as on.
+// options, the role, the database or the server may turn that off. Any
+// role may read both settings.
 func durable(ctx context.Context, pool *pgxpool.Pool) error {
 	var syncCommit, fsync string
-	if err := pool.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), coalesce(current_setting('fsync', true), 'on')").Scan(&syncCommit, &fsync); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), current_setting('fsync')").Scan(&syncCommit, &fsync); err != nil {
 		return err
 	}
 	switch {

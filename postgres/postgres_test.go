@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -264,5 +265,50 @@ func TestOpen(t *testing.T) {
 	}
 	if err := store.Pool().Ping(ctx); err == nil {
 		t.Fatal("pool still open after Close")
+	}
+}
+
+// EventStats lists sources in byte order, as SQLite and Go sort, whatever
+// the database's collation: the schema's source columns take a
+// language-aware one here, as on a database created for en-US (the test
+// database is C.UTF-8, where the contract's SourcesSortedByName cannot
+// tell the two apart).
+func TestStatsSourcesInByteOrderUnderICU(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t)
+	pool := s.Pool()
+	rows, _ := pool.Query(ctx, `
+		SELECT c.relname FROM pg_attribute a
+		JOIN pg_class c ON c.oid = a.attrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE a.attname = 'source' AND n.nspname = current_schema()
+		  AND c.relkind IN ('r', 'p') AND NOT c.relispartition`)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(tables) == 0 {
+		t.Fatalf("tables with a source column: %v, %v", tables, err)
+	}
+	for _, table := range tables {
+		if _, err := pool.Exec(ctx, `ALTER TABLE `+pgx.Identifier{table}.Sanitize()+` ALTER COLUMN source TYPE text COLLATE "en-US-x-icu"`); err != nil {
+			t.Fatalf("%s: %v", table, err)
+		}
+	}
+	names := []string{"a", "B", "a-c", "ab", "Z"}
+	for _, n := range names {
+		if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: n, EventID: "e", Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stats, err := s.EventStats(ctx, &ferry.EventStatsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, src := range stats.Sources {
+		got = append(got, src.Source)
+	}
+	slices.Sort(names)
+	if !slices.Equal(got, names) {
+		t.Errorf("sources = %q, want byte order %q", got, names)
 	}
 }

@@ -81,7 +81,8 @@ var _ ferry.TxStore[*sql.Tx] = (*Store)(nil)
 //
 // The database must be a file, synced fully in WAL mode: whatever the
 // path's own query sets, Open reads the write connection back and returns
-// ferry.ErrNotDurable otherwise.
+// ferry.ErrNotDurable where a commit could be lost, ferry.ErrInvalidParams
+// where WAL could not be had.
 func Open(path string, config *Config) (*Store, error) {
 	if config == nil {
 		config = &Config{}
@@ -166,8 +167,11 @@ func durable(db *sql.DB) error {
 		return fmt.Errorf("%w: the database is in memory, gone at Close; name a file", ferry.ErrNotDurable)
 	case sync < 2:
 		return fmt.Errorf("%w: synchronous is %d, not FULL (2); remove the path's _sync or synchronous setting", ferry.ErrNotDurable, sync)
+	case mode == "memory" || mode == "off":
+		return fmt.Errorf("%w: journal_mode is %s, and a crash in a commit can corrupt the file; remove the path's _journal_mode or journal_mode setting", ferry.ErrNotDurable, mode)
 	case mode != "wal":
-		return fmt.Errorf("%w: journal_mode is %s, not WAL; remove the path's _journal_mode or journal_mode setting", ferry.ErrNotDurable, mode)
+		// Durable, but the read pool would wait behind every write.
+		return fmt.Errorf("%w: journal_mode is %s, not WAL, which the store needs (its readers run beside the writer); remove the path's setting, or nolock or a VFS that cannot share memory", ferry.ErrInvalidParams, mode)
 	}
 	return nil
 }

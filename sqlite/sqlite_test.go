@@ -87,11 +87,20 @@ func TestOpen(t *testing.T) {
 			"file:" + filepath.Join(dir, "a.db") + "?_sync=OFF":                   "synchronous is 0",
 			"file:" + filepath.Join(dir, "b.db") + "?_pragma=synchronous(NORMAL)": "synchronous is 1",
 			"file:" + filepath.Join(dir, "c.db") + "?_journal_mode=MEMORY":        "journal_mode is memory",
+			"file:" + filepath.Join(dir, "e.db") + "?_journal_mode=OFF":           "journal_mode is off",
 		} {
 			s, err := sqlite.Open(path, nil)
 			if !errors.Is(err, ferry.ErrNotDurable) || !strings.Contains(err.Error(), want) {
 				t.Errorf("Open(%q) = %v, want ErrNotDurable: %s", path, err, want)
 			}
+			if err == nil {
+				s.Close()
+			}
+		}
+		// Durable, but not WAL, which the read pool needs.
+		path := "file:" + filepath.Join(dir, "f.db") + "?_journal_mode=DELETE"
+		if s, err := sqlite.Open(path, nil); !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), "not WAL") {
+			t.Errorf("Open(%q) = %v, want ErrInvalidParams: not WAL", path, err)
 			if err == nil {
 				s.Close()
 			}

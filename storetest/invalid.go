@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 	bad := ferry.Lease{ID: id, Attempt: 0}
 	ctx := b.ctx
 	s := b.store
-	for _, tc := range []struct {
+	cases := []struct {
 		name string
 		call func() error
 	}{
@@ -177,25 +178,8 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, Response: ferry.AttemptResponse{Body: "\xff"}})
 			return err
 		}},
-		// PostgreSQL keeps attempts, budgets and limits in 32 bits and text
-		// without NUL or invalid UTF-8: past either, the same refusal on
-		// every store, not a truncated fence or a failed batch.
-		{"EventHeartbeatMany/AttemptOver32Bits", func() error {
-			over := ferry.Lease{ID: lease.ID, Attempt: lease.Attempt + 1<<32}
-			_, err := s.EventHeartbeatMany(ctx, &ferry.EventHeartbeatManyParams{Leases: []ferry.Lease{over}, TTL: time.Hour})
-			return err
-		}},
-		{"EventComplete/AttemptOver32Bits", func() error {
-			return s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: ferry.Lease{ID: lease.ID, Attempt: lease.Attempt + 1<<32}})
-		}},
-		{"EventClaimMany/LimitOver32Bits", func() error {
-			_, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: ferry.MaxCount + 1, TTL: ttl})
-			return err
-		}},
-		{"EventFail/BudgetOver32Bits", func() error {
-			_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, MaxAttempts: ferry.MaxCount + 1})
-			return err
-		}},
+		// PostgreSQL keeps text without NUL or invalid UTF-8: the same
+		// refusal on every store, not a failed batch.
 		{"EventFailMany/ErrorWithNUL", func() error {
 			_, err := s.EventFailMany(ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: lease, Error: "said \x00"}}})
 			return err
@@ -222,6 +206,11 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}},
 		{"LeaseRelease/NoOwner", func() error { return s.LeaseRelease(ctx, &ferry.LeaseReleaseParams{Name: "n"}) }},
 		{"CheckpointGet/NoName", func() error { _, err := s.CheckpointGet(ctx, &ferry.CheckpointGetParams{}); return err }},
+		{"CheckpointGet/NameWithNUL", func() error { _, err := s.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: "a\x00"}); return err }},
+		{"EventClaimMany/OwnerNotUTF8", func() error {
+			_, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w\xff", Limit: 1, TTL: ttl})
+			return err
+		}},
 		{"CheckpointPut/ValueWithNUL", func() error {
 			return s.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: "n", Value: "a\x00"})
 		}},
@@ -244,7 +233,38 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		{"EventRetryNow/NoActor", func() error { _, err := s.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: id}); return err }},
 		{"EventRetryNow/BadID", func() error { _, err := s.EventRetryNow(ctx, &ferry.EventRetryNowParams{Actor: "ops"}); return err }},
 		{"EventStats", func() error { _, err := s.EventStats(ctx, &ferry.EventStatsParams{AtRiskLimit: -1}); return err }},
-	} {
+	}
+	// PostgreSQL keeps attempts, budgets and limits in 32 bits: past them,
+	// the same refusal on every store, not a truncated fence. Only a 64-bit
+	// int passes MaxCount; shift and past are variables so that storetest
+	// compiles where int is 32 bits.
+	if strconv.IntSize == 64 {
+		shift := 32
+		past := ferry.MaxCount
+		past++
+		wide := ferry.Lease{ID: lease.ID, Attempt: lease.Attempt + 1<<shift} // truncated to 32 bits: lease itself
+		cases = append(cases, []struct {
+			name string
+			call func() error
+		}{
+			{"EventHeartbeatMany/AttemptOver32Bits", func() error {
+				_, err := s.EventHeartbeatMany(ctx, &ferry.EventHeartbeatManyParams{Leases: []ferry.Lease{wide}, TTL: time.Hour})
+				return err
+			}},
+			{"EventComplete/AttemptOver32Bits", func() error {
+				return s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: wide})
+			}},
+			{"EventClaimMany/LimitOver32Bits", func() error {
+				_, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: past, TTL: ttl})
+				return err
+			}},
+			{"EventFail/BudgetOver32Bits", func() error {
+				_, err := s.EventFail(ctx, &ferry.EventFailParams{Lease: lease, MaxAttempts: past})
+				return err
+			}},
+		}...)
+	}
+	for _, tc := range cases {
 		if err := tc.call(); !errors.Is(err, ferry.ErrInvalidParams) {
 			t.Errorf("%s: err = %v, want ErrInvalidParams", tc.name, err)
 		}

@@ -237,8 +237,9 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	// "Sources holds one entry per source ..., sorted by name": by the
 	// name's bytes, as Go sorts strings, not by the database's collation,
 	// so that every store (and every database locale) lists them alike.
-	// PostgreSQL differs only under a language-aware collation: run with
-	// TEST_DATABASE_URL naming a database created with ICU_LOCALE 'en-US'.
+	// PostgreSQL differs only under a language-aware collation, which the
+	// C.UTF-8 test database lacks: postgres's own
+	// TestStatsSourcesInByteOrderUnderICU gives it one.
 	run(t, setup, "SourcesSortedByName", func(t *testing.T, b *bundle[TX]) {
 		names := []string{"a", "B", "a-c", "ab", "Z"}
 		for _, n := range names {

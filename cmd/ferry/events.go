@@ -565,10 +565,11 @@ others are still replayed).`)
 }
 
 // defaultActor names the person at the terminal: "cli:" and $USER, or "cli"
-// when $USER is not set.
+// when $USER is not set. A store keeps it as text: bytes that are not
+// UTF-8 become U+FFFD (an environment holds no NUL).
 func defaultActor() string {
 	if u := os.Getenv("USER"); u != "" {
-		return "cli:" + u
+		return "cli:" + strings.ToValidUTF8(u, "\uFFFD")
 	}
 	return "cli"
 }

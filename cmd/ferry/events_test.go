@@ -378,3 +378,12 @@ func TestEventsShowRedactsCredentialHeaders(t *testing.T) {
 		}
 	}
 }
+
+// The CLI's actor is $USER, made text a store keeps: a Latin-1 user name
+// would otherwise fail every replay with ErrInvalidParams.
+func TestDefaultActorIsStorable(t *testing.T) {
+	t.Setenv("USER", "j\xf6rg")
+	if got := defaultActor(); got != "cli:j\uFFFDrg" {
+		t.Errorf("defaultActor() = %q, want %q", got, "cli:j\uFFFDrg")
+	}
+}

@@ -69,7 +69,7 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload) (st 
 	case "sqlite":
 		s, err := sqlite.Open(dsn, nil)
 		if err != nil {
-			return nil, nil, notDurable(err) // "sqlite: open PATH: ..."
+			return nil, nil, storeRefused(err) // "sqlite: open PATH: ..."
 		}
 		return s, func() { _ = s.Close() }, nil
 	default:
@@ -79,16 +79,17 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload) (st 
 		}
 		s, err := postgres.Open(ctx, dsn, pgConfig)
 		if err != nil {
-			return nil, nil, notDurable(err) // "postgres: open: ..."
+			return nil, nil, storeRefused(err) // "postgres: open: ..."
 		}
 		return s, s.Close, nil
 	}
 }
 
-// notDurable makes a store that would lose what it acknowledges a config
-// error naming store.url (exit 2); any other failure to open stays as it is.
-func notDurable(err error) error {
-	if errors.Is(err, ferry.ErrNotDurable) {
+// storeRefused makes a store.url the store refuses (it would lose what it
+// acknowledges, or cannot run as the URL sets it) a config error naming
+// store.url (exit 2); any other failure to open stays as it is.
+func storeRefused(err error) error {
+	if errors.Is(err, ferry.ErrNotDurable) || errors.Is(err, ferry.ErrInvalidParams) {
 		return fmt.Errorf("%w: store.url: %w", errConfig, err)
 	}
 	return err

@@ -352,8 +352,8 @@ func (c *Config) validate() error {
 		if s.Retention.Duration < s.ReplayWindow.Duration {
 			bad(key+".retention", "%v is shorter than replay_window %v: a purged key would let a redelivery run the work again; use at least %v", s.Retention.Duration, s.ReplayWindow.Duration, s.ReplayWindow.Duration)
 		}
-		if s.MaxAttempts < 0 {
-			bad(key+".max_attempts", "is %d: use a positive number", s.MaxAttempts)
+		if s.MaxAttempts < 0 || s.MaxAttempts > ferry.MaxCount {
+			bad(key+".max_attempts", "is %d: use a number from 1 to %d (the default is %d)", s.MaxAttempts, ferry.MaxCount, ferry.DefaultMaxAttempts)
 		}
 		if s.LostLease != string(ferry.LostLeaseRetry) && s.LostLease != string(ferry.LostLeaseHold) {
 			bad(key+".lost_lease", "%q: use \"retry\" or \"hold\"", s.LostLease)

@@ -71,6 +71,7 @@ func TestParseRejects(t *testing.T) {
 		{"negative max_in_flight", `[http]`, "[http]\nmax_in_flight = -1", "http.max_in_flight", "positive number of bytes"},
 		{"negative body_timeout", `[http]`, "[http]\nbody_timeout = \"-1s\"", "http.body_timeout", "positive duration"},
 		{"bad lost_lease", `replay_window = "72h"`, `replay_window = "72h"` + "\nlost_lease = \"drop\"", "lost_lease", `"hold"`},
+		{"max_attempts past 32 bits", `replay_window = "72h"`, `replay_window = "72h"` + "\nmax_attempts = 3000000000", "max_attempts", "from 1 to 2147483647"},
 		{"bad duration", `replay_window = "72h"`, `replay_window = "3 days"`, "", "72h"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
