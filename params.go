@@ -175,6 +175,19 @@ func (p *EventGetParams) Validate() error {
 		return invalid("%w: id must be positive, got %d", ErrNotFound, p.ID)
 	case p.ID == 0 && (p.Source == "" || p.EventID == ""):
 		return invalid("%w: an id, or a source and an event id, are required", ErrNotFound)
+	case !storable(p.Source) || !storable(p.EventID):
+		return invalid("%w: no stored source or event id holds NUL or invalid UTF-8", ErrNotFound)
+	}
+	return nil
+}
+
+// storableFilters refuses a filter no stored text could match: PostgreSQL
+// would fail the query, SQLite match nothing.
+func storableFilters(texts ...string) error {
+	for _, s := range texts {
+		if !storable(s) {
+			return invalid("filter %q is not UTF-8 text without NUL", s)
+		}
 	}
 	return nil
 }
@@ -204,10 +217,14 @@ func (p *EventHeartbeatManyParams) Validate() error {
 // Normalize returns a copy of p with Limit defaulted to
 // EventListLimitDefault and capped at EventListLimitMax, and a negative
 // Before or After made 0 (start at the newest). It refuses a negative
-// Limit, an unknown state, both cursors at once, and an Until before Since.
+// Limit, an unknown state, both cursors at once, an Until before Since, and
+// a text filter that is not UTF-8 without NUL.
 func (p *EventListParams) Normalize() (*EventListParams, error) {
 	if p.Limit < 0 {
 		return nil, invalid("limit must not be negative, got %d", p.Limit)
+	}
+	if err := storableFilters(p.Source, p.Type, p.EventIDContains); err != nil {
+		return nil, err
 	}
 	if err := validStates(p.States); err != nil {
 		return nil, err
@@ -328,12 +345,15 @@ func (p *EventReleaseParams) Validate() error { return p.Lease.Validate() }
 // stripped of pending and in_progress, which are never requeued; the
 // filters (Source, Type, Since, Until, EventIDContains, Before) cleared
 // when IDs name the events, and a negative Before made 0. It refuses a
-// missing Actor, an unknown state, an ID that is not positive, and an
-// Until before Since. The copy's States may be empty:
-// nothing to requeue.
+// missing Actor, an unknown state, an ID that is not positive, an Until
+// before Since, and text (actor, filters) that is not UTF-8 without NUL.
+// The copy's States may be empty: nothing to requeue.
 func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 	if p.Actor == "" || !storable(p.Actor) {
 		return nil, invalid("actor must be non-empty UTF-8 text without NUL: name who asks for the requeue")
+	}
+	if err := storableFilters(p.Source, p.Type, p.EventIDContains); err != nil {
+		return nil, err
 	}
 	if err := validStates(p.States); err != nil {
 		return nil, err

@@ -643,6 +643,10 @@ func renderPage(w http.ResponseWriter, pages *template.Template, log *slog.Logge
 }
 
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, op string, err error) {
+	if errors.Is(err, ferry.ErrInvalidParams) { // a filter no stored text matches
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	d.opts.Logger.Warn("ferry: dashboard: store error", "op", op, "path", r.URL.Path, "err", err)
 	http.Error(w, "the store did not answer: "+op, http.StatusServiceUnavailable)
 }

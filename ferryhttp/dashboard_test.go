@@ -155,6 +155,10 @@ func TestDashboardPages(t *testing.T) {
 		t.Errorf("q=gh_ filter:\n%s", table)
 	}
 
+	if code, _ := testhttp.Get(t, b.server.URL+"/ui/?q=%ff"); code != http.StatusBadRequest {
+		t.Errorf("a filter no stored id matches (not UTF-8): %d, want 400", code)
+	}
+
 	code, body = testhttp.Get(t, b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"]))
 	if code != 200 {
 		t.Fatalf("event page: %d", code)

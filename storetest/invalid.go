@@ -218,6 +218,25 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{id}, Actor: "op\x00"})
 			return err
 		}},
+		{"EventList/SourceWithNUL", func() error {
+			_, err := s.EventList(ctx, &ferry.EventListParams{Source: "a\x00"})
+			return err
+		}},
+		{"EventList/EventIDNotUTF8", func() error {
+			_, err := s.EventList(ctx, &ferry.EventListParams{EventIDContains: "\xff"})
+			return err
+		}},
+		{"EventRequeue/TypeWithNUL", func() error {
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{Type: "t\x00", Actor: "op"})
+			return err
+		}},
+		{"EventGet/KeyNotUTF8", func() error {
+			_, err := s.EventGet(ctx, &ferry.EventGetParams{Source: "stripe", EventID: "evt_\xff"})
+			if !errors.Is(err, ferry.ErrNotFound) {
+				return fmt.Errorf("not ErrNotFound as well: %v", err)
+			}
+			return err
+		}},
 		{"EventList/BothCursors", func() error {
 			_, err := s.EventList(ctx, &ferry.EventListParams{Before: 5, After: 2})
 			return err
