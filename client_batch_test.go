@@ -280,14 +280,7 @@ func TestClientClaimsWhileAClaimIsInFlight(t *testing.T) {
 	store := &pausedClaims{Store: b.store, third: make(chan struct{})}
 	c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.Workers, c.Prefetch = 2, 1 })
 	next := make(chan struct{})
-	c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
-		select {
-		case <-next:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})
+	c.Handle("stripe", doneOn(next))
 	start(t, c)
 	defer close(next)
 	next <- struct{}{} // a place frees: the second claim is asked, and held

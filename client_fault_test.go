@@ -184,14 +184,7 @@ func TestClientFaults(t *testing.T) {
 		flaky := b.receive(t, "flaky", "evt_flaky")
 		tick := make(chan struct{})
 		c := b.newClient(t, func(c *ferry.Config) { c.Workers, c.PollInterval = 2*slow, 100*time.Millisecond })
-		c.Handle("slow", func(ctx context.Context, _ *ferry.Delivery) error {
-			select {
-			case <-tick:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
+		c.Handle("slow", doneOn(tick))
 		c.Handle("flaky", func(_ context.Context, d *ferry.Delivery) error {
 			if d.Attempt == 1 {
 				return ferry.RetryAfter(errors.New("transient"), time.Hour)

@@ -82,6 +82,19 @@ func start(t *testing.T, c *ferry.Client) {
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 }
 
+// doneOn is a handler that returns once release is closed, or with its
+// context's error when it is cancelled first (Stop, a lost lease).
+func doneOn(release <-chan struct{}) ferry.HandlerFunc {
+	return func(ctx context.Context, _ *ferry.Delivery) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // waitState polls the store (not the wall clock of the code under test) until
 // the event reaches want, failing after 20 s.
 func (b *clientBundle) waitState(t *testing.T, id int64, want ferry.State) *ferry.Event {

@@ -73,30 +73,27 @@ func (p *LeaseAcquireParams) Validate() error {
 	return validNameOwner(p.Name, p.Owner)
 }
 
-// Validate requires what LeaseAcquireParams.Validate does of a Name and an
-// Owner.
+// Validate requires a Name and an Owner of UTF-8 text without NUL.
 func (p *LeaseReleaseParams) Validate() error { return validNameOwner(p.Name, p.Owner) }
 
 func validNameOwner(name, owner string) error {
-	if name == "" || owner == "" || !storable(name) || !storable(owner) {
-		return invalid("name and owner must be non-empty UTF-8 text without NUL")
+	if err := requiredText("name", name); err != nil {
+		return err
 	}
-	return nil
+	return requiredText("owner", owner)
 }
 
 // Validate requires a Name of UTF-8 text without NUL.
-func (p *CheckpointGetParams) Validate() error {
-	if p.Name == "" || !storable(p.Name) {
-		return invalid("name must be non-empty UTF-8 text without NUL")
-	}
-	return nil
-}
+func (p *CheckpointGetParams) Validate() error { return requiredText("name", p.Name) }
 
 // Validate requires a Name, and a Name and a Value of UTF-8 text without
 // NUL.
 func (p *CheckpointPutParams) Validate() error {
-	if p.Name == "" || !storable(p.Name) || !storable(p.Value) {
-		return invalid("name is required, and name and value must be UTF-8 text without NUL")
+	if err := requiredText("name", p.Name); err != nil {
+		return err
+	}
+	if !storable(p.Value) {
+		return invalid("value is not UTF-8 text without NUL")
 	}
 	return nil
 }

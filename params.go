@@ -46,6 +46,15 @@ func storable(s string) bool {
 	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
+// requiredText refuses an empty s, or one no store keeps as text; what
+// names it in the error.
+func requiredText(what, s string) error {
+	if s == "" || !storable(s) {
+		return invalid("%s must be non-empty UTF-8 text without NUL", what)
+	}
+	return nil
+}
+
 // storableText makes any text storable: invalid bytes and NUL become U+FFFD.
 func storableText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
@@ -73,9 +82,10 @@ func (p *ConflictListParams) Validate() error { return validID(p.ID) }
 // Validate requires an Owner of UTF-8 text without NUL, a Limit from 1 to
 // MaxCount and a positive TTL.
 func (p *EventClaimManyParams) Validate() error {
+	if err := requiredText("owner", p.Owner); err != nil {
+		return err
+	}
 	switch {
-	case p.Owner == "" || !storable(p.Owner):
-		return invalid("owner is required, UTF-8 text without NUL")
 	case p.Limit <= 0 || p.Limit > MaxCount:
 		return invalid("limit must be from 1 to %d, got %d", MaxCount, p.Limit)
 	case p.TTL <= 0:
@@ -349,8 +359,8 @@ func (p *EventReleaseParams) Validate() error { return p.Lease.Validate() }
 // before Since, and text (actor, filters) that is not UTF-8 without NUL.
 // The copy's States may be empty: nothing to requeue.
 func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
-	if p.Actor == "" || !storable(p.Actor) {
-		return nil, invalid("actor must be non-empty UTF-8 text without NUL: name who asks for the requeue")
+	if err := requiredText("actor (who asks for the requeue)", p.Actor); err != nil {
+		return nil, err
 	}
 	if err := storableFilters(p.Source, p.Type, p.EventIDContains); err != nil {
 		return nil, err
@@ -392,8 +402,8 @@ func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 
 // Validate requires a positive ID and an Actor.
 func (p *EventRetryNowParams) Validate() error {
-	if p.Actor == "" || !storable(p.Actor) {
-		return invalid("actor must be non-empty UTF-8 text without NUL: the action ledger names who retried")
+	if err := requiredText("actor (the action ledger names who retried)", p.Actor); err != nil {
+		return err
 	}
 	return validID(p.ID)
 }

@@ -23,10 +23,11 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 	bad := ferry.Lease{ID: id, Attempt: 0}
 	ctx := b.ctx
 	s := b.store
-	cases := []struct {
+	type invalidCase struct {
 		name string
 		call func() error
-	}{
+	}
+	cases := []invalidCase{
 		{"AttemptList", func() error { _, err := s.AttemptList(ctx, &ferry.AttemptListParams{}); return err }},
 		{"ConflictList", func() error { _, err := s.ConflictList(ctx, &ferry.ConflictListParams{ID: -1}); return err }},
 		{"EventClaimMany/NoOwner", func() error {
@@ -262,10 +263,7 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		past := ferry.MaxCount
 		past++
 		wide := ferry.Lease{ID: lease.ID, Attempt: lease.Attempt + 1<<shift} // truncated to 32 bits: lease itself
-		cases = append(cases, []struct {
-			name string
-			call func() error
-		}{
+		cases = append(cases, []invalidCase{
 			{"EventHeartbeatMany/AttemptOver32Bits", func() error {
 				_, err := s.EventHeartbeatMany(ctx, &ferry.EventHeartbeatManyParams{Leases: []ferry.Lease{wide}, TTL: time.Hour})
 				return err
