@@ -21,6 +21,9 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// EventClaimMany leases due events in one statement; see ferry.Store. Rows
+// are locked FOR UPDATE SKIP LOCKED, which is what keeps two claimers off
+// the same event without one waiting for the other.
 func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("event claim many", err)
@@ -49,6 +52,7 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 	return claims, nil
 }
 
+// EventGet returns one event, payload and headers included.
 func (s *Store) EventGet(ctx context.Context, params *ferry.EventGetParams) (*ferry.Event, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("event get", err)
@@ -70,6 +74,9 @@ func (s *Store) EventGet(ctx context.Context, params *ferry.EventGetParams) (*fe
 	return event, wrap("event get", err)
 }
 
+// EventList returns a page of events, newest first, without payloads or
+// headers. EventIDContains is a literal, case-sensitive substring (LIKE with
+// % and _ escaped, so they are not wildcards).
 func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*ferry.EventListResult, error) {
 	params, err := params.Normalize()
 	if err != nil {
@@ -128,6 +135,8 @@ func likeArg(contains string) string {
 	return "%" + escapeLike(contains) + "%"
 }
 
+// EventRequeue puts done, dead or unknown events back to pending, due now,
+// with a fresh attempt budget.
 func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeueParams) (int, error) {
 	params, err := params.Normalize()
 	if err != nil {
@@ -165,6 +174,7 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	return count, wrap("event requeue", err)
 }
 
+// EventRetryNow makes a pending event due now and records who asked.
 func (s *Store) EventRetryNow(ctx context.Context, params *ferry.EventRetryNowParams) (bool, error) {
 	if err := params.Validate(); err != nil {
 		return false, wrap("event retry now", err)
@@ -179,6 +189,10 @@ func (s *Store) EventRetryNow(ctx context.Context, params *ferry.EventRetryNowPa
 	return err == nil, wrap("event retry now", err)
 }
 
+// EventPurge deletes done events of Source completed at least Retention
+// ago, in one statement, with what hangs off them, and the source's keys
+// older than both Retention and ReplayWindow. Partition maintenance
+// (ArchiveMaintain) drops whole days; this serves shorter retentions.
 func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) (int, error) {
 	if err := params.Validate(); err != nil {
 		return 0, wrap("event purge", err)
@@ -196,6 +210,7 @@ func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) 
 	return n, nil
 }
 
+// AttemptList returns the ledger of one event, oldest attempt first.
 func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams) ([]*ferry.Attempt, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("attempt list", err)
@@ -224,6 +239,7 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 	})
 }
 
+// ConflictList returns the conflicting deliveries of one event, oldest first.
 func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListParams) ([]*ferry.Conflict, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("conflict list", err)
@@ -243,6 +259,7 @@ func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListPara
 	})
 }
 
+// ReplayList returns the replays kept on one event, oldest first.
 func (s *Store) ReplayList(ctx context.Context, params *ferry.ReplayListParams) ([]*ferry.Replay, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("replay list", err)
@@ -262,6 +279,7 @@ func (s *Store) ReplayList(ctx context.Context, params *ferry.ReplayListParams) 
 	})
 }
 
+// ActionList returns the operator actions on one event, oldest first.
 func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) ([]*ferry.Action, error) {
 	if err := params.Validate(); err != nil {
 		return nil, wrap("action list", err)
@@ -274,16 +292,6 @@ func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) 
 		a.At = a.At.UTC()
 		return &a, nil
 	})
-}
-
-// wrap prefixes err with the store and the Store method that returns it
-// ("postgres: event claim many: …"), keeping its sentinel for errors.Is. nil
-// stays nil.
-func wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("postgres: %s: %w", op, err)
 }
 
 // eventRow is one ferry_event row as the queries return it.

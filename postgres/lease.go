@@ -3,16 +3,17 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferry-inbox/ferry"
 )
 
+// LeaseAcquire takes or renews the named lease for Owner until TTL from the
+// database's now; see ferry.Store.
 func (s *Store) LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquireParams) (bool, error) {
 	if err := params.Validate(); err != nil {
-		return false, fmt.Errorf("postgres: lease acquire: %w", err)
+		return false, wrap("lease acquire", err)
 	}
 	var held bool
 	err := s.pool.QueryRow(ctx, leaseAcquireSQL, pgx.NamedArgs{
@@ -22,44 +23,47 @@ func (s *Store) LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquirePara
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("postgres: lease acquire: %w", err)
+		return false, wrap("lease acquire", err)
 	}
 	return held, nil
 }
 
+// LeaseRelease gives the named lease up if Owner holds it.
 func (s *Store) LeaseRelease(ctx context.Context, params *ferry.LeaseReleaseParams) error {
 	if err := params.Validate(); err != nil {
-		return fmt.Errorf("postgres: lease release: %w", err)
+		return wrap("lease release", err)
 	}
 	if _, err := s.pool.Exec(ctx, leaseReleaseSQL, pgx.NamedArgs{"name": params.Name, "owner": params.Owner}); err != nil {
-		return fmt.Errorf("postgres: lease release: %w", err)
+		return wrap("lease release", err)
 	}
 	return nil
 }
 
+// CheckpointGet returns the named checkpoint, or ferry.ErrNotFound.
 func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetParams) (*ferry.Checkpoint, error) {
 	if err := params.Validate(); err != nil {
-		return nil, fmt.Errorf("postgres: checkpoint get: %w", err)
+		return nil, wrap("checkpoint get", err)
 	}
 	var c ferry.Checkpoint
 	err := s.pool.QueryRow(ctx, checkpointGetSQL, pgx.NamedArgs{"name": params.Name}).Scan(&c.Name, &c.Value, &c.UpdatedAt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("postgres: checkpoint get %s: %w", params.Name, ferry.ErrNotFound)
+		return nil, wrap("checkpoint get "+params.Name, ferry.ErrNotFound)
 	case err != nil:
-		return nil, fmt.Errorf("postgres: checkpoint get: %w", err)
+		return nil, wrap("checkpoint get", err)
 	}
 	c.UpdatedAt = c.UpdatedAt.UTC()
 	return &c, nil
 }
 
+// CheckpointPut sets the named checkpoint's value, stamped with the database's now.
 func (s *Store) CheckpointPut(ctx context.Context, params *ferry.CheckpointPutParams) error {
 	if err := params.Validate(); err != nil {
-		return fmt.Errorf("postgres: checkpoint put: %w", err)
+		return wrap("checkpoint put", err)
 	}
 	_, err := s.pool.Exec(ctx, checkpointPutSQL, pgx.NamedArgs{"now": s.nowArg(), "name": params.Name, "value": params.Value})
 	if err != nil {
-		return fmt.Errorf("postgres: checkpoint put: %w", err)
+		return wrap("checkpoint put", err)
 	}
 	return nil
 }

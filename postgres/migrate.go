@@ -25,7 +25,7 @@ type migration struct {
 func (s *Store) Migrate(ctx context.Context) error {
 	all, err := loadMigrations()
 	if err != nil {
-		return fmt.Errorf("postgres: migrate: %w", err)
+		return wrap("migrate", err)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, sql := range []string{migrationLockSQL, migrationTableSQL} {
@@ -52,7 +52,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("postgres: migrate: %w", err)
+		return wrap("migrate", err)
 	}
 	return nil
 }
@@ -87,17 +87,17 @@ func loadMigrations() ([]migration, error) {
 func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) {
 	all, err := loadMigrations()
 	if err != nil {
-		return nil, fmt.Errorf("postgres: migrate plan: %w", err)
+		return nil, wrap("migrate plan", err)
 	}
 	var applied []int32
 	var exists bool
 	if err := s.pool.QueryRow(ctx, migrationExistsSQL).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("postgres: migrate plan: %w", err)
+		return nil, wrap("migrate plan", err)
 	}
 	if exists {
 		rows, _ := s.pool.Query(ctx, migrationAppliedSQL)
 		if applied, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
-			return nil, fmt.Errorf("postgres: migrate plan: %w", err)
+			return nil, wrap("migrate plan", err)
 		}
 	}
 	var steps []ferry.MigrationStep
@@ -109,7 +109,7 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 		if m.name == "archive" && exists {
 			var events, done, days, ledger int64
 			if err := s.pool.QueryRow(ctx, migratePlanArchiveSQL).Scan(&events, &done, &days, &ledger); err != nil {
-				return nil, fmt.Errorf("postgres: migrate plan: %w", err)
+				return nil, wrap("migrate plan", err)
 			}
 			step.Summary += fmt.Sprintf("\nOn this store: %d events get a dedupe key; %d done events move to %d daily partitions of ferry_event_done, their %d ledger rows to ferry_attempt_done's; %d stay in ferry_event.",
 				events, done, days, ledger, events-done)

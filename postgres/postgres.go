@@ -72,18 +72,18 @@ func New(pool *pgxpool.Pool, config *Config) *Store {
 func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 	poolConfig, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: open: %w", err)
+		return nil, wrap("open", err)
 	}
 	if config != nil && config.MaxConns > 0 && !strings.Contains(url, "pool_max_conns") {
 		poolConfig.MaxConns = int32(config.MaxConns)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: open: %w", err)
+		return nil, wrap("open", err)
 	}
 	if err := durable(ctx, pool); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres: open: %w", err)
+		return nil, wrap("open", err)
 	}
 	s := New(pool, config)
 	s.ownsPool = true
@@ -116,6 +116,16 @@ func (s *Store) Close() {
 	if s.ownsPool {
 		s.pool.Close()
 	}
+}
+
+// wrap prefixes err with the store and the Store method that returns it
+// ("postgres: event claim many: …"), keeping its sentinel for errors.Is. nil
+// stays nil.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
 }
 
 // Pool returns the pool the Store runs on, for the caller's own queries.

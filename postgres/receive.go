@@ -82,6 +82,7 @@ func newReceiveArgs(params *ferry.EventReceiveParams) (*receiveArgs, error) {
 	}, nil
 }
 
+// EventReceive stores one delivery with one statement that commits on its own.
 func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
 	r, err := newReceiveArgs(params)
 	if err != nil {

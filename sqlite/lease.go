@@ -4,14 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/ferry-inbox/ferry"
 )
 
+// LeaseAcquire takes or renews the named lease for Owner until TTL from the
+// store's now; see ferry.Store.
 func (s *Store) LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquireParams) (bool, error) {
 	if err := params.Validate(); err != nil {
-		return false, fmt.Errorf("sqlite: lease acquire: %w", err)
+		return false, wrap("lease acquire", err)
 	}
 	held := false
 	err := s.writeTx(ctx, "lease acquire", func(tx *sql.Tx) error {
@@ -30,9 +31,10 @@ func (s *Store) LeaseAcquire(ctx context.Context, params *ferry.LeaseAcquirePara
 	return held, err
 }
 
+// LeaseRelease gives the named lease up if Owner holds it.
 func (s *Store) LeaseRelease(ctx context.Context, params *ferry.LeaseReleaseParams) error {
 	if err := params.Validate(); err != nil {
-		return fmt.Errorf("sqlite: lease release: %w", err)
+		return wrap("lease release", err)
 	}
 	return s.writeTx(ctx, "lease release", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, leaseReleaseSQL, sql.Named("name", params.Name), sql.Named("owner", params.Owner))
@@ -40,9 +42,10 @@ func (s *Store) LeaseRelease(ctx context.Context, params *ferry.LeaseReleasePara
 	})
 }
 
+// CheckpointGet returns the named checkpoint, or ferry.ErrNotFound.
 func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetParams) (*ferry.Checkpoint, error) {
 	if err := params.Validate(); err != nil {
-		return nil, fmt.Errorf("sqlite: checkpoint get: %w", err)
+		return nil, wrap("checkpoint get", err)
 	}
 	var (
 		c       ferry.Checkpoint
@@ -51,17 +54,18 @@ func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetPa
 	err := s.readDB.QueryRowContext(ctx, checkpointGetSQL, sql.Named("name", params.Name)).Scan(&c.Name, &c.Value, &updated)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return nil, fmt.Errorf("sqlite: checkpoint get %s: %w", params.Name, ferry.ErrNotFound)
+		return nil, wrap("checkpoint get "+params.Name, ferry.ErrNotFound)
 	case err != nil:
-		return nil, fmt.Errorf("sqlite: checkpoint get: %w", err)
+		return nil, wrap("checkpoint get", err)
 	}
 	c.UpdatedAt = fromMicros(updated)
 	return &c, nil
 }
 
+// CheckpointPut sets the named checkpoint's value, stamped with the store's now.
 func (s *Store) CheckpointPut(ctx context.Context, params *ferry.CheckpointPutParams) error {
 	if err := params.Validate(); err != nil {
-		return fmt.Errorf("sqlite: checkpoint put: %w", err)
+		return wrap("checkpoint put", err)
 	}
 	return s.writeTx(ctx, "checkpoint put", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, checkpointPutSQL,

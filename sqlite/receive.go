@@ -49,6 +49,7 @@ func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
 	}, nil
 }
 
+// EventReceive stores one delivery in its own write transaction.
 func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
 	const op = "event receive"
 	args, err := receiveArgs(params, s.nowMicros())
