@@ -98,7 +98,10 @@ type SourcePolicy struct {
 	// Name is the source name, as events are stored under.
 	Name string
 	// MaxAttempts is the attempt budget before an event goes dead, at most
-	// MaxCount. Defaults to 25.
+	// MaxCount. Defaults to 25. Attempts that never finished (a lapsed
+	// lease) and releases count: an event claimed past its budget after an
+	// attempt that never finished goes dead without running, so a handler
+	// that crashes its process cannot loop for ever.
 	MaxAttempts int
 	// ReplayWindow is how long the provider redelivers (Stripe and GitHub: 3
 	// days). An event that fails once older than this goes dead, for a person

@@ -19,6 +19,11 @@ func (c *Client) HandleType(source, eventType string, h HandlerFunc) {
 // fenced done commit in one transaction of store. eventType "" takes every
 // type.
 //
+// On SQLite the transaction holds the store's one write connection while h
+// runs, so no heartbeat, receipt or verdict of any client on that store is
+// written until it ends: keep h well within LeaseTTL. One that outlives its
+// lease every time spends the source's MaxAttempts and goes dead.
+//
 // store must be the very value given as Config.Store: a done written through
 // another store would commit in a database the client does not claim from,
 // so the effect and the fence would no longer be one transaction. A wrong

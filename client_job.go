@@ -68,6 +68,9 @@ type completion struct {
 // transactional handler's own transaction completed the event.
 func (c *Client) runHandler(ctx context.Context, j *job, cl *Claim) (completed bool, took time.Duration, err error) {
 	ev := cl.Event
+	if err := budgetSpent(cl, c.policy(ev.Source)); err != nil {
+		return false, 0, err
+	}
 	d := &Delivery{
 		Event:              ev,
 		Attempt:            ev.Attempt,
@@ -82,6 +85,19 @@ func (c *Client) runHandler(ctx context.Context, j *job, cl *Claim) (completed b
 	completed, err = runSafely(ctx, h, d)
 	j.response = d.Response()
 	return completed, time.Since(started), err
+}
+
+// budgetSpent is a permanent error if cl's attempt is past the source's
+// budget, which only attempts that never recorded a verdict can spend (a
+// failure at the last attempt is dead): a handler that crashes its process
+// or outlives its lease every time would otherwise be claimed for ever and
+// never reach dead, where a person sees it.
+func budgetSpent(cl *Claim, p SourcePolicy) error {
+	ev := cl.Event
+	if !cl.PreviousUnfinished || ev.Attempt-ev.AttemptBase <= p.MaxAttempts {
+		return nil
+	}
+	return Permanent(fmt.Errorf("ferry: not run: the budget of %d attempts is spent, the last by an attempt that never finished (its worker died, or its handler outlived the lease)", p.MaxAttempts))
 }
 
 // record writes the attempt's verdict, fenced by its lease, and reports it.

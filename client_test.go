@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,6 +241,61 @@ func TestClient(t *testing.T) {
 		if ev := b.waitState(t, id, ferry.StateDead); ev.Attempt != 4 {
 			t.Errorf("dead after %d attempts, want 4", ev.Attempt)
 		}
+	})
+
+	// Attempts whose worker died (a handler that crashes its process, here
+	// claims left to lapse) spend the budget too: past it the event goes
+	// dead without running, rather than being claimed for ever.
+	withClient(t, "AttemptsThatNeverFinishSpendTheBudget", true, func(t *testing.T, b *clientBundle) {
+		spent, left := b.receive(t, "stripe", "evt_spent"), b.receive(t, "stripe", "evt_left")
+		lapse := func(limit int) {
+			claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "crashed", Limit: limit, TTL: time.Second, Sources: []string{"stripe"}})
+			if err != nil || len(claims) != limit {
+				t.Fatalf("claim: %d events, %v; want %d", len(claims), err, limit)
+			}
+			b.clock.Advance(2 * time.Second)
+		}
+		lapse(2) // attempt 1 of both
+		lapse(2) // attempt 2 of both
+		claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "crashed", Limit: 1, TTL: time.Second, Sources: []string{"stripe"}})
+		if err != nil || len(claims) != 1 || claims[0].Event.ID != spent {
+			t.Fatalf("third claim: %v %v, want evt_spent", claims, err)
+		}
+		b.clock.Advance(2 * time.Second) // evt_spent: 3 attempts spent; evt_left: 2
+		// Released attempts (a graceful stop) count, but a release is no
+		// sign of a crashing handler: the event still runs once.
+		released := b.receive(t, "github", "evt_released")
+		for range 3 {
+			claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "stopping", Limit: 1, TTL: time.Minute, Sources: []string{"github"}})
+			if err != nil || len(claims) != 1 {
+				t.Fatalf("claim: %v %v", claims, err)
+			}
+			if err := b.store.EventRelease(b.ctx, &ferry.EventReleaseParams{Lease: claims[0].Event.Lease()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ran sync.Map
+		c := b.newClient(t, func(c *ferry.Config) {
+			c.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 3}, {Name: "github", MaxAttempts: 3}}
+		})
+		handler := func(_ context.Context, d *ferry.Delivery) error {
+			ran.Store(d.Event.EventID, d.Attempt)
+			return nil
+		}
+		c.Handle("stripe", handler)
+		c.Handle("github", handler)
+		start(t, c)
+		b.waitState(t, released, ferry.StateDone)
+		ev := b.waitState(t, spent, ferry.StateDead)
+		if !strings.Contains(ev.LastError, "budget of 3 attempts is spent") {
+			t.Errorf("last error %q does not say the budget is spent", ev.LastError)
+		}
+		b.wantLedger(t, spent, "[lease_expired lease_expired lease_expired dead]")
+		if a, ok := ran.Load("evt_spent"); ok {
+			t.Errorf("the handler ran attempt %v of an event past its budget", a)
+		}
+		b.waitState(t, left, ferry.StateDone) // its last attempt of the budget still runs
+		b.wantLedger(t, left, "[lease_expired lease_expired done]")
 	})
 
 	withClient(t, "PanicIsAFailedAttempt", false, func(t *testing.T, b *clientBundle) {
