@@ -148,14 +148,16 @@ func (c *Client) Stop(ctx context.Context) error {
 	}
 }
 
-func (c *Client) sources() (claim, hold []string) {
+func (c *Client) sources() (claim, hold, retry []string) {
 	for s := range c.handlers {
 		claim = append(claim, s)
 		if c.policy(s).LostLease == LostLeaseHold {
 			hold = append(hold, s)
+		} else {
+			retry = append(retry, s)
 		}
 	}
-	return claim, hold
+	return claim, hold, retry
 }
 
 // claimLoop keeps up to Workers + Prefetch events leased: Workers running
@@ -172,7 +174,7 @@ func (c *Client) sources() (claim, hold []string) {
 // ends. And it claims ahead only after some job has finished since its last
 // claim: a client whose workers are all stuck claims nothing more, so it
 // holds at most Prefetch waiting events (heartbeated, released at Stop)
-// besides its stuck ones.
+// besides its stuck ones. Hold sources are claimed only into idle workers.
 func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 	defer close(c.claimDone)
 	// Here, not in Start: subscribing may wait for a connection (a database
@@ -187,7 +189,7 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 		c.log.Warn("ferry: receipt notifications unavailable; polling only", "err", err)
 		wake = nil
 	}
-	sources, hold := c.sources()
+	sources, hold, retry := c.sources()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	type claimed struct {
@@ -195,7 +197,8 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 		err    error
 		asked  int
 		room   int64
-		signal int // signals seen when the claim was asked
+		signal int  // signals seen when the claim was asked
+		ahead  bool // of retry sources only, so short is no sign that nothing is due
 		start  time.Time
 	}
 	results := make(chan claimed, maxClaimsInFlight)
@@ -220,7 +223,8 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 	for {
 		c.mu.Lock()
 		free := c.cfg.Workers + c.cfg.Prefetch - c.held - asked
-		idle := c.held+asked < c.cfg.Workers
+		slots := c.cfg.Workers - c.held - asked // idle workers no claim is bringing work for
+		idle := slots > 0
 		room := c.cfg.MaxHeldBytes - c.heldBytes - askedBytes
 		if c.held == 0 && inFlight == 0 {
 			room = c.cfg.MaxHeldBytes // the first event is taken however large
@@ -229,21 +233,23 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 		c.mu.Unlock()
 
 		if inFlight < maxClaimsInFlight && free >= c.cfg.Prefetch && room > 0 && !dry && (idle || finished != lastFinished) {
-			lastFinished = finished
-			inFlight, asked, askedBytes = inFlight+1, asked+free, askedBytes+room
-			go func(params *EventClaimManyParams, signal int) {
-				start := time.Now()
-				// Not cancelled by Stop: a claim the database committed must
-				// come back, so that it can be worked or released.
-				claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL)
-				defer cancel()
-				claims, err := c.store.EventClaimMany(claimCtx, params)
-				results <- claimed{claims: claims, err: err, asked: params.Limit, room: params.MaxBytes, signal: signal, start: start}
-			}(&EventClaimManyParams{
-				Owner: c.cfg.ID, Limit: free, TTL: c.cfg.LeaseTTL, Sources: sources, HoldSources: hold,
-				MaxBytes: room,
-			}, signals)
-			continue // another claim may be due as soon as Prefetch more places free
+			params, ahead := c.nextClaim(free, slots, room, sources, hold, retry)
+			if params == nil || params.Limit == free {
+				lastFinished = finished // else the claim ahead is still to come
+			}
+			if params != nil {
+				inFlight, asked, askedBytes = inFlight+1, asked+params.Limit, askedBytes+room
+				go func(params *EventClaimManyParams, signal int, ahead bool) {
+					start := time.Now()
+					// Not cancelled by Stop: a claim the database committed must
+					// come back, so that it can be worked or released.
+					claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL)
+					defer cancel()
+					claims, err := c.store.EventClaimMany(claimCtx, params)
+					results <- claimed{claims: claims, err: err, asked: params.Limit, room: params.MaxBytes, signal: signal, ahead: ahead, start: start}
+				}(params, signals, ahead)
+				continue // another claim may be due as soon as Prefetch more places free
+			}
 		}
 		// Armed once, not on every pass: jobs that finish more often than
 		// the interval must not keep putting the poll off, since only the
@@ -278,7 +284,7 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 			// Short means nothing more was due when it ran, unless a receipt
 			// signal came since it was asked; a claim cut short by the byte
 			// budget is not dry either: more is due once held events finish.
-			if len(r.claims) < r.asked && !overBudget(r.claims, r.room) && r.signal == signals {
+			if len(r.claims) < r.asked && !overBudget(r.claims, r.room) && r.signal == signals && !r.ahead {
 				dry = true
 			}
 		case _, ok := <-wake:
@@ -293,6 +299,28 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 		case <-c.slotFree:
 		}
 	}
+}
+
+// nextClaim is the claim for free places, slots of them idle workers; nil
+// if there is none to make. Hold sources are claimed only into idle
+// workers: an event claimed ahead that never started would go unknown, for
+// a person to decide, if this process died. ahead reports a claim of retry
+// sources only, whose coming back short says nothing of the hold sources.
+func (c *Client) nextClaim(free, slots int, room int64, sources, hold, retry []string) (params *EventClaimManyParams, ahead bool) {
+	params = &EventClaimManyParams{
+		Owner: c.cfg.ID, Limit: free, TTL: c.cfg.LeaseTTL, Sources: sources, HoldSources: hold,
+		MaxBytes: room,
+	}
+	switch {
+	case len(hold) == 0 || free <= slots: // no place is ahead of a worker, or none holds
+	case slots > 0:
+		params.Limit = slots
+	case len(retry) > 0:
+		params.Sources, ahead = retry, true
+	default:
+		return nil, false // every source holds
+	}
+	return params, ahead
 }
 
 // overBudget reports whether claims, made with room bytes to spare, may

@@ -173,6 +173,66 @@ func TestClientClaimsAheadAndReleasesTheWaitingAtStop(t *testing.T) {
 	}
 }
 
+// Events of a hold source are claimed only into idle workers: one claimed
+// ahead would go unknown, for a person to decide, if the worker died before
+// it started. Retry sources are still claimed ahead.
+func TestClientClaimsHoldSourcesOnlyIntoIdleWorkers(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, true)
+	first, second := b.receive(t, "bank", "evt_a"), b.receive(t, "bank", "evt_b")
+	retried := b.receive(t, "stripe", "evt_c")
+	release := make(chan struct{})
+	defer close(release)
+	c := b.newClient(t, func(c *ferry.Config) {
+		c.Workers, c.Prefetch = 1, 1
+		c.Sources = []ferry.SourcePolicy{{Name: "bank", LostLease: ferry.LostLeaseHold}}
+	})
+	c.Handle("bank", doneOn(release))
+	c.Handle("stripe", doneOn(release))
+	start(t, c)
+	b.waitState(t, first, ferry.StateInProgress)
+	b.waitState(t, retried, ferry.StateInProgress) // claimed ahead of the one worker
+	if ev := b.waitState(t, second, ferry.StatePending); ev.Attempt != 0 {
+		t.Fatalf("evt_b was claimed ahead (attempt %d)", ev.Attempt)
+	}
+	// The worker dies: its leases lapse, and another instance claims.
+	b.clock.Advance(time.Minute)
+	if _, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{
+		Owner: "other", Limit: 10, TTL: time.Minute, HoldSources: []string{"bank"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := b.waitState(t, first, ferry.StateUnknown); ev.Attempt != 1 {
+		t.Errorf("evt_a, whose handler ran, is unknown at attempt %d, want 1", ev.Attempt)
+	}
+	b.wantLedger(t, second, "[running]") // never started before: an ordinary first attempt
+}
+
+// A claim ahead of retry sources only that comes back short says nothing
+// about the hold sources: a worker that frees takes the next hold event at
+// once, not at the next poll.
+func TestClientHoldEventsFollowAShortClaimAhead(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, false)
+	first, next := b.receive(t, "bank", "evt_a"), b.receive(t, "bank", "evt_b")
+	release := make(chan struct{})
+	c := b.newClient(t, func(c *ferry.Config) {
+		c.Workers, c.Prefetch, c.PollInterval = 1, 1, time.Hour // no poll after the first
+		c.Sources = []ferry.SourcePolicy{{Name: "bank", LostLease: ferry.LostLeaseHold}}
+	})
+	c.Handle("bank", func(ctx context.Context, d *ferry.Delivery) error {
+		if d.Event.ID == first {
+			return doneOn(release)(ctx, d)
+		}
+		return nil
+	})
+	c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil }) // nothing due
+	start(t, c)
+	b.waitState(t, first, ferry.StateInProgress)
+	close(release)
+	b.waitState(t, next, ferry.StateDone)
+}
+
 // A saturated client claims in batches of at least Prefetch, never one
 // event per finished job.
 func TestClientClaimsInBatches(t *testing.T) {

@@ -36,7 +36,8 @@ type Config struct {
 	// come in batches of at least Prefetch, not one per finished job).
 	// Events waiting here are held from other instances, so it stays small:
 	// defaults to Workers/2, at least 1. Events still waiting at Stop are
-	// released at once.
+	// released at once. Events of LostLeaseHold sources are never claimed
+	// ahead: if the process died, one that never started would go unknown.
 	Prefetch int
 
 	// MaxHeldBytes bounds the payload bytes of the events the client holds
