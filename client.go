@@ -62,6 +62,8 @@ type Client struct {
 	beatCtx      context.Context
 	claimDone    chan struct{}
 	beatDone     chan struct{}
+	// handlersDone closes once Stop has begun and every handler returned.
+	handlersDone chan struct{}
 	jobs         sync.WaitGroup
 }
 
@@ -103,6 +105,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.stopClaiming, c.stopHandlers, c.stopBeats, c.beatCtx = stopClaiming, stopHandlers, stopBeats, beatCtx
 	c.claimDone = make(chan struct{})
 	c.beatDone = make(chan struct{})
+	c.handlersDone = make(chan struct{})
 	go c.heartbeatLoop(beatCtx)
 	go c.claimLoop(claimCtx, handlerCtx)
 	return nil
@@ -113,11 +116,21 @@ func (c *Client) Start(ctx context.Context) error {
 // another instance takes them at once. It returns when every handler has
 // returned, or when ctx is done: then it stops the heartbeats of handlers that
 // ignore their context, so that their leases lapse, and returns ctx.Err().
+// A Stop while another runs waits the same way.
 func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
-	if !c.started || c.stopClaiming == nil {
+	if !c.started {
 		c.mu.Unlock()
 		return nil
+	}
+	if c.stopClaiming == nil {
+		c.mu.Unlock()
+		select {
+		case <-c.handlersDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	stopClaiming := c.stopClaiming
 	c.stopClaiming = nil
@@ -130,7 +143,7 @@ func (c *Client) Stop(ctx context.Context) error {
 	close(c.stopQueued)
 	defer func() { c.stopBeats(); <-c.beatDone }()
 
-	finished := make(chan struct{})
+	finished := c.handlersDone
 	go func() { <-c.claimDone; c.jobs.Wait(); close(finished) }() // no launch after claimDone
 	grace := time.NewTimer(c.cfg.ShutdownGrace)
 	defer grace.Stop()

@@ -474,4 +474,33 @@ func TestClient(t *testing.T) {
 			t.Errorf("event %s after Stop, want done (ledger %v)", ev.State, b.outcomes(t, id))
 		}
 	})
+
+	// A Stop called while another runs returns, as the first does, only
+	// once every handler has returned (or its own ctx is done).
+	withClient(t, "SecondStopWaitsForTheHandlers", false, func(t *testing.T, b *clientBundle) {
+		b.receive(t, "stripe", "evt_1")
+		b.receive(t, "stripe", "evt_2")
+		release := make(chan struct{})
+		c := b.newClient(t, func(c *ferry.Config) { c.Workers, c.Prefetch, c.ShutdownGrace = 1, 1, time.Hour })
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { <-release; return nil })
+		if err := c.Start(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "one event running, one claimed ahead", func() bool { return b.countState(t, ferry.StateInProgress) == 2 })
+		first := make(chan error, 1)
+		go func() { first <- c.Stop(b.ctx) }()
+		waitFor(t, "the first Stop to release the waiting event", func() bool { return b.countState(t, ferry.StatePending) == 1 })
+		ctx, cancel := context.WithTimeout(b.ctx, 100*time.Millisecond)
+		defer cancel()
+		if err := c.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("second Stop with the handler still running = %v, want %v", err, context.DeadlineExceeded)
+		}
+		close(release)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Stop(b.ctx); err != nil {
+			t.Errorf("Stop after Stop = %v, want nil", err)
+		}
+	})
 }
