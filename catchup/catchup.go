@@ -46,7 +46,9 @@ type Reconciler interface {
 	// found's; the pass then advances nothing.
 	List(ctx context.Context, w Window, found func(*Candidate) error) error
 	// Retention is how far back the provider's API reaches (Stripe 30 days,
-	// GitHub 3 days). A window reaching further is warned about.
+	// GitHub 3 days). A window reaching further is warned about; a window
+	// reaching that far covers all the provider still has. Zero means no
+	// known bound.
 	Retention() time.Duration
 }
 
@@ -209,6 +211,19 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	}
 
 	floor := now.Add(-lookback)
+	// reach is the oldest instant any window can fetch, and beyond says
+	// why: the store forgets events after Retention, the provider after
+	// its own.
+	var reach, forgotten time.Time
+	var beyond string
+	if r.Retention > 0 {
+		forgotten = now.Add(-r.Retention + overlap)
+		reach, beyond = forgotten, fmt.Sprintf("the store forgets events after retention %s", r.Retention)
+	}
+	kept := r.Reconciler.Retention()
+	if limit := now.Add(-kept); kept > 0 && limit.After(reach) {
+		reach, beyond = limit, fmt.Sprintf("the provider keeps %s", kept)
+	}
 	switch {
 	case opts.Since > 0:
 		res.From = now.Add(-opts.Since)
@@ -217,27 +232,33 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	default:
 		res.From = checkpoint.Add(-overlap)
 		if res.From.Before(floor) {
+			next := "`ferry reconcile --since` cannot reach further: " + beyond
+			if reach.Before(floor) {
+				// Whole hours, rounded up: the command still covers the
+				// checkpoint when run a while after this warning.
+				oldest := res.From
+				if oldest.Before(reach) {
+					oldest = reach
+				}
+				since := now.Sub(oldest)/time.Hour + 1
+				next = fmt.Sprintf("run `ferry reconcile --since %dh` to fetch them", since)
+			}
 			res.Warnings = append(res.Warnings, fmt.Sprintf(
-				"events created between %s and %s are not fetched: the last complete pass ended %s, longer ago than lookback %s; run `ferry reconcile --since` to reach further",
-				res.From.Format(time.RFC3339), floor.Format(time.RFC3339), checkpoint.Format(time.RFC3339), lookback))
+				"events created between %s and %s are not fetched: the last complete pass ended %s, longer ago than lookback %s; %s",
+				res.From.Format(time.RFC3339), floor.Format(time.RFC3339), checkpoint.Format(time.RFC3339), lookback, next))
 			res.From = floor
 		}
 	}
-	if r.Retention > 0 {
-		if forgotten := now.Add(-r.Retention + overlap); res.From.Before(forgotten) {
-			res.Warnings = append(res.Warnings, fmt.Sprintf(
-				"events created before %s are not fetched: the store forgets events after retention %s, so an older one may have been processed and purged, and would be sent to the app again",
-				forgotten.Format(time.RFC3339), r.Retention))
-			res.From = forgotten
-			if floor.Before(forgotten) {
-				floor = forgotten
-			}
-		}
+	if r.Retention > 0 && res.From.Before(forgotten) {
+		res.Warnings = append(res.Warnings, fmt.Sprintf(
+			"events created before %s are not fetched: the store forgets events after retention %s, so an older one may have been processed and purged, and would be sent to the app again",
+			forgotten.Format(time.RFC3339), r.Retention))
+		res.From = forgotten
 	}
-	if limit := now.Add(-r.Reconciler.Retention()); res.From.Before(limit) {
+	if limit := now.Add(-kept); kept > 0 && res.From.Before(limit) {
 		res.Warnings = append(res.Warnings, fmt.Sprintf(
 			"events created before %s are out of the provider's reach (it keeps %s); they cannot be caught up",
-			limit.Format(time.RFC3339), r.Reconciler.Retention()))
+			limit.Format(time.RFC3339), kept))
 	}
 	for _, w := range res.Warnings {
 		r.log().Warn("catchup: gap", "source", r.Source, "warning", w)
@@ -274,13 +295,15 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 			r.Source, res.From.Format(time.RFC3339), res.Fetched, res.New, err)
 	}
 
-	// The window covers everything since the checkpoint only if it starts
-	// at or before it, and a first pass's everything it may reach; a short
-	// --since must not skip what lies between.
-	covered := !res.From.After(checkpoint)
-	if checkpoint.IsZero() {
-		covered = !res.From.After(floor)
+	// The window covers everything since the checkpoint if it starts at or
+	// before it (a first pass: at lookback), or where nothing older can be
+	// fetched (the gap is warned about); a short --since must not skip
+	// what lies between.
+	start := checkpoint
+	if start.IsZero() {
+		start = floor
 	}
+	covered := !res.From.After(start) || !res.From.After(reach)
 	if !opts.DryRun && covered && res.To.After(checkpoint) {
 		err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: res.To.Format(time.RFC3339Nano)})
 		if err != nil {

@@ -102,6 +102,66 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// An outage longer than retention: the loop names the --since that
+	// reaches back as far as the store allows, and that pass, though it
+	// starts after the old checkpoint, covers all that can be fetched.
+	t.Run("OutagePastRetentionIsClosedBySince", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.runner.Retention = 144 * time.Hour
+		b.pass(t, PassOptions{})
+		b.now = b.now.Add(200 * time.Hour)
+		b.fake.add(1, b.now.Add(-100*time.Hour), "kept")
+		loop := b.pass(t, PassOptions{})
+		if loop.Advanced || len(loop.Warnings) != 1 || !strings.Contains(loop.Warnings[0], "run `ferry reconcile --since 144h`") {
+			t.Fatalf("loop pass advanced %v, warnings %q: want the checkpoint left and --since 144h named", loop.Advanced, loop.Warnings)
+		}
+		b.now = b.now.Add(30 * time.Minute) // the operator reads the warning
+		since := b.pass(t, PassOptions{Since: 144 * time.Hour})
+		if cp, _ := checkpoint(t, b.store, "stripe"); !since.Advanced || !cp.Equal(since.To) {
+			t.Fatalf("the --since pass the warning names left the checkpoint at %v: every later pass would warn again", cp)
+		}
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_kept000"}); err != nil {
+			t.Fatalf("an event within retention was not received: %v", err)
+		}
+		if next := b.pass(t, PassOptions{}); len(next.Warnings) != 0 {
+			t.Fatalf("warnings after the gap was closed: %q", next.Warnings)
+		}
+	})
+
+	// The provider's own limit is a reach too: a --since back to what it
+	// keeps covers the gap, however old the checkpoint.
+	t.Run("SinceToTheProviderLimitCoversTheGap", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.pass(t, PassOptions{})
+		b.now = b.now.Add(40 * 24 * time.Hour)
+		loop := b.pass(t, PassOptions{})
+		if len(loop.Warnings) != 1 || !strings.Contains(loop.Warnings[0], "--since 721h") {
+			t.Fatalf("warnings %q: want --since to Stripe's 30 days named", loop.Warnings)
+		}
+		if res := b.pass(t, PassOptions{Since: 30 * 24 * time.Hour}); !res.Advanced {
+			t.Fatal("a pass back to all Stripe keeps left the checkpoint")
+		}
+	})
+
+	// GitHub keeps 72h, the default lookback: after a longer outage no
+	// --since can reach further, so the loop's own pass advances, and the
+	// warning does not send the operator to run one.
+	t.Run("LookbackAtTheProviderLimitAdvances", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		b.pass(t, PassOptions{})
+		b.now = b.now.Add(4 * 24 * time.Hour)
+		res := b.pass(t, PassOptions{})
+		if !res.Advanced {
+			t.Fatal("a pass over all GitHub keeps left the checkpoint: every later pass would warn again")
+		}
+		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "cannot reach further: the provider keeps 72h") {
+			t.Fatalf("warnings %q: want the provider's limit named, not a --since to run", res.Warnings)
+		}
+	})
+
 	t.Run("OneInstanceAtATime", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
