@@ -6,8 +6,9 @@
 // A Reconciler lists one provider's events (Stripe's events API, a GitHub
 // hook's deliveries); a Runner runs passes over a window of time, keeps a
 // checkpoint in the store and, in a cluster, runs on one instance at a time
-// under a named lease. A pass advances the checkpoint only once it has
-// listed the whole window: a pass that fails half way is simply run again.
+// under a named lease. A pass lists a long window an hour at a time, oldest
+// first, and advances the checkpoint past each hour it has listed whole: a
+// pass that fails half way is run again from there.
 //
 // Shopify and Standard Webhooks senders have no API a receiver can list
 // missed deliveries with; see docs/operations.md.
@@ -39,11 +40,20 @@ const (
 	DefaultSettle = 2 * time.Minute
 )
 
+// step is the longest window a pass lists at once while the checkpoint
+// can follow it. Providers list newest first: a long window (a first pass,
+// a catch-up after an outage) cut short by the pass timeout would keep
+// only its newest events, and the next pass would start it over. Listed a
+// step at a time, oldest first, with the checkpoint moved after each, it
+// keeps what it finished and the next pass resumes there. A regular pass
+// (interval plus overlap) is one step.
+const step = time.Hour
+
 // Reconciler lists one provider's events.
 type Reconciler interface {
 	// List calls found for each event the provider created (or first tried
 	// to deliver) within w. It returns the first error, its own or
-	// found's; the pass then advances nothing.
+	// found's; the pass then advances no further.
 	List(ctx context.Context, w Window, found func(*Candidate) error) error
 	// Retention is how far back the provider's API reaches (Stripe 30 days,
 	// GitHub 3 days). A window reaching further is warned about; a window
@@ -51,6 +61,14 @@ type Reconciler interface {
 	// known bound.
 	Retention() time.Duration
 }
+
+// unfiltered is implemented by a Reconciler whose API has no time filter
+// (GitHub's deliveries): every List reads from the newest event down to
+// the window's start, so steps would read the newest pages once a step.
+// It lists a long window whole, calling found oldest first: a pass cut
+// short has still received the oldest events, and the next finds them
+// known.
+type unfiltered interface{ unfiltered() }
 
 // Window is the time range a pass covers, both ends included.
 type Window struct {
@@ -142,9 +160,12 @@ type Result struct {
 	// ferry.ValidateEventID); each is skipped with a warning, so one bad id
 	// cannot stop every pass.
 	Unstorable int `json:"unstorable,omitempty"`
-	// Advanced is whether the checkpoint moved to To.
-	Advanced bool `json:"advanced"`
-	DryRun   bool `json:"dry_run,omitempty"`
+	// Advanced is whether the checkpoint moved, and Checkpoint where to:
+	// To once the whole window was listed, less after a failed pass that
+	// finished some steps.
+	Advanced   bool      `json:"advanced"`
+	Checkpoint time.Time `json:"checkpoint,omitzero"`
+	DryRun     bool      `json:"dry_run,omitempty"`
 	// Warnings name gaps the pass could not cover.
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -185,9 +206,9 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // Pass runs one catch-up pass: it works out the window from the checkpoint
-// (or opts.Since), lists it, receives what the store lacks and, if the
-// listing completed, moves the checkpoint to the window's end. The error of
-// a failed pass says how far it got; the checkpoint is then unchanged.
+// (or opts.Since), lists it a step at a time, receives what the store lacks
+// and, if the window covers the checkpoint, moves it to the end of each
+// step listed. The error of a failed pass says how far it got.
 func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	if err := r.check(); err != nil {
 		return nil, err
@@ -267,7 +288,16 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 		return res, nil // nothing settled yet
 	}
 
-	err := r.Reconciler.List(ctx, Window{From: res.From, To: res.To}, func(c *Candidate) error {
+	// The window covers everything since the checkpoint if it starts at or
+	// before it (a first pass: at lookback), or where nothing older can be
+	// fetched (the gap is warned about); a short --since must not skip
+	// what lies between.
+	start := checkpoint
+	if start.IsZero() {
+		start = floor
+	}
+	advance := !opts.DryRun && (!res.From.After(start) || !res.From.After(reach))
+	found := func(c *Candidate) error {
 		res.Fetched++
 		known, err := r.take(ctx, c, opts.DryRun)
 		if errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) {
@@ -289,29 +319,42 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 			r.Observer.CatchupEvent(r.Source, outcome)
 		}
 		return nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("catchup %s: pass from %s failed after %d events (%d new), checkpoint not advanced: %w",
-			r.Source, res.From.Format(time.RFC3339), res.Fetched, res.New, err)
 	}
-
-	// The window covers everything since the checkpoint if it starts at or
-	// before it (a first pass: at lookback), or where nothing older can be
-	// fetched (the gap is warned about); a short --since must not skip
-	// what lies between.
-	start := checkpoint
-	if start.IsZero() {
-		start = floor
-	}
-	covered := !res.From.After(start) || !res.From.After(reach)
-	if !opts.DryRun && covered && res.To.After(checkpoint) {
-		err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: res.To.Format(time.RFC3339Nano)})
-		if err != nil {
-			return res, fmt.Errorf("catchup %s: write checkpoint: %w", r.Source, err)
+	for _, w := range r.steps(res.From, res.To, advance) {
+		if err := r.Reconciler.List(ctx, w, found); err != nil {
+			at := "checkpoint not advanced"
+			if res.Advanced {
+				at = "checkpoint advanced to " + res.Checkpoint.Format(time.RFC3339)
+			}
+			return res, fmt.Errorf("catchup %s: pass from %s failed after %d events (%d new), %s: %w",
+				r.Source, res.From.Format(time.RFC3339), res.Fetched, res.New, at, err)
 		}
-		res.Advanced = true
+		if advance && w.To.After(checkpoint) {
+			err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: w.To.Format(time.RFC3339Nano)})
+			if err != nil {
+				return res, fmt.Errorf("catchup %s: write checkpoint: %w", r.Source, err)
+			}
+			checkpoint = w.To
+			res.Advanced, res.Checkpoint = true, w.To
+		}
 	}
 	return res, nil
+}
+
+// steps splits [from, to] into windows a step long, oldest first, when the
+// checkpoint can follow them; otherwise it is one window. A reconciler with
+// no time filter lists it whole.
+func (r *Runner) steps(from, to time.Time, advance bool) []Window {
+	if _, whole := r.Reconciler.(unfiltered); whole || !advance {
+		return []Window{{From: from, To: to}}
+	}
+	var ws []Window
+	for ; to.Sub(from) > step; from = from.Add(step) {
+		// Ends included: a step ends just before the next begins, so no
+		// event is listed twice.
+		ws = append(ws, Window{From: from, To: from.Add(step - time.Nanosecond)})
+	}
+	return append(ws, Window{From: from, To: to})
 }
 
 // take looks c up and receives it if the store lacks it. It reports whether

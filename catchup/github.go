@@ -110,6 +110,8 @@ func NewGitHub(opts GitHubOptions) (*GitHub, error) {
 
 func (g *GitHub) Retention() time.Duration { return githubRetention }
 
+func (g *GitHub) unfiltered() {}
+
 type githubDelivery struct {
 	ID          int64     `json:"id"`
 	GUID        string    `json:"guid"`

@@ -228,6 +228,20 @@ func TestGitHub(t *testing.T) {
 		}
 	})
 
+	// The deliveries API has no time filter: a long window listed in
+	// steps would read the newest pages once a step.
+	t.Run("LongWindowIsListedOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		for i := range 300 {
+			b.fake.add(fmt.Sprintf("g-%03d", i), "push", base.Add(-70*time.Hour+time.Duration(i)*13*time.Minute), 200)
+		}
+		wantCounts(t, b.pass(t, PassOptions{}), 300, 0, 300)
+		if n := len(b.fake.requested()); n != 3 {
+			t.Fatalf("%d requests for a 72h window of 300 deliveries, want 3 pages of 100", n)
+		}
+	})
+
 	t.Run("NextPageOnAnotherHostIsRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})

@@ -3,6 +3,7 @@ package catchup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -162,6 +163,47 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// A window the pass timeout cuts short (a first pass over a busy
+	// account): each pass keeps the steps it finished, oldest first, and
+	// the next resumes there, until the window is caught up.
+	t.Run("TimedOutPassesResume", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		for h := range 72 {
+			b.fake.add(10, b.now.Add(-DefaultLookback+time.Duration(h)*time.Hour+30*time.Minute), fmt.Sprintf("h%02d", h))
+		}
+		// Listing the 720 events takes over 2s: no 1s pass lists them all.
+		b.fake.delay = 3 * time.Millisecond
+		lease := &ferry.LeaseAcquireParams{Name: CheckpointName("stripe"), Owner: "test", TTL: time.Hour}
+		end := b.now.Add(-DefaultSettle)
+		marks := []time.Time{{}} // the checkpoint after each pass that moved it
+		for stalled := 0; ; {
+			b.runner.runOnce(context.Background(), lease, time.Second)
+			cp, _ := checkpoint(t, b.store, "stripe")
+			if !cp.After(marks[len(marks)-1]) {
+				if stalled++; stalled == 5 {
+					t.Fatalf("5 passes in a row left the checkpoint at %v (marks %v)", cp, marks)
+				}
+				continue
+			}
+			stalled = 0
+			marks = append(marks, cp)
+			if cp.Equal(end) {
+				break
+			}
+		}
+		if len(marks) < 3 {
+			t.Fatalf("checkpoints %v: want one short of the end before it", marks)
+		}
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_h00000"}); err != nil {
+			t.Fatalf("the oldest event was never received: %v", err)
+		}
+		list, _ := b.store.EventList(context.Background(), &ferry.EventListParams{Limit: 1000})
+		if len(list.Events) != 720 {
+			t.Fatalf("%d events stored, want 720", len(list.Events))
+		}
+	})
+
 	t.Run("OneInstanceAtATime", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
@@ -171,8 +213,8 @@ func TestRunner(t *testing.T) {
 		go func() { done <- b.runner.Run(ctx, time.Hour, "instance-a") }()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			if _, ok := checkpoint(t, b.store, "stripe"); ok {
-				break
+			if cp, _ := checkpoint(t, b.store, "stripe"); cp.Equal(b.now.Add(-DefaultSettle)) {
+				break // the pass is over
 			}
 			if time.Now().After(deadline) {
 				t.Fatal("no pass completed in 30s")

@@ -36,6 +36,8 @@ type fakeStripe struct {
 	events []stripeEvent // any order
 	reqs   []stripeRequest
 	fail   func(n int, w http.ResponseWriter, r *http.Request) bool
+	// delay, when set, is slept per event a page lists: a slow API.
+	delay time.Duration
 }
 
 type stripeEvent struct {
@@ -74,6 +76,7 @@ func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.reqs = append(f.reqs, stripeRequest{at: time.Now(), query: r.URL.Query()})
 	n := len(f.reqs)
 	events := slices.Clone(f.events)
+	delay := f.delay
 	f.mu.Unlock()
 	if r.Header.Get("Authorization") != "Bearer "+f.key {
 		w.WriteHeader(http.StatusUnauthorized)
@@ -115,6 +118,7 @@ func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if hasMore {
 		match = match[:limit]
 	}
+	time.Sleep(time.Duration(len(match)) * delay)
 	// Written by hand: the encoder would compact the indented objects,
 	// and Stripe sends them indented.
 	data := make([]string, len(match))
@@ -213,6 +217,7 @@ func TestStripe(t *testing.T) {
 	t.Run("PagesUntilHasMoreIsFalse", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
+		b.runner.Lookback = time.Hour // one step: every request is a page
 		ids := b.fake.add(250, base.Add(-time.Hour), "a")
 		res := b.pass(t, PassOptions{})
 		wantCounts(t, res, 250, 250, 0)
@@ -277,6 +282,7 @@ func TestStripe(t *testing.T) {
 	t.Run("TooManyRequestsHonoursRetryAfter", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
+		b.runner.Lookback = time.Hour // one step: every request is a page
 		b.fake.add(150, base.Add(-time.Hour), "a")
 		b.fake.fail = func(n int, w http.ResponseWriter, r *http.Request) bool {
 			if n != 2 {
@@ -299,7 +305,8 @@ func TestStripe(t *testing.T) {
 	t.Run("ServerErrorHalfWayAdvancesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
-		b.fake.add(250, base.Add(-time.Hour), "a")
+		b.runner.Lookback = time.Hour // one step: every request is a page
+		b.fake.add(250, base.Add(-30*time.Minute), "a")
 		broken := true
 		b.fake.fail = func(n int, w http.ResponseWriter, r *http.Request) bool {
 			if broken && r.URL.Query().Get("starting_after") != "" {
@@ -325,7 +332,7 @@ func TestStripe(t *testing.T) {
 		b.now = b.now.Add(DefaultInterval)
 		res = b.pass(t, PassOptions{})
 		wantCounts(t, res, 250, 150, 100)
-		if q := b.fake.requests()[len(b.fake.requests())-3].query.Get("created[gte]"); q != strconv.FormatInt(b.now.Add(-DefaultLookback).Unix(), 10) {
+		if q := b.fake.requests()[len(b.fake.requests())-3].query.Get("created[gte]"); q != strconv.FormatInt(b.now.Add(-time.Hour).Unix(), 10) {
 			t.Fatalf("the retry pass starts at %s, want now - lookback: no checkpoint was written", q)
 		}
 	})

@@ -76,7 +76,7 @@ func advanced(res *catchup.Result) string {
 	case res.DryRun:
 		return "left (dry run)"
 	case res.Advanced:
-		return "advanced to " + res.To.Format(time.RFC3339)
+		return "advanced to " + res.Checkpoint.Format(time.RFC3339)
 	}
 	return "left: the window did not reach back to it"
 }

@@ -23,8 +23,9 @@ import (
 
 const stripeAPIKey = "sk_test_e2eSECRETkey0123456789"
 
-// stripeAPI is a fake of Stripe's GET /v1/events: the events it lists, a
-// page of at most limit, newest first, with the bodies sendStripe posts.
+// stripeAPI is a fake of Stripe's GET /v1/events: the events created
+// within the window, a page of at most limit, newest first, with the bodies
+// sendStripe posts.
 func stripeAPI(t *testing.T, ids []string, created time.Time) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/events" || r.Header.Get("Authorization") != "Bearer "+stripeAPIKey {
@@ -34,6 +35,7 @@ func stripeAPI(t *testing.T, ids []string, created time.Time) *httptest.Server {
 		q := r.URL.Query()
 		limit, _ := strconv.Atoi(q.Get("limit"))
 		gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
+		lte, _ := strconv.ParseInt(q.Get("created[lte]"), 10, 64)
 		var page []string
 		started := q.Get("starting_after") == ""
 		for i := len(ids) - 1; i >= 0; i-- { // newest first
@@ -41,7 +43,7 @@ func stripeAPI(t *testing.T, ids []string, created time.Time) *httptest.Server {
 				started = ids[i] == q.Get("starting_after")
 				continue
 			}
-			if created.Add(time.Duration(i)*time.Second).Unix() < gte {
+			if at := created.Add(time.Duration(i) * time.Second).Unix(); at < gte || at > lte {
 				continue
 			}
 			page = append(page, fmt.Sprintf(`{"id":%q,"type":"invoice.paid","data":{}}`, ids[i]))
