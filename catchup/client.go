@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry/internal/retryafter"
 )
@@ -76,12 +77,7 @@ func (c *apiClient) redact(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
-	c.mu.Lock()
-	for _, s := range c.secrets {
-		msg = strings.ReplaceAll(msg, s, "[redacted]")
-	}
-	c.mu.Unlock()
+	msg := c.scrub(err.Error())
 	switch {
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s: %w", msg, context.Canceled)
@@ -89,6 +85,16 @@ func (c *apiClient) redact(err error) error {
 		return fmt.Errorf("%s: %w", msg, context.DeadlineExceeded)
 	}
 	return errors.New(msg)
+}
+
+// scrub returns s with every secret replaced.
+func (c *apiClient) scrub(s string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, secret := range c.secrets {
+		s = strings.ReplaceAll(s, secret, "[redacted]")
+	}
+	return s
 }
 
 // StatusError is a provider API answer that is neither a success nor worth
@@ -156,7 +162,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 			case readErr != nil:
 				err = fmt.Errorf("%s %s: read: %w", method, path, readErr)
 			default:
-				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: snippet(data)}
+				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data)}
 				if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode < 500 {
 					return nil, nil, err
 				}
@@ -207,11 +213,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func snippet(b []byte) string {
+// snippet is the start of an error body, scrubbed before it is cut: a
+// secret cut in two would no longer match, and its start would show.
+func (c *apiClient) snippet(b []byte) string {
 	const n = 200
-	s := strings.TrimSpace(string(b))
+	s := c.scrub(strings.TrimSpace(string(b)))
 	if len(s) > n {
-		s = s[:n] + "…"
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
 	}
 	return s
 }

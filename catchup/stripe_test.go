@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/testlog"
@@ -367,6 +368,38 @@ func TestStripe(t *testing.T) {
 		for _, e := range list.Events {
 			if e.Deliveries != 1 {
 				t.Fatalf("%s has %d deliveries, want 1", e.EventID, e.Deliveries)
+			}
+		}
+	})
+
+	// An API error body is cut to its start: the key is scrubbed before
+	// the cut, which would leave a part no scrub could match, and the cut
+	// falls between characters.
+	t.Run("ErrorBodyCutAfterScrubbing", func(t *testing.T) {
+		t.Parallel()
+		const key = "sk_live_51STRADDLINGkeyABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefghij"
+		for name, body := range map[string]func(*http.Request) string{
+			"KeyAcrossTheCut":  func(r *http.Request) string { return strings.Repeat("x", 150) + r.Header.Get("Authorization") },
+			"RuneAcrossTheCut": func(*http.Request) string { return "x" + strings.Repeat("é", 150) },
+		} {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusForbidden)
+				fmt.Fprint(w, body(r))
+			}))
+			t.Cleanup(srv.Close)
+			s, err := NewStripe(StripeOptions{APIKey: key, APIBase: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.List(context.Background(), Window{From: base.Add(-time.Hour), To: base}, func(*Candidate) error { return nil })
+			if err == nil || !strings.Contains(err.Error(), "403") {
+				t.Fatalf("%s: err = %v, want the 403", name, err)
+			}
+			if strings.Contains(err.Error(), key[:8]) {
+				t.Errorf("%s: the key's start is in the error: %v", name, err)
+			}
+			if !utf8.ValidString(err.Error()) {
+				t.Errorf("%s: the error is not UTF-8: %q", name, err)
 			}
 		}
 	})
