@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +68,17 @@ func (c *apiClient) addSecret(secrets ...string) {
 		if s != "" {
 			c.secrets = append(c.secrets, s)
 		}
+	}
+}
+
+// replaceSecret registers new in place of old: a credential that replaces
+// its predecessor (a fresh JWT or installation token) keeps the list short.
+func (c *apiClient) replaceSecret(old, new string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.secrets = slices.DeleteFunc(c.secrets, func(s string) bool { return s == old || s == new })
+	if new != "" {
+		c.secrets = append(c.secrets, new)
 	}
 }
 

@@ -72,6 +72,8 @@ type GitHub struct {
 	client *apiClient
 
 	mu          sync.Mutex
+	jwt         string
+	jwtExpiry   time.Time
 	token       string
 	tokenExpiry time.Time
 }
@@ -264,12 +266,19 @@ func (g *GitHub) now() time.Time {
 	return time.Now()
 }
 
-// appJWT signs a ten-minute RS256 JWT for the App, issued a minute in the
-// past against clock drift, as GitHub recommends.
+// appJWT returns the App's RS256 JWT, signed anew when the cached one
+// expires within the minute: issued a minute in the past against clock
+// drift, as GitHub recommends, and valid for nine minutes after.
 func (g *GitHub) appJWT() (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	now := g.now()
+	if g.jwt != "" && now.Add(time.Minute).Before(g.jwtExpiry) {
+		return g.jwt, nil
+	}
 	header := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256","typ":"JWT"}`))
-	claims, err := json.Marshal(map[string]any{"iat": now.Add(-time.Minute).Unix(), "exp": now.Add(9 * time.Minute).Unix(), "iss": g.opts.AppID})
+	exp := now.Add(9 * time.Minute)
+	claims, err := json.Marshal(map[string]any{"iat": now.Add(-time.Minute).Unix(), "exp": exp.Unix(), "iss": g.opts.AppID})
 	if err != nil {
 		return "", err
 	}
@@ -280,7 +289,8 @@ func (g *GitHub) appJWT() (string, error) {
 		return "", fmt.Errorf("github: sign app jwt: %w", err)
 	}
 	jwt := signing + "." + base64.RawURLEncoding.EncodeToString(sig)
-	g.client.addSecret(jwt)
+	g.client.replaceSecret(g.jwt, jwt)
+	g.jwt, g.jwtExpiry = jwt, exp
 	return jwt, nil
 }
 
@@ -305,8 +315,8 @@ func (g *GitHub) installationToken(ctx context.Context) (string, error) {
 	if err := json.Unmarshal(body, &tok); err != nil || tok.Token == "" {
 		return "", fmt.Errorf("github: installation token: no token in the answer")
 	}
-	g.client.addSecret(tok.Token)
 	g.mu.Lock()
+	g.client.replaceSecret(g.token, tok.Token)
 	g.token, g.tokenExpiry = tok.Token, tok.ExpiresAt
 	g.mu.Unlock()
 	return tok.Token, nil

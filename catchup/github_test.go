@@ -294,11 +294,7 @@ func TestGitHub(t *testing.T) {
 
 	t.Run("AppJWTThenInstallationToken", func(t *testing.T) {
 		t.Parallel()
-		key, err := rsa.GenerateKey(rand.Reader, 2048)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pemKey := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
+		key, pemKey := appKey(t)
 		const instToken = "ghs_INSTALLATIONtoken987"
 		var mu sync.Mutex
 		var exchanges int
@@ -328,6 +324,56 @@ func TestGitHub(t *testing.T) {
 		}
 	})
 
+	// The App's JWT and installation token are reused until they near
+	// expiry, and each new one replaces its predecessor among the secrets
+	// scrubbed from errors: the list stays short however long serve runs.
+	t.Run("AppCredentialsReplaceTheirPredecessors", func(t *testing.T) {
+		t.Parallel()
+		_, pemKey := appKey(t)
+		var (
+			mu    sync.Mutex
+			clock = base // the App's clock; the fake dates tokens by it
+			jwts  = map[string]bool{}
+			n     int
+		)
+		now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+		b := setupGitHub(t, GitHubOptions{AppID: "12345", PrivateKey: pemKey, InstallationID: "678", Now: now})
+		wrapped := b.fake
+		b.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/app/installations/678/access_tokens" {
+				wrapped.ServeHTTP(w, r)
+				return
+			}
+			mu.Lock()
+			jwts[r.Header.Get("Authorization")] = true
+			n++
+			token, expires := fmt.Sprintf("ghs_token%03d", n), clock.Add(10*time.Minute)
+			mu.Unlock()
+			fmt.Fprintf(w, `{"token":%q,"expires_at":%q}`, token, expires.Format(time.RFC3339))
+		})
+		wrapped.auth = func(r *http.Request) bool {
+			return strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ghs_token")
+		}
+		g := b.runner.Reconciler.(*GitHub)
+		for range 30 {
+			b.pass(t, PassOptions{})
+			mu.Lock()
+			clock = clock.Add(5 * time.Minute)
+			mu.Unlock()
+			b.now = b.now.Add(5 * time.Minute)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if n < 10 || len(jwts) < 5 {
+			t.Fatalf("%d token exchanges with %d JWTs over 150 minutes: want both renewed as they expire", n, len(jwts))
+		}
+		g.client.mu.Lock()
+		defer g.client.mu.Unlock()
+		if len(g.client.secrets) != 3 {
+			t.Fatalf("%d secrets after %d tokens and %d JWTs, want 3: the key, the JWT and the token in use", len(g.client.secrets), n, len(jwts))
+		}
+	})
+
 	t.Run("AppHookUsesTheJWT", func(t *testing.T) {
 		t.Parallel()
 		key, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -342,7 +388,29 @@ func TestGitHub(t *testing.T) {
 		}
 		b.fake.add("g-1", "installation", base.Add(-time.Hour), 500)
 		wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
+		// Every request carries the JWT: it is signed once, not per request.
+		for range 5 {
+			b.now = b.now.Add(time.Minute)
+			b.pass(t, PassOptions{})
+		}
+		g := b.runner.Reconciler.(*GitHub)
+		g.client.mu.Lock()
+		defer g.client.mu.Unlock()
+		if len(g.client.secrets) != 2 {
+			t.Fatalf("%d secrets after 6 passes, want 2: the key and the JWT", len(g.client.secrets))
+		}
 	})
+}
+
+// appKey returns a GitHub App's private key, and its PEM as GitHub hands
+// it out.
+func appKey(t *testing.T) (*rsa.PrivateKey, string) {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
 }
 
 // validJWT checks an RS256 JWT as GitHub does: signature, issuer, and an
