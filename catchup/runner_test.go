@@ -110,10 +110,8 @@ func TestRunner(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
 		b.runner.Retention = 144 * time.Hour
-		b.pass(t, PassOptions{})
-		b.now = b.now.Add(200 * time.Hour)
-		b.fake.add(1, b.now.Add(-100*time.Hour), "kept")
-		loop := b.pass(t, PassOptions{})
+		b.fake.add(1, b.now.Add(100*time.Hour), "kept") // 100h old after the outage
+		loop := b.outage(t, 200*time.Hour)
 		if loop.Advanced || len(loop.Warnings) != 1 || !strings.Contains(loop.Warnings[0], "run `ferry reconcile --since 144h`") {
 			t.Fatalf("loop pass advanced %v, warnings %q: want the checkpoint left and --since 144h named", loop.Advanced, loop.Warnings)
 		}
@@ -135,9 +133,7 @@ func TestRunner(t *testing.T) {
 	t.Run("SinceToTheProviderLimitCoversTheGap", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
-		b.pass(t, PassOptions{})
-		b.now = b.now.Add(40 * 24 * time.Hour)
-		loop := b.pass(t, PassOptions{})
+		loop := b.outage(t, 40*24*time.Hour)
 		if len(loop.Warnings) != 1 || !strings.Contains(loop.Warnings[0], "--since 721h") {
 			t.Fatalf("warnings %q: want --since to Stripe's 30 days named", loop.Warnings)
 		}
@@ -152,9 +148,7 @@ func TestRunner(t *testing.T) {
 	t.Run("LookbackAtTheProviderLimitAdvances", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
-		b.pass(t, PassOptions{})
-		b.now = b.now.Add(4 * 24 * time.Hour)
-		res := b.pass(t, PassOptions{})
+		res := b.outage(t, 4*24*time.Hour)
 		if !res.Advanced {
 			t.Fatal("a pass over all GitHub keeps left the checkpoint: every later pass would warn again")
 		}

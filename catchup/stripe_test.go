@@ -163,6 +163,14 @@ func (b *runBundle) pass(t *testing.T, opts PassOptions) *Result {
 	return res
 }
 
+// outage runs a pass, moves the clock on by d, and returns the next pass.
+func (b *runBundle) outage(t *testing.T, d time.Duration) *Result {
+	t.Helper()
+	b.pass(t, PassOptions{})
+	b.now = b.now.Add(d)
+	return b.pass(t, PassOptions{})
+}
+
 type stripeBundle struct {
 	runBundle
 	fake *fakeStripe
