@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ferry-inbox/ferry/catchup"
@@ -37,14 +39,41 @@ type Catchup struct {
 	// OnlyFailed lists only Stripe events whose delivery failed. Defaults
 	// to false.
 	OnlyFailed bool `toml:"only_failed"`
-	// Rate is API requests a second. Defaults to 5.
+	// Rate is API requests a second, from minRate to maxRate. Defaults to
+	// 5.
 	Rate float64 `toml:"rate"`
 }
+
+// Bounds of [source.catchup] rate.
+const (
+	// minRate is a request every 10s: a pass must list its window within
+	// the pass timeout (5m at least), and a lower rate would wait days.
+	minRate = 0.1
+	// maxRate is Stripe's test-mode limit.
+	maxRate = 25
+)
 
 // Enabled reports whether the source has a [source.catchup] table with
 // credentials.
 func (c *Catchup) Enabled() bool {
 	return c.APIKey != "" || c.Token != "" || c.AppID != "" || c.PrivateKey != ""
+}
+
+// written lists the keys set in a table without credentials, which would
+// otherwise leave catch-up silently off.
+func (c *Catchup) written() []string {
+	var keys []string
+	for k, set := range map[string]bool{
+		"hook": c.Hook != "", "api_base": c.APIBase != "", "types": len(c.Types) > 0,
+		"installation_id": c.InstallationID != "", "only_failed": c.OnlyFailed, "rate": c.Rate != 0,
+		"lookback": c.Lookback.Duration != 0, "interval": c.Interval != nil,
+	} {
+		if set {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // expandable lists the table's strings that ${NAME} expands.
@@ -55,7 +84,12 @@ func (c *Catchup) expandable() map[string]*string {
 	}
 }
 
+// applyDefaults fills a table that has credentials; one without is left
+// as written, for validate to name its keys.
 func (c *Catchup) applyDefaults() {
+	if !c.Enabled() {
+		return
+	}
 	if c.Interval == nil {
 		c.Interval = &Duration{catchup.DefaultInterval}
 	}
@@ -97,20 +131,23 @@ func (c *Catchup) validate(key string, s *Source) []error {
 	bad := func(k, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s.catchup.%s: "+format, append([]any{key, k}, args...)...))
 	}
+	if !c.Enabled() {
+		if keys := c.written(); len(keys) > 0 {
+			bad("api_key", "missing, but %s set: catch-up needs credentials: api_key for Stripe, token (or app_id and private_key) for GitHub; add them, or remove [source.catchup]", strings.Join(keys, ", "))
+		}
+		return errs
+	}
 	if c.Interval.Duration < 0 || (c.Interval.Duration > 0 && c.Interval.Duration < time.Minute) {
 		bad("interval", "is %v: use at least 1m, or \"0\" to turn the loop off", c.Interval.Duration)
 	}
 	if c.Lookback.Duration < time.Minute {
 		bad("lookback", "is %v: use at least 1m (the default is %v)", c.Lookback.Duration, catchup.DefaultLookback)
 	}
-	if most := s.Retention.Duration - catchup.DefaultOverlap; c.Enabled() && c.Lookback.Duration > most {
+	if most := s.Retention.Duration - catchup.DefaultOverlap; c.Lookback.Duration > most {
 		bad("lookback", "is %v, past the source's retention %v: an older event may have been processed and purged, and catch-up would send it again; use at most %v, or raise retention", c.Lookback.Duration, s.Retention.Duration, most)
 	}
-	if c.Rate < 0 || c.Rate > 25 {
-		bad("rate", "is %v requests a second: use a number above 0 and at most 25 (Stripe's test-mode limit)", c.Rate)
-	}
-	if !c.Enabled() && (c.Hook != "" || c.APIBase != "" || len(c.Types) > 0 || c.InstallationID != "") {
-		bad("api_key", "missing: catch-up needs credentials: api_key for Stripe, token (or app_id and private_key) for GitHub")
+	if c.Rate < minRate || c.Rate > maxRate {
+		bad("rate", "is %v requests a second: use at least %v (a request every 10s) and at most %v (Stripe's test-mode limit), or leave it out for %v", c.Rate, minRate, maxRate, catchup.DefaultRate)
 	}
 	if _, err := s.Reconciler(); err != nil {
 		errs = append(errs, fmt.Errorf("%s.%v", key, err))
