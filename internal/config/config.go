@@ -309,19 +309,19 @@ func (c *Config) validate() error {
 	}
 	// A negative duration would be taken for the default by some readers
 	// and refused by others, late and without the key.
-	positive := func(key string, d Duration, def any) {
+	nonNegative := func(key string, d Duration, def any) {
 		if d.Duration < 0 {
 			bad(key, "is %v: use a positive duration, or leave it out for %v", d.Duration, def)
 		}
 	}
-	positive("http.store_timeout", c.HTTP.StoreTimeout, DefaultStoreTimeout)
-	positive("http.retry_after", c.HTTP.RetryAfter, DefaultRetryAfter)
-	positive("http.body_timeout", c.HTTP.BodyTimeout, ferryhttp.DefaultBodyTimeout)
+	nonNegative("http.store_timeout", c.HTTP.StoreTimeout, DefaultStoreTimeout)
+	nonNegative("http.retry_after", c.HTTP.RetryAfter, DefaultRetryAfter)
+	nonNegative("http.body_timeout", c.HTTP.BodyTimeout, ferryhttp.DefaultBodyTimeout)
 	w := c.Worker
-	positive("worker.poll_interval", w.PollInterval, ferry.DefaultPollInterval)
-	positive("worker.shutdown_grace", w.ShutdownGrace, ferry.DefaultShutdownGrace)
-	positive("worker.retry_base", w.RetryBase, "the default")
-	positive("worker.retry_cap", w.RetryCap, "the default")
+	nonNegative("worker.poll_interval", w.PollInterval, ferry.DefaultPollInterval)
+	nonNegative("worker.shutdown_grace", w.ShutdownGrace, ferry.DefaultShutdownGrace)
+	nonNegative("worker.retry_base", w.RetryBase, "the default")
+	nonNegative("worker.retry_cap", w.RetryCap, "the default")
 	if w.Workers < 0 {
 		bad("worker.workers", "is %d: use a positive number, or leave it out for %d", w.Workers, ferry.DefaultWorkers)
 	}
@@ -375,7 +375,7 @@ func (c *Config) validate() error {
 				bad(key+".forward.url", "%q is not an http(s) URL: write it like \"http://127.0.0.1:3000/webhooks\"", RedactURL(s.Forward.URL))
 			}
 		}
-		positive(key+".forward.timeout", s.Forward.Timeout, DefaultForwardTime)
+		nonNegative(key+".forward.timeout", s.Forward.Timeout, DefaultForwardTime)
 		if s.Forward.Secret != "" {
 			if _, err := provider.DecodeStandardWebhooksSecret(s.Forward.Secret); err != nil {
 				bad(key+".forward.secret", "is not a Standard Webhooks secret (\"whsec_\" + base64): %v", err)
