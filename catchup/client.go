@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,9 +33,10 @@ const (
 	maxBody = 32 << 20
 )
 
-// apiClient sends the reconcilers' requests: at most rate a second, 429 and
-// 5xx retried after Retry-After or an exponential backoff, and every secret
-// it was given scrubbed from the errors it returns.
+// apiClient sends the reconcilers' requests: at most rate a second, 429, 5xx
+// and GitHub's rate-limit 403 retried after the wait they name or an
+// exponential backoff, and every secret it was given scrubbed from the
+// errors it returns.
 type apiClient struct {
 	http    *http.Client
 	rate    float64
@@ -175,10 +177,11 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				err = fmt.Errorf("%s %s: read: %w", method, path, readErr)
 			default:
 				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data)}
-				if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode < 500 {
+				limited, wait := rateLimited(resp, time.Now())
+				if !limited && resp.StatusCode < 500 {
 					return nil, nil, err
 				}
-				retryAfter = retryafter.Parse(resp.Header.Get("Retry-After"), time.Now(), 24*time.Hour) // more than maxWait fails the pass
+				retryAfter = wait
 			}
 		}
 		if try == maxTries {
@@ -196,6 +199,31 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 			return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 	}
+}
+
+// rateLimited reports whether resp asks the client to slow down, and the
+// wait it names (0: none, back off). GitHub answers its limits with 403 as
+// well as 429: with Retry-After, or with X-RateLimit-Remaining 0 and the
+// reset in X-RateLimit-Reset (Unix seconds). A wait past maxWait fails the
+// pass, which the next interval retries.
+func rateLimited(resp *http.Response, now time.Time) (bool, time.Duration) {
+	const limit = 24 * time.Hour
+	h := resp.Header
+	wait := retryafter.Parse(h.Get("Retry-After"), now, limit)
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return true, wait
+	case resp.StatusCode != http.StatusForbidden:
+		return false, 0
+	case h.Get("Retry-After") != "":
+		return true, wait
+	case h.Get("X-RateLimit-Remaining") == "0":
+		if reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64); err == nil {
+			wait = min(max(time.Unix(reset, 0).Sub(now), 0), limit)
+		}
+		return true, wait
+	}
+	return false, 0
 }
 
 // wait holds the caller until the rate allows another request.

@@ -37,6 +37,9 @@ type fakeGitHub struct {
 	onFetch func(guid string)
 	// nextHost, when set, is the host the Link header points to.
 	nextHost string
+	// limit, when set, may answer a request itself (a rate limit): it
+	// reports whether it did.
+	limit func(w http.ResponseWriter) bool
 }
 
 type ghAttempt struct {
@@ -66,6 +69,9 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.paths = append(f.paths, r.URL.RequestURI())
 	attempts := slices.Clone(f.attempts)
 	f.mu.Unlock()
+	if f.limit != nil && f.limit(w) {
+		return
+	}
 	if !f.auth(r) {
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprintf(w, `{"message":"Bad credentials: %s"}`, r.Header.Get("Authorization"))
@@ -160,6 +166,68 @@ func setupGitHub(t *testing.T, opts GitHubOptions) *githubBundle {
 
 func TestGitHub(t *testing.T) {
 	t.Parallel()
+
+	// GitHub answers its rate limits with 403 as well as 429: with
+	// Retry-After, or with X-RateLimit-Remaining 0 and the reset time. The
+	// client waits and tries again; any other 403 fails at once.
+	for name, limited := range map[string]func(h http.Header) (until time.Time){
+		"RateLimit403WithRetryAfterIsRetried": func(h http.Header) time.Time {
+			h.Set("Retry-After", "1")
+			return time.Now().Add(time.Second)
+		},
+		"RateLimit403AtZeroRemainingWaitsForTheReset": func(h http.Header) time.Time {
+			reset := time.Now().Add(time.Second).Unix()
+			h.Set("X-RateLimit-Remaining", "0")
+			h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+			return time.Unix(reset, 0)
+		},
+		"Other403FailsAtOnce": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupGitHub(t, GitHubOptions{})
+			b.fake.add("failed-1", "push", base.Add(-time.Hour), 500)
+			var (
+				mu             sync.Mutex
+				answered       bool
+				until, retried time.Time // the wait asked for; the next request
+			)
+			b.fake.limit = func(w http.ResponseWriter) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				if answered {
+					if retried.IsZero() {
+						retried = time.Now()
+					}
+					return false
+				}
+				answered = true
+				if limited != nil {
+					until = limited(w.Header())
+				}
+				w.WriteHeader(http.StatusForbidden)
+				fmt.Fprint(w, `{"message":"API rate limit exceeded"}`)
+				return true
+			}
+			res, err := b.runner.Pass(context.Background(), PassOptions{})
+			requests := len(b.fake.requested())
+			if limited == nil {
+				if err == nil || requests != 1 {
+					t.Fatalf("a 403 without rate-limit headers: err %v after %d requests, want a failed pass after 1", err, requests)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("a rate-limit 403 failed the pass: %v", err)
+			}
+			wantCounts(t, res, 1, 1, 0)
+			mu.Lock()
+			defer mu.Unlock()
+			if retried.Before(until) {
+				t.Errorf("retried at %s, before the %s the limit asked to wait for", retried.Format(time.StampMilli), until.Format(time.StampMilli))
+			}
+		})
+	}
 
 	t.Run("LinkPagingGroupsByGUIDAndFetchesOnlyFailures", func(t *testing.T) {
 		t.Parallel()
