@@ -54,15 +54,19 @@ func NewStandardWebhooks(opts Options) (*StandardWebhooks, error) {
 }
 
 // DecodeStandardWebhooksSecret returns the HMAC key of a Standard Webhooks
-// secret: the base64 after the optional "whsec_" prefix.
+// secret: the base64 after the optional "whsec_" prefix. An empty key is an
+// error: anyone could sign with it.
 func DecodeStandardWebhooksSecret(secret string) ([]byte, error) {
 	text := strings.TrimPrefix(secret, StandardWebhooksSecretPrefix)
 	key, err := base64.StdEncoding.DecodeString(text)
 	if err != nil {
 		key, err = base64.RawStdEncoding.DecodeString(text)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, errors.New("not whsec_ followed by base64")
+	case len(key) == 0:
+		return nil, errors.New("whsec_ followed by no key")
 	}
 	return key, nil
 }

@@ -76,6 +76,7 @@ func TestParseRejects(t *testing.T) {
 		{"negative shutdown_grace", `[http]`, "[worker]\nshutdown_grace = \"-1s\"\n[http]", "worker.shutdown_grace", "leave it out for 10s"},
 		{"negative retry_base", `[http]`, "[worker]\nretry_base = \"-1s\"\n[http]", "worker.retry_base", "positive duration"},
 		{"negative retry_cap", `[http]`, "[worker]\nretry_cap = \"-1h\"\n[http]", "worker.retry_cap", "positive duration"},
+		{"empty forward secret", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\nsecret = \"whsec_\"", "source[0] (stripe).forward.secret", "no key"},
 		{"negative forward timeout", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\ntimeout = \"-5s\"", "source[0] (stripe).forward.timeout", "leave it out for 10s"},
 		{"bad lost_lease", `replay_window = "72h"`, `replay_window = "72h"` + "\nlost_lease = \"drop\"", "lost_lease", `"hold"`},
 		{"max_attempts past 32 bits", `replay_window = "72h"`, `replay_window = "72h"` + "\nmax_attempts = 3000000000", "max_attempts", "from 1 to 2147483647"},
