@@ -86,14 +86,12 @@ func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 		if err := renew(); err != nil {
 			return err
 		}
-		tag, err := s.pool.Exec(ctx, archiveKeysPurgeSQL, pgx.NamedArgs{
-			"now": s.nowArg(), "key_retention_us": micros(params.KeyRetention), "batch": params.KeyBatch,
-		})
+		n, err := s.purgeKeys(ctx, "", params.KeyRetention, params.KeyBatch)
 		if err != nil {
 			return err
 		}
-		res.Keys += int(tag.RowsAffected())
-		if int(tag.RowsAffected()) < params.KeyBatch {
+		res.Keys += n
+		if n < params.KeyBatch {
 			break
 		}
 	}
@@ -103,6 +101,28 @@ func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 		}
 	}
 	return nil
+}
+
+// purgeKeys purges up to batch keys of source ("" for all) received longer
+// than retention ago whose event is stored nowhere, and forgets what hangs
+// off those events, in one transaction of two statements
+// (archive_keys_purge.sql, archive_keys_forget.sql). It returns how many
+// keys it purged.
+func (s *Store) purgeKeys(ctx context.Context, source string, retention time.Duration, batch int) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, archiveKeysPurgeSQL, pgx.NamedArgs{
+			"now": s.nowArg(), "source": source, "key_retention_us": micros(retention), "batch": batch,
+		})
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		n = len(ids)
+		_, err = tx.Exec(ctx, archiveKeysForgetSQL, pgx.NamedArgs{"ids": ids})
+		return err
+	})
+	return n, err
 }
 
 // ArchiveInfo counts the archive's ranged partitions and dates the oldest.

@@ -475,3 +475,91 @@ func TestArchiveKeyPurgeRenewsTheLease(t *testing.T) {
 		t.Fatalf("run = %d keys purged (%d left), %v; want one batch, then the renewal's error", res.Keys, b.count(t, keys), err)
 	}
 }
+
+// A redelivery with another body of a key whose event is gone (dropped
+// under a KeyRetention longer than Retention) keeps its conflict; the key's
+// purge forgets it too, instead of leaving its body stored for ever.
+func TestArchiveKeyPurgeForgetsTheConflictsOfGoneEvents(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
+	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	x := b.done(t, "x")
+	b.clock.Advance(72 * time.Hour)
+	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil { // drops x's day, keeps its key
+		t.Fatal(err)
+	}
+	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("another body")})
+	if err != nil || res.Outcome != ferry.ReceiveConflict {
+		t.Fatalf("redelivery with another body = %+v, %v; want a conflict", res, err)
+	}
+	const conflicts = `SELECT count(*) FROM ferry_conflict WHERE event_id = $1`
+	if n := b.count(t, conflicts, x); n != 1 {
+		t.Fatalf("%d conflicts kept, want 1", n)
+	}
+	b.clock.Advance(60 * 24 * time.Hour) // past the key's retention
+	got, err := b.store.ArchiveMaintain(b.ctx, p)
+	if err != nil || got.Keys != 1 {
+		t.Fatalf("maintenance purged %+v, %v; want x's key", got, err)
+	}
+	if n := b.count(t, conflicts, x); n != 0 {
+		t.Errorf("x's key is purged, but %d of its conflicts are still stored", n)
+	}
+}
+
+// A redelivery of an event EventPurge is deleting: the receipt locks the
+// key, then the event; the purge deletes the event, and only then, in a
+// statement of its own, the key. The two never wait on each other in a
+// cycle (PostgreSQL would kill one with a deadlock error).
+func TestEventPurgeAndARedeliveryNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	x := b.done(t, "x")
+	if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("other")}); err != nil {
+		t.Fatal(err) // x has a conflict row now
+	}
+	b.clock.Advance(25 * time.Hour)
+	// waiting waits until a statement of this database whose text holds
+	// marker waits on a lock.
+	waiting := func(marker string) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); b.count(t, `
+			SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'
+			  AND pid <> pg_backend_pid()`, marker) == 0; {
+			if time.Now().After(deadline) {
+				t.Fatalf("no statement holding %q waits on a lock", marker)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// Stall the purge after it deleted x, on x's conflict row.
+	blocker, err := b.store.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(b.ctx) }()
+	if _, err := blocker.Exec(b.ctx, `SELECT FROM ferry_conflict WHERE event_id = $1 FOR UPDATE`, x); err != nil {
+		t.Fatal(err)
+	}
+	purged := make(chan error, 1)
+	go func() {
+		_, err := b.store.EventPurge(b.ctx, &ferry.EventPurgeParams{Source: "s", Retention: 24 * time.Hour, ReplayWindow: 24 * time.Hour})
+		purged <- err
+	}()
+	waiting("ferry_done_forget")
+	received := make(chan error, 1)
+	go func() {
+		_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("x")})
+		received <- err
+	}()
+	waiting("ferry_event_done_redeliver") // behind the purge's delete of x
+	if err := blocker.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if perr, rerr := <-purged, <-received; perr != nil || rerr != nil {
+		t.Fatalf("purge: %v; redelivery: %v", perr, rerr)
+	}
+}

@@ -190,24 +190,35 @@ func (s *Store) EventRetryNow(ctx context.Context, params *ferry.EventRetryNowPa
 }
 
 // EventPurge deletes done events of Source completed at least Retention
-// ago, in one statement, with what hangs off them, and the source's keys
-// older than both Retention and ReplayWindow. Partition maintenance
-// (ArchiveMaintain) drops whole days; this serves shorter retentions.
+// ago, in one statement, with what hangs off them, then the source's keys
+// older than both Retention and ReplayWindow whose event is gone. Partition
+// maintenance (ArchiveMaintain) drops whole days; this serves shorter
+// retentions.
 func (s *Store) EventPurge(ctx context.Context, params *ferry.EventPurgeParams) (int, error) {
 	if err := params.Validate(); err != nil {
 		return 0, wrap("event purge", err)
 	}
 	var n int
 	err := s.pool.QueryRow(ctx, eventPurgeSQL, pgx.NamedArgs{
-		"now":              s.nowArg(),
-		"source":           params.Source,
-		"retention_us":     micros(params.Retention),
-		"replay_window_us": micros(params.ReplayWindow),
+		"now":          s.nowArg(),
+		"source":       params.Source,
+		"retention_us": micros(params.Retention),
 	}).Scan(&n)
 	if err != nil {
 		return 0, wrap("event purge", err)
 	}
-	return n, nil
+	// Keys after events, in statements of their own: one that deleted both
+	// would lock the event before the key, and a redelivery locks the key
+	// before the event.
+	for {
+		keys, err := s.purgeKeys(ctx, params.Source, max(params.Retention, params.ReplayWindow), ferry.ArchiveKeyBatchDefault)
+		if err != nil {
+			return n, wrap("event purge", err)
+		}
+		if keys < ferry.ArchiveKeyBatchDefault {
+			return n, nil
+		}
+	}
 }
 
 // AttemptList returns the ledger of one event, oldest attempt first.

@@ -25,6 +25,8 @@ var (
 	archiveDropSQL string
 	//go:embed query/archive_info.sql
 	archiveInfoSQL string
+	//go:embed query/archive_keys_forget.sql
+	archiveKeysForgetSQL string
 	//go:embed query/archive_keys_purge.sql
 	archiveKeysPurgeSQL string
 	//go:embed query/archive_plan.sql
