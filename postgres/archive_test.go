@@ -62,6 +62,17 @@ func (b *archiveBundle) count(t *testing.T, sql string, args ...any) int {
 	return n
 }
 
+// waitCount polls sql until it counts at least n, failing after a minute.
+func (b *archiveBundle) waitCount(t *testing.T, n int, sql string, args ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); b.count(t, sql, args...) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute, fewer than %d rows of %s", n, sql)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (b *archiveBundle) doneCount(t *testing.T) int {
 	t.Helper()
 	stats, err := b.store.EventStats(b.ctx, &ferry.EventStatsParams{})
@@ -388,14 +399,9 @@ func TestArchiveDropKeepsWhatARequeueBringsBack(t *testing.T) {
 	// waiting blocks until n statements of this schema wait for a lock.
 	waiting := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); b.count(t, `
+		b.waitCount(t, n, `
 			SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-			WHERE NOT l.granted AND c.relnamespace = current_schema()::regnamespace`) < n; {
-			if time.Now().After(deadline) {
-				t.Fatalf("fewer than %d statements wait for a lock after a minute", n)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			WHERE NOT l.granted AND c.relnamespace = current_schema()::regnamespace`)
 	}
 	// A slow requeue: it holds the archive's partitions while it waits for
 	// the done counters.
@@ -521,19 +527,13 @@ func TestEventPurgeAndARedeliveryNeverDeadlock(t *testing.T) {
 		t.Fatal(err) // x has a conflict row now
 	}
 	b.clock.Advance(25 * time.Hour)
-	// waiting waits until a statement of this database whose text holds
-	// marker waits on a lock.
+	// waiting blocks until a statement whose text holds marker waits for a
+	// lock (on a row: pg_locks names no relation of this schema then).
 	waiting := func(marker string) {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); b.count(t, `
+		b.waitCount(t, 1, `
 			SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'
-			  AND pid <> pg_backend_pid()`, marker) == 0; {
-			if time.Now().After(deadline) {
-				t.Fatalf("no statement holding %q waits on a lock", marker)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, marker)
 	}
 	// Stall the purge after it deleted x, on x's conflict row.
 	blocker, err := b.store.Pool().Begin(b.ctx)
