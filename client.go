@@ -129,6 +129,7 @@ func (c *Client) Stop(ctx context.Context) error {
 		case <-c.handlersDone:
 			return nil
 		case <-ctx.Done():
+			c.stopBeats() // as the first Stop does when its ctx ends
 			return ctx.Err()
 		}
 	}
@@ -224,6 +225,7 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 		signals      int  // receipt signals and polls seen
 		lastFinished = -1
 		pollArmed    = true // poll will fire; not re-armed until it has
+		aheadLast    bool   // the last claim was ahead, of retry sources only
 	)
 	defer func() {
 		// Stop: what claims still on their way bring back is released.
@@ -247,6 +249,15 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 
 		if inFlight < maxClaimsInFlight && free >= c.cfg.Prefetch && room > 0 && !dry && (idle || finished != lastFinished) {
 			params, ahead := c.nextClaim(free, slots, room, sources, hold, retry)
+			if ahead && aheadLast {
+				// Never two claims ahead in a row: the next waits for an idle
+				// worker and takes every source, so a stream of retry events
+				// cannot starve the hold sources.
+				params, ahead = nil, false
+			}
+			if params != nil {
+				aheadLast = ahead
+			}
 			if params == nil || params.Limit == free {
 				lastFinished = finished // else the claim ahead is still to come
 			}

@@ -208,6 +208,38 @@ func TestClientClaimsHoldSourcesOnlyIntoIdleWorkers(t *testing.T) {
 	b.wantLedger(t, second, "[running]") // never started before: an ordinary first attempt
 }
 
+// A steady stream of retry events does not starve a hold source: claims
+// ahead of retry sources never follow one another, so the hold event, older
+// than the stream, runs within a few of its events.
+func TestClientHoldSourcesAreNotStarvedByAStream(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, false)
+	for i := range 5 {
+		b.receive(t, "stripe", fmt.Sprint("old_", i))
+	}
+	bank := b.receive(t, "bank", "evt_bank")
+	var streamed, before atomic.Int64 // stripe events run; how many ran before bank's
+	c := b.newClient(t, func(c *ferry.Config) {
+		c.Workers, c.Prefetch = 1, 1
+		c.Sources = []ferry.SourcePolicy{{Name: "bank", LostLease: ferry.LostLeaseHold}}
+	})
+	c.Handle("bank", func(context.Context, *ferry.Delivery) error {
+		before.Store(streamed.Load())
+		return nil
+	})
+	c.Handle("stripe", func(context.Context, *ferry.Delivery) error {
+		if n := streamed.Add(1); n < 300 {
+			b.receive(t, "stripe", fmt.Sprint("new_", n)) // one more due each time
+		}
+		return nil
+	})
+	start(t, c)
+	b.waitState(t, bank, ferry.StateDone)
+	if n := before.Load(); n > 20 {
+		t.Errorf("the hold event ran after %d stripe events, behind the stream (5 were older)", n)
+	}
+}
+
 // A claim ahead of retry sources only that comes back short says nothing
 // about the hold sources: a worker that frees takes the next hold event at
 // once, not at the next poll.
