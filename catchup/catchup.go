@@ -349,10 +349,13 @@ func (r *Runner) steps(from, to time.Time, advance bool) []Window {
 		return []Window{{From: from, To: to}}
 	}
 	var ws []Window
-	for ; to.Sub(from) > step; from = from.Add(step) {
-		// Ends included: a step ends just before the next begins, so no
-		// event is listed twice.
-		ws = append(ws, Window{From: from, To: from.Add(step - time.Nanosecond)})
+	for to.Sub(from) > step {
+		// Ends included, and providers filter on whole seconds: a step ends
+		// just before the whole second the next begins at, so no event is
+		// listed twice.
+		next := from.Truncate(time.Second).Add(step)
+		ws = append(ws, Window{From: from, To: next.Add(-time.Nanosecond)})
+		from = next
 	}
 	return append(ws, Window{From: from, To: to})
 }

@@ -177,8 +177,8 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				err = fmt.Errorf("%s %s: read: %w", method, path, readErr)
 			default:
 				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data)}
-				limited, wait := rateLimited(resp, time.Now())
-				if !limited && resp.StatusCode < 500 {
+				again, wait := retryable(resp, time.Now())
+				if !again {
 					return nil, nil, err
 				}
 				retryAfter = wait
@@ -201,17 +201,17 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 	}
 }
 
-// rateLimited reports whether resp asks the client to slow down, and the
-// wait it names (0: none, back off). GitHub answers its limits with 403 as
-// well as 429: with Retry-After, or with X-RateLimit-Remaining 0 and the
+// retryable reports whether resp is worth sending again, and the wait it
+// names (0: none, back off): a 429 or a 5xx, or GitHub's rate-limit 403,
+// which comes with Retry-After, or with X-RateLimit-Remaining 0 and the
 // reset in X-RateLimit-Reset (Unix seconds). A wait past maxWait fails the
 // pass, which the next interval retries.
-func rateLimited(resp *http.Response, now time.Time) (bool, time.Duration) {
+func retryable(resp *http.Response, now time.Time) (bool, time.Duration) {
 	const limit = 24 * time.Hour
 	h := resp.Header
 	wait := retryafter.Parse(h.Get("Retry-After"), now, limit)
 	switch {
-	case resp.StatusCode == http.StatusTooManyRequests:
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return true, wait
 	case resp.StatusCode != http.StatusForbidden:
 		return false, 0

@@ -198,6 +198,24 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// Providers filter on whole seconds: steps end on a whole second, so
+	// a window starting mid-second (a checkpoint a cut-short pass left)
+	// never lists a boundary's second twice.
+	t.Run("StepsShareNoSecond", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		mark := b.now.Add(-3*time.Hour + 500*time.Millisecond)
+		if err := b.store.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: CheckpointName("stripe"), Value: mark.Format(time.RFC3339Nano)}); err != nil {
+			t.Fatal(err)
+		}
+		from := mark.Add(-DefaultOverlap).Truncate(time.Second)
+		b.fake.add(1, from.Add(time.Hour), "first_boundary")
+		b.fake.add(1, from.Add(2*time.Hour), "second_boundary")
+		if res := b.pass(t, PassOptions{}); res.Fetched != 2 {
+			t.Fatalf("2 events listed %d times: a step boundary's second was listed by both steps", res.Fetched)
+		}
+	})
+
 	t.Run("OneInstanceAtATime", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})

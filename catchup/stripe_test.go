@@ -288,28 +288,31 @@ func TestStripe(t *testing.T) {
 		}
 	})
 
-	t.Run("TooManyRequestsHonoursRetryAfter", func(t *testing.T) {
-		t.Parallel()
-		b := setupStripe(t, StripeOptions{})
-		b.runner.Lookback = time.Hour // one step: every request is a page
-		b.fake.add(150, base.Add(-time.Hour), "a")
-		b.fake.fail = func(n int, w http.ResponseWriter, r *http.Request) bool {
-			if n != 2 {
-				return false
+	// A 429 or a 5xx with Retry-After is sent again after the wait it names.
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		t.Run(fmt.Sprint("RetryAfterOn", status), func(t *testing.T) {
+			t.Parallel()
+			b := setupStripe(t, StripeOptions{})
+			b.runner.Lookback = time.Hour // one step: every request is a page
+			b.fake.add(150, base.Add(-time.Hour), "a")
+			b.fake.fail = func(n int, w http.ResponseWriter, r *http.Request) bool {
+				if n != 2 {
+					return false
+				}
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(status)
+				return true
 			}
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return true
-		}
-		wantCounts(t, b.pass(t, PassOptions{}), 150, 150, 0)
-		reqs := b.fake.requests()
-		if len(reqs) != 3 {
-			t.Fatalf("%d requests, want 3 (page 1, 429, page 2 again)", len(reqs))
-		}
-		if gap := reqs[2].at.Sub(reqs[1].at); gap < time.Second {
-			t.Fatalf("retried %s after the 429, want at least Retry-After's 1s", gap)
-		}
-	})
+			wantCounts(t, b.pass(t, PassOptions{}), 150, 150, 0)
+			reqs := b.fake.requests()
+			if len(reqs) != 3 {
+				t.Fatalf("%d requests, want 3 (page 1, %d, page 2 again)", len(reqs), status)
+			}
+			if gap := reqs[2].at.Sub(reqs[1].at); gap < time.Second {
+				t.Fatalf("retried %s after the %d, want at least Retry-After's 1s", gap, status)
+			}
+		})
+	}
 
 	t.Run("ServerErrorHalfWayAdvancesNothing", func(t *testing.T) {
 		t.Parallel()
