@@ -69,5 +69,9 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Errorf("purged event's conflicts = %+v, %v; want none", got, err)
 		}
 		wantState(t, b, pending, ferry.StatePending)
+		// Its key went at the same retention: the id is new again.
+		if res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte("e")}); res.Outcome != ferry.ReceiveNew {
+			t.Errorf("a delivery of the purged id = %s, want new: its key outlived the event", res.Outcome)
+		}
 	})
 }
