@@ -88,7 +88,7 @@ func NewMetrics(reg prom.Registerer, sources []string) *Metrics {
 		for _, c := range []*prom.CounterVec{m.claimed, m.completed, m.failed, m.dead, m.leaseLost, m.released, m.reclaimed} {
 			c.WithLabelValues(s)
 		}
-		for _, o := range []string{"accepted", "duplicate", "conflict"} {
+		for _, o := range []string{"accepted", "duplicate", "conflict", "replay"} {
 			m.received.WithLabelValues(s, o, "")
 		}
 	}

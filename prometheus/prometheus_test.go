@@ -136,6 +136,7 @@ func TestScriptedRun(t *testing.T) {
 		`ferry_received_total{outcome="rejected",reason="bad_signature",source="stripe"}`:  1,
 		`ferry_received_total{outcome="rejected",reason="unknown_source",source="_other"}`: 1,
 		`ferry_received_total{outcome="accepted",reason="",source="github"}`:               0,
+		`ferry_received_total{outcome="replay",reason="",source="github"}`:                 0, // increase() sees the first
 		`ferry_receive_duration_seconds_count{source="stripe"}`:                            6,
 		`ferry_claimed_total{source="stripe"}`:                                             3,
 		`ferry_completed_total{source="stripe"}`:                                           1,
