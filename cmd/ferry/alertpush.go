@@ -24,7 +24,8 @@ import (
 const alertLease = "alerts"
 
 // alertListLimit is the most events or notices one check reads per kind and
-// source; more are counted (events) or left for the next message (notices).
+// source. Events past it are announced by count, as the growth of their
+// total; notices past it are left for the next message.
 const alertListLimit = 1000
 
 // alertNamesShown is the most event ids one message names.
@@ -74,7 +75,8 @@ type alertMessage struct {
 	// Total counts the events in this condition now (event kinds); for
 	// notice kinds it equals New.
 	Total int `json:"total"`
-	// EventIDs are the provider's ids of the first announced events.
+	// EventIDs are the provider's ids of the first announced events; empty
+	// when the new ones are all past the events a check lists.
 	EventIDs []string `json:"event_ids"`
 	// DashboardURL opens the event, or the source's list, when
 	// admin.public_url is set.
@@ -91,6 +93,9 @@ type alertMark struct {
 	Keys []string `json:"keys,omitempty"`
 	// IDs are the row ids marks held before Keys; read, never written.
 	IDs []int64 `json:"ids,omitempty"`
+	// Total is the message's total: events past the listed ones are seen
+	// only as its growth.
+	Total int `json:"total,omitempty"`
 	// After is the last notice announced.
 	After int64 `json:"after,omitempty"`
 }
@@ -120,6 +125,8 @@ type alertPusher struct {
 	// twice that, and so on.
 	retries   int
 	retryBase time.Duration
+	// listLimit is alertListLimit; tests lower it.
+	listLimit int
 	log       *slog.Logger
 }
 
@@ -136,7 +143,7 @@ type alertPusherOptions struct {
 
 func newAlertPusher(o alertPusherOptions) *alertPusher {
 	p := *o.Params
-	p.AtRiskLimit = alertListLimit
+	p.AtRiskLimit = 0 // counts only: current lists each source's own
 	host, _ := os.Hostname()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -150,7 +157,7 @@ func newAlertPusher(o alertPusherOptions) *alertPusher {
 			// A redirect would carry the message elsewhere; a 3xx is a failure.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		retries: 3, retryBase: time.Second, log: o.Log,
+		retries: 3, retryBase: time.Second, listLimit: alertListLimit, log: o.Log,
 	}
 }
 
@@ -214,11 +221,11 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 	if !mark.SentAt.IsZero() && stats.Now.Sub(mark.SentAt) < p.interval {
 		return nil // rolled up into the next message
 	}
-	msg := &alertMessage{Kind: rule.kind, Source: source}
+	msg := &alertMessage{Kind: rule.kind, Source: source, EventIDs: []string{}}
 	var rowIDs []int64
 	next := alertMark{SentAt: stats.Now}
 	if rule.notices != nil {
-		notices, err := rule.notices(p.store, ctx, &ferry.NoticeListParams{Source: source, AfterID: mark.After, Limit: alertListLimit})
+		notices, err := rule.notices(p.store, ctx, &ferry.NoticeListParams{Source: source, AfterID: mark.After, Limit: p.listLimit})
 		if err != nil {
 			return err
 		}
@@ -232,7 +239,7 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 		msg.New, msg.Total = len(notices), len(notices)
 		next.After = notices[len(notices)-1].ID
 	} else {
-		events, total, err := p.current(ctx, rule, source, stats, ss)
+		events, total, err := p.current(ctx, rule, source, ss)
 		if err != nil {
 			return err
 		}
@@ -251,10 +258,25 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 				rowIDs = append(rowIDs, e.ID)
 			}
 		}
-		if len(rowIDs) == 0 {
-			return nil
+		// What the total grew by and the named events do not explain is
+		// past the list: announced by count. A mark older than Total
+		// announced at least what it names.
+		total = max(total, len(events))
+		next.Total = total
+		more := total - max(mark.Total, len(mark.Keys)+len(mark.IDs)) - len(rowIDs)
+		if len(rowIDs) == 0 && more <= 0 {
+			if total >= mark.Total {
+				return nil
+			}
+			// Fewer now and none new: keep the low, so that growth from
+			// it past the list is announced.
+			next.SentAt = mark.SentAt
+			if !p.hold(ctx) {
+				return nil
+			}
+			return p.remember(ctx, name, next)
 		}
-		msg.New, msg.Total = len(rowIDs), total
+		msg.New, msg.Total = len(rowIDs)+max(more, 0), total
 	}
 	if len(msg.EventIDs) > alertNamesShown {
 		msg.EventIDs = msg.EventIDs[:alertNamesShown]
@@ -267,15 +289,20 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 	if err := p.post(ctx, msg); err != nil {
 		return err
 	}
-	value, err := json.Marshal(next)
-	if err != nil {
-		return err
-	}
-	if err := p.store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: string(value)}); err != nil {
+	if err := p.remember(ctx, name, next); err != nil {
 		return fmt.Errorf("sent, but not remembered (the next holder may send it again): %w", err)
 	}
 	p.log.Info("ferry: alert pushed", "kind", rule.kind, "source", source, "new", msg.New, "total", msg.Total)
 	return nil
+}
+
+// remember writes mark as the checkpoint name.
+func (p *alertPusher) remember(ctx context.Context, name string, mark alertMark) error {
+	value, err := json.Marshal(mark)
+	if err != nil {
+		return err
+	}
+	return p.store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: string(value)})
 }
 
 // alertKey names an event in an alert's mark: its row id, and when it was
@@ -290,23 +317,30 @@ func alertKey(e *ferry.Event) string {
 
 // current lists the events of one source in an event kind's condition now,
 // and how many there are in all.
-func (p *alertPusher) current(ctx context.Context, rule alertRule, source string, stats *ferry.EventStats, ss *ferry.SourceStats) ([]*ferry.Event, int, error) {
+func (p *alertPusher) current(ctx context.Context, rule alertRule, source string, ss *ferry.SourceStats) ([]*ferry.Event, int, error) {
 	if ss == nil {
 		return nil, 0, nil
 	}
 	if rule.state == "" { // at risk
-		var out []*ferry.Event
-		for _, e := range stats.AtRisk {
-			if e.Source == source {
-				out = append(out, e)
-			}
+		if ss.AtRisk == 0 {
+			return nil, 0, nil
 		}
-		return out, ss.AtRisk, nil
+		// A list over every source would be the oldest there, and could
+		// hold none of this one's: ask for this source alone.
+		age, ok := p.params.AtRiskAfter[source]
+		if !ok {
+			age = p.params.DefaultAtRiskAfter
+		}
+		own, err := p.store.EventStats(ctx, &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{source: age}, AtRiskLimit: p.listLimit})
+		if err != nil {
+			return nil, 0, err
+		}
+		return own.AtRisk, own.AtRiskCount(), nil
 	}
 	if ss.States[rule.state] == 0 {
 		return nil, 0, nil
 	}
-	res, err := p.store.EventList(ctx, &ferry.EventListParams{Source: source, States: []ferry.State{rule.state}, Limit: alertListLimit})
+	res, err := p.store.EventList(ctx, &ferry.EventListParams{Source: source, States: []ferry.State{rule.state}, Limit: p.listLimit})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -322,11 +356,13 @@ func (p *alertPusher) text(rule alertRule, msg *alertMessage) string {
 	if rule.notices == nil {
 		text += fmt.Sprintf(" (%d in all)", msg.Total)
 	}
-	ids := slackEscape.Replace(strings.Join(msg.EventIDs, ", "))
-	if msg.New > len(msg.EventIDs) {
-		ids += fmt.Sprintf(" and %d more", msg.New-len(msg.EventIDs))
+	if len(msg.EventIDs) > 0 {
+		ids := slackEscape.Replace(strings.Join(msg.EventIDs, ", "))
+		if msg.New > len(msg.EventIDs) {
+			ids += fmt.Sprintf(" and %d more", msg.New-len(msg.EventIDs))
+		}
+		text += ": " + ids
 	}
-	text += ": " + ids
 	if msg.DashboardURL != "" {
 		text += " <" + msg.DashboardURL + "|open>"
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/testlog"
@@ -95,8 +97,39 @@ type alertBundle struct {
 	clock *storetest.Clock
 	// open returns another store on the same database: another instance.
 	open func(t *testing.T) ferry.Store
+	// pool reaches the PostgreSQL schema directly; nil on SQLite.
+	pool *pgxpool.Pool
 	log  *testlog.Buffer
 	recv *alertReceiver
+}
+
+// newAlertBundle migrates a fresh database of kind ("sqlite" or
+// "postgres") on a fake clock and returns a store on it.
+func newAlertBundle(t *testing.T, kind string) (*alertBundle, ferry.Store) {
+	b := &alertBundle{ctx: context.Background(), clock: storetest.NewClock(), log: &testlog.Buffer{}, recv: newAlertReceiver(t)}
+	switch kind {
+	case "sqlite":
+		path := filepath.Join(t.TempDir(), "ferry.db")
+		b.open = func(t *testing.T) ferry.Store {
+			return teststore.OpenSQLite(t, path, &sqlite.Config{Now: b.clock.Now})
+		}
+	case "postgres":
+		var schema string
+		b.pool, schema = pgtest.Schema(t)
+		b.open = func(t *testing.T) ferry.Store {
+			s, err := postgres.Open(b.ctx, pgtest.ConnString(schema), &postgres.Config{Now: b.clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			return s
+		}
+	}
+	st := b.open(t)
+	if err := st.Migrate(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return b, st
 }
 
 // pusher is one alerting instance on a store of its own over the shared
@@ -112,36 +145,23 @@ func (b *alertBundle) pusher(t *testing.T, url string) *alertPusher {
 	return p
 }
 
-func TestAlertPush(t *testing.T) {
-	t.Parallel()
+// eachAlertStore runs test on SQLite and on PostgreSQL, in parallel.
+func eachAlertStore(t *testing.T, test func(t *testing.T, b *alertBundle, st ferry.Store)) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			b := &alertBundle{ctx: context.Background(), clock: storetest.NewClock(), log: &testlog.Buffer{}, recv: newAlertReceiver(t)}
-			switch kind {
-			case "sqlite":
-				path := filepath.Join(t.TempDir(), "ferry.db")
-				b.open = func(t *testing.T) ferry.Store {
-					return teststore.OpenSQLite(t, path, &sqlite.Config{Now: b.clock.Now})
-				}
-			case "postgres":
-				_, schema := pgtest.Schema(t)
-				b.open = func(t *testing.T) ferry.Store {
-					s, err := postgres.Open(b.ctx, pgtest.ConnString(schema), &postgres.Config{Now: b.clock.Now})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(s.Close)
-					return s
-				}
+			b, st := newAlertBundle(t, kind)
+			test(t, b, st)
+			if t.Failed() {
+				t.Log(b.log.String())
 			}
-			st := b.open(t)
-			if err := st.Migrate(b.ctx); err != nil {
-				t.Fatal(err)
-			}
-			testAlertPush(t, b, st)
 		})
 	}
+}
+
+func TestAlertPush(t *testing.T) {
+	t.Parallel()
+	eachAlertStore(t, testAlertPush)
 }
 
 func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
@@ -371,9 +391,6 @@ func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 			t.Errorf("the alerts URL's secret reached the log: %s", logs)
 		}
 	})
-	if t.Failed() {
-		t.Log(b.log.String())
-	}
 }
 
 // afterStats runs then once EventStats has answered: a check that has
@@ -387,4 +404,131 @@ func (s *afterStats) EventStats(ctx context.Context, p *ferry.EventStatsParams) 
 	stats, err := s.Store.EventStats(ctx, p)
 	s.then()
 	return stats, err
+}
+
+// TestAlertBeyondTheList: a check lists at most listLimit events per kind
+// and source; every source is still announced, and so is the growth of a
+// source's total past the listed events.
+func TestAlertBeyondTheList(t *testing.T) {
+	t.Parallel()
+	eachAlertStore(t, testAlertBeyondTheList)
+}
+
+func testAlertBeyondTheList(t *testing.T, b *alertBundle, st ferry.Store) {
+	ctx := b.ctx
+	receive := func(source string, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: source, EventID: id, Payload: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// want checks the messages' kind:source and returns them.
+	want := func(t *testing.T, step string, want ...string) []alertMessage {
+		t.Helper()
+		got := b.recv.messages()
+		var keys []string
+		for _, m := range got {
+			keys = append(keys, m.Kind+":"+m.Source)
+		}
+		if strings.Join(keys, ",") != strings.Join(want, ",") {
+			t.Fatalf("%s: messages %+v, want %v", step, got, want)
+		}
+		return got
+	}
+	p := b.pusher(t, b.recv.url())
+	p.listLimit = 3
+	p.sources = []string{"github", "stripe"}
+	p.params.AtRiskAfter = map[string]time.Duration{"github": 60 * time.Hour, "stripe": 60 * time.Hour}
+
+	// github's at-risk events are older than any of stripe's, and
+	// as many as a list holds.
+	receive("github", "g1", "g2", "g3")
+	b.clock.Advance(time.Hour)
+	receive("stripe", "s1", "s2", "s3")
+	b.clock.Advance(time.Hour)
+	receive("stripe", "s4", "s5")
+	b.clock.Advance(time.Hour)
+	receive("stripe", "s6", "s7")
+	b.clock.Advance(58*time.Hour + 30*time.Minute)
+
+	t.Run("AtRiskOfEverySource", func(t *testing.T) {
+		p.check(ctx)
+		got := want(t, "three at risk on each source", "at_risk:github", "at_risk:stripe")
+		if m := got[1]; m.New != 3 || m.Total != 3 || strings.Join(m.EventIDs, ",") != "s1,s2,s3" {
+			t.Errorf("stripe's message = %+v, want s1, s2, s3 new of 3", m)
+		}
+	})
+
+	t.Run("AtRiskPastTheList", func(t *testing.T) {
+		// s4 and s5 are at risk too, younger than the listed three.
+		b.clock.Advance(time.Hour)
+		p.check(ctx)
+		m := want(t, "two more at risk", "at_risk:stripe")[0]
+		if m.New != 2 || m.Total != 5 || len(m.EventIDs) != 0 ||
+			!strings.Contains(m.Text, "2 events on stripe are newly at risk") || !strings.Contains(m.Text, "(5 in all)") {
+			t.Errorf("message = %+v, want 2 new of 5, none named", m)
+		}
+		b.clock.Advance(11 * time.Minute)
+		p.check(ctx)
+		want(t, "nothing new")
+	})
+
+	t.Run("AtRiskPastTheListAfterSomeLeft", func(t *testing.T) {
+		// s4 and s5 are done, then s6 and s7 at risk: the total is
+		// back to the last message's, and grew from its low.
+		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "test", Limit: 100, TTL: 24 * time.Hour, Sources: []string{"stripe"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims {
+			if id := c.Event.EventID; id == "s4" || id == "s5" {
+				if err := st.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		p.check(ctx)
+		want(t, "two fewer")
+		b.clock.Advance(time.Hour)
+		p.check(ctx)
+		if m := want(t, "two more again", "at_risk:stripe")[0]; m.New != 2 || m.Total != 5 {
+			t.Errorf("message = %+v, want 2 new of 5", m)
+		}
+	})
+
+	t.Run("DeadPastTheList", func(t *testing.T) {
+		// d1 dies after three newer events, the ones a list of the
+		// newest dead shows.
+		receive("stripe", "d1", "d2", "d3", "d4")
+		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "test", Limit: 100, TTL: 24 * time.Hour, Sources: []string{"stripe"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases := map[string]ferry.Lease{}
+		for _, c := range claims {
+			leases[c.Event.EventID] = c.Event.Lease()
+		}
+		kill := func(id string) {
+			t.Helper()
+			if _, err := st.EventFail(ctx, &ferry.EventFailParams{Lease: leases[id], Error: "404", Dead: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kill("d2")
+		kill("d3")
+		kill("d4")
+		b.clock.Advance(11 * time.Minute)
+		p.check(ctx)
+		if m := want(t, "three dead", "dead:stripe")[0]; m.New != 3 || m.Total != 3 {
+			t.Errorf("message = %+v, want 3 new of 3", m)
+		}
+		kill("d1")
+		b.clock.Advance(11 * time.Minute)
+		p.check(ctx)
+		if m := want(t, "an older one dead", "dead:stripe")[0]; m.New != 1 || m.Total != 4 || len(m.EventIDs) != 0 {
+			t.Errorf("message = %+v, want 1 new of 4, none named", m)
+		}
+	})
 }
