@@ -28,6 +28,12 @@ const alertLease = "alerts"
 // total; notices past it are left for the next message.
 const alertListLimit = 1000
 
+// alertNoticeGrace is how far behind the store's now a notice cursor
+// stays. PostgreSQL takes a notice's id at insert, not at commit, so a
+// receipt still open may commit a notice below one already read; it
+// outlasts any receipt (http.store_timeout, 10s by default).
+const alertNoticeGrace = time.Minute
+
 // alertNamesShown is the most event ids one message names.
 const alertNamesShown = 10
 
@@ -96,8 +102,11 @@ type alertMark struct {
 	// Total is the message's total: events past the listed ones are seen
 	// only as its growth.
 	Total int `json:"total,omitempty"`
-	// After is the last notice announced.
+	// After is the cursor: every notice up to it was announced.
 	After int64 `json:"after,omitempty"`
+	// Held are the notices past After announced within the grace: at most
+	// one list.
+	Held []int64 `json:"held,omitempty"`
 }
 
 // alertPusher POSTs alerts to one URL, from one instance of a cluster at a
@@ -224,20 +233,38 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 	msg := &alertMessage{Kind: rule.kind, Source: source, EventIDs: []string{}}
 	var rowIDs []int64
 	next := alertMark{SentAt: stats.Now}
+	// moved: the mark changes though nothing is announced.
+	moved := false
 	if rule.notices != nil {
 		notices, err := rule.notices(p.store, ctx, &ferry.NoticeListParams{Source: source, AfterID: mark.After, Limit: p.listLimit})
 		if err != nil {
 			return err
 		}
-		if len(notices) == 0 {
-			return nil
+		held := make(map[int64]bool, len(mark.Held))
+		for _, id := range mark.Held {
+			held[id] = true
+		}
+		// The cursor passes a notice older than the grace: no receipt still
+		// open can commit one below it.
+		next.After = mark.After
+		settled := stats.Now.Add(-alertNoticeGrace)
+		for _, n := range notices {
+			if !n.ReceivedAt.After(settled) {
+				next.After = n.ID
+			}
 		}
 		for _, n := range notices {
-			msg.EventIDs = append(msg.EventIDs, n.EventID)
-			rowIDs = append(rowIDs, n.EventRowID)
+			if n.ID > next.After {
+				next.Held = append(next.Held, n.ID)
+			}
+			if !held[n.ID] {
+				msg.EventIDs = append(msg.EventIDs, n.EventID)
+				rowIDs = append(rowIDs, n.EventRowID)
+			}
 		}
-		msg.New, msg.Total = len(notices), len(notices)
-		next.After = notices[len(notices)-1].ID
+		msg.New, msg.Total = len(rowIDs), len(rowIDs)
+		// Else a list full of held notices would hide the newer ones.
+		moved = next.After > mark.After
 	} else {
 		events, total, err := p.current(ctx, rule, source, ss)
 		if err != nil {
@@ -264,19 +291,17 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 		total = max(total, len(events))
 		next.Total = total
 		more := total - max(mark.Total, len(mark.Keys)+len(mark.IDs)) - len(rowIDs)
-		if len(rowIDs) == 0 && more <= 0 {
-			if total >= mark.Total {
-				return nil
-			}
-			// Fewer now and none new: keep the low, so that growth from
-			// it past the list is announced.
-			next.SentAt = mark.SentAt
-			if !p.hold(ctx) {
-				return nil
-			}
-			return p.remember(ctx, name, next)
-		}
 		msg.New, msg.Total = len(rowIDs)+max(more, 0), total
+		// Keep a lower total, so that growth from it past the list is
+		// announced.
+		moved = total < mark.Total
+	}
+	if msg.New == 0 {
+		if !moved || !p.hold(ctx) {
+			return nil
+		}
+		next.SentAt = mark.SentAt // not a message: the interval still runs
+		return p.remember(ctx, name, next)
 	}
 	if len(msg.EventIDs) > alertNamesShown {
 		msg.EventIDs = msg.EventIDs[:alertNamesShown]

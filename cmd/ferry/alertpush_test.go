@@ -531,4 +531,98 @@ func testAlertBeyondTheList(t *testing.T, b *alertBundle, st ferry.Store) {
 			t.Errorf("message = %+v, want 1 new of 4, none named", m)
 		}
 	})
+
+	t.Run("NoticesPastAListOfHeldOnes", func(t *testing.T) {
+		// A list of one notice, announced and held within the grace:
+		// the cursor passes it once it is old, and the next one follows.
+		b.clock.Advance(11 * time.Minute)
+		one := b.pusher(t, b.recv.url())
+		one.listLimit = 1
+		receive("stripe", "c1", "c2")
+		for _, id := range []string{"c1", "c2"} {
+			if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{"v":2}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		one.check(ctx)
+		if m := want(t, "the first", "conflicting:stripe")[0]; strings.Join(m.EventIDs, ",") != "c1" {
+			t.Errorf("message = %+v, want c1", m)
+		}
+		b.clock.Advance(11 * time.Minute)
+		one.check(ctx)
+		want(t, "the cursor passes c1")
+		one.check(ctx)
+		if m := want(t, "the second", "conflicting:stripe")[0]; strings.Join(m.EventIDs, ",") != "c2" {
+			t.Errorf("message = %+v, want c2", m)
+		}
+	})
+}
+
+// TestAlertNoticeCommittedLate: PostgreSQL takes a notice's id at insert, so
+// a receipt that commits late adds a notice below one already announced. It
+// is announced once, after its commit, and the mark keeps no more than that.
+func TestAlertNoticeCommittedLate(t *testing.T) {
+	t.Parallel()
+	b, st := newAlertBundle(t, "postgres")
+	ctx := b.ctx
+	receive := func(id, body string) int64 {
+		t.Helper()
+		res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.ID
+	}
+	want := func(step string, ids string) {
+		t.Helper()
+		got := b.recv.messages()
+		if ids == "" && len(got) == 0 {
+			return
+		}
+		if len(got) != 1 || got[0].Kind != "conflicting" || strings.Join(got[0].EventIDs, ",") != ids {
+			t.Fatalf("%s: messages %+v, want one conflicting %q", step, got, ids)
+		}
+	}
+	first := receive("evt_a", `{"v":1}`)
+	receive("evt_b", `{"v":1}`)
+	p := b.pusher(t, b.recv.url())
+
+	// A conflicting receipt of evt_a, its row inserted and not committed;
+	// another of evt_b commits meanwhile, with the higher id.
+	slow, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slow.Rollback(ctx) })
+	if _, err := slow.Exec(ctx, `INSERT INTO ferry_conflict (event_id, received_at, payload_sha256, payload, headers)
+		VALUES ($1, $2, '\x00'::bytea, '{"v":2}'::bytea, '{}'::jsonb)`, first, b.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	receive("evt_b", `{"v":2}`)
+	p.check(ctx)
+	want("the committed one", "evt_b")
+
+	if err := slow.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(11 * time.Minute)
+	p.check(ctx)
+	want("the late one", "evt_a")
+	b.clock.Advance(11 * time.Minute)
+	p.check(ctx)
+	want("nothing new", "")
+
+	// A new holder, with nothing in memory, sends nothing again.
+	fresh := b.pusher(t, b.recv.url())
+	b.clock.Advance(11 * time.Minute)
+	fresh.check(ctx)
+	want("after a failover", "")
+
+	cp, err := st.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: "alerts:conflicting:stripe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(cp.Value, "held") {
+		t.Errorf("mark %s holds ids past the grace", cp.Value)
+	}
 }
