@@ -24,8 +24,8 @@ import (
 const alertLease = "alerts"
 
 // alertListLimit is the most events or notices one check reads per kind and
-// source. Events past it are announced by count, as the growth of their
-// total; notices past it are left for the next message.
+// source; more events are counted, and more notices left for the next
+// message.
 const alertListLimit = 1000
 
 // alertNoticeGrace is how far behind the store's now a notice cursor
@@ -81,8 +81,7 @@ type alertMessage struct {
 	// Total counts the events in this condition now (event kinds); for
 	// notice kinds it equals New.
 	Total int `json:"total"`
-	// EventIDs are the provider's ids of the first announced events; empty
-	// when the new ones are all past the events a check lists.
+	// EventIDs are the provider's ids of the first announced events.
 	EventIDs []string `json:"event_ids"`
 	// DashboardURL opens the event, or the source's list, when
 	// admin.public_url is set.
@@ -99,9 +98,6 @@ type alertMark struct {
 	Keys []string `json:"keys,omitempty"`
 	// IDs are the row ids marks held before Keys; read, never written.
 	IDs []int64 `json:"ids,omitempty"`
-	// Total is the message's total: events past the listed ones are seen
-	// only as its growth.
-	Total int `json:"total,omitempty"`
 	// After is the cursor: every notice up to it was announced.
 	After int64 `json:"after,omitempty"`
 	// Held are the notices past After announced within the grace: at most
@@ -285,16 +281,10 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 				rowIDs = append(rowIDs, e.ID)
 			}
 		}
-		// What the total grew by and the named events do not explain is
-		// past the list: announced by count. A mark older than Total
-		// announced at least what it names.
-		total = max(total, len(events))
-		next.Total = total
-		more := total - max(mark.Total, len(mark.Keys)+len(mark.IDs)) - len(rowIDs)
-		msg.New, msg.Total = len(rowIDs)+max(more, 0), total
-		// Keep a lower total, so that growth from it past the list is
-		// announced.
-		moved = total < mark.Total
+		// Events past the list are counted in the total and named once
+		// they are among the listed: a count of them cannot tell one that
+		// moved into the list from one new to the condition.
+		msg.New, msg.Total = len(rowIDs), max(total, len(events))
 	}
 	if msg.New == 0 {
 		if !moved || !p.hold(ctx) {
