@@ -29,9 +29,10 @@ const alertLease = "alerts"
 const alertListLimit = 1000
 
 // alertNoticeGrace is how far behind the store's now a notice cursor
-// stays. PostgreSQL takes a notice's id at insert, not at commit, so a
-// receipt still open may commit a notice below one already read; it
-// outlasts any receipt (http.store_timeout, 10s by default).
+// stays at least. PostgreSQL takes a notice's id at insert, not at commit,
+// so a receipt still open may commit a notice below one already read; the
+// grace outlasts any receipt: twice http.store_timeout (10s by default)
+// when that is longer.
 const alertNoticeGrace = time.Minute
 
 // alertNamesShown is the most event ids one message names.
@@ -132,7 +133,9 @@ type alertPusher struct {
 	retryBase time.Duration
 	// listLimit is alertListLimit; tests lower it.
 	listLimit int
-	log       *slog.Logger
+	// grace is how far behind the store's now notice cursors stay.
+	grace time.Duration
+	log   *slog.Logger
 }
 
 type alertPusherOptions struct {
@@ -143,7 +146,10 @@ type alertPusherOptions struct {
 	Interval  time.Duration
 	Check     time.Duration
 	PublicURL string
-	Log       *slog.Logger
+	// StoreTimeout bounds a receipt (http.store_timeout): the notice
+	// grace outlasts it.
+	StoreTimeout time.Duration
+	Log          *slog.Logger
 }
 
 func newAlertPusher(o alertPusherOptions) *alertPusher {
@@ -163,6 +169,7 @@ func newAlertPusher(o alertPusherOptions) *alertPusher {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		retries: 3, retryBase: time.Second, listLimit: alertListLimit, log: o.Log,
+		grace: max(alertNoticeGrace, 2*o.StoreTimeout),
 	}
 }
 
@@ -243,7 +250,7 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 		// The cursor passes a notice older than the grace: no receipt still
 		// open can commit one below it.
 		next.After = mark.After
-		settled := stats.Now.Add(-alertNoticeGrace)
+		settled := stats.Now.Add(-p.grace)
 		for _, n := range notices {
 			if !n.ReceivedAt.After(settled) {
 				next.After = n.ID

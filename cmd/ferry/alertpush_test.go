@@ -554,3 +554,17 @@ func TestAlertNoticeCommittedLate(t *testing.T) {
 		t.Errorf("mark %s holds ids past the grace", cp.Value)
 	}
 }
+
+// The notice grace outlasts any receipt: a minute, or twice
+// http.store_timeout when that is longer.
+func TestAlertNoticeGraceOutlastsTheStoreTimeout(t *testing.T) {
+	t.Parallel()
+	for timeout, want := range map[time.Duration]time.Duration{
+		0: time.Minute, 10 * time.Second: time.Minute, 5 * time.Minute: 10 * time.Minute,
+	} {
+		p := newAlertPusher(alertPusherOptions{Params: &ferry.EventStatsParams{}, StoreTimeout: timeout})
+		if p.grace != want {
+			t.Errorf("store_timeout %s: grace %s, want %s", timeout, p.grace, want)
+		}
+	}
+}

@@ -87,7 +87,7 @@ func (op *operator) newPusher() (*alertPusher, error) {
 	return newAlertPusher(alertPusherOptions{
 		Store: op.stats, URL: op.cfg.Alerts.URL, Sources: op.cfg.SourceNames(), Params: op.cfg.StatsParams(0),
 		Interval: op.cfg.Alerts.Interval.Duration, Check: op.cfg.Alerts.CheckInterval.Duration,
-		PublicURL: op.cfg.Admin.PublicURL, Log: op.log,
+		PublicURL: op.cfg.Admin.PublicURL, StoreTimeout: op.cfg.HTTP.StoreTimeout.Duration, Log: op.log,
 	}), nil
 }
 
