@@ -233,11 +233,11 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 	if !mark.SentAt.IsZero() && stats.Now.Sub(mark.SentAt) < p.interval {
 		return nil // rolled up into the next message
 	}
-	msg := &alertMessage{Kind: rule.kind, Source: source, EventIDs: []string{}}
+	msg := &alertMessage{Kind: rule.kind, Source: source}
 	var rowIDs []int64
 	next := alertMark{SentAt: stats.Now}
-	// moved: the mark changes though nothing is announced.
-	moved := false
+	// moved: the notice cursor passed held notices though nothing is new.
+	var moved bool
 	if rule.notices != nil {
 		notices, err := rule.notices(p.store, ctx, &ferry.NoticeListParams{Source: source, AfterID: mark.After, Limit: p.listLimit})
 		if err != nil {
@@ -378,13 +378,11 @@ func (p *alertPusher) text(rule alertRule, msg *alertMessage) string {
 	if rule.notices == nil {
 		text += fmt.Sprintf(" (%d in all)", msg.Total)
 	}
-	if len(msg.EventIDs) > 0 {
-		ids := slackEscape.Replace(strings.Join(msg.EventIDs, ", "))
-		if msg.New > len(msg.EventIDs) {
-			ids += fmt.Sprintf(" and %d more", msg.New-len(msg.EventIDs))
-		}
-		text += ": " + ids
+	ids := slackEscape.Replace(strings.Join(msg.EventIDs, ", "))
+	if msg.New > len(msg.EventIDs) {
+		ids += fmt.Sprintf(" and %d more", msg.New-len(msg.EventIDs))
 	}
+	text += ": " + ids
 	if msg.DashboardURL != "" {
 		text += " <" + msg.DashboardURL + "|open>"
 	}
