@@ -60,7 +60,7 @@ func TestDashboardBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("filter to dead: %v", err)
 	}
-	table, err := chromedp.Run(ctx, chromedp.Text(`#event-table tbody`))
+	table, err := eventTable(ctx)
 	if err != nil {
 		t.Fatalf("filter to dead: %v", err)
 	}
@@ -235,11 +235,12 @@ func TestDashboardBrowserOperations(t *testing.T) {
 		chromedp.SetValue(`#filter-type`, "order.paid"),
 		chromedp.Click(`#filter-apply`),
 		chromedp.WaitReady(`#filter-type[value="order.paid"]`),
+		chromedp.WaitVisible(`#replay-filter`), // after the list: the list is whole
 	)
 	if err != nil {
 		t.Fatalf("filter: %v", err)
 	}
-	table, err := chromedp.Run(br, chromedp.Text(`#event-table tbody`))
+	table, err := eventTable(br)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,6 +380,14 @@ func followLink(t *testing.T, br context.Context, sel, arrived, what string) {
 		}
 	}
 	t.Fatalf("%s: %v", what, err)
+}
+
+// eventTable reads the event list's rows in one step in the page. The
+// overview swaps in a fresh list on every refresh: chromedp.Text, which
+// finds the node first and reads it later, reads "" from a list swapped
+// out between the two.
+func eventTable(br context.Context) (string, error) {
+	return chromedp.Run(br, chromedp.Evaluate[string](`document.querySelector("#event-table tbody").innerText`))
 }
 
 // clickForFlash clicks sel (doing what), waits for the flash message and
