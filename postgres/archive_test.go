@@ -177,6 +177,56 @@ func TestArchiveMaintainCreatesAndDrops(t *testing.T) {
 	}
 }
 
+// A run that stops after today's partition (here a table stands in the way
+// of the next) leaves the days before it without one; the next run still
+// gives each of them a partition and empties the default partitions, with
+// every event and ledger row kept once.
+func TestArchiveMaintainFillsTheDaysAStoppedRunLeft(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	var ids []int64
+	for _, id := range []string{"a", "b", "c"} { // Jan 2, 3 and 4
+		ids = append(ids, b.done(t, id))
+		b.clock.Advance(24 * time.Hour)
+	}
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := b.store.Pool().Exec(b.ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// On Jan 5 the retention reaches back to Dec 26: the run creates Jan 5,
+	// then fails on Dec 26.
+	params := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 10 * 24 * time.Hour, Ahead: 48 * time.Hour}
+	exec(`CREATE TABLE ferry_event_done_20251226 (x int)`)
+	if _, err := b.store.ArchiveMaintain(b.ctx, params); err == nil {
+		t.Fatal("the run with a table in its way succeeded")
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_event_done_partition`); n != 1 {
+		t.Fatalf("%d partitions after the stopped run, want today's alone", n)
+	}
+	exec(`DROP TABLE ferry_event_done_20251226`)
+	if _, err := b.store.ArchiveMaintain(b.ctx, params); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"ferry_event_done_default", "ferry_attempt_done_default"} {
+		if n := b.count(t, `SELECT count(*) FROM `+table); n != 0 {
+			t.Errorf("%d rows left in %s", n, table)
+		}
+	}
+	for _, id := range ids {
+		if n := b.count(t, `SELECT count(*) FROM ferry_event_done WHERE id = $1`, id); n != 1 {
+			t.Errorf("event %d stored %d times", id, n)
+		}
+		if n := b.count(t, `SELECT count(*) FROM ferry_attempt_done WHERE event_id = $1`, id); n != 1 {
+			t.Errorf("event %d has %d ledger rows", id, n)
+		}
+	}
+	if n := b.doneCount(t); n != 3 {
+		t.Errorf("done count %d, want 3", n)
+	}
+}
+
 // One instance maintains at a time: another owner's live lease skips it.
 func TestArchiveMaintainTakesTurns(t *testing.T) {
 	t.Parallel()

@@ -3,7 +3,10 @@
 -- is none or it is older, until @ahead_us from now, in spans of @span_days),
 -- and the partitions wholly older than @retention_us. The day that holds
 -- today comes first: once it exists completions land there, and creating
--- the other days never waits for one (ferry_archive_create).
+-- the other days never waits for one (ferry_archive_create). A run that
+-- stopped after today's day leaves older days without a partition, their
+-- completions in the default partitions: each such day still within the
+-- retention gets a partition of its own, so the default partitions empty.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -22,6 +25,13 @@ FROM (
         greatest(newest, expired)::timestamp,
         until::timestamp,
         @span_days::int * interval '1 day') AS d
+    UNION ALL
+    SELECT 'create', stray.day, stray.day + 1, '', false
+    FROM bounds, (SELECT (completed_at AT TIME ZONE 'UTC')::date AS day FROM ferry_event_done_default
+                  UNION
+                  SELECT (completed_at AT TIME ZONE 'UTC')::date FROM ferry_attempt_done_default) stray
+    WHERE stray.day >= bounds.expired AND stray.day < bounds.newest
+      AND NOT EXISTS (SELECT FROM ferry_event_done_partition p WHERE stray.day >= p.from_day AND stray.day < p.to_day)
     UNION ALL
     SELECT 'drop', p.from_day, p.to_day, p.name, false
     FROM ferry_event_done_partition p, bounds
