@@ -73,16 +73,29 @@ type AdminOptions struct {
 // Sessions are signed (HMAC-SHA256 under a key drawn at start, so a restart
 // signs everyone out), expire after SessionTTL, and end at once on logout.
 // Every POST is checked against cross-origin requests (CSRF) by
-// http.CrossOriginProtection.
+// http.CrossOriginProtection, and its body is read up to adminBodyLimit:
+// the login form reads one before any credential is known.
+//
+// A wrong credential (the login form, a bearer token, basic auth) is
+// logged at most once a minute, with how many were refused since the
+// last such line.
 type Admin struct {
 	opts    AdminOptions
 	key     []byte
 	pages   *template.Template
 	handler http.Handler
+	// secureCookie is whether PublicURL is https.
+	secureCookie bool
 
-	mu      sync.Mutex
-	revoked map[string]time.Time // session id → expiry, for logouts
+	mu            sync.Mutex
+	revoked       map[string]time.Time // session id → expiry, for logouts
+	refusals      int                  // wrong credentials since refusedLogged
+	refusedLogged time.Time
 }
+
+// adminBodyLimit bounds what an admin request's body may hold: its forms
+// carry a few fields.
+const adminBodyLimit = 64 << 10
 
 // NewAdmin checks opts and builds the handler.
 func NewAdmin(opts AdminOptions) (*Admin, error) {
@@ -115,9 +128,11 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("ferryhttp: AdminOptions.PublicURL %q is not an http(s) URL", opts.PublicURL)
 		}
-		if err := cop.AddTrustedOrigin(u.Scheme + "://" + u.Host); err != nil {
+		// Browsers send the origin's host in lower case.
+		if err := cop.AddTrustedOrigin(u.Scheme + "://" + strings.ToLower(u.Host)); err != nil {
 			return nil, err
 		}
+		a.secureCookie = u.Scheme == "https" // url.Parse lowers the scheme
 	}
 	mux := http.NewServeMux()
 	if opts.Dashboard != nil {
@@ -136,6 +151,7 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 
 func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	securityHeaders(w.Header())
+	r.Body = http.MaxBytesReader(w, r.Body, adminBodyLimit)
 	a.handler.ServeHTTP(w, r)
 }
 
@@ -180,6 +196,9 @@ func (a *Admin) guard(next http.Handler) http.Handler {
 		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) && a.opts.Dashboard != nil {
 			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 			return
+		}
+		if r.Header.Get("Authorization") != "" {
+			a.refused()
 		}
 		if a.opts.User != "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="ferry admin", charset="UTF-8"`)
@@ -292,6 +311,14 @@ func (a *Admin) login(w http.ResponseWriter, r *http.Request) {
 	}
 	data := loginData{chrome: chrome{Title: "Sign in"}, Token: a.opts.Token != "", Basic: a.opts.User != ""}
 	if r.Method == http.MethodPost {
+		if err := r.ParseForm(); err != nil {
+			status := http.StatusBadRequest
+			if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+				status = http.StatusRequestEntityTooLarge
+			}
+			http.Error(w, "the login form could not be read: "+err.Error(), status)
+			return
+		}
 		actor := ""
 		switch {
 		case a.opts.Token != "" && r.PostFormValue("token") != "" && equal(r.PostFormValue("token"), a.opts.Token):
@@ -315,7 +342,7 @@ func (a *Admin) login(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 			return
 		}
-		a.opts.Logger.Warn("ferry: admin login refused")
+		a.refused()
 		w.WriteHeader(http.StatusUnauthorized)
 		data.Error = "wrong credentials"
 	}
@@ -340,4 +367,21 @@ func (a *Admin) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }
 
-func (a *Admin) secure() bool { return strings.HasPrefix(a.opts.PublicURL, "https://") }
+func (a *Admin) secure() bool { return a.secureCookie }
+
+// refused counts a wrong credential and logs the count at most once a
+// minute, never what was sent: someone guessing shows, without flooding
+// the log.
+func (a *Admin) refused() {
+	a.mu.Lock()
+	a.refusals++
+	now := a.opts.Now()
+	if now.Sub(a.refusedLogged) < time.Minute {
+		a.mu.Unlock()
+		return
+	}
+	n := a.refusals
+	a.refusals, a.refusedLogged = 0, now
+	a.mu.Unlock()
+	a.opts.Logger.Warn("ferry: admin credentials refused", "refused", n)
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/testlog"
 	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
 )
 
 type dashBundle struct {
@@ -421,7 +422,7 @@ func TestAdminAuth(t *testing.T) {
 		if res := login(t, url.Values{"user": {"ops"}, "password": {"nope-guess"}}); res.StatusCode != http.StatusUnauthorized || len(res.Cookies()) != 0 {
 			t.Errorf("wrong password: %d %v", res.StatusCode, res.Cookies())
 		}
-		if logs := b.logs.String(); !strings.Contains(logs, "ferry: admin login refused") || strings.Contains(logs, "nope-guess") {
+		if logs := b.logs.String(); !strings.Contains(logs, "ferry: admin credentials refused") || strings.Contains(logs, "nope-guess") {
 			t.Errorf("a refused login is logged without what was typed:\n%s", logs)
 		}
 		res := login(t, url.Values{"user": {"ops"}, "password": {"pw"}})
@@ -437,17 +438,25 @@ func TestAdminAuth(t *testing.T) {
 }
 
 // TestAdminSessionExpiresAndSecure: a session ends at its TTL on the
-// Admin's clock, and its cookie is Secure when the public URL is https.
+// Admin's clock, and its cookie is Secure when the public URL is https
+// (however its scheme and host are written).
 func TestAdminSessionExpiresAndSecure(t *testing.T) {
 	t.Parallel()
 	var now atomic.Pointer[time.Time]
 	start := time.Now()
 	now.Store(&start)
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{
-		Token: "s3cret-token", PublicURL: "https://ferry-admin.example.com", SessionTTL: time.Hour,
+		Token: "s3cret-token", PublicURL: "HTTPS://Ferry-Admin.example.com", SessionTTL: time.Hour,
 		Now: func() time.Time { return *now.Load() },
 	})
-	req := newReq(t, "POST", b.server.URL+"/ui/login", strings.NewReader("token=s3cret-token"))
+	// A login form past the body limit is refused before it is read whole,
+	// right token and all.
+	req := newReq(t, "POST", b.server.URL+"/ui/login", strings.NewReader("pad="+strings.Repeat("a", 100<<10)+"&token=s3cret-token"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if res := do(t, req); res.StatusCode != http.StatusRequestEntityTooLarge || len(res.Cookies()) != 0 {
+		t.Errorf("a 100 KiB login form: %d %v, want 413 and no session", res.StatusCode, res.Cookies())
+	}
+	req = newReq(t, "POST", b.server.URL+"/ui/login", strings.NewReader("token=s3cret-token"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "https://ferry-admin.example.com") // the trusted public origin, as a proxy forwards it
 	res := do(t, req)
@@ -485,6 +494,45 @@ func TestAdminSessionExpiresAndSecure(t *testing.T) {
 	now.Store(&later)
 	if code := open(); code != http.StatusSeeOther {
 		t.Errorf("a session past its TTL: %d, want 303 to the login", code)
+	}
+}
+
+// Wrong credentials, in a header or through the form, are logged at most
+// once a minute with how many were refused since; never what was sent. A
+// request with no credential at all is no refusal.
+func TestAdminRefusalsAreCountedInTheLog(t *testing.T) {
+	t.Parallel()
+	clock := storetest.NewClock()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{Token: "s3cret-token", Now: clock.Now})
+	guess := func(token string) {
+		t.Helper()
+		req := newReq(t, "GET", b.server.URL+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if res := do(t, req); res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a wrong bearer token: %d, want 401", res.StatusCode)
+		}
+	}
+	for _, token := range []string{"guess-1", "guess-2", "guess-3"} {
+		guess(token)
+	}
+	if res := do(t, newReq(t, "GET", b.server.URL+"/ui/", nil)); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("no credential: %d, want 303 to the login", res.StatusCode)
+	}
+	if n := strings.Count(b.logs.String(), "ferry: admin credentials refused"); n != 1 {
+		t.Fatalf("%d log lines for three refusals within a minute, want 1:\n%s", n, b.logs.String())
+	}
+	clock.Advance(time.Minute)
+	req := newReq(t, "POST", b.server.URL+"/ui/login", strings.NewReader("token=guess-form"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if res := do(t, req); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a wrong token in the form: %d, want 401", res.StatusCode)
+	}
+	logs := b.logs.String()
+	if !strings.Contains(logs, `msg="ferry: admin credentials refused" refused=1`) || !strings.Contains(logs, `msg="ferry: admin credentials refused" refused=3`) {
+		t.Errorf("want a line for the first refusal and one for the three since:\n%s", logs)
+	}
+	if strings.Contains(logs, "guess-") {
+		t.Errorf("the log holds what was sent:\n%s", logs)
 	}
 }
 

@@ -314,6 +314,9 @@ func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, late
 	if !r.opts.Logger.Enabled(ctx, level) {
 		return
 	}
+	if a == answerNoSource {
+		name = "" // a name a sender made up, of any length: never a log line's
+	}
 	attrs := []slog.Attr{
 		slog.String("source", name), slog.String("event_id", eventID), slog.String("outcome", a.outcome),
 		slog.Int("status", a.status), slog.Duration("latency", latency),

@@ -375,9 +375,16 @@ func TestServeAdminSurface(t *testing.T) {
 			t.Fatalf("admin on 0.0.0.0 without credentials: exit %d, stderr %q; want 2 naming the key and the fix", code, stderr)
 		}
 
+		short := filepath.Join(t.TempDir(), "short.toml")
+		writeFile(t, short, strings.Replace(exposed, "[admin]\n", "[admin]\ntoken = \"guessable\"\n", 1))
+		_, stderr, code = runFerry(t, "serve", "--config", short, "--role", "receiver")
+		if code != 2 || !strings.Contains(stderr, "admin.token: is shorter than 16 characters") || strings.Contains(stderr, "guessable") {
+			t.Fatalf("admin on 0.0.0.0 with a short token: exit %d, stderr %q; want 2 naming the key, not the token", code, stderr)
+		}
+
 		withToken := filepath.Join(t.TempDir(), "token.toml")
 		writeFile(t, withToken, strings.Replace(exposed, "[admin]\n", "[admin]\ntoken = \"${FERRY_ADMIN_TOKEN}\"\ntoken_name = \"oncall\"\n", 1))
-		p := startServeWith(t, ferryBin, []string{"FERRY_ADMIN_TOKEN=adm1n-s3cret"}, withToken, "--role", "receiver", "--listen", "0.0.0.0:0")
+		p := startServeWith(t, ferryBin, []string{"FERRY_ADMIN_TOKEN=adm1n-s3cret-0123456789"}, withToken, "--role", "receiver", "--listen", "0.0.0.0:0")
 		_, port, err := net.SplitHostPort(p.admin)
 		if err != nil {
 			t.Fatal(err)
@@ -406,10 +413,10 @@ func TestServeAdminSurface(t *testing.T) {
 		if code := status("/metrics", ""); code != http.StatusUnauthorized {
 			t.Errorf("anonymous /metrics: %d, want 401", code)
 		}
-		if code := status("/ui/", "adm1n-s3cret"); code != 200 {
+		if code := status("/ui/", "adm1n-s3cret-0123456789"); code != 200 {
 			t.Errorf("/ui/ with the token: %d", code)
 		}
-		if code := status("/metrics", "adm1n-s3cret"); code != 200 {
+		if code := status("/metrics", "adm1n-s3cret-0123456789"); code != 200 {
 			t.Errorf("/metrics with the token: %d", code)
 		}
 	})

@@ -161,9 +161,10 @@ func (c *Config) validateAdmin() []error {
 	if (a.User == "") != (a.Password == "") {
 		bad("admin.password", "admin.user and admin.password go together: set both (password as \"${FERRY_ADMIN_PASSWORD}\"), or neither")
 	}
+	exposed := false // reachable from other hosts
 	if _, _, err := net.SplitHostPort(a.Listen); err != nil {
 		bad("admin.listen", "%q is not host:port: write it like %q", a.Listen, DefaultAdminListen)
-	} else if a.Listen == c.HTTP.Listen && !strings.HasSuffix(a.Listen, ":0") {
+	} else if exposed = c.AdminServed() && !isLoopback(a.Listen); a.Listen == c.HTTP.Listen && !strings.HasSuffix(a.Listen, ":0") {
 		bad("admin.listen", "%s is also http.listen: the admin surface needs a listener of its own; use %s", a.Listen, DefaultAdminListen)
 	} else if c.AdminServed() && !c.AdminAuth() && !isLoopback(a.Listen) {
 		bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, DefaultAdminListen)
@@ -172,8 +173,15 @@ func (c *Config) validateAdmin() []error {
 		u, err := url.Parse(a.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", a.PublicURL)
-		} else if c.AdminServed() && !c.AdminAuth() && !isLoopbackHost(u.Hostname()) {
+		} else if exposed = exposed || c.AdminServed() && !isLoopbackHost(u.Hostname()); c.AdminServed() && !c.AdminAuth() && !isLoopbackHost(u.Hostname()) {
 			bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", a.PublicURL)
+		}
+	}
+	// Anyone who reaches the listener may guess as fast as it answers: a
+	// credential that short is found.
+	for key, secret := range map[string]string{"admin.token": a.Token, "admin.password": a.Password} {
+		if exposed && secret != "" && len(secret) < MinAdminSecret {
+			bad(key, "is shorter than %d characters and the admin listener is reachable from other hosts: use a longer one (openssl rand -hex 16 prints 32 characters)", MinAdminSecret)
 		}
 	}
 	if a.SessionTTL.Duration < time.Minute {
@@ -189,9 +197,9 @@ func (c *Config) AdminServed() bool { return *c.UI.Enabled || *c.Metrics.Enabled
 // AdminAuth reports whether the admin listener has credentials configured.
 func (c *Config) AdminAuth() bool { return c.Admin.Token != "" || c.Admin.User != "" }
 
-// SecureCookie reports whether operators reach the admin listener over
-// https (admin.public_url), so the session cookie must be Secure.
-func (c *Config) SecureCookie() bool { return strings.HasPrefix(c.Admin.PublicURL, "https://") }
+// MinAdminSecret is the fewest characters admin.token and admin.password
+// may have when the admin listener is reachable from other hosts.
+const MinAdminSecret = 16
 
 // isLoopback reports whether a host:port listens on loopback only. An empty
 // host or 0.0.0.0 listens everywhere; a name other than localhost may
