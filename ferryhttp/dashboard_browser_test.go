@@ -68,9 +68,8 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatalf("the dead filter shows:\n%s", table)
 	}
 
+	followLink(t, ctx, "#event-table a.event-link", "#replay", "open the dead event")
 	err = chromedp.Do(ctx,
-		chromedp.Click(`#event-table a.event-link`),
-		chromedp.WaitVisible(`#replay`),
 		chromedp.WaitVisible(`#event-state [data-state="dead"]`),
 		chromedp.Click(`#replay`),
 		chromedp.WaitVisible(`#flash`),
@@ -451,7 +450,13 @@ func newBrowser(t *testing.T) context.Context {
 		chromedp.WindowSize(1280, 900),
 	)
 	ctx, cancel := chromedp.NewContext(allocCtx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second) // a hung browser must not hang the run
+	// A ceiling only a hung browser reaches, above the steps' own (waitFor,
+	// followLink), and before the test binary's deadline so t reports it.
+	ceiling := 5 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		ceiling = min(ceiling, time.Until(d)-30*time.Second)
+	}
+	ctx, cancelTimeout := context.WithTimeout(ctx, ceiling)
 	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
 	return ctx
 }
