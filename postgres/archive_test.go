@@ -578,12 +578,25 @@ func TestEventPurgeAndARedeliveryNeverDeadlock(t *testing.T) {
 	}
 	b.clock.Advance(25 * time.Hour)
 	// waiting blocks until a statement whose text holds marker waits for a
-	// lock (on a row: pg_locks names no relation of this schema then).
-	waiting := func(marker string) {
+	// lock the backend holder holds, and returns its backend. Only this
+	// test's backends: other tests run the same statements.
+	waiting := func(holder int, marker string) int {
 		t.Helper()
-		b.waitCount(t, 1, `
-			SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, marker)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			var pid int
+			err := b.store.Pool().QueryRow(b.ctx, `
+				SELECT pid FROM pg_stat_activity
+				WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%' || $2 || '%'`, holder, marker).Scan(&pid)
+			if err == nil {
+				return pid
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				t.Fatal(err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after a minute, no %s waits on backend %d", marker, holder)
+			}
+		}
 	}
 	// Stall the purge after it deleted x, on x's conflict row.
 	blocker, err := b.store.Pool().Begin(b.ctx)
@@ -594,18 +607,22 @@ func TestEventPurgeAndARedeliveryNeverDeadlock(t *testing.T) {
 	if _, err := blocker.Exec(b.ctx, `SELECT FROM ferry_conflict WHERE event_id = $1 FOR UPDATE`, x); err != nil {
 		t.Fatal(err)
 	}
+	var blockerPid int
+	if err := blocker.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&blockerPid); err != nil {
+		t.Fatal(err)
+	}
 	purged := make(chan error, 1)
 	go func() {
 		_, err := b.store.EventPurge(b.ctx, &ferry.EventPurgeParams{Source: "s", Retention: 24 * time.Hour, ReplayWindow: 24 * time.Hour})
 		purged <- err
 	}()
-	waiting("ferry_done_forget")
+	purger := waiting(blockerPid, "ferry_done_forget")
 	received := make(chan error, 1)
 	go func() {
 		_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("x")})
 		received <- err
 	}()
-	waiting("ferry_event_done_redeliver") // behind the purge's delete of x
+	waiting(purger, "ferry_event_done_redeliver") // behind the purge's delete of x
 	if err := blocker.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}

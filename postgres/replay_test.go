@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"testing"
 	"time"
 
@@ -37,7 +38,10 @@ func TestReceiveReplayWaitsForTheOriginal(t *testing.T) {
 			t.Parallel()
 			s := batchTestStore(t)
 			ctx := context.Background()
-			original := delivery("github", "d-0", "captured")
+			// Advisory locks are database-wide: a body of its own keeps
+			// other tests (the other subtest, other runs) off this lock key.
+			body := "captured " + rand.Text()
+			original := delivery("github", "d-0", body)
 			original.ReplayWindow = time.Hour
 			args, err := newReceiveArgs(original)
 			if err != nil {
@@ -51,6 +55,10 @@ func TestReceiveReplayWaitsForTheOriginal(t *testing.T) {
 			if _, err := tx.Exec(ctx, eventReceiveLockSQL, pgx.NamedArgs{"keys": []int32{args.lockKey()}}); err != nil {
 				t.Fatal(err)
 			}
+			var holder int
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+				t.Fatal(err)
+			}
 			first, err := s.receiveOne(ctx, tx, args, nil, nil)
 			if err != nil || first.Outcome != ferry.ReceiveNew {
 				t.Fatalf("original = %+v, %v", first, err)
@@ -62,7 +70,7 @@ func TestReceiveReplayWaitsForTheOriginal(t *testing.T) {
 			}
 			done := make(chan answer, 1)
 			go func() {
-				replay := delivery("github", "d-1", "captured")
+				replay := delivery("github", "d-1", body)
 				replay.ReplayWindow = time.Hour
 				res, err := tc.receive(s, replay)
 				done <- answer{res, err}
@@ -71,7 +79,7 @@ func TestReceiveReplayWaitsForTheOriginal(t *testing.T) {
 			// without waiting (the bug this test catches).
 			var got *answer
 			deadline := time.Now().Add(30 * time.Second)
-			for got == nil && !waitingOnReplayLock(t, s) {
+			for got == nil && !waitingOnReplayLock(t, s, holder) {
 				select {
 				case a := <-done:
 					got = &a
@@ -95,15 +103,16 @@ func TestReceiveReplayWaitsForTheOriginal(t *testing.T) {
 	}
 }
 
-// waitingOnReplayLock reports whether another session of s's database waits
-// for a replay-detection lock (event_receive_lock.sql's class).
-func waitingOnReplayLock(t *testing.T, s *Store) bool {
+// waitingOnReplayLock reports whether a session waits for a
+// replay-detection lock (event_receive_lock.sql's class) that the backend
+// holder holds: only this test's waits count.
+func waitingOnReplayLock(t *testing.T, s *Store, holder int) bool {
 	t.Helper()
 	var n int
 	err := s.pool.QueryRow(context.Background(), `
 		SELECT count(*) FROM pg_locks
 		WHERE locktype = 'advisory' AND NOT granted AND classid = 1717924466
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
+		  AND $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
