@@ -343,7 +343,7 @@ func TestGitHub(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- b.runner.Run(ctx, time.Hour, "test") }()
-		for i := 0; i < 1000 && !strings.Contains(b.logs.String(), "pass failed"); i++ {
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !strings.Contains(b.logs.String(), "pass failed"); {
 			time.Sleep(10 * time.Millisecond)
 		}
 		cancel()

@@ -423,7 +423,7 @@ func TestStripe(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- b.runner.Run(ctx, time.Hour, "test") }()
-		for i := 0; i < 1000 && !strings.Contains(b.logsText(), "pass failed"); i++ {
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !strings.Contains(b.logsText(), "pass failed"); {
 			time.Sleep(10 * time.Millisecond)
 		}
 		cancel()

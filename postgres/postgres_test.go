@@ -202,7 +202,7 @@ func receiptChannel(t *testing.T, s *postgres.Store) string {
 // checks its payload.
 func wantNotified(t *testing.T, conn *pgx.Conn, payload string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n, err := conn.WaitForNotification(ctx)
 	if err != nil {
@@ -221,7 +221,7 @@ func wantMarkerFirst(t *testing.T, s *postgres.Store, conn *pgx.Conn, skipStore 
 	if _, err := s.Pool().Exec(context.Background(), "SELECT pg_notify($1, 'marker')", receiptChannel(t, s)); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
 		n, err := conn.WaitForNotification(ctx)

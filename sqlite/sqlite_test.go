@@ -317,7 +317,7 @@ func TestInTxPanicReleasesTheWriter(t *testing.T) {
 		}()
 		_ = b.store.InTx(t.Context(), func(tx *sql.Tx) error { panic("handler bug") })
 	}()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	if _, err := b.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "after-panic"}); err != nil {
 		t.Fatalf("write after a panicking InTx: %v", err)

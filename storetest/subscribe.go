@@ -11,7 +11,7 @@ import (
 
 // wakeCeiling bounds the wait for a wake-up: generous, so that only a store
 // that never signals exceeds it, however busy the machine.
-const wakeCeiling = 10 * time.Second
+const wakeCeiling = 60 * time.Second
 
 // testSubscribe checks ReceiptSubscribe's one wake-up rule (ferry.Store):
 // a subscriber is woken whenever an event enters pending, by a new receipt,
