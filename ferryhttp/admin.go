@@ -52,7 +52,7 @@ type AdminOptions struct {
 	SessionTTL time.Duration
 	// Now is the session clock. Defaults to time.Now.
 	Now func() time.Time
-	// Logger gets logins, logouts and refused logins, never a credential.
+	// Logger gets logins, logouts and refused credentials, never a credential.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -76,9 +76,9 @@ type AdminOptions struct {
 // http.CrossOriginProtection, and its body is read up to adminBodyLimit:
 // the login form reads one before any credential is known.
 //
-// A wrong credential (the login form, a bearer token, basic auth) is
-// logged at most once a minute, with how many were refused since the
-// last such line.
+// Wrong credentials (the login form, a bearer token, basic auth) are
+// logged at once, then at most once a minute with how many were refused
+// since the last such line.
 type Admin struct {
 	opts    AdminOptions
 	key     []byte
@@ -89,8 +89,9 @@ type Admin struct {
 
 	mu            sync.Mutex
 	revoked       map[string]time.Time // session id → expiry, for logouts
-	refusals      int                  // wrong credentials since refusedLogged
-	refusedLogged time.Time
+	refusals      int                  // wrong credentials not logged yet
+	refusalTimer  *time.Timer          // set while a window is open: its end logs refusals
+	refusalWindow time.Duration
 }
 
 // adminBodyLimit bounds what an admin request's body may hold: its forms
@@ -114,7 +115,7 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	a := &Admin{opts: opts, key: make([]byte, 32), revoked: map[string]time.Time{}}
+	a := &Admin{opts: opts, key: make([]byte, 32), revoked: map[string]time.Time{}, refusalWindow: time.Minute}
 	if _, err := rand.Read(a.key); err != nil {
 		return nil, err
 	}
@@ -193,12 +194,12 @@ func (a *Admin) guard(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
 			return
 		}
+		if r.Header.Get("Authorization") != "" {
+			a.refused()
+		}
 		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) && a.opts.Dashboard != nil {
 			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 			return
-		}
-		if r.Header.Get("Authorization") != "" {
-			a.refused()
 		}
 		if a.opts.User != "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="ferry admin", charset="UTF-8"`)
@@ -369,19 +370,35 @@ func (a *Admin) logout(w http.ResponseWriter, r *http.Request) {
 
 func (a *Admin) secure() bool { return a.secureCookie }
 
-// refused counts a wrong credential and logs the count at most once a
-// minute, never what was sent: someone guessing shows, without flooding
-// the log.
+// refused counts a wrong credential, never what was sent. The first of a
+// quiet spell is logged at once and opens a window of refusalWindow; the
+// window's end logs those refused within it, if any, and opens the next.
+// Someone guessing shows, however briefly, without flooding the log.
 func (a *Admin) refused() {
 	a.mu.Lock()
 	a.refusals++
-	now := a.opts.Now()
-	if now.Sub(a.refusedLogged) < time.Minute {
-		a.mu.Unlock()
-		return
+	n := 0
+	if a.refusalTimer == nil {
+		n, a.refusals = a.refusals, 0
+		a.refusalTimer = time.AfterFunc(a.refusalWindow, a.refusalWindowEnd)
 	}
-	n := a.refusals
-	a.refusals, a.refusedLogged = 0, now
 	a.mu.Unlock()
-	a.opts.Logger.Warn("ferry: admin credentials refused", "refused", n)
+	a.logRefusals(n)
+}
+
+func (a *Admin) refusalWindowEnd() {
+	a.mu.Lock()
+	n := a.refusals
+	a.refusals, a.refusalTimer = 0, nil
+	if n > 0 {
+		a.refusalTimer = time.AfterFunc(a.refusalWindow, a.refusalWindowEnd)
+	}
+	a.mu.Unlock()
+	a.logRefusals(n)
+}
+
+func (a *Admin) logRefusals(n int) {
+	if n > 0 {
+		a.opts.Logger.Warn("ferry: admin credentials refused", "refused", n)
+	}
 }

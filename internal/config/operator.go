@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -179,9 +180,9 @@ func (c *Config) validateAdmin() []error {
 	}
 	// Anyone who reaches the listener may guess as fast as it answers: a
 	// credential that short is found.
-	for key, secret := range map[string]string{"admin.token": a.Token, "admin.password": a.Password} {
-		if exposed && secret != "" && len(secret) < MinAdminSecret {
-			bad(key, "is shorter than %d characters and the admin listener is reachable from other hosts: use a longer one (openssl rand -hex 16 prints 32 characters)", MinAdminSecret)
+	for _, c := range []struct{ key, secret string }{{"admin.token", a.Token}, {"admin.password", a.Password}} {
+		if exposed && c.secret != "" && utf8.RuneCountInString(c.secret) < MinAdminSecret {
+			bad(c.key, "is shorter than %d characters and the admin listener is reachable from other hosts: use a longer one (openssl rand -hex 16 prints 32 characters)", MinAdminSecret)
 		}
 	}
 	if a.SessionTTL.Duration < time.Minute {

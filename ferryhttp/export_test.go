@@ -1,0 +1,21 @@
+package ferryhttp
+
+import "time"
+
+// SetRefusalWindow sets how long the refusal log's windows last from the
+// next one on.
+func (a *Admin) SetRefusalWindow(d time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refusalWindow = d
+}
+
+// EndRefusalWindow ends the open refusal window now, as its timer would.
+func (a *Admin) EndRefusalWindow() {
+	a.mu.Lock()
+	t := a.refusalTimer
+	a.mu.Unlock()
+	if t != nil && t.Stop() {
+		a.refusalWindowEnd()
+	}
+}
