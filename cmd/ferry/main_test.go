@@ -215,13 +215,20 @@ func waitDone(t *testing.T, st ferry.Store, eventID string) {
 // it to exit.
 func (p *serveProc) terminate(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	p.stop(t, syscall.SIGTERM)
+}
+
+// stop sends sig to the process and waits, 60 s at the most, for it to
+// exit.
+func (p *serveProc) stop(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-p.exited:
 	case <-time.After(60 * time.Second):
-		t.Fatal("ferry serve did not exit within 60 s of SIGTERM")
+		t.Fatalf("ferry serve did not exit within 60 s of %v", sig)
 	}
 }
 

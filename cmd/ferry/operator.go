@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -93,10 +94,10 @@ func (op *operator) newPusher() (*alertPusher, error) {
 
 // start runs the background parts until ctx is done: the alert watcher,
 // and the alert pusher when alerts.url is set.
-func (op *operator) start(ctx context.Context) {
+func (op *operator) start(ctx context.Context, bg *sync.WaitGroup) {
 	w := newAlertWatcher(op.stats, op.cfg.StatsParams(0), op.log)
-	go w.run(ctx, op.cfg.Alerts.CheckInterval.Duration)
+	bg.Go(func() { w.run(ctx, op.cfg.Alerts.CheckInterval.Duration) })
 	if op.pusher != nil {
-		go op.pusher.run(ctx, op.cfg.Alerts.CheckInterval.Duration)
+		bg.Go(func() { op.pusher.run(ctx, op.cfg.Alerts.CheckInterval.Duration) })
 	}
 }

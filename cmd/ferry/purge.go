@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
@@ -41,11 +42,11 @@ type purger struct {
 const firstPassTimeout = 10 * time.Second
 
 // start runs the first pass now, before the caller serves, then one every
-// interval in the background until ctx is done. On a fresh PostgreSQL store
+// interval in bg until ctx is done. On a fresh PostgreSQL store
 // the first pass creates a week of partitions ahead: that DDL beside traffic
 // held completions off for up to 100 ms in the first second (e2e_pg). A
 // first pass cut short by its bound goes on in the background at once.
-func (p *purger) start(ctx context.Context, interval time.Duration) {
+func (p *purger) start(ctx context.Context, bg *sync.WaitGroup, interval time.Duration) {
 	bound := cmp.Or(p.firstPass, firstPassTimeout)
 	first, cancel := context.WithTimeout(ctx, bound)
 	p.purgeAll(first)
@@ -54,7 +55,7 @@ func (p *purger) start(ctx context.Context, interval time.Duration) {
 	if cut {
 		p.log.Warn("ferry: archive maintenance not done before serving; it goes on in the background", "waited", bound.String())
 	}
-	go func() {
+	bg.Go(func() {
 		if !cut {
 			select {
 			case <-ctx.Done():
@@ -63,7 +64,7 @@ func (p *purger) start(ctx context.Context, interval time.Duration) {
 			}
 		}
 		runEvery(ctx, interval, p.purgeAll)
-	}()
+	})
 }
 
 func (p *purger) purgeAll(ctx context.Context) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,7 +94,10 @@ func TestPurgerCutFirstPassGoesOnAtOnce(t *testing.T) {
 	defer cancel()
 	p := &purger{store: st, sources: []config.Source{retention144h}, owner: "test", firstPass: time.Nanosecond,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	p.start(ctx, time.Hour)
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer cancel()
+	p.start(ctx, &bg, time.Hour)
 	waitFor(t, 30*time.Second, "the purge to go on after the cut first pass", func() bool {
 		_, err := st.EventGet(ctx, &ferry.EventGetParams{ID: old})
 		return errors.Is(err, ferry.ErrNotFound)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
@@ -102,9 +103,9 @@ func newCatchupRunner(cfg *config.Config, name string, st ferry.Store, log *slog
 	return nil, usagef("--source %q: no such source in the config", name)
 }
 
-// startCatchup runs the catch-up loop of every source that has one, until
-// ctx is done.
-func startCatchup(ctx context.Context, cfg *config.Config, st ferry.Store, log *slog.Logger, obs catchup.Observer, owner string) error {
+// startCatchup runs the catch-up loop of every source that has one, in bg,
+// until ctx is done.
+func startCatchup(ctx context.Context, bg *sync.WaitGroup, cfg *config.Config, st ferry.Store, log *slog.Logger, obs catchup.Observer, owner string) error {
 	for _, s := range cfg.Sources {
 		if !s.Catchup.Enabled() || s.Catchup.Interval.Duration == 0 {
 			continue
@@ -113,7 +114,7 @@ func startCatchup(ctx context.Context, cfg *config.Config, st ferry.Store, log *
 		if err != nil {
 			return err
 		}
-		go func() { _ = r.Run(ctx, s.Catchup.Interval.Duration, owner) }()
+		bg.Go(func() { _ = r.Run(ctx, s.Catchup.Interval.Duration, owner) })
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -94,7 +95,13 @@ SIGTERM stops it gracefully (exit 0).`)
 	if err != nil {
 		return err
 	}
-	op.start(ctx)
+	// Tasks that hold leases (alerts, catch-up, archive maintenance) give
+	// them up when ctx ends; the store must outlive that.
+	var bg sync.WaitGroup
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	defer waitBackground(&bg, log)
+	defer stopBackground()
+	op.start(bgCtx, &bg)
 
 	var receiver *ferryhttp.Receiver
 	if runsReceiver {
@@ -110,12 +117,12 @@ SIGTERM stops it gracefully (exit 0).`)
 		if client, err = newClient(cfg, st, log, op.metrics, tracerProvider); err != nil {
 			return err
 		}
-		(&purger{store: st, sources: cfg.Sources, log: log, owner: client.ID()}).start(ctx, purgeInterval)
+		(&purger{store: st, sources: cfg.Sources, log: log, owner: client.ID()}).start(bgCtx, &bg, purgeInterval)
 		if err := client.Start(ctx); err != nil {
 			return err
 		}
 	}
-	if err := startCatchup(ctx, cfg, st, log, op.catchup, instanceName()); err != nil {
+	if err := startCatchup(bgCtx, &bg, cfg, st, log, op.catchup, instanceName()); err != nil {
 		return err
 	}
 
@@ -165,8 +172,12 @@ SIGTERM stops it gracefully (exit 0).`)
 		receiver.Drain()
 	}
 	if client != nil {
-		stopCtx, cancel := context.WithTimeout(context.Background(), cfg.Worker.ShutdownGrace.Duration+ferry.DefaultShutdownGrace)
-		_ = client.Stop(stopCtx)
+		// The client's grace, then as long again to release what is left.
+		grace := cmp.Or(cfg.Worker.ShutdownGrace.Duration, ferry.DefaultShutdownGrace)
+		stopCtx, cancel := context.WithTimeout(context.Background(), grace+ferry.DefaultShutdownGrace)
+		if err := client.Stop(stopCtx); err != nil {
+			log.Warn("ferry: workers did not stop in time; what they hold is taken again when its lease lapses", "waited", (grace + ferry.DefaultShutdownGrace).String())
+		}
 		cancel()
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -178,6 +189,18 @@ SIGTERM stops it gracefully (exit 0).`)
 	}
 	log.Info("ferry: stopped")
 	return nil
+}
+
+// waitBackground waits for bg's tasks to give up their leases, 10 s at
+// most: a store that does not answer leaves them to lapse.
+func waitBackground(bg *sync.WaitGroup, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		log.Warn("ferry: background tasks did not stop within 10s; their leases will lapse")
+	}
 }
 
 // maxHeaderBytes bounds a request's header block on both listeners (431

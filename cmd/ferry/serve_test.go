@@ -219,7 +219,9 @@ func TestServe(t *testing.T) {
 		pool, schema := pgtest.Schema(t)
 		st := postgres.New(pool, nil)
 		handling, appSrv := hangOnFirst(t) // slower than the grace period
-		cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, `shutdown_grace = "500ms"`)
+		// The default grace (10 s), as most deployments run: the release
+		// must come after it, not race its end.
+		cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, "")
 		p := startServe(t, cfg)
 		sendStripeOK(t, p.addr, "evt_term")
 		<-handling
@@ -238,6 +240,38 @@ func TestServe(t *testing.T) {
 		ledger := outcomes(t, st, claims[0].Event.ID)
 		if !strings.HasPrefix(ledger[0], "released@") {
 			t.Errorf("ledger = %v, want the first attempt released", ledger)
+		}
+		if log := p.log(); strings.Contains(log, "did not stop in time") {
+			t.Errorf("the workers' stop ran out of time:\n%s", log)
+		}
+	})
+
+	// SIGHUP stops ferry as SIGTERM does, and a receiver, which has no
+	// workers to wait for, still gives up the leases of its background
+	// tasks (here the alert pusher's) before it closes the store.
+	t.Run("SIGHUPStopsAReceiverAndReleasesItsLeases", func(t *testing.T) {
+		t.Parallel()
+		hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		t.Cleanup(hook.Close)
+		dbPath := filepath.Join(t.TempDir(), "ferry.db")
+		cfg := writeConfig(t, "sqlite:"+dbPath, "http://127.0.0.1:1", "")
+		writeFile(t, cfg, readFile(t, cfg)+fmt.Sprintf("[alerts]\nurl = %q\n", hook.URL))
+		p := startServe(t, cfg, "--role", "receiver")
+		st := teststore.OpenSQLite(t, dbPath, nil)
+		held := func() int {
+			var n int
+			if err := st.DB().QueryRow(`SELECT count(*) FROM ferry_lease WHERE name = 'alerts'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		waitFor(t, 30*time.Second, "the alert pusher to take its lease", func() bool { return held() == 1 })
+		p.stop(t, syscall.SIGHUP)
+		if p.err != nil {
+			t.Fatalf("exit after SIGHUP: %v, want 0\n%s", p.err, p.log())
+		}
+		if n := held(); n != 0 {
+			t.Errorf("the alerts lease is still held after a clean stop (%d rows)", n)
 		}
 	})
 
