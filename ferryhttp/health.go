@@ -2,7 +2,9 @@ package ferryhttp
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -14,11 +16,38 @@ type Pinger interface {
 }
 
 // Health serves /healthz (the process is up) and /readyz (the store answers
-// within two seconds and the process is not shutting down), for load
-// balancers and orchestrators.
+// within two seconds, and the process is neither starting nor shutting
+// down), for load balancers and orchestrators.
 type Health struct {
 	Store    Pinger
+	starting atomic.Bool
 	stopping atomic.Bool
+}
+
+// Starting makes /readyz fail, and Gate hold every other request off, until
+// Started: the process answers /healthz while it migrates and prepares, so
+// an orchestrator does not restart it for taking long.
+func (h *Health) Starting() { h.starting.Store(true) }
+
+// Started ends Starting.
+func (h *Health) Started() { h.starting.Store(false) }
+
+// Gate serves next once started. Before, it answers what is not /healthz or
+// /readyz with 503 and Retry-After (retryAfter in whole seconds, rounded
+// up, at least one), as the receiver answers when it cannot store yet.
+func (h *Health) Gate(next http.Handler, retryAfter time.Duration) http.Handler {
+	secs := strconv.FormatInt(int64(max(time.Second, retryAfter+time.Second-1)/time.Second), 10)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.starting.Load() || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Retry-After", secs)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error":"starting","status":"unavailable"}`+"\n")
+	})
 }
 
 // Stopping makes /readyz fail from now on, so traffic moves away before the
@@ -33,6 +62,10 @@ func (h *Health) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if h.stopping.Load() {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		if h.starting.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

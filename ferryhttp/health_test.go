@@ -1,9 +1,12 @@
 package ferryhttp_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
@@ -36,6 +39,39 @@ func TestHealth(t *testing.T) {
 		}
 		if code, _ := testhttp.Get(t, srv.URL+"/healthz"); code != 200 {
 			t.Errorf("/healthz while stopping = %d, want 200: the process is still up", code)
+		}
+	})
+
+	t.Run("starting", func(t *testing.T) {
+		t.Parallel()
+		h := &ferryhttp.Health{Store: teststore.SQLite(t, nil)}
+		h.Starting()
+		mux := http.NewServeMux()
+		h.Register(mux)
+		mux.HandleFunc("/webhooks/", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("stored\n")) })
+		srv := httptest.NewServer(h.Gate(mux, 1500*time.Millisecond))
+		t.Cleanup(srv.Close)
+		if code, _ := testhttp.Get(t, srv.URL+"/healthz"); code != 200 {
+			t.Errorf("/healthz while starting = %d, want 200: the process is up", code)
+		}
+		if code, body := testhttp.Get(t, srv.URL+"/readyz"); code != 503 || body != "starting\n" {
+			t.Errorf("/readyz while starting = %d %q, want 503 starting", code, body)
+		}
+		res, err := http.Post(srv.URL+"/webhooks/stripe", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 503 || res.Header.Get("Retry-After") != "2" || string(body) != `{"error":"starting","status":"unavailable"}`+"\n" {
+			t.Errorf("a delivery while starting = %d, Retry-After %q, %q; want 503, 2, starting", res.StatusCode, res.Header.Get("Retry-After"), body)
+		}
+		h.Started()
+		if code, body := testhttp.Get(t, srv.URL+"/readyz"); code != 200 {
+			t.Errorf("/readyz once started = %d %q", code, body)
+		}
+		if code, body := testhttp.Get(t, srv.URL+"/webhooks/stripe"); code != 200 || body != "stored\n" {
+			t.Errorf("a delivery once started = %d %q", code, body)
 		}
 	})
 

@@ -113,6 +113,10 @@ type serveProc struct {
 	stderr bytes.Buffer
 	exited chan struct{}
 	err    error
+	// starting gets the public listener's address at its "starting"
+	// line, serving both addresses at its "serving" line.
+	starting chan string
+	serving  chan [2]string
 }
 
 func (p *serveProc) log() string {
@@ -130,6 +134,22 @@ func startServe(t *testing.T, config string, args ...string) *serveProc {
 // startServeWith is startServe of bin, with env added to the environment.
 func startServeWith(t *testing.T, bin string, env []string, config string, args ...string) *serveProc {
 	t.Helper()
+	p := launchServe(t, bin, env, config, args...)
+	select {
+	case addrs := <-p.serving:
+		p.addr, p.admin = addrs[0], addrs[1]
+	case <-p.exited:
+		t.Fatalf("ferry serve exited at start: %v\n%s", p.err, p.log())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ferry serve not serving after 60 s:\n%s", p.log())
+	}
+	return p
+}
+
+// launchServe runs `ferry serve` and returns at once; it is killed when
+// the test ends.
+func launchServe(t *testing.T, bin string, env []string, config string, args ...string) *serveProc {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--config", config}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
@@ -139,8 +159,7 @@ func startServeWith(t *testing.T, bin string, env []string, config string, args 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProc{cmd: cmd, exited: make(chan struct{})}
-	ready := make(chan [2]string, 1)
+	p := &serveProc{cmd: cmd, exited: make(chan struct{}), starting: make(chan string, 1), serving: make(chan [2]string, 1)}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -149,8 +168,13 @@ func startServeWith(t *testing.T, bin string, env []string, config string, args 
 			p.stderr.WriteString(line + "\n")
 			p.mu.Unlock()
 			var rec struct{ Msg, Listen, Admin string }
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "ferry: serving" {
-				ready <- [2]string{rec.Listen, rec.Admin}
+			if json.Unmarshal([]byte(line), &rec) == nil {
+				switch rec.Msg {
+				case "ferry: starting":
+					p.starting <- rec.Listen
+				case "ferry: serving":
+					p.serving <- [2]string{rec.Listen, rec.Admin}
+				}
 			}
 		}
 		p.err = cmd.Wait()
@@ -163,14 +187,6 @@ func startServeWith(t *testing.T, bin string, env []string, config string, args 
 			t.Logf("ferry serve log:\n%s", p.log())
 		}
 	})
-	select {
-	case addrs := <-ready:
-		p.addr, p.admin = addrs[0], addrs[1]
-	case <-p.exited:
-		t.Fatalf("ferry serve exited at start: %v\n%s", p.err, p.log())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("ferry serve not serving after 60 s:\n%s", p.log())
-	}
 	return p
 }
 

@@ -80,17 +80,36 @@ SIGTERM stops it gracefully (exit 0).`)
 		return err
 	}
 	defer closeStore()
+
+	// The public listener serves what a provider needs and nothing else;
+	// the dashboard and /metrics are on the admin listener. It answers from
+	// here on: /healthz says the process is up while migrations and the
+	// first archive pass run (an orchestrator must not restart it for
+	// them), /readyz and deliveries say it is starting.
+	mux := http.NewServeMux()
+	health := &ferryhttp.Health{Store: st}
+	health.Starting()
+	health.Register(mux)
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+	}
+	public := newServer(health.Gate(mux, cfg.HTTP.RetryAfter.Duration), log)
+	servers := []*http.Server{public}
+	served := make(chan error, 2)
+	go func() { served <- public.Serve(ln) }()
+	defer public.Close() // an early return; after Shutdown a no-op
+	log.Info("ferry: starting", "listen", ln.Addr().String())
+
 	if *cfg.Store.Migrate && !*noMigrate {
 		if err := st.Migrate(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
 			return fmt.Errorf("migrate: %w", err)
 		}
 	}
 
-	// The public listener serves what a provider needs and nothing else;
-	// the dashboard and /metrics are on the admin listener.
-	mux := http.NewServeMux()
-	health := &ferryhttp.Health{Store: st}
-	health.Register(mux)
 	op, err := newOperator(cfg, st, log)
 	if err != nil {
 		return err
@@ -119,6 +138,9 @@ SIGTERM stops it gracefully (exit 0).`)
 		}
 		(&purger{store: st, sources: cfg.Sources, log: log, owner: client.ID()}).start(bgCtx, &bg, purgeInterval)
 		if err := client.Start(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
 			return err
 		}
 	}
@@ -131,29 +153,19 @@ SIGTERM stops it gracefully (exit 0).`)
 			_ = client.Stop(context.Background())
 		}
 	}
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		stopClient()
-		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
-	}
-	servers := []*http.Server{newServer(mux, log)}
-	listeners := []net.Listener{ln}
 	adminAddr := ""
 	if op.admin != nil {
 		aln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
-			ln.Close()
 			stopClient()
 			return fmt.Errorf("admin.listen %s: %w", cfg.Admin.Listen, err)
 		}
-		servers = append(servers, newServer(op.admin, log))
-		listeners = append(listeners, aln)
+		adminSrv := newServer(op.admin, log)
+		servers = append(servers, adminSrv)
 		adminAddr = aln.Addr().String()
+		go func() { served <- adminSrv.Serve(aln) }()
 	}
-	served := make(chan error, len(servers))
-	for i, s := range servers {
-		go func() { served <- s.Serve(listeners[i]) }()
-	}
+	health.Started()
 	kind, _, _ := cfg.StoreKind()
 	log.Info("ferry: serving", "listen", ln.Addr().String(), "admin", adminAddr, "role", *role, "store", kind, "sources", len(cfg.Sources), "memory_limit", memLimit)
 

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
@@ -243,6 +245,82 @@ func TestServe(t *testing.T) {
 		}
 		if log := p.log(); strings.Contains(log, "did not stop in time") {
 			t.Errorf("the workers' stop ran out of time:\n%s", log)
+		}
+	})
+
+	// While a migration waits (here on a lock another session holds),
+	// /healthz answers 200, so an orchestrator does not restart the process
+	// for a long migration, while /readyz and deliveries answer 503 with
+	// Retry-After; once migrated, it serves. SIGTERM while starting exits 0.
+	t.Run("AnswersHealthWhileStarting", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		pool, schema := pgtest.Schema(t)
+		if err := postgres.New(pool, nil).Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hold := func() pgx.Tx {
+			t.Helper()
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = tx.Rollback(ctx) })
+			if _, err := tx.Exec(ctx, `LOCK TABLE ferry_migration IN ACCESS EXCLUSIVE MODE`); err != nil {
+				t.Fatal(err)
+			}
+			return tx
+		}
+		_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
+		cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, "")
+		start := func() (*serveProc, string) {
+			t.Helper()
+			p := launchServe(t, ferryBin, nil, cfg)
+			select {
+			case addr := <-p.starting:
+				return p, addr
+			case <-p.exited:
+				t.Fatalf("ferry serve exited at start: %v\n%s", p.err, p.log())
+			case <-time.After(60 * time.Second):
+				t.Fatalf("ferry serve not listening after 60 s:\n%s", p.log())
+			}
+			return nil, ""
+		}
+		status := func(addr, path string) int {
+			t.Helper()
+			code, _ := testhttp.Get(t, "http://"+addr+path)
+			return code
+		}
+
+		lock := hold()
+		p, addr := start()
+		if code := status(addr, "/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz while migrating = %d, want 200", code)
+		}
+		if code := status(addr, "/readyz"); code != http.StatusServiceUnavailable {
+			t.Errorf("/readyz while migrating = %d, want 503", code)
+		}
+		if code := sendStripe(t, addr, "evt_early"); code != http.StatusServiceUnavailable {
+			t.Errorf("a delivery while migrating = %d, want 503", code)
+		}
+		if err := lock.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.serving:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("not serving 60 s after the migration lock went:\n%s", p.log())
+		}
+		if code := status(addr, "/readyz"); code != http.StatusOK {
+			t.Errorf("/readyz once serving = %d, want 200", code)
+		}
+		sendStripeOK(t, addr, "evt_late")
+
+		hold()
+		p, _ = start()
+		p.terminate(t)
+		if p.err != nil {
+			t.Errorf("SIGTERM while migrating: %v, want exit 0\n%s", p.err, p.log())
 		}
 	})
 
