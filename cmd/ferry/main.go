@@ -56,8 +56,13 @@ func commands() []command {
 
 func main() {
 	// SIGHUP too: a closed terminal or a stray reload stops ferry as
-	// SIGTERM does, releasing what it holds, not as the default kill.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	// SIGTERM does, releasing what it holds, not as the default kill. Not
+	// when it starts ignored (nohup): Notify would undo that.
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:]))
 }

@@ -137,10 +137,10 @@ SIGTERM stops it gracefully (exit 0).`)
 			return err
 		}
 		(&purger{store: st, sources: cfg.Sources, log: log, owner: client.ID()}).start(bgCtx, &bg, purgeInterval)
+		if ctx.Err() != nil {
+			return nil // stopped during the first archive pass
+		}
 		if err := client.Start(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped while starting
-			}
 			return err
 		}
 	}

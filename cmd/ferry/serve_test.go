@@ -259,14 +259,14 @@ func TestServe(t *testing.T) {
 		if err := postgres.New(pool, nil).Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
-		hold := func() pgx.Tx {
+		hold := func(table string) pgx.Tx {
 			t.Helper()
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = tx.Rollback(ctx) })
-			if _, err := tx.Exec(ctx, `LOCK TABLE ferry_migration IN ACCESS EXCLUSIVE MODE`); err != nil {
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 				t.Fatal(err)
 			}
 			return tx
@@ -292,7 +292,7 @@ func TestServe(t *testing.T) {
 			return code
 		}
 
-		lock := hold()
+		lock := hold("ferry_migration")
 		p, addr := start()
 		if code := status(addr, "/healthz"); code != http.StatusOK {
 			t.Errorf("/healthz while migrating = %d, want 200", code)
@@ -316,11 +316,34 @@ func TestServe(t *testing.T) {
 		}
 		sendStripeOK(t, addr, "evt_late")
 
-		hold()
+		lock = hold("ferry_migration")
 		p, _ = start()
 		p.terminate(t)
 		if p.err != nil {
 			t.Errorf("SIGTERM while migrating: %v, want exit 0\n%s", p.err, p.log())
+		}
+		if err := lock.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		// SIGTERM while the first archive pass waits for its lease: exit 0,
+		// and no worker ever starts.
+		lock = hold("ferry_lease")
+		var holder int
+		if err := lock.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+			t.Fatal(err)
+		}
+		p, _ = start()
+		waitFor(t, 60*time.Second, "the archive pass to wait for the lease", func() bool {
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		})
+		p.terminate(t)
+		if p.err != nil || strings.Contains(p.log(), "ferry: serving") {
+			t.Errorf("SIGTERM during the first archive pass: %v, want exit 0 before serving\n%s", p.err, p.log())
 		}
 	})
 
