@@ -2,9 +2,7 @@ package ferryhttp
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -33,20 +31,15 @@ func (h *Health) Starting() { h.starting.Store(true) }
 func (h *Health) Started() { h.starting.Store(false) }
 
 // Gate serves next once started. Before, it answers what is not /healthz or
-// /readyz with 503 and Retry-After (retryAfter in whole seconds, rounded
-// up, at least one), as the receiver answers when it cannot store yet.
+// /readyz as the receiver answers when it cannot store: 503 starting, with
+// Retry-After (as ReceiverOptions.RetryAfter).
 func (h *Health) Gate(next http.Handler, retryAfter time.Duration) http.Handler {
-	secs := strconv.FormatInt(int64(max(time.Second, retryAfter+time.Second-1)/time.Second), 10)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.starting.Load() || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.Header().Set("Retry-After", secs)
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, `{"error":"starting","status":"unavailable"}`+"\n")
+		writeAnswer(w, answerStarting, retryAfter)
 	})
 }
 

@@ -49,11 +49,11 @@ type ReceiverOptions struct {
 	// Sources are the accepted senders. At least one.
 	Sources []Source
 	// StoreTimeout bounds one durable receive; past it the provider gets 503
-	// and retries. Defaults to 10 seconds.
+	// and retries. Defaults to DefaultStoreTimeout.
 	StoreTimeout time.Duration
 	// RetryAfter is sent with every 503, in whole seconds rounded up (so a
-	// sub-second value is never sent as "retry at once"). Defaults to 5
-	// seconds.
+	// sub-second value is never sent as "retry at once"). Defaults to
+	// DefaultRetryAfter.
 	RetryAfter time.Duration
 	// KeepHeaders are the request headers stored with an event. Defaults to
 	// DefaultKeepHeaders. A signature header is never stored, listed or not:
@@ -113,6 +113,12 @@ type ReceiverOptions struct {
 // receiver writes at once.
 const DefaultReceiveConcurrency = 2
 
+// DefaultStoreTimeout and DefaultRetryAfter are ReceiverOptions' defaults.
+const (
+	DefaultStoreTimeout = 10 * time.Second
+	DefaultRetryAfter   = 5 * time.Second
+)
+
 // DefaultMaxInFlightBytes is ReceiverOptions.MaxInFlightBytes's default:
 // 8 MiB, eight bodies of the default 1 MiB cap and thousands of ordinary
 // 1-10 KB deliveries. On the rss benchmark (64 connections sending 1 MiB
@@ -171,10 +177,10 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		return nil, errors.New("ferryhttp: ReceiverOptions.Store is required")
 	}
 	if opts.StoreTimeout <= 0 {
-		opts.StoreTimeout = 10 * time.Second
+		opts.StoreTimeout = DefaultStoreTimeout
 	}
 	if opts.RetryAfter <= 0 {
-		opts.RetryAfter = 5 * time.Second
+		opts.RetryAfter = DefaultRetryAfter
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -257,6 +263,7 @@ var (
 	answerUnavailable = answer{http.StatusServiceUnavailable, "unavailable", "store_unavailable"}
 	answerTimeout     = answer{http.StatusServiceUnavailable, "unavailable", "store_timeout"}
 	answerDraining    = answer{http.StatusServiceUnavailable, "unavailable", "draining"}
+	answerStarting    = answer{http.StatusServiceUnavailable, "unavailable", "starting"}
 	answerBusy        = answer{http.StatusServiceUnavailable, "unavailable", "memory_budget"}
 	// answerClientGone is for a sender that hung up while its receipt was
 	// being stored: nobody reads the 503, and the reason keeps the sender's
@@ -452,11 +459,19 @@ func (r *Receiver) keptHeaders(h http.Header) http.Header {
 	return out
 }
 
-func (r *Receiver) reply(w http.ResponseWriter, a answer) {
+func (r *Receiver) reply(w http.ResponseWriter, a answer) { writeAnswer(w, a, r.opts.RetryAfter) }
+
+// writeAnswer writes a as the receiver answers a delivery: JSON, and on a
+// 503 a Retry-After of retryAfter (DefaultRetryAfter if not positive) in
+// whole seconds, rounded up.
+func writeAnswer(w http.ResponseWriter, a answer, retryAfter time.Duration) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if a.status == http.StatusServiceUnavailable {
-		secs := (r.opts.RetryAfter + time.Second - 1) / time.Second
+		if retryAfter <= 0 {
+			retryAfter = DefaultRetryAfter
+		}
+		secs := (retryAfter + time.Second - 1) / time.Second
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 	}
 	w.WriteHeader(a.status)

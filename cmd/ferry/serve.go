@@ -23,8 +23,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs := newFlags("serve", "[flags]",
 		`Receives webhooks at /webhooks/{source}, stores each before answering 2xx, and
 works them: forwards each event to its source's app until it succeeds or dies.
-Also serves /healthz, /readyz, /metrics and the dashboard at /ui. SIGINT or
-SIGTERM stops it gracefully (exit 0).`)
+Also serves /healthz, /readyz, /metrics and the dashboard at /ui. SIGINT,
+SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	role := fs.String("role", "all", "what this process runs: receiver, worker or all")
 	listen := fs.String("listen", "", "override http.listen, the public listener (`host:port`; port 0 picks a free one)")
@@ -144,14 +144,14 @@ SIGTERM stops it gracefully (exit 0).`)
 			return err
 		}
 	}
-	if err := startCatchup(bgCtx, &bg, cfg, st, log, op.catchup, instanceName()); err != nil {
-		return err
-	}
-
 	stopClient := func() {
 		if client != nil {
 			_ = client.Stop(context.Background())
 		}
+	}
+	if err := startCatchup(bgCtx, &bg, cfg, st, log, op.catchup, instanceName()); err != nil {
+		stopClient()
+		return err
 	}
 	adminAddr := ""
 	if op.admin != nil {
@@ -169,10 +169,14 @@ SIGTERM stops it gracefully (exit 0).`)
 	kind, _, _ := cfg.StoreKind()
 	log.Info("ferry: serving", "listen", ln.Addr().String(), "admin", adminAddr, "role", *role, "store", kind, "sources", len(cfg.Sources), "memory_limit", memLimit)
 
+	// A listener that fails stops the process as a signal would: the
+	// workers still release what they hold.
+	var failed error
 	select {
 	case <-ctx.Done():
 	case err := <-served:
-		return fmt.Errorf("http server: %w", err)
+		failed = fmt.Errorf("http server: %w", err)
+		log.Error("ferry: a listener failed; stopping", "err", err)
 	}
 
 	// Shut down: fail readiness and answer 503 to new deliveries (providers
@@ -184,23 +188,23 @@ SIGTERM stops it gracefully (exit 0).`)
 		receiver.Drain()
 	}
 	if client != nil {
-		// The client's grace, then as long again to release what is left.
-		grace := cmp.Or(cfg.Worker.ShutdownGrace.Duration, ferry.DefaultShutdownGrace)
-		stopCtx, cancel := context.WithTimeout(context.Background(), grace+ferry.DefaultShutdownGrace)
+		// The client's grace, then 10 s more to release what is left.
+		budget := cfg.Worker.ShutdownGrace.Duration + ferry.DefaultShutdownGrace
+		stopCtx, cancel := context.WithTimeout(context.Background(), budget)
 		if err := client.Stop(stopCtx); err != nil {
-			log.Warn("ferry: workers did not stop in time; what they hold is taken again when its lease lapses", "waited", (grace + ferry.DefaultShutdownGrace).String())
+			log.Warn("ferry: workers did not stop in time; what they hold is taken again when its lease lapses", "waited", budget.String())
 		}
 		cancel()
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, s := range servers {
-		if err := s.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("http shutdown: %w", err)
+		if err := s.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) && failed == nil {
+			failed = fmt.Errorf("http shutdown: %w", err)
 		}
 	}
 	log.Info("ferry: stopped")
-	return nil
+	return failed
 }
 
 // waitBackground waits for bg's tasks to give up their leases, 10 s at

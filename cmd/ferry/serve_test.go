@@ -250,8 +250,8 @@ func TestServe(t *testing.T) {
 
 	// While a migration waits (here on a lock another session holds),
 	// /healthz answers 200, so an orchestrator does not restart the process
-	// for a long migration, while /readyz and deliveries answer 503 with
-	// Retry-After; once migrated, it serves. SIGTERM while starting exits 0.
+	// for a long migration, while /readyz and deliveries answer 503; once
+	// migrated, it serves. SIGTERM while starting exits 0.
 	t.Run("AnswersHealthWhileStarting", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
@@ -327,7 +327,7 @@ func TestServe(t *testing.T) {
 		}
 
 		// SIGTERM while the first archive pass waits for its lease: exit 0,
-		// and no worker ever starts.
+		// never serving.
 		lock = hold("ferry_lease")
 		var holder int
 		if err := lock.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {

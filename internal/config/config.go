@@ -153,8 +153,8 @@ func (d *Duration) UnmarshalText(b []byte) error {
 const (
 	DefaultListen       = "127.0.0.1:8080"
 	DefaultMaxBody      = 1 << 20
-	DefaultStoreTimeout = 10 * time.Second
-	DefaultRetryAfter   = 5 * time.Second
+	DefaultStoreTimeout = ferryhttp.DefaultStoreTimeout
+	DefaultRetryAfter   = ferryhttp.DefaultRetryAfter
 	DefaultForwardTime  = 10 * time.Second
 )
 
@@ -252,6 +252,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.HTTP.RetryAfter.Duration == 0 {
 		c.HTTP.RetryAfter.Duration = DefaultRetryAfter
+	}
+	if c.Worker.ShutdownGrace.Duration == 0 {
+		c.Worker.ShutdownGrace.Duration = ferry.DefaultShutdownGrace
 	}
 	if c.HTTP.MaxInFlight == 0 {
 		c.HTTP.MaxInFlight = ferryhttp.DefaultMaxInFlightBytes

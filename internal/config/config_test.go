@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 )
 
@@ -41,7 +42,8 @@ func TestParseDefaultsAndExpansion(t *testing.T) {
 	if s.MaxBody != DefaultMaxBody || s.Retention.Duration != 144*time.Hour || s.MaxAttempts != 25 || s.LostLease != "retry" {
 		t.Errorf("source defaults: %+v", s)
 	}
-	if c.Worker.LeaseTTL.Duration != 15*time.Second || c.Worker.Heartbeat.Duration != 5*time.Second || !*c.Store.Migrate {
+	if c.Worker.LeaseTTL.Duration != 15*time.Second || c.Worker.Heartbeat.Duration != 5*time.Second || !*c.Store.Migrate ||
+		c.Worker.ShutdownGrace.Duration != ferry.DefaultShutdownGrace {
 		t.Errorf("worker defaults: %+v", c.Worker)
 	}
 	if c.HTTP.MaxInFlight != ferryhttp.DefaultMaxInFlightBytes || c.HTTP.BodyTimeout.Duration != ferryhttp.DefaultBodyTimeout {

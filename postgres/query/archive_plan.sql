@@ -26,7 +26,7 @@ FROM (
         until::timestamp,
         @span_days::int * interval '1 day') AS d
     UNION ALL
-    SELECT 'create', stray.day, stray.day + 1, '', false
+    SELECT 'create', stray.day, stray.day + 1, '', stray.day = bounds.today
     FROM bounds, (SELECT (completed_at AT TIME ZONE 'UTC')::date AS day FROM ferry_event_done_default
                   UNION
                   SELECT (completed_at AT TIME ZONE 'UTC')::date FROM ferry_attempt_done_default) stray
