@@ -11,6 +11,7 @@ import (
 func TestAnswerBodyIsEncoderOutput(t *testing.T) {
 	all := []answer{answerAccepted, answerDuplicate, answerConflict, answerNoSource, answerMethod,
 		answerTooLarge, answerUnreadable, answerBodyTimeout, answerUnavailable, answerTimeout, answerDraining,
+		answerStarting, answerBusy, answerClientGone,
 		verifyAnswer(nil)}
 	for _, va := range verifyAnswers {
 		all = append(all, va.answer)

@@ -144,20 +144,26 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 			return err
 		}
 	}
-	stopClient := func() {
-		if client != nil {
-			_ = client.Stop(context.Background())
+	// The workers' stop: the client's grace, then 10 s more to release
+	// what is left.
+	stopBudget := cfg.Worker.ShutdownGrace.Duration + ferry.DefaultShutdownGrace
+	stopClient := func() error {
+		if client == nil {
+			return nil
 		}
+		stopCtx, cancel := context.WithTimeout(context.Background(), stopBudget)
+		defer cancel()
+		return client.Stop(stopCtx)
 	}
 	if err := startCatchup(bgCtx, &bg, cfg, st, log, op.catchup, instanceName()); err != nil {
-		stopClient()
+		_ = stopClient()
 		return err
 	}
 	adminAddr := ""
 	if op.admin != nil {
 		aln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
-			stopClient()
+			_ = stopClient()
 			return fmt.Errorf("admin.listen %s: %w", cfg.Admin.Listen, err)
 		}
 		adminSrv := newServer(op.admin, log)
@@ -178,6 +184,7 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 		failed = fmt.Errorf("http server: %w", err)
 		log.Error("ferry: a listener failed; stopping", "err", err)
 	}
+	stopBackground() // as a signal would
 
 	// Shut down: fail readiness and answer 503 to new deliveries (providers
 	// retry), let handlers finish within the grace period and release the
@@ -187,14 +194,8 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 	if receiver != nil {
 		receiver.Drain()
 	}
-	if client != nil {
-		// The client's grace, then 10 s more to release what is left.
-		budget := cfg.Worker.ShutdownGrace.Duration + ferry.DefaultShutdownGrace
-		stopCtx, cancel := context.WithTimeout(context.Background(), budget)
-		if err := client.Stop(stopCtx); err != nil {
-			log.Warn("ferry: workers did not stop in time; what they hold is taken again when its lease lapses", "waited", budget.String())
-		}
-		cancel()
+	if err := stopClient(); err != nil {
+		log.Warn("ferry: workers did not stop in time; what they hold is taken again when its lease lapses", "waited", stopBudget.String())
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
