@@ -227,6 +227,32 @@ func TestArchiveMaintainFillsTheDaysAStoppedRunLeft(t *testing.T) {
 	}
 }
 
+// When today is one of those days (the clock went back behind the newest
+// partition), today's partition still comes first: a run that then stops
+// has already given completions a partition to land in.
+func TestArchiveMaintainCreatesTodayFirstAmongTheDaysLeft(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	params := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour, Ahead: 48 * time.Hour}
+	b.clock.Advance(8 * 24 * time.Hour) // Jan 10: partitions Jan 8 to 12
+	if _, err := b.store.ArchiveMaintain(b.ctx, params); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(-6 * 24 * time.Hour) // back to Jan 4, then Jan 5
+	b.done(t, "a")
+	b.clock.Advance(24 * time.Hour)
+	b.done(t, "b")
+	if _, err := b.store.Pool().Exec(b.ctx, `CREATE TABLE ferry_event_done_20260104 (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.ArchiveMaintain(b.ctx, params); err == nil {
+		t.Fatal("the run with a table in its way succeeded")
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_event_done_partition WHERE name = 'ferry_event_done_20260105'`); n != 1 {
+		t.Errorf("today's day has %d partitions after a run that stopped on an older one, want 1", n)
+	}
+}
+
 // One instance maintains at a time: another owner's live lease skips it.
 func TestArchiveMaintainTakesTurns(t *testing.T) {
 	t.Parallel()
