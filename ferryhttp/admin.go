@@ -336,7 +336,7 @@ func (a *Admin) login(w http.ResponseWriter, r *http.Request) {
 			expires := a.opts.Now().Add(a.opts.SessionTTL)
 			http.SetCookie(w, &http.Cookie{
 				Name: sessionCookie, Value: a.sign(actor, expires, hex.EncodeToString(id)), Path: "/",
-				HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: a.secure(),
+				HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: a.secureCookie,
 				MaxAge: int(a.opts.SessionTTL / time.Second),
 			})
 			a.opts.Logger.Info("ferry: admin login", "actor", actor)
@@ -364,11 +364,9 @@ func (a *Admin) logout(w http.ResponseWriter, r *http.Request) {
 		a.opts.Logger.Info("ferry: admin logout", "actor", p.actor)
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: a.secure(), MaxAge: -1})
+		SameSite: http.SameSiteStrictMode, Secure: a.secureCookie, MaxAge: -1})
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }
-
-func (a *Admin) secure() bool { return a.secureCookie }
 
 // refused counts a wrong credential, never what was sent. The first of a
 // quiet spell is logged at once and opens a window of refusalWindow; the

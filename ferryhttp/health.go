@@ -32,8 +32,12 @@ func (h *Health) Started() { h.starting.Store(false) }
 
 // Gate serves next once started. Before, it answers what is not /healthz or
 // /readyz as the receiver answers when it cannot store: 503 starting, with
-// Retry-After (as ReceiverOptions.RetryAfter).
+// Retry-After (as ReceiverOptions.RetryAfter, DefaultRetryAfter if not
+// positive).
 func (h *Health) Gate(next http.Handler, retryAfter time.Duration) http.Handler {
+	if retryAfter <= 0 {
+		retryAfter = DefaultRetryAfter
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.starting.Load() || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 			next.ServeHTTP(w, r)

@@ -462,15 +462,11 @@ func (r *Receiver) keptHeaders(h http.Header) http.Header {
 func (r *Receiver) reply(w http.ResponseWriter, a answer) { writeAnswer(w, a, r.opts.RetryAfter) }
 
 // writeAnswer writes a as the receiver answers a delivery: JSON, and on a
-// 503 a Retry-After of retryAfter (DefaultRetryAfter if not positive) in
-// whole seconds, rounded up.
+// 503 a Retry-After of retryAfter in whole seconds, rounded up.
 func writeAnswer(w http.ResponseWriter, a answer, retryAfter time.Duration) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if a.status == http.StatusServiceUnavailable {
-		if retryAfter <= 0 {
-			retryAfter = DefaultRetryAfter
-		}
 		secs := (retryAfter + time.Second - 1) / time.Second
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 	}

@@ -31,8 +31,7 @@ const alertListLimit = 1000
 // alertNoticeGrace is how far behind the store's now a notice cursor
 // stays at least. PostgreSQL takes a notice's id at insert, not at commit,
 // so a receipt still open may commit a notice below one already read; the
-// grace outlasts any receipt: twice http.store_timeout (10s by default)
-// when that is longer.
+// grace outlasts any receipt.
 const alertNoticeGrace = time.Minute
 
 // alertNamesShown is the most event ids one message names.

@@ -91,7 +91,6 @@ func TestPurgerCutFirstPassGoesOnAtOnce(t *testing.T) {
 	clock.Advance(150 * time.Hour)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	p := &purger{store: st, sources: []config.Source{retention144h}, owner: "test", firstPass: time.Nanosecond,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	var bg sync.WaitGroup

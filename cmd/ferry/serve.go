@@ -208,15 +208,18 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 	return failed
 }
 
-// waitBackground waits for bg's tasks to give up their leases, 10 s at
-// most: a store that does not answer leaves them to lapse.
+// backgroundStopBudget bounds the wait for the background tasks at stop.
+const backgroundStopBudget = 10 * time.Second
+
+// waitBackground waits for bg's tasks to give up their leases, within
+// backgroundStopBudget: a store that does not answer leaves them to lapse.
 func waitBackground(bg *sync.WaitGroup, log *slog.Logger) {
 	done := make(chan struct{})
 	go func() { bg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
-		log.Warn("ferry: background tasks did not stop within 10s; their leases will lapse")
+	case <-time.After(backgroundStopBudget):
+		log.Warn("ferry: background tasks did not stop in time; their leases will lapse", "waited", backgroundStopBudget.String())
 	}
 }
 

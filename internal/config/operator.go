@@ -165,24 +165,30 @@ func (c *Config) validateAdmin() []error {
 	exposed := false // reachable from other hosts
 	if _, _, err := net.SplitHostPort(a.Listen); err != nil {
 		bad("admin.listen", "%q is not host:port: write it like %q", a.Listen, DefaultAdminListen)
-	} else if exposed = c.AdminServed() && !isLoopback(a.Listen); a.Listen == c.HTTP.Listen && !strings.HasSuffix(a.Listen, ":0") {
-		bad("admin.listen", "%s is also http.listen: the admin surface needs a listener of its own; use %s", a.Listen, DefaultAdminListen)
-	} else if c.AdminServed() && !c.AdminAuth() && !isLoopback(a.Listen) {
-		bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, DefaultAdminListen)
+	} else {
+		exposed = c.AdminServed() && !isLoopback(a.Listen)
+		if a.Listen == c.HTTP.Listen && !strings.HasSuffix(a.Listen, ":0") {
+			bad("admin.listen", "%s is also http.listen: the admin surface needs a listener of its own; use %s", a.Listen, DefaultAdminListen)
+		} else if exposed && !c.AdminAuth() {
+			bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, DefaultAdminListen)
+		}
 	}
 	if a.PublicURL != "" {
 		u, err := url.Parse(a.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", a.PublicURL)
-		} else if exposed = exposed || c.AdminServed() && !isLoopbackHost(u.Hostname()); c.AdminServed() && !c.AdminAuth() && !isLoopbackHost(u.Hostname()) {
-			bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", a.PublicURL)
+		} else if offHost := c.AdminServed() && !isLoopbackHost(u.Hostname()); offHost {
+			exposed = true
+			if !c.AdminAuth() {
+				bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", a.PublicURL)
+			}
 		}
 	}
 	// Anyone who reaches the listener may guess as fast as it answers: a
 	// credential that short is found.
-	for _, c := range []struct{ key, secret string }{{"admin.token", a.Token}, {"admin.password", a.Password}} {
-		if exposed && c.secret != "" && utf8.RuneCountInString(c.secret) < MinAdminSecret {
-			bad(c.key, "is shorter than %d characters and the admin listener is reachable from other hosts: use a longer one (openssl rand -hex 16 prints 32 characters)", MinAdminSecret)
+	for _, s := range []struct{ key, secret string }{{"admin.token", a.Token}, {"admin.password", a.Password}} {
+		if exposed && s.secret != "" && utf8.RuneCountInString(s.secret) < MinAdminSecret {
+			bad(s.key, "is shorter than %d characters and the admin listener is reachable from other hosts: use a longer one (openssl rand -hex 16 prints 32 characters)", MinAdminSecret)
 		}
 	}
 	if a.SessionTTL.Duration < time.Minute {
