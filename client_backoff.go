@@ -7,16 +7,15 @@ import (
 )
 
 // backoff is exponential with full jitter: a random time in [0, min(limit,
-// base × 2^(n-1))]. n ≤ 0 is no wait.
+// base × 2^(n-1))]. n ≤ 0 waits base.
 func backoff(n int, base, limit time.Duration) time.Duration {
 	if n <= 0 {
 		return base
 	}
 	ceiling := limit
-	if n < 63 {
-		if d := base << (n - 1); d > 0 && d < limit {
-			ceiling = d
-		}
+	// Compared before shifting: base << (n-1) may overflow.
+	if n < 63 && base > 0 && base <= limit>>(n-1) {
+		ceiling = base << (n - 1)
 	}
 	if ceiling == math.MaxInt64 { // a limit meaning "none": ceiling+1 would wrap
 		return rand.N(ceiling)

@@ -100,6 +100,14 @@ func budgetSpent(cl *Claim, p SourcePolicy) error {
 	return Permanent(fmt.Errorf("ferry: not run: the budget of %d attempts is spent, the last by an attempt that never finished (its worker died, or its handler outlived the lease)", p.MaxAttempts))
 }
 
+// cutOff reports whether a handler returned because Stop cancelled it at
+// the end of the grace: its verdict is unknown. A handler that returns a
+// verdict of its own after the cancellation (nil, Permanent, a failure) is
+// recorded as such.
+func cutOff(ctx context.Context, err error) bool {
+	return context.Cause(ctx) == errShutdown && (errors.Is(err, context.Canceled) || errors.Is(err, errShutdown))
+}
+
 // record writes the attempt's verdict, fenced by its lease, and reports it.
 func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, err error, took time.Duration) {
 	ev := cl.Event
@@ -113,6 +121,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 	defer cancel()
 
 	outcome := OutcomeDone
+	leftToLapse := false
 	switch {
 	case completed:
 	case j.lost.Load() || errors.Is(err, ErrLeaseLost):
@@ -127,8 +136,13 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 			outcome = OutcomeLeaseExpired
 			log.Warn("ferry: could not record completion; the event will be retried", "err", werr)
 		}
-	case context.Cause(ctx) == errShutdown:
-		// Cancelled unfinished at shutdown: give it back for another instance.
+	case cutOff(ctx, err) && policy.LostLease == LostLeaseHold:
+		// Its effect may have run: as for a worker that died, the lease
+		// lapses and the next claim holds the event as unknown.
+		outcome, leftToLapse = OutcomeLeaseExpired, true
+		log.Warn("ferry: handler cut off at shutdown; its lease is left to lapse and the event will be held as unknown", "policy", policy.LostLease)
+	case cutOff(ctx, err):
+		// Give it back for another instance.
 		outcome = OutcomeReleased
 		if err := c.store.EventRelease(wctx, &EventReleaseParams{Lease: j.lease}); err != nil {
 			log.Warn("ferry: release at shutdown failed; the lease will lapse instead", "err", err)
@@ -161,7 +175,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 			log.Info("ferry: attempt failed; retrying", "err", logSafe(err), "retry_in", delay)
 		}
 	}
-	if outcome == OutcomeLeaseExpired {
+	if outcome == OutcomeLeaseExpired && !leftToLapse {
 		log.Warn("ferry: lease lost; this attempt's verdict was not recorded", "alert", "lease_lost", "policy", policy.LostLease)
 	}
 	if c.cfg.Observer != nil {

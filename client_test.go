@@ -96,6 +96,27 @@ func doneOn(release <-chan struct{}) ferry.HandlerFunc {
 	}
 }
 
+// stopWhileRunning starts a client with a short grace whose handler for
+// source runs until Stop cancels it, then returns verdict(ctx); it returns
+// once Stop has.
+func (b *clientBundle) stopWhileRunning(t *testing.T, source string, policies []ferry.SourcePolicy, verdict func(context.Context) error) {
+	t.Helper()
+	running := make(chan struct{})
+	c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace, c.Sources = 50*time.Millisecond, policies })
+	c.Handle(source, func(ctx context.Context, _ *ferry.Delivery) error {
+		close(running)
+		<-ctx.Done()
+		return verdict(ctx)
+	})
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	if err := c.Stop(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitState polls the store (not the wall clock of the code under test) until
 // the event reaches want, failing after 20 s.
 func (b *clientBundle) waitState(t *testing.T, id int64, want ferry.State) *ferry.Event {
@@ -417,26 +438,52 @@ func TestClient(t *testing.T) {
 
 	withClient(t, "StopReleasesUnfinishedWork", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
-		running := make(chan struct{})
-		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = 100 * time.Millisecond })
-		c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
-			close(running)
-			<-ctx.Done()
-			return ctx.Err()
-		})
-		if err := c.Start(b.ctx); err != nil {
-			t.Fatal(err)
-		}
-		<-running
-		if err := c.Stop(b.ctx); err != nil {
-			t.Fatal(err)
-		}
+		b.stopWhileRunning(t, "stripe", nil, context.Context.Err)
 		b.waitState(t, id, ferry.StatePending)
 		claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "next", Limit: 1, TTL: time.Minute})
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("released event not claimable at once: %d, %v", len(claims), err)
 		}
 		b.wantLedger(t, id, "[released running]")
+	})
+
+	// A handler that answers with a verdict of its own after the grace
+	// cancelled it is recorded by that verdict, not released.
+	withClient(t, "StopKeepsAVerdictGivenAfterTheGrace", false, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "stripe", "evt_1")
+		b.stopWhileRunning(t, "stripe", nil, func(context.Context) error {
+			return ferry.Permanent(errors.New("app answered 404"))
+		})
+		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.State != ferry.StateDead || !strings.Contains(ev.LastError, "app answered 404") {
+			t.Fatalf("event %s (last error %q) after a Permanent verdict at Stop, want dead with it", ev.State, ev.LastError)
+		}
+		b.wantLedger(t, id, "[dead]")
+	})
+
+	// A hold source's handler cut off at Stop may have run its effect: it is
+	// not released to run again, but left to lapse, and the next claim holds
+	// it as unknown, as when its worker dies.
+	withClient(t, "StopLeavesAHoldHandlerCutOffToLapse", true, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "bank", "evt_1")
+		b.stopWhileRunning(t, "bank", []ferry.SourcePolicy{{Name: "bank", LostLease: ferry.LostLeaseHold}}, context.Context.Err)
+		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.State != ferry.StateInProgress {
+			t.Fatalf("event %s after Stop cut its hold handler off, want still leased (ledger %v)", ev.State, b.outcomes(t, id))
+		}
+		b.clock.Advance(time.Hour)
+		if _, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{
+			Owner: "next", Limit: 1, TTL: time.Minute, HoldSources: []string{"bank"},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		b.waitState(t, id, ferry.StateUnknown)
 	})
 
 	// A handler that respects its context and is still running when Stop

@@ -137,7 +137,8 @@ const (
 	OutcomeFailed Outcome = "failed"
 	// OutcomeDead: the attempt failed and the event went dead.
 	OutcomeDead Outcome = "dead"
-	// OutcomeReleased: the worker gave the event back unworked (shutdown).
+	// OutcomeReleased: the worker gave the event back at shutdown, unworked
+	// or with its handler cut off at the end of the grace.
 	OutcomeReleased Outcome = "released"
 	// OutcomeLeaseExpired: the lease lapsed before the attempt reported; the
 	// event was taken back (or held as unknown). Its effect may or may not have
