@@ -21,8 +21,11 @@ import (
 // Defaults of the provider API client.
 const (
 	// DefaultRate is the request rate to a provider's API: well under
-	// Stripe's 25 requests a second in test mode (100 live) and GitHub's
-	// 5,000 an hour spread over a pass.
+	// Stripe's 25 requests a second in test mode (100 live). It does not
+	// keep GitHub within its 5,000 calls an hour (5 a second is 18,000 an
+	// hour): a pass's GitHub calls are bounded by its pages and the
+	// deliveries it misses, not by the rate, and a rate-limit 403 waits
+	// for the reset GitHub names (or fails the pass past maxWait).
 	DefaultRate = 5.0
 	// maxTries is how many times one request is sent before the pass fails.
 	maxTries = 6

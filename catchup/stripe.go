@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,8 +25,13 @@ type StripeOptions struct {
 	APIKey string
 	// APIBase defaults to DefaultStripeAPI.
 	APIBase string
-	// Types, when set, lists only these event types (at most 20, Stripe's
-	// limit). Empty lists every type.
+	// Types are the event types listed: the ones the webhook endpoint is
+	// subscribed to (its enabled_events), at most 20 (Stripe's limit), or
+	// ["*"] alone for every type (no types[] filter is sent). Required:
+	// GET /v1/events lists every event of the account, of types the
+	// endpoint never subscribed to and for the account's other endpoints,
+	// and each one the store lacks would be received as new and sent to
+	// the app.
 	Types []string
 	// OnlyFailed lists only events whose delivery to some endpoint of the
 	// account failed (delivery_success=false): fewer calls, but an event
@@ -49,14 +55,31 @@ type Stripe struct {
 
 var _ Reconciler = (*Stripe)(nil)
 
+// TypesError is NewStripe's error for Types it refuses; it wraps ErrConfig.
+// Problem says what is wrong and what to write without naming the setting,
+// so that a config file can name its own key.
+type TypesError struct{ Problem string }
+
+func (e *TypesError) Error() string {
+	return fmt.Sprintf("%v: stripe: types: %s", ErrConfig, e.Problem)
+}
+
+func (e *TypesError) Unwrap() error { return ErrConfig }
+
 // NewStripe checks opts and returns the reconciler.
 func NewStripe(opts StripeOptions) (*Stripe, error) {
 	if opts.APIKey == "" {
 		return nil, fmt.Errorf("%w: stripe: an API key is required", ErrConfig)
 	}
-	if len(opts.Types) > 20 {
-		return nil, fmt.Errorf("%w: stripe: %d types, Stripe accepts at most 20", ErrConfig, len(opts.Types))
+	switch {
+	case len(opts.Types) == 0:
+		return nil, &TypesError{`missing: Stripe's events API lists every event of the account, including types this endpoint is not subscribed to and events for its other endpoints, and catch-up would send each to the app as new; list the types this endpoint is subscribed to (its enabled_events in the Stripe dashboard), at most 20, or ["*"] for all`}
+	case len(opts.Types) > 1 && slices.Contains(opts.Types, "*"):
+		return nil, &TypesError{`lists "*" with other types: "*" is every type; write ["*"] alone, or only the types`}
+	case len(opts.Types) > 20:
+		return nil, &TypesError{fmt.Sprintf("lists %d types, Stripe accepts at most 20: list the types this endpoint is subscribed to, or [\"*\"] for all", len(opts.Types))}
 	}
+	opts.Types = slices.Clone(opts.Types) // a caller's later change would slip past the checks
 	base, err := parseBase(opts.APIBase, DefaultStripeAPI)
 	if err != nil {
 		return nil, err
@@ -77,8 +100,10 @@ func (s *Stripe) List(ctx context.Context, w Window, found func(*Candidate) erro
 	q.Set("created[gte]", strconv.FormatInt(w.From.Unix(), 10))
 	q.Set("created[lte]", strconv.FormatInt(w.To.Unix(), 10))
 	q.Set("limit", "100")
-	for _, t := range s.opts.Types {
-		q.Add("types[]", t)
+	if s.opts.Types[0] != "*" { // NewStripe takes "*" only alone
+		for _, t := range s.opts.Types {
+			q.Add("types[]", t)
+		}
 	}
 	if s.opts.OnlyFailed {
 		q.Set("delivery_success", "false")

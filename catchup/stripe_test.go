@@ -66,6 +66,13 @@ func (f *fakeStripe) add(n int, created time.Time, prefix string) []string {
 	return ids
 }
 
+// addType adds one event of type typ.
+func (f *fakeStripe) addType(id, typ string, created time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, stripeEvent{ID: id, Object: "event", Type: typ, Created: created.Unix()})
+}
+
 func (f *fakeStripe) requests() []stripeRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -188,6 +195,9 @@ func setupStripe(t *testing.T, opts StripeOptions) *stripeBundle {
 	if opts.Rate == 0 {
 		opts.Rate = 1000
 	}
+	if opts.Types == nil {
+		opts.Types = []string{"*"} // the fake's events are all one type
+	}
 	r, err := NewStripe(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -269,6 +279,58 @@ func TestStripe(t *testing.T) {
 		}
 		if q.Get("created[gte]") != strconv.FormatInt(base.Add(-DefaultLookback).Unix(), 10) {
 			t.Fatalf("created[gte] = %s, want now - lookback", q.Get("created[gte]"))
+		}
+	})
+
+	// Types not listed, and events for the account's other endpoints, are
+	// never received: the endpoint was not sent them.
+	t.Run("OnlyListedTypes", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{Types: []string{"invoice.paid"}})
+		b.fake.add(3, base.Add(-time.Hour), "a")
+		b.fake.addType("evt_other", "customer.created", base.Add(-time.Hour))
+		wantCounts(t, b.pass(t, PassOptions{}), 3, 3, 0)
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_other"}); !errors.Is(err, ferry.ErrNotFound) {
+			t.Fatalf("an unlisted type was stored: err = %v", err)
+		}
+	})
+
+	// "*" lists every type: Stripe gets no types[] filter.
+	t.Run("StarSendsNoTypes", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{Types: []string{"*"}})
+		b.fake.add(3, base.Add(-time.Hour), "a")
+		b.fake.addType("evt_other", "customer.created", base.Add(-time.Hour))
+		wantCounts(t, b.pass(t, PassOptions{}), 4, 4, 0)
+		for i, r := range b.fake.requests() {
+			if _, ok := r.query["types[]"]; ok {
+				t.Fatalf("request %d sent types[] = %v, want none", i, r.query["types[]"])
+			}
+		}
+	})
+
+	t.Run("RejectsTypes", func(t *testing.T) {
+		t.Parallel()
+		for name, tc := range map[string]struct {
+			types []string
+			want  string
+		}{
+			"Missing":       {nil, "enabled_events"},
+			"Empty":         {[]string{}, "enabled_events"},
+			"StarWithOther": {[]string{"*", "invoice.paid"}, `write ["*"] alone`},
+			"OtherWithStar": {[]string{"invoice.paid", "*"}, `write ["*"] alone`},
+			"MoreThan20":    {slices.Repeat([]string{"invoice.paid"}, 21), "at most 20"},
+		} {
+			_, err := NewStripe(StripeOptions{APIKey: "sk_test_x", Types: tc.types})
+			var te *TypesError
+			if !errors.Is(err, ErrConfig) || !errors.As(err, &te) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: err = %v, want ErrConfig, a TypesError and %q", name, err, tc.want)
+			}
+		}
+		for _, types := range [][]string{{"*"}, slices.Repeat([]string{"invoice.paid"}, 20)} {
+			if _, err := NewStripe(StripeOptions{APIKey: "sk_test_x", Types: types}); err != nil {
+				t.Errorf("types %v: %v", types, err)
+			}
 		}
 	})
 
@@ -398,7 +460,7 @@ func TestStripe(t *testing.T) {
 				fmt.Fprint(w, body(r))
 			}))
 			t.Cleanup(srv.Close)
-			s, err := NewStripe(StripeOptions{APIKey: key, APIBase: srv.URL})
+			s, err := NewStripe(StripeOptions{APIKey: key, APIBase: srv.URL, Types: []string{"*"}})
 			if err != nil {
 				t.Fatal(err)
 			}

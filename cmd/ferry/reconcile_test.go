@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,7 +26,8 @@ const stripeAPIKey = "sk_test_e2eSECRETkey0123456789"
 
 // stripeAPI is a fake of Stripe's GET /v1/events: the events created
 // within the window, a page of at most limit, newest first, with the bodies
-// sendStripe posts.
+// sendStripe posts. It refuses a listing not filtered to the types
+// withCatchup configures.
 func stripeAPI(t *testing.T, ids []string, created time.Time) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/events" || r.Header.Get("Authorization") != "Bearer "+stripeAPIKey {
@@ -33,6 +35,10 @@ func stripeAPI(t *testing.T, ids []string, created time.Time) *httptest.Server {
 			return
 		}
 		q := r.URL.Query()
+		if !slices.Equal(q["types[]"], []string{"invoice.paid"}) {
+			http.Error(w, `{"error":{"message":"want types[]=invoice.paid"}}`, http.StatusBadRequest)
+			return
+		}
 		limit, _ := strconv.Atoi(q.Get("limit"))
 		gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
 		lte, _ := strconv.ParseInt(q.Get("created[lte]"), 10, 64)
@@ -64,7 +70,7 @@ func withCatchup(t *testing.T, config, apiBase, interval string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw = fmt.Appendf(raw, "[source.catchup]\napi_key = \"${E2E_STRIPE_KEY}\"\napi_base = %q\ninterval = %q\nrate = 20\n", apiBase, interval)
+	raw = fmt.Appendf(raw, "[source.catchup]\napi_key = \"${E2E_STRIPE_KEY}\"\ntypes = [\"invoice.paid\"]\napi_base = %q\ninterval = %q\nrate = 20\n", apiBase, interval)
 	return writeTempFile(t, "ferry-catchup.toml", string(raw))
 }
 
@@ -236,6 +242,22 @@ func TestReconcile(t *testing.T) {
 		}
 		if strings.Contains(p.log(), stripeAPIKey) {
 			t.Errorf("the API key is in serve's log")
+		}
+	})
+
+	// Stripe lists the whole account's events: without types, catch-up
+	// would send the app every type of every endpoint, so ferry refuses.
+	t.Run("StripeWithoutTypesStopsTheStart", func(t *testing.T) {
+		api := stripeAPI(t, nil, time.Now())
+		raw, err := os.ReadFile(writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), "http://127.0.0.1:9/app", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = fmt.Appendf(raw, "[source.catchup]\napi_key = \"${E2E_STRIPE_KEY}\"\napi_base = %q\n", api.URL)
+		cfg := writeTempFile(t, "ferry-catchup.toml", string(raw))
+		_, errOut, code := runFerry(t, "reconcile", "--config", cfg, "--source", "stripe")
+		if code != 2 || !strings.Contains(errOut, "source[0] (stripe).catchup.types: missing") || !strings.Contains(errOut, "enabled_events") {
+			t.Fatalf("reconcile without types: exit %d, want 2 naming catchup.types\n%s", code, errOut)
 		}
 	})
 }

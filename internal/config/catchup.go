@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,7 +35,11 @@ type Catchup struct {
 	// Hook is the GitHub hook whose deliveries are read:
 	// "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks/ID" or "app/hook".
 	Hook string `toml:"hook"`
-	// Types limits Stripe's listing to these event types.
+	// Types are the Stripe event types listed: those the endpoint is
+	// subscribed to (its enabled_events), at most 20, or ["*"] for every
+	// type. Required for Stripe, whose listing is the whole account's:
+	// without it, events of other types and other endpoints would reach
+	// the app. catchup.NewStripe checks it.
 	Types []string `toml:"types"`
 	// OnlyFailed lists only Stripe events whose delivery failed. Defaults
 	// to false.
@@ -149,7 +154,10 @@ func (c *Catchup) validate(key string, s *Source) []error {
 	if c.Rate < minRate || c.Rate > maxRate {
 		bad("rate", "is %v requests a second: use at least %v (a request every 10s) and at most %v (Stripe's test-mode limit), or leave it out for %v", c.Rate, minRate, maxRate, catchup.DefaultRate)
 	}
-	if _, err := s.Reconciler(); err != nil {
+	var typesErr *catchup.TypesError
+	if _, err := s.Reconciler(); errors.As(err, &typesErr) {
+		bad("types", "%s", typesErr.Problem)
+	} else if err != nil {
 		errs = append(errs, fmt.Errorf("%s.%v", key, err))
 	}
 	return errs

@@ -9,13 +9,16 @@ import (
 	"github.com/ferry-inbox/ferry/catchup"
 )
 
+// stripeKey is a Stripe [source.catchup] table's required keys.
+const stripeKey = "api_key = \"k\"\ntypes = [\"*\"]"
+
 func TestCatchup(t *testing.T) {
 	t.Parallel()
 	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "STRIPE_API_KEY": "rk_test_abc"})
 
 	t.Run("DefaultsAndExpansion", func(t *testing.T) {
 		t.Parallel()
-		c, err := Parse([]byte(good+"[source.catchup]\napi_key = \"${STRIPE_API_KEY}\"\n"), vars)
+		c, err := Parse([]byte(good+"[source.catchup]\napi_key = \"${STRIPE_API_KEY}\"\ntypes = [\"invoice.paid\"]\n"), vars)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +48,7 @@ func TestCatchup(t *testing.T) {
 
 	t.Run("IntervalZeroTurnsTheLoopOff", func(t *testing.T) {
 		t.Parallel()
-		c, err := Parse([]byte(good+"[source.catchup]\napi_key = \"k\"\ninterval = \"0\"\n"), vars)
+		c, err := Parse([]byte(good+"[source.catchup]\n"+stripeKey+"\ninterval = \"0\"\n"), vars)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,18 +60,20 @@ func TestCatchup(t *testing.T) {
 	for _, tc := range []struct {
 		name, table, wantKey, wantFix string
 	}{
-		{"short interval", "api_key = \"k\"\ninterval = \"10s\"", "catchup.interval", "at least 1m"},
-		{"lookback past retention", "api_key = \"k\"\nlookback = \"144h\"", "catchup.lookback", "use at most 143h50m0s"},
-		{"rate too high", "api_key = \"k\"\nrate = 100", "catchup.rate", "at most 25"},
-		{"rate too low", "api_key = \"k\"\nrate = 0.0000001", "source[0] (stripe).catchup.rate", "at least 0.1"},
-		{"negative rate", "api_key = \"k\"\nrate = -1", "catchup.rate", "at least 0.1"},
+		{"short interval", stripeKey + "\ninterval = \"10s\"", "catchup.interval", "at least 1m"},
+		{"lookback past retention", stripeKey + "\nlookback = \"144h\"", "catchup.lookback", "use at most 143h50m0s"},
+		{"rate too high", stripeKey + "\nrate = 100", "catchup.rate", "at most 25"},
+		{"rate too low", stripeKey + "\nrate = 0.0000001", "source[0] (stripe).catchup.rate", "at least 0.1"},
+		{"negative rate", stripeKey + "\nrate = -1", "catchup.rate", "at least 0.1"},
 		{"no credentials", "hook = \"repos/a/b/hooks/1\"", "catchup.api_key", "credentials"},
 		{"only only_failed", "only_failed = true", "source[0] (stripe).catchup.api_key", "missing, but only_failed set"},
 		{"only rate", "rate = 2", "source[0] (stripe).catchup.api_key", "missing, but rate set"},
 		{"only lookback", "lookback = \"24h\"", "source[0] (stripe).catchup.api_key", "missing, but lookback set"},
 		{"only interval", "interval = \"30m\"", "source[0] (stripe).catchup.api_key", "missing, but interval set"},
 		{"github keys on stripe", "token = \"t\"\nhook = \"repos/a/b/hooks/1\"", "catchup", "Stripe takes api_key"},
-		{"too many types", "api_key = \"k\"\ntypes = [" + strings.Repeat(`"a",`, 21) + "]", "catchup", "at most 20"},
+		{"too many types", "api_key = \"k\"\ntypes = [" + strings.Repeat(`"a",`, 21) + "]", "source[0] (stripe).catchup.types", "at most 20"},
+		{"no types", "api_key = \"k\"", "source[0] (stripe).catchup.types", "missing: Stripe's events API lists every event of the account"},
+		{"star with other types", "api_key = \"k\"\ntypes = [\"*\", \"invoice.paid\"]", "source[0] (stripe).catchup.types", `write ["*"] alone`},
 		{"missing env", "api_key = \"${NOPE}\"", "catchup.api_key", "export it"},
 	} {
 		t.Run("Rejects/"+tc.name, func(t *testing.T) {
