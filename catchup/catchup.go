@@ -100,11 +100,17 @@ type Event struct {
 const (
 	OutcomeNew   = "new"   // the store lacked the event; catch-up added it
 	OutcomeKnown = "known" // the store had it, or the provider delivered it
+
+	PassOK     = "ok"     // a pass of Run's loop ran to its end
+	PassFailed = "failed" // it failed, and the next interval tries again
 )
 
-// Observer counts what passes found. prometheus.CatchupMetrics is one.
+// Observer counts what passes found, and how Run's passes ended: a key
+// revoked at the provider fails every pass, and only this count shows it.
+// prometheus.CatchupMetrics is one.
 type Observer interface {
 	CatchupEvent(source, outcome string)
+	CatchupPass(source, outcome string)
 }
 
 // Runner runs catch-up passes for one source.
@@ -426,6 +432,12 @@ func (r *Runner) Run(ctx context.Context, interval time.Duration, owner string) 
 	}
 }
 
+func (r *Runner) observePass(outcome string) {
+	if r.Observer != nil {
+		r.Observer.CatchupPass(r.Source, outcome)
+	}
+}
+
 func (r *Runner) runOnce(ctx context.Context, lease *ferry.LeaseAcquireParams, timeout time.Duration) {
 	held, err := r.Store.LeaseAcquire(ctx, lease)
 	if err != nil {
@@ -442,11 +454,13 @@ func (r *Runner) runOnce(ctx context.Context, lease *ferry.LeaseAcquireParams, t
 	defer cancel()
 	res, err := r.Pass(passCtx, PassOptions{})
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil { // not a stop
 			r.log().Error("catchup: pass failed; retrying next interval", "source", r.Source, "error", err.Error())
+			r.observePass(PassFailed)
 		}
 		return
 	}
+	r.observePass(PassOK)
 	r.log().Info("catchup: pass", "source", r.Source, "from", res.From, "to", res.To,
 		"fetched", res.Fetched, "new", res.New, "known", res.Known, "advanced", res.Advanced)
 }

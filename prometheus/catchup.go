@@ -11,10 +11,13 @@ var _ catchup.Observer = (*CatchupMetrics)(nil)
 // CatchupMetrics counts what catch-up passes found:
 // ferry_catchup_events_total{source, outcome="new"|"known"}. A steady
 // stream of "new" means the provider fails to deliver: look at the
-// endpoint's configuration on its side.
+// endpoint's configuration on its side. And how serve's passes ended:
+// ferry_catchup_passes_total{source, outcome="ok"|"failed"}; failures with
+// no ok mean catch-up is not running (a revoked key, an API that refuses).
 type CatchupMetrics struct {
 	sources []string
 	events  *prom.CounterVec
+	passes  *prom.CounterVec
 }
 
 // NewCatchupMetrics registers the counter on reg, every source in sources
@@ -26,13 +29,24 @@ func NewCatchupMetrics(reg prom.Registerer, sources []string) *CatchupMetrics {
 			Namespace: "ferry", Name: "catchup_events_total",
 			Help: "Events listed by catch-up passes, by source and outcome: new (fetched because the provider never delivered it) or known.",
 		}, []string{"source", "outcome"}),
+		passes: prom.NewCounterVec(prom.CounterOpts{
+			Namespace: "ferry", Name: "catchup_passes_total",
+			Help: "Catch-up passes run by serve, by source and outcome: ok or failed (retried the next interval).",
+		}, []string{"source", "outcome"}),
 	}
-	reg.MustRegister(m.events)
+	reg.MustRegister(m.events, m.passes)
 	for _, s := range sources {
 		m.events.WithLabelValues(s, catchup.OutcomeNew)
 		m.events.WithLabelValues(s, catchup.OutcomeKnown)
+		m.passes.WithLabelValues(s, catchup.PassOK)
+		m.passes.WithLabelValues(s, catchup.PassFailed)
 	}
 	return m
+}
+
+// CatchupPass counts one pass of serve's loop.
+func (m *CatchupMetrics) CatchupPass(source, outcome string) {
+	m.passes.WithLabelValues(source, outcome).Inc()
 }
 
 // CatchupEvent counts one listed event.

@@ -20,6 +20,8 @@ func TestCatchupMetrics(t *testing.T) {
 		m.CatchupEvent("stripe", catchup.OutcomeNew)
 	}
 	m.CatchupEvent("stripe", catchup.OutcomeKnown)
+	m.CatchupPass("stripe", catchup.PassFailed)
+	m.CatchupPass("stripe", catchup.PassFailed)
 
 	srv := httptest.NewServer(prometheus.Handler(reg))
 	defer srv.Close()
@@ -28,6 +30,8 @@ func TestCatchupMetrics(t *testing.T) {
 		`ferry_catchup_events_total{outcome="new",source="stripe"} 3`,
 		`ferry_catchup_events_total{outcome="known",source="stripe"} 1`,
 		`ferry_catchup_events_total{outcome="new",source="github"} 0`, // present before the first pass
+		`ferry_catchup_passes_total{outcome="failed",source="stripe"} 2`,
+		`ferry_catchup_passes_total{outcome="ok",source="stripe"} 0`,
 	} {
 		if !strings.Contains(raw, want) {
 			t.Errorf("metrics lack %s:\n%s", want, raw)

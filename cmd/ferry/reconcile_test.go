@@ -199,6 +199,26 @@ func TestReconcile(t *testing.T) {
 		}
 	})
 
+	// A key the provider refuses fails every pass; the log says so each
+	// interval, and the metric lets an alert say so once.
+	t.Run("ServeLoopCountsFailedPasses", func(t *testing.T) {
+		refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, `{"error":{"message":"Invalid API Key provided"}}`, http.StatusUnauthorized)
+		}))
+		t.Cleanup(refusing.Close)
+		_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
+		plain := writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), appSrv.URL, "")
+		p := startServe(t, withCatchup(t, plain, refusing.URL, "15m"))
+		var metrics string
+		waitFor(t, 60*time.Second, "the failed pass counted", func() bool {
+			_, metrics = testhttp.Get(t, "http://"+p.admin+"/metrics")
+			return strings.Contains(metrics, `ferry_catchup_passes_total{outcome="failed",source="stripe"} 1`)
+		})
+		if !strings.Contains(metrics, `ferry_catchup_passes_total{outcome="ok",source="stripe"} 0`) {
+			t.Errorf("a refused pass counted as ok:\n%s", metrics)
+		}
+	})
+
 	t.Run("ServeLoopCatchesUpAfterAnOutage", func(t *testing.T) {
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		ids, caughtUp := e2eEvents()
@@ -231,10 +251,15 @@ func TestReconcile(t *testing.T) {
 		if _, err := st.CheckpointGet(context.Background(), &ferry.CheckpointGetParams{Name: "catchup:stripe"}); err != nil {
 			t.Errorf("no checkpoint after the loop's pass: %v", err)
 		}
-		_, metrics := testhttp.Get(t, "http://"+p.admin+"/metrics")
+		var metrics string
+		waitFor(t, 60*time.Second, "the pass counted", func() bool {
+			_, metrics = testhttp.Get(t, "http://"+p.admin+"/metrics")
+			return strings.Contains(metrics, `ferry_catchup_passes_total{outcome="ok",source="stripe"} 1`)
+		})
 		for _, want := range []string{
 			`ferry_catchup_events_total{outcome="new",source="stripe"} 10`,
 			`ferry_catchup_events_total{outcome="known",source="stripe"} 40`,
+			`ferry_catchup_passes_total{outcome="failed",source="stripe"} 0`,
 		} {
 			if !strings.Contains(metrics, want) {
 				t.Errorf("metrics lack %s", want)
