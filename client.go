@@ -113,7 +113,8 @@ func (c *Client) Start(ctx context.Context) error {
 
 // Stop stops claiming, lets running handlers finish within ShutdownGrace (or
 // until ctx is done), then cancels the rest and releases their events so that
-// another instance takes them at once. It returns when every handler has
+// another instance takes them at once (see ShutdownGrace for what a handler's
+// answer then means). It returns when every handler has
 // returned, or when ctx is done: then it stops the heartbeats of handlers that
 // ignore their context, so that their leases lapse, and returns ctx.Err().
 // A Stop while another runs waits the same way.

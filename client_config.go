@@ -65,10 +65,10 @@ type Config struct {
 	PollInterval time.Duration
 
 	// ShutdownGrace is how long Stop lets running handlers finish before it
-	// cancels them. A handler that then returns its context's error is cut
-	// off: its event is released, or, for a LostLeaseHold source, whose
-	// effect may have run, left to lapse and held as unknown. A verdict of
-	// its own (nil, a failure) is recorded as usual. Defaults to 10 seconds.
+	// cancels them. A handler that then fails is cut off: its event is
+	// released, or, for a LostLeaseHold source, whose effect may have run,
+	// left to lapse and held as unknown. nil and Permanent are recorded as
+	// usual. Defaults to 10 seconds.
 	ShutdownGrace time.Duration
 
 	// RetryBase and RetryCap shape the backoff: attempt n waits a random

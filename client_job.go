@@ -100,12 +100,12 @@ func budgetSpent(cl *Claim, p SourcePolicy) error {
 	return Permanent(fmt.Errorf("ferry: not run: the budget of %d attempts is spent, the last by an attempt that never finished (its worker died, or its handler outlived the lease)", p.MaxAttempts))
 }
 
-// cutOff reports whether a handler returned because Stop cancelled it at
-// the end of the grace: its verdict is unknown. A handler that returns a
-// verdict of its own after the cancellation (nil, Permanent, a failure) is
-// recorded as such.
+// cutOff reports whether a handler that failed was cut off by Stop at the
+// end of the grace. Cancellation comes back in many forms (ctx.Err(), its
+// cause, an RPC status), so any error counts but Permanent, a verdict only
+// the handler can give (an app's 404): that one is recorded.
 func cutOff(ctx context.Context, err error) bool {
-	return context.Cause(ctx) == errShutdown && (errors.Is(err, context.Canceled) || errors.Is(err, errShutdown))
+	return context.Cause(ctx) == errShutdown && !IsPermanent(err)
 }
 
 // record writes the attempt's verdict, fenced by its lease, and reports it.
@@ -140,7 +140,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 		// Its effect may have run: as for a worker that died, the lease
 		// lapses and the next claim holds the event as unknown.
 		outcome, leftToLapse = OutcomeLeaseExpired, true
-		log.Warn("ferry: handler cut off at shutdown; its lease is left to lapse and the event will be held as unknown", "policy", policy.LostLease)
+		log.Warn("ferry: handler cut off at shutdown; its lease is left to lapse and the event will be held as unknown", "alert", "lease_lost", "policy", policy.LostLease)
 	case cutOff(ctx, err):
 		// Give it back for another instance.
 		outcome = OutcomeReleased

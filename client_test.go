@@ -447,6 +447,23 @@ func TestClient(t *testing.T) {
 		b.wantLedger(t, id, "[released running]")
 	})
 
+	// Cancellation comes back in many forms (an RPC status, a wrapped
+	// cause): any failure after the grace is cut off, and released.
+	withClient(t, "StopReleasesAHandlerCutOffAnyWay", false, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "stripe", "evt_1")
+		b.stopWhileRunning(t, "stripe", nil, func(context.Context) error {
+			return errors.New("rpc error: code = Canceled desc = context canceled")
+		})
+		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.State != ferry.StatePending {
+			t.Fatalf("event %s after Stop cut its handler off, want pending (ledger %v)", ev.State, b.outcomes(t, id))
+		}
+		b.wantLedger(t, id, "[released]")
+	})
+
 	// A handler that answers with a verdict of its own after the grace
 	// cancelled it is recorded by that verdict, not released.
 	withClient(t, "StopKeepsAVerdictGivenAfterTheGrace", false, func(t *testing.T, b *clientBundle) {
