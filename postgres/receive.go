@@ -241,8 +241,9 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		origins[pos] = r.origin
 		traceparents[pos], tracestates[pos] = r.traceparent, r.tracestate
 		if f := len(firsts) - 1; f >= 0 && sameKey(reqs[order[firsts[f]]], r) {
+			first := reqs[order[firsts[f]]]
 			counts[firsts[f]]++
-			if r.sum != reqs[order[firsts[f]]].sum {
+			if conflicting(first.sum[:], first.origin == catchup, r) {
 				firstConflicts[firsts[f]]++
 			}
 			continue
@@ -271,12 +272,13 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		id           int64
 		inserted     bool
 		stored       []byte
+		caughtUp     bool
 		n, differing int32
 		touched      bool
 	}
 	keys := make([]keyResult, 0, len(firsts))
 	var k keyResult
-	_, err := pgx.ForEachRow(rows, []any{&k.id, &k.inserted, &k.stored, &k.n, &k.differing, &k.touched}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&k.id, &k.inserted, &k.stored, &k.caughtUp, &k.n, &k.differing, &k.touched}, func() error {
 		keys = append(keys, k)
 		return nil
 	})
@@ -305,7 +307,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		switch {
 		case isFirst[pos] && kr.inserted:
 			res.Outcome = ferry.ReceiveNew
-		case !bytes.Equal(reqs[i].sum[:], kr.stored):
+		case conflicting(kr.stored, kr.caughtUp, reqs[i]):
 			res.Outcome = ferry.ReceiveConflict
 		default:
 			res.Outcome = ferry.ReceiveDuplicate
@@ -316,6 +318,16 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 }
 
 func sameKey(a, b *receiveArgs) bool { return a.source == b.source && a.eventID == b.eventID }
+
+// catchup is ferry.OriginCatchup as the tables spell it.
+const catchup = string(ferry.OriginCatchup)
+
+// conflicting is the SQL's conflict rule for a batch: r's bytes differ from
+// the key's, both from deliveries (catch-up's copy is never a delivery's
+// bytes).
+func conflicting(stored []byte, caughtUp bool, r *receiveArgs) bool {
+	return !caughtUp && r.origin != catchup && !bytes.Equal(r.sum[:], stored)
+}
 
 // rowQuerier runs one statement that returns one row.
 type rowQuerier interface {

@@ -77,6 +77,92 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	// Catch-up stores the provider API's copy of an event, never the bytes a
+	// delivery carries: bytes are compared only between deliveries, one by
+	// one, in a batch, and once the event is done.
+	run(t, setup, "BytesAreComparedOnlyBetweenDeliveries", func(t *testing.T, b *bundle[TX]) {
+		body := func(s string) []byte { return []byte(`{"copy":"` + s + `"}`) }
+		one := func(eventID string, origin ferry.Origin, copy string) ferry.ReceiveOutcome {
+			t.Helper()
+			return receiveWith(t, b, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Payload: body(copy), Origin: origin}).Outcome
+		}
+		many := func(receipts ...*ferry.EventReceiveParams) []ferry.ReceiveOutcome {
+			t.Helper()
+			res, err := b.store.EventReceiveMany(b.ctx, &ferry.EventReceiveManyParams{Receipts: receipts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := make([]ferry.ReceiveOutcome, len(res))
+			for i, r := range res {
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				out[i] = r.Result.Outcome
+			}
+			return out
+		}
+		wantConflicts := func(eventID string, want int) {
+			t.Helper()
+			ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{Source: "stripe", EventID: eventID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept, err := b.store.ConflictList(b.ctx, &ferry.ConflictListParams{ID: ev.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Conflicts != want || len(kept) != want {
+				t.Errorf("%s: %d conflicts counted, %d kept; want %d", eventID, ev.Conflicts, len(kept), want)
+			}
+		}
+		dup := ferry.ReceiveDuplicate
+
+		one("evt_a", ferry.OriginCatchup, "api")
+		if got := []ferry.ReceiveOutcome{one("evt_a", ferry.OriginDelivery, "sent"), one("evt_a", ferry.OriginDelivery, "resent")}; got[0] != dup || got[1] != dup {
+			t.Errorf("deliveries after catch-up: %v, want duplicates", got)
+		}
+		wantConflicts("evt_a", 0)
+
+		one("evt_b", ferry.OriginDelivery, "sent")
+		if got := one("evt_b", ferry.OriginCatchup, "api"); got != dup {
+			t.Errorf("catch-up after a delivery: %s, want duplicate", got)
+		}
+		if got := one("evt_b", ferry.OriginDelivery, "forged"); got != ferry.ReceiveConflict {
+			t.Errorf("another delivery's bytes: %s, want conflict", got)
+		}
+		wantConflicts("evt_b", 1)
+
+		got := many(
+			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_c", Payload: body("api"), Origin: ferry.OriginCatchup},
+			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_c", Payload: body("sent")},
+			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_d", Payload: body("sent")},
+			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_d", Payload: body("api"), Origin: ferry.OriginCatchup},
+			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_d", Payload: body("forged")},
+			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_a", Payload: body("again")},
+		)
+		want := []ferry.ReceiveOutcome{ferry.ReceiveNew, dup, ferry.ReceiveNew, dup, ferry.ReceiveConflict, dup}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("one batch: %v, want %v", got, want)
+		}
+		wantConflicts("evt_c", 0)
+		wantConflicts("evt_d", 1)
+		wantConflicts("evt_a", 0)
+
+		// Done (on PostgreSQL, archived): the key still knows.
+		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
+		for _, c := range claim(t, b, "w", 10) {
+			mustComplete(t, b, c.Event.Lease())
+		}
+		if got := one("evt_a", ferry.OriginDelivery, "late"); got != dup {
+			t.Errorf("a delivery of the done caught-up event: %s, want duplicate", got)
+		}
+		if got := many(&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_c", Payload: body("late")}); got[0] != dup {
+			t.Errorf("a batched delivery of the done caught-up event: %s, want duplicate", got[0])
+		}
+		wantConflicts("evt_a", 0)
+		wantConflicts("evt_c", 0)
+	})
+
 	run(t, setup, "BothWaysAtOnceStoreOne", func(t *testing.T, b *bundle[TX]) {
 		_, news := receiveAtOnce(t, b, 8, ferry.ReceiveDuplicate, func(i int) *ferry.EventReceiveParams {
 			return &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_race", Payload: []byte(`{}`), Origin: alternate(i)}

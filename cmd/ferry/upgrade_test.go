@@ -157,9 +157,13 @@ func TestUpgradeFromSchema002(t *testing.T) {
 	if c := counts["github"]; c[ferry.StateDead] != 1 || c[ferry.StateUnknown] != 1 {
 		t.Errorf("github counts after the upgrade: %v", c)
 	}
-	// A redelivery of an archived event is still a duplicate.
-	if code := sendStripe(t, startServe(t, cfg).addr, "evt_done"); code != http.StatusOK {
-		t.Fatalf("redelivery answered %d", code)
+	// A redelivery of an archived event is still a duplicate; so is a
+	// delivery, with its own bytes, of one catch-up stored (evt_done_today).
+	served := startServe(t, cfg)
+	for _, id := range []string{"evt_done", "evt_done_today"} {
+		if code := sendStripe(t, served.addr, id); code != http.StatusOK {
+			t.Fatalf("redelivery of %s answered %d", id, code)
+		}
 	}
 	waitFor(t, 60*time.Second, "the pending and leased events done", func() bool {
 		for _, id := range []string{"evt_pending", "evt_retrying", "evt_leased"} {
@@ -171,6 +175,9 @@ func TestUpgradeFromSchema002(t *testing.T) {
 	})
 	if ev := eventState(t, st, "evt_done"); ev.State != ferry.StateDone || ev.Deliveries != 4 || ev.Attempt != 1 {
 		t.Errorf("evt_done after a redelivery: state %s, deliveries %d, attempt %d; want done, 4, 1", ev.State, ev.Deliveries, ev.Attempt)
+	}
+	if ev := eventState(t, st, "evt_done_today"); ev.Deliveries != 2 || ev.Conflicts != 0 {
+		t.Errorf("evt_done_today (caught up) after a delivery of other bytes: %d deliveries, %d conflicts; want 2, 0", ev.Deliveries, ev.Conflicts)
 	}
 	leased := eventState(t, st, "evt_leased")
 	if got := outcomes(t, st, leased.ID); len(got) != 2 || got[0] != "lease_expired@old-worker" || !strings.HasPrefix(got[1], "done@") {

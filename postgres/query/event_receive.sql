@@ -2,7 +2,7 @@
 -- the next event id and a pending event due now, announced with NOTIFY; a
 -- known key counts the delivery on its event, in ferry_event or in the
 -- archive, and a delivery whose payload hash differs from the first is kept
--- as a conflict. ON CONFLICT makes concurrent deliveries of one key queue on
+-- as a conflict (when both are deliveries: a key's caught_up). ON CONFLICT makes concurrent deliveries of one key queue on
 -- its key row instead of failing. The archive is reached only when the hot
 -- table did not hold the event (ferry_event_done_redeliver). touched is
 -- false when neither found it (a requeue moved it back meanwhile, or it was
@@ -34,14 +34,17 @@ original AS (
     LIMIT 1
 ),
 k AS (
-    INSERT INTO ferry_event_key AS k (source, event_id, id, payload_sha256, received_at)
+    INSERT INTO ferry_event_key AS k (source, event_id, id, payload_sha256, received_at, caught_up)
     SELECT @source::text, @event_id::text, nextval(pg_get_serial_sequence('ferry_event', 'id')),
-           @payload_sha256::bytea, now
+           @payload_sha256::bytea, now, @origin::text = 'catchup'
     FROM clock
     WHERE NOT EXISTS (SELECT FROM original)
     ON CONFLICT (source, event_id) DO UPDATE SET id = k.id
-    -- xmax is 0 on a row this statement inserted.
-    RETURNING k.id, k.xmax = 0 AS inserted, k.payload_sha256 <> @payload_sha256::bytea AS conflicting
+    -- xmax is 0 on a row this statement inserted. Bytes are compared only
+    -- between deliveries: catch-up's copy is never a delivery's bytes.
+    RETURNING k.id, k.xmax = 0 AS inserted,
+              NOT k.caught_up AND @origin::text = 'delivery'
+              AND k.payload_sha256 <> @payload_sha256::bytea AS conflicting
 ),
 received AS (
     INSERT INTO ferry_event (id, source, event_id, type, payload, headers, payload_sha256,

@@ -6,6 +6,9 @@
 -- it goes into the key table (ON CONFLICT DO UPDATE may touch a row once per
 -- statement), carrying @n, the key's delivery count in the batch, and
 -- @first_conflicts, how many of the key's later deliveries differ from it.
+-- Bytes are compared only between deliveries (origin 'delivery'): a key
+-- first stored by catch-up (caught_up) holds the API's copy, never a
+-- delivery's bytes, and a catch-up receipt is compared with nothing.
 --
 -- The outcome is that of running the deliveries one after the other: a new
 -- key gets the next event id and a pending event due now, with every
@@ -29,15 +32,15 @@ delivery AS (
                                is_first, n, first_conflicts, origin, traceparent, tracestate, ord)
 ),
 k AS (
-    INSERT INTO ferry_event_key AS k (source, event_id, id, payload_sha256, received_at)
+    INSERT INTO ferry_event_key AS k (source, event_id, id, payload_sha256, received_at, caught_up)
     SELECT d.source, d.event_id, nextval(pg_get_serial_sequence('ferry_event', 'id')),
-           d.payload_sha256, clock.now
+           d.payload_sha256, clock.now, d.origin = 'catchup'
     FROM delivery d, clock
     WHERE d.is_first
     ORDER BY d.ord
     ON CONFLICT (source, event_id) DO UPDATE SET id = k.id
     -- xmax is 0 on a row this statement inserted.
-    RETURNING k.id, k.source, k.event_id, k.payload_sha256, k.xmax = 0 AS inserted
+    RETURNING k.id, k.source, k.event_id, k.payload_sha256, k.caught_up, k.xmax = 0 AS inserted
 ),
 -- Per key: the first delivery, and how many of the batch's deliveries
 -- differ from the stored hash.
@@ -46,6 +49,7 @@ kd AS (
            d.traceparent, d.tracestate, d.ord,
            (SELECT count(*)::int FROM delivery x
             WHERE x.source = k.source AND x.event_id = k.event_id
+              AND NOT k.caught_up AND x.origin = 'delivery'
               AND x.payload_sha256 <> k.payload_sha256) AS differing
     FROM k
     JOIN delivery d ON d.is_first AND d.source = k.source AND d.event_id = k.event_id
@@ -84,7 +88,7 @@ conflict AS (
     SELECT k.id, (SELECT now FROM clock), d.payload_sha256, d.payload, d.headers
     FROM k
     JOIN delivery d ON d.source = k.source AND d.event_id = k.event_id
-    WHERE d.payload_sha256 <> k.payload_sha256
+    WHERE NOT k.caught_up AND d.origin = 'delivery' AND d.payload_sha256 <> k.payload_sha256
     ORDER BY d.ord
 ),
 notified AS (
@@ -92,7 +96,7 @@ notified AS (
 )
 -- One row per key, in input order. Joining notified makes PostgreSQL
 -- evaluate it.
-SELECT kd.id, kd.inserted, kd.payload_sha256, kd.n, kd.differing,
+SELECT kd.id, kd.inserted, kd.payload_sha256, kd.caught_up, kd.n, kd.differing,
        kd.inserted OR kd.id IN (SELECT id FROM hot UNION ALL SELECT id FROM archived) AS touched
 FROM kd
 LEFT JOIN notified ON true
