@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +29,7 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	role := fs.String("role", "all", "what this process runs: receiver, worker or all")
 	listen := fs.String("listen", "", "override http.listen, the public listener (`host:port`; port 0 picks a free one)")
-	noMigrate := fs.Bool("no-migrate", false, "do not migrate the store at start")
+	noMigrate := fs.Bool("no-migrate", false, "do not migrate the store at start; a schema that lacks a migration stops the start (run ferry migrate first)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json (one object a line) or text (key=value)")
 	if err := fs.parseFlagsOnly(args); err != nil {
@@ -108,6 +109,11 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 			}
 			return fmt.Errorf("migrate: %w", err)
 		}
+	} else if err := schemaCurrent(ctx, st, !*cfg.Store.Migrate, *noMigrate); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
+		return err
 	}
 
 	op, err := newOperator(cfg, st, log)
@@ -206,6 +212,34 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 	}
 	log.Info("ferry: stopped")
 	return failed
+}
+
+// schemaCurrent is serve's check when it does not migrate: a schema that
+// lacks a migration would pass /readyz yet fail every delivery and claim,
+// so it stops the start (exit 2, as a store.url the store refuses does)
+// with the fix. fileOff and flagOff say what turned migrating off:
+// store.migrate = false, --no-migrate.
+func schemaCurrent(ctx context.Context, st ferry.Store, fileOff, flagOff bool) error {
+	steps, err := st.MigratePlan(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate plan: %w", err)
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	names := make([]string, len(steps))
+	for i, step := range steps {
+		names[i] = fmt.Sprintf("%03d_%s", step.Version, step.Name)
+	}
+	var off, fix []string
+	if fileOff {
+		off, fix = append(off, "store.migrate = false"), append(fix, "set store.migrate = true")
+	}
+	if flagOff {
+		off, fix = append(off, "--no-migrate"), append(fix, "drop --no-migrate")
+	}
+	return fmt.Errorf("%w: the store's schema lacks %d migration(s) (%s) and serve does not migrate (%s): run `ferry migrate`, or %s",
+		errConfig, len(steps), strings.Join(names, ", "), strings.Join(off, ", "), strings.Join(fix, " and "))
 }
 
 // backgroundStopBudget bounds the wait for the background tasks at stop.

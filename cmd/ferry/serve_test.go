@@ -572,3 +572,45 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestServeWithoutMigratingNeedsACurrentSchema: serve that does not
+// migrate refuses a schema that lacks a migration (exit 2, naming the
+// fix) rather than serving a /readyz that passes while every delivery
+// fails, and starts on a schema that lacks none.
+func TestServeWithoutMigratingNeedsACurrentSchema(t *testing.T) {
+	t.Parallel()
+	refused := func(t *testing.T, cfg string, fix string, args ...string) {
+		t.Helper()
+		// A serve that starts is stopped after a while: it did not refuse.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var out strings.Builder
+		cmd := exec.CommandContext(ctx, ferryBin, append([]string{"serve", "--config", cfg}, args...)...)
+		cmd.Stderr = &out
+		_ = cmd.Run()
+		stderr, code := out.String(), cmd.ProcessState.ExitCode()
+		if code != exitUsage || !strings.Contains(stderr, "the store's schema lacks ") || !strings.Contains(stderr, "(001_initial, ") ||
+			!strings.Contains(stderr, "run `ferry migrate`, or "+fix+"\n") || strings.Contains(stderr, "ferry: serving") {
+			t.Errorf("serve %v on an empty store: exit %d, stderr:\n%s\nwant %d, the pending migrations and %q, before serving", args, code, stderr, exitUsage, fix)
+		}
+	}
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		dbURL := "sqlite:" + filepath.Join(t.TempDir(), "ferry.db")
+		cfg := writeConfig(t, dbURL, "http://127.0.0.1:1/hooks", "")
+		refused(t, cfg, "drop --no-migrate", "--no-migrate")
+		off := filepath.Join(t.TempDir(), "off.toml")
+		writeFile(t, off, strings.Replace(readFile(t, cfg), "[store]\n", "[store]\nmigrate = false\n", 1))
+		refused(t, off, "set store.migrate = true")
+
+		if _, stderr, code := runFerry(t, "migrate", "--config", off); code != 0 {
+			t.Fatalf("migrate: exit %d: %s", code, stderr)
+		}
+		startServe(t, off, "--no-migrate").terminate(t)
+	})
+	t.Run("Postgres", func(t *testing.T) {
+		t.Parallel()
+		_, schema := pgtest.Schema(t)
+		refused(t, writeConfig(t, pgtest.ConnString(schema), "http://127.0.0.1:1/hooks", ""), "drop --no-migrate", "--no-migrate")
+	})
+}
