@@ -43,12 +43,16 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 		return err
 	}
 
-	cfg, err := loadConfig(*configPath)
-	if err != nil {
-		return err
-	}
+	var overrides []func(*config.Config)
 	if *listen != "" {
-		cfg.HTTP.Listen = *listen
+		overrides = append(overrides, func(c *config.Config) { c.HTTP.Listen = *listen })
+	}
+	cfg, err := loadConfig(*configPath, overrides...)
+	if err != nil {
+		if *listen != "" {
+			err = fmt.Errorf("%w\n  (http.listen is from --listen)", err)
+		}
+		return err
 	}
 	runsWorker, runsReceiver := *role != "receiver", *role != "worker"
 	if runsWorker {

@@ -428,6 +428,26 @@ func TestServe(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, "--role") {
 			t.Fatalf("exit %d, stderr %q: want 2 for a bad flag", code, stderr)
 		}
+		// A store.url pgx cannot parse is a config error, its password
+		// unsaid.
+		badURL := filepath.Join(t.TempDir(), "badurl.toml")
+		writeFile(t, badURL, strings.Replace(readFile(t, cfg), `"sqlite:`, `"postgres://ferry:SEKRET@127.0.0.1:notaport/ferry?x=`, 1))
+		_, stderr, code = runFerry(t, "serve", "--config", badURL)
+		if code != 2 || !strings.Contains(stderr, "store.url: ") || !strings.Contains(stderr, "invalid port") || strings.Contains(stderr, "SEKRET") {
+			t.Fatalf("exit %d, stderr %q: want 2 naming store.url and the reason, not the password", code, stderr)
+		}
+		// --listen is held to http.listen's rules, as the file is.
+		_, stderr, code = runFerry(t, "serve", "--config", cfg, "--listen", "nohost")
+		if code != 2 || !strings.Contains(stderr, `http.listen: "nohost" is not host:port`) {
+			t.Fatalf("--listen nohost: exit %d, stderr %q: want 2 naming http.listen", code, stderr)
+		}
+		admin := freeAddr(t)
+		fixedAdmin := filepath.Join(t.TempDir(), "admin.toml")
+		writeFile(t, fixedAdmin, strings.Replace(readFile(t, cfg), "[admin]\nlisten = \"127.0.0.1:0\"", "[admin]\nlisten = \""+admin+"\"", 1))
+		_, stderr, code = runFerry(t, "serve", "--config", fixedAdmin, "--listen", admin)
+		if code != 2 || !strings.Contains(stderr, "admin.listen: "+admin+" is also http.listen") {
+			t.Fatalf("--listen as admin.listen: exit %d, stderr %q: want 2 naming admin.listen", code, stderr)
+		}
 	})
 }
 

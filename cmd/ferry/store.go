@@ -24,8 +24,8 @@ func (e *configError) Error() string        { return e.err.Error() }
 func (e *configError) Unwrap() error        { return e.err }
 func (e *configError) Is(target error) bool { return target == errConfig }
 
-func loadConfig(path string) (*config.Config, error) {
-	c, err := config.Load(path)
+func loadConfig(path string, overrides ...func(*config.Config)) (*config.Config, error) {
+	c, err := config.Load(path, overrides...)
 	var unreadable *fs.PathError
 	switch {
 	case errors.As(err, &unreadable): // it names the file already

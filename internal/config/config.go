@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
@@ -161,17 +163,19 @@ const (
 // ErrInvalid is wrapped by every validation error.
 var ErrInvalid = errors.New("config invalid")
 
-// Load reads, expands and checks the file at path.
-func Load(path string) (*Config, error) {
+// Load reads, expands and checks the file at path. Each override (a
+// command-line flag) sets its key after the file is read, before the
+// defaults and the checks, so a flag is held to the rules of the key.
+func Load(path string, overrides ...func(*Config)) (*Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return Parse(raw, os.LookupEnv)
+	return Parse(raw, os.LookupEnv, overrides...)
 }
 
 // Parse is Load on bytes, with lookup resolving ${NAME} references.
-func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
+func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Config)) (*Config, error) {
 	var c Config
 	md, err := toml.Decode(string(raw), &c)
 	if err != nil {
@@ -211,6 +215,9 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 	expand("telemetry.otlp_endpoint", &c.Telemetry.OTLPEndpoint)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	for _, override := range overrides {
+		override(&c)
 	}
 	c.applyDefaults()
 	c.applyOperatorDefaults()
@@ -301,8 +308,12 @@ func (c *Config) validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
 	}
-	if _, _, err := c.StoreKind(); err != nil {
+	if kind, dsn, err := c.StoreKind(); err != nil {
 		bad("store.url", "%v", err)
+	} else if kind == "postgres" {
+		if err := checkPostgresURL(dsn); err != nil {
+			bad("store.url", "%v", err)
+		}
 	}
 	if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
 		bad("http.listen", "%q is not host:port: write it like \"127.0.0.1:8080\"", c.HTTP.Listen)
@@ -428,6 +439,28 @@ func (c *Config) StoreKind() (kind, dsn string, err error) {
 		return "postgres", u, nil
 	}
 	return "", "", fmt.Errorf("unknown scheme in %q: use \"sqlite:PATH\" or \"postgres://...\"", RedactURL(u))
+}
+
+// checkPostgresURL parses u as postgres.Open does (pgxpool.ParseConfig), so
+// a URL it cannot read stops the load with its key rather than the open.
+// The message keeps pgx's reason but not the URL pgx puts before it: pgx
+// masks a password there only as well as it can parse the URL.
+func checkPostgresURL(u string) error {
+	_, err := pgxpool.ParseConfig(u)
+	if err == nil {
+		return nil
+	}
+	reason := "it does not parse"
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		// "cannot parse `URL`: reason"; the last "`: " is past the URL
+		// even when the URL holds one.
+		msg := pe.Error()
+		if i := strings.LastIndex(msg, "`: "); i >= 0 {
+			reason = msg[i+len("`: "):]
+		}
+	}
+	return fmt.Errorf("not a PostgreSQL URL ferry can use (%s; the URL is not shown, it may hold a password): write it like \"postgres://user:password@host:5432/db?sslmode=verify-full\", with a '%%', '@', '/' or space in the password percent-encoded", reason)
 }
 
 // Verifier builds the source's signature verifier.

@@ -92,6 +92,53 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
+// A PostgreSQL URL the store could not parse stops the load, naming
+// store.url and pgx's reason, never the password.
+func TestParseRejectsAnUnparseablePostgresURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, url, reason string }{
+		{"port", "postgres://ferry:SEKRET@127.0.0.1:notaport/ferry", "invalid port"},
+		{"sslmode", "postgres://ferry:SEKRET@127.0.0.1:5432/ferry?sslmode=bogus", "sslmode is invalid"},
+		{"password encoding", "postgres://ferry:SEK%zzRET@127.0.0.1:5432/ferry", "invalid percent-encoded token in password"},
+		{"database encoding", "postgres://ferry:SEKRET@127.0.0.1:5432/fe%zz", "invalid percent-encoded token"},
+		{"password in the query", "postgresql://ferry@127.0.0.1/ferry?password=SEKRET&sslmode=bogus", "sslmode is invalid"},
+		{"password with a backquote", "postgres://ferry:SEK`: RET@127.0.0.1:x/ferry", "space"},
+		// Without its "@" the password reads as a port: pgx's own message
+		// quotes it whole.
+		{"password without its @", "postgres://ferry:SEKRET/ferry", "invalid port"},
+		{"pool setting", "postgres://ferry:SEKRET@127.0.0.1/ferry?pool_max_conns=many", "pool_max_conns"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			raw := strings.Replace(good, `url = "sqlite:ferry.db"`, fmt.Sprintf("url = %q", tc.url), 1)
+			_, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+			wantInvalid(t, err, "store.url: not a PostgreSQL URL", tc.reason, "SEK")
+		})
+	}
+	raw := strings.Replace(good, `url = "sqlite:ferry.db"`, `url = "postgres://ferry:p%40ss@db.internal:5432/ferry?sslmode=require&pool_max_conns=8"`, 1)
+	if _, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})); err != nil {
+		t.Errorf("a good PostgreSQL URL: %v", err)
+	}
+}
+
+// An override (a command-line flag) is checked as the key it sets.
+func TestParseChecksOverrides(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})
+	listen := func(addr string) func(*Config) { return func(c *Config) { c.HTTP.Listen = addr } }
+	_, err := Parse([]byte(good), vars, listen("nohost"))
+	wantInvalid(t, err, "http.listen", "host:port", "")
+	_, err = Parse([]byte(good), vars, listen(DefaultAdminListen))
+	wantInvalid(t, err, "admin.listen", "is also http.listen", "")
+	c, err := Parse([]byte(good), vars, listen("127.0.0.1:9090"))
+	if err != nil {
+		t.Fatalf("a good override: %v", err)
+	}
+	if c.HTTP.Listen != "127.0.0.1:9090" {
+		t.Errorf("a good override: listen %q, want 127.0.0.1:9090", c.HTTP.Listen)
+	}
+}
+
 // wantInvalid checks that err stops the start: ErrInvalid, naming key and
 // the fix, and never secret (when not "").
 func wantInvalid(t *testing.T, err error, key, fix, secret string) {
