@@ -24,7 +24,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range [][]string{
 		{"serve"}, {"migrate"}, {"send"}, {"echo"}, {"doctor"}, {"chaos"}, {"reconcile"},
-		{"events", "list"}, {"events", "show"}, {"events", "replay"},
+		{"events", "list"}, {"events", "show"}, {"events", "replay"}, {"healthcheck"}, {"version"},
 	} {
 		name := strings.Join(cmd, " ")
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
@@ -34,8 +34,12 @@ func TestHelpAndUsageErrors(t *testing.T) {
 				t.Errorf("ferry %s -h: exit %d, want 0", name, code)
 			}
 			// usage line, a blank line, a description of at least one
-			// sentence, a blank line, then the flags.
-			help := regexp.MustCompile(`(?s)^usage: ferry ` + name + ` [^\n]*\n\n([^\n]+\n)+\nflags:\n  -`)
+			// sentence, a blank line, then the flags (version has none).
+			flags := `\nflags:\n  -`
+			if name == "version" {
+				flags = `$`
+			}
+			help := regexp.MustCompile(`(?s)^usage: ferry ` + name + `( [^\n]*)?\n\n([^\n]+\n)+` + flags)
 			if !help.MatchString(stderr) {
 				t.Errorf("ferry %s -h lacks a usage line, a description and the flags:\n%s", name, stderr)
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"time"
@@ -12,14 +11,17 @@ import (
 // otherwise. The container image has no curl or wget, so its HEALTHCHECK runs
 // this instead.
 func runHealthcheck(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs := newFlags("healthcheck", "[--url URL] [--timeout 3s]",
+		`Probes a running ferry over HTTP: exits 0 when --url answers 2xx, 1 otherwise.
+The container image has no curl or wget; its HEALTHCHECK runs this.`)
 	url := fs.String("url", "http://127.0.0.1:8080/readyz", "the `URL` to probe: ferry's /readyz (or /healthz for liveness only)")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
-	if err := fs.Parse(args); err != nil {
+	positional, err := fs.parse(args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef("healthcheck takes no arguments, got %q; the URL goes in --url", fs.Args())
+	if len(positional) > 0 {
+		return usagef("healthcheck takes no arguments, got %q; the URL goes in --url", positional)
 	}
 	if *timeout <= 0 {
 		return usagef("--timeout %s: must be positive", *timeout)

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -191,7 +192,13 @@ func (fs *flagSet) parseFlagsOnly(args []string) error {
 }
 
 func (fs *flagSet) printHelp() {
-	fmt.Fprintf(os.Stderr, "usage: ferry %s %s\n\n%s\n\nflags:\n", fs.Name(), fs.synopsis, fs.description)
+	fmt.Fprintf(os.Stderr, "usage: %s\n\n%s\n", strings.TrimSpace("ferry "+fs.Name()+" "+fs.synopsis), fs.description)
+	hasFlags := false
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if !hasFlags {
+		return
+	}
+	fmt.Fprint(os.Stderr, "\nflags:\n")
 	fs.SetOutput(os.Stderr)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -82,12 +81,15 @@ func (b build) write(w io.Writer) {
 }
 
 func runVersion(_ context.Context, args []string) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
+	fs := newFlags("version", "",
+		`Prints the version, commit, Go version and build date: the values a release
+build stamps, else what the Go toolchain recorded.`)
+	positional, err := fs.parse(args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef("version takes no arguments, got %q", fs.Args())
+	if len(positional) > 0 {
+		return usagef("version takes no arguments, got %q", positional)
 	}
 	currentBuild().write(os.Stdout)
 	return nil
