@@ -43,6 +43,13 @@ func TestHelpAndUsageErrors(t *testing.T) {
 			if !help.MatchString(stderr) {
 				t.Errorf("ferry %s -h lacks a usage line, a description and the flags:\n%s", name, stderr)
 			}
+			// A flag's placeholder is one word: flag takes backquoted text
+			// in a usage string for it.
+			for _, line := range regexp.MustCompile(`(?m)^  -.*$`).FindAllString(stderr, -1) {
+				if !regexp.MustCompile(`^  -[a-z-]+( \S+)?$`).MatchString(line) {
+					t.Errorf("ferry %s -h: flag line %q: its placeholder is not one word", name, line)
+				}
+			}
 
 			_, stderr, code = runFerry(t, append(cmd, "--bogus")...)
 			want := fmt.Sprintf("ferry %s: flag provided but not defined: -bogus (see 'ferry %s -h')\n", cmd[0], name)

@@ -500,7 +500,7 @@ others are still replayed).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	state := fs.String("state", "", "bulk: replay every event in this `state` (dead or unknown) of --source")
 	source := fs.String("source", "", "bulk: the `source` whose events to replay (required with --state)")
-	actor := fs.String("actor", defaultActor(), "who asks, kept with each replayed event (`ferry events show` lists it)")
+	actor := fs.String("actor", defaultActor(), "who asks (a `name`), kept with each replayed event; ferry events show lists it")
 	positional, err := fs.parse(args)
 	if err != nil {
 		return err
