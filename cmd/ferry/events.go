@@ -162,7 +162,7 @@ first (at most --limit of them).`)
 		}
 	}
 
-	env, err := openConfigured(ctx, *configPath)
+	env, err := openConfigured(ctx, *configPath, *source)
 	if err != nil {
 		return err
 	}
@@ -339,7 +339,7 @@ when the event does not exist.`)
 	if len(positional) != 2 {
 		return usagef("want SOURCE EVENT_ID, got %d arguments", len(positional))
 	}
-	env, err := openConfigured(ctx, *configPath)
+	env, err := openConfigured(ctx, *configPath, "")
 	if err != nil {
 		return err
 	}
@@ -518,7 +518,7 @@ others are still replayed).`)
 	case *actor == "":
 		return usagef("--actor is empty: name who asks for the replay")
 	}
-	env, err := openConfigured(ctx, *configPath)
+	env, err := openConfigured(ctx, *configPath, *source)
 	if err != nil {
 		return err
 	}

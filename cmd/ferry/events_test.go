@@ -387,3 +387,24 @@ func TestDefaultActorIsStorable(t *testing.T) {
 		t.Errorf("defaultActor() = %q, want %q", got, "cli:j\uFFFDrg")
 	}
 }
+
+// A --source the config does not name is a usage error listing the
+// configured sources, in every command that takes one: not an empty list
+// or "replayed 0" and exit 0.
+func TestUnknownSourceFlag(t *testing.T) {
+	t.Parallel()
+	cfg := migrateCLI(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"))
+	for _, args := range [][]string{
+		{"events", "list", "--source", "nosuch"},
+		{"events", "list", "--at-risk", "--source", "nosuch"},
+		{"events", "replay", "--state", "dead", "--source", "nosuch"},
+		{"send", "--source", "nosuch"},
+		{"reconcile", "--source", "nosuch"},
+	} {
+		stdout, stderr, code := runFerry(t, append(args, "--config", cfg)...)
+		want := "ferry " + args[0] + `: --source "nosuch" is not a source in the config: use one of stripe, github` + "\n"
+		if code != exitUsage || stderr != want || stdout != "" {
+			t.Errorf("ferry %s: exit %d, stdout %q, stderr %q; want %d and %q", strings.Join(args, " "), code, stdout, stderr, exitUsage, want)
+		}
+	}
+}

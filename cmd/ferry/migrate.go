@@ -16,7 +16,7 @@ instance is stopped; --dry-run first says what each pending migration will do.`)
 	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
-	env, err := openConfigured(ctx, *configPath)
+	env, err := openConfigured(ctx, *configPath, "")
 	if err != nil {
 		return err
 	}

@@ -85,22 +85,19 @@ func advanced(res *catchup.Result) string {
 // newCatchupRunner builds the runner of the named source; st may be set
 // later.
 func newCatchupRunner(cfg *config.Config, name string, st ferry.Store, log *slog.Logger, obs catchup.Observer) (*catchup.Runner, error) {
-	for i := range cfg.Sources {
-		s := &cfg.Sources[i]
-		if s.Name != name {
-			continue
-		}
-		rec, err := s.Reconciler()
-		if err != nil {
-			return nil, fmt.Errorf("%w: source %s: %v", errConfig, name, err)
-		}
-		if rec == nil {
-			return nil, fmt.Errorf("%w: source %s has no [source.catchup] table: add one with api_key and types (Stripe) or token and hook (GitHub); see docs/configuration.md", errConfig, name)
-		}
-		return &catchup.Runner{Source: name, Reconciler: rec, Store: st, Lookback: s.Catchup.Lookback.Duration,
-			Retention: s.Retention.Duration, Logger: log, Observer: obs}, nil
+	s, err := sourceFlag(cfg, name)
+	if err != nil {
+		return nil, err
 	}
-	return nil, usagef("--source %q: no such source in the config", name)
+	rec, err := s.Reconciler()
+	if err != nil {
+		return nil, fmt.Errorf("%w: source %s: %v", errConfig, name, err)
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("%w: source %s has no [source.catchup] table: add one with api_key and types (Stripe) or token and hook (GitHub); see docs/configuration.md", errConfig, name)
+	}
+	return &catchup.Runner{Source: name, Reconciler: rec, Store: st, Lookback: s.Catchup.Lookback.Duration,
+		Retention: s.Retention.Duration, Logger: log, Observer: obs}, nil
 }
 
 // startCatchup runs the catch-up loop of every source that has one, in bg,

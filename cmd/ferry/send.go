@@ -38,14 +38,9 @@ answer; exits 1 unless ferry answered 2xx.`)
 	if err != nil {
 		return err
 	}
-	var src *config.Source
-	for i := range cfg.Sources {
-		if cfg.Sources[i].Name == *sourceName {
-			src = &cfg.Sources[i]
-		}
-	}
-	if src == nil {
-		return usagef("--source %q is not in %s", *sourceName, *configPath)
+	src, err := sourceFlag(cfg, *sourceName)
+	if err != nil {
+		return err
 	}
 	if *eventID == "" {
 		var b [8]byte

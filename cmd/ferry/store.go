@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -45,16 +46,35 @@ type configured struct {
 }
 
 // openConfigured loads the config at configPath and opens its store.
-func openConfigured(ctx context.Context, configPath string) (*configured, error) {
+// source is the command's --source ("" when none was given), which must
+// name a configured source.
+func openConfigured(ctx context.Context, configPath, source string) (*configured, error) {
 	cfg, err := loadConfig(configPath)
 	if err != nil {
 		return nil, err
+	}
+	if source != "" {
+		if _, err := sourceFlag(cfg, source); err != nil {
+			return nil, err
+		}
 	}
 	st, closeStore, err := openStore(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
 	return &configured{cfg: cfg, store: st, close: closeStore}, nil
+}
+
+// sourceFlag is the configured source a --source flag names. Any other
+// name is a usage error listing the configured ones: a typo would
+// otherwise list nothing or replay nothing, and exit 0.
+func sourceFlag(cfg *config.Config, name string) (*config.Source, error) {
+	for i := range cfg.Sources {
+		if cfg.Sources[i].Name == name {
+			return &cfg.Sources[i], nil
+		}
+	}
+	return nil, usagef("--source %q is not a source in the config: use one of %s", name, strings.Join(cfg.SourceNames(), ", "))
 }
 
 // openStore opens the configured store, its PostgreSQL pool sized for work
