@@ -339,10 +339,11 @@ func (c *Config) validate() error {
 	if w.Workers < 0 {
 		bad("worker.workers", "is %d: use a positive number, or leave it out for %d", w.Workers, ferry.DefaultWorkers)
 	}
+	// The heartbeat is checked against a valid TTL only: its default is a
+	// third of the TTL, and a bound derived from a bad one says nothing.
 	if w.LeaseTTL.Duration < time.Second {
 		bad("worker.lease_ttl", "is %v: use at least 1s (the default is %v)", w.LeaseTTL.Duration, ferry.DefaultLeaseTTL)
-	}
-	if w.Heartbeat.Duration <= 0 || 3*w.Heartbeat.Duration > w.LeaseTTL.Duration {
+	} else if w.Heartbeat.Duration <= 0 || 3*w.Heartbeat.Duration > w.LeaseTTL.Duration {
 		bad("worker.heartbeat", "is %v but lease_ttl is %v: the TTL must be at least 3 × heartbeat so a living worker survives two missed beats; use heartbeat ≤ %v", w.Heartbeat.Duration, w.LeaseTTL.Duration, w.LeaseTTL.Duration/3)
 	}
 	if len(c.Sources) == 0 {

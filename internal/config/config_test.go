@@ -139,6 +139,20 @@ func TestParseChecksOverrides(t *testing.T) {
 	}
 }
 
+// A lease_ttl too short is reported alone: not with a heartbeat bound
+// derived from it, about a heartbeat the file may not set.
+func TestParseBadLeaseTTLAlone(t *testing.T) {
+	t.Parallel()
+	for _, ttl := range []string{"-15s", "500ms"} {
+		raw := strings.Replace(good, "[http]", "[worker]\nlease_ttl = \""+ttl+"\"\n[http]", 1)
+		_, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+		wantInvalid(t, err, "worker.lease_ttl: is "+ttl, "use at least 1s", "")
+		if strings.Contains(err.Error(), "heartbeat") {
+			t.Errorf("lease_ttl %s: %v: want nothing about the heartbeat", ttl, err)
+		}
+	}
+}
+
 // wantInvalid checks that err stops the start: ErrInvalid, naming key and
 // the fix, and never secret (when not "").
 func wantInvalid(t *testing.T, err error, key, fix, secret string) {
