@@ -267,8 +267,11 @@ type ReceiveOutcome string
 const (
 	ReceiveNew       ReceiveOutcome = "new"
 	ReceiveDuplicate ReceiveOutcome = "duplicate"
-	// ReceiveConflict is a duplicate key whose payload hash differs from the
-	// stored one. The delivery is kept as a Conflict.
+	// ReceiveConflict is a delivery of a known key whose payload hash
+	// differs from the key's first, itself a delivery. The delivery is kept
+	// as a Conflict. A key first stored by catch-up (OriginCatchup) holds
+	// the provider API's copy, never a delivery's bytes: its receipts are
+	// duplicates, and so is catch-up's copy of a delivered key.
 	ReceiveConflict ReceiveOutcome = "conflict"
 	// ReceiveReplay is a new key whose payload hash matches an event of the
 	// source first delivered within EventReceiveParams.ReplayWindow: the

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -76,6 +77,58 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("ferry_migration has %d rows, want one per migration file (%d)", versions, len(files))
 		}
 	})
+}
+
+// Migration 005 marks the keys of events catch-up stored, wherever the
+// event is kept: the file runs again here on keys set back to unmarked, as
+// an installation at 004 has them.
+func TestMigrationMarksCaughtUpKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.Schema(t)
+	st := postgres.New(pool, nil)
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		id     string
+		origin ferry.Origin
+	}{{"evt_live", ferry.OriginCatchup}, {"evt_done", ferry.OriginCatchup}, {"evt_sent", ferry.OriginDelivery}} {
+		if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: r.id, Payload: []byte(r.id), Origin: r.origin}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 10, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims {
+		if c.Event.EventID == "evt_done" {
+			if err := st.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	migration, err := os.ReadFile(filepath.Join("migration", "005_key_caught_up.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE ferry_event_key SET caught_up = false`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // and again: it changes nothing the second time
+		if _, err := pool.Exec(ctx, string(migration)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, _ := pool.Query(ctx, `SELECT event_id FROM ferry_event_key WHERE caught_up ORDER BY event_id`)
+	marked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(marked, []string{"evt_done", "evt_live"}) {
+		t.Fatalf("marked keys %v, want evt_done (archived) and evt_live", marked)
+	}
 }
 
 func TestReceiptSubscribe(t *testing.T) {

@@ -139,14 +139,16 @@ func testOrigin[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_d", Payload: body("api"), Origin: ferry.OriginCatchup},
 			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_d", Payload: body("forged")},
 			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_a", Payload: body("again")},
+			&ferry.EventReceiveParams{Source: "stripe", EventID: "evt_b", Payload: body("api"), Origin: ferry.OriginCatchup},
 		)
-		want := []ferry.ReceiveOutcome{ferry.ReceiveNew, dup, ferry.ReceiveNew, dup, ferry.ReceiveConflict, dup}
+		want := []ferry.ReceiveOutcome{ferry.ReceiveNew, dup, ferry.ReceiveNew, dup, ferry.ReceiveConflict, dup, dup}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("one batch: %v, want %v", got, want)
 		}
 		wantConflicts("evt_c", 0)
 		wantConflicts("evt_d", 1)
 		wantConflicts("evt_a", 0)
+		wantConflicts("evt_b", 1)
 
 		// Done (on PostgreSQL, archived): the key still knows.
 		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())

@@ -7,8 +7,9 @@
 --
 -- Existing installations: keys of events that catch-up stored, wherever the
 -- event is kept, are marked. Adding a column with a constant default
--- rewrites nothing; the marking reads the event tables once and finds
--- each key by its primary key.
+-- rewrites nothing; the marking reads both event tables whole (origin has no
+-- index) while the column's lock makes receipts wait. Keys whose events were
+-- purged stay unmarked.
 ALTER TABLE ferry_event_key ADD COLUMN IF NOT EXISTS caught_up boolean NOT NULL DEFAULT false;
 
 UPDATE ferry_event_key k
