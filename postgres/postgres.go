@@ -9,12 +9,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-inbox/ferry"
@@ -70,7 +72,7 @@ func New(pool *pgxpool.Pool, config *Config) *Store {
 // the pool. It fails if the server does not answer, and with
 // ferry.ErrNotDurable if a commit there may return before it is on disk.
 func Open(ctx context.Context, url string, config *Config) (*Store, error) {
-	poolConfig, err := pgxpool.ParseConfig(url)
+	poolConfig, err := parseURL(url)
 	if err != nil {
 		return nil, wrap("open", err)
 	}
@@ -88,6 +90,39 @@ func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 	s := New(pool, config)
 	s.ownsPool = true
 	return s, nil
+}
+
+// parseURL parses url as pgxpool does. A URL it cannot use is
+// ErrInvalidParams, with pgx's reason but never the URL: pgx masks a
+// password only as well as it can parse the URL. A second '@' in the
+// authority (a password's, unencoded) parses, but as part of the host, which
+// a failed connection would then print.
+func parseURL(url string) (*pgxpool.Config, error) {
+	if rest, ok := strings.CutPrefix(url, "postgres://"); ok || strings.HasPrefix(url, "postgresql://") {
+		if !ok {
+			rest = strings.TrimPrefix(url, "postgresql://")
+		}
+		authority, _, _ := strings.Cut(rest, "/")
+		authority, _, _ = strings.Cut(authority, "?")
+		if strings.Count(authority, "@") > 1 {
+			return nil, fmt.Errorf("%w: the URL holds more than one '@' before its host (not shown: it may hold a password); write an '@' in the password as %%40", ferry.ErrInvalidParams)
+		}
+	}
+	config, err := pgxpool.ParseConfig(url)
+	if err == nil {
+		return config, nil
+	}
+	reason := "it does not parse"
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		// "cannot parse `URL`: reason"; the last "`: " is past the URL
+		// even when the URL holds one.
+		msg := pe.Error()
+		if i := strings.LastIndex(msg, "`: "); i >= 0 {
+			reason = msg[i+len("`: "):]
+		}
+	}
+	return nil, fmt.Errorf("%w: the URL cannot be used: %s (the URL is not shown: it may hold a password); a '%%', '@', '/' or space in the password is written percent-encoded", ferry.ErrInvalidParams, reason)
 }
 
 // durable checks, on a connection of the pool (which also proves the

@@ -2,9 +2,11 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,6 +130,35 @@ func TestMigrationMarksCaughtUpKeys(t *testing.T) {
 	}
 	if !slices.Equal(marked, []string{"evt_done", "evt_live"}) {
 		t.Fatalf("marked keys %v, want evt_done (archived) and evt_live", marked)
+	}
+}
+
+// A URL Open cannot use is ErrInvalidParams (ferry serve: exit 2 naming
+// store.url), with pgx's reason and never the password.
+func TestOpenRefusesAURLItCannotUse(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, url, reason string }{
+		{"port", "postgres://ferry:SEKRET@127.0.0.1:notaport/ferry", "invalid port"},
+		{"sslmode", "postgres://ferry:SEKRET@127.0.0.1:5432/ferry?sslmode=bogus", "sslmode is invalid"},
+		{"password encoding", "postgres://ferry:SEK%zzRET@127.0.0.1:5432/ferry", "invalid percent-encoded token in password"},
+		{"database encoding", "postgres://ferry:SEKRET@127.0.0.1:5432/fe%zz", "invalid percent-encoded token"},
+		{"password in the query", "postgresql://ferry@127.0.0.1/ferry?password=SEKRET&sslmode=bogus", "sslmode is invalid"},
+		{"password with a backquote", "postgres://ferry:SEK`: RET@127.0.0.1:x/ferry", "space"},
+		// Without its "@" the password reads as a port: pgx's own message
+		// quotes it whole.
+		{"password without its @", "postgres://ferry:SEKRET/ferry", "invalid port"},
+		// With an '@' of its own it parses, into the host a failed
+		// connection prints.
+		{"password with an @", "postgres://ferry:SEK@RET@127.0.0.1/ferry", "%40"},
+		{"pool setting", "postgres://ferry:SEKRET@127.0.0.1/ferry?pool_max_conns=many", "pool_max_conns"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := postgres.Open(context.Background(), tc.url, nil)
+			if !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), tc.reason) || strings.Contains(err.Error(), "SEK") {
+				t.Fatalf("Open = %v; want ErrInvalidParams naming %q, and no password", err, tc.reason)
+			}
+		})
 	}
 }
 

@@ -49,7 +49,7 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 	}
 	cfg, err := loadConfig(*configPath, overrides...)
 	if err != nil {
-		if *listen != "" {
+		if *listen != "" && strings.Contains(err.Error(), "http.listen") {
 			err = fmt.Errorf("%w\n  (http.listen is from --listen)", err)
 		}
 		return err

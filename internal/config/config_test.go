@@ -92,32 +92,15 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
-// A PostgreSQL URL the store could not parse stops the load, naming
-// store.url and pgx's reason, never the password.
-func TestParseRejectsAnUnparseablePostgresURL(t *testing.T) {
+// store.url's value is never echoed when its scheme is unknown: a
+// keyword/value DSN or a URL missing its "//" holds its password where no
+// redaction finds it.
+func TestParseUnknownStoreSchemeIsNotEchoed(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ name, url, reason string }{
-		{"port", "postgres://ferry:SEKRET@127.0.0.1:notaport/ferry", "invalid port"},
-		{"sslmode", "postgres://ferry:SEKRET@127.0.0.1:5432/ferry?sslmode=bogus", "sslmode is invalid"},
-		{"password encoding", "postgres://ferry:SEK%zzRET@127.0.0.1:5432/ferry", "invalid percent-encoded token in password"},
-		{"database encoding", "postgres://ferry:SEKRET@127.0.0.1:5432/fe%zz", "invalid percent-encoded token"},
-		{"password in the query", "postgresql://ferry@127.0.0.1/ferry?password=SEKRET&sslmode=bogus", "sslmode is invalid"},
-		{"password with a backquote", "postgres://ferry:SEK`: RET@127.0.0.1:x/ferry", "space"},
-		// Without its "@" the password reads as a port: pgx's own message
-		// quotes it whole.
-		{"password without its @", "postgres://ferry:SEKRET/ferry", "invalid port"},
-		{"pool setting", "postgres://ferry:SEKRET@127.0.0.1/ferry?pool_max_conns=many", "pool_max_conns"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			raw := strings.Replace(good, `url = "sqlite:ferry.db"`, fmt.Sprintf("url = %q", tc.url), 1)
-			_, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
-			wantInvalid(t, err, "store.url: not a PostgreSQL URL", tc.reason, "SEK")
-		})
-	}
-	raw := strings.Replace(good, `url = "sqlite:ferry.db"`, `url = "postgres://ferry:p%40ss@db.internal:5432/ferry?sslmode=require&pool_max_conns=8"`, 1)
-	if _, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})); err != nil {
-		t.Errorf("a good PostgreSQL URL: %v", err)
+	for _, url := range []string{"host=db user=ferry password=SEKRET dbname=ferry", "postgres:SEKRET@db/ferry"} {
+		raw := strings.Replace(good, `url = "sqlite:ferry.db"`, fmt.Sprintf("url = %q", url), 1)
+		_, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+		wantInvalid(t, err, "store.url: neither", "postgres://", "SEK")
 	}
 }
 
