@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -93,37 +94,40 @@ func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 }
 
 // parseURL parses url as pgxpool does. A URL it cannot use is
-// ErrInvalidParams, with pgx's reason but never the URL: pgx masks a
-// password only as well as it can parse the URL. A second '@' in the
-// authority (a password's, unencoded) parses, but as part of the host, which
-// a failed connection would then print.
+// ErrInvalidParams with pgx's reason, its quoted pieces of the URL cut out:
+// pgx masks a password only as well as it can parse the URL. Two mistakes
+// parse but put part of the password where a failed connection prints it:
+// an unencoded '@' in it (read into the host) or '/' (the rest read as the
+// database name). No host holds an '@', and no database Ferry is given.
 func parseURL(url string) (*pgxpool.Config, error) {
-	if rest, ok := strings.CutPrefix(url, "postgres://"); ok || strings.HasPrefix(url, "postgresql://") {
-		if !ok {
-			rest = strings.TrimPrefix(url, "postgresql://")
-		}
-		authority, _, _ := strings.Cut(rest, "/")
-		authority, _, _ = strings.Cut(authority, "?")
-		if strings.Count(authority, "@") > 1 {
-			return nil, fmt.Errorf("%w: the URL holds more than one '@' before its host (not shown: it may hold a password); write an '@' in the password as %%40", ferry.ErrInvalidParams)
-		}
-	}
+	const fix = "(the URL is not shown: it may hold a password); in the password write '%' as %25, '@' as %40, '/' as %2F, '?' as %3F and a space as %20"
 	config, err := pgxpool.ParseConfig(url)
-	if err == nil {
-		return config, nil
-	}
-	reason := "it does not parse"
-	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		// "cannot parse `URL`: reason"; the last "`: " is past the URL
-		// even when the URL holds one.
-		msg := pe.Error()
-		if i := strings.LastIndex(msg, "`: "); i >= 0 {
-			reason = msg[i+len("`: "):]
+	if err != nil {
+		reason := "it does not parse"
+		var pe *pgconn.ParseConfigError
+		if errors.As(err, &pe) {
+			// "cannot parse `URL`: reason"; the last "`: " is past the URL
+			// even when the URL holds one.
+			msg := pe.Error()
+			if i := strings.LastIndex(msg, "`: "); i >= 0 {
+				reason = quoted.ReplaceAllString(msg[i+len("`: "):], `"…"`)
+			}
 		}
+		return nil, fmt.Errorf("%w: the URL cannot be used: %s %s", ferry.ErrInvalidParams, reason, fix)
 	}
-	return nil, fmt.Errorf("%w: the URL cannot be used: %s (the URL is not shown: it may hold a password); a '%%', '@', '/' or space in the password is written percent-encoded", ferry.ErrInvalidParams, reason)
+	cc := config.ConnConfig
+	misread := strings.Contains(cc.Host, "@") || strings.Contains(cc.Database, "@")
+	for _, f := range cc.Fallbacks {
+		misread = misread || strings.Contains(f.Host, "@")
+	}
+	if misread {
+		return nil, fmt.Errorf("%w: the URL's host or database holds an '@' %s", ferry.ErrInvalidParams, fix)
+	}
+	return config, nil
 }
+
+// quoted matches what pgx quotes of the URL in its reasons.
+var quoted = regexp.MustCompile(`"[^"]*"`)
 
 // durable checks, on a connection of the pool (which also proves the
 // server answers), that a commit is on disk when it returns: a URL's

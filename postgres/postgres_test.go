@@ -149,8 +149,16 @@ func TestOpenRefusesAURLItCannotUse(t *testing.T) {
 		{"password without its @", "postgres://ferry:SEKRET/ferry", "invalid port"},
 		// With an '@' of its own it parses, into the host a failed
 		// connection prints.
-		{"password with an @", "postgres://ferry:SEK@RET@127.0.0.1/ferry", "%40"},
+		{"password with an @", "postgres://ferry:SEK@RET@127.0.0.1/ferry", "holds an '@'"},
 		{"pool setting", "postgres://ferry:SEKRET@127.0.0.1/ferry?pool_max_conns=many", "pool_max_conns"},
+		// What pgx quotes of the URL in its reasons is cut out.
+		{"quoted spaces", "postgres://u:SEK RET@127.0.0.1:1/db", "unexpected spaces"},
+		{"quoted host", "postgres://u:SEKRET@127.0.0.1:1:2/db", "invalid port"},
+		{"quoted query", "postgres://u@127.0.0.1:1/db?password=SEK&SEKRET", "query parameter"},
+		// A '?' in the password must not hide its '@' from the check, and
+		// a '/' in it must not pass its rest as the database name.
+		{"password with ? and @", "postgres://u:S?E@SEKRET@127.0.0.1:1/db", "holds an '@'"},
+		{"password with a /", "postgres://u:123/SEKRET@127.0.0.1:1/db", "holds an '@'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -159,6 +167,21 @@ func TestOpenRefusesAURLItCannotUse(t *testing.T) {
 				t.Fatalf("Open = %v; want ErrInvalidParams naming %q, and no password", err, tc.reason)
 			}
 		})
+	}
+}
+
+// URLs with an '@' where it belongs, in the query, are not refused (the
+// closed port fails the connection instead).
+func TestOpenTakesAnAtInTheQuery(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{
+		"postgres://u:p@127.0.0.1:1/db?application_name=a@b&connect_timeout=5",
+		"postgres://u:p@127.0.0.1:1?application_name=/x@y&connect_timeout=5",
+		"postgres://u:p%40ss@127.0.0.1:1/db?connect_timeout=5",
+	} {
+		if _, err := postgres.Open(context.Background(), url, nil); err == nil || errors.Is(err, ferry.ErrInvalidParams) {
+			t.Errorf("Open(%s) = %v; want a connection error", url, err)
+		}
 	}
 }
 

@@ -162,8 +162,12 @@ first (at most --limit of them).`)
 		}
 	}
 
-	env, err := openConfigured(ctx, *configPath, *source)
+	env, err := openConfigured(ctx, *configPath, "")
 	if err != nil {
+		return err
+	}
+	if err := env.listable(ctx, *source); err != nil {
+		env.close()
 		return err
 	}
 	defer env.close()

@@ -395,8 +395,8 @@ func TestUnknownSourceFlag(t *testing.T) {
 	t.Parallel()
 	dbPath := filepath.Join(t.TempDir(), "ferry.db")
 	cfg := migrateCLI(t, "sqlite:"+dbPath)
-	// A source taken out of the config keeps its events, which list and
-	// replay still reach by name (doctor's fixes name them so).
+	// A source taken out of the config keeps its events, which a list still
+	// reaches by name; a replay would leave them to no worker.
 	st := teststore.OpenSQLite(t, dbPath, nil)
 	if _, err := st.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "retired", EventID: "evt_old", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
@@ -404,8 +404,8 @@ func TestUnknownSourceFlag(t *testing.T) {
 	if out, stderr, code := runFerry(t, "events", "list", "--source", "retired", "--config", cfg); code != 0 || !strings.Contains(out, "evt_old") {
 		t.Errorf("events list --source retired: exit %d, %q %q; want evt_old listed", code, out, stderr)
 	}
-	if _, stderr, code := runFerry(t, "events", "replay", "--state", "dead", "--source", "retired", "--config", cfg); code != 0 {
-		t.Errorf("events replay --source retired: exit %d, %q; want 0", code, stderr)
+	if _, stderr, code := runFerry(t, "events", "replay", "--state", "dead", "--source", "retired", "--config", cfg); code != exitUsage {
+		t.Errorf("events replay --source retired: exit %d, %q; want %d", code, stderr, exitUsage)
 	}
 	for _, args := range [][]string{
 		{"events", "list", "--source", "nosuch"},

@@ -46,35 +46,45 @@ type configured struct {
 }
 
 // openConfigured loads the config at configPath and opens its store.
-// source is the command's --source ("" when none was given): a configured
-// source, or one the store still holds events of (a source taken out of the
-// config keeps its dead events, which doctor's fixes list and replay).
+// source is the command's --source ("" when none was given), which must
+// name a configured source.
 func openConfigured(ctx context.Context, configPath, source string) (*configured, error) {
 	cfg, err := loadConfig(configPath)
 	if err != nil {
 		return nil, err
 	}
+	if source != "" {
+		if _, err := sourceFlag(cfg, source); err != nil {
+			return nil, err
+		}
+	}
 	st, closeStore, err := openStore(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	if _, unknown := sourceFlag(cfg, source); source != "" && unknown != nil {
-		held, err := st.EventList(ctx, &ferry.EventListParams{Source: source, Limit: 1})
-		if err == nil && len(held.Events) == 0 {
-			err = unknown
-		}
-		if err != nil {
-			closeStore()
-			return nil, err
-		}
-	}
 	return &configured{cfg: cfg, store: st, close: closeStore}, nil
+}
+
+// listable checks a --source to list by: a configured source, or one the
+// store still holds events of (a source taken out of the config keeps
+// them). Anything else is sourceFlag's usage error; so is a store that
+// cannot say, as the name is then most likely a typo. Only a list takes a
+// retired source: replayed, its events would wait for a worker none runs.
+func (e *configured) listable(ctx context.Context, source string) error {
+	_, unknown := sourceFlag(e.cfg, source)
+	if source == "" || unknown == nil {
+		return nil
+	}
+	held, err := e.store.EventList(ctx, &ferry.EventListParams{Source: source, Limit: 1})
+	if err != nil || len(held.Events) == 0 {
+		return unknown
+	}
+	return nil
 }
 
 // sourceFlag is the configured source a --source flag names. Any other
 // name is a usage error listing the configured ones: a typo would
-// otherwise list nothing or replay nothing, and exit 0. (openConfigured
-// also takes a source the store holds events of.)
+// otherwise list nothing or replay nothing, and exit 0.
 func sourceFlag(cfg *config.Config, name string) (*config.Source, error) {
 	for i := range cfg.Sources {
 		if cfg.Sources[i].Name == name {
