@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -94,7 +93,7 @@ func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 }
 
 // parseURL parses url as pgxpool does. A URL it cannot use is
-// ErrInvalidParams with pgx's reason, its quoted pieces of the URL cut out:
+// ErrInvalidParams with pgx's reason, cut where it starts quoting the URL:
 // pgx masks a password only as well as it can parse the URL. Two mistakes
 // parse but put part of the password where a failed connection prints it:
 // an unencoded '@' in it (read into the host) or '/' (the rest read as the
@@ -105,20 +104,25 @@ func parseURL(url string) (*pgxpool.Config, error) {
 	if err != nil {
 		reason := "it does not parse"
 		var pe *pgconn.ParseConfigError
-		if errors.As(err, &pe) {
+		// A quote in the URL could pass for the end of pgx's quoting.
+		if errors.As(err, &pe) && !strings.ContainsAny(url, "`\"") {
 			// "cannot parse `URL`: reason"; the last "`: " is past the URL
 			// even when the URL holds one.
 			msg := pe.Error()
 			if i := strings.LastIndex(msg, "`: "); i >= 0 {
-				reason = quoted.ReplaceAllString(msg[i+len("`: "):], `"…"`)
+				// Cut at the first quote: what follows may be a piece of
+				// the URL, and pgx does not escape quotes inside it.
+				reason, _, _ = strings.Cut(msg[i+len("`: "):], `"`)
+				reason = strings.TrimSpace(reason) + " …"
 			}
 		}
 		return nil, fmt.Errorf("%w: the URL cannot be used: %s %s", ferry.ErrInvalidParams, reason, fix)
 	}
 	cc := config.ConnConfig
-	misread := strings.Contains(cc.Host, "@") || strings.Contains(cc.Database, "@")
-	for _, f := range cc.Fallbacks {
-		misread = misread || strings.Contains(f.Host, "@")
+	// A host that is a path is a Unix socket's folder, which may hold one.
+	misread := strings.Contains(cc.Database, "@")
+	for _, host := range append([]string{cc.Host}, hostsOf(cc.Fallbacks)...) {
+		misread = misread || !strings.HasPrefix(host, "/") && strings.Contains(host, "@")
 	}
 	if misread {
 		return nil, fmt.Errorf("%w: the URL's host or database holds an '@' %s", ferry.ErrInvalidParams, fix)
@@ -126,8 +130,14 @@ func parseURL(url string) (*pgxpool.Config, error) {
 	return config, nil
 }
 
-// quoted matches what pgx quotes of the URL in its reasons.
-var quoted = regexp.MustCompile(`"[^"]*"`)
+// hostsOf lists the fallbacks' hosts.
+func hostsOf(fallbacks []*pgconn.FallbackConfig) []string {
+	hosts := make([]string, len(fallbacks))
+	for i, f := range fallbacks {
+		hosts[i] = f.Host
+	}
+	return hosts
+}
 
 // durable checks, on a connection of the pool (which also proves the
 // server answers), that a commit is on disk when it returns: a URL's

@@ -143,7 +143,7 @@ func TestOpenRefusesAURLItCannotUse(t *testing.T) {
 		{"password encoding", "postgres://ferry:SEK%zzRET@127.0.0.1:5432/ferry", "invalid percent-encoded token in password"},
 		{"database encoding", "postgres://ferry:SEKRET@127.0.0.1:5432/fe%zz", "invalid percent-encoded token"},
 		{"password in the query", "postgresql://ferry@127.0.0.1/ferry?password=SEKRET&sslmode=bogus", "sslmode is invalid"},
-		{"password with a backquote", "postgres://ferry:SEK`: RET@127.0.0.1:x/ferry", "space"},
+		{"password with a backquote", "postgres://ferry:SEK`: RET@127.0.0.1:x/ferry", "does not parse"},
 		// Without its "@" the password reads as a port: pgx's own message
 		// quotes it whole.
 		{"password without its @", "postgres://ferry:SEKRET/ferry", "invalid port"},
@@ -154,7 +154,9 @@ func TestOpenRefusesAURLItCannotUse(t *testing.T) {
 		// What pgx quotes of the URL in its reasons is cut out.
 		{"quoted spaces", "postgres://u:SEK RET@127.0.0.1:1/db", "unexpected spaces"},
 		{"quoted host", "postgres://u:SEKRET@127.0.0.1:1:2/db", "invalid port"},
-		{"quoted query", "postgres://u@127.0.0.1:1/db?password=SEK&SEKRET", "query parameter"},
+		{"a quote in the password", `postgres://u:ab/c"SEK RET@127.0.0.1:1/db`, "does not parse"},
+		{"a backquote in the password", "postgres://u:ab/x`: SEK RET@127.0.0.1:1/db", "does not parse"},
+		{"quoted query", "postgres://u@127.0.0.1:1/db?password=SEK&SEKRET", "key/value separator"},
 		// A '?' in the password must not hide its '@' from the check, and
 		// a '/' in it must not pass its rest as the database name.
 		{"password with ? and @", "postgres://u:S?E@SEKRET@127.0.0.1:1/db", "holds an '@'"},
@@ -178,6 +180,7 @@ func TestOpenTakesAnAtInTheQuery(t *testing.T) {
 		"postgres://u:p@127.0.0.1:1/db?application_name=a@b&connect_timeout=5",
 		"postgres://u:p@127.0.0.1:1?application_name=/x@y&connect_timeout=5",
 		"postgres://u:p%40ss@127.0.0.1:1/db?connect_timeout=5",
+		"postgres://u:p@%2Ftmp%2Fno-pg%4015/db?connect_timeout=5", // a socket's folder
 	} {
 		if _, err := postgres.Open(context.Background(), url, nil); err == nil || errors.Is(err, ferry.ErrInvalidParams) {
 			t.Errorf("Open(%s) = %v; want a connection error", url, err)

@@ -168,8 +168,11 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 	for _, s := range stats.Sources {
 		age := func(t time.Time) time.Duration { return stats.Now.Sub(t).Round(time.Second) }
 		if !configured[s.Source] {
+			// Its events wait for no worker, and replay refuses them: the
+			// fixes below would not run.
 			warn("add a [[source]] named "+s.Source+" back, or leave them: no worker here will process them",
 				"source %s: %d events in the store, but the source is not configured", s.Source, s.Total())
+			continue
 		}
 		if s.AtRisk > 0 {
 			fail(fmt.Sprintf("make them succeed before the provider's replay window ends: ferry events list --at-risk --source %s; fix the handler or app, then ferry events replay", s.Source),

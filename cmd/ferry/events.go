@@ -522,7 +522,13 @@ others are still replayed).`)
 	case *actor == "":
 		return usagef("--actor is empty: name who asks for the replay")
 	}
-	env, err := openConfigured(ctx, *configPath, *source)
+	// A replayed event waits for a worker: its source must be configured,
+	// named by --source or by SOURCE.
+	named := *source
+	if !bulk {
+		named = positional[0]
+	}
+	env, err := openConfigured(ctx, *configPath, named)
 	if err != nil {
 		return err
 	}

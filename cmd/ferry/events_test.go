@@ -398,14 +398,28 @@ func TestUnknownSourceFlag(t *testing.T) {
 	// A source taken out of the config keeps its events, which a list still
 	// reaches by name; a replay would leave them to no worker.
 	st := teststore.OpenSQLite(t, dbPath, nil)
-	if _, err := st.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "retired", EventID: "evt_old", Payload: []byte(`{}`)}); err != nil {
+	ctx := context.Background()
+	if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "retired", EventID: "evt_old", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
+	}
+	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim: %v, %v", claims, err)
+	}
+	if _, err := st.EventFail(ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Error: "gone", Dead: true}); err != nil {
+		t.Fatal(err)
+	}
+	// doctor names the source and sends no one to a replay it would refuse.
+	if out, _, _ := runFerry(t, "doctor", "--config", cfg); !strings.Contains(out, "source retired: 1 events in the store, but the source is not configured") || strings.Contains(out, "--source retired") {
+		t.Errorf("doctor on a retired source's dead event:\n%s", out)
 	}
 	if out, stderr, code := runFerry(t, "events", "list", "--source", "retired", "--config", cfg); code != 0 || !strings.Contains(out, "evt_old") {
 		t.Errorf("events list --source retired: exit %d, %q %q; want evt_old listed", code, out, stderr)
 	}
-	if _, stderr, code := runFerry(t, "events", "replay", "--state", "dead", "--source", "retired", "--config", cfg); code != exitUsage {
-		t.Errorf("events replay --source retired: exit %d, %q; want %d", code, stderr, exitUsage)
+	for _, args := range [][]string{{"--state", "dead", "--source", "retired"}, {"retired", "evt_old"}} {
+		if _, stderr, code := runFerry(t, append(append([]string{"events", "replay"}, args...), "--config", cfg)...); code != exitUsage {
+			t.Errorf("events replay %v: exit %d, %q; want %d", args, code, stderr, exitUsage)
+		}
 	}
 	for _, args := range [][]string{
 		{"events", "list", "--source", "nosuch"},

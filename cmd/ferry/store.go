@@ -67,8 +67,7 @@ func openConfigured(ctx context.Context, configPath, source string) (*configured
 
 // listable checks a --source to list by: a configured source, or one the
 // store still holds events of (a source taken out of the config keeps
-// them). Anything else is sourceFlag's usage error; so is a store that
-// cannot say, as the name is then most likely a typo. Only a list takes a
+// them). Anything else is sourceFlag's usage error. Only a list takes a
 // retired source: replayed, its events would wait for a worker none runs.
 func (e *configured) listable(ctx context.Context, source string) error {
 	_, unknown := sourceFlag(e.cfg, source)
@@ -76,7 +75,10 @@ func (e *configured) listable(ctx context.Context, source string) error {
 		return nil
 	}
 	held, err := e.store.EventList(ctx, &ferry.EventListParams{Source: source, Limit: 1})
-	if err != nil || len(held.Events) == 0 {
+	switch {
+	case err != nil:
+		return err
+	case len(held.Events) == 0:
 		return unknown
 	}
 	return nil
