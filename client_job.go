@@ -136,12 +136,14 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 			outcome = OutcomeLeaseExpired
 			log.Warn("ferry: could not record completion; the event will be retried", "err", werr)
 		}
-	case cutOff(ctx, err) && policy.LostLease == LostLeaseHold:
-		// Its effect may have run: as for a worker that died, the lease
-		// lapses and the next claim holds the event as unknown.
-		outcome, leftToLapse = OutcomeLeaseExpired, true
-		log.Warn("ferry: handler cut off at shutdown; its lease is left to lapse and the event will be held as unknown", "alert", "lease_lost", "policy", policy.LostLease)
 	case cutOff(ctx, err):
+		if policy.LostLease == LostLeaseHold {
+			// Its effect may have run: as for a worker that died, the
+			// lease lapses and the next claim holds the event as unknown.
+			outcome, leftToLapse = OutcomeLeaseExpired, true
+			log.Warn("ferry: handler cut off at shutdown; its lease is left to lapse and the event will be held as unknown", "alert", "lease_lost", "policy", policy.LostLease)
+			break
+		}
 		// Give it back for another instance.
 		outcome = OutcomeReleased
 		if err := c.store.EventRelease(wctx, &EventReleaseParams{Lease: j.lease}); err != nil {

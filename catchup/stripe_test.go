@@ -196,7 +196,7 @@ func setupStripe(t *testing.T, opts StripeOptions) *stripeBundle {
 		opts.Rate = 1000
 	}
 	if opts.Types == nil {
-		opts.Types = []string{"*"} // the fake's events are all one type
+		opts.Types = []string{"*"} // add's events are all invoice.paid
 	}
 	r, err := NewStripe(opts)
 	if err != nil {
@@ -282,8 +282,7 @@ func TestStripe(t *testing.T) {
 		}
 	})
 
-	// Types not listed, and events for the account's other endpoints, are
-	// never received: the endpoint was not sent them.
+	// Types not listed are never received: the endpoint was not sent them.
 	t.Run("OnlyListedTypes", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{Types: []string{"invoice.paid"}})

@@ -120,23 +120,15 @@ func parseURL(url string) (*pgxpool.Config, error) {
 	}
 	cc := config.ConnConfig
 	// A host that is a path is a Unix socket's folder, which may hold one.
-	misread := strings.Contains(cc.Database, "@")
-	for _, host := range append([]string{cc.Host}, hostsOf(cc.Fallbacks)...) {
-		misread = misread || !strings.HasPrefix(host, "/") && strings.Contains(host, "@")
+	atInHost := func(h string) bool { return !strings.HasPrefix(h, "/") && strings.Contains(h, "@") }
+	misread := strings.Contains(cc.Database, "@") || atInHost(cc.Host)
+	for _, f := range cc.Fallbacks {
+		misread = misread || atInHost(f.Host)
 	}
 	if misread {
 		return nil, fmt.Errorf("%w: the URL's host or database holds an '@' %s", ferry.ErrInvalidParams, fix)
 	}
 	return config, nil
-}
-
-// hostsOf lists the fallbacks' hosts.
-func hostsOf(fallbacks []*pgconn.FallbackConfig) []string {
-	hosts := make([]string, len(fallbacks))
-	for i, f := range fallbacks {
-		hosts[i] = f.Host
-	}
-	return hosts
 }
 
 // durable checks, on a connection of the pool (which also proves the

@@ -241,8 +241,8 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		origins[pos] = r.origin
 		traceparents[pos], tracestates[pos] = r.traceparent, r.tracestate
 		if f := len(firsts) - 1; f >= 0 && sameKey(reqs[order[firsts[f]]], r) {
-			first := reqs[order[firsts[f]]]
 			counts[firsts[f]]++
+			first := reqs[order[firsts[f]]]
 			if conflicting(first.sum[:], first.origin == catchup, r) {
 				firstConflicts[firsts[f]]++
 			}

@@ -107,13 +107,13 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 	log.Info("ferry: starting", "listen", ln.Addr().String())
 
 	if *cfg.Store.Migrate && !*noMigrate {
-		if err := st.Migrate(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped while starting
-			}
-			return fmt.Errorf("migrate: %w", err)
+		if err = st.Migrate(ctx); err != nil {
+			err = fmt.Errorf("migrate: %w", err)
 		}
-	} else if err := schemaCurrent(ctx, st, !*cfg.Store.Migrate, *noMigrate); err != nil {
+	} else {
+		err = schemaCurrent(ctx, st, !*cfg.Store.Migrate, *noMigrate)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
 		}
@@ -154,8 +154,8 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 			return err
 		}
 	}
-	// The workers' stop: the client's grace, then 10 s more to release
-	// what is left.
+	// The workers' stop: the client's grace, then DefaultShutdownGrace
+	// more to release what is left.
 	stopBudget := cfg.Worker.ShutdownGrace.Duration + ferry.DefaultShutdownGrace
 	stopClient := func() error {
 		if client == nil {

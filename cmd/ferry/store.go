@@ -70,8 +70,11 @@ func openConfigured(ctx context.Context, configPath, source string) (*configured
 // them). Anything else is sourceFlag's usage error. Only a list takes a
 // retired source: replayed, its events would wait for a worker none runs.
 func (e *configured) listable(ctx context.Context, source string) error {
+	if source == "" {
+		return nil
+	}
 	_, unknown := sourceFlag(e.cfg, source)
-	if source == "" || unknown == nil {
+	if unknown == nil {
 		return nil
 	}
 	held, err := e.store.EventList(ctx, &ferry.EventListParams{Source: source, Limit: 1})

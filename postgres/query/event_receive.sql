@@ -2,7 +2,8 @@
 -- the next event id and a pending event due now, announced with NOTIFY; a
 -- known key counts the delivery on its event, in ferry_event or in the
 -- archive, and a delivery whose payload hash differs from the first is kept
--- as a conflict (when both are deliveries: a key's caught_up). ON CONFLICT makes concurrent deliveries of one key queue on
+-- as a conflict, both being deliveries (a key catch-up stored first has
+-- caught_up). ON CONFLICT makes concurrent deliveries of one key queue on
 -- its key row instead of failing. The archive is reached only when the hot
 -- table did not hold the event (ferry_event_done_redeliver). touched is
 -- false when neither found it (a requeue moved it back meanwhile, or it was
