@@ -544,12 +544,13 @@ func TestClient(t *testing.T) {
 	withClient(t, "SecondStopWaitsForTheHandlers", false, func(t *testing.T, b *clientBundle) {
 		b.receive(t, "stripe", "evt_1")
 		b.receive(t, "stripe", "evt_2")
-		release := make(chan struct{})
+		release, running := make(chan struct{}), make(chan struct{}, 2)
 		c := b.newClient(t, func(c *ferry.Config) { c.Workers, c.Prefetch, c.ShutdownGrace = 1, 1, time.Hour })
-		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { <-release; return nil })
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { running <- struct{}{}; <-release; return nil })
 		if err := c.Start(b.ctx); err != nil {
 			t.Fatal(err)
 		}
+		<-running // not only claimed: a Stop before the launch would release it too
 		waitFor(t, "one event running, one claimed ahead", func() bool { return b.countState(t, ferry.StateInProgress) == 2 })
 		first := make(chan error, 1)
 		go func() { first <- c.Stop(b.ctx) }()

@@ -29,4 +29,11 @@ var (
 	// answers 2xx once a receipt commits, so a commit must be on disk. It
 	// wraps the setting to change.
 	ErrNotDurable = errors.New("ferry: store not durable")
+
+	// ErrSchemaNewer is returned by Migrate and MigratePlan when the store
+	// records a migration this build does not have: a newer Ferry migrated
+	// it (a binary rolled back after an upgrade), and this one could misread
+	// or drop what that schema stores. Nothing was changed. It wraps the
+	// versions; the fix is to run the newer Ferry.
+	ErrSchemaNewer = errors.New("ferry: schema newer than this build")
 )

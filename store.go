@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 )
 
@@ -594,30 +593,6 @@ func (s *SourceStats) Total() int {
 		n += c
 	}
 	return n
-}
-
-// MigrationSummary is what a migration file says it does: its leading "--"
-// comment lines, joined into one paragraph. MigratePlan's Summary starts
-// with it in both stores.
-func MigrationSummary(sql string) string {
-	var lines []string
-	for _, line := range strings.Split(sql, "\n") {
-		text, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
-		if !ok {
-			break
-		}
-		lines = append(lines, strings.TrimSpace(text))
-	}
-	return strings.Join(lines, " ")
-}
-
-// MigrationStep is one migration Migrate would apply.
-type MigrationStep struct {
-	Version int
-	Name    string
-	// Summary says what it does to this store's data, with counts where it
-	// moves rows.
-	Summary string
 }
 
 // ArchiveLease is the named lease (LeaseAcquire) under which one instance at

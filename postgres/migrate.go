@@ -3,27 +3,17 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferry-inbox/ferry"
 )
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
 // Migrate applies every migration the schema lacks, in one transaction that
 // holds an advisory lock, so instances starting together take turns and the
 // schema is never half migrated.
 func (s *Store) Migrate(ctx context.Context) error {
-	all, err := loadMigrations()
+	all, err := ferry.ReadMigrations(migrations, "migration")
 	if err != nil {
 		return wrap("migrate", err)
 	}
@@ -34,18 +24,19 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}
 		}
 		rows, _ := tx.Query(ctx, migrationAppliedSQL)
-		applied, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
 		if err != nil {
 			return err
 		}
-		for _, m := range all {
-			if slices.Contains(applied, int32(m.version)) {
-				continue
+		pending, err := ferry.PendingMigrations(all, applied)
+		if err != nil {
+			return err
+		}
+		for _, m := range pending {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
 			}
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("migration %d %s: %w", m.version, m.name, err)
-			}
-			if _, err := tx.Exec(ctx, migrationRecordSQL, pgx.NamedArgs{"version": m.version, "name": m.name}); err != nil {
+			if _, err := tx.Exec(ctx, migrationRecordSQL, pgx.NamedArgs{"version": m.Version, "name": m.Name}); err != nil {
 				return err
 			}
 		}
@@ -57,56 +48,33 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// loadMigrations parses the embedded files, ordered by version.
-func loadMigrations() ([]migration, error) {
-	names, err := fs.Glob(migrations, "migration/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var all []migration
-	for _, path := range names {
-		base := strings.TrimSuffix(strings.TrimPrefix(path, "migration/"), ".sql")
-		number, name, ok := strings.Cut(base, "_")
-		version, err := strconv.Atoi(number)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration file %s is not named NNN_name.sql", path)
-		}
-		sql, err := migrations.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, migration{version: version, name: name, sql: string(sql)})
-	}
-	slices.SortFunc(all, func(a, b migration) int { return a.version - b.version })
-	return all, nil
-}
-
 // MigratePlan lists the migrations Migrate would apply, each summarised by
 // its file's leading comment and, for the archive migration, how many rows
 // it moves. It reads only.
 func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) {
-	all, err := loadMigrations()
+	all, err := ferry.ReadMigrations(migrations, "migration")
 	if err != nil {
 		return nil, wrap("migrate plan", err)
 	}
-	var applied []int32
+	var applied []int
 	var exists bool
 	if err := s.pool.QueryRow(ctx, migrationExistsSQL).Scan(&exists); err != nil {
 		return nil, wrap("migrate plan", err)
 	}
 	if exists {
 		rows, _ := s.pool.Query(ctx, migrationAppliedSQL)
-		if applied, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
+		if applied, err = pgx.CollectRows(rows, pgx.RowTo[int]); err != nil {
 			return nil, wrap("migrate plan", err)
 		}
 	}
+	pending, err := ferry.PendingMigrations(all, applied)
+	if err != nil {
+		return nil, wrap("migrate plan", err)
+	}
 	var steps []ferry.MigrationStep
-	for _, m := range all {
-		if slices.Contains(applied, int32(m.version)) {
-			continue
-		}
-		step := ferry.MigrationStep{Version: m.version, Name: m.name, Summary: ferry.MigrationSummary(m.sql)}
-		if m.name == "archive" && exists {
+	for _, m := range pending {
+		step := ferry.MigrationStep{Version: m.Version, Name: m.Name, Summary: ferry.MigrationSummary(m.SQL)}
+		if m.Name == "archive" && exists {
 			var events, done, days, ledger int64
 			if err := s.pool.QueryRow(ctx, migratePlanArchiveSQL).Scan(&events, &done, &days, &ledger); err != nil {
 				return nil, wrap("migrate plan", err)

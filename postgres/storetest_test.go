@@ -23,6 +23,12 @@ func TestContract(t *testing.T) {
 			return s
 		},
 		Close: func(st ferry.TxStore[pgx.Tx]) { st.(*postgres.Store).Close() },
+		RecordMigration: func(t *testing.T, st ferry.TxStore[pgx.Tx], version int) {
+			_, err := st.(*postgres.Store).Pool().Exec(context.Background(), `INSERT INTO ferry_migration (version, name) VALUES ($1, 'future')`, version)
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
 		NewEffects: func(t *testing.T, st ferry.TxStore[pgx.Tx]) storetest.Effects[pgx.Tx] {
 			pool := st.(*postgres.Store).Pool()
 			if _, err := pool.Exec(context.Background(), `CREATE TABLE effect (key text NOT NULL)`); err != nil {

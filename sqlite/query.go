@@ -11,10 +11,10 @@ import (
 // SQLite needs several statements for what PostgreSQL does in one (it has no
 // data-modifying WITH), the others carry that name and a suffix.
 
-// migrationFS holds the schema, one file per version: NNN_name.sql.
+// migrations holds the schema, one file per version: NNN_name.sql.
 //
 //go:embed migration/*.sql
-var migrationFS embed.FS
+var migrations embed.FS
 
 var (
 	//go:embed query/action_list.sql

@@ -25,9 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -262,7 +259,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // it at once: BEGIN IMMEDIATE makes the second wait, and it then finds
 // nothing left to do.
 func (s *Store) Migrate(ctx context.Context) error {
-	names, err := migrationNames()
+	all, err := ferry.ReadMigrations(migrations, "migration")
 	if err != nil {
 		return wrap("migrate", err)
 	}
@@ -274,24 +271,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, name := range names {
-			version, err := migrationVersion(name)
-			if err != nil {
-				return err
-			}
-			if slices.Contains(applied, version) {
-				continue
-			}
-			body, err := migrationFS.ReadFile("migration/" + name)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+		pending, err := ferry.PendingMigrations(all, applied)
+		if err != nil {
+			return err
+		}
+		for _, m := range pending {
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
 			}
 			if _, err := tx.ExecContext(ctx, migrationRecordSQL,
-				sql.Named("version", version),
-				sql.Named("name", name),
+				sql.Named("version", m.Version),
+				sql.Named("name", m.Name),
 				sql.Named("now", s.nowMicros()),
 			); err != nil {
 				return err
@@ -304,7 +294,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // MigratePlan lists the migrations Migrate would apply, each summarised by
 // its file's leading comment. It reads only.
 func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) {
-	names, err := migrationNames()
+	all, err := ferry.ReadMigrations(migrations, "migration")
 	if err != nil {
 		return nil, wrap("migrate plan", err)
 	}
@@ -318,52 +308,15 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 			return nil, wrap("migrate plan", err)
 		}
 	}
+	pending, err := ferry.PendingMigrations(all, applied)
+	if err != nil {
+		return nil, wrap("migrate plan", err)
+	}
 	var steps []ferry.MigrationStep
-	for _, name := range names {
-		version, err := migrationVersion(name)
-		if err != nil {
-			return nil, wrap("migrate plan", err)
-		}
-		if slices.Contains(applied, version) {
-			continue
-		}
-		body, err := migrationFS.ReadFile("migration/" + name)
-		if err != nil {
-			return nil, wrap("migrate plan", err)
-		}
-		_, base, _ := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
-		steps = append(steps, ferry.MigrationStep{Version: version, Name: base, Summary: ferry.MigrationSummary(string(body))})
+	for _, m := range pending {
+		steps = append(steps, ferry.MigrationStep{Version: m.Version, Name: m.Name, Summary: ferry.MigrationSummary(m.SQL)})
 	}
 	return steps, nil
-}
-
-// migrationNames lists the embedded migrations in version order.
-func migrationNames() ([]string, error) {
-	entries, err := migrationFS.ReadDir("migration")
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	sort.Slice(names, func(i, j int) bool {
-		vi, _ := migrationVersion(names[i])
-		vj, _ := migrationVersion(names[j])
-		return vi < vj
-	})
-	return names, nil
-}
-
-// migrationVersion reads the number a migration's file name starts with
-// ("001_initial.sql" is 1).
-func migrationVersion(name string) (int, error) {
-	prefix, _, _ := strings.Cut(path.Base(name), "_")
-	v, err := strconv.Atoi(prefix)
-	if err != nil {
-		return 0, fmt.Errorf("migration %q: name must start with a number: %w", name, err)
-	}
-	return v, nil
 }
 
 // ReceiptSubscribe returns a channel that receives after this Store commits

@@ -24,6 +24,12 @@ func TestContract(t *testing.T) {
 			return s
 		},
 		Close: func(st ferry.TxStore[*sql.Tx]) { st.(*sqlite.Store).Close() },
+		RecordMigration: func(t *testing.T, st ferry.TxStore[*sql.Tx], version int) {
+			_, err := st.(*sqlite.Store).DB().Exec(`INSERT INTO ferry_migration (version, name, applied_at) VALUES (?, 'future', 0)`, version)
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
 		NewEffects: func(t *testing.T, st ferry.TxStore[*sql.Tx]) storetest.Effects[*sql.Tx] {
 			db := st.(*sqlite.Store).DB()
 			if _, err := db.Exec(`CREATE TABLE effect (key TEXT NOT NULL)`); err != nil {

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -10,8 +12,9 @@ import (
 
 // testMigrate checks that Migrate is idempotent and safe to run
 // concurrently: migrating an empty store from several goroutines at once,
-// or a migrated one again, fails nothing and keeps the data.
-func testMigrate[TX any](t *testing.T, setup, unmigrated func(*testing.T) *bundle[TX]) {
+// or a migrated one again, fails nothing and keeps the data. A schema a
+// newer Ferry migrated is refused, and left as it is.
+func testMigrate[TX any](t *testing.T, setup, unmigrated func(*testing.T) *bundle[TX], record func(*testing.T, ferry.TxStore[TX], int)) {
 	run(t, setup, "Idempotent", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		for range 2 {
@@ -71,5 +74,17 @@ func testMigrate[TX any](t *testing.T, setup, unmigrated func(*testing.T) *bundl
 		if plan, err := b.store.MigratePlan(b.ctx); err != nil || len(plan) != 0 {
 			t.Fatalf("MigratePlan after Migrate = %+v, %v; want nothing", plan, err)
 		}
+	})
+
+	run(t, setup, "NewerSchema", func(t *testing.T, b *bundle[TX]) {
+		id := receive(t, b, "stripe", "evt_1")
+		record(t, b.store, 999)
+		if err := b.store.Migrate(b.ctx); !errors.Is(err, ferry.ErrSchemaNewer) || !strings.Contains(err.Error(), "999") {
+			t.Fatalf("Migrate on a schema with migration 999 = %v; want ErrSchemaNewer naming 999", err)
+		}
+		if plan, err := b.store.MigratePlan(b.ctx); !errors.Is(err, ferry.ErrSchemaNewer) {
+			t.Fatalf("MigratePlan on a schema with migration 999 = %+v, %v; want ErrSchemaNewer", plan, err)
+		}
+		wantState(t, b, id, ferry.StatePending)
 	})
 }

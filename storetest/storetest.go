@@ -36,6 +36,11 @@ type Harness[TX any] struct {
 	// (NewStore's cleanup may close it again). Optional: without it the
 	// suite skips the check that subscriptions end with their store.
 	Close func(store ferry.TxStore[TX])
+
+	// RecordMigration records version as applied in the store's own table
+	// of migrations, as the Migrate of a newer Ferry would: the suite checks
+	// that this build then refuses to migrate or plan.
+	RecordMigration func(t *testing.T, store ferry.TxStore[TX], version int)
 }
 
 // Effects writes and counts a handler's side effects in the store's database.
@@ -88,7 +93,9 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Archive", testArchive[TX]},
 		{"History", testHistory[TX]},
 		{"Subscribe", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testSubscribe(t, setup, h.Close) }},
-		{"Migrate", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testMigrate(t, setup, unmigrated) }},
+		{"Migrate", func(t *testing.T, setup func(*testing.T) *bundle[TX]) {
+			testMigrate(t, setup, unmigrated, h.RecordMigration)
+		}},
 		{"InvalidParams", testInvalidParams[TX]},
 		{"CompleteTx", effects(testCompleteTx[TX])},
 		{"Concurrency", testConcurrency[TX]},

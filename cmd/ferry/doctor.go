@@ -154,6 +154,10 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 	kind, _, _ := cfg.StoreKind()
 	ok("store: %s answers", kind)
 
+	if _, err := st.MigratePlan(pctx); errors.Is(err, ferry.ErrSchemaNewer) {
+		fail("roll forward: deploy the ferry that migrated the store again", "store: %v", err)
+		return nil
+	}
 	stats, err := st.EventStats(pctx, cfg.StatsParams(5))
 	if err != nil {
 		fail("run: ferry migrate --config "+configPath, "store: cannot read events (schema missing or out of date?): %v", err)

@@ -25,6 +25,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/ferry-inbox/ferry"
 )
 
 // usageError is a mistake in the command line: exit 2 with a hint.
@@ -130,7 +132,7 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &e):
 		return e.code
-	case errors.As(err, &u), errors.Is(err, errConfig):
+	case errors.As(err, &u), errors.Is(err, errConfig), errors.Is(err, ferry.ErrSchemaNewer):
 		return exitUsage
 	}
 	return exitFailed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 )
 
@@ -190,5 +192,40 @@ func TestUpgradeFromSchema002(t *testing.T) {
 		if err != nil || ev.State != want {
 			t.Errorf("%s after serve: %+v, %v; want %s", key[1], ev, err, want)
 		}
+	}
+}
+
+// A binary rolled back after a newer one migrated the store refuses it
+// (exit 2, saying what to run) rather than misread what that schema holds:
+// serve, whether it migrates or not, migrate, with --dry-run or without, and
+// doctor, which reports it as needing a human.
+func TestOlderBinaryRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	cfg := writeConfig(t, "sqlite:"+path, "http://127.0.0.1:1/hooks", "")
+	if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	st := teststore.OpenSQLite(t, path, nil)
+	if _, err := st.DB().Exec(`INSERT INTO ferry_migration (version, name, applied_at) VALUES (999, 'future', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	const want = "schema newer than this build: the store has migration 999"
+	for _, args := range [][]string{{"serve"}, {"serve", "--no-migrate"}, {"migrate"}, {"migrate", "--dry-run"}} {
+		// A serve that starts is stopped after a while: it did not refuse.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		var out strings.Builder
+		cmd := exec.CommandContext(ctx, ferryBin, append(args, "--config", cfg)...)
+		cmd.Stderr = &out
+		_ = cmd.Run()
+		cancel()
+		stderr, code := out.String(), cmd.ProcessState.ExitCode()
+		if code != exitUsage || !strings.Contains(stderr, want) || !strings.Contains(stderr, "run the ferry that migrated it") || strings.Contains(stderr, "ferry: serving") {
+			t.Errorf("ferry %v on a newer schema: exit %d, stderr:\n%s\nwant %d and %q", args, code, stderr, exitUsage, want)
+		}
+	}
+	r, code := doctorJSON(t, cfg)
+	if code != exitProblems || r.Healthy || !hasFinding(r, "fail", want) {
+		t.Errorf("doctor on a newer schema: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
 	}
 }

@@ -1,0 +1,105 @@
+package ferry
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Migration is one version of a store's schema: its file NNN_name.sql.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// ReadMigrations reads a store's migrations, the files dir/NNN_name.sql of
+// fsys, in version order. A file named otherwise, or two of one version,
+// is an error: the version is what the store records as applied.
+func ReadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	var all []Migration
+	for _, e := range entries {
+		base, ok := strings.CutSuffix(e.Name(), ".sql")
+		number, name, named := strings.Cut(base, "_")
+		version, err := strconv.Atoi(number)
+		if !ok || !named || name == "" || err != nil || version <= 0 {
+			return nil, fmt.Errorf("migration file %s is not named NNN_name.sql", e.Name())
+		}
+		sql, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, Migration{Version: version, Name: name, SQL: string(sql)})
+	}
+	slices.SortFunc(all, func(a, b Migration) int { return a.Version - b.Version })
+	for i := 1; i < len(all); i++ {
+		if all[i].Version == all[i-1].Version {
+			return nil, fmt.Errorf("migrations %s and %s share version %d", all[i-1].Name, all[i].Name, all[i].Version)
+		}
+	}
+	return all, nil
+}
+
+// PendingMigrations is what Migrate applies and MigratePlan lists: the
+// migrations of all that applied (the versions a store records) lacks, in
+// order. A version applied that all lacks was written by a newer Ferry, and
+// this one would misread what that schema stores: ErrSchemaNewer, naming
+// the versions.
+func PendingMigrations(all []Migration, applied []int) ([]Migration, error) {
+	var unknown []string
+	for _, v := range applied {
+		if !slices.ContainsFunc(all, func(m Migration) bool { return m.Version == v }) {
+			unknown = append(unknown, fmt.Sprintf("%03d", v))
+		}
+	}
+	if len(unknown) > 0 {
+		known := 0
+		if len(all) > 0 {
+			known = all[len(all)-1].Version
+		}
+		noun := "migration"
+		if len(unknown) > 1 {
+			noun += "s"
+		}
+		return nil, fmt.Errorf("%w: the store has %s %s, this ferry knows up to %03d: run the ferry that migrated it, or a newer one",
+			ErrSchemaNewer, noun, strings.Join(unknown, ", "), known)
+	}
+	var pending []Migration
+	for _, m := range all {
+		if !slices.Contains(applied, m.Version) {
+			pending = append(pending, m)
+		}
+	}
+	return pending, nil
+}
+
+// MigrationSummary is what a migration file says it does: its leading "--"
+// comment lines, joined into one paragraph. MigratePlan's Summary starts
+// with it in both stores.
+func MigrationSummary(sql string) string {
+	var lines []string
+	for _, line := range strings.Split(sql, "\n") {
+		text, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
+		if !ok {
+			break
+		}
+		lines = append(lines, strings.TrimSpace(text))
+	}
+	return strings.Join(lines, " ")
+}
+
+// MigrationStep is one migration Migrate would apply.
+type MigrationStep struct {
+	Version int
+	Name    string
+	// Summary says what it does to this store's data, with counts where it
+	// moves rows.
+	Summary string
+}

@@ -1,0 +1,75 @@
+package ferry_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/ferry-inbox/ferry"
+)
+
+func TestReadMigrations(t *testing.T) {
+	t.Parallel()
+	file := func(sql string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(sql)} }
+	all, err := ferry.ReadMigrations(fstest.MapFS{
+		"m/010_ten.sql":   file("-- ten"),
+		"m/002_two.sql":   file("-- two"),
+		"m/001_first.sql": file("-- one"),
+	}, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range all {
+		got = append(got, fmt.Sprintf("%d %s %s", m.Version, m.Name, m.SQL))
+	}
+	if want := "1 first -- one|2 two -- two|10 ten -- ten"; strings.Join(got, "|") != want {
+		t.Errorf("ReadMigrations = %q, want %q (version order, not name order)", strings.Join(got, "|"), want)
+	}
+
+	for name, fsys := range map[string]fstest.MapFS{
+		"no number":      {"m/first.sql": file("")},
+		"no name":        {"m/001.sql": file("")},
+		"empty name":     {"m/001_.sql": file("")},
+		"not sql":        {"m/001_first.txt": file("")},
+		"zero":           {"m/000_first.sql": file("")},
+		"shared version": {"m/001_a.sql": file(""), "m/1_b.sql": file("")},
+	} {
+		if all, err := ferry.ReadMigrations(fsys, "m"); err == nil {
+			t.Errorf("ReadMigrations with %s = %+v; want an error", name, all)
+		}
+	}
+}
+
+func TestPendingMigrations(t *testing.T) {
+	t.Parallel()
+	all := []ferry.Migration{{Version: 1, Name: "a"}, {Version: 2, Name: "b"}, {Version: 3, Name: "c"}}
+	for _, c := range []struct {
+		applied []int
+		want    []int
+	}{
+		{nil, []int{1, 2, 3}},
+		{[]int{1}, []int{2, 3}},
+		{[]int{2}, []int{1, 3}},
+		{[]int{1, 2, 3}, nil},
+	} {
+		pending, err := ferry.PendingMigrations(all, c.applied)
+		var got []int
+		for _, m := range pending {
+			got = append(got, m.Version)
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("PendingMigrations(applied %v) = %v, %v; want %v", c.applied, got, err, c.want)
+		}
+	}
+	pending, err := ferry.PendingMigrations(all, []int{1, 2, 3, 4, 7})
+	if !errors.Is(err, ferry.ErrSchemaNewer) || pending != nil {
+		t.Fatalf("PendingMigrations with 4 and 7 applied = %v, %v; want ErrSchemaNewer", pending, err)
+	}
+	if want := "the store has migrations 004, 007, this ferry knows up to 003"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+}
