@@ -80,10 +80,33 @@ func PendingMigrations(all []Migration, applied []int) ([]Migration, error) {
 	return pending, nil
 }
 
+// Step is m as MigratePlan lists it, before any counts a store adds.
+func (m *Migration) Step() MigrationStep {
+	step := MigrationStep{Version: m.Version, Name: m.Name, Summary: MigrationSummary(m.SQL)}
+	// The paragraph of the leading comment that starts "Exclusive:".
+	var exclusive []string
+	for _, line := range leadingComment(m.SQL) {
+		if text, ok := strings.CutPrefix(line, "Exclusive:"); ok {
+			exclusive = append(exclusive, strings.TrimSpace(text))
+		} else if len(exclusive) > 0 && line != "" {
+			exclusive = append(exclusive, line)
+		} else if len(exclusive) > 0 {
+			break
+		}
+	}
+	step.Exclusive = strings.Join(exclusive, " ")
+	return step
+}
+
 // MigrationSummary is what a migration file says it does: its leading "--"
 // comment lines, joined into one paragraph. MigratePlan's Summary starts
 // with it in both stores.
 func MigrationSummary(sql string) string {
+	return strings.Join(leadingComment(sql), " ")
+}
+
+// leadingComment is the text of sql's leading "--" lines, one a line.
+func leadingComment(sql string) []string {
 	var lines []string
 	for _, line := range strings.Split(sql, "\n") {
 		text, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
@@ -92,7 +115,7 @@ func MigrationSummary(sql string) string {
 		}
 		lines = append(lines, strings.TrimSpace(text))
 	}
-	return strings.Join(lines, " ")
+	return lines
 }
 
 // MigrationStep is one migration Migrate would apply.
@@ -102,4 +125,9 @@ type MigrationStep struct {
 	// Summary says what it does to this store's data, with counts where it
 	// moves rows.
 	Summary string
+	// Exclusive says why the migration must run with every older Ferry
+	// stopped, from the paragraph of its leading comment that starts
+	// "Exclusive:"; empty when older instances may keep running beside it.
+	// ferry serve does not apply such a migration on its own.
+	Exclusive string
 }

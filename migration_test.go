@@ -73,3 +73,27 @@ func TestPendingMigrations(t *testing.T) {
 		t.Errorf("error %q does not say %q", err, want)
 	}
 }
+
+func TestMigrationStep(t *testing.T) {
+	t.Parallel()
+	m := ferry.Migration{Version: 3, Name: "archive", SQL: `-- Moves rows.
+--
+-- Exclusive: older instances would
+-- write where this moves.
+--
+-- Existing installations: all of them.
+ALTER TABLE t ADD COLUMN c int;
+-- Exclusive: not in the leading comment.
+`}
+	step := m.Step()
+	if step.Version != 3 || step.Name != "archive" || !strings.HasPrefix(step.Summary, "Moves rows.") || !strings.HasSuffix(step.Summary, "all of them.") {
+		t.Errorf("Step() = %+v; want version, name and the leading comment as its summary", step)
+	}
+	if want := "older instances would write where this moves."; step.Exclusive != want {
+		t.Errorf("Step().Exclusive = %q, want %q (its paragraph of the leading comment only)", step.Exclusive, want)
+	}
+	m.SQL = "-- Adds a column.\nALTER TABLE t ADD COLUMN c int;\n-- Exclusive: not in the leading comment.\n"
+	if step := m.Step(); step.Exclusive != "" {
+		t.Errorf("Step().Exclusive of a migration without the paragraph = %q, want empty", step.Exclusive)
+	}
+}

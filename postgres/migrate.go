@@ -2,12 +2,18 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ferry-inbox/ferry"
 )
+
+// migrationLockKey is the advisory lock Migrate holds and MigratePlan
+// waits on: a constant of Ferry's own ("ferry" in ASCII).
+const migrationLockKey int64 = 439788663417
 
 // Migrate applies every migration the schema lacks, in one transaction that
 // holds an advisory lock, so instances starting together take turns and the
@@ -18,10 +24,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return wrap("migrate", err)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		for _, sql := range []string{migrationLockSQL, migrationTableSQL} {
-			if _, err := tx.Exec(ctx, sql); err != nil {
-				return err
-			}
+		if _, err := tx.Exec(ctx, migrationLockSQL, pgx.NamedArgs{"key": migrationLockKey}); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, migrationTableSQL); err != nil {
+			return err
 		}
 		rows, _ := tx.Query(ctx, migrationAppliedSQL)
 		applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
@@ -34,7 +41,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		for _, m := range pending {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
+				return migrationFailed(m, err)
 			}
 			if _, err := tx.Exec(ctx, migrationRecordSQL, pgx.NamedArgs{"version": m.Version, "name": m.Name}); err != nil {
 				return err
@@ -48,41 +55,65 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// migrationFailed names the migration m that failed with err, and says how
+// to fix a full lock table: a migration holds a lock on every table and
+// index it creates until it commits (003 about 34 for each day of done
+// events), which PostgreSQL's default max_locks_per_transaction does not
+// hold for a store with hundreds of days of history.
+func migrationFailed(m ferry.Migration, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "53200" { // out_of_memory: the shared lock table
+		return fmt.Errorf("migration %03d_%s: %w: PostgreSQL's lock table is full; raise max_locks_per_transaction (it takes a restart) and migrate again, nothing was changed",
+			m.Version, m.Name, err)
+	}
+	return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
+}
+
 // MigratePlan lists the migrations Migrate would apply, each summarised by
 // its file's leading comment and, for the archive migration, how many rows
-// it moves. It reads only.
+// it moves. It reads only, in one transaction that first waits for a
+// Migrate in progress, so the plan is of the schema that Migrate leaves.
 func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) {
 	all, err := ferry.ReadMigrations(migrations, "migration")
 	if err != nil {
 		return nil, wrap("migrate plan", err)
 	}
-	var applied []int
-	var exists bool
-	if err := s.pool.QueryRow(ctx, migrationExistsSQL).Scan(&exists); err != nil {
-		return nil, wrap("migrate plan", err)
-	}
-	if exists {
-		rows, _ := s.pool.Query(ctx, migrationAppliedSQL)
-		if applied, err = pgx.CollectRows(rows, pgx.RowTo[int]); err != nil {
-			return nil, wrap("migrate plan", err)
+	var steps []ferry.MigrationStep
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, migrationLockSharedSQL, pgx.NamedArgs{"key": migrationLockKey}); err != nil {
+			return err
 		}
-	}
-	pending, err := ferry.PendingMigrations(all, applied)
+		var applied []int
+		var exists bool
+		if err := tx.QueryRow(ctx, migrationExistsSQL).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			rows, _ := tx.Query(ctx, migrationAppliedSQL)
+			if applied, err = pgx.CollectRows(rows, pgx.RowTo[int]); err != nil {
+				return err
+			}
+		}
+		pending, err := ferry.PendingMigrations(all, applied)
+		if err != nil {
+			return err
+		}
+		for _, m := range pending {
+			step := m.Step()
+			if m.Name == "archive" && exists {
+				var events, done, days, ledger int64
+				if err := tx.QueryRow(ctx, migratePlanArchiveSQL).Scan(&events, &done, &days, &ledger); err != nil {
+					return err
+				}
+				step.Summary += fmt.Sprintf("\nOn this store: %d events get a dedupe key; %d done events move to %d daily partitions of ferry_event_done, their %d ledger rows to ferry_attempt_done's; %d stay in ferry_event.",
+					events, done, days, ledger, events-done)
+			}
+			steps = append(steps, step)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, wrap("migrate plan", err)
-	}
-	var steps []ferry.MigrationStep
-	for _, m := range pending {
-		step := ferry.MigrationStep{Version: m.Version, Name: m.Name, Summary: ferry.MigrationSummary(m.SQL)}
-		if m.Name == "archive" && exists {
-			var events, done, days, ledger int64
-			if err := s.pool.QueryRow(ctx, migratePlanArchiveSQL).Scan(&events, &done, &days, &ledger); err != nil {
-				return nil, wrap("migrate plan", err)
-			}
-			step.Summary += fmt.Sprintf("\nOn this store: %d events get a dedupe key; %d done events move to %d daily partitions of ferry_event_done, their %d ledger rows to ferry_attempt_done's; %d stay in ferry_event.",
-				events, done, days, ledger, events-done)
-		}
-		steps = append(steps, step)
 	}
 	return steps, nil
 }

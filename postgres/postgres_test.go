@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
 
 	"github.com/ferry-inbox/ferry"
@@ -79,6 +80,79 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("ferry_migration has %d rows, want one per migration file (%d)", versions, len(files))
 		}
 	})
+}
+
+// MigratePlan during a Migrate waits for it, and plans from the schema it
+// leaves: a plan read half way would tell `serve --no-migrate` that a
+// migration the other instance has just applied is missing.
+func TestMigratePlanWaitsForAMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.Schema(t)
+	store := postgres.New(pool, nil)
+	// A Migrate in progress: this transaction holds its lock, and a real
+	// Migrate waits for it, as a second instance's would.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var holder int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock($1)) l`, postgres.MigrationLockKey).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	waiters := func(want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n >= want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never waited for the migration lock", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	migrated := make(chan error, 1)
+	go func() { migrated <- store.Migrate(ctx) }()
+	waiters(1, "Migrate")
+	type result struct {
+		steps []ferry.MigrationStep
+		err   error
+	}
+	planned := make(chan result, 1)
+	go func() { steps, err := store.MigratePlan(ctx); planned <- result{steps, err} }()
+	waiters(2, "MigratePlan")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-planned; r.err != nil || len(r.steps) != 0 {
+		t.Fatalf("MigratePlan during a Migrate = %+v, %v; want nothing pending once it is done", r.steps, r.err)
+	}
+}
+
+// A migration that fills PostgreSQL's lock table says how to make room;
+// any other failure is named and kept as it is.
+func TestMigrationFailedSaysHowToFix(t *testing.T) {
+	t.Parallel()
+	m := ferry.Migration{Version: 3, Name: "archive"}
+	full := &pgconn.PgError{Code: "53200", Message: "out of shared memory"}
+	err := postgres.MigrationFailed(m, full)
+	if !errors.Is(err, full) || !strings.HasPrefix(err.Error(), "migration 003_archive: ") || !strings.Contains(err.Error(), "raise max_locks_per_transaction") {
+		t.Errorf("a full lock table = %v; want it named, wrapped and the fix", err)
+	}
+	other := &pgconn.PgError{Code: "42P07", Message: "relation exists"}
+	if err := postgres.MigrationFailed(m, other); !errors.Is(err, other) || strings.Contains(err.Error(), "max_locks") {
+		t.Errorf("another failure = %v; want it wrapped, without the lock table's fix", err)
+	}
 }
 
 // Migration 005 marks the keys of events catch-up stored, wherever the

@@ -81,6 +81,8 @@ var (
 	migrationExistsSQL string
 	//go:embed query/migration_lock.sql
 	migrationLockSQL string
+	//go:embed query/migration_lock_shared.sql
+	migrationLockSharedSQL string
 	//go:embed query/migrate_plan_archive.sql
 	migratePlanArchiveSQL string
 	//go:embed query/migration_record.sql

@@ -314,7 +314,7 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 	}
 	var steps []ferry.MigrationStep
 	for _, m := range pending {
-		steps = append(steps, ferry.MigrationStep{Version: m.Version, Name: m.Name, Summary: ferry.MigrationSummary(m.SQL)})
+		steps = append(steps, m.Step())
 	}
 	return steps, nil
 }

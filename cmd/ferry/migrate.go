@@ -8,9 +8,10 @@ import (
 func runMigrate(ctx context.Context, args []string) error {
 	fs := newFlags("migrate", "[--config FILE] [--dry-run]",
 		`Brings the store's schema up to date. Safe to run from several processes at
-once; serve also migrates at start unless store.migrate = false or --no-migrate.
-A migration that moves data (003 archive) is meant to run while every older
-instance is stopped; --dry-run first says what each pending migration will do.`)
+once; serve also migrates at start unless store.migrate = false or --no-migrate,
+except a migration older instances cannot run beside (003 archive): stop every
+older instance, then run this. --dry-run first says what each pending migration
+will do.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	dryRun := fs.Bool("dry-run", false, "list the pending migrations and what they will do; change nothing")
 	if err := fs.parseFlagsOnly(args); err != nil {
@@ -33,6 +34,9 @@ instance is stopped; --dry-run first says what each pending migration will do.`)
 		}
 		for _, step := range steps {
 			fmt.Printf("%03d_%s: %s\n", step.Version, step.Name, step.Summary)
+			if step.Exclusive != "" {
+				fmt.Printf("  stop every older ferry first; serve does not apply it on its own\n")
+			}
 		}
 		fmt.Printf("ferry: %d migration(s) pending; run without --dry-run to apply\n", len(steps))
 		return nil

@@ -107,9 +107,7 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 	log.Info("ferry: starting", "listen", ln.Addr().String())
 
 	if *cfg.Store.Migrate && !*noMigrate {
-		if err = st.Migrate(ctx); err != nil {
-			err = fmt.Errorf("migrate: %w", err)
-		}
+		err = migrateAtStart(ctx, st)
 	} else {
 		err = schemaCurrent(ctx, st, !*cfg.Store.Migrate, *noMigrate)
 	}
@@ -216,6 +214,30 @@ SIGTERM or SIGHUP stops it gracefully (exit 0).`)
 	}
 	log.Info("ferry: stopped")
 	return failed
+}
+
+// migrateAtStart is serve's migration. It applies on its own only what
+// older instances can keep running beside: a migration that needs them
+// stopped (MigrationStep.Exclusive) stops the start (exit 2) with the steps,
+// unless the store is new (it lacks even its first migration), where no
+// older instance can run.
+func migrateAtStart(ctx context.Context, st ferry.Store) error {
+	steps, err := st.MigratePlan(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate plan: %w", err)
+	}
+	if fresh := len(steps) > 0 && steps[0].Version == 1; !fresh {
+		for _, step := range steps {
+			if step.Exclusive != "" {
+				return fmt.Errorf("%w: migration %03d_%s needs every older ferry stopped (%s): stop them, then run `ferry migrate`; serve does not apply it on its own",
+					errConfig, step.Version, step.Name, step.Exclusive)
+			}
+		}
+	}
+	if err := st.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
 }
 
 // schemaCurrent is serve's check when it does not migrate: a schema that

@@ -118,6 +118,27 @@ func TestUpgradeFromSchema002(t *testing.T) {
 	if got := snapshot(upgradeSnapshotOld); got != before {
 		t.Fatal("the dry run changed the store")
 	}
+	if !strings.Contains(out, "Exclusive: an older ferry's receipts fail") || !strings.Contains(out, "stop every older ferry first") {
+		t.Errorf("dry run says:\n%s\nwant 003 marked as needing older instances stopped", out)
+	}
+	// serve, which migrates at start by default, leaves 003 to `ferry
+	// migrate`: older instances may still be running on this store.
+	{
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		var out strings.Builder
+		serve := exec.CommandContext(ctx, ferryBin, "serve", "--config", cfg)
+		serve.Stderr = &out
+		_ = serve.Run()
+		cancel()
+		stderr, code := out.String(), serve.ProcessState.ExitCode()
+		if code != exitUsage || !strings.Contains(stderr, "migration 003_archive needs every older ferry stopped") ||
+			!strings.Contains(stderr, "then run `ferry migrate`") || strings.Contains(stderr, "ferry: serving") {
+			t.Errorf("serve on schema 002: exit %d, stderr:\n%s\nwant %d and 003 left to ferry migrate", code, stderr, exitUsage)
+		}
+		if got := snapshot(upgradeSnapshotOld); got != before {
+			t.Fatal("serve changed a store it refused to migrate")
+		}
+	}
 
 	if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
 		t.Fatalf("migrate exited %d: %s", code, stderr)
