@@ -321,9 +321,10 @@ const (
 
 // ValidateTraceContext accepts a traceparent and a tracestate of at most
 // TraceparentMaxLen and TracestateMaxLen printable ASCII characters (a
-// header value, as W3C defines both), empty or not. A receiver that gets a
-// longer tracestate from a provider stores the receipt without it rather
-// than refuse the delivery.
+// header value, as W3C defines both), empty or not. A receiver whose span
+// has a longer tracestate (from the program's sampler or middleware; never
+// the sender's) stores the receipt without it rather than refuse the
+// delivery.
 func ValidateTraceContext(traceparent, tracestate string) error {
 	switch {
 	case len(traceparent) > TraceparentMaxLen:

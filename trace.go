@@ -16,8 +16,10 @@ import (
 //
 // A receipt's span context is stored with its event (Event.Traceparent), so
 // that each attempt, in whichever process claims it, is a child of the
-// receipt's span and links to it: one trace from the provider's request to
-// the app's.
+// receipt's span and links to it: one trace from the receipt to the app's.
+// The receipt's span never continues a sender's trace (ferryhttp's
+// ReceiverOptions.TracerProvider says why), so the stored context, and
+// what attempts inherit from it, is Ferry's own.
 
 // TracerName is the instrumentation scope of Ferry's spans.
 const TracerName = "github.com/ferry-inbox/ferry"

@@ -75,11 +75,14 @@ type ReceiverOptions struct {
 	// delay. Defaults to 64; 1 stores every delivery alone.
 	ReceiveBatch int
 	// TracerProvider, if set, traces every request: a server span through
-	// verification, storage and the answer (a child of the provider's
-	// traceparent, if it sent one), whose trace context is stored with the
-	// event for its attempts to link to. Attributes: source, event id,
-	// outcome, reason and HTTP status; never a payload, a header value or a
-	// secret. Defaults to none: no span, no trace header read.
+	// verification, storage and the answer, whose trace context is stored
+	// with the event for its attempts to link to. Anyone can send a
+	// traceparent, so the span is never its child: it is a new root (or a
+	// child of a span the program's own middleware put in the request's
+	// context), sampled by the TracerProvider's sampler, with a link to the
+	// sender's span; the sender's tracestate is dropped. Attributes: source,
+	// event id, outcome, reason and HTTP status; never a payload, a header
+	// value or a secret. Defaults to none: no span, no trace header read.
 	TracerProvider trace.TracerProvider
 	// ReceiveConcurrency is how many batches may be written at once. Fewer,
 	// larger commits take deliveries in fastest (each commit waits for its

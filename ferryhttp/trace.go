@@ -17,9 +17,10 @@ import (
 )
 
 // Tracing of the HTTP edge: a server span per receipt (its stored trace
-// context is what every attempt links to) and a client span per forward,
-// whose context the app receives as traceparent and tracestate. Both only
-// when the options name a TracerProvider; otherwise the receiver and the
+// context is what every attempt links to; a sender's traceparent is only
+// linked to, see startReceipt) and a client span per forward, whose
+// context the app receives as traceparent and tracestate. Both only when
+// the options name a TracerProvider; otherwise the receiver and the
 // forwarder make no span and read or write no trace header.
 
 // HTTP attributes of OpenTelemetry's semantic conventions (v1.43), spelled
@@ -39,21 +40,40 @@ const receiverRoute = "/webhooks/{source}"
 // traceContext is the W3C propagator, whatever the program's global one is.
 var traceContext propagation.TraceContext
 
-// startReceipt starts the receipt's server span, a child of the provider's
-// traceparent if the request carries one, and returns the request with the
-// span in its context. Untraced, it returns req and a nil span.
+// startReceipt starts the receipt's server span and returns the request
+// with the span in its context. Untraced, it returns req and a nil span.
+//
+// Anyone can reach the receiver, so the request's traceparent and
+// tracestate are the sender's word, not a parent (OpenTelemetry's advice
+// for public endpoints, otelhttp's WithPublicEndpoint): were the span their
+// child, a parent-based sampler would let any sender force sampling and
+// pick the trace id, and its tracestate would be stored with the event and
+// sent on to the app. The span's parent is whatever span the program put in
+// the request's context (none in ferry serve, so a new root sampled by
+// Ferry's own sampler); a valid traceparent becomes a link, so that a
+// provider's trace can still be found from Ferry's, without its tracestate.
 func (r *Receiver) startReceipt(req *http.Request, source string) (*http.Request, trace.Span) {
 	if r.tracer == nil {
 		return req, nil
 	}
-	ctx := traceContext.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
 	method := knownMethod(req.Method)
 	attrs := []attribute.KeyValue{attrHTTPMethod.String(method), attrHTTPRoute.String(receiverRoute)}
 	if _, ok := r.sources[source]; ok { // not a name a sender made up
 		attrs = append(attrs, ferry.AttrSource.String(source))
 	}
-	ctx, span := r.tracer.Start(ctx, method+" "+receiverRoute, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...)}
+	if sent := senderSpanContext(req.Header); sent.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sent}))
+	}
+	ctx, span := r.tracer.Start(req.Context(), method+" "+receiverRoute, opts...)
 	return req.WithContext(ctx), span
+}
+
+// senderSpanContext is the span context the request's traceparent names,
+// without its tracestate: a link needs only the ids.
+func senderSpanContext(h http.Header) trace.SpanContext {
+	sent := trace.SpanContextFromContext(traceContext.Extract(context.Background(), propagation.HeaderCarrier(h)))
+	return sent.WithTraceState(trace.TraceState{})
 }
 
 // receiptPhase marks a step of the receipt (verified, stored) on its span,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -87,6 +88,19 @@ func noSecrets(t *testing.T, s sdktrace.ReadOnlySpan, d delivery, bodyMarker str
 	}
 }
 
+// wantSenderLink checks that s has one link, to the sender's span, that
+// carries no tracestate of the sender's.
+func wantSenderLink(t *testing.T, s sdktrace.ReadOnlySpan) {
+	t.Helper()
+	links := s.Links()
+	if len(links) != 1 {
+		t.Fatalf("%d links, want one to the sender's span", len(links))
+	}
+	if l := links[0].SpanContext; l.TraceID().String() != providerTraceID || l.SpanID().String() != providerSpanID || l.TraceState().Len() != 0 {
+		t.Errorf("link to %v, want the sender's span %s-%s without its tracestate", l, providerTraceID, providerSpanID)
+	}
+}
+
 func TestReceiverTracing(t *testing.T) {
 	t.Parallel()
 
@@ -95,10 +109,11 @@ func TestReceiverTracing(t *testing.T) {
 		return setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.TracerProvider = tp }), rec
 	}
 
-	// The receipt span is a child of the provider's traceparent, tells
-	// what became of the delivery, and its own context is stored with the
-	// event, the provider's tracestate kept.
-	t.Run("ChildOfTheProvidersTraceStoredWithTheEvent", func(t *testing.T) {
+	// Anyone can send a traceparent: the receipt span is a new root in a
+	// trace of its own, linked to the sender's span (without its
+	// tracestate). It tells what became of the delivery, and its own
+	// context, with no tracestate of the sender's, is stored with the event.
+	t.Run("SendersTraceIsALinkNotTheParent", func(t *testing.T) {
 		t.Parallel()
 		b, rec := traced(t, teststore.SQLite(t, nil))
 		d := stripe(`{"id":"evt_traced","type":"invoice.paid","marker":"BODY-MARKER-5e1"}`).
@@ -110,9 +125,11 @@ func TestReceiverTracing(t *testing.T) {
 		if s.Name() != "POST /webhooks/{source}" || s.SpanKind() != trace.SpanKindServer {
 			t.Errorf("span %q kind %v", s.Name(), s.SpanKind())
 		}
-		if p := s.Parent(); p.TraceID().String() != providerTraceID || p.SpanID().String() != providerSpanID || !p.IsRemote() {
-			t.Errorf("parent = %v, want the provider's span %s", p, providerSpanID)
+		sc := s.SpanContext()
+		if p := s.Parent(); p.IsValid() || sc.TraceID().String() == providerTraceID {
+			t.Errorf("parent %v, trace %s: want a new root in a trace of its own", p, sc.TraceID())
 		}
+		wantSenderLink(t, s)
 		wantAttrs(t, s, map[attribute.Key]string{
 			ferry.AttrSource: "stripe", ferry.AttrEventID: "evt_traced", ferry.AttrOutcome: "accepted",
 			"http.response.status_code": "200", "http.request.method": "POST", "http.route": "/webhooks/{source}",
@@ -127,9 +144,89 @@ func TestReceiverTracing(t *testing.T) {
 		noSecrets(t, s, d, "BODY-MARKER-5e1")
 
 		ev := event(t, b.store, "stripe", "evt_traced")
-		sc := s.SpanContext()
-		if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; ev.Traceparent != want || ev.Tracestate != providerTracestate {
-			t.Errorf("stored trace context (%q, %q), want the receipt span's (%q, %q)", ev.Traceparent, ev.Tracestate, want, providerTracestate)
+		if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; ev.Traceparent != want || ev.Tracestate != "" {
+			t.Errorf("stored trace context (%q, %q), want the receipt span's (%q, \"\")", ev.Traceparent, ev.Tracestate, want)
+		}
+	})
+
+	// The sampler decides as for any root, whatever flag the sender set:
+	// at ratio 0 a sampled traceparent, on a forged delivery or a genuine
+	// one, exports nothing (and the event stores an unsampled context),
+	// and an unsampled one does not stop Ferry from sampling its own.
+	t.Run("SenderCannotChooseSampling", func(t *testing.T) {
+		t.Parallel()
+		sampledByFerry := func(t *testing.T, sampler sdktrace.Sampler, flags string, id string, forged bool) (*tracetest.InMemoryExporter, *bundle) {
+			exp := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSyncer(exp))
+			b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) { o.TracerProvider = tp })
+			d, want := stripe(`{"id":"`+id+`"}`), http.StatusOK
+			if forged {
+				d, want = stripeAt("whsec_wrong", `{"id":"`+id+`"}`, testNow), http.StatusUnauthorized
+			}
+			d = d.with("Traceparent", "00-"+providerTraceID+"-"+providerSpanID+"-"+flags).with("Tracestate", providerTracestate)
+			if r := b.send(t, d); r.status != want {
+				t.Fatalf("answered %d %s, want %d", r.status, r.raw, want)
+			}
+			return exp, b
+		}
+		never := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0))
+		for _, forged := range []bool{true, false} {
+			// The span ends before the answer is written, and the syncer
+			// exports as it ends: what the exporter lacks now, it never gets.
+			exp, b := sampledByFerry(t, never, "01", "evt_ratio0", forged)
+			if spans := exp.GetSpans(); len(spans) != 0 {
+				t.Errorf("forged %v: ratio 0 exported %d spans, the first in trace %s", forged, len(spans), spans[0].SpanContext.TraceID())
+			}
+			if ev := event(t, b.store, "stripe", "evt_ratio0"); !forged && (ev == nil || strings.Contains(ev.Traceparent, providerTraceID) || !strings.HasSuffix(ev.Traceparent, "-00") || ev.Tracestate != "") {
+				t.Errorf("stored %+v, want a traceparent of Ferry's own, unsampled, and no tracestate", ev)
+			}
+		}
+		exp, _ := sampledByFerry(t, sdktrace.ParentBased(sdktrace.AlwaysSample()), "00", "evt_always", false)
+		if spans := exp.GetSpans(); len(spans) != 1 || spans[0].SpanContext.TraceID().String() == providerTraceID {
+			t.Errorf("always on, unsampled traceparent: exported %d spans, want 1 in a trace of its own", len(spans))
+		}
+	})
+
+	// A span the program's own middleware put in the request's context is
+	// the receipt's parent (the program trusts it; the sender cannot put
+	// one there). Its tracestate, too long for a store, is dropped and the
+	// delivery stored, with its traceparent.
+	t.Run("ChildOfTheProgramsSpan", func(t *testing.T) {
+		t.Parallel()
+		rec, tp := newRecorder()
+		st := teststore.SQLite(t, nil)
+		recv, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{Store: st, Sources: sources(t), TracerProvider: tp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var members []string
+		for _, k := range []string{"a", "b", "c"} {
+			members = append(members, k+"="+strings.Repeat("v", 250))
+		}
+		long, err := trace.ParseTraceState(strings.Join(members, ","))
+		if err != nil {
+			t.Fatal(err)
+		}
+		programs := trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, TraceState: long,
+		})
+		mux := http.NewServeMux()
+		recv.Register(mux)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mux.ServeHTTP(w, r.WithContext(trace.ContextWithRemoteSpanContext(r.Context(), programs)))
+		}))
+		t.Cleanup(srv.Close)
+		b := &bundle{store: st, srv: srv}
+		if r := b.send(t, stripe(`{"id":"evt_program"}`).with("Traceparent", providerTraceparent)); r.status != http.StatusOK {
+			t.Fatalf("answered %d %s", r.status, r.raw)
+		}
+		s := oneSpan(t, rec)
+		if p := s.Parent(); p.TraceID() != programs.TraceID() || p.SpanID() != programs.SpanID() {
+			t.Errorf("parent %v, want the program's span %v", p, programs)
+		}
+		wantSenderLink(t, s)
+		if ev := event(t, b.store, "stripe", "evt_program"); !strings.Contains(ev.Traceparent, programs.TraceID().String()) || ev.Tracestate != "" {
+			t.Errorf("stored (%q, %q), want the traceparent alone", ev.Traceparent, ev.Tracestate)
 		}
 	})
 
@@ -140,8 +237,8 @@ func TestReceiverTracing(t *testing.T) {
 			t.Fatalf("answered %d", r.status)
 		}
 		s := oneSpan(t, rec)
-		if s.Parent().IsValid() {
-			t.Errorf("parent = %v, want none", s.Parent())
+		if s.Parent().IsValid() || len(s.Links()) != 0 {
+			t.Errorf("parent = %v, links %v, want neither", s.Parent(), s.Links())
 		}
 		if ev := event(t, b.store, "stripe", "evt_root"); !strings.Contains(ev.Traceparent, s.SpanContext().TraceID().String()) {
 			t.Errorf("stored traceparent %q, want the receipt's trace %s", ev.Traceparent, s.SpanContext().TraceID())
@@ -179,24 +276,6 @@ func TestReceiverTracing(t *testing.T) {
 		wantAttrs(t, s, map[attribute.Key]string{ferry.AttrOutcome: "unavailable", ferry.AttrReason: "store_unavailable", "http.response.status_code": "503"})
 		if s.Status().Code != codes.Error {
 			t.Errorf("status %+v, want an error", s.Status())
-		}
-	})
-
-	// A tracestate longer than a store keeps (valid W3C nonetheless) is
-	// dropped: the delivery is stored, with its traceparent.
-	t.Run("OverlongTracestateIsDropped", func(t *testing.T) {
-		t.Parallel()
-		b, _ := traced(t, teststore.SQLite(t, nil))
-		var members []string
-		for _, k := range []string{"a", "b", "c"} {
-			members = append(members, k+"="+strings.Repeat("v", 250))
-		}
-		d := stripe(`{"id":"evt_long"}`).with("Traceparent", providerTraceparent).with("Tracestate", strings.Join(members, ","))
-		if r := b.send(t, d); r.status != http.StatusOK {
-			t.Fatalf("answered %d %s", r.status, r.raw)
-		}
-		if ev := event(t, b.store, "stripe", "evt_long"); !strings.Contains(ev.Traceparent, providerTraceID) || ev.Tracestate != "" {
-			t.Errorf("stored (%q, %q), want the traceparent alone", ev.Traceparent, ev.Tracestate)
 		}
 	})
 

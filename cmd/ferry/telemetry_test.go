@@ -100,12 +100,13 @@ func attrString(attrs []*commonpb.KeyValue, key string) string {
 
 // TestServeTracesEndToEnd runs `ferry serve` with [telemetry] pointing at a
 // local OTLP/HTTP endpoint: one delivery, carrying the provider's
-// traceparent, fails once at the app and then succeeds. One trace must hold
-// the receipt span (a child of the provider's), both attempt spans
-// (children of the receipt, linked to it) and both forward spans (children
-// of their attempts), and the app must have received traceparents of that
-// trace naming the forward spans. The batch processor's delay is set past
-// the test's end, so the spans arrive only through the flush at shutdown.
+// traceparent and tracestate, fails once at the app and then succeeds. One
+// trace of Ferry's own must hold the receipt span (a root, linked to the
+// provider's span), both attempt spans (children of the receipt, linked to
+// it) and both forward spans (children of their attempts), and the app
+// must have received traceparents of that trace naming the forward spans,
+// and no tracestate. The batch processor's delay is set past the test's
+// end, so the spans arrive only through the flush at shutdown.
 func TestServeTracesEndToEnd(t *testing.T) {
 	t.Parallel()
 	collector := newOTLPCollector(t)
@@ -113,11 +114,13 @@ func TestServeTracesEndToEnd(t *testing.T) {
 	var (
 		mu           sync.Mutex
 		traceparents []string
+		tracestates  []string
 	)
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		mu.Lock()
 		traceparents = append(traceparents, r.Header.Get("Traceparent"))
+		tracestates = append(tracestates, r.Header.Get("Tracestate"))
 		n := len(traceparents)
 		mu.Unlock()
 		if n == 1 {
@@ -150,6 +153,7 @@ sampling_ratio = 1.0
 	}
 	req.Header = ferrytest.SignStripe(stripeSecret, body, time.Now())
 	req.Header.Set("Traceparent", "00-"+providerTraceID+"-"+providerSpanID+"-01")
+	req.Header.Set("Tracestate", "provider=PROVIDERSTATE")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -178,8 +182,8 @@ sampling_ratio = 1.0
 		if cs.service != "ferry-e2e" {
 			t.Errorf("span %q of service %q, want ferry-e2e (service_name wins over OTEL_SERVICE_NAME)", s.GetName(), cs.service)
 		}
-		if got := hex.EncodeToString(s.GetTraceId()); got != providerTraceID {
-			t.Errorf("span %q in trace %s, want the provider's %s", s.GetName(), got, providerTraceID)
+		if s.GetTraceState() != "" {
+			t.Errorf("span %q has tracestate %q, want none", s.GetName(), s.GetTraceState())
 		}
 		switch s.GetKind() {
 		case tracepb.Span_SPAN_KIND_SERVER:
@@ -193,8 +197,18 @@ sampling_ratio = 1.0
 	if receipt == nil || len(attempts) != 2 || len(forwards) != 2 || len(spans) != 5 {
 		t.Fatalf("exported %d spans: receipt %v, %d attempts, %d forwards; want 1, 2 and 2", len(spans), receipt != nil, len(attempts), len(forwards))
 	}
-	if hex.EncodeToString(receipt.GetParentSpanId()) != providerSpanID || receipt.GetName() != "POST /webhooks/{source}" {
-		t.Errorf("receipt span %q has parent %x, want the provider's %s", receipt.GetName(), receipt.GetParentSpanId(), providerSpanID)
+	ferryTraceID := hex.EncodeToString(receipt.GetTraceId())
+	if len(receipt.GetParentSpanId()) != 0 || ferryTraceID == providerTraceID || receipt.GetName() != "POST /webhooks/{source}" {
+		t.Errorf("receipt span %q in trace %s has parent %x, want a root in a trace of its own", receipt.GetName(), ferryTraceID, receipt.GetParentSpanId())
+	}
+	if links := receipt.GetLinks(); len(links) != 1 || hex.EncodeToString(links[0].GetTraceId()) != providerTraceID ||
+		hex.EncodeToString(links[0].GetSpanId()) != providerSpanID || links[0].GetTraceState() != "" {
+		t.Errorf("receipt links %v, want one to the provider's span %s, without its tracestate", links, providerSpanID)
+	}
+	for _, cs := range spans {
+		if got := hex.EncodeToString(cs.span.GetTraceId()); got != ferryTraceID {
+			t.Errorf("span %q in trace %s, want the receipt's %s", cs.span.GetName(), got, ferryTraceID)
+		}
 	}
 	if got := attrString(receipt.GetAttributes(), "ferry.outcome"); got != "accepted" {
 		t.Errorf("receipt outcome %q", got)
@@ -227,9 +241,12 @@ sampling_ratio = 1.0
 		t.Fatalf("app got %d requests, want 2", len(traceparents))
 	}
 	for i, tp := range traceparents {
+		if tracestates[i] != "" {
+			t.Errorf("request %d: tracestate %q, want none", i+1, tracestates[i])
+		}
 		parts := strings.Split(tp, "-")
-		if len(parts) != 4 || parts[1] != providerTraceID {
-			t.Errorf("request %d: traceparent %q, want trace %s", i+1, tp, providerTraceID)
+		if len(parts) != 4 || parts[1] != ferryTraceID {
+			t.Errorf("request %d: traceparent %q, want trace %s", i+1, tp, ferryTraceID)
 			continue
 		}
 		found := false
@@ -239,6 +256,73 @@ sampling_ratio = 1.0
 		if !found {
 			t.Errorf("request %d: traceparent %q names no forward span", i+1, tp)
 		}
+	}
+}
+
+// TestServeSenderCannotForceSampling is the security review's case against
+// `ferry serve` at sampling_ratio = 0: a forged delivery and a genuine one,
+// both carrying a sampled traceparent and a tracestate of the sender's.
+// Nothing may be exported (the flush at shutdown sends whatever was
+// sampled), the event must store a trace context of Ferry's own, and the
+// app must get neither the sender's trace id nor its tracestate.
+func TestServeSenderCannotForceSampling(t *testing.T) {
+	t.Parallel()
+	collector := newOTLPCollector(t)
+	got := make(chan http.Header, 1)
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case got <- r.Header.Clone():
+		default:
+		}
+	}))
+	t.Cleanup(app.Close)
+
+	dbPath := filepath.Join(t.TempDir(), "ferry.db")
+	cfgPath := writeConfig(t, "sqlite:"+dbPath, app.URL+"/hooks", "")
+	writeFile(t, cfgPath, readFile(t, cfgPath)+fmt.Sprintf("\n[telemetry]\notlp_endpoint = %q\nsampling_ratio = 0.0\n", collector.srv.URL))
+	p := startServeWith(t, ferryBin, []string{"OTEL_BSP_SCHEDULE_DELAY=600000"}, cfgPath)
+
+	const (
+		senderTraceID = "0af7651916cd43dd8448eb211c80319c"
+		senderState   = "ATTACKERSTATE"
+	)
+	send := func(secret, id string, want int) {
+		body := []byte(`{"id":"` + id + `","type":"invoice.paid","data":{}}`)
+		req, err := http.NewRequest(http.MethodPost, "http://"+p.addr+"/webhooks/stripe", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = ferrytest.SignStripe(secret, body, time.Now())
+		req.Header.Set("Traceparent", "00-"+senderTraceID+"-b7ad6b7169203331-01")
+		req.Header.Set("Tracestate", "evil="+senderState)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("%s answered %d, want %d", id, resp.StatusCode, want)
+		}
+	}
+	send("whsec_forged", "evt_forged", http.StatusUnauthorized)
+	send(stripeSecret, "evt_genuine", http.StatusOK)
+
+	st := teststore.OpenSQLite(t, dbPath, nil)
+	waitDone(t, st, "evt_genuine")
+	p.terminate(t)
+	if p.err != nil {
+		t.Fatalf("ferry serve exited with %v", p.err)
+	}
+	for _, cs := range collector.collected() {
+		t.Errorf("exported span %q in trace %x at sampling_ratio 0", cs.span.GetName(), cs.span.GetTraceId())
+	}
+	if ev := eventState(t, st, "evt_genuine"); strings.Contains(ev.Traceparent, senderTraceID) || ev.Tracestate != "" {
+		t.Errorf("stored trace context (%q, %q), want one of Ferry's own", ev.Traceparent, ev.Tracestate)
+	}
+	h := <-got
+	if tp, ts := h.Get("Traceparent"), h.Get("Tracestate"); tp == "" || strings.Contains(tp, senderTraceID) || strings.Contains(ts, senderState) {
+		t.Errorf("app got traceparent %q tracestate %q, want Ferry's trace and none of the sender's state", tp, ts)
 	}
 }
 
