@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -95,4 +97,43 @@ func inFlightBytes(t *testing.T, admin string) int64 {
 	}
 	t.Fatal("no ferry_receiver_in_flight_bytes on /metrics")
 	return 0
+}
+
+// A listener's server closes a keep-alive connection once it has been idle
+// for the server's idle timeout (publicIdleTimeout on the public listener,
+// too long to wait for here: the test gives its own).
+func TestServerClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	const idle = 200 * time.Millisecond
+	srv := newServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), slog.New(slog.DiscardHandler), idle)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: ferry.test\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Short of the 30s ReadTimeout, which net/http would idle for without
+	// an IdleTimeout, and a hundred times the one given.
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Close {
+		t.Fatal("the server closed the connection with its answer; want it kept alive, then closed when idle")
+	}
+	if b, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection: read %q, %v; want the server to close it", b, err)
+	}
 }
