@@ -81,14 +81,6 @@ func (c *Catchup) written() []string {
 	return keys
 }
 
-// expandable lists the table's strings that ${NAME} expands.
-func (c *Catchup) expandable() map[string]*string {
-	return map[string]*string{
-		"api_key": &c.APIKey, "token": &c.Token, "app_id": &c.AppID,
-		"private_key": &c.PrivateKey, "installation_id": &c.InstallationID, "api_base": &c.APIBase,
-	}
-}
-
 // applyDefaults fills a table that has credentials; one without is left
 // as written, for validate to name its keys.
 func (c *Catchup) applyDefaults() {
@@ -96,7 +88,7 @@ func (c *Catchup) applyDefaults() {
 		return
 	}
 	if c.Interval == nil {
-		c.Interval = &Duration{catchup.DefaultInterval}
+		c.Interval = &Duration{Duration: catchup.DefaultInterval}
 	}
 	if c.Lookback.Duration == 0 {
 		c.Lookback.Duration = catchup.DefaultLookback
@@ -148,7 +140,7 @@ func (c *Catchup) validate(key string, s *Source) []error {
 	if c.Lookback.Duration < time.Minute {
 		bad("lookback", "is %v: use at least 1m (the default is %v)", c.Lookback.Duration, catchup.DefaultLookback)
 	}
-	if most := s.Retention.Duration - catchup.DefaultOverlap; c.Lookback.Duration > most {
+	if most := s.Retention.Duration - catchup.DefaultOverlap; s.windowsValid() && c.Lookback.Duration > most {
 		bad("lookback", "is %v, past the source's retention %v: an older event may have been processed and purged, and catch-up would send it again; use at most %v, or raise retention", c.Lookback.Duration, s.Retention.Duration, most)
 	}
 	if c.Rate < minRate || c.Rate > maxRate {

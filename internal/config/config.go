@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -137,15 +138,43 @@ type Forward struct {
 	Timeout Duration `toml:"timeout"`
 }
 
-// Duration is a time.Duration written as "15s", "72h".
-type Duration struct{ time.Duration }
+// Duration is a time.Duration written as "15s", "72h", or with a ${NAME}
+// that Parse expands.
+type Duration struct {
+	time.Duration
+	ref string // the text as written, when it holds a ${NAME}
+}
 
 func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
+	if envRef.Match(b) {
+		d.ref = string(b)
+		return nil
+	}
+	return d.set(string(b))
+}
+
+func (d *Duration) set(s string) error {
+	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a duration; write it like \"15s\", \"5m\" or \"72h\"", b)
+		return fmt.Errorf("%q is not a duration; write it like \"15s\", \"5m\" or \"72h\"", s)
 	}
 	d.Duration = v
+	return nil
+}
+
+// expand parses a duration written with a ${NAME} once it is expanded.
+func (d *Duration) expand(key string, lookup func(string) (string, bool)) []error {
+	if d.ref == "" {
+		return nil
+	}
+	s, err := expandEnv(d.ref, lookup)
+	d.ref = ""
+	if err == nil {
+		err = d.set(s)
+	}
+	if err != nil {
+		return []error{fmt.Errorf("%s: %w", key, err)}
+	}
 	return nil
 }
 
@@ -186,33 +215,8 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 		}
 		return nil, fmt.Errorf("%w: unknown key %s: check its spelling against docs/configuration.md", ErrInvalid, strings.Join(keys, ", "))
 	}
-	var errs []error
-	expand := func(key string, s *string) {
-		v, err := expandEnv(*s, lookup)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", key, err))
-		}
-		*s = v
-	}
-	expand("store.url", &c.Store.URL)
-	for i := range c.Sources {
-		s := &c.Sources[i]
-		for j := range s.Secrets {
-			expand(fmt.Sprintf("source[%d].secrets[%d]", i, j), &s.Secrets[j])
-		}
-		expand(fmt.Sprintf("source[%d].forward.url", i), &s.Forward.URL)
-		expand(fmt.Sprintf("source[%d].forward.secret", i), &s.Forward.Secret)
-		for k, v := range s.Catchup.expandable() {
-			expand(fmt.Sprintf("source[%d].catchup.%s", i, k), v)
-		}
-	}
-	expand("admin.token", &c.Admin.Token)
-	expand("admin.user", &c.Admin.User)
-	expand("admin.password", &c.Admin.Password)
-	expand("alerts.url", &c.Alerts.URL)
-	expand("telemetry.otlp_endpoint", &c.Telemetry.OTLPEndpoint)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	if errs := expand(reflect.ValueOf(&c).Elem(), "", lookup); len(errs) > 0 {
+		return nil, fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(errs))
 	}
 	for _, override := range overrides {
 		override(&c)
@@ -223,25 +227,6 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 		return nil, err
 	}
 	return &c, nil
-}
-
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// expandEnv replaces ${NAME} (only that form, so a secret may hold a "$").
-func expandEnv(s string, lookup func(string) (string, bool)) (string, error) {
-	var missing []string
-	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
-		name := ref[2 : len(ref)-1]
-		v, ok := lookup(name)
-		if !ok || v == "" {
-			missing = append(missing, name)
-		}
-		return v
-	})
-	if len(missing) > 0 {
-		return "", fmt.Errorf("environment variable %s is not set: export it before starting ferry", strings.Join(missing, ", "))
-	}
-	return out, nil
 }
 
 func (c *Config) applyDefaults() {
@@ -270,7 +255,7 @@ func (c *Config) applyDefaults() {
 	if c.Worker.LeaseTTL.Duration == 0 {
 		c.Worker.LeaseTTL.Duration = ferry.DefaultLeaseTTL
 	}
-	if c.Worker.Heartbeat.Duration == 0 {
+	if c.Worker.Heartbeat.Duration == 0 && c.Worker.LeaseTTL.Duration > 0 {
 		c.Worker.Heartbeat.Duration = c.Worker.LeaseTTL.Duration / 3
 	}
 	for i := range c.Sources {
@@ -281,7 +266,9 @@ func (c *Config) applyDefaults() {
 		if s.ReplayWindow.Duration == 0 {
 			s.ReplayWindow.Duration = ferry.DefaultReplayWindow
 		}
-		if s.Retention.Duration == 0 {
+		// A negative window is refused alone, not with a retention
+		// derived from it that the file does not set.
+		if s.Retention.Duration == 0 && s.ReplayWindow.Duration > 0 {
 			s.Retention.Duration = 2 * s.ReplayWindow.Duration
 		}
 		if s.MaxAttempts == 0 {
@@ -333,11 +320,12 @@ func (c *Config) validate() error {
 	if w.Workers < 0 {
 		bad("worker.workers", "is %d: use a positive number, or leave it out for %d", w.Workers, ferry.DefaultWorkers)
 	}
+	nonNegative("worker.heartbeat", w.Heartbeat, "lease_ttl / 3")
 	// The heartbeat is checked against a valid TTL only: its default is a
 	// third of the TTL, and a bound derived from a bad one says nothing.
 	if w.LeaseTTL.Duration < time.Second {
 		bad("worker.lease_ttl", "is %v: use at least 1s (the default is %v)", w.LeaseTTL.Duration, ferry.DefaultLeaseTTL)
-	} else if w.Heartbeat.Duration <= 0 || 3*w.Heartbeat.Duration > w.LeaseTTL.Duration {
+	} else if w.Heartbeat.Duration >= 0 && 3*w.Heartbeat.Duration > w.LeaseTTL.Duration {
 		bad("worker.heartbeat", "is %v but lease_ttl is %v: the TTL must be at least 3 × heartbeat so a living worker survives two missed beats; use heartbeat ≤ %v", w.Heartbeat.Duration, w.LeaseTTL.Duration, w.LeaseTTL.Duration/3)
 	}
 	if len(c.Sources) == 0 {
@@ -358,18 +346,26 @@ func (c *Config) validate() error {
 			bad(key+".name", "%q is used twice: source names must be unique", s.Name)
 		}
 		seen[s.Name] = true
-		if !slices.Contains(provider.Names(), s.Provider) {
-			bad(key+".provider", "%q: use one of %s", s.Provider, strings.Join(provider.Names(), ", "))
-		} else if _, err := c.Verifier(s); err != nil {
-			bad(key, "%v", err)
-		}
+		nonNegative(key+".tolerance", s.Tolerance, provider.DefaultTolerance)
+		nonNegative(key+".replay_window", s.ReplayWindow, ferry.DefaultReplayWindow)
+		nonNegative(key+".retention", s.Retention, "2 × replay_window")
 		if len(s.Secrets) == 0 {
 			bad(key+".secrets", "missing: list the signing secret, e.g. secrets = [\"${%s_WEBHOOK_SECRET}\"]", strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_")))
+		}
+		switch {
+		case !slices.Contains(provider.Names(), s.Provider):
+			bad(key+".provider", "%q: use one of %s", s.Provider, strings.Join(provider.Names(), ", "))
+		case s.Provider != "hmac" && s.HMAC != (HMAC{}):
+			bad(key+".hmac", "is set, but provider is %q: [source.hmac] describes a generic HMAC sender; remove the table, or set provider = \"hmac\"", s.Provider)
+		case len(s.Secrets) > 0 && s.Tolerance.Duration >= 0: // else reported above
+			if _, err := c.Verifier(s); err != nil {
+				errs = append(errs, optionsError(key, err))
+			}
 		}
 		if s.MaxBody < 0 {
 			bad(key+".max_body", "is %d: use a positive number of bytes", s.MaxBody)
 		}
-		if s.Retention.Duration < s.ReplayWindow.Duration {
+		if s.windowsValid() && s.Retention.Duration < s.ReplayWindow.Duration {
 			bad(key+".retention", "%v is shorter than replay_window %v: a purged key would let a redelivery run the work again; use at least %v", s.Retention.Duration, s.ReplayWindow.Duration, s.ReplayWindow.Duration)
 		}
 		if s.MaxAttempts < 0 || s.MaxAttempts > ferry.MaxCount {
@@ -441,6 +437,41 @@ func (c *Config) StoreKind() (kind, dsn string, err error) {
 // Verifier builds the source's signature verifier.
 func (c *Config) Verifier(s Source) (ferry.Verifier, error) {
 	return provider.New(s.Provider, s.ProviderOptions())
+}
+
+// optionsError is the provider's refusal of a source's options in the
+// config's words: the [source.hmac] keys for the HMACOptions fields it names.
+func optionsError(key string, err error) error {
+	reason := strings.TrimPrefix(err.Error(), provider.ErrInvalidOptions.Error()+": ")
+	if hmacField.MatchString(reason) {
+		key += ".hmac"
+		reason = hmacField.ReplaceAllStringFunc(reason, func(f string) string {
+			if k, ok := hmacKeys[strings.TrimPrefix(f, "HMAC.")]; ok {
+				return k
+			}
+			return f
+		})
+	}
+	return fmt.Errorf("%s: %s", key, reason)
+}
+
+var hmacField = regexp.MustCompile(`\bHMAC\.[A-Za-z]+`)
+
+// hmacKeys maps each provider.HMACOptions field name to its [source.hmac]
+// key: HMAC mirrors the fields by name.
+var hmacKeys = func() map[string]string {
+	t := reflect.TypeFor[HMAC]()
+	keys := make(map[string]string, t.NumField())
+	for i := range t.NumField() {
+		keys[t.Field(i).Name] = t.Field(i).Tag.Get("toml")
+	}
+	return keys
+}()
+
+// windowsValid reports whether replay_window and retention are not
+// negative, so a rule comparing them (or a key with them) says something.
+func (s *Source) windowsValid() bool {
+	return s.ReplayWindow.Duration > 0 && s.Retention.Duration > 0
 }
 
 // ProviderOptions are the source's provider settings, for its verifier and

@@ -3,12 +3,15 @@ package config
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/provider"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -218,6 +221,112 @@ detect_replays = false`, 0},
 	for _, s := range c.Sources {
 		if got := s.ReceiveReplayWindow(); got != want[s.Name] {
 			t.Errorf("%s: replay detection window %v, want %v", s.Name, got, want[s.Name])
+		}
+	}
+}
+
+// Every duration key refuses a negative value alone: one line naming the
+// key and the fix, not a rule comparing it with another key, nor the
+// provider's complaint without the key.
+func TestParseRejectsEveryNegativeDuration(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})
+	raw := good + "[source.catchup]\n" + stripeKey + "\n[alerts]\nat_risk_margin = \"1h\"\n" // catch-up on and a margin set: the rules that compare durations run
+	var keys []string
+	eachDuration(reflect.ValueOf(&Config{Sources: make([]Source, 1)}).Elem(), "", func(key string, _ *Duration) {
+		keys = append(keys, key)
+	})
+	for _, want := range []string{"http.store_timeout", "worker.heartbeat", "source[0].tolerance", "source[0].replay_window", "source[0].retention", "source[0].catchup.interval", "alerts.at_risk_margin"} {
+		if !slices.Contains(keys, want) {
+			t.Fatalf("durations found: %v; want %s among them", keys, want)
+		}
+	}
+	for i, key := range keys {
+		t.Run(key, func(t *testing.T) {
+			t.Parallel()
+			negative := func(c *Config) {
+				n := 0
+				eachDuration(reflect.ValueOf(c).Elem(), "", func(_ string, d *Duration) {
+					if n == i {
+						d.Duration = -time.Hour
+					}
+					n++
+				})
+			}
+			_, err := Parse([]byte(raw), vars, negative)
+			named := strings.Replace(key, "source[0]", "source[0] (stripe)", 1) + ": is -1h0m0s: use "
+			wantInvalid(t, err, named, "", "")
+			if lines := strings.Count(err.Error(), "\n  "); lines != 1 {
+				t.Errorf("%d lines, want the key's alone:\n%v", lines, err)
+			}
+		})
+	}
+}
+
+// eachDuration calls fn with each Duration under v and its key, allocating
+// a nil *Duration so it can be set.
+func eachDuration(v reflect.Value, key string, fn func(key string, d *Duration)) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.Type().Elem() == reflect.TypeFor[Duration]() {
+			if v.IsNil() {
+				v.Set(reflect.New(v.Type().Elem()))
+			}
+			fn(key, v.Interface().(*Duration))
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			eachDuration(v.Index(i), fmt.Sprintf("%s[%d]", key, i), fn)
+		}
+	case reflect.Struct:
+		if d, ok := v.Addr().Interface().(*Duration); ok {
+			fn(key, d)
+			return
+		}
+		for i := range v.NumField() {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ",")
+			if name == "" {
+				continue
+			}
+			if key != "" {
+				name = key + "." + name
+			}
+			eachDuration(v.Field(i), name, fn)
+		}
+	}
+}
+
+// A provider's refusal of a source's options names the config's keys, not
+// the provider's Go fields, and [source.hmac] is refused where no HMAC
+// verifier reads it.
+func TestParseProviderOptionsNameKeys(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, source, want string }{
+		{"no header", "provider = \"hmac\"\n[source.hmac]\nevent_id_header = \"X-Id\"", "source[0] (s).hmac: header is required"},
+		{"two ids", "provider = \"hmac\"\n[source.hmac]\nheader = \"X-Sig\"\nevent_id_header = \"X-Id\"\nevent_id_field = \"id\"", "source[0] (s).hmac: set exactly one of event_id_header and event_id_field"},
+		{"signed id from the body", "provider = \"hmac\"\n[source.hmac]\nheader = \"X-Sig\"\nmode = \"id.timestamp.body\"\nevent_id_field = \"id\"", "needs event_id_header and timestamp_header"},
+		{"bad mode", "provider = \"hmac\"\n[source.hmac]\nheader = \"X-Sig\"\nevent_id_header = \"X-Id\"\nmode = \"all\"", `source[0] (s).hmac: mode "all" (valid: body, id.timestamp.body)`},
+		{"hmac table on stripe", "provider = \"stripe\"\n[source.hmac]\nheader = \"X-Sig\"", `source[0] (s).hmac: is set, but provider is "stripe"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			raw := "[store]\nurl = \"sqlite:ferry.db\"\n[[source]]\nname = \"s\"\nsecrets = [\"whsec_x\"]\n" + tc.source + "\n"
+			_, err := Parse([]byte(raw), env(nil))
+			wantInvalid(t, err, tc.want, "", "")
+			if strings.Contains(err.Error(), "HMAC.") || strings.Contains(err.Error(), "invalid options") {
+				t.Errorf("err = %v: want the config's keys, not the provider's fields", err)
+			}
+		})
+	}
+}
+
+// Every field a provider's HMAC error may name has its [source.hmac] key.
+func TestHMACKeysCoverProviderFields(t *testing.T) {
+	t.Parallel()
+	fields := reflect.TypeFor[provider.HMACOptions]()
+	for i := range fields.NumField() {
+		if hmacKeys[fields.Field(i).Name] == "" {
+			t.Errorf("provider.HMACOptions.%s has no [source.hmac] key: add it to HMAC", fields.Field(i).Name)
 		}
 	}
 }

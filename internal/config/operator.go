@@ -143,10 +143,12 @@ func (c *Config) validateOperator() []error {
 	if c.Alerts.Interval.Duration < 0 {
 		bad("alerts.interval", "is %v: use a positive duration like \"10m\" (the default), the least time between two messages of one kind about one source", c.Alerts.Interval.Duration)
 	}
-	if m := c.Alerts.AtRiskMargin.Duration; m != 0 {
+	if m := c.Alerts.AtRiskMargin.Duration; m < 0 {
+		bad("alerts.at_risk_margin", "is %v: use a positive duration, or leave it out for a sixth of each source's replay_window", m)
+	} else if m > 0 {
 		for i, s := range c.Sources {
-			if m < 0 || m >= s.ReplayWindow.Duration {
-				bad("alerts.at_risk_margin", "%v must be positive and shorter than source[%d] (%s).replay_window %v: events would be at risk as soon as they arrive; use e.g. %v", m, i, s.Name, s.ReplayWindow.Duration, s.ReplayWindow.Duration/6)
+			if s.ReplayWindow.Duration > 0 && m >= s.ReplayWindow.Duration { // a negative window is reported as such
+				bad("alerts.at_risk_margin", "%v must be shorter than source[%d] (%s).replay_window %v: events would be at risk as soon as they arrive; use e.g. %v", m, i, s.Name, s.ReplayWindow.Duration, s.ReplayWindow.Duration/6)
 			}
 		}
 	}

@@ -1,0 +1,69 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+)
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expand replaces ${NAME} in every string value under v: each string and
+// []string field, and each duration written with a reference. key is v's
+// key as errors name it ("source[0].forward.secret"); an error names the
+// variable, never a value.
+func expand(v reflect.Value, key string, lookup func(string) (string, bool)) []error {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			return expand(v.Elem(), key, lookup)
+		}
+	case reflect.String:
+		s, err := expandEnv(v.String(), lookup)
+		if err != nil {
+			return []error{fmt.Errorf("%s: %w", key, err)}
+		}
+		v.SetString(s)
+	case reflect.Slice:
+		var errs []error
+		for i := range v.Len() {
+			errs = append(errs, expand(v.Index(i), fmt.Sprintf("%s[%d]", key, i), lookup)...)
+		}
+		return errs
+	case reflect.Struct:
+		if d, ok := v.Addr().Interface().(*Duration); ok {
+			return d.expand(key, lookup)
+		}
+		var errs []error
+		for i := range v.NumField() {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			if key != "" {
+				name = key + "." + name
+			}
+			errs = append(errs, expand(v.Field(i), name, lookup)...)
+		}
+		return errs
+	}
+	return nil
+}
+
+// expandEnv replaces ${NAME} (only that form, so a secret may hold a "$").
+func expandEnv(s string, lookup func(string) (string, bool)) (string, error) {
+	var missing []string
+	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
+		name := ref[2 : len(ref)-1]
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			missing = append(missing, name)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("environment variable %s is not set: export it before starting ferry", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
