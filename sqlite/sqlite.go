@@ -76,16 +76,19 @@ var _ ferry.TxStore[*sql.Tx] = (*Store)(nil)
 // or a "file:" URI, and configures every connection for durability. config
 // may be nil. Open does not create the schema: call Migrate.
 //
-// The database must be a file, synced fully in WAL mode: whatever the
-// path's own query sets, Open reads the write connection back and returns
-// ferry.ErrNotDurable where a commit could be lost, ferry.ErrInvalidParams
-// where WAL could not be had.
+// The database must be a file, synced fully in WAL mode: Open refuses a
+// journal_mode or synchronous the path's own query sets otherwise, and reads
+// the write connection back, returning ferry.ErrNotDurable where a commit
+// could be lost, ferry.ErrInvalidParams where WAL could not be had.
 func Open(path string, config *Config) (*Store, error) {
 	if config == nil {
 		config = &Config{}
 	}
 	if path == "" {
 		return nil, fmt.Errorf("sqlite: open: %w: the path is empty; name a file", ferry.ErrNotDurable)
+	}
+	if err := queryDurable(path); err != nil {
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
 	}
 
 	pragmas := []string{
@@ -159,18 +162,77 @@ func durable(db *sql.DB) error {
 	if err := db.QueryRow("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file); err != nil {
 		return err
 	}
-	switch {
-	case file == "":
+	if file == "" {
 		return fmt.Errorf("%w: the database is in memory, gone at Close; name a file", ferry.ErrNotDurable)
-	case sync < 2:
-		return fmt.Errorf("%w: synchronous is %d, not FULL (2); remove the path's _sync or synchronous setting", ferry.ErrNotDurable, sync)
-	case mode == "memory" || mode == "off":
-		return fmt.Errorf("%w: journal_mode is %s, and a crash in a commit can corrupt the file; remove the path's _journal_mode or journal_mode setting", ferry.ErrNotDurable, mode)
-	case mode != "wal":
-		// Durable, but the read pool would wait behind every write.
-		return fmt.Errorf("%w: journal_mode is %s, not WAL, which the store needs (its readers run beside the writer); remove the path's setting, or nolock or a VFS that cannot share memory", ferry.ErrInvalidParams, mode)
 	}
-	return nil
+	return errors.Join(synchronousRefused(strconv.Itoa(sync)), journalModeRefused(mode))
+}
+
+// queryDurable refuses a journal_mode or synchronous that the path's query
+// sets ("_pragma=journal_mode(DELETE)", "_journal_mode=MEMORY", "_sync=1")
+// and that would leave WAL or FULL. Reading the write connection back is not
+// enough: the driver runs the query on every connection each pool opens, and
+// a reader switching the file out of WAL while the writer holds it fails
+// later, with SQLITE_BUSY, where the writer reads back WAL.
+func queryDurable(path string) error {
+	_, query, ok := strings.Cut(path, "?")
+	if !ok {
+		return nil
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return nil // the driver refuses it, saying why
+	}
+	set := map[string][]string{
+		"journal_mode": append(q["_journal_mode"], q["_journal"]...),
+		"synchronous":  append(q["_synchronous"], q["_sync"]...),
+	}
+	for _, p := range q["_pragma"] {
+		// "journal_mode(DELETE)", "main.journal_mode = 'delete'": the
+		// driver runs "pragma " + p.
+		p = strings.ToLower(strings.TrimSpace(p))
+		i := strings.IndexAny(p, "(= \t")
+		if i < 0 {
+			continue // a pragma read sets nothing
+		}
+		name, value := p[:i], strings.Trim(p[i:], " \t\n()=;'\"`")
+		if _, unqualified, ok := strings.Cut(name, "."); ok {
+			name = unqualified
+		}
+		set[name] = append(set[name], value)
+	}
+	var errs []error
+	for _, mode := range set["journal_mode"] {
+		errs = append(errs, journalModeRefused(strings.ToLower(mode)))
+	}
+	for _, level := range set["synchronous"] {
+		errs = append(errs, synchronousRefused(strings.ToLower(level)))
+	}
+	return errors.Join(errs...)
+}
+
+// journalModeRefused says why the store cannot run in journal mode mode
+// (lower case); nil for WAL.
+func journalModeRefused(mode string) error {
+	switch mode {
+	case "wal":
+		return nil
+	case "memory", "off":
+		return fmt.Errorf("%w: journal_mode is %s, and a crash in a commit can corrupt the file; remove the path's _journal_mode or journal_mode setting", ferry.ErrNotDurable, mode)
+	}
+	// Durable, but the read pool would wait behind every write.
+	return fmt.Errorf("%w: journal_mode is %s, not WAL, which the store needs (its readers run beside the writer); remove the path's setting, or nolock or a VFS that cannot share memory", ferry.ErrInvalidParams, mode)
+}
+
+// synchronousRefused says why a synchronous level (lower case, a name or a
+// number, as PRAGMA synchronous takes it) can lose a commit; nil for FULL
+// or EXTRA. SQLite reads a value it does not know as NORMAL.
+func synchronousRefused(level string) error {
+	switch level {
+	case "full", "extra", "2", "3":
+		return nil
+	}
+	return fmt.Errorf("%w: synchronous is %s, not FULL (2); remove the path's _sync or synchronous setting", ferry.ErrNotDurable, level)
 }
 
 // dsn appends the driver's query parameters to path.

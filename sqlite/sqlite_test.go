@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -84,10 +85,16 @@ func TestOpen(t *testing.T) {
 			"file:x?mode=memory":         "in memory",
 			"file::memory:?cache=shared": "in memory",
 			"file:/ferry.db?vfs=memdb":   "in memory",
-			"file:" + filepath.Join(dir, "a.db") + "?_sync=OFF":                   "synchronous is 0",
-			"file:" + filepath.Join(dir, "b.db") + "?_pragma=synchronous(NORMAL)": "synchronous is 1",
+			"file:" + filepath.Join(dir, "a.db") + "?_sync=OFF":                   "synchronous is off",
+			"file:" + filepath.Join(dir, "b.db") + "?_pragma=synchronous(NORMAL)": "synchronous is normal",
 			"file:" + filepath.Join(dir, "c.db") + "?_journal_mode=MEMORY":        "journal_mode is memory",
 			"file:" + filepath.Join(dir, "e.db") + "?_journal_mode=OFF":           "journal_mode is off",
+			// The driver runs a _pragma on each pool's every connection; the
+			// writer's, sorted before Ferry's journal_mode(WAL), reads back
+			// WAL, and a reader's would switch the file out of it later.
+			filepath.Join(dir, "g.db") + "?_pragma=journal_mode(MEMORY)":           "journal_mode is memory",
+			filepath.Join(dir, "h.db") + "?_pragma=main.synchronous%3D1":           "synchronous is 1",
+			filepath.Join(dir, "i.db") + "?_pragma=synchronous(FULL)&_sync=NORMAL": "synchronous is normal",
 		} {
 			s, err := sqlite.Open(path, nil)
 			if !errors.Is(err, ferry.ErrNotDurable) || !strings.Contains(err.Error(), want) {
@@ -98,13 +105,25 @@ func TestOpen(t *testing.T) {
 			}
 		}
 		// Durable, but not WAL, which the read pool needs.
-		path := "file:" + filepath.Join(dir, "f.db") + "?_journal_mode=DELETE"
-		if s, err := sqlite.Open(path, nil); !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), "not WAL") {
-			t.Errorf("Open(%q) = %v, want ErrInvalidParams: not WAL", path, err)
-			if err == nil {
-				s.Close()
+		for _, path := range []string{
+			"file:" + filepath.Join(dir, "f.db") + "?_journal_mode=DELETE",
+			filepath.Join(dir, "j.db") + "?_pragma=journal_mode(DELETE)",
+			filepath.Join(dir, "k.db") + "?_pragma=" + url.QueryEscape("main.journal_mode = 'truncate'"),
+		} {
+			if s, err := sqlite.Open(path, nil); !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), "not WAL") {
+				t.Errorf("Open(%q) = %v, want ErrInvalidParams: not WAL", path, err)
+				if err == nil {
+					s.Close()
+				}
 			}
 		}
+		// What keeps WAL and FULL is accepted.
+		path := filepath.Join(dir, "l.db") + "?_pragma=journal_mode(wal)&_pragma=synchronous%3Dextra&_sync=FULL"
+		s, err := sqlite.Open(path, nil)
+		if err != nil {
+			t.Fatalf("Open(%q) = %v", path, err)
+		}
+		s.Close()
 	})
 
 	t.Run("PragmasPerConnection", func(t *testing.T) {
