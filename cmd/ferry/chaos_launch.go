@@ -16,12 +16,16 @@ import (
 )
 
 // runChaos is `ferry chaos` in an ordinary build, which has no fault hooks
-// and no harness: it builds a chaos binary from the Ferry source in the
-// current directory (go build -tags ferrychaos, the same race setting as
-// this binary) and runs `chaos` in it with the same arguments. So `go run
+// and no harness: once the flags check out (-h and a bad value cost no
+// build), it builds a chaos binary from the Ferry source in the current
+// directory (go build -tags ferrychaos, the same race setting as this
+// binary) and runs `chaos` in it with the same arguments. So `go run
 // ./cmd/ferry chaos ...` works in a checkout, and the ferry a user deploys
 // carries no fault switch.
 func runChaos(ctx context.Context, args []string) error {
+	if _, err := chaosFlags(args); err != nil {
+		return err
+	}
 	pkg := "github.com/ferry-inbox/ferry/cmd/ferry"
 	race, tags := false, []string{"ferrychaos"}
 	if info, ok := debug.ReadBuildInfo(); ok {

@@ -117,6 +117,38 @@ func TestChaosFromAnOrdinaryBuild(t *testing.T) {
 	}
 }
 
+// TestChaosFlagsBeforeBuilding: an ordinary build answers -h and refuses a
+// bad value itself, without building the chaos binary: with no go on PATH
+// a build would fail with exit 1.
+func TestChaosFlagsBeforeBuilding(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"-h"}, 0, "usage: ferry chaos [flags]"},
+		{[]string{"--scenario", "bogus"}, 2, `ferry chaos: --scenario "bogus": use all or one of duplicates, kill,`},
+		{[]string{"--store", "mysql"}, 2, `ferry chaos: --store "mysql": use postgres or sqlite`},
+		{[]string{"--events", "5"}, 2, "--events 5: send at least 10"},
+	} {
+		cmd := exec.Command(ferryBin, append([]string{"chaos"}, tc.args...)...)
+		cmd.Env = append(os.Environ(), "PATH="+t.TempDir())
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tc.code || !strings.Contains(stderr.String(), tc.stderr) || strings.Contains(stderr.String(), "building") {
+			t.Errorf("ferry chaos %s: exit %d, want %d with %q, no build; stderr:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.stderr, stderr.String())
+		}
+	}
+}
+
 // TestOrdinaryBuildHasNoTestPackages: the ferry a user builds links neither
 // the chaos harness nor a test helper (and so not package testing).
 func TestOrdinaryBuildHasNoTestPackages(t *testing.T) {

@@ -11,47 +11,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"time"
+
+	"github.com/ferry-inbox/ferry/internal/chaos/option"
 )
 
-// Options configure a run.
-type Options struct {
-	// Bin is the ferry binary the children run. Required.
-	Bin string
-	// Scenario is one scenario's name, or "all".
-	Scenario string
-	// Store is "postgres" or "sqlite".
-	Store string
-	// Events is how many unique events each scenario sends.
-	Events int
-	// Handler is "external" (forward to the sink) or "tx" (a transactional
-	// handler writing chaos_effect in the store's own transaction).
-	Handler string
-	// Broken, if set, runs the children in a deliberately broken mode
-	// ("mark-done-first") to show that the checker catches it.
-	Broken string
-	// AllowPGRestart lets pgcrash stop and start the PostgreSQL server.
-	AllowPGRestart bool
-	// DatabaseURL is the PostgreSQL server the harness makes its schemas in.
-	DatabaseURL string
-	// TTL is the children's lease TTL. Defaults to 2 s; heartbeat is TTL/4.
-	TTL time.Duration
-	// Senders is how many deliveries are in flight at once. Defaults to 32,
-	// and to 4 in kill, zombie and crashloop (see pacedSenders).
-	Senders int
-	// Seed seeds the run's randomness; 0 picks one (printed).
-	Seed uint64
-	// Out receives the result lines; Log the progress. Default to stdout and
-	// stderr.
-	Out, Log io.Writer
-}
-
-// Scenarios in the order "all" runs them.
-var Scenarios = []string{"duplicates", "kill", "zombie", "dbfaults", "pgcrash", "storefull", "crashloop", "dlq"}
+// Options configure a run; option.Options.Check says which values a run
+// takes.
+type Options = option.Options
 
 // Result is one scenario's outcome; Line is the line `ferry chaos` ends it
 // with.
@@ -117,7 +86,8 @@ func (r *Result) Verdict(o *Options) []string {
 // ErrFailed is returned by Run when any scenario failed.
 var ErrFailed = errors.New("chaos: a scenario failed")
 
-func (o *Options) defaults() error {
+// defaults checks o and fills in what it leaves out.
+func defaults(o *Options) error {
 	if o.Bin == "" {
 		return errors.New("chaos: Options.Bin is required")
 	}
@@ -133,47 +103,19 @@ func (o *Options) defaults() error {
 	if o.Seed == 0 {
 		o.Seed = rand.Uint64()
 	}
-	if o.Store != "postgres" && o.Store != "sqlite" {
-		return fmt.Errorf("chaos: store %q: use postgres or sqlite", o.Store)
-	}
-	if o.Handler != "external" && o.Handler != "tx" {
-		return fmt.Errorf("chaos: handler %q: use external or tx", o.Handler)
-	}
-	if o.Broken != "" && o.Broken != "mark-done-first" {
-		return fmt.Errorf("chaos: broken mode %q: the only one is mark-done-first", o.Broken)
-	}
-	if o.Broken != "" && o.Handler == "tx" {
-		return errors.New("chaos: --broken runs with --handler external")
-	}
-	if o.Events < 10 {
-		return fmt.Errorf("chaos: events %d: send at least 10", o.Events)
+	if err := o.Check(); err != nil {
+		return fmt.Errorf("chaos: %w", err)
 	}
 	return nil
-}
-
-// Names returns the scenarios a --scenario value selects.
-func Names(scenario string) ([]string, error) {
-	if scenario == "all" {
-		return Scenarios, nil
-	}
-	for _, s := range Scenarios {
-		if s == scenario {
-			return []string{s}, nil
-		}
-	}
-	return nil, fmt.Errorf("chaos: unknown scenario %q: use all or one of %s", scenario, strings.Join(Scenarios, ", "))
 }
 
 // Run runs the selected scenarios one after another, printing each one's
 // details and, last, its result line. It returns ErrFailed if any failed.
 func Run(ctx context.Context, o Options) ([]*Result, error) {
-	if err := o.defaults(); err != nil {
+	if err := defaults(&o); err != nil {
 		return nil, err
 	}
-	names, err := Names(o.Scenario)
-	if err != nil {
-		return nil, err
-	}
+	names, _ := option.Names(o.Scenario) // checked by defaults
 	fmt.Fprintf(o.Log, "chaos: store=%s handler=%s events=%d ttl=%v seed=%d\n", o.Store, o.Handler, o.Events, o.TTL, o.Seed)
 	var results []*Result
 	failed := false
