@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,8 +229,10 @@ func journalModeRefused(mode string) error {
 // number, as PRAGMA synchronous takes it) can lose a commit; nil for FULL
 // or EXTRA. SQLite reads a value it does not know as NORMAL.
 func synchronousRefused(level string) error {
-	switch level {
-	case "full", "extra", "2", "3":
+	if n := slices.Index([]string{"off", "normal", "full", "extra"}, level); n >= 0 {
+		level = strconv.Itoa(n) // as PRAGMA synchronous reads it back
+	}
+	if level == "2" || level == "3" {
 		return nil
 	}
 	return fmt.Errorf("%w: synchronous is %s, not FULL (2); remove the path's _sync or synchronous setting", ferry.ErrNotDurable, level)

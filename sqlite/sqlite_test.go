@@ -85,8 +85,8 @@ func TestOpen(t *testing.T) {
 			"file:x?mode=memory":         "in memory",
 			"file::memory:?cache=shared": "in memory",
 			"file:/ferry.db?vfs=memdb":   "in memory",
-			"file:" + filepath.Join(dir, "a.db") + "?_sync=OFF":                   "synchronous is off",
-			"file:" + filepath.Join(dir, "b.db") + "?_pragma=synchronous(NORMAL)": "synchronous is normal",
+			"file:" + filepath.Join(dir, "a.db") + "?_sync=OFF":                   "synchronous is 0",
+			"file:" + filepath.Join(dir, "b.db") + "?_pragma=synchronous(NORMAL)": "synchronous is 1",
 			"file:" + filepath.Join(dir, "c.db") + "?_journal_mode=MEMORY":        "journal_mode is memory",
 			"file:" + filepath.Join(dir, "e.db") + "?_journal_mode=OFF":           "journal_mode is off",
 			// The driver runs a _pragma on each pool's every connection; the
@@ -94,7 +94,7 @@ func TestOpen(t *testing.T) {
 			// WAL, and a reader's would switch the file out of it later.
 			filepath.Join(dir, "g.db") + "?_pragma=journal_mode(MEMORY)":           "journal_mode is memory",
 			filepath.Join(dir, "h.db") + "?_pragma=main.synchronous%3D1":           "synchronous is 1",
-			filepath.Join(dir, "i.db") + "?_pragma=synchronous(FULL)&_sync=NORMAL": "synchronous is normal",
+			filepath.Join(dir, "i.db") + "?_pragma=synchronous(FULL)&_sync=NORMAL": "synchronous is 1",
 		} {
 			s, err := sqlite.Open(path, nil)
 			if !errors.Is(err, ferry.ErrNotDurable) || !strings.Contains(err.Error(), want) {
