@@ -196,7 +196,9 @@ func NewAttemptResponse(status int, body []byte) AttemptResponse {
 }
 
 // Conflict is a delivery whose key matched a stored event but whose payload
-// did not. It is kept, never dropped, for an operator to look at.
+// did not. The first NoticeKeep conflicting payloads of an event are kept,
+// each once, for an operator to look at; every conflict is counted
+// (Event.Conflicts).
 type Conflict struct {
 	EventID       int64 // the Event's row ID
 	ReceivedAt    time.Time
@@ -207,9 +209,10 @@ type Conflict struct {
 
 // Replay is a delivery whose body matched a stored event's under another
 // event id, from a provider whose signature does not cover the id. It was
-// answered 2xx (the signature was valid) and never processed. It is kept,
-// without its payload (the event's own) and without signature headers, for
-// an operator to look at.
+// answered 2xx (the signature was valid) and never processed. The first
+// NoticeKeep of an event are kept, without their payload (the event's own)
+// and without signature headers, for an operator to look at; every replay
+// is counted (Event.Replays).
 type Replay struct {
 	EventID    int64 // the Event's row ID: the event whose body was replayed
 	ReceivedAt time.Time

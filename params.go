@@ -73,11 +73,37 @@ func (p *ActionListParams) Validate() error { return validID(p.ID) }
 // Validate requires an ID.
 func (p *AttemptListParams) Validate() error { return validID(p.ID) }
 
-// Validate requires an ID.
-func (p *ReplayListParams) Validate() error { return validID(p.ID) }
+// Validate requires an ID and a Limit that is not negative.
+func (p *ReplayListParams) Validate() error { return validNoticeList(p.ID, p.Limit) }
 
-// Validate requires an ID.
-func (p *ConflictListParams) Validate() error { return validID(p.ID) }
+// Normalize checks p and fills Limit's default.
+func (p *ReplayListParams) Normalize() error { return normalizeNoticeList(p.ID, &p.Limit) }
+
+// Validate requires an ID and a Limit that is not negative.
+func (p *ConflictListParams) Validate() error { return validNoticeList(p.ID, p.Limit) }
+
+// Normalize checks p and fills Limit's default.
+func (p *ConflictListParams) Normalize() error { return normalizeNoticeList(p.ID, &p.Limit) }
+
+func validNoticeList(id int64, limit int) error {
+	if limit < 0 {
+		return invalid("limit must not be negative, got %d", limit)
+	}
+	return validID(id)
+}
+
+// normalizeNoticeList checks a ReplayList or ConflictList's params and sets
+// *limit to its default, NoticeKeep, when zero, and within noticeListMax.
+func normalizeNoticeList(id int64, limit *int) error {
+	if err := validNoticeList(id, *limit); err != nil {
+		return err
+	}
+	if *limit == 0 {
+		*limit = NoticeKeep
+	}
+	*limit = min(*limit, noticeListMax)
+	return nil
+}
 
 // Validate requires an Owner of UTF-8 text without NUL, a Limit from 1 to
 // MaxCount and a positive TTL.

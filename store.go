@@ -59,8 +59,8 @@ type Store interface {
 	// database's now.
 	CheckpointPut(ctx context.Context, params *CheckpointPutParams) error
 
-	// ConflictList returns the conflicting deliveries of one event, oldest
-	// first, payloads included.
+	// ConflictList returns the conflicting deliveries kept on one event
+	// (NoticeKeep at most), oldest first, payloads included, up to Limit.
 	ConflictList(ctx context.Context, params *ConflictListParams) ([]*Conflict, error)
 
 	// ConflictNoticeList pages through one source's conflicting deliveries,
@@ -133,11 +133,11 @@ type Store interface {
 
 	// EventReceive stores a delivery durably before returning: a new key is
 	// inserted pending and due now; a known key only counts the delivery (and
-	// keeps it as a Conflict when its payload hash differs). With a
-	// ReplayWindow, a new key whose payload hash matches an event of the
-	// source first delivered within the window is a replay: nothing is
-	// inserted, the oldest such event counts it (Replays) and keeps it as a
-	// Replay. The decision and the write are one atomic step: concurrent
+	// keeps it as a Conflict when its payload hash differs, within
+	// NoticeKeep). With a ReplayWindow, a new key whose payload hash matches
+	// an event of the source first delivered within the window is a replay:
+	// nothing is inserted, the oldest such event counts it (Replays) and
+	// keeps it as a Replay, within NoticeKeep. The decision and the write are one atomic step: concurrent
 	// deliveries of one body under new ids store one event. A nil error
 	// means the delivery is committed.
 	EventReceive(ctx context.Context, params *EventReceiveParams) (*EventReceiveResult, error)
@@ -203,8 +203,8 @@ type Store interface {
 	// Ping checks that the database answers, for readiness checks.
 	Ping(ctx context.Context) error
 
-	// ReplayList returns the suspected replays kept on one event, oldest
-	// first.
+	// ReplayList returns the suspected replays kept on one event
+	// (NoticeKeep at most), oldest first, up to Limit.
 	ReplayList(ctx context.Context, params *ReplayListParams) ([]*Replay, error)
 
 	// ReplayNoticeList is ConflictNoticeList for suspected replays.
@@ -268,15 +268,16 @@ const (
 	ReceiveDuplicate ReceiveOutcome = "duplicate"
 	// ReceiveConflict is a delivery of a known key whose payload hash
 	// differs from the key's first, itself a delivery. The delivery is kept
-	// as a Conflict. A key first stored by catch-up (OriginCatchup) holds
+	// as a Conflict (the first NoticeKeep payloads of the event, each once;
+	// later ones are only counted). A key first stored by catch-up (OriginCatchup) holds
 	// the provider API's copy, never a delivery's bytes: its receipts are
 	// duplicates, and so is catch-up's copy of a delivered key.
 	ReceiveConflict ReceiveOutcome = "conflict"
 	// ReceiveReplay is a new key whose payload hash matches an event of the
 	// source first delivered within EventReceiveParams.ReplayWindow: the
 	// body of a stored event under another id. Nothing is inserted; the
-	// delivery is kept as a Replay on that event, whose row id the result
-	// carries.
+	// delivery is counted on that event, whose row id the result carries,
+	// and kept as a Replay on it while it keeps fewer than NoticeKeep.
 	ReceiveReplay ReceiveOutcome = "replay"
 )
 
@@ -299,6 +300,10 @@ type ActionListParams struct {
 
 type ReplayListParams struct {
 	ID int64 // the event's row id
+	// Limit is the most replays listed, oldest first. Defaults to
+	// NoticeKeep, as many as a store keeps on one event; at most 1000 (a
+	// store written by a Ferry without the cap may hold more).
+	Limit int
 }
 
 type AttemptListParams struct {
@@ -307,6 +312,10 @@ type AttemptListParams struct {
 
 type ConflictListParams struct {
 	ID int64 // the event's row id
+	// Limit is the most conflicts listed, oldest first, payloads included.
+	// Defaults to NoticeKeep, as many as a store keeps on one event; at
+	// most 1000 (a store written by a Ferry without the cap may hold more).
+	Limit int
 }
 
 type EventClaimManyParams struct {
@@ -461,6 +470,11 @@ type EventReceiveResult struct {
 	Outcome ReceiveOutcome
 	// ID is the row id of the stored event.
 	ID int64
+	// CountedOnly is true for a conflict or a replay that was counted on
+	// its event but not kept as a row: the event keeps NoticeKeep already,
+	// or (a conflict) a conflict with the same payload. The receiver then
+	// answers as always but raises no alert. False for every other outcome.
+	CountedOnly bool
 }
 
 type EventReceiveManyParams struct {
@@ -580,8 +594,8 @@ type SourceStats struct {
 	// OldestAtRisk is the first delivery time of the oldest at-risk event;
 	// zero when none is.
 	OldestAtRisk time.Time
-	// Replays counts the suspected replays kept on the source's events
-	// (Event.Replays, summed): deliveries of a stored body under another
+	// Replays counts the suspected replays of the source's events, kept or
+	// only counted (Event.Replays, summed): deliveries of a stored body under another
 	// id. Any rise is worth an alert: someone holds a captured delivery.
 	Replays int
 }

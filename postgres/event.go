@@ -226,7 +226,7 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 	if err := params.Validate(); err != nil {
 		return nil, wrap("attempt list", err)
 	}
-	return listByEvent(ctx, s, "attempt list", attemptListSQL, params.ID, func(row pgx.CollectableRow) (*ferry.Attempt, error) {
+	return listByEvent(ctx, s, "attempt list", attemptListSQL, params.ID, 0, func(row pgx.CollectableRow) (*ferry.Attempt, error) {
 		var (
 			a        ferry.Attempt
 			finished *time.Time
@@ -250,12 +250,13 @@ func (s *Store) AttemptList(ctx context.Context, params *ferry.AttemptListParams
 	})
 }
 
-// ConflictList returns the conflicting deliveries of one event, oldest first.
+// ConflictList returns the conflicting deliveries kept on one event,
+// oldest first, up to Limit.
 func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListParams) ([]*ferry.Conflict, error) {
-	if err := params.Validate(); err != nil {
+	if err := params.Normalize(); err != nil {
 		return nil, wrap("conflict list", err)
 	}
-	return listByEvent(ctx, s, "conflict list", conflictListSQL, params.ID, func(row pgx.CollectableRow) (*ferry.Conflict, error) {
+	return listByEvent(ctx, s, "conflict list", conflictListSQL, params.ID, params.Limit, func(row pgx.CollectableRow) (*ferry.Conflict, error) {
 		var (
 			c       ferry.Conflict
 			headers []byte
@@ -270,12 +271,13 @@ func (s *Store) ConflictList(ctx context.Context, params *ferry.ConflictListPara
 	})
 }
 
-// ReplayList returns the replays kept on one event, oldest first.
+// ReplayList returns the replays kept on one event, oldest first, up to
+// Limit.
 func (s *Store) ReplayList(ctx context.Context, params *ferry.ReplayListParams) ([]*ferry.Replay, error) {
-	if err := params.Validate(); err != nil {
+	if err := params.Normalize(); err != nil {
 		return nil, wrap("replay list", err)
 	}
-	return listByEvent(ctx, s, "replay list", replayListSQL, params.ID, func(row pgx.CollectableRow) (*ferry.Replay, error) {
+	return listByEvent(ctx, s, "replay list", replayListSQL, params.ID, params.Limit, func(row pgx.CollectableRow) (*ferry.Replay, error) {
 		var (
 			r       ferry.Replay
 			headers []byte
@@ -295,7 +297,7 @@ func (s *Store) ActionList(ctx context.Context, params *ferry.ActionListParams) 
 	if err := params.Validate(); err != nil {
 		return nil, wrap("action list", err)
 	}
-	return listByEvent(ctx, s, "action list", actionListSQL, params.ID, func(row pgx.CollectableRow) (*ferry.Action, error) {
+	return listByEvent(ctx, s, "action list", actionListSQL, params.ID, 0, func(row pgx.CollectableRow) (*ferry.Action, error) {
 		var a ferry.Action
 		if err := row.Scan(&a.EventID, &a.At, &a.Action, &a.Actor); err != nil {
 			return nil, err
@@ -438,9 +440,10 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // listByEvent reads the rows query selects for one event's id (its ledger
-// and the side tables shown with it), each through scan.
-func listByEvent[T any](ctx context.Context, s *Store, what, query string, id int64, scan func(pgx.CollectableRow) (*T, error)) ([]*T, error) {
-	rows, _ := s.pool.Query(ctx, query, pgx.NamedArgs{"id": id})
+// and the side tables shown with it), each through scan. limit binds
+// @limit, for the side tables a list reads a page of (conflicts, replays).
+func listByEvent[T any](ctx context.Context, s *Store, what, query string, id int64, limit int, scan func(pgx.CollectableRow) (*T, error)) ([]*T, error) {
+	rows, _ := s.pool.Query(ctx, query, pgx.NamedArgs{"id": id, "limit": limit})
 	list, err := pgx.CollectRows(rows, scan)
 	if err != nil {
 		return nil, wrap(what, err)

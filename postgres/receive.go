@@ -265,6 +265,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		"origin":          origins,
 		"traceparent":     traceparents,
 		"tracestate":      tracestates,
+		"notice_keep":     ferry.NoticeKeep,
 	})
 	// One row per key, in the order of firsts. Outcomes are only handed out
 	// once the rows are closed without error: the statement has committed.
@@ -275,11 +276,13 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 		caughtUp     bool
 		n, differing int32
 		touched      bool
+		kept         []int64 // positions in order, from 1, of the conflicts kept
 	}
 	keys := make([]keyResult, 0, len(firsts))
 	var k keyResult
-	_, err := pgx.ForEachRow(rows, []any{&k.id, &k.inserted, &k.stored, &k.caughtUp, &k.n, &k.differing, &k.touched}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&k.id, &k.inserted, &k.stored, &k.caughtUp, &k.n, &k.differing, &k.touched, &k.kept}, func() error {
 		keys = append(keys, k)
+		k.kept = nil // the next row's scan must not write into this one's
 		return nil
 	})
 	if err != nil {
@@ -309,6 +312,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 			res.Outcome = ferry.ReceiveNew
 		case conflicting(kr.stored, kr.caughtUp, reqs[i]):
 			res.Outcome = ferry.ReceiveConflict
+			res.CountedOnly = !slices.Contains(kr.kept, int64(pos+1))
 		default:
 			res.Outcome = ferry.ReceiveDuplicate
 		}
@@ -356,6 +360,7 @@ func (r *receiveArgs) namedArgs(now any) pgx.NamedArgs {
 		"replay_window_us": r.replayWindowUS,
 		"traceparent":      r.traceparent,
 		"tracestate":       r.tracestate,
+		"notice_keep":      ferry.NoticeKeep,
 	}
 }
 
@@ -365,7 +370,7 @@ func scanReceive(row pgx.Row, missed *redeliveries) (*ferry.EventReceiveResult, 
 		result                                 ferry.EventReceiveResult
 		inserted, conflicting, replay, touched bool
 	)
-	err := row.Scan(&result.ID, &inserted, &conflicting, &replay, &touched)
+	err := row.Scan(&result.ID, &inserted, &conflicting, &replay, &touched, &result.CountedOnly)
 	if err != nil {
 		return nil, err
 	}

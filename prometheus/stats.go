@@ -68,7 +68,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		unfinished:       desc("attempts_unfinished", "Attempts claimed that never reported an end (lease expired); their effect may or may not have happened.", "source"),
 		atRisk:           desc("events_at_risk", "Unfinished events older than their source's replay window minus the margin.", "source"),
 		oldestAtRisk:     desc("oldest_at_risk_age_seconds", "Age of the oldest at-risk event; 0 when none.", "source"),
-		replays:          desc("replays_suspected", "Deliveries of a stored event's body under another event id, kept and not processed (suspected replays).", "source"),
+		replays:          desc("replays_suspected", "Deliveries of a stored event's body under another event id, answered and never processed (suspected replays).", "source"),
 		up:               desc("stats_up", "1 if the last read of the store's stats succeeded, 0 if not."),
 		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive; 0 on a store without partitions (SQLite)."),
 		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),

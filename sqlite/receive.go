@@ -46,6 +46,7 @@ func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
 		sql.Named("replay_window_us", params.ReplayWindow.Microseconds()),
 		sql.Named("traceparent", params.Traceparent),
 		sql.Named("tracestate", params.Tracestate),
+		sql.Named("notice_keep", int64(ferry.NoticeKeep)),
 	}, nil
 }
 
@@ -130,7 +131,8 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 }
 
 // receiveInTx stores one delivery inside tx: a new key is inserted; a known
-// one counts the delivery, and keeps it as a conflict if its payload differs.
+// one counts the delivery, and keeps it as a conflict if its payload differs
+// (up to ferry.NoticeKeep, each payload once).
 func receiveInTx(ctx context.Context, tx *sql.Tx, args []any) (*ferry.EventReceiveResult, error) {
 	result := &ferry.EventReceiveResult{}
 	if replayed, err := receiveReplay(ctx, tx, args); err != nil || replayed != nil {
@@ -153,15 +155,20 @@ func receiveInTx(ctx context.Context, tx *sql.Tx, args []any) (*ferry.EventRecei
 		return result, nil
 	}
 	result.Outcome = ferry.ReceiveConflict
-	if _, err := tx.ExecContext(ctx, eventReceiveConflictSQL, append(args[:len(args):len(args)], sql.Named("id", result.ID))...); err != nil {
+	kept, err := tx.ExecContext(ctx, eventReceiveConflictSQL, append(args[:len(args):len(args)], sql.Named("id", result.ID))...)
+	if err == nil {
+		result.CountedOnly, err = countedOnly(kept)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("conflict: %w", err)
 	}
 	return result, nil
 }
 
-// receiveReplay keeps the delivery as a replay and returns its result when
-// replay detection is on, its key is new and its body is a stored event's
-// of the window; otherwise it returns nil and changes nothing.
+// receiveReplay counts the delivery as a replay, keeps it (up to
+// ferry.NoticeKeep) and returns its result when replay detection is on, its
+// key is new and its body is a stored event's of the window; otherwise it
+// returns nil and changes nothing.
 func receiveReplay(ctx context.Context, tx *sql.Tx, args []any) (*ferry.EventReceiveResult, error) {
 	if namedInt(args, "replay_window_us") <= 0 {
 		return nil, nil
@@ -178,10 +185,22 @@ func receiveReplay(ctx context.Context, tx *sql.Tx, args []any) (*ferry.EventRec
 	if _, err := tx.ExecContext(ctx, eventReceiveReplayCountSQL, withID...); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, eventReceiveReplayRecordSQL, withID...); err != nil {
+	kept, err := tx.ExecContext(ctx, eventReceiveReplayRecordSQL, withID...)
+	result := &ferry.EventReceiveResult{Outcome: ferry.ReceiveReplay, ID: id}
+	if err == nil {
+		result.CountedOnly, err = countedOnly(kept)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	return &ferry.EventReceiveResult{Outcome: ferry.ReceiveReplay, ID: id}, nil
+	return result, nil
+}
+
+// countedOnly reports whether the statement that keeps a conflict or a
+// replay kept nothing: the notice was only counted.
+func countedOnly(res sql.Result) (bool, error) {
+	n, err := res.RowsAffected()
+	return n == 0, err
 }
 
 // namedInt returns the int64 value of the named argument name in args, 0 if

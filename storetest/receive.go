@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -107,6 +109,91 @@ func testReceive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if len(conflicts) != 1 || string(conflicts[0].Payload) != `{"id":"evt_1","forged":true}` ||
 			conflicts[0].Headers.Get("X-Test") != "conflict" || len(conflicts[0].PayloadSHA256) != 32 {
 			t.Fatalf("conflicts = %+v", conflicts)
+		}
+	})
+
+	// Conflicting deliveries of one key keep NoticeKeep rows on its event,
+	// each payload once, the first to arrive; the rest are answered and
+	// counted as conflicts and keep nothing, so they cannot fill the disk.
+	run(t, setup, "ConflictsKeptUpToNoticeKeepEachPayloadOnce", func(t *testing.T, b *bundle[TX]) {
+		id := receive(t, b, "stripe", "evt_1")
+		send := func(i int) *ferry.EventReceiveResult {
+			t.Helper()
+			res := receiveWith(t, b, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(fmt.Sprint("v", i))})
+			if res.Outcome != ferry.ReceiveConflict || res.ID != id {
+				t.Fatalf("v%d: %+v, want a conflict of %d", i, res, id)
+			}
+			return res
+		}
+		if send(0).CountedOnly {
+			t.Fatal("the first conflict is counted only, want kept")
+		}
+		if !send(0).CountedOnly {
+			t.Error("a payload kept already is kept again")
+		}
+		for i := 1; i < ferry.NoticeKeep+3; i++ {
+			if res := send(i); res.CountedOnly != (i >= ferry.NoticeKeep) {
+				t.Errorf("v%d counted only = %t, want %t", i, res.CountedOnly, i >= ferry.NoticeKeep)
+			}
+		}
+		if ev := get(t, b, id); ev.Conflicts != ferry.NoticeKeep+4 || ev.Deliveries != ferry.NoticeKeep+5 {
+			t.Errorf("conflicts %d deliveries %d, want %d and %d: every one counted", ev.Conflicts, ev.Deliveries, ferry.NoticeKeep+4, ferry.NoticeKeep+5)
+		}
+		kept, err := b.store.ConflictList(b.ctx, &ferry.ConflictListParams{ID: id, Limit: 1000})
+		if err != nil || len(kept) != ferry.NoticeKeep {
+			t.Fatalf("%d conflicts kept, %v; want %d", len(kept), err, ferry.NoticeKeep)
+		}
+		for i, c := range kept {
+			if string(c.Payload) != fmt.Sprint("v", i) {
+				t.Errorf("conflict %d kept %q, want v%d", i, c.Payload, i)
+			}
+		}
+		if page, err := b.store.ConflictList(b.ctx, &ferry.ConflictListParams{ID: id, Limit: 2}); err != nil || len(page) != 2 || string(page[1].Payload) != "v1" {
+			t.Errorf("ConflictList(limit 2) = %d, %v; want the oldest two", len(page), err)
+		}
+	})
+
+	// A batch keeps what its receipts would have kept one after the other.
+	run(t, setup, "ManyKeepConflictsAsIfOneAfterTheOther", func(t *testing.T, b *bundle[TX]) {
+		known := receive(t, b, "stripe", "known")
+		for i := range ferry.NoticeKeep - 2 {
+			receiveWith(t, b, &ferry.EventReceiveParams{Source: "stripe", EventID: "known", Payload: []byte(fmt.Sprint("v", i))})
+		}
+		r := func(eventID, payload string) *ferry.EventReceiveParams {
+			return &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Payload: []byte(payload)}
+		}
+		// known keeps two more: v0 is kept already, "b" once, then the cap.
+		results, err := b.store.EventReceiveMany(b.ctx, &ferry.EventReceiveManyParams{Receipts: []*ferry.EventReceiveParams{
+			r("known", "v0"), r("new", "a"), r("known", "b"), r("new", "b"), r("known", "b"),
+			r("new", "b"), r("known", "c"), r("known", "d"), r("new", "c"),
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []bool{true, false, false, false, true, true, false, true, false}
+		for i, res := range results {
+			if res.Err != nil || (res.Result.Outcome == ferry.ReceiveConflict) != (i != 1) || res.Result.CountedOnly != want[i] {
+				t.Errorf("receipt %d = %+v, %v; want counted only %t", i, res.Result, res.Err, want[i])
+			}
+		}
+		payloads := func(id int64) (out []string) {
+			kept, err := b.store.ConflictList(b.ctx, &ferry.ConflictListParams{ID: id, Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range kept {
+				out = append(out, string(c.Payload))
+			}
+			return out
+		}
+		if got := payloads(known); len(got) != ferry.NoticeKeep || got[ferry.NoticeKeep-2] != "b" || got[ferry.NoticeKeep-1] != "c" {
+			t.Errorf("known keeps %q, want v0..v%d, b, c", got, ferry.NoticeKeep-3)
+		}
+		if got := payloads(results[1].Result.ID); !slices.Equal(got, []string{"b", "c"}) {
+			t.Errorf("new keeps %q, want b, c", got)
+		}
+		if ev := get(t, b, known); ev.Conflicts != ferry.NoticeKeep+3 {
+			t.Errorf("known counts %d conflicts, want %d", ev.Conflicts, ferry.NoticeKeep+3)
 		}
 	})
 

@@ -24,9 +24,11 @@ func receiveBody[TX any](t *testing.T, b *bundle[TX], source, eventID, typ strin
 	})
 }
 
+// replays lists every replay kept on event id, past NoticeKeep too: the
+// tests of the cap count rows, not a page.
 func replays[TX any](t *testing.T, b *bundle[TX], id int64) []*ferry.Replay {
 	t.Helper()
-	list, err := b.store.ReplayList(b.ctx, &ferry.ReplayListParams{ID: id})
+	list, err := b.store.ReplayList(b.ctx, &ferry.ReplayListParams{ID: id, Limit: 1000})
 	if err != nil {
 		t.Fatalf("ReplayList(%d): %v", id, err)
 	}
@@ -134,8 +136,54 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if news != 1 || countEvents(t, b) != 1 {
 			t.Fatalf("%d new, %d events stored; want 1 and 1", news, countEvents(t, b))
 		}
-		if ev := get(t, b, id); ev.Replays != n-1 || len(replays(t, b, id)) != n-1 {
-			t.Errorf("replays %d, want %d", ev.Replays, n-1)
+		if ev, kept := get(t, b, id), len(replays(t, b, id)); ev.Replays != n-1 || kept != min(n-1, ferry.NoticeKeep) {
+			t.Errorf("replays %d counted, %d kept; want %d and %d", ev.Replays, kept, n-1, min(n-1, ferry.NoticeKeep))
+		}
+	})
+
+	// One captured body re-sent under fresh ids keeps NoticeKeep rows on
+	// its event, the first to arrive; every further one is answered and
+	// counted as a replay and keeps nothing, so it cannot fill the disk.
+	run(t, setup, "KeptUpToNoticeKeepThenCounted", func(t *testing.T, b *bundle[TX]) {
+		first := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
+		const n = ferry.NoticeKeep + 3
+		for i := range n {
+			res := receiveBody(t, b, "github", fmt.Sprint("forged-", i), "delete", replayBody, replayWindow)
+			if res.Outcome != ferry.ReceiveReplay || res.ID != first.ID || res.CountedOnly != (i >= ferry.NoticeKeep) {
+				t.Fatalf("replay %d = %+v, want a replay of %d, counted only past %d", i, res, first.ID, ferry.NoticeKeep)
+			}
+		}
+		if ev := get(t, b, first.ID); ev.Replays != n {
+			t.Errorf("replays counted %d, want %d", ev.Replays, n)
+		}
+		if stats, err := b.store.EventStats(b.ctx, &ferry.EventStatsParams{}); err != nil || len(stats.Sources) != 1 || stats.Sources[0].Replays != n {
+			t.Errorf("stats = %+v, %v; want github's %d replays, kept or not", stats, err, n)
+		}
+		list := replays(t, b, first.ID)
+		if len(list) != ferry.NoticeKeep || list[0].ClaimedEventID != "forged-0" || list[len(list)-1].ClaimedEventID != fmt.Sprint("forged-", ferry.NoticeKeep-1) {
+			t.Fatalf("%d replays kept, want the first %d", len(list), ferry.NoticeKeep)
+		}
+		// Another event's body has its own rows.
+		other := receiveBody(t, b, "github", "d-2", "push", []byte(`{"other":1}`), replayWindow)
+		if res := receiveBody(t, b, "github", "d-3", "push", []byte(`{"other":1}`), replayWindow); res.ID != other.ID || res.CountedOnly {
+			t.Errorf("another event's first replay = %+v, want kept on %d", res, other.ID)
+		}
+	})
+
+	run(t, setup, "ListedUpToTheLimit", func(t *testing.T, b *bundle[TX]) {
+		first := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
+		for i := range 3 {
+			receiveBody(t, b, "github", fmt.Sprint("forged-", i), "delete", replayBody, replayWindow)
+		}
+		list, err := b.store.ReplayList(b.ctx, &ferry.ReplayListParams{ID: first.ID, Limit: 2})
+		if err != nil || len(list) != 2 || list[0].ClaimedEventID != "forged-0" || list[1].ClaimedEventID != "forged-1" {
+			t.Fatalf("ReplayList(limit 2) = %d replays, %v; want the oldest two", len(list), err)
+		}
+		if list, err := b.store.ReplayList(b.ctx, &ferry.ReplayListParams{ID: first.ID}); err != nil || len(list) != 3 {
+			t.Fatalf("ReplayList() = %d, %v; want all three", len(list), err)
+		}
+		if _, err := b.store.ReplayList(b.ctx, &ferry.ReplayListParams{ID: first.ID, Limit: -1}); !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Errorf("ReplayList(limit -1): err = %v, want ErrInvalidParams", err)
 		}
 	})
 

@@ -10,6 +10,14 @@
 -- purged): the caller counts the delivery again with event_redeliver.sql
 -- once this has committed.
 --
+-- A conflict or a replay is kept as a row only while the event keeps fewer
+-- than @notice_keep of its kind (ferry.NoticeKeep), and a conflict only if
+-- none kept has its payload; counted_only says it was not. Receipts of one
+-- body queue on its advisory lock, so replays keep exactly @notice_keep;
+-- conflicts of one key queue on its key row, but count the kept rows in the
+-- statement's snapshot: receipts of one key running at the same moment may
+-- keep one more each.
+--
 -- With @replay_window_us > 0, a new key whose payload hash matches a key of
 -- the source first delivered within the window is a replay: nothing is
 -- inserted, and the oldest such event keeps it in ferry_replay. Its replays
@@ -78,11 +86,20 @@ conflict AS (
     SELECT id, (SELECT now FROM clock), @payload_sha256::bytea, @payload::bytea, @headers::jsonb
     FROM k
     WHERE conflicting
+      AND NOT EXISTS (
+          SELECT 1
+          FROM (SELECT c.payload_sha256 FROM ferry_conflict c WHERE c.event_id = k.id ORDER BY c.id LIMIT @notice_keep::int) kept
+          WHERE kept.payload_sha256 = @payload_sha256::bytea
+      )
+      AND (SELECT count(*) FROM (SELECT 1 FROM ferry_conflict c WHERE c.event_id = k.id LIMIT @notice_keep::int) kept) < @notice_keep::int
+    RETURNING id
 ),
 replay AS (
     INSERT INTO ferry_replay (event_id, received_at, claimed_event_id, claimed_type, headers)
     SELECT id, (SELECT now FROM clock), @event_id::text, @type::text, @headers::jsonb
     FROM original
+    WHERE (SELECT count(*) FROM (SELECT 1 FROM ferry_replay r WHERE r.event_id = original.id LIMIT @notice_keep::int) kept) < @notice_keep::int
+    RETURNING id
 ),
 notified AS (
     SELECT pg_notify(ferry_receipt_channel(), '') FROM received
@@ -90,7 +107,8 @@ notified AS (
 -- One row: the stored event, or the replayed one. Joining notified makes
 -- PostgreSQL evaluate it.
 SELECT k.id, k.inserted, k.conflicting, false AS replay,
-       k.inserted OR EXISTS (SELECT FROM hot) OR EXISTS (SELECT FROM archived) AS touched
+       k.inserted OR EXISTS (SELECT FROM hot) OR EXISTS (SELECT FROM archived) AS touched,
+       k.conflicting AND NOT EXISTS (SELECT FROM conflict) AS counted_only
 FROM k LEFT JOIN notified ON true
 UNION ALL
-SELECT id, false, false, true, false FROM original;
+SELECT id, false, false, true, false, NOT EXISTS (SELECT FROM replay) FROM original;

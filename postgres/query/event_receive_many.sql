@@ -20,6 +20,11 @@
 -- (ferry_event_done_redeliver). touched is false for a known key whose event
 -- neither found (a requeue moved it back meanwhile, or it was purged): the
 -- caller counts those with event_redeliver.sql.
+--
+-- Conflicts are kept as in event_receive.sql, in arrival order: per key, the
+-- first delivery of each payload that no kept conflict has, while the event
+-- keeps fewer than @notice_keep. kept lists, per key, the positions (ord) of
+-- the deliveries kept; every other conflict was only counted.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -83,13 +88,32 @@ archived AS (
     WHERE NOT kd.inserted AND kd.id NOT IN (SELECT id FROM hot)
     HAVING count(*) > 0
 ),
-conflict AS (
-    INSERT INTO ferry_conflict (event_id, received_at, payload_sha256, payload, headers)
-    SELECT k.id, (SELECT now FROM clock), d.payload_sha256, d.payload, d.headers
+-- The batch's conflicts whose payload the event does not keep yet;
+-- nth_of_payload is 1 for the first delivery of each payload.
+conflicting AS (
+    SELECT k.id, d.ord, d.payload_sha256, d.payload, d.headers,
+           row_number() OVER (PARTITION BY k.id, d.payload_sha256 ORDER BY d.ord) AS nth_of_payload
     FROM k
     JOIN delivery d ON d.source = k.source AND d.event_id = k.event_id
     WHERE NOT k.caught_up AND d.origin = 'delivery' AND d.payload_sha256 <> k.payload_sha256
-    ORDER BY d.ord
+      AND NOT EXISTS (
+          SELECT 1
+          FROM (SELECT c.payload_sha256 FROM ferry_conflict c WHERE c.event_id = k.id ORDER BY c.id LIMIT @notice_keep::int) kept
+          WHERE kept.payload_sha256 = d.payload_sha256
+      )
+),
+-- Of those, the first payloads while the event keeps fewer than @notice_keep.
+keep AS (
+    SELECT x.*
+    FROM (SELECT c.*, row_number() OVER (PARTITION BY c.id ORDER BY c.ord) AS nth
+          FROM conflicting c WHERE c.nth_of_payload = 1) x
+    WHERE x.nth + (SELECT count(*) FROM (SELECT 1 FROM ferry_conflict c WHERE c.event_id = x.id LIMIT @notice_keep::int) kept) <= @notice_keep::int
+),
+conflict AS (
+    INSERT INTO ferry_conflict (event_id, received_at, payload_sha256, payload, headers)
+    SELECT keep.id, (SELECT now FROM clock), keep.payload_sha256, keep.payload, keep.headers
+    FROM keep
+    ORDER BY keep.ord
 ),
 notified AS (
     SELECT pg_notify(ferry_receipt_channel(), '') WHERE EXISTS (SELECT FROM received)
@@ -97,7 +121,8 @@ notified AS (
 -- One row per key, in input order. Joining notified makes PostgreSQL
 -- evaluate it.
 SELECT kd.id, kd.inserted, kd.payload_sha256, kd.caught_up, kd.n, kd.differing,
-       kd.inserted OR kd.id IN (SELECT id FROM hot UNION ALL SELECT id FROM archived) AS touched
+       kd.inserted OR kd.id IN (SELECT id FROM hot UNION ALL SELECT id FROM archived) AS touched,
+       ARRAY(SELECT keep.ord FROM keep WHERE keep.id = kd.id) AS kept
 FROM kd
 LEFT JOIN notified ON true
 ORDER BY kd.ord;

@@ -2,9 +2,10 @@
 -- leases, attempts that never reported, events at risk of outliving the
 -- replay window (@risk_sources[i] is at risk after @risk_us[i] microseconds;
 -- other sources after @default_risk_us, never when it is 0), and the
--- suspected replays kept. Everything is read from ferry_event (live events
--- only), the done counters and the few lease_expired and replay rows, never
--- from the archive: the cost is what is live, not what is stored.
+-- suspected replays counted. Everything is read from ferry_event (live events
+-- only), the done counters and the few lease_expired and replay rows, and
+-- from the archive only the replayed events: the cost is what is live, not
+-- what is stored.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -33,17 +34,14 @@ unfinished AS (
     WHERE source IS NOT NULL
     GROUP BY source
 ),
--- Suspected replays (few: one ferry_replay row each), by their event's
--- source wherever the event is.
+-- Suspected replays counted (Event.Replays), by source, on the events that
+-- keep a ferry_replay row (every replayed event keeps its first), wherever
+-- the event is: the archive is read only for those few.
 replays AS (
-    SELECT source, count(*)::int AS n FROM (
-        SELECT coalesce(
-                   (SELECT e.source FROM ferry_event e WHERE e.id = r.event_id),
-                   (SELECT d.source FROM ferry_event_done d WHERE d.id = r.event_id LIMIT 1)) AS source
-        FROM ferry_replay r
-    ) r
-    WHERE source IS NOT NULL
-    GROUP BY source
+    SELECT e.source, sum(e.replays)::int AS n
+    FROM (SELECT DISTINCT r.event_id FROM ferry_replay r) r
+    CROSS JOIN LATERAL ferry_event_find(r.event_id) e
+    GROUP BY e.source
 ),
 done AS (
     SELECT source, sum(n)::bigint AS done

@@ -2,3 +2,4 @@ SELECT event_id, received_at, payload_sha256, payload, headers
 FROM ferry_conflict
 WHERE event_id = :id
 ORDER BY id
+LIMIT :limit

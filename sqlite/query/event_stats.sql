@@ -1,6 +1,6 @@
 -- One row per source: counts by state, the oldest waiting work, lapsed
 -- leases, attempts that never reported, events at risk of outliving the
--- replay window, and the suspected replays kept. :risk is a JSON object {source: microseconds}; other
+-- replay window, and the suspected replays counted. :risk is a JSON object {source: microseconds}; other
 -- sources are at risk after :default_risk_us, never when it is 0. Times are
 -- unix microseconds; :now is the clock.
 WITH risk AS (
