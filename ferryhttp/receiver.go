@@ -13,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -55,7 +57,8 @@ type ReceiverOptions struct {
 	// sub-second value is never sent as "retry at once"). Defaults to
 	// DefaultRetryAfter.
 	RetryAfter time.Duration
-	// KeepHeaders are the request headers stored with an event. Defaults to
+	// KeepHeaders are the request headers stored with an event, a conflict
+	// or a replay, within KeptHeaderValueMax and KeptHeadersMax. Defaults to
 	// DefaultKeepHeaders. A signature header is never stored, listed or not:
 	// neither the providers' own nor any whose name contains "Signature" or
 	// "Hmac" (a generic HMAC sender's header, say).
@@ -151,6 +154,28 @@ var DefaultKeepHeaders = []string{
 	"Webhook-Id", "Webhook-Timestamp",
 	"Svix-Id", "Svix-Timestamp",
 }
+
+// Bounds of the headers kept with one delivery (KeepHeaders), stored as an
+// event, a conflict or a replay alike. A sender chooses its header values,
+// up to the server's header limit (64 KiB in ferry serve), and what is kept
+// is written with every delivery: unbounded, a 60 KB User-Agent was stored
+// per request. A
+// provider's ids, topics, timestamps and user agent take well under 1 KiB
+// each; 8 KiB holds DefaultKeepHeaders several times over.
+const (
+	// KeptHeaderValueMax is the most bytes of one kept header value. A
+	// longer value is cut on a character boundary and ends with
+	// " [cut by ferry from N bytes]", N its length, within the bound.
+	KeptHeaderValueMax = 1 << 10
+	// KeptHeadersMax is the most bytes, names and values, kept with one
+	// delivery. A value past it is dropped, and its header's name listed in
+	// a Ferry-Headers-Dropped header kept in its place.
+	KeptHeadersMax = 8 << 10
+)
+
+// droppedHeader lists the names of the headers whose values did not fit in
+// KeptHeadersMax.
+const droppedHeader = "Ferry-Headers-Dropped"
 
 // signatureHeaders are never stored, whatever KeepHeaders says; nor is any
 // header isSignatureHeader recognises by name.
@@ -452,14 +477,43 @@ func checkIdentity(v *ferry.Verified) (answer, bool) {
 	return answer{}, true
 }
 
+// keptHeaders are the KeepHeaders of h, in their order, within
+// KeptHeaderValueMax and KeptHeadersMax.
 func (r *Receiver) keptHeaders(h http.Header) http.Header {
 	out := http.Header{}
+	budget := KeptHeadersMax
+	var dropped []string
 	for _, k := range r.keep {
-		if v := h.Values(k); len(v) > 0 {
-			out[k] = v
+		for _, v := range h.Values(k) {
+			v = cutHeaderValue(v)
+			if len(k)+len(v) > budget {
+				if !slices.Contains(dropped, k) {
+					dropped = append(dropped, k)
+				}
+				continue
+			}
+			budget -= len(k) + len(v)
+			out[k] = append(out[k], v)
 		}
 	}
+	if len(dropped) > 0 {
+		out[droppedHeader] = []string{strings.Join(dropped, ", ")}
+	}
 	return out
+}
+
+// cutHeaderValue cuts v to KeptHeaderValueMax bytes, the mark of the cut
+// included, on a character boundary.
+func cutHeaderValue(v string) string {
+	if len(v) <= KeptHeaderValueMax {
+		return v
+	}
+	mark := " [cut by ferry from " + strconv.Itoa(len(v)) + " bytes]"
+	cut := KeptHeaderValueMax - len(mark)
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return v[:cut] + mark
 }
 
 func (r *Receiver) reply(w http.ResponseWriter, a answer) { writeAnswer(w, a, r.opts.RetryAfter) }

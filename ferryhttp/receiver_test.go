@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -596,6 +597,77 @@ func TestReceiverKeepHeaders(t *testing.T) {
 	want := http.Header{"X-Acme-Event-Id": {"acme-keep"}}
 	if len(ev.Headers) != len(want) || ev.Headers.Get("X-Acme-Event-Id") != "acme-keep" {
 		t.Fatalf("stored headers = %v, want %v", ev.Headers, want)
+	}
+}
+
+// TestReceiverKeptHeadersBounded: whatever a sender puts in the headers
+// the receiver keeps, a delivery stored as an event, a replay or a conflict
+// keeps at most KeptHeaderValueMax bytes a value, cut on a character
+// boundary with a mark, and KeptHeadersMax in all, the rest dropped and
+// named.
+func TestReceiverKeptHeadersBounded(t *testing.T) {
+	t.Parallel()
+	var pads []string
+	for i := range 10 {
+		pads = append(pads, fmt.Sprint("X-Pad-", i+1))
+	}
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
+		o.KeepHeaders = append([]string{"User-Agent", "X-GitHub-Delivery"}, pads...)
+		for i, s := range o.Sources {
+			if s.Name == "github" {
+				o.Sources[i].ReplayWindow = time.Hour
+			}
+		}
+	})
+	huge := "x" + strings.Repeat("é", 30_000) // 60001 bytes; é is two
+	signed := func(id, body string) delivery {
+		d := github(githubSecret, id, body).with("User-Agent", huge)
+		for _, p := range pads {
+			d = d.with(p, strings.Repeat("p", 1000))
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		d    delivery
+		want string
+	}{
+		{signed("gh-1", `{"n":1}`), "accepted"}, {signed("gh-2", `{"n":1}`), "replay"}, {signed("gh-1", `{"n":2}`), "conflict"},
+	} {
+		if r := b.send(t, tc.d); r.status != 200 || r.body["status"] != tc.want {
+			t.Fatalf("%d %s, want 200 %s", r.status, r.raw, tc.want)
+		}
+	}
+	ev := event(t, b.store, "github", "gh-1")
+	replays, err := b.store.ReplayList(t.Context(), &ferry.ReplayListParams{ID: ev.ID})
+	if err != nil || len(replays) != 1 {
+		t.Fatalf("replays = %d, %v; want 1", len(replays), err)
+	}
+	conflicts, err := b.store.ConflictList(t.Context(), &ferry.ConflictListParams{ID: ev.ID})
+	if err != nil || len(conflicts) != 1 {
+		t.Fatalf("conflicts = %d, %v; want 1", len(conflicts), err)
+	}
+	for what, h := range map[string]http.Header{"event": ev.Headers, "replay": replays[0].Headers, "conflict": conflicts[0].Headers} {
+		ua := h.Get("User-Agent")
+		if len(ua) > ferryhttp.KeptHeaderValueMax || !utf8.ValidString(ua) || !strings.HasPrefix(ua, "xéé") || !strings.HasSuffix(ua, "é [cut by ferry from 60001 bytes]") {
+			t.Errorf("%s: User-Agent kept as %d bytes, valid UTF-8 %t, ending %q; want the start of it, marked, within %d",
+				what, len(ua), utf8.ValidString(ua), ua[max(len(ua)-40, 0):], ferryhttp.KeptHeaderValueMax)
+		}
+		total := 0
+		for name, values := range h {
+			for _, v := range values {
+				if name != "Ferry-Headers-Dropped" {
+					total += len(name) + len(v)
+				}
+			}
+		}
+		// User-Agent, the delivery id and seven pads fit in 8 KiB.
+		if total > ferryhttp.KeptHeadersMax || h.Get("X-Github-Delivery") == "" || h.Get("X-Pad-7") == "" || h.Get("X-Pad-8") != "" {
+			t.Errorf("%s: %d bytes kept, delivery id %q, pads 7 and 8 %t %t; want at most %d, the id, pad 7 and not 8",
+				what, total, h.Get("X-Github-Delivery"), h.Get("X-Pad-7") != "", h.Get("X-Pad-8") != "", ferryhttp.KeptHeadersMax)
+		}
+		if got := h.Get("Ferry-Headers-Dropped"); got != "X-Pad-8, X-Pad-9, X-Pad-10" {
+			t.Errorf("%s: Ferry-Headers-Dropped = %q, want the three pads that did not fit", what, got)
+		}
 	}
 }
 
