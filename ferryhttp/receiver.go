@@ -39,8 +39,9 @@ type Source struct {
 	// provider whose signature covers the body but not the event id
 	// (GitHub, Shopify, body-mode HMAC): the body of an event stored within
 	// this long, delivered under another id, is answered 200
-	// {"status":"replay"}, kept on the stored event, logged as a warning and
-	// never processed. Defaults to 0: off, as for providers that sign the id.
+	// {"status":"replay"}, counted and (the first ferry.NoticeKeep) kept on
+	// the stored event, logged as a warning while kept, and never processed.
+	// Defaults to 0: off, as for providers that sign the id.
 	ReplayWindow time.Duration
 }
 
@@ -65,8 +66,12 @@ type ReceiverOptions struct {
 	KeepHeaders []string
 	// Logger gets one line per delivery: source, event id, outcome, status
 	// and latency, the reason of a rejection, and the store's error when the
-	// answer is 503; never a secret, a signature or a payload byte. Defaults
-	// to slog.Default().
+	// answer is 503; never a secret, a signature or a payload byte. A
+	// conflict or a replay the store keeps is a warning with an alert key;
+	// one it only counts (past ferry.NoticeKeep on its event, or a
+	// conflicting payload kept already) is an info line with kept=false, so
+	// a re-sent capture raises at most ferry.NoticeKeep alerts per event.
+	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// Observer, if set, is told of every delivery's outcome (metrics).
 	Observer ReceiveObserver
@@ -329,21 +334,25 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		name = strings.TrimPrefix(req.URL.Path, "/webhooks/")
 	}
 	req, span := r.startReceipt(req, name)
-	a, eventID, storeErr := r.receive(w, req, name)
+	var countedOnly bool
+	a, eventID, storeErr := r.receive(w, req, name, &countedOnly)
 	r.reply(w, a)
 	endReceipt(span, a, eventID)
 
 	latency := time.Since(start)
-	r.log(req.Context(), name, eventID, a, latency, storeErr)
+	r.log(req.Context(), name, eventID, a, countedOnly, latency, storeErr)
 	if r.opts.Observer != nil {
 		r.opts.Observer.ObserveReceive(name, a.outcome, a.reason, latency)
 	}
 }
 
 // log writes the delivery's line, building it only if the logger keeps it.
-func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, latency time.Duration, storeErr error) {
+// countedOnly is a conflict or replay the store counted without keeping it
+// (ferry.EventReceiveResult.CountedOnly): no alert.
+func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, countedOnly bool, latency time.Duration, storeErr error) {
 	level := slog.LevelInfo
-	if a.outcome == "conflict" || a.outcome == "replay" || a.outcome == "unavailable" {
+	alert := (a.outcome == "conflict" || a.outcome == "replay") && !countedOnly
+	if alert || a.outcome == "unavailable" {
 		level = slog.LevelWarn
 	}
 	if !r.opts.Logger.Enabled(ctx, level) {
@@ -359,10 +368,14 @@ func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, late
 	if a.reason != "" {
 		attrs = append(attrs, slog.String("reason", a.reason))
 	}
-	switch a.outcome {
-	case "conflict":
+	switch {
+	case countedOnly:
+		// Counted on its event, which keeps ferry.NoticeKeep already (or
+		// this conflicting payload): alerted before, not again.
+		attrs = append(attrs, slog.Bool("kept", false))
+	case alert && a.outcome == "conflict":
 		attrs = append(attrs, slog.String("alert", "conflicting_duplicate"))
-	case "replay":
+	case alert:
 		// The event id logged is the one the delivery claimed; the stored
 		// event whose body it carried lists it (events show, the dashboard).
 		attrs = append(attrs, slog.String("alert", "suspected_replay"))
@@ -377,8 +390,9 @@ func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, late
 }
 
 // receive runs the checks in order and stores the delivery. It returns the
-// answer, the event id once verified, and the store's error when it failed.
-func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string) (answer, string, error) {
+// answer, the event id once verified, and the store's error when it failed;
+// *countedOnly is set as the store's result says.
+func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string, countedOnly *bool) (answer, string, error) {
 	src, ok := r.sources[name]
 	if !ok {
 		return answerNoSource, "", nil
@@ -451,6 +465,7 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 		return answerUnavailable, v.EventID, err
 	}
 	r.receiptPhase(req.Context(), "stored")
+	*countedOnly = res.CountedOnly
 	switch res.Outcome {
 	case ferry.ReceiveDuplicate:
 		return answerDuplicate, v.EventID, nil

@@ -109,3 +109,54 @@ func TestReceiverReplayedBody(t *testing.T) {
 		}
 	})
 }
+
+// TestReceiverAlertsUpToNoticeKeep: a captured body re-sent under fresh ids,
+// or other signed bodies under a known id, are answered as ever, but raise
+// an alert (a WARN line) only while the store keeps them: ferry.NoticeKeep
+// per event, a conflicting payload once. The rest are info lines.
+func TestReceiverAlertsUpToNoticeKeep(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) ferry.Store) {
+		b := setup(t, open(t), func(o *ferryhttp.ReceiverOptions) {
+			for i, s := range o.Sources {
+				if s.Name == "github" {
+					o.Sources[i].ReplayWindow = 72 * time.Hour
+				}
+			}
+		})
+		const body = `{"action":"opened"}`
+		if r := b.send(t, github(githubSecret, "gh-1", body)); r.status != 200 || !maps.Equal(r.body, accepted) {
+			t.Fatalf("original: %d %s", r.status, r.raw)
+		}
+		const more = 5
+		for i := range ferry.NoticeKeep + more {
+			if r := b.send(t, github(githubSecret, fmt.Sprint("forged-", i), body)); r.status != 200 || !maps.Equal(r.body, map[string]string{"status": "replay"}) {
+				t.Fatalf("replay %d: %d %s, want 200 replay", i, r.status, r.raw)
+			}
+		}
+		for i := range ferry.NoticeKeep + more {
+			// Payloads 0 and 1 come twice: kept once each.
+			if r := b.send(t, github(githubSecret, "gh-1", fmt.Sprintf(`{"v":%d}`, i%(ferry.NoticeKeep+more-2)))); r.status != 200 || !maps.Equal(r.body, map[string]string{"status": "conflict"}) {
+				t.Fatalf("conflict %d: %d %s, want 200 conflict", i, r.status, r.raw)
+			}
+		}
+		count := map[string]int{}
+		for _, line := range strings.Split(strings.TrimSpace(b.logs.String()), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			count[fmt.Sprint(rec["level"], " ", rec["outcome"], " ", rec["alert"], " ", rec["kept"])]++
+		}
+		want := map[string]int{
+			"INFO accepted <nil> <nil>":                 1,
+			"WARN replay suspected_replay <nil>":        ferry.NoticeKeep,
+			"INFO replay <nil> false":                   more,
+			"WARN conflict conflicting_duplicate <nil>": ferry.NoticeKeep,
+			"INFO conflict <nil> false":                 more,
+		}
+		if !maps.Equal(count, want) {
+			t.Errorf("log lines by level, outcome, alert and kept = %v, want %v", count, want)
+		}
+	})
+}
