@@ -343,6 +343,11 @@ type eventData struct {
 	Replayable bool
 	Retryable  bool // pending and not yet due: "retry now" makes it due
 	Flash      string
+
+	// ReplaysNotKept and ConflictsNotKept are the deliveries the event
+	// counted past the rows listed: a store keeps ferry.NoticeKeep of each
+	// kind (a conflicting payload once), and the page lists no more.
+	ReplaysNotKept, ConflictsNotKept int
 }
 
 // conflictView is one conflicting delivery beside the stored payload.
@@ -385,7 +390,7 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, "list actions", err)
 		return
 	}
-	replays, err := d.opts.Store.ReplayList(ctx, &ferry.ReplayListParams{ID: id})
+	replays, err := d.opts.Store.ReplayList(ctx, &ferry.ReplayListParams{ID: id, Limit: ferry.NoticeKeep})
 	if err != nil {
 		d.fail(w, r, "list replays", err)
 		return
@@ -398,18 +403,19 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 	data := eventData{
 		chrome: chrome{Title: e.EventID},
 		Event:  e, Now: stats.Now, AtRisk: d.atRisk(stats.Now)(e), Attempts: attempts,
-		Actions: actions, Replays: replays,
+		Actions: actions, Replays: replays, ReplaysNotKept: max(e.Replays-len(replays), 0),
 		PayloadLen: len(e.Payload), Flash: flashOf(r.URL.Query()),
 		Replayable: e.State.Terminal(),
 		Retryable:  e.State == ferry.StatePending && e.NextAttemptAt.After(stats.Now),
 	}
 	data.Payload, data.Truncated = prettyPayload(e.Payload, d.opts.PayloadLimit)
 	if e.Conflicts > 0 {
-		conflicts, err := d.opts.Store.ConflictList(ctx, &ferry.ConflictListParams{ID: id})
+		conflicts, err := d.opts.Store.ConflictList(ctx, &ferry.ConflictListParams{ID: id, Limit: ferry.NoticeKeep})
 		if err != nil {
 			d.fail(w, r, "list conflicts", err)
 			return
 		}
+		data.ConflictsNotKept = max(e.Conflicts-len(conflicts), 0)
 		original := strings.Split(data.Payload, "\n")
 		differs := make([]bool, len(original))
 		for _, c := range conflicts {

@@ -2,7 +2,9 @@ package ferryhttp_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/base64"
+	"fmt"
 	"html"
 	"io"
 	"log/slog"
@@ -27,6 +29,7 @@ import (
 
 type dashBundle struct {
 	store  *sqlite.Store
+	path   string // the store's file
 	admin  *ferryhttp.Admin
 	server *httptest.Server
 	ids    map[string]int64
@@ -50,7 +53,7 @@ func setupDashboard(t *testing.T, opts ferryhttp.DashboardOptions, admin ferryht
 	if err := old.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b := &dashBundle{ids: map[string]int64{}, logs: &testlog.Buffer{}}
+	b := &dashBundle{path: path, ids: map[string]int64{}, logs: &testlog.Buffer{}}
 	receive := func(s *sqlite.Store, source, id string, h http.Header) {
 		res, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: source, EventID: id, Type: "invoice.paid",
 			Payload: []byte(`{"id":"` + id + `","customer":{"name":"Ada"}}`), Headers: h})
@@ -851,6 +854,76 @@ func TestDashboardConflicts(t *testing.T) {
 			t.Errorf("side by side lacks %s:\n%s", want, side)
 		}
 	}
+}
+
+// TestDashboardNoticesPastTheCap: the event page lists at most
+// ferry.NoticeKeep replays and conflicts however many the store holds (one
+// written by a Ferry without the cap may hold thousands, conflicts with
+// whole payloads), and says how many more the event counted.
+func TestDashboardNoticesPastTheCap(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	ctx := context.Background()
+	receive := func(eventID, payload string, window time.Duration) {
+		t.Helper()
+		if _, err := b.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: eventSource(eventID), EventID: eventID,
+			Payload: []byte(payload), ReplayWindow: window}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// gh_1 has one replay; NoticeKeep+2 more: counted, NoticeKeep kept.
+	for i := range ferry.NoticeKeep + 2 {
+		receive(fmt.Sprint("gh_again_", i), `{"id":"gh_1","customer":{"name":"Ada"}}`, 72*time.Hour)
+	}
+	// evt_dead: NoticeKeep+2 other payloads, one of them twice.
+	for i := range ferry.NoticeKeep + 2 {
+		receive("evt_dead", fmt.Sprint(`{"v":`, i, `}`), 0)
+	}
+	receive("evt_dead", `{"v":0}`, 0)
+	// What a Ferry without the cap kept: 20 more rows of each, behind the
+	// store's back.
+	db, err := sql.Open("sqlite", b.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const twenty = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) `
+	for _, q := range []string{
+		twenty + `INSERT INTO ferry_replay (event_id, received_at, claimed_event_id) SELECT ?1, 0, 'old_' || i FROM n`,
+		`UPDATE ferry_event SET replays = replays + 20 WHERE id = ?1`,
+		twenty + `INSERT INTO ferry_conflict (event_id, received_at, payload_sha256, payload) SELECT ?2, 0, randomblob(32), 'old' FROM n`,
+		`UPDATE ferry_event SET conflicts = conflicts + 20 WHERE id = ?2`,
+	} {
+		if _, err := db.ExecContext(ctx, q, b.ids["gh_1"], b.ids["evt_dead"]); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+
+	body := page(t, b, "/ui/events/"+itoa(b.ids["gh_1"]))
+	_, replays, _ := strings.Cut(body, `id="replays"`)
+	replays, _, _ = strings.Cut(replays, "</table>")
+	if n := strings.Count(replays, "<tr><td>"); n != ferry.NoticeKeep {
+		t.Errorf("%d replays listed, want %d", n, ferry.NoticeKeep)
+	}
+	if want := fmt.Sprintf("%d received: the first %d are kept, %d more were only counted", ferry.NoticeKeep+23, ferry.NoticeKeep, 23); !strings.Contains(body, want) {
+		t.Errorf("the page does not say %q:\n%s", want, body)
+	}
+
+	body = page(t, b, "/ui/events/"+itoa(b.ids["evt_dead"]))
+	if n := strings.Count(body, `id="conflict-`); n != ferry.NoticeKeep {
+		t.Errorf("%d conflicts shown, want %d", n, ferry.NoticeKeep)
+	}
+	if want := fmt.Sprintf("%d received: the first %d payloads are kept, each once; %d more deliveries were only counted", ferry.NoticeKeep+23, ferry.NoticeKeep, 23); !strings.Contains(body, want) {
+		t.Errorf("the page does not say %q:\n%s", want, body)
+	}
+}
+
+// eventSource is the seeded source of a dashboard test's event id.
+func eventSource(eventID string) string {
+	if strings.HasPrefix(eventID, "gh_") {
+		return "github"
+	}
+	return "stripe"
 }
 
 // TestDashboardLive: /ui/live is the part of the overview ferry.js swaps
