@@ -83,18 +83,26 @@ func PendingMigrations(all []Migration, applied []int) ([]Migration, error) {
 // Step is m as MigratePlan lists it, before any counts a store adds.
 func (m *Migration) Step() MigrationStep {
 	step := MigrationStep{Version: m.Version, Name: m.Name, Summary: MigrationSummary(m.SQL)}
-	// The paragraph of the leading comment that starts "Exclusive:".
+	// The paragraph of the leading comment that starts "Exclusive:"; the
+	// marker alone flags it, so a reason left out cannot unflag it.
 	var exclusive []string
+	marked := false
 	for _, line := range leadingComment(m.SQL) {
-		if text, ok := strings.CutPrefix(line, "Exclusive:"); ok {
-			exclusive = append(exclusive, strings.TrimSpace(text))
-		} else if len(exclusive) > 0 && line != "" {
+		if text, ok := strings.CutPrefix(line, "Exclusive:"); ok && !marked {
+			marked = true
+			if text = strings.TrimSpace(text); text != "" {
+				exclusive = append(exclusive, text)
+			}
+		} else if marked && line != "" {
 			exclusive = append(exclusive, line)
-		} else if len(exclusive) > 0 {
+		} else if marked {
 			break
 		}
 	}
 	step.Exclusive = strings.Join(exclusive, " ")
+	if marked && step.Exclusive == "" {
+		step.Exclusive = "older instances cannot run beside it"
+	}
 	return step
 }
 

@@ -97,3 +97,19 @@ ALTER TABLE t ADD COLUMN c int;
 		t.Errorf("Step().Exclusive of a migration without the paragraph = %q, want empty", step.Exclusive)
 	}
 }
+
+// The "Exclusive:" marker flags a migration whatever follows it: a reason
+// left out or put on the next line does not let serve apply it.
+func TestMigrationStepExclusiveMarker(t *testing.T) {
+	t.Parallel()
+	for sql, want := range map[string]string{
+		"-- Moves rows.\n-- Exclusive:\n--\n-- More.\nSELECT 1;":         "older instances cannot run beside it",
+		"-- Moves rows.\n-- Exclusive:\n-- the reason.\nSELECT 1;":       "the reason.",
+		"-- Exclusive: one\n-- two.\n--\n-- Exclusive: again\nSELECT 1;": "one two.",
+	} {
+		m := ferry.Migration{Version: 1, Name: "x", SQL: sql}
+		if got := m.Step().Exclusive; got != want {
+			t.Errorf("Step().Exclusive of %q = %q, want %q", sql, got, want)
+		}
+	}
+}

@@ -493,12 +493,21 @@ func checkIdentity(v *ferry.Verified) (answer, bool) {
 }
 
 // keptHeaders are the KeepHeaders of h, in their order, within
-// KeptHeaderValueMax and KeptHeadersMax.
+// KeptHeaderValueMax and KeptHeadersMax; but Content-Type, which the
+// forwarder sends the app, is kept first and whole, if it is kept at all.
 func (r *Receiver) keptHeaders(h http.Header) http.Header {
 	out := http.Header{}
 	budget := KeptHeadersMax
+	const contentType = "Content-Type"
+	if v := h.Get(contentType); v != "" && slices.Contains(r.keep, contentType) {
+		out[contentType] = []string{v}
+		budget -= len(contentType) + len(v)
+	}
 	var dropped []string
 	for _, k := range r.keep {
+		if k == contentType {
+			continue
+		}
 		for _, v := range h.Values(k) {
 			v = cutHeaderValue(v)
 			if len(k)+len(v) > budget {

@@ -607,10 +607,7 @@ func TestReceiverKeepHeaders(t *testing.T) {
 // named.
 func TestReceiverKeptHeadersBounded(t *testing.T) {
 	t.Parallel()
-	var pads []string
-	for i := range 10 {
-		pads = append(pads, fmt.Sprint("X-Pad-", i+1))
-	}
+	pads := padHeaders(10)
 	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
 		o.KeepHeaders = append([]string{"User-Agent", "X-GitHub-Delivery"}, pads...)
 		for i, s := range o.Sources {
@@ -668,6 +665,36 @@ func TestReceiverKeptHeadersBounded(t *testing.T) {
 		if got := h.Get("Ferry-Headers-Dropped"); got != "X-Pad-8, X-Pad-9, X-Pad-10" {
 			t.Errorf("%s: Ferry-Headers-Dropped = %q, want the three pads that did not fit", what, got)
 		}
+	}
+}
+
+// padHeaders names n headers X-Pad-1 … X-Pad-n, to fill the kept headers.
+func padHeaders(n int) []string {
+	var pads []string
+	for i := range n {
+		pads = append(pads, fmt.Sprint("X-Pad-", i+1))
+	}
+	return pads
+}
+
+// Content-Type is what the forwarder sends the app: kept whole, whatever
+// its length and wherever KeepHeaders lists it.
+func TestReceiverKeepsContentTypeWhole(t *testing.T) {
+	t.Parallel()
+	pads := padHeaders(10)
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
+		o.KeepHeaders = append(pads, "Content-Type")
+	})
+	ct := "multipart/related; boundary=" + strings.Repeat("b", 1500)
+	d := github(githubSecret, "gh-ct", `{"n":1}`).with("Content-Type", ct)
+	for _, p := range pads {
+		d = d.with(p, strings.Repeat("p", 1000))
+	}
+	if r := b.send(t, d); r.status != 200 || r.body["status"] != "accepted" {
+		t.Fatalf("%d %s, want 200 accepted", r.status, r.raw)
+	}
+	if got := event(t, b.store, "github", "gh-ct").Headers.Get("Content-Type"); got != ct {
+		t.Errorf("Content-Type kept as %d bytes ending %q; want the %d sent", len(got), got[max(len(got)-40, 0):], len(ct))
 	}
 }
 

@@ -11,9 +11,10 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// migrationLockKey is the advisory lock Migrate holds and MigratePlan
-// waits on: a constant of Ferry's own ("ferry" in ASCII).
-const migrationLockKey int64 = 439788663417
+// MigrationLockKey is the advisory lock (pg_advisory_xact_lock's bigint
+// key) Migrate holds while it migrates and MigratePlan waits on: a
+// constant of Ferry's own ("ferry" in ASCII). pg_locks shows who holds it.
+const MigrationLockKey int64 = 439788663417
 
 // Migrate applies every migration the schema lacks, in one transaction that
 // holds an advisory lock, so instances starting together take turns and the
@@ -24,7 +25,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return wrap("migrate", err)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, migrationLockSQL, pgx.NamedArgs{"key": migrationLockKey}); err != nil {
+		if _, err := tx.Exec(ctx, migrationLockSQL, pgx.NamedArgs{"key": MigrationLockKey}); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, migrationTableSQL); err != nil {
@@ -80,7 +81,7 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 	}
 	var steps []ferry.MigrationStep
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, migrationLockSharedSQL, pgx.NamedArgs{"key": migrationLockKey}); err != nil {
+		if _, err := tx.Exec(ctx, migrationLockSharedSQL, pgx.NamedArgs{"key": MigrationLockKey}); err != nil {
 			return err
 		}
 		var applied []int

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/ferry-inbox/ferry"
@@ -88,8 +89,20 @@ func TestMigrate(t *testing.T) {
 func TestMigratePlanWaitsForAMigrate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.Schema(t)
-	store := postgres.New(pool, nil)
+	pool, schema := pgtest.Schema(t)
+	// The store's sessions carry a name of their own: other tests' Migrate
+	// on this database wait for the same lock.
+	config, err := pgxpool.ParseConfig(pgtest.ConnString(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config.ConnConfig.RuntimeParams["application_name"] = schema
+	storePool, err := pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storePool.Close()
+	store := postgres.New(storePool, nil)
 	// A Migrate in progress: this transaction holds its lock, and a real
 	// Migrate waits for it, as a second instance's would.
 	tx, err := pool.Begin(ctx)
@@ -101,15 +114,17 @@ func TestMigratePlanWaitsForAMigrate(t *testing.T) {
 	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock($1)) l`, postgres.MigrationLockKey).Scan(&holder); err != nil {
 		t.Fatal(err)
 	}
-	waiters := func(want int, what string) {
+	// Waits until the store's session running the statement like waits
+	// for holder.
+	waiting := func(like, what string) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			var n int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE $2 AND application_name = $3`, holder, like, schema).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
-			if n >= want {
+			if n > 0 {
 				return
 			}
 			if time.Now().After(deadline) {
@@ -120,14 +135,14 @@ func TestMigratePlanWaitsForAMigrate(t *testing.T) {
 	}
 	migrated := make(chan error, 1)
 	go func() { migrated <- store.Migrate(ctx) }()
-	waiters(1, "Migrate")
+	waiting("%pg_advisory_xact_lock(%", "Migrate")
 	type result struct {
 		steps []ferry.MigrationStep
 		err   error
 	}
 	planned := make(chan result, 1)
 	go func() { steps, err := store.MigratePlan(ctx); planned <- result{steps, err} }()
-	waiters(2, "MigratePlan")
+	waiting("%pg_advisory_xact_lock_shared(%", "MigratePlan")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +151,27 @@ func TestMigratePlanWaitsForAMigrate(t *testing.T) {
 	}
 	if r := <-planned; r.err != nil || len(r.steps) != 0 {
 		t.Fatalf("MigratePlan during a Migrate = %+v, %v; want nothing pending once it is done", r.steps, r.err)
+	}
+}
+
+// Exactly 003 needs older instances stopped: their workers would forward
+// events whose completion its layout refuses. serve leaves it to `ferry
+// migrate` on a store in use.
+func TestOnlyTheArchiveMigrationIsExclusive(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.Schema(t)
+	plan, err := postgres.New(pool, nil).MigratePlan(context.Background())
+	if err != nil || len(plan) == 0 {
+		t.Fatalf("MigratePlan = %+v, %v", plan, err)
+	}
+	var exclusive []int
+	for _, step := range plan {
+		if step.Exclusive != "" {
+			exclusive = append(exclusive, step.Version)
+		}
+	}
+	if !slices.Equal(exclusive, []int{3}) {
+		t.Errorf("exclusive migrations = %v, want [3]", exclusive)
 	}
 }
 

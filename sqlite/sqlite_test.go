@@ -204,6 +204,26 @@ func TestMigrate(t *testing.T) {
 	})
 }
 
+// No SQLite migration needs older instances stopped: serve applies them
+// all on its own (every one only adds).
+func TestNoMigrationIsExclusive(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	plan, err := st.MigratePlan(context.Background())
+	if err != nil || len(plan) == 0 {
+		t.Fatalf("MigratePlan = %+v, %v", plan, err)
+	}
+	for _, step := range plan {
+		if step.Exclusive != "" {
+			t.Errorf("migration %03d_%s is exclusive (%s); want none", step.Version, step.Name, step.Exclusive)
+		}
+	}
+}
+
 func TestDiskFullLeavesNothing(t *testing.T) {
 	t.Parallel()
 	b := setupConfig(t, &sqlite.Config{MaxPageCount: 40})

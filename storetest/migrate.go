@@ -77,6 +77,9 @@ func testMigrate[TX any](t *testing.T, setup, unmigrated func(*testing.T) *bundl
 	})
 
 	run(t, setup, "NewerSchema", func(t *testing.T, b *bundle[TX]) {
+		if record == nil {
+			t.Fatal("storetest: Harness.RecordMigration is required")
+		}
 		id := receive(t, b, "stripe", "evt_1")
 		record(t, b.store, 999)
 		if err := b.store.Migrate(b.ctx); !errors.Is(err, ferry.ErrSchemaNewer) || !strings.Contains(err.Error(), "999") {

@@ -39,7 +39,7 @@ type Harness[TX any] struct {
 
 	// RecordMigration records version as applied in the store's own table
 	// of migrations, as the Migrate of a newer Ferry would: the suite checks
-	// that this build then refuses to migrate or plan.
+	// that this build then refuses to migrate or plan. Required.
 	RecordMigration func(t *testing.T, store ferry.TxStore[TX], version int)
 }
 

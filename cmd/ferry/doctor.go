@@ -154,9 +154,17 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 	kind, _, _ := cfg.StoreKind()
 	ok("store: %s answers", kind)
 
-	if _, err := st.MigratePlan(pctx); errors.Is(err, ferry.ErrSchemaNewer) {
+	// A migration in progress holds the plan back until it commits: a
+	// warning, with time left for the checks below.
+	planCtx, cancelPlan := context.WithTimeout(pctx, 2*time.Second)
+	_, err = st.MigratePlan(planCtx)
+	cancelPlan()
+	switch {
+	case errors.Is(err, ferry.ErrSchemaNewer):
 		fail("roll forward: deploy the ferry that migrated the store again", "store: %v", err)
 		return nil
+	case errors.Is(err, context.DeadlineExceeded) && pctx.Err() == nil:
+		warn("check again once it ends", "store: a migration is in progress (its lock held for more than 2s)")
 	}
 	stats, err := st.EventStats(pctx, cfg.StatsParams(5))
 	if err != nil {

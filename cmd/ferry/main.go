@@ -132,7 +132,7 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &e):
 		return e.code
-	case errors.As(err, &u), errors.Is(err, errConfig), errors.Is(err, ferry.ErrSchemaNewer):
+	case errors.As(err, &u), errors.Is(err, errConfig), errors.Is(err, errUpgrade), errors.Is(err, ferry.ErrSchemaNewer):
 		return exitUsage
 	}
 	return exitFailed

@@ -9,7 +9,8 @@ func runMigrate(ctx context.Context, args []string) error {
 	fs := newFlags("migrate", "[--config FILE] [--dry-run]",
 		`Brings the store's schema up to date. Safe to run from several processes at
 once; serve also migrates at start unless store.migrate = false or --no-migrate,
-except a migration older instances cannot run beside (003 archive): stop every
+except a migration older instances cannot run beside (PostgreSQL's 003 archive)
+on a store in use: stop every
 older instance, then run this. --dry-run first says what each pending migration
 will do.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
@@ -32,9 +33,10 @@ will do.`)
 			fmt.Println("ferry: schema up to date; nothing to do")
 			return nil
 		}
+		fresh := steps[0].Version == 1 // serve migrates a new store whole
 		for _, step := range steps {
 			fmt.Printf("%03d_%s: %s\n", step.Version, step.Name, step.Summary)
-			if step.Exclusive != "" {
+			if step.Exclusive != "" && !fresh {
 				fmt.Printf("  stop every older ferry first; serve does not apply it on its own\n")
 			}
 		}

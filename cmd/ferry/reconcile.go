@@ -53,6 +53,9 @@ and advances the checkpoint when the window covers it.`)
 		return err
 	}
 	defer closeStore()
+	if err := refuseNewerSchema(ctx, st); err != nil {
+		return err
+	}
 	runner.Store = st
 
 	res, err := runner.Pass(ctx, catchup.PassOptions{Since: *since, DryRun: *dryRun})

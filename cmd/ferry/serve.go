@@ -231,7 +231,7 @@ func migrateAtStart(ctx context.Context, st ferry.Store) error {
 		for _, step := range steps {
 			if step.Exclusive != "" {
 				return fmt.Errorf("%w: migration %03d_%s needs every older ferry stopped (%s): stop them, then run `ferry migrate`; serve does not apply it on its own",
-					errConfig, step.Version, step.Name, step.Exclusive)
+					errUpgrade, step.Version, step.Name, step.Exclusive)
 			}
 		}
 	}

@@ -16,6 +16,10 @@ import (
 // errConfig marks a configuration the command refuses to start with (exit 2).
 var errConfig = errors.New("config")
 
+// errUpgrade marks an upgrade step serve leaves to the operator (exit 2):
+// a migration older instances cannot run beside.
+var errUpgrade = errors.New("upgrade")
+
 // configError is a config that does not load: exit 2. Its text is the
 // cause's alone, so a message carries one prefix ("ferry.toml: config
 // invalid: ...", "open ferry.toml: no such file or directory").
@@ -62,7 +66,22 @@ func openConfigured(ctx context.Context, configPath, source string) (*configured
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseNewerSchema(ctx, st); err != nil {
+		closeStore()
+		return nil, err
+	}
 	return &configured{cfg: cfg, store: st, close: closeStore}, nil
+}
+
+// refuseNewerSchema stops a command on a store a newer ferry migrated
+// (ferry.ErrSchemaNewer, exit 2): this one would read and write a layout
+// it does not know. Any other failure to plan is left to the command's own
+// queries to report.
+func refuseNewerSchema(ctx context.Context, st ferry.Store) error {
+	if _, err := st.MigratePlan(ctx); errors.Is(err, ferry.ErrSchemaNewer) {
+		return err
+	}
+	return nil
 }
 
 // listable checks a --source to list by: a configured source, or one the

@@ -218,8 +218,9 @@ func TestUpgradeFromSchema002(t *testing.T) {
 
 // A binary rolled back after a newer one migrated the store refuses it
 // (exit 2, saying what to run) rather than misread what that schema holds:
-// serve, whether it migrates or not, migrate, with --dry-run or without, and
-// doctor, which reports it as needing a human.
+// serve, whether it migrates or not, migrate, with --dry-run or without,
+// the events commands (a replay would write), and doctor, which reports it
+// as needing a human.
 func TestOlderBinaryRefusesANewerSchema(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ferry.db")
@@ -232,7 +233,10 @@ func TestOlderBinaryRefusesANewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	const want = "schema newer than this build: the store has migration 999"
-	for _, args := range [][]string{{"serve"}, {"serve", "--no-migrate"}, {"migrate"}, {"migrate", "--dry-run"}} {
+	if _, err := st.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"serve"}, {"serve", "--no-migrate"}, {"migrate"}, {"migrate", "--dry-run"}, {"events", "list"}, {"events", "replay", "--state", "dead", "--source", "stripe"}} {
 		// A serve that starts is stopped after a while: it did not refuse.
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		var out strings.Builder
@@ -248,5 +252,30 @@ func TestOlderBinaryRefusesANewerSchema(t *testing.T) {
 	r, code := doctorJSON(t, cfg)
 	if code != exitProblems || r.Healthy || !hasFinding(r, "fail", want) {
 		t.Errorf("doctor on a newer schema: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
+	}
+}
+
+// doctor beside a migration in progress warns, and still reads the store,
+// rather than wait for the migration's lock past its own time and report
+// an unreadable schema.
+func TestDoctorBesideAMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := pgtest.Schema(t)
+	cfg := writeConfig(t, pgtest.ConnString(schema), "http://127.0.0.1:1/hooks", "")
+	if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, postgres.MigrationLockKey); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := doctorJSON(t, cfg)
+	if !hasFinding(r, "warn", "a migration is in progress") || !hasFinding(r, "ok", "schema readable") || hasFinding(r, "fail", "store:") {
+		t.Errorf("doctor beside a migration: report %+v; want a warning and the store read", r)
 	}
 }

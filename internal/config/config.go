@@ -167,13 +167,15 @@ func (d *Duration) expand(key string, lookup func(string) (string, bool)) []erro
 	if d.ref == "" {
 		return nil
 	}
-	s, err := expandEnv(d.ref, lookup)
+	ref := d.ref
 	d.ref = ""
-	if err == nil {
-		err = d.set(s)
-	}
+	s, err := expandEnv(ref, lookup)
 	if err != nil {
 		return []error{fmt.Errorf("%s: %w", key, err)}
+	}
+	if err := d.set(s); err != nil {
+		// The value came from the environment: name where, never what.
+		return []error{fmt.Errorf("%s: %s does not expand to a duration; set it like \"15s\", \"5m\" or \"72h\"", key, ref)}
 	}
 	return nil
 }
