@@ -1,6 +1,7 @@
 package ferry
 
 import (
+	"cmp"
 	"fmt"
 	"io/fs"
 	"path"
@@ -83,25 +84,23 @@ func PendingMigrations(all []Migration, applied []int) ([]Migration, error) {
 // Step is m as MigratePlan lists it, before any counts a store adds.
 func (m *Migration) Step() MigrationStep {
 	step := MigrationStep{Version: m.Version, Name: m.Name, Summary: MigrationSummary(m.SQL)}
-	// The paragraph of the leading comment that starts "Exclusive:"; the
-	// marker alone flags it, so a reason left out cannot unflag it.
-	var exclusive []string
-	marked := false
-	for _, line := range leadingComment(m.SQL) {
-		if text, ok := strings.CutPrefix(line, "Exclusive:"); ok && !marked {
-			marked = true
-			if text = strings.TrimSpace(text); text != "" {
-				exclusive = append(exclusive, text)
-			}
-		} else if marked && line != "" {
-			exclusive = append(exclusive, line)
-		} else if marked {
-			break
+	// The first paragraph of the leading comment that starts "Exclusive:";
+	// the marker alone flags it, so a reason left out cannot unflag it.
+	lines := leadingComment(m.SQL)
+	for i, line := range lines {
+		text, ok := strings.CutPrefix(line, "Exclusive:")
+		if !ok {
+			continue
 		}
-	}
-	step.Exclusive = strings.Join(exclusive, " ")
-	if marked && step.Exclusive == "" {
-		step.Exclusive = "older instances cannot run beside it"
+		paragraph := []string{text}
+		for _, next := range lines[i+1:] {
+			if next == "" {
+				break
+			}
+			paragraph = append(paragraph, next)
+		}
+		step.Exclusive = cmp.Or(strings.TrimSpace(strings.Join(paragraph, " ")), "older instances cannot run beside it")
+		break
 	}
 	return step
 }

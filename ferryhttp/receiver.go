@@ -163,9 +163,8 @@ var DefaultKeepHeaders = []string{
 // Bounds of the headers kept with one delivery (KeepHeaders), stored as an
 // event, a conflict or a replay alike. A sender chooses its header values,
 // up to the server's header limit (64 KiB in ferry serve), and what is kept
-// is written with every delivery: unbounded, a 60 KB User-Agent was stored
-// per request. A
-// provider's ids, topics, timestamps and user agent take well under 1 KiB
+// is written with every delivery, so unbounded a 60 KB User-Agent is stored
+// per request. A provider's ids, topics, timestamps and user agent take well under 1 KiB
 // each; 8 KiB holds DefaultKeepHeaders several times over.
 const (
 	// KeptHeaderValueMax is the most bytes of one kept header value. A

@@ -292,8 +292,8 @@ const maxHeaderBytes = 64 << 10
 
 // publicIdleTimeout is how long the public listener keeps a keep-alive
 // connection with no request in flight: 30 seconds. Anyone can open one and
-// hold it for free (8,000 idle connections held 183 MB of RSS in a security
-// review, at the 2 minutes Ferry used to wait), so the wait is short; a
+// hold it for free (8,000 idle connections hold 183 MB of RSS), so the wait
+// is short; a
 // provider that delivers in bursts still reuses its connection within one.
 // It bounds how long a connection idles, not how many there are: the proxy
 // in front must limit connections per client (docs/security.md).
