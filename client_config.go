@@ -207,6 +207,9 @@ func NewClient(cfg *Config) (*Client, error) {
 		if p.MaxAttempts < 0 || p.MaxAttempts > MaxCount {
 			return nil, fmt.Errorf("%w: source %q: MaxAttempts %d is not from 1 to %d", ErrInvalidParams, p.Name, p.MaxAttempts, MaxCount)
 		}
+		if p.ReplayWindow < 0 {
+			return nil, fmt.Errorf("%w: source %q: ReplayWindow %v is negative", ErrInvalidParams, p.Name, p.ReplayWindow)
+		}
 		p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
 		p.ReplayWindow = cmp.Or(p.ReplayWindow, DefaultReplayWindow)
 		if p.LostLease == "" {

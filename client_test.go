@@ -241,12 +241,14 @@ func TestClient(t *testing.T) {
 
 	withClient(t, "WhatNoStoreKeepsIsRefused", false, func(t *testing.T, b *clientBundle) {
 		// A store could not record a failure under such a budget, nor a
-		// claim under such an ID: refused at once, not at the first claim.
+		// claim under such an ID, and a negative replay window would send
+		// every failing event dead: refused at once, not at the first claim.
 		past := ferry.MaxCount
 		past++
 		for name, cfg := range map[string]*ferry.Config{
 			"MaxAttempts past MaxCount": {Store: b.store, Sources: []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: past}}},
 			"ID not UTF-8":              {Store: b.store, ID: "w\xff"},
+			"negative ReplayWindow":     {Store: b.store, Sources: []ferry.SourcePolicy{{Name: "stripe", ReplayWindow: -time.Hour}}},
 		} {
 			if _, err := ferry.NewClient(cfg); !errors.Is(err, ferry.ErrInvalidParams) {
 				t.Errorf("NewClient with %s = %v, want ErrInvalidParams", name, err)

@@ -45,6 +45,21 @@ var (
 	ErrUnknownProvider = errors.New("provider: unknown provider")
 )
 
+// SecretError is an entry of Options.Secrets a verifier cannot use: empty,
+// or not in the provider's format. It is an ErrInvalidOptions (errors.Is
+// matches); Index lets a caller name the entry in its own terms.
+type SecretError struct {
+	Index  int    // into Options.Secrets
+	Reason string // what is wrong, never the secret
+}
+
+func (e *SecretError) Error() string {
+	return fmt.Sprintf("%v: secret %d: %s", ErrInvalidOptions, e.Index, e.Reason)
+}
+
+// Unwrap makes a SecretError an ErrInvalidOptions.
+func (e *SecretError) Unwrap() error { return ErrInvalidOptions }
+
 // Options configure every verifier. Fields a provider has no use for are
 // ignored: GitHub and Shopify signatures carry no timestamp, nor do generic
 // HMAC ones unless HMAC.Mode is HMACModeIDTimestampBody, so Tolerance and
@@ -134,10 +149,10 @@ func newConfig(opts Options, decodeKey func(string) ([]byte, error)) (config, er
 	for i, secret := range opts.Secrets {
 		key, err := decodeKey(secret)
 		if err != nil {
-			return config{}, fmt.Errorf("%w: secret %d: %v", ErrInvalidOptions, i, err)
+			return config{}, &SecretError{Index: i, Reason: err.Error()}
 		}
 		if len(key) == 0 {
-			return config{}, fmt.Errorf("%w: secret %d is empty", ErrInvalidOptions, i)
+			return config{}, &SecretError{Index: i, Reason: "is empty"}
 		}
 		cfg.keys = append(cfg.keys, key)
 	}

@@ -150,4 +150,27 @@ func TestNew(t *testing.T) {
 			}
 		}
 	})
+
+	// A secret the provider cannot use is named by its index, so a config
+	// can point at the entry; the secret itself is never in the message.
+	t.Run("SecretError", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name    string
+			secrets []string
+			index   int
+		}{
+			{"stripe", []string{"ok", ""}, 1},
+			{"standardwebhooks", []string{"whsec_SEKRET!"}, 0},
+		} {
+			_, err := provider.New(tc.name, provider.Options{Secrets: tc.secrets})
+			var bad *provider.SecretError
+			if !errors.As(err, &bad) || bad.Index != tc.index || !errors.Is(err, provider.ErrInvalidOptions) {
+				t.Errorf("%s %q: error = %v, want a SecretError at %d that is an ErrInvalidOptions", tc.name, tc.secrets, err, tc.index)
+			}
+			if err != nil && strings.Contains(err.Error(), "SEKRET") {
+				t.Errorf("%s: error %q holds the secret", tc.name, err)
+			}
+		}
+	})
 }

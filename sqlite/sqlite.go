@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +57,12 @@ type Config struct {
 	// it to prove that such a write returns an error and leaves nothing
 	// behind. Zero means no cap beyond SQLite's own.
 	MaxPageCount int
+
+	// MustExist makes Open fail, with an error that is fs.ErrNotExist,
+	// where the file is not there, rather than create it: for a tool that
+	// reads or changes a store in use, to which a mistyped path would
+	// otherwise show an empty one. Defaults to false: Open creates the file.
+	MustExist bool
 }
 
 // Store is a ferry.TxStore on one SQLite file. Open one per process and
@@ -90,6 +97,11 @@ func Open(path string, config *Config) (*Store, error) {
 	}
 	if err := queryDurable(path); err != nil {
 		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
+	if config.MustExist {
+		if _, err := os.Stat(filePath(path)); err != nil {
+			return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+		}
 	}
 
 	pragmas := []string{
@@ -143,6 +155,26 @@ func Open(path string, config *Config) (*Store, error) {
 		closed:      make(chan struct{}),
 	}
 	return s, nil
+}
+
+// filePath is the file a path or "file:" URI names: without its query and,
+// for a URI, unescaped and without its authority ("file:///data/ferry.db").
+func filePath(path string) string {
+	path, _, _ = strings.Cut(path, "?")
+	rest, ok := strings.CutPrefix(path, "file:")
+	if !ok {
+		return path
+	}
+	if after, ok := strings.CutPrefix(rest, "//"); ok {
+		// The authority is empty or "localhost"; the path starts at its "/".
+		if i := strings.IndexByte(after, '/'); i >= 0 {
+			rest = after[i:]
+		}
+	}
+	if unescaped, err := url.PathUnescape(rest); err == nil {
+		rest = unescaped
+	}
+	return rest
 }
 
 // durable reads back what the path's query may have overridden (the driver

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -75,6 +77,36 @@ func (b *testBundle) get(t *testing.T, id int64) *ferry.Event {
 
 func TestOpen(t *testing.T) {
 	t.Parallel()
+
+	// MustExist refuses a missing file, by path or URI, and creates none.
+	t.Run("MustExist", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		path := filepath.Join(dir, "ferry.db")
+		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(100)", "file://" + path} {
+			if s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: true}); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("Open(%q) of a missing file = %v, want fs.ErrNotExist", dsn, err)
+				if err == nil {
+					s.Close()
+				}
+			}
+		}
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("a refused Open left a file behind: %v", err)
+		}
+		s, err := sqlite.Open(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(100)", "file://" + path, "file://localhost" + path} {
+			s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: true})
+			if err != nil {
+				t.Fatalf("Open(%q) of an existing file = %v", dsn, err)
+			}
+			s.Close()
+		}
+	})
 
 	t.Run("RefusesWhatIsNotDurable", func(t *testing.T) {
 		t.Parallel()

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -86,6 +88,39 @@ func TestConfigErrorHasOnePrefix(t *testing.T) {
 	_, stderr, code = runFerry(t, "doctor", "--config", bad)
 	if code != exitUsage || !strings.HasPrefix(stderr, "ferry doctor: "+bad+": config invalid:\n  store.url: ") || strings.Count(stderr, "config") != 2 {
 		t.Errorf("bad config: exit %d, stderr %q; want %d, the file once and the key", code, stderr, exitUsage)
+	}
+}
+
+// A command that reads or changes a store in use refuses a SQLite path
+// that is not there, and leaves no empty store behind to be mistaken for
+// the real one; migrate makes it.
+func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ferri.db")
+	cfg := writeCLIConfig(t, "sqlite:"+path, "")
+	for _, args := range [][]string{
+		{"events", "list"},
+		{"events", "show", "stripe", "evt_1"},
+		{"events", "replay", "--state", "dead", "--source", "stripe"},
+		{"migrate", "--dry-run"},
+	} {
+		_, stderr, code := runFerry(t, append(args, "--config", cfg)...)
+		if code != exitUsage || !strings.Contains(stderr, "store.url") || !strings.Contains(stderr, "ferry migrate") {
+			t.Errorf("ferry %s: exit %d, stderr %q; want %d naming store.url and ferry migrate", strings.Join(args, " "), code, stderr, exitUsage)
+		}
+	}
+	stdout, _, _ := runFerry(t, "doctor", "--config", cfg)
+	if !strings.Contains(stdout, "FAIL  store: ") || !strings.Contains(stdout, "no such file") {
+		t.Errorf("doctor on a missing store:\n%s", stdout)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after the refusals, %s: %v; want no file", path, err)
+	}
+	if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := runFerry(t, "events", "list", "--config", cfg); code != 0 {
+		t.Errorf("events list after migrate: exit %d: %s", code, stderr)
 	}
 }
 

@@ -141,7 +141,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, closeStore, err := openStore(pctx, cfg, nil)
+	st, closeStore, err := openStore(pctx, cfg, nil, existingStore)
 	if err != nil {
 		fail("check store.url, that the database runs and that this host can reach it", "store: %v", err)
 		return nil

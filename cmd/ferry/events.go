@@ -162,7 +162,7 @@ first (at most --limit of them).`)
 		}
 	}
 
-	env, err := openConfigured(ctx, *configPath, "")
+	env, err := openConfigured(ctx, *configPath, "", existingStore)
 	if err != nil {
 		return err
 	}
@@ -343,7 +343,7 @@ when the event does not exist.`)
 	if len(positional) != 2 {
 		return usagef("want SOURCE EVENT_ID, got %d arguments", len(positional))
 	}
-	env, err := openConfigured(ctx, *configPath, "")
+	env, err := openConfigured(ctx, *configPath, "", existingStore)
 	if err != nil {
 		return err
 	}
@@ -470,7 +470,11 @@ when the event does not exist.`)
 		}
 	}
 	if len(d.Replays) > 0 {
-		if err := writeSection(out, "replays (this body under other ids, not processed)", "RECEIVED\tCLAIMED ID\tCLAIMED TYPE", len(d.Replays), func(tw io.Writer, i int) {
+		title := "replays (this body under other ids, not processed)"
+		if e.Replays > len(d.Replays) {
+			title = fmt.Sprintf("replays (this body under other ids, not processed; the first %d of %d are kept)", len(d.Replays), e.Replays)
+		}
+		if err := writeSection(out, title, "RECEIVED\tCLAIMED ID\tCLAIMED TYPE", len(d.Replays), func(tw io.Writer, i int) {
 			r := d.Replays[i]
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.ReceivedAt.Format(time.RFC3339), oneLine(r.ClaimedEventID, 80), oneLine(r.ClaimedType, 80))
 		}); err != nil {
@@ -528,7 +532,7 @@ others are still replayed).`)
 	if !bulk {
 		named = positional[0]
 	}
-	env, err := openConfigured(ctx, *configPath, named)
+	env, err := openConfigured(ctx, *configPath, named, existingStore)
 	if err != nil {
 		return err
 	}

@@ -127,6 +127,30 @@ func seedScenario(t *testing.T, open func(now func() time.Time) seeder) {
 	}
 }
 
+// show lists the replays a store keeps and says how many more it only
+// counted, as the dashboard does.
+func TestEventsShowCountsReplaysNotKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	storeURL, open := cliStores()[0].setup(t)
+	cfg := migrateCLI(t, storeURL)
+	s := open(time.Now)
+	body := []byte(`{"id":"gh_1"}`)
+	for i := range ferry.NoticeKeep + 3 {
+		if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{
+			Source: "github", EventID: fmt.Sprintf("gh_%d", i+1), Payload: body, ReplayWindow: time.Hour,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.close()
+	stdout, stderr, code := runFerry(t, "events", "show", "--config", cfg, "github", "gh_1")
+	want := fmt.Sprintf("the first %d of %d are kept", ferry.NoticeKeep, ferry.NoticeKeep+2)
+	if code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("show: exit %d, want %q:\n%s%s", code, want, stdout, stderr)
+	}
+}
+
 func listJSON(t *testing.T, args ...string) []eventLine {
 	t.Helper()
 	stdout, stderr, code := runFerry(t, append([]string{"events", "list", "--json"}, args...)...)

@@ -18,7 +18,11 @@ will do.`)
 	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
-	env, err := openConfigured(ctx, *configPath, "")
+	use := creatingStore
+	if *dryRun {
+		use = existingStore // changes nothing, not even a new file
+	}
+	env, err := openConfigured(ctx, *configPath, "", use)
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ and advances the checkpoint when the window covers it.`)
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg, nil)
+	st, closeStore, err := openStore(ctx, cfg, nil, existingStore)
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ SIGHUP stops it gracefully (exit 0).`)
 	if runsWorker {
 		work.Workers = cmp.Or(cfg.Worker.Workers, ferry.DefaultWorkers)
 	}
-	st, closeStore, err := openStore(ctx, cfg, work)
+	st, closeStore, err := openStore(ctx, cfg, work, creatingStore)
 	if err != nil {
 		return err
 	}

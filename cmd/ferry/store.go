@@ -52,7 +52,7 @@ type configured struct {
 // openConfigured loads the config at configPath and opens its store.
 // source is the command's --source ("" when none was given), which must
 // name a configured source.
-func openConfigured(ctx context.Context, configPath, source string) (*configured, error) {
+func openConfigured(ctx context.Context, configPath, source string, use storeUse) (*configured, error) {
 	cfg, err := loadConfig(configPath)
 	if err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ func openConfigured(ctx context.Context, configPath, source string) (*configured
 			return nil, err
 		}
 	}
-	st, closeStore, err := openStore(ctx, cfg, nil)
+	st, closeStore, err := openStore(ctx, cfg, nil, use)
 	if err != nil {
 		return nil, err
 	}
@@ -118,17 +118,31 @@ func sourceFlag(cfg *config.Config, name string) (*config.Source, error) {
 	return nil, usagef("--source %q is not a source in the config: use one of %s", name, strings.Join(cfg.SourceNames(), ", "))
 }
 
+// storeUse says whether a command may create the store it opens.
+type storeUse int
+
+const (
+	// existingStore: the command reads or changes a store in use, so a
+	// missing SQLite file is a mistyped store.url, not a new store.
+	existingStore storeUse = iota
+	// creatingStore: serve and migrate make a new SQLite file.
+	creatingStore
+)
+
 // openStore opens the configured store, its PostgreSQL pool sized for work
 // (nil: the driver's default, enough for a command's few queries); close
 // releases it.
-func openStore(ctx context.Context, c *config.Config, work *ferry.Workload) (st ferry.Store, close func(), err error) {
+func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use storeUse) (st ferry.Store, close func(), err error) {
 	kind, dsn, err := c.StoreKind()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: store.url: %v", errConfig, err)
 	}
 	switch kind {
 	case "sqlite":
-		s, err := sqlite.Open(dsn, nil)
+		s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: use == existingStore})
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("%w: store.url: %w: fix the path, or run ferry migrate to make a new store", errConfig, err)
+		}
 		if err != nil {
 			return nil, nil, storeRefused(err) // "sqlite: open PATH: ..."
 		}

@@ -352,7 +352,7 @@ func (c *Config) validate() error {
 		nonNegative(key+".replay_window", s.ReplayWindow, ferry.DefaultReplayWindow)
 		nonNegative(key+".retention", s.Retention, "2 × replay_window")
 		if len(s.Secrets) == 0 {
-			bad(key+".secrets", "missing: list the signing secret, e.g. secrets = [\"${%s_WEBHOOK_SECRET}\"]", strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_")))
+			bad(key+".secrets", "missing: list the signing secret, e.g. secrets = [\"%s\"]", s.secretRef())
 		}
 		switch {
 		case !slices.Contains(provider.Names(), s.Provider):
@@ -360,7 +360,10 @@ func (c *Config) validate() error {
 		case s.Provider != "hmac" && s.HMAC != (HMAC{}):
 			bad(key+".hmac", "is set, but provider is %q: [source.hmac] describes a generic HMAC sender; remove the table, or set provider = \"hmac\"", s.Provider)
 		case len(s.Secrets) > 0 && s.Tolerance.Duration >= 0: // else reported above
-			if _, err := c.Verifier(s); err != nil {
+			var bad *provider.SecretError
+			if _, err := c.Verifier(s); errors.As(err, &bad) {
+				errs = append(errs, s.secretError(key, bad))
+			} else if err != nil {
 				errs = append(errs, optionsError(key, err))
 			}
 		}
@@ -455,6 +458,20 @@ func optionsError(key string, err error) error {
 		})
 	}
 	return fmt.Errorf("%s: %s", key, reason)
+}
+
+// secretRef is how a source's secret is best written: from the environment.
+func (s *Source) secretRef() string {
+	return "${" + strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_")) + "_WEBHOOK_SECRET}"
+}
+
+// secretError names the unusable entry of secrets and how to write it.
+func (s *Source) secretError(key string, err *provider.SecretError) error {
+	hint := "set it to the signing secret the provider shows"
+	if s.Provider == "standardwebhooks" {
+		hint = "set it to the sender's secret, \"whsec_\" followed by base64"
+	}
+	return fmt.Errorf("%s.secrets[%d]: %s: %s, e.g. \"%s\"", key, err.Index, err.Reason, hint, s.secretRef())
 }
 
 var hmacField = regexp.MustCompile(`\bHMAC\.[A-Za-z]+`)

@@ -71,6 +71,8 @@ func TestParseRejects(t *testing.T) {
 		{"bad url with a token", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "https//app.internal/hook?token=SEKRET"`, "forward.url", "http(s) URL"},
 		{"unknown provider", `provider = "stripe"`, `provider = "paypal"`, "provider", "use one of"},
 		{"no secrets", `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = []`, "secrets", "STRIPE_WEBHOOK_SECRET"},
+		{"an empty secret", `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = ["${STRIPE_WEBHOOK_SECRET}", ""]`, "source[0] (stripe).secrets[1]: is empty", "the signing secret"},
+		{"bad standard webhooks secret", "provider = \"stripe\"\nsecrets = [\"${STRIPE_WEBHOOK_SECRET}\"]", "provider = \"standardwebhooks\"\nsecrets = [\"whsec_SEKRET!\"]", "source[0] (stripe).secrets[0]: not whsec_", `"whsec_" followed by base64`},
 		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
 		{"bad store", `url = "sqlite:ferry.db"`, `url = "mysql://x"`, "store.url", "sqlite:PATH"},
 		{"negative max_in_flight", `[http]`, "[http]\nmax_in_flight = -1", "http.max_in_flight", "positive number of bytes"},

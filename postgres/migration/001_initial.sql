@@ -51,7 +51,8 @@ CREATE TABLE ferry_attempt (
     PRIMARY KEY (event_id, attempt)
 );
 
--- Deliveries of a known key whose payload differed: kept, never dropped.
+-- Deliveries of a known key whose payload differed: the first ferry.NoticeKeep
+-- kept per event, every one counted in ferry_event.conflicts.
 CREATE TABLE ferry_conflict (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     event_id       bigint      NOT NULL REFERENCES ferry_event (id) ON DELETE CASCADE,
