@@ -66,9 +66,10 @@ type AdminOptions struct {
 // Without Token or User the Admin lets every request in as AnonymousActor:
 // serve it only on loopback, and behind no proxy (the ferry binary refuses
 // a non-loopback listener or public_url at start). Then it answers only
-// requests addressed to an IP literal or localhost, so a web page on a DNS
-// name rebound to 127.0.0.1, or a proxy that keeps its public Host, cannot
-// read it; that check only ever refuses.
+// requests addressed to an IP literal or localhost and carrying no header a
+// proxy adds (Forwarded, X-Forwarded-*, X-Real-Ip, Via), so a web page on a
+// DNS name rebound to 127.0.0.1, or a proxy, cannot read it; those checks
+// only ever refuse.
 //
 // Sessions are signed (HMAC-SHA256 under a key drawn at start, so a restart
 // signs everyone out), expire after SessionTTL, and end at once on logout.
@@ -92,7 +93,12 @@ type Admin struct {
 	refusals      int                  // wrong credentials not logged yet
 	refusalTimer  *time.Timer          // set while a window is open: its end logs refusals
 	refusalWindow time.Duration
+	lastRefused   refusal
 }
+
+// refusal is where a refused credential came from, for the log; never
+// what was sent.
+type refusal struct{ peer, path string }
 
 // adminBodyLimit bounds what an admin request's body may hold: its forms
 // carry a few fields.
@@ -183,6 +189,10 @@ func (a *Admin) guard(next http.Handler) http.Handler {
 				http.Error(w, "without credentials the admin listener answers only to an IP address or localhost: set admin.token to reach it by another name", http.StatusForbidden)
 				return
 			}
+			if h := relayHeader(r); h != "" {
+				http.Error(w, "without credentials the admin listener answers no request a proxy relayed ("+h+" is set): set admin.token to serve it behind a proxy", http.StatusForbidden)
+				return
+			}
 			next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), principal{actor: AnonymousActor})))
 			return
 		}
@@ -195,7 +205,7 @@ func (a *Admin) guard(next http.Handler) http.Handler {
 			return
 		}
 		if r.Header.Get("Authorization") != "" {
-			a.refused()
+			a.refused(r)
 		}
 		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) && a.opts.Dashboard != nil {
 			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
@@ -220,6 +230,21 @@ func (a *Admin) addressedDirectly(r *http.Request) bool {
 	}
 	host = strings.ToLower(strings.Trim(host, "[]"))
 	return net.ParseIP(host) != nil || host == "localhost"
+}
+
+// relayHeaders are what proxies add to a request they relay.
+var relayHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "Via"}
+
+// relayHeader names the first relay header r carries, or "". Like
+// addressedDirectly it only refuses: a proxy that rewrites Host to the
+// listener's loopback address usually still adds one of these.
+func relayHeader(r *http.Request) string {
+	for _, h := range relayHeaders {
+		if _, ok := r.Header[h]; ok {
+			return h
+		}
+	}
+	return ""
 }
 
 // authenticate checks, in order, a bearer token, basic auth and the
@@ -343,7 +368,7 @@ func (a *Admin) login(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 			return
 		}
-		a.refused()
+		a.refused(r)
 		w.WriteHeader(http.StatusUnauthorized)
 		data.Error = "wrong credentials"
 	}
@@ -372,31 +397,34 @@ func (a *Admin) logout(w http.ResponseWriter, r *http.Request) {
 // quiet spell is logged at once and opens a window of refusalWindow; the
 // window's end logs those refused within it, if any, and opens the next.
 // Someone guessing shows, however briefly, without flooding the log.
-func (a *Admin) refused() {
+func (a *Admin) refused(r *http.Request) {
 	a.mu.Lock()
 	a.refusals++
-	n := 0
+	a.lastRefused = refusal{peer: r.RemoteAddr, path: r.URL.Path}
+	n, last := 0, a.lastRefused
 	if a.refusalTimer == nil {
 		n, a.refusals = a.refusals, 0
 		a.refusalTimer = time.AfterFunc(a.refusalWindow, a.refusalWindowEnd)
 	}
 	a.mu.Unlock()
-	a.logRefusals(n)
+	a.logRefusals(n, last)
 }
 
 func (a *Admin) refusalWindowEnd() {
 	a.mu.Lock()
-	n := a.refusals
+	n, last := a.refusals, a.lastRefused
 	a.refusals, a.refusalTimer = 0, nil
 	if n > 0 {
 		a.refusalTimer = time.AfterFunc(a.refusalWindow, a.refusalWindowEnd)
 	}
 	a.mu.Unlock()
-	a.logRefusals(n)
+	a.logRefusals(n, last)
 }
 
-func (a *Admin) logRefusals(n int) {
+// logRefusals logs n refusals with where the last came from: the peer
+// address (a proxy's, behind one) and the path, to find the client by.
+func (a *Admin) logRefusals(n int, last refusal) {
 	if n > 0 {
-		a.opts.Logger.Warn("ferry: admin credentials refused", "refused", n)
+		a.opts.Logger.Warn("ferry: admin credentials refused", "peer", last.peer, "path", last.path, "refused", n)
 	}
 }

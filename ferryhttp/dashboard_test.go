@@ -260,8 +260,9 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 }
 
 // TestAdminRefusesRebinding: without credentials, a page on a DNS name that
-// resolves to 127.0.0.1 cannot read the dashboard, nor can a proxy that
-// keeps PublicURL's Host; an IP literal and localhost can.
+// resolves to 127.0.0.1 cannot read the dashboard, nor can a proxy, whether
+// it keeps PublicURL's Host or marks what it relays; an IP literal and
+// localhost can.
 func TestAdminRefusesRebinding(t *testing.T) {
 	t.Parallel()
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{PublicURL: "http://ferry-admin.internal:8081"})
@@ -282,6 +283,15 @@ func TestAdminRefusesRebinding(t *testing.T) {
 		}
 		if want != 200 && strings.Contains(body, "Ada") {
 			t.Errorf("Host %s: the payload leaked", host)
+		}
+	}
+	// A proxy that rewrites Host to the listener's address still marks what
+	// it relays; without credentials that is refused too.
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "Via"} {
+		req := newReq(t, "GET", b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"]), nil)
+		req.Header.Set(h, "127.0.0.1")
+		if code, body := testhttp.Do(t, req); code != http.StatusForbidden || strings.Contains(body, "Ada") || !strings.Contains(body, h) {
+			t.Errorf("relayed with %s: %d, want 403 naming it:\n%s", h, code, body)
 		}
 	}
 }
@@ -522,7 +532,7 @@ func TestAdminRefusalsAreCountedInTheLog(t *testing.T) {
 		}
 	}
 	lines := func() []string {
-		return regexp.MustCompile(`msg="ferry: admin credentials refused" refused=\d+`).FindAllString(b.logs.String(), -1)
+		return regexp.MustCompile(`msg="ferry: admin credentials refused" peer=\S+ path=\S+ refused=\d+`).FindAllString(b.logs.String(), -1)
 	}
 	guess("GET", "/metrics", "guess-1", http.StatusUnauthorized)
 	guess("GET", "/metrics", "guess-2", http.StatusUnauthorized)
@@ -557,6 +567,10 @@ func TestAdminRefusalsAreCountedInTheLog(t *testing.T) {
 	}
 	if strings.Contains(b.logs.String(), "guess-") {
 		t.Errorf("the log holds what was sent:\n%s", b.logs.String())
+	}
+	// Each line says where the last refusal came from, to find the client.
+	if !regexp.MustCompile(`peer=127\.0\.0\.1:\d+ path=/metrics refused=`).MatchString(b.logs.String()) {
+		t.Errorf("the refusal lines name no peer and path:\n%s", b.logs.String())
 	}
 }
 

@@ -109,6 +109,11 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 			t.Errorf("ferry %s: exit %d, stderr %q; want %d naming store.url and ferry migrate", strings.Join(args, " "), code, stderr, exitUsage)
 		}
 	}
+	// A relative path says where it was looked for.
+	relative := writeCLIConfig(t, "sqlite:no-such-ferry.db", "")
+	if _, stderr, _ := runFerry(t, "events", "list", "--config", relative); !strings.Contains(stderr, "relative to the working directory") {
+		t.Errorf("a relative path: %q, want the working directory named", stderr)
+	}
 	stdout, _, _ := runFerry(t, "doctor", "--config", cfg)
 	if !strings.Contains(stdout, "FAIL  store: ") || !strings.Contains(stdout, "no such file") {
 		t.Errorf("doctor on a missing store:\n%s", stdout)

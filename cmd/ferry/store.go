@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/ferry-inbox/ferry"
@@ -141,7 +143,7 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 	case "sqlite":
 		s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: use == existingStore})
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, fmt.Errorf("%w: store.url: %w: fix the path, or run ferry migrate to make a new store", errConfig, err)
+			return nil, nil, fmt.Errorf("%w: store.url: %w%s: fix the path, or run ferry migrate to make a new store", errConfig, err, relativeTo(dsn))
 		}
 		if err != nil {
 			return nil, nil, storeRefused(err) // "sqlite: open PATH: ..."
@@ -158,6 +160,19 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 		}
 		return s, s.Close, nil
 	}
+}
+
+// relativeTo says which directory a relative SQLite path was read from: a
+// command run elsewhere than serve looks for the store there.
+func relativeTo(path string) string {
+	if filepath.IsAbs(strings.TrimPrefix(path, "file:")) {
+		return ""
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	return " (relative to the working directory " + wd + ")"
 }
 
 // storeRefused makes a store.url the store refuses (it would lose what it
