@@ -3,6 +3,7 @@ package ferry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -84,18 +85,29 @@ const maxClaimsInFlight = 2
 func (c *Client) ID() string { return c.cfg.ID }
 
 // Start begins claiming and working events of every source with a handler.
-// It returns at once; Stop ends the work.
+// It returns at once; Stop ends the work. ctx gives its values (a trace,
+// say) to the client's work, never its end: cancelling ctx stops nothing,
+// so that a signal context does not cut running handlers short without the
+// grace and the releases Stop gives them.
+//
+// Start returns an error wrapping ErrInvalidParams for what would not work
+// as asked: no handler, a HandleTx on another store, a SourcePolicy for a
+// source no handler works, or transactional handlers on a store whose pool
+// (Pooled) is smaller than their Workload.Conns.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.started {
-		return errors.New("ferry: client already started")
+		return fmt.Errorf("%w: client already started", ErrInvalidParams)
 	}
 	if c.registerErr != nil {
 		return c.registerErr
 	}
 	if len(c.handlers) == 0 {
-		return errors.New("ferry: no handler registered")
+		return fmt.Errorf("%w: no handler registered", ErrInvalidParams)
+	}
+	if err := c.checkRegistered(); err != nil {
+		return err
 	}
 	c.started = true
 
@@ -108,6 +120,27 @@ func (c *Client) Start(ctx context.Context) error {
 	c.handlersDone = make(chan struct{})
 	go c.heartbeatLoop(beatCtx)
 	go c.claimLoop(claimCtx, handlerCtx)
+	return nil
+}
+
+// checkRegistered refuses what would silently not do what was asked: a
+// policy for a source no handler works (a name that differs in case), and
+// transactional handlers on a pool too small for them.
+func (c *Client) checkRegistered() error {
+	for name := range c.policies {
+		if c.handlers[name] == nil {
+			return fmt.Errorf("%w: Config.Sources has a policy for %q, which has no handler (names are case-sensitive): it would apply to nothing", ErrInvalidParams, name)
+		}
+	}
+	pool, ok := c.store.(Pooled)
+	if !ok || !c.hasTxHandler() {
+		return nil
+	}
+	need := Workload{Workers: c.cfg.Workers, TxHandlers: true}.Conns()
+	if have := pool.MaxConns(); have < need {
+		return fmt.Errorf("%w: the store's pool has %d connections, and %d workers with transactional handlers need %d (ferry.Workload.Conns): raise the pool's MaxConns, or lower Config.Workers to %d",
+			ErrInvalidParams, have, c.cfg.Workers, need, max(0, c.cfg.Workers-(need-have)))
+	}
 	return nil
 }
 

@@ -7,7 +7,8 @@ import (
 )
 
 // Handle registers h for every event of source that no HandleType handler
-// takes. Register before Start.
+// takes. Register before Start, and once per source and type: a second
+// registration panics, as http.ServeMux's does.
 func (c *Client) Handle(source string, h HandlerFunc) { c.register(source, "", plainHandler(h)) }
 
 // HandleType registers h for events of source whose type is eventType.
@@ -18,6 +19,11 @@ func (c *Client) HandleType(source, eventType string, h HandlerFunc) {
 // HandleTx registers a transactional handler for source: h's writes and the
 // fenced done commit in one transaction of store. eventType "" takes every
 // type.
+//
+// Each running h holds a connection of the store's pool: on PostgreSQL the
+// pool needs Workload{Workers: Config.Workers, TxHandlers: true}.Conns()
+// connections, or Start refuses it (a smaller one makes heartbeats and
+// verdicts wait behind the handlers until leases lapse and effects repeat).
 //
 // On SQLite the transaction holds the store's one write connection while h
 // runs, so no heartbeat, receipt or verdict of any client on that store is
@@ -61,7 +67,24 @@ func (c *Client) register(source, eventType string, h handler) {
 	if c.handlers[source] == nil {
 		c.handlers[source] = map[string]handler{}
 	}
+	if _, dup := c.handlers[source][eventType]; dup {
+		// As http.ServeMux does: a silent replacement could swap a
+		// transactional handler for one that is not.
+		panic(fmt.Sprintf("ferry: a handler for source %q, type %q is already registered", source, eventType))
+	}
 	c.handlers[source][eventType] = h
+}
+
+// hasTxHandler reports whether a registered handler is transactional.
+func (c *Client) hasTxHandler() bool {
+	for _, byType := range c.handlers {
+		for _, h := range byType {
+			if h.transactional() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *Client) handlerFor(ev *Event) handler {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ferry-inbox/ferry"
@@ -43,15 +45,45 @@ func TestHandleTx(t *testing.T) {
 	})
 }
 
-// wantStartRefused checks that c does not start: a HandleTx names a store
-// other than the client's own.
-func wantStartRefused(t *testing.T, c *ferry.Client) {
+// What would silently not do what was asked is refused: a policy for a
+// source no handler works, and a second handler for the same source and
+// type.
+func TestRegistrationMistakes(t *testing.T) {
+	t.Parallel()
+	noop := func(context.Context, *ferry.Delivery) error { return nil }
+
+	withClient(t, "PolicyWithoutHandlerIsRefusedAtStart", false, func(t *testing.T, b *clientBundle) {
+		c := b.newClient(t, func(cfg *ferry.Config) {
+			cfg.Sources = []ferry.SourcePolicy{{Name: "Stripe", MaxAttempts: 1, LostLease: ferry.LostLeaseHold}}
+		})
+		c.Handle("stripe", noop)
+		err := wantStartRefused(t, c)
+		if !strings.Contains(err.Error(), `"Stripe"`) {
+			t.Errorf("Start = %v, want the policy's source named", err)
+		}
+	})
+
+	withClient(t, "SecondHandlerPanics", false, func(t *testing.T, b *clientBundle) {
+		c := b.newClient(t, nil)
+		ferry.HandleTx(c, b.store, "stripe", "invoice.paid", func(context.Context, *sql.Tx, *ferry.Delivery) error { return nil })
+		defer func() {
+			if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "already registered") {
+				t.Errorf("a second handler for stripe/invoice.paid: recovered %v, want a panic", p)
+			}
+		}()
+		c.HandleType("stripe", "invoice.paid", noop)
+	})
+}
+
+// wantStartRefused checks that c does not start, with ErrInvalidParams.
+func wantStartRefused(t *testing.T, c *ferry.Client) error {
 	t.Helper()
 	err := c.Start(context.Background())
 	if err == nil {
 		_ = c.Stop(context.Background())
 	}
 	if !errors.Is(err, ferry.ErrInvalidParams) {
-		t.Fatalf("Start = %v, want ErrInvalidParams for a HandleTx on another store", err)
+		t.Fatalf("Start = %v, want ErrInvalidParams", err)
 	}
+	return err
 }

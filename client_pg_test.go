@@ -2,9 +2,11 @@ package ferry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +21,37 @@ import (
 	"github.com/ferry-inbox/ferry/storetest"
 )
 
+// Transactional handlers each hold a connection while they run: on a pool
+// smaller than the Workload, heartbeats and verdicts would wait behind
+// them until leases lapse and effects repeat. Start refuses it, naming the
+// size needed; a pool that size starts.
+func TestClientTxHandlersNeedTheirPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := pgtest.Schema(t)
+	const workers = 8
+	need := ferry.Workload{Workers: workers, TxHandlers: true}.Conns()
+	for _, size := range []int{4, need} {
+		pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) { c.MaxConns = int32(size) })
+		st := teststore.PostgresOn(t, pool, nil)
+		c, err := ferry.NewClient(&ferry.Config{Store: st, Workers: workers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ferry.HandleTx(c, ferry.TxStore[pgx.Tx](st), "stripe", "", func(context.Context, pgx.Tx, *ferry.Delivery) error { return nil })
+		err = c.Start(ctx)
+		if err == nil {
+			_ = c.Stop(ctx)
+		}
+		switch {
+		case size < need && (!errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), fmt.Sprintf("need %d", need))):
+			t.Errorf("a pool of %d: Start = %v, want ErrInvalidParams naming %d connections", size, err, need)
+		case size >= need && err != nil:
+			t.Errorf("a pool of %d (the Workload's): Start = %v", size, err)
+		}
+	}
+}
+
 // A zombie worker (paused past its leases, then awake and writing) and a live
 // one race over the same events with a transactional handler: every event's
 // effect lands exactly once, because the zombie's fenced done fails and takes
@@ -27,15 +60,17 @@ func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, schema := pgtest.Schema(t)
-	// A transactional handler holds a connection while it runs: ten paused
-	// zombies plus a live worker need more than pgxpool's default of four.
-	pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) { c.MaxConns = 16 })
+	const events = 10
+	// A transactional handler holds a connection while it runs: two clients
+	// of ten workers each share the pool.
+	pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) {
+		c.MaxConns = int32(2 * ferry.Workload{Workers: events, TxHandlers: true}.Conns())
+	})
 	clock := storetest.NewClock()
 	st := teststore.PostgresOn(t, pool, &postgres.Config{Now: clock.Now})
 	if _, err := pool.Exec(ctx, `CREATE TABLE effect (event_id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	const events = 10
 	for i := range events {
 		if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: fmt.Sprint("evt_", i), Payload: []byte("{}")}); err != nil {
 			t.Fatal(err)

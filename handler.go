@@ -110,9 +110,11 @@ func retryAfterOf(err error) time.Duration {
 }
 
 // handler is how the engine runs either kind of handler: completed reports
-// that the handler's own transaction already completed the event.
+// that the handler's own transaction already completed the event;
+// transactional, that a running one holds a store connection.
 type handler interface {
 	run(ctx context.Context, d *Delivery) (completed bool, err error)
+	transactional() bool
 }
 
 type plainHandler HandlerFunc
@@ -121,10 +123,14 @@ func (h plainHandler) run(ctx context.Context, d *Delivery) (bool, error) {
 	return false, h(ctx, d)
 }
 
+func (plainHandler) transactional() bool { return false }
+
 type txHandler[TX any] struct {
 	store TxStore[TX]
 	fn    TxHandlerFunc[TX]
 }
+
+func (txHandler[TX]) transactional() bool { return true }
 
 func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
 	err := h.store.InTx(ctx, func(tx TX) error {

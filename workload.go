@@ -36,3 +36,13 @@ func (w Workload) Conns() int {
 	}
 	return n
 }
+
+// Pooled is a store whose transactions draw on a bounded pool of
+// connections (postgres.Store). Client.Start checks it once when
+// transactional handlers are registered: each running one holds a
+// connection, and a pool smaller than the Workload would make heartbeats
+// and verdicts wait behind them until leases lapse and effects repeat.
+type Pooled interface {
+	// MaxConns is the pool's size.
+	MaxConns() int
+}

@@ -203,10 +203,11 @@ type Receiver struct {
 	tracer   trace.Tracer // nil when tracing is off
 }
 
-// NewReceiver checks opts and fills in defaults.
+// NewReceiver checks opts and fills in defaults. What it refuses is an
+// error wrapping ferry.ErrInvalidParams.
 func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	if isNil(opts.Store) {
-		return nil, errors.New("ferryhttp: ReceiverOptions.Store is required")
+		return nil, fmt.Errorf("%w: ferryhttp: ReceiverOptions.Store is required", ferry.ErrInvalidParams)
 	}
 	if opts.StoreTimeout <= 0 {
 		opts.StoreTimeout = DefaultStoreTimeout
@@ -240,21 +241,21 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	}
 	for _, s := range opts.Sources {
 		if s.Name == "" || isNil(s.Verifier) {
-			return nil, fmt.Errorf("ferryhttp: source %q needs a Name and a non-nil Verifier", s.Name)
+			return nil, fmt.Errorf("%w: ferryhttp: source %q needs a Name and a non-nil Verifier", ferry.ErrInvalidParams, s.Name)
 		}
 		if _, dup := r.sources[s.Name]; dup {
-			return nil, fmt.Errorf("ferryhttp: source %q configured twice", s.Name)
+			return nil, fmt.Errorf("%w: ferryhttp: source %q configured twice", ferry.ErrInvalidParams, s.Name)
 		}
 		if s.MaxBodyBytes <= 0 {
 			s.MaxBodyBytes = 1 << 20
 		}
 		if s.ReplayWindow < 0 {
-			return nil, fmt.Errorf("ferryhttp: source %q: ReplayWindow %s is negative; 0 turns replay detection off", s.Name, s.ReplayWindow)
+			return nil, fmt.Errorf("%w: ferryhttp: source %q: ReplayWindow %s is negative; 0 turns replay detection off", ferry.ErrInvalidParams, s.Name, s.ReplayWindow)
 		}
 		r.sources[s.Name] = s
 	}
 	if len(r.sources) == 0 {
-		return nil, errors.New("ferryhttp: no source configured")
+		return nil, fmt.Errorf("%w: ferryhttp: no source configured", ferry.ErrInvalidParams)
 	}
 	return r, nil
 }

@@ -710,8 +710,8 @@ func TestNewReceiverOptions(t *testing.T) {
 		"source twice":         {Store: st, Sources: []ferryhttp.Source{{Name: "a", Verifier: v}, {Name: "a", Verifier: v}}},
 	}
 	for name, opts := range cases {
-		if _, err := ferryhttp.NewReceiver(opts); err == nil {
-			t.Errorf("%s: NewReceiver accepted it", name)
+		if _, err := ferryhttp.NewReceiver(opts); !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Errorf("%s: NewReceiver = %v, want ErrInvalidParams", name, err)
 		}
 	}
 }

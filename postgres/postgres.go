@@ -22,7 +22,10 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-var _ ferry.TxStore[pgx.Tx] = (*Store)(nil)
+var (
+	_ ferry.TxStore[pgx.Tx] = (*Store)(nil)
+	_ ferry.Pooled          = (*Store)(nil)
+)
 
 // Config tunes a Store. The zero value (or nil) is right for production.
 type Config struct {
@@ -54,9 +57,11 @@ type Store struct {
 }
 
 // New returns a Store on pool. The caller keeps ownership of the pool: Close
-// stops the Store's listeners but leaves the pool open. config may be nil.
-// Unlike Open it checks nothing: the pool's sessions must keep
-// synchronous_commit on.
+// stops the Store's listeners but leaves the pool open. config may be nil,
+// and its MaxConns means nothing here: size the pool itself with
+// ferry.Workload.Conns (pgxpool's default, max(4, CPUs), is too small for
+// transactional handlers, and Client.Start says so). Unlike Open it checks
+// nothing: the pool's sessions must keep synchronous_commit on.
 func New(pool *pgxpool.Pool, config *Config) *Store {
 	s := &Store{pool: pool}
 	if config == nil {
@@ -67,6 +72,10 @@ func New(pool *pgxpool.Pool, config *Config) *Store {
 	s.closed, s.close = context.WithCancel(context.Background())
 	return s
 }
+
+// MaxConns is the pool's size (ferry.Pooled): each running HandleTx handler
+// holds one of its connections.
+func (s *Store) MaxConns() int { return int(s.pool.Config().MaxConns) }
 
 // Open connects a pool to url and returns a Store that owns it: Close closes
 // the pool. It fails if the server does not answer, and with

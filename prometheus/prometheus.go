@@ -3,9 +3,9 @@
 //
 //	reg := prom.NewRegistry()
 //	m := prometheus.NewMetrics(reg, sources)
-//	client := ferry.NewClient(&ferry.Config{Observer: m, ...})
-//	receiver := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{Observer: m, ...})
-//	reg.MustRegister(prometheus.NewStatsCollector(store, params))
+//	client, err := ferry.NewClient(&ferry.Config{Observer: m, ...})
+//	receiver, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{Observer: m, ...})
+//	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: store, ...}))
 //
 // Metrics counts what this process did (deliveries, attempts); the
 // StatsCollector reads what the store holds (events by state, ages, events

@@ -69,6 +69,10 @@ type faultHook struct {
 }
 
 func init() {
+	chaosTxHandlers = func() bool {
+		tx, _ := envMode("FERRY_CHAOS_HANDLER", "tx-effect", "chaos handler") // a bad value stops newChaosHook
+		return tx
+	}
 	newChaosHook = func(st ferry.Store, log *slog.Logger) (chaosHook, error) {
 		h, err := chaosHookFromEnv(st, log)
 		if h == nil || err != nil {

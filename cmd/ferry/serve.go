@@ -80,6 +80,7 @@ SIGHUP stops it gracefully (exit 0).`)
 	}
 	if runsWorker {
 		work.Workers = cmp.Or(cfg.Worker.Workers, ferry.DefaultWorkers)
+		work.TxHandlers = chaosTxHandlers != nil && chaosTxHandlers()
 	}
 	st, closeStore, err := openStore(ctx, cfg, work, creatingStore)
 	if err != nil {
@@ -346,6 +347,11 @@ type chaosHook interface {
 }
 
 var newChaosHook func(st ferry.Store, log *slog.Logger) (chaosHook, error)
+
+// chaosTxHandlers reports, before the store opens, whether the chaos hook
+// will register transactional handlers, so the pool is sized for them; nil
+// in any other build.
+var chaosTxHandlers func() bool
 
 func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.Observer, tracer trace.TracerProvider) (*ferry.Client, error) {
 	w := cfg.Worker
