@@ -29,8 +29,7 @@ import (
 const (
 	// DefaultInterval is how often Run starts a pass.
 	DefaultInterval = 15 * time.Minute
-	// DefaultLookback is the window of the first pass and the most any pass
-	// looks back.
+	// DefaultLookback is the window of a source's first pass.
 	DefaultLookback = 72 * time.Hour
 	// DefaultOverlap is how far before the checkpoint a pass starts: events
 	// the provider lists late, and clock skew between it and Ferry.
@@ -56,9 +55,9 @@ type Reconciler interface {
 	// found's; the pass then advances no further.
 	List(ctx context.Context, w Window, found func(*Candidate) error) error
 	// Retention is how far back the provider's API reaches (Stripe 30 days,
-	// GitHub 3 days). A window reaching further is warned about; a window
-	// reaching that far covers all the provider still has. Zero means no
-	// known bound.
+	// GitHub 3 days). A window reaching further is cut there, with a
+	// warning: it covers all the provider still has. Zero means no known
+	// bound.
 	Retention() time.Duration
 }
 
@@ -121,7 +120,10 @@ type Runner struct {
 	Reconciler Reconciler
 	// Store is where events and the checkpoint live. Required.
 	Store ferry.Store
-	// Lookback is the first pass's window and the most any pass looks back.
+	// Lookback is the window of the first pass, the one with no checkpoint
+	// yet. Later passes start at the checkpoint however old it is (back to
+	// Retention and the provider's reach), so no lookback, however short,
+	// makes a pass skip what lies between the checkpoint and its window.
 	// Defaults to DefaultLookback.
 	Lookback time.Duration
 	// Retention is how long the store remembers the source's events (the
@@ -238,18 +240,17 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	}
 
 	floor := now.Add(-lookback)
-	// reach is the oldest instant any window can fetch, and beyond says
-	// why: the store forgets events after Retention, the provider after
-	// its own.
+	// reach is the oldest instant any window can fetch: the store forgets
+	// events after Retention, the provider after its own.
 	var reach, forgotten time.Time
-	var beyond string
 	if r.Retention > 0 {
 		forgotten = now.Add(-r.Retention + overlap)
-		reach, beyond = forgotten, fmt.Sprintf("the store forgets events after retention %s", r.Retention)
+		reach = forgotten
 	}
 	kept := r.Reconciler.Retention()
-	if limit := now.Add(-kept); kept > 0 && limit.After(reach) {
-		reach, beyond = limit, fmt.Sprintf("the provider keeps %s", kept)
+	limit := now.Add(-kept)
+	if kept > 0 && limit.After(reach) {
+		reach = limit
 	}
 	switch {
 	case opts.Since > 0:
@@ -257,24 +258,8 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	case checkpoint.IsZero():
 		res.From = floor
 	default:
+		// However old: lookback only bounds a first pass.
 		res.From = checkpoint.Add(-overlap)
-		if res.From.Before(floor) {
-			next := "`ferry reconcile --since` cannot reach further: " + beyond
-			if reach.Before(floor) {
-				// Whole hours, rounded up: the command still covers the
-				// checkpoint when run a while after this warning.
-				oldest := res.From
-				if oldest.Before(reach) {
-					oldest = reach
-				}
-				since := now.Sub(oldest)/time.Hour + 1
-				next = fmt.Sprintf("run `ferry reconcile --since %dh` to fetch them", since)
-			}
-			res.Warnings = append(res.Warnings, fmt.Sprintf(
-				"events created between %s and %s are not fetched: the last complete pass ended %s, longer ago than lookback %s; %s",
-				res.From.Format(time.RFC3339), floor.Format(time.RFC3339), checkpoint.Format(time.RFC3339), lookback, next))
-			res.From = floor
-		}
 	}
 	if r.Retention > 0 && res.From.Before(forgotten) {
 		res.Warnings = append(res.Warnings, fmt.Sprintf(
@@ -282,10 +267,11 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 			forgotten.Format(time.RFC3339), r.Retention))
 		res.From = forgotten
 	}
-	if limit := now.Add(-kept); kept > 0 && res.From.Before(limit) {
+	if kept > 0 && res.From.Before(limit) {
 		res.Warnings = append(res.Warnings, fmt.Sprintf(
 			"events created before %s are out of the provider's reach (it keeps %s); they cannot be caught up",
 			limit.Format(time.RFC3339), kept))
+		res.From = limit
 	}
 	for _, w := range res.Warnings {
 		r.log().Warn("catchup: gap", "source", r.Source, "warning", w)
@@ -296,7 +282,7 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 
 	// The window covers everything since the checkpoint if it starts at or
 	// before it (a first pass: at lookback), or where nothing older can be
-	// fetched (the gap is warned about); a short --since must not skip
+	// fetched (the cut is warned about); a short --since must not skip
 	// what lies between.
 	start := checkpoint
 	if start.IsZero() {

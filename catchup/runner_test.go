@@ -82,43 +82,66 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
-	t.Run("GapsAreWarned", func(t *testing.T) {
+	// Lookback only sets the first pass: a later pass starts at the
+	// checkpoint, so a lookback shorter than the time between passes (or
+	// than a restart) skips nothing.
+	t.Run("ShortLookbackFollowsTheCheckpoint", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.runner.Lookback = 15 * time.Minute
+		first := b.pass(t, PassOptions{})
+		for i, gap := range []time.Duration{DefaultInterval + 5*time.Minute, 3 * time.Hour} {
+			// Created after the last window's end, before this window's
+			// start were it now - lookback.
+			b.fake.add(1, first.To.Add(time.Minute), fmt.Sprintf("between%d", i))
+			b.now = b.now.Add(gap)
+			res := b.pass(t, PassOptions{})
+			if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: fmt.Sprintf("evt_between%d000", i)}); err != nil {
+				t.Fatalf("after %v: an event between two windows was never fetched: %v", gap, err)
+			}
+			if cp, _ := checkpoint(t, b.store, "stripe"); !res.Advanced || !cp.Equal(res.To) {
+				t.Fatalf("after %v: checkpoint %v, want %v", gap, cp, res.To)
+			}
+			if !res.From.Equal(first.To.Add(-DefaultOverlap)) || len(res.Warnings) != 0 {
+				t.Fatalf("after %v: window from %v with warnings %q; want the checkpoint less the overlap, %v", gap, res.From, res.Warnings, first.To.Add(-DefaultOverlap))
+			}
+			first = res
+		}
+	})
+
+	// An outage longer than anything the provider keeps: the loop fetches
+	// all it still has, says what is lost, and advances.
+	t.Run("OutagePastTheProviderIsCutThere", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
 		b.pass(t, PassOptions{})
-		b.now = b.now.Add(40 * 24 * time.Hour) // a 40-day outage
+		b.now = b.now.Add(40 * 24 * time.Hour)
+		b.fake.add(1, b.now.Add(-20*24*time.Hour), "lost_by_lookback")
 		res := b.pass(t, PassOptions{})
-		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "lookback") {
-			t.Fatalf("warnings %q: want the part beyond lookback named", res.Warnings)
-		}
-		if !res.From.Equal(b.now.Add(-DefaultLookback)) {
-			t.Fatalf("window starts %v, want now - lookback", res.From)
-		}
-		res = b.pass(t, PassOptions{Since: 45 * 24 * time.Hour})
 		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "out of the provider's reach") {
 			t.Fatalf("warnings %q: want Stripe's 30 days named", res.Warnings)
+		}
+		if !res.From.Equal(b.now.Add(-30*24*time.Hour)) || !res.Advanced {
+			t.Fatalf("window from %v, advanced %v; want all Stripe keeps, and the checkpoint moved", res.From, res.Advanced)
+		}
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_lost_by_lookback000"}); err != nil {
+			t.Fatalf("an event of the outage older than lookback was not fetched: %v", err)
 		}
 		if !strings.Contains(b.logsText(), "catchup: gap") {
 			t.Fatalf("gap not logged:\n%s", b.logsText())
 		}
 	})
 
-	// An outage longer than retention: the loop names the --since that
-	// reaches back as far as the store allows, and that pass, though it
-	// starts after the old checkpoint, covers all that can be fetched.
-	t.Run("OutagePastRetentionIsClosedBySince", func(t *testing.T) {
+	// An outage longer than retention: the loop's pass reaches back as far
+	// as the store allows, says so, and advances the checkpoint.
+	t.Run("OutagePastRetentionIsCutThere", func(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
 		b.runner.Retention = 144 * time.Hour
 		b.fake.add(1, b.now.Add(100*time.Hour), "kept") // 100h old after the outage
 		loop := b.outage(t, 200*time.Hour)
-		if loop.Advanced || len(loop.Warnings) != 1 || !strings.Contains(loop.Warnings[0], "run `ferry reconcile --since 144h`") {
-			t.Fatalf("loop pass advanced %v, warnings %q: want the checkpoint left and --since 144h named", loop.Advanced, loop.Warnings)
-		}
-		b.now = b.now.Add(30 * time.Minute) // the operator reads the warning
-		since := b.pass(t, PassOptions{Since: 144 * time.Hour})
-		if cp, _ := checkpoint(t, b.store, "stripe"); !since.Advanced || !cp.Equal(since.To) {
-			t.Fatalf("the --since pass the warning names left the checkpoint at %v: every later pass would warn again", cp)
+		if !loop.Advanced || len(loop.Warnings) != 1 || !strings.Contains(loop.Warnings[0], "retention 144h") {
+			t.Fatalf("loop pass advanced %v, warnings %q: want the cut at retention named, and the checkpoint moved", loop.Advanced, loop.Warnings)
 		}
 		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_kept000"}); err != nil {
 			t.Fatalf("an event within retention was not received: %v", err)
@@ -128,32 +151,17 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
-	// The provider's own limit is a reach too: a --since back to what it
-	// keeps covers the gap, however old the checkpoint.
-	t.Run("SinceToTheProviderLimitCoversTheGap", func(t *testing.T) {
-		t.Parallel()
-		b := setupStripe(t, StripeOptions{})
-		loop := b.outage(t, 40*24*time.Hour)
-		if len(loop.Warnings) != 1 || !strings.Contains(loop.Warnings[0], "--since 721h") {
-			t.Fatalf("warnings %q: want --since to Stripe's 30 days named", loop.Warnings)
-		}
-		if res := b.pass(t, PassOptions{Since: 30 * 24 * time.Hour}); !res.Advanced {
-			t.Fatal("a pass back to all Stripe keeps left the checkpoint")
-		}
-	})
-
-	// GitHub keeps 72h, the default lookback: after a longer outage no
-	// --since can reach further, so the loop's own pass advances, and the
-	// warning does not send the operator to run one.
-	t.Run("LookbackAtTheProviderLimitAdvances", func(t *testing.T) {
+	// GitHub keeps 72h: after a longer outage the loop's pass reaches back
+	// to all it keeps, and advances.
+	t.Run("OutagePastGitHubAdvances", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
 		res := b.outage(t, 4*24*time.Hour)
 		if !res.Advanced {
 			t.Fatal("a pass over all GitHub keeps left the checkpoint: every later pass would warn again")
 		}
-		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "cannot reach further: the provider keeps 72h") {
-			t.Fatalf("warnings %q: want the provider's limit named, not a --since to run", res.Warnings)
+		if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "it keeps 72h") {
+			t.Fatalf("warnings %q: want the provider's limit named", res.Warnings)
 		}
 	})
 

@@ -26,8 +26,8 @@ type Catchup struct {
 	// Interval is how often serve runs a pass; "0" turns the loop off
 	// (`ferry reconcile` still works). Defaults to 15m.
 	Interval *Duration `toml:"interval"`
-	// Lookback is the first pass's window and the most any pass looks
-	// back. Defaults to 72h.
+	// Lookback is the first pass's window; later passes start at the
+	// checkpoint however old it is. Defaults to 72h.
 	Lookback Duration `toml:"lookback"`
 	// APIBase overrides the provider's API URL (tests, proxies, GitHub
 	// Enterprise).
