@@ -64,9 +64,10 @@ type Reconciler interface {
 // unfiltered is implemented by a Reconciler whose API has no time filter
 // (GitHub's deliveries): every List reads from the newest event down to
 // the window's start, so steps would read the newest pages once a step.
-// It lists a long window whole, calling found oldest first: a pass cut
-// short has still received the oldest events, and the next finds them
-// known.
+// It lists a long window whole, newest first, calling found page by page:
+// a pass cut short keeps what it received, the next lists the window
+// again and finds those known, and the checkpoint moves only once a
+// window is listed whole.
 type unfiltered interface{ unfiltered() }
 
 // Window is the time range a pass covers, both ends included.

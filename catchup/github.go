@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,16 +122,14 @@ type githubDelivery struct {
 }
 
 // List reads the deliveries, newest first, until one is older than w.From
-// or the Link header has no next page.
+// or the Link header has no next page, and hands each page's events to
+// found before it reads the next: a pass cut short (its timeout, an API
+// error) keeps what it received, and the next pass finds those known by a
+// look-up, without fetching them again.
 func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) error) error {
-	type event struct {
-		first     time.Time // its earliest attempt in the window
-		latest    int64     // a delivery id to fetch it by
-		delivered bool
-	}
-	events := map[string]*event{}
-	var order []string
-
+	// handed holds the GUIDs found has had: an event's newest attempt
+	// decides, older attempts on later pages are passed over.
+	handed := map[string]bool{}
 	u := g.base.JoinPath(g.hook, "deliveries")
 	u.RawQuery = url.Values{"per_page": {"100"}}.Encode()
 	next := u.String()
@@ -145,39 +142,43 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 		if err := json.Unmarshal(body, &page); err != nil {
 			return fmt.Errorf("github: list deliveries: %w", err)
 		}
+		type event struct {
+			latest    int64 // a delivery id to fetch it by
+			delivered bool
+		}
+		events := map[string]*event{}
+		var order []string
 		older := false
 		for _, d := range page {
 			if d.DeliveredAt.Before(w.From) {
 				older = true
 				continue
 			}
-			if d.DeliveredAt.After(w.To) || d.GUID == "" {
+			if d.DeliveredAt.After(w.To) || d.GUID == "" || handed[d.GUID] {
 				continue
 			}
 			e := events[d.GUID]
 			if e == nil {
-				e = &event{first: d.DeliveredAt, latest: d.ID}
+				e = &event{latest: d.ID}
 				events[d.GUID] = e
 				order = append(order, d.GUID)
 			}
-			e.first = minTime(e.first, d.DeliveredAt)
 			e.latest = max(e.latest, d.ID)
 			e.delivered = e.delivered || d.StatusCode >= 200 && d.StatusCode < 300
+		}
+		for _, guid := range order {
+			handed[guid] = true
+			e := events[guid]
+			if err := found(&Candidate{ID: guid, Delivered: e.delivered, Fetch: func(ctx context.Context) (*Event, error) {
+				return g.fetch(ctx, e.latest)
+			}}); err != nil {
+				return err
+			}
 		}
 		if older {
 			break // newest first: every later page is older still
 		}
 		if next, err = g.nextPage(header.Get("Link")); err != nil {
-			return err
-		}
-	}
-	// Oldest first, so a pass cut short has received the oldest events.
-	slices.SortStableFunc(order, func(a, b string) int { return events[a].first.Compare(events[b].first) })
-	for _, guid := range order {
-		e := events[guid]
-		if err := found(&Candidate{ID: guid, Delivered: e.delivered, Fetch: func(ctx context.Context) (*Event, error) {
-			return g.fetch(ctx, e.latest)
-		}}); err != nil {
 			return err
 		}
 	}
@@ -339,11 +340,4 @@ func parseRSAKey(pemText string) (*rsa.PrivateKey, error) {
 		return nil, fmt.Errorf("not an RSA private key")
 	}
 	return rk, nil
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,9 +38,9 @@ type fakeGitHub struct {
 	onFetch func(guid string)
 	// nextHost, when set, is the host the Link header points to.
 	nextHost string
-	// limit, when set, may answer a request itself (a rate limit): it
-	// reports whether it did.
-	limit func(w http.ResponseWriter) bool
+	// limit, when set, may answer a request itself (a rate limit, an
+	// error): it reports whether it did.
+	limit func(w http.ResponseWriter, r *http.Request) bool
 }
 
 type ghAttempt struct {
@@ -69,7 +70,7 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.paths = append(f.paths, r.URL.RequestURI())
 	attempts := slices.Clone(f.attempts)
 	f.mu.Unlock()
-	if f.limit != nil && f.limit(w) {
+	if f.limit != nil && f.limit(w, r) {
 		return
 	}
 	if !f.auth(r) {
@@ -192,7 +193,7 @@ func TestGitHub(t *testing.T) {
 				answered       bool
 				until, retried time.Time // the wait asked for; the next request
 			)
-			b.fake.limit = func(w http.ResponseWriter) bool {
+			b.fake.limit = func(w http.ResponseWriter, _ *http.Request) bool {
 				mu.Lock()
 				defer mu.Unlock()
 				if answered {
@@ -307,6 +308,55 @@ func TestGitHub(t *testing.T) {
 		wantCounts(t, b.pass(t, PassOptions{}), 300, 0, 300)
 		if n := len(b.fake.requested()); n != 3 {
 			t.Fatalf("%d requests for a 72h window of 300 deliveries, want 3 pages of 100", n)
+		}
+	})
+
+	// A pass cut short while listing (an API error, the pass timeout)
+	// keeps the events of the pages it read; the next pass finds them
+	// known without fetching them again, and only a window listed whole
+	// moves the checkpoint.
+	t.Run("PassCutShortKeepsThePagesItRead", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		for i := range 250 {
+			b.fake.add(fmt.Sprintf("g-%03d", i), "push", base.Add(-time.Hour), 500)
+		}
+		var broken atomic.Bool
+		broken.Store(true)
+		b.fake.limit = func(w http.ResponseWriter, r *http.Request) bool {
+			if !broken.Load() || r.URL.Query().Get("cursor") != "200" {
+				return false
+			}
+			w.WriteHeader(http.StatusBadRequest) // not retried: the pass fails at once
+			return true
+		}
+		if _, err := b.runner.Pass(context.Background(), PassOptions{}); err == nil {
+			t.Fatal("a pass whose third page fails succeeded")
+		}
+		list, err := b.store.EventList(context.Background(), &ferry.EventListParams{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Events) != 200 {
+			t.Fatalf("%d events stored after a pass cut short on page 3, want the 200 of pages 1 and 2", len(list.Events))
+		}
+		if _, ok := checkpoint(t, b.store, "github"); ok {
+			t.Fatal("the checkpoint advanced past a window not listed whole")
+		}
+		broken.Store(false)
+		before := len(b.fake.requested())
+		wantCounts(t, b.pass(t, PassOptions{}), 250, 50, 200)
+		fetches := 0
+		for _, p := range b.fake.requested()[before:] {
+			if !strings.Contains(p, "/deliveries?") {
+				fetches++
+			}
+		}
+		if fetches != 50 {
+			t.Fatalf("the next pass fetched %d deliveries, want the 50 the first did not reach", fetches)
+		}
+		if _, ok := checkpoint(t, b.store, "github"); !ok {
+			t.Fatal("a pass that listed the window whole left the checkpoint")
 		}
 	})
 
