@@ -238,6 +238,14 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 		if checkpoint, err = time.Parse(time.RFC3339Nano, cp.Value); err != nil {
 			return nil, fmt.Errorf("catchup %s: checkpoint %q: %w", r.Source, cp.Value, err)
 		}
+		// The value is the writer's clock, UpdatedAt the store's: a host
+		// whose clock ran ahead would have later passes skip what lies
+		// between.
+		if !cp.UpdatedAt.IsZero() && checkpoint.After(cp.UpdatedAt) {
+			r.log().Warn("catchup: checkpoint later than the store's time of writing it (a clock ahead); starting from that time",
+				"source", r.Source, "checkpoint", checkpoint, "written", cp.UpdatedAt)
+			checkpoint = cp.UpdatedAt
+		}
 	}
 
 	floor := now.Add(-lookback)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 func TestRunner(t *testing.T) {
@@ -106,6 +108,35 @@ func TestRunner(t *testing.T) {
 				t.Fatalf("after %v: window from %v with warnings %q; want the checkpoint less the overlap, %v", gap, res.From, res.Warnings, first.To.Add(-DefaultOverlap))
 			}
 			first = res
+		}
+	})
+
+	// A checkpoint written by a host whose clock ran ahead is held to the
+	// store's time of writing it: later passes would otherwise start after
+	// events never listed.
+	t.Run("CheckpointFromAClockAheadIsHeldToItsWrite", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.store = teststore.SQLite(t, &sqlite.Config{Now: func() time.Time { return base }})
+		b.runner.Store = b.store
+		ahead := base.Add(time.Hour) // written at base by a clock an hour fast
+		if err := b.store.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: CheckpointName("stripe"), Value: ahead.Format(time.RFC3339Nano)}); err != nil {
+			t.Fatal(err)
+		}
+		b.fake.add(1, base.Add(-5*time.Minute), "missed")
+		b.now = base.Add(DefaultInterval)
+		res := b.pass(t, PassOptions{})
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_missed000"}); err != nil {
+			t.Fatalf("an event before the fast clock's checkpoint was never fetched: %v", err)
+		}
+		if !res.From.Equal(base.Add(-DefaultOverlap)) {
+			t.Fatalf("window from %v, want the checkpoint's write less the overlap", res.From)
+		}
+		if cp, _ := checkpoint(t, b.store, "stripe"); !cp.Equal(res.To) {
+			t.Fatalf("checkpoint %v, want this pass's end %v", cp, res.To)
+		}
+		if !strings.Contains(b.logsText(), "a clock ahead") {
+			t.Fatalf("the clamp was not logged:\n%s", b.logsText())
 		}
 	})
 
