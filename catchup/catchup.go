@@ -165,10 +165,11 @@ type Result struct {
 	New int `json:"new"`
 	// Known counts events the store had or the provider delivered.
 	Known int `json:"known"`
-	// Unstorable counts events whose id or type no store accepts (see
-	// ferry.ValidateEventID); each is skipped with a warning, so one bad id
-	// cannot stop every pass.
-	Unstorable int `json:"unstorable,omitempty"`
+	// Skipped counts events skipped with a warning, so that one cannot stop
+	// every pass: an id or type no store accepts (see
+	// ferry.ValidateEventID), or one the provider cannot return
+	// (ErrUnfetchable).
+	Skipped int `json:"skipped,omitempty"`
 	// Advanced is whether the checkpoint moved, and Checkpoint where to:
 	// To once the whole window was listed, less after a failed pass that
 	// finished some steps.
@@ -185,6 +186,12 @@ func CheckpointName(source string) string { return "catchup:" + source }
 
 // ErrConfig is wrapped by errors in a Runner's or a Reconciler's settings.
 var ErrConfig = errors.New("catchup: invalid settings")
+
+// ErrUnfetchable is wrapped by a Candidate's Fetch error when the provider
+// will never return the event (GitHub: a delivery expired since it was
+// listed, or a response over 32 MiB). The runner skips the event with a
+// warning, so one such event cannot fail every pass until it ages out.
+var ErrUnfetchable = errors.New("catchup: the provider cannot return the event")
 
 func (r *Runner) check() error {
 	if r.Source == "" || r.Reconciler == nil || r.Store == nil {
@@ -301,9 +308,9 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	found := func(c *Candidate) error {
 		res.Fetched++
 		known, err := r.take(ctx, c, opts.DryRun)
-		if errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) {
-			res.Unstorable++
-			r.log().Warn("catchup: skipped an event no store can keep", "source", r.Source, "err", err)
+		if errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) || errors.Is(err, ErrUnfetchable) {
+			res.Skipped++
+			r.log().Warn("catchup: skipped an event it cannot fetch or store", "source", r.Source, "err", err)
 			return nil
 		}
 		if err != nil {
@@ -457,5 +464,5 @@ func (r *Runner) runOnce(ctx context.Context, lease *ferry.LeaseAcquireParams, t
 	}
 	r.observePass(PassOK)
 	r.log().Info("catchup: pass", "source", r.Source, "from", res.From, "to", res.To,
-		"fetched", res.Fetched, "new", res.New, "known", res.Known, "advanced", res.Advanced)
+		"fetched", res.Fetched, "new", res.New, "known", res.Known, "skipped", res.Skipped, "advanced", res.Advanced)
 }

@@ -88,21 +88,37 @@ func (c *apiClient) replaceSecret(old, new string) {
 }
 
 // redact returns err with every secret replaced. The result does not wrap
-// err (an unwrapped cause would still print the secret); a cancelled
-// context stays recognisable with errors.Is.
+// err (an unwrapped cause would still print the secret), but what callers
+// test stays recognisable: a cancelled context and a response over maxBody
+// with errors.Is, a StatusError (scrubbed) with errors.As.
 func (c *apiClient) redact(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := c.scrub(err.Error())
-	switch {
-	case errors.Is(err, context.Canceled):
-		return fmt.Errorf("%s: %w", msg, context.Canceled)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s: %w", msg, context.DeadlineExceeded)
+	out := &redactedError{msg: c.scrub(err.Error())}
+	for _, kind := range []error{context.Canceled, context.DeadlineExceeded, errTooLarge} {
+		if errors.Is(err, kind) {
+			out.kinds = append(out.kinds, kind)
+		}
 	}
-	return errors.New(msg)
+	if se, ok := errors.AsType[*StatusError](err); ok {
+		out.kinds = append(out.kinds, &StatusError{Method: se.Method, Path: c.scrub(se.Path), Status: se.Status, Body: c.scrub(se.Body)})
+	}
+	return out
 }
+
+// redactedError is an error's text with the secrets replaced; it unwraps
+// to what callers test, never to the error itself.
+type redactedError struct {
+	msg   string
+	kinds []error
+}
+
+func (e *redactedError) Error() string   { return e.msg }
+func (e *redactedError) Unwrap() []error { return e.kinds }
+
+// errTooLarge is a 2xx response over maxBody: sending again cannot help.
+var errTooLarge = fmt.Errorf("response over %d MiB", maxBody>>20)
 
 // scrub returns s with every secret replaced.
 func (c *apiClient) scrub(s string) string {
@@ -171,9 +187,11 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 			}
 			err = fmt.Errorf("%s %s: %w", method, path, err)
 		} else {
-			data, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+			data, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 			resp.Body.Close()
 			switch {
+			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil && len(data) > maxBody:
+				return nil, nil, fmt.Errorf("%s %s: %w", method, path, errTooLarge)
 			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil:
 				return data, resp.Header, nil
 			case readErr != nil:

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -207,6 +208,9 @@ func (g *GitHub) nextPage(link string) (string, error) {
 func (g *GitHub) fetch(ctx context.Context, id int64) (*Event, error) {
 	u := g.base.JoinPath(g.hook, "deliveries", strconv.FormatInt(id, 10))
 	body, _, err := g.client.do(ctx, http.MethodGet, u.String(), nil)
+	if se, ok := errors.AsType[*StatusError](err); errors.Is(err, errTooLarge) || ok && gone(se.Status) {
+		return nil, fmt.Errorf("github: get delivery: %w: %w", ErrUnfetchable, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("github: get delivery: %w", err)
 	}
@@ -235,6 +239,13 @@ func (g *GitHub) fetch(ctx context.Context, id int64) (*Event, error) {
 		}
 	}
 	return &Event{Type: d.Event, Payload: d.Request.Payload, Headers: headers}, nil
+}
+
+// gone reports whether GitHub answered a delivery's fetch with a status it
+// will answer again: expired since it was listed (404, 410), or refused
+// (422).
+func gone(status int) bool {
+	return status == http.StatusNotFound || status == http.StatusGone || status == http.StatusUnprocessableEntity
 }
 
 // authorize sets the token, the App's JWT, or an installation token.

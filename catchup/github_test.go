@@ -360,6 +360,42 @@ func TestGitHub(t *testing.T) {
 		}
 	})
 
+	// A delivery GitHub will never return (expired since it was listed,
+	// refused, or too large to read) is skipped with a warning: failing
+	// the pass would fail every pass until it aged out, 3 days later.
+	t.Run("UnfetchableDeliveryIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		// Attempt ids follow the order added: g-0 is delivery 1.
+		answers := map[string]func(w http.ResponseWriter){
+			"1": func(w http.ResponseWriter) { w.WriteHeader(http.StatusGone) },
+			"3": func(w http.ResponseWriter) { w.WriteHeader(http.StatusUnprocessableEntity) },
+			"4": func(w http.ResponseWriter) { _, _ = w.Write(make([]byte, maxBody+1)) },
+			"5": func(w http.ResponseWriter) { w.WriteHeader(http.StatusNotFound) },
+		}
+		for i := range 5 {
+			b.fake.add(fmt.Sprintf("g-%d", i), "push", base.Add(-time.Hour+time.Duration(i)*time.Minute), 500)
+		}
+		b.fake.limit = func(w http.ResponseWriter, r *http.Request) bool {
+			_, id, _ := strings.Cut(r.URL.Path, "/deliveries/")
+			if answer := answers[id]; answer != nil {
+				answer(w)
+				return true
+			}
+			return false
+		}
+		res := b.pass(t, PassOptions{})
+		if res.Fetched != 5 || res.New != 1 || res.Skipped != 4 || !res.Advanced {
+			t.Fatalf("fetched=%d new=%d skipped=%d advanced=%v, want 5 1 4 true", res.Fetched, res.New, res.Skipped, res.Advanced)
+		}
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "g-1"}); err != nil {
+			t.Fatalf("the fetchable event was not received: %v", err)
+		}
+		if n := strings.Count(b.logsText(), "skipped an event"); n != 4 || strings.Contains(b.logsText(), githubToken) {
+			t.Fatalf("%d skips logged, want 4, without the token:\n%s", n, b.logsText())
+		}
+	})
+
 	t.Run("NextPageOnAnotherHostIsRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
