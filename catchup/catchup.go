@@ -15,6 +15,7 @@
 package catchup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
 )
 
 // Defaults of a Runner.
@@ -137,6 +139,11 @@ type Runner struct {
 	Overlap time.Duration
 	// Settle defaults to DefaultSettle; negative means none.
 	Settle time.Duration
+	// MaxBody is the largest payload received, as the receiver's limit for
+	// the source: a larger one, which the receiver would have answered 413,
+	// is skipped with a warning. Defaults to ferryhttp.DefaultMaxBodyBytes,
+	// the receiver's.
+	MaxBody int64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Observer is optional.
@@ -167,8 +174,8 @@ type Result struct {
 	Known int `json:"known"`
 	// Skipped counts events skipped with a warning, so that one cannot stop
 	// every pass: an id or type no store accepts (see
-	// ferry.ValidateEventID), or one the provider cannot return
-	// (ErrUnfetchable).
+	// ferry.ValidateEventID), one the provider cannot return
+	// (ErrUnfetchable), or a payload over MaxBody.
 	Skipped int `json:"skipped,omitempty"`
 	// Advanced is whether the checkpoint moved, and Checkpoint where to:
 	// To once the whole window was listed, less after a failed pass that
@@ -192,6 +199,9 @@ var ErrConfig = errors.New("catchup: invalid settings")
 // listed, or a response over 32 MiB). The runner skips the event with a
 // warning, so one such event cannot fail every pass until it ages out.
 var ErrUnfetchable = errors.New("catchup: the provider cannot return the event")
+
+// errOverMaxBody is a payload over Runner.MaxBody: the runner skips it.
+var errOverMaxBody = errors.New("payload over the source's max body")
 
 func (r *Runner) check() error {
 	if r.Source == "" || r.Reconciler == nil || r.Store == nil {
@@ -308,7 +318,8 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	found := func(c *Candidate) error {
 		res.Fetched++
 		known, err := r.take(ctx, c, opts.DryRun)
-		if errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) || errors.Is(err, ErrUnfetchable) {
+		if errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) ||
+			errors.Is(err, ErrUnfetchable) || errors.Is(err, errOverMaxBody) {
 			res.Skipped++
 			r.log().Warn("catchup: skipped an event it cannot fetch or store", "source", r.Source, "err", err)
 			return nil
@@ -389,6 +400,9 @@ func (r *Runner) take(ctx context.Context, c *Candidate, dryRun bool) (known boo
 	ev, err := c.Fetch(ctx)
 	if err != nil {
 		return false, fmt.Errorf("fetch %s: %w", c.ID, err)
+	}
+	if limit := cmp.Or(r.MaxBody, ferryhttp.DefaultMaxBodyBytes); int64(len(ev.Payload)) > limit {
+		return false, fmt.Errorf("%s: %w: %d bytes, the limit %d", c.ID, errOverMaxBody, len(ev.Payload), limit)
 	}
 	res, err := r.Store.EventReceive(ctx, &ferry.EventReceiveParams{
 		Source: r.Source, EventID: c.ID, Type: ev.Type, Payload: ev.Payload, Headers: ev.Headers,

@@ -1,14 +1,19 @@
 package catchup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
@@ -291,6 +296,38 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// A payload the receiver would refuse with 413 is not stored by
+	// catch-up either: skipped with a warning, the pass goes on.
+	t.Run("PayloadOverMaxBodyIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		for name, tc := range map[string]struct {
+			maxBody int64
+			limit   int
+		}{
+			"Default":    {0, ferryhttp.DefaultMaxBodyBytes},
+			"Configured": {2048, 2048},
+		} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				b := setupListed(t, listed{
+					"at_limit":   bytes.Repeat([]byte("a"), tc.limit),
+					"over_limit": bytes.Repeat([]byte("o"), tc.limit+1),
+				})
+				b.runner.MaxBody = tc.maxBody
+				res := b.pass(t, PassOptions{})
+				if res.New != 1 || res.Skipped != 1 || !res.Advanced {
+					t.Fatalf("new=%d skipped=%d advanced=%v, want 1 1 true", res.New, res.Skipped, res.Advanced)
+				}
+				if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "listed", EventID: "over_limit"}); !errors.Is(err, ferry.ErrNotFound) {
+					t.Fatalf("a payload over the limit was stored: %v", err)
+				}
+				if !strings.Contains(b.logsText(), "skipped an event") || strings.Contains(b.logsText(), "ooooo") {
+					t.Fatalf("want the skip logged without the payload:\n%.2000s", b.logsText())
+				}
+			})
+		}
+	})
+
 	t.Run("MissingSettingsAreRefused", func(t *testing.T) {
 		t.Parallel()
 		if _, err := (&Runner{}).Pass(context.Background(), PassOptions{}); !errors.Is(err, ErrConfig) {
@@ -306,4 +343,28 @@ func TestRunner(t *testing.T) {
 			t.Fatalf("bad key: err = %v, want ErrConfig", err)
 		}
 	})
+}
+
+// listed is a Reconciler that lists fixed events, id to payload, all of
+// type "test" and none delivered.
+type listed map[string][]byte
+
+func (l listed) List(_ context.Context, _ Window, found func(*Candidate) error) error {
+	for _, id := range slices.Sorted(maps.Keys(l)) {
+		ev := &Event{Type: "test", Payload: l[id]}
+		if err := found(&Candidate{ID: id, Fetch: func(context.Context) (*Event, error) { return ev, nil }}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (listed) Retention() time.Duration { return 0 }
+
+func setupListed(t *testing.T, l listed) *runBundle {
+	t.Helper()
+	b := newRunBundle(t)
+	b.start("listed", l, slog.LevelInfo)
+	b.runner.Lookback = time.Hour // one step: the events are listed once
+	return &b
 }

@@ -33,7 +33,7 @@ type Source struct {
 	// Verifier checks signatures and reads the event id. Required.
 	Verifier ferry.Verifier
 	// MaxBodyBytes is the largest body accepted; a larger one is answered
-	// 413 unread. Defaults to 1 MiB.
+	// 413 unread. Defaults to DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// ReplayWindow turns on replay detection (ferry.ReceiveReplay) for a
 	// provider whose signature covers the body but not the event id
@@ -136,6 +136,9 @@ const (
 // bodies) 32 MiB peaked at 249 MB and 8 MiB at 144 MB, most of it then the
 // workers' claimed payloads, not the receiver's.
 const DefaultMaxInFlightBytes = 8 << 20
+
+// DefaultMaxBodyBytes is Source.MaxBodyBytes's default: 1 MiB.
+const DefaultMaxBodyBytes = 1 << 20
 
 // DefaultBodyTimeout is ReceiverOptions.BodyTimeout's default.
 const DefaultBodyTimeout = 10 * time.Second
@@ -247,7 +250,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 			return nil, fmt.Errorf("%w: ferryhttp: source %q configured twice", ferry.ErrInvalidParams, s.Name)
 		}
 		if s.MaxBodyBytes <= 0 {
-			s.MaxBodyBytes = 1 << 20
+			s.MaxBodyBytes = DefaultMaxBodyBytes
 		}
 		if s.ReplayWindow < 0 {
 			return nil, fmt.Errorf("%w: ferryhttp: source %q: ReplayWindow %s is negative; 0 turns replay detection off", ferry.ErrInvalidParams, s.Name, s.ReplayWindow)

@@ -100,7 +100,7 @@ func newCatchupRunner(cfg *config.Config, name string, st ferry.Store, log *slog
 		return nil, fmt.Errorf("%w: source %s has no [source.catchup] table: add one with api_key and types (Stripe) or token and hook (GitHub); see docs/configuration.md", errConfig, name)
 	}
 	return &catchup.Runner{Source: name, Reconciler: rec, Store: st, Lookback: s.Catchup.Lookback.Duration,
-		Retention: s.Retention.Duration, Logger: log, Observer: obs}, nil
+		Retention: s.Retention.Duration, MaxBody: s.MaxBody, Logger: log, Observer: obs}, nil
 }
 
 // startCatchup runs the catch-up loop of every source that has one, in bg,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
@@ -285,4 +287,40 @@ func TestReconcile(t *testing.T) {
 			t.Fatalf("reconcile without types: exit %d, want 2 naming catchup.types\n%s", code, errOut)
 		}
 	})
+}
+
+// Catch-up holds a source to the receiver's max_body: what the door would
+// refuse with 413, catch-up does not store.
+func TestCatchupRunnerTakesMaxBody(t *testing.T) {
+	t.Setenv("E2E_STRIPE_KEY", stripeAPIKey)
+	for name, tc := range map[string]struct {
+		key  string
+		want int64
+	}{
+		"Configured": {"max_body = 2048\n", 2048},
+		"Default":    {"", ferryhttp.DefaultMaxBodyBytes},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := writeServeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), fmt.Sprintf(`
+[[source]]
+name = "stripe"
+provider = "stripe"
+secrets = [%q]
+%s[source.catchup]
+api_key = "${E2E_STRIPE_KEY}"
+types = ["*"]
+`, stripeSecret, tc.key))
+			cfg, err := loadConfig(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := newCatchupRunner(cfg, "stripe", nil, slog.Default(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.MaxBody != tc.want {
+				t.Fatalf("runner MaxBody = %d, want %d", r.MaxBody, tc.want)
+			}
+		})
+	}
 }

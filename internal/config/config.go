@@ -183,7 +183,7 @@ func (d *Duration) expand(key string, lookup func(string) (string, bool)) []erro
 // Defaults applied by Load.
 const (
 	DefaultListen       = "127.0.0.1:8080"
-	DefaultMaxBody      = 1 << 20
+	DefaultMaxBody      = ferryhttp.DefaultMaxBodyBytes
 	DefaultStoreTimeout = ferryhttp.DefaultStoreTimeout
 	DefaultRetryAfter   = ferryhttp.DefaultRetryAfter
 	DefaultForwardTime  = 10 * time.Second
