@@ -46,6 +46,10 @@ type apiClient struct {
 	backoff time.Duration // first backoff; doubles per try
 	// authorize sets the request's credentials.
 	authorize func(ctx context.Context, req *http.Request) error
+	// now and pause are the clock the rate, backoff and waits run on:
+	// time.Now and sleep, or a test's fake clock.
+	now   func() time.Time
+	pause func(ctx context.Context, d time.Duration) error
 
 	mu      sync.Mutex
 	secrets []string
@@ -59,7 +63,7 @@ func newAPIClient(hc *http.Client, rate float64, secrets ...string) *apiClient {
 	if rate <= 0 {
 		rate = DefaultRate
 	}
-	c := &apiClient{http: hc, rate: rate, backoff: time.Second}
+	c := &apiClient{http: hc, rate: rate, backoff: time.Second, now: time.Now, pause: sleep}
 	c.addSecret(secrets...)
 	return c
 }
@@ -198,7 +202,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				err = fmt.Errorf("%s %s: read: %w", method, path, readErr)
 			default:
 				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data)}
-				again, wait := retryable(resp, time.Now())
+				again, wait := retryable(resp, c.now())
 				if !again {
 					return nil, nil, err
 				}
@@ -216,7 +220,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 		if delay > maxWait {
 			return nil, nil, fmt.Errorf("provider asks to wait %s, more than %s: %w", delay, maxWait, err)
 		}
-		if err := sleep(ctx, delay); err != nil {
+		if err := c.pause(ctx, delay); err != nil {
 			return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 	}
@@ -250,14 +254,14 @@ func retryable(resp *http.Response, now time.Time) (bool, time.Duration) {
 // wait holds the caller until the rate allows another request.
 func (c *apiClient) wait(ctx context.Context) error {
 	c.mu.Lock()
-	now := time.Now()
+	now := c.now()
 	start := now
 	if c.next.After(now) {
 		start = c.next
 	}
 	c.next = start.Add(time.Duration(float64(time.Second) / c.rate))
 	c.mu.Unlock()
-	return sleep(ctx, start.Sub(now))
+	return c.pause(ctx, start.Sub(now))
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

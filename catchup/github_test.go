@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -279,6 +280,25 @@ func TestGitHub(t *testing.T) {
 		}
 		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "retried-003"}); err == nil {
 			t.Fatal("an event GitHub delivered on its second attempt was fetched")
+		}
+	})
+
+	// A delivery newer than the window's end (within the settle time) is
+	// left to GitHub's own delivery; a later pass takes it once settled.
+	t.Run("UnsettledDeliveryWaits", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		b.fake.add("settled", "push", b.now.Add(-time.Hour), 500)
+		b.fake.add("in-flight", "push", b.now.Add(-DefaultSettle/2), 500)
+		res := b.pass(t, PassOptions{})
+		wantCounts(t, res, 1, 1, 0)
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "in-flight"}); !errors.Is(err, ferry.ErrNotFound) {
+			t.Fatalf("a delivery within the settle time was fetched: %v", err)
+		}
+		b.now = b.now.Add(DefaultSettle)
+		b.pass(t, PassOptions{})
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "in-flight"}); err != nil {
+			t.Fatalf("the delivery was not fetched once settled: %v", err)
 		}
 	})
 

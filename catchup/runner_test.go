@@ -310,8 +310,8 @@ func TestRunner(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				b := setupListed(t, listed{
-					"at_limit":   bytes.Repeat([]byte("a"), tc.limit),
-					"over_limit": bytes.Repeat([]byte("o"), tc.limit+1),
+					"at_limit":   {Type: "test", Payload: bytes.Repeat([]byte("a"), tc.limit)},
+					"over_limit": {Type: "test", Payload: bytes.Repeat([]byte("o"), tc.limit+1)},
 				})
 				b.runner.MaxBody = tc.maxBody
 				res := b.pass(t, PassOptions{})
@@ -325,6 +325,29 @@ func TestRunner(t *testing.T) {
 					t.Fatalf("want the skip logged without the payload:\n%.2000s", b.logsText())
 				}
 			})
+		}
+	})
+
+	// An event whose id or type no store can keep is skipped with a
+	// warning that leaves the id out (it may be anything): failing the
+	// pass would fail every pass while the provider lists it.
+	t.Run("UnstorableEventIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		b := setupListed(t, listed{
+			"qq\x00qq": {Type: "test", Payload: []byte(`{}`)},
+			"bad_type": {Type: strings.Repeat("t", ferry.MaxEventTypeBytes+1), Payload: []byte(`{}`)},
+			"good":     {Type: "test", Payload: []byte(`{}`)},
+		})
+		res := b.pass(t, PassOptions{})
+		if res.New != 1 || res.Skipped != 2 || !res.Advanced {
+			t.Fatalf("new=%d skipped=%d advanced=%v, want 1 2 true", res.New, res.Skipped, res.Advanced)
+		}
+		list, err := b.store.EventList(context.Background(), &ferry.EventListParams{})
+		if err != nil || len(list.Events) != 1 || list.Events[0].EventID != "good" {
+			t.Fatalf("stored %v (%v), want only the good event", list, err)
+		}
+		if n := strings.Count(b.logsText(), "skipped an event"); n != 2 || strings.Contains(b.logsText(), "qq") {
+			t.Fatalf("%d skips logged, want 2 without the unstorable id:\n%s", n, b.logsText())
 		}
 	})
 
@@ -345,13 +368,12 @@ func TestRunner(t *testing.T) {
 	})
 }
 
-// listed is a Reconciler that lists fixed events, id to payload, all of
-// type "test" and none delivered.
-type listed map[string][]byte
+// listed is a Reconciler that lists fixed events by id, none delivered.
+type listed map[string]*Event
 
 func (l listed) List(_ context.Context, _ Window, found func(*Candidate) error) error {
 	for _, id := range slices.Sorted(maps.Keys(l)) {
-		ev := &Event{Type: "test", Payload: l[id]}
+		ev := l[id]
 		if err := found(&Candidate{ID: id, Fetch: func(context.Context) (*Event, error) { return ev, nil }}); err != nil {
 			return err
 		}

@@ -1,0 +1,107 @@
+package catchup
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+// fakeAPIClock is an API client's clock in a test: a pause moves it on at
+// once and is recorded, so the rate and the waits are read, not timed.
+type fakeAPIClock struct {
+	*storetest.Clock
+	mu     sync.Mutex
+	pauses []time.Duration
+}
+
+func useFakeClock(c *apiClient) *fakeAPIClock {
+	f := &fakeAPIClock{Clock: storetest.NewClock()}
+	c.now = f.Now
+	c.pause = func(ctx context.Context, d time.Duration) error {
+		if d > 0 {
+			f.mu.Lock()
+			f.pauses = append(f.pauses, d)
+			f.mu.Unlock()
+			f.Advance(d)
+		}
+		return ctx.Err()
+	}
+	return f
+}
+
+func (f *fakeAPIClock) longest() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var most time.Duration
+	for _, d := range f.pauses {
+		most = max(most, d)
+	}
+	return most
+}
+
+func TestAPIClient(t *testing.T) {
+	t.Parallel()
+
+	// Requests start at most rate a second: 5 pages at 4 a second span a
+	// second of the client's clock, a quarter apart.
+	t.Run("RateSpacesRequests", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{Rate: 4})
+		b.runner.Lookback = time.Hour // one step: every request is a page
+		b.fake.add(450, base.Add(-30*time.Minute), "a")
+		clock := useFakeClock(b.runner.Reconciler.(*Stripe).client)
+		var (
+			mu     sync.Mutex
+			starts []time.Time
+		)
+		b.fake.fail = func(int, http.ResponseWriter, *http.Request) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			starts = append(starts, clock.Now())
+			return false
+		}
+		wantCounts(t, b.pass(t, PassOptions{}), 450, 450, 0)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(starts) != 5 {
+			t.Fatalf("%d requests, want 5 pages", len(starts))
+		}
+		for i := 1; i < len(starts); i++ {
+			if gap := starts[i].Sub(starts[i-1]); gap != 250*time.Millisecond {
+				t.Fatalf("request %d started %v after the one before, want 250ms at rate 4", i, gap)
+			}
+		}
+	})
+
+	// A provider asking to wait longer than maxWait fails the pass at once,
+	// which the next interval retries, rather than hold it.
+	t.Run("WaitPastMaxWaitFailsThePass", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.add(3, base.Add(-30*time.Minute), "a")
+		clock := useFakeClock(b.runner.Reconciler.(*Stripe).client)
+		b.fake.fail = func(n int, w http.ResponseWriter, _ *http.Request) bool {
+			if n > 1 {
+				return false
+			}
+			w.Header().Set("Retry-After", "180")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return true
+		}
+		_, err := b.runner.Pass(context.Background(), PassOptions{})
+		if err == nil || !strings.Contains(err.Error(), "more than 2m0s") {
+			t.Fatalf("err = %v, want the pass failed on a 3m wait", err)
+		}
+		if n := len(b.fake.requests()); n != 1 {
+			t.Fatalf("%d requests, want 1: a wait past 2m is not waited", n)
+		}
+		if most := clock.longest(); most >= maxWait {
+			t.Fatalf("the client waited %v", most)
+		}
+	})
+}
