@@ -128,8 +128,9 @@ type githubDelivery struct {
 // error) keeps what it received, and the next pass finds those known by a
 // look-up, without fetching them again.
 func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) error) error {
-	// handed holds the GUIDs found has had: an event's newest attempt
-	// decides, older attempts on later pages are passed over.
+	// handed holds the GUIDs found has had: the page an event first shows
+	// on (its newest attempts) decides, its older attempts on later pages
+	// are passed over.
 	handed := map[string]bool{}
 	u := g.base.JoinPath(g.hook, "deliveries")
 	u.RawQuery = url.Values{"per_page": {"100"}}.Encode()
