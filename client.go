@@ -93,7 +93,9 @@ func (c *Client) ID() string { return c.cfg.ID }
 // Start returns an error wrapping ErrInvalidParams for what would not work
 // as asked: no handler, a HandleTx on another store, a SourcePolicy for a
 // source no handler works, or transactional handlers on a store whose pool
-// (Pooled) is smaller than their Workload.Conns.
+// (Pooled) is smaller than this client's Workload.Conns. That check is
+// this client's alone: a pool shared with another client or a receiver
+// needs the sum of their Workloads.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -137,11 +139,16 @@ func (c *Client) checkRegistered() error {
 		return nil
 	}
 	need := Workload{Workers: c.cfg.Workers, TxHandlers: true}.Conns()
-	if have := pool.MaxConns(); have < need {
-		return fmt.Errorf("%w: the store's pool has %d connections, and %d workers with transactional handlers need %d (ferry.Workload.Conns): raise the pool's MaxConns, or lower Config.Workers to %d",
-			ErrInvalidParams, have, c.cfg.Workers, need, max(0, c.cfg.Workers-(need-have)))
+	have := pool.MaxConns()
+	if have >= need {
+		return nil
 	}
-	return nil
+	fix := fmt.Sprintf("raise the pool's MaxConns to %d", need)
+	if fit := c.cfg.Workers - (need - have); fit >= 1 {
+		fix += fmt.Sprintf(", or lower Config.Workers to %d", fit)
+	}
+	return fmt.Errorf("%w: the store's pool has %d connections, and %d workers with transactional handlers need %d (ferry.Workload.Conns): %s",
+		ErrInvalidParams, have, c.cfg.Workers, need, fix)
 }
 
 // Stop stops claiming, lets running handlers finish within ShutdownGrace (or

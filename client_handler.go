@@ -22,8 +22,9 @@ func (c *Client) HandleType(source, eventType string, h HandlerFunc) {
 //
 // Each running h holds a connection of the store's pool: on PostgreSQL the
 // pool needs Workload{Workers: Config.Workers, TxHandlers: true}.Conns()
-// connections, or Start refuses it (a smaller one makes heartbeats and
-// verdicts wait behind the handlers until leases lapse and effects repeat).
+// connections for this client (plus what others sharing it need), or
+// heartbeats and verdicts wait behind the handlers until leases lapse and
+// effects repeat. Start refuses a pool smaller than this client's share.
 //
 // On SQLite the transaction holds the store's one write connection while h
 // runs, so no heartbeat, receipt or verdict of any client on that store is

@@ -31,7 +31,7 @@ func TestClientTxHandlersNeedTheirPool(t *testing.T) {
 	_, schema := pgtest.Schema(t)
 	const workers = 8
 	need := ferry.Workload{Workers: workers, TxHandlers: true}.Conns()
-	for _, size := range []int{4, need} {
+	for _, size := range []int{4, need - 2, need} {
 		pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) { c.MaxConns = int32(size) })
 		st := teststore.PostgresOn(t, pool, nil)
 		c, err := ferry.NewClient(&ferry.Config{Store: st, Workers: workers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -46,6 +46,10 @@ func TestClientTxHandlersNeedTheirPool(t *testing.T) {
 		switch {
 		case size < need && (!errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), fmt.Sprintf("need %d", need))):
 			t.Errorf("a pool of %d: Start = %v, want ErrInvalidParams naming %d connections", size, err, need)
+		case size == 4 && strings.Contains(err.Error(), "lower Config.Workers"):
+			t.Errorf("a pool of 4: Start = %v; no Workers fit it, and 0 would mean the default", err)
+		case size == need-2 && !strings.Contains(err.Error(), fmt.Sprintf("lower Config.Workers to %d", workers-2)):
+			t.Errorf("a pool of %d: Start = %v, want the Workers that fit", size, err)
 		case size >= need && err != nil:
 			t.Errorf("a pool of %d (the Workload's): Start = %v", size, err)
 		}

@@ -232,15 +232,14 @@ func (a *Admin) addressedDirectly(r *http.Request) bool {
 	return net.ParseIP(host) != nil || host == "localhost"
 }
 
-// relayHeaders are what proxies add to a request they relay.
-var relayHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "Via"}
-
-// relayHeader names the first relay header r carries, or "". Like
+// relayHeader names a header r carries that proxies add to what they relay
+// (Forwarded, X-Forwarded-*, X-Real-Ip, Via), or "". Like
 // addressedDirectly it only refuses: a proxy that rewrites Host to the
 // listener's loopback address usually still adds one of these.
 func relayHeader(r *http.Request) string {
-	for _, h := range relayHeaders {
-		if _, ok := r.Header[h]; ok {
+	for h := range r.Header {
+		switch {
+		case h == "Forwarded", h == "X-Real-Ip", h == "Via", strings.HasPrefix(h, "X-Forwarded-"):
 			return h
 		}
 	}

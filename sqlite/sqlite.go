@@ -158,13 +158,15 @@ func Open(path string, config *Config) (*Store, error) {
 }
 
 // filePath is the file a path or "file:" URI names: without its query and,
-// for a URI, unescaped and without its authority ("file:///data/ferry.db").
+// for a URI, its fragment, unescaped and without its authority
+// ("file:///data/ferry.db").
 func filePath(path string) string {
 	path, _, _ = strings.Cut(path, "?")
 	rest, ok := strings.CutPrefix(path, "file:")
 	if !ok {
 		return path
 	}
+	rest, _, _ = strings.Cut(rest, "#")
 	if after, ok := strings.CutPrefix(rest, "//"); ok {
 		// The authority is empty or "localhost"; the path starts at its "/".
 		if i := strings.IndexByte(after, '/'); i >= 0 {

@@ -99,7 +99,7 @@ func TestOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(100)", "file://" + path, "file://localhost" + path} {
+		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(100)", "file://" + path, "file://localhost" + path, "file:" + path + "#x"} {
 			s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: true})
 			if err != nil {
 				t.Fatalf("Open(%q) of an existing file = %v", dsn, err)

@@ -82,7 +82,13 @@ SIGHUP stops it gracefully (exit 0).`)
 		work.Workers = cmp.Or(cfg.Worker.Workers, ferry.DefaultWorkers)
 		work.TxHandlers = chaosTxHandlers != nil && chaosTxHandlers()
 	}
-	st, closeStore, err := openStore(ctx, cfg, work, creatingStore)
+	// Without migrating, serve needs the store that is there: a missing
+	// SQLite file is a mistyped store.url, not a store to make.
+	use := creatingStore
+	if !*cfg.Store.Migrate || *noMigrate {
+		use = existingStore
+	}
+	st, closeStore, err := openStore(ctx, cfg, work, use)
 	if err != nil {
 		return err
 	}

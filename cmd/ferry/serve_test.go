@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -616,8 +617,14 @@ func TestServeWithoutMigratingNeedsACurrentSchema(t *testing.T) {
 	}
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
-		dbURL := "sqlite:" + filepath.Join(t.TempDir(), "ferry.db")
-		cfg := writeConfig(t, dbURL, "http://127.0.0.1:1/hooks", "")
+		path := filepath.Join(t.TempDir(), "ferry.db")
+		cfg := writeConfig(t, "sqlite:"+path, "http://127.0.0.1:1/hooks", "")
+		// A missing file is a mistyped store.url: refused, and not made.
+		_, stderr, code := runFerry(t, "serve", "--config", cfg, "--no-migrate")
+		if _, err := os.Stat(path); code != exitUsage || !strings.Contains(stderr, "store.url") || !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("serve --no-migrate on a missing file: exit %d (file: %v), stderr:\n%s\nwant %d naming store.url, and no file", code, err, stderr, exitUsage)
+		}
+		writeFile(t, path, "") // an empty SQLite database
 		refused(t, cfg, "drop --no-migrate", "--no-migrate")
 		off := filepath.Join(t.TempDir(), "off.toml")
 		writeFile(t, off, strings.Replace(readFile(t, cfg), "[store]\n", "[store]\nmigrate = false\n", 1))
