@@ -228,6 +228,6 @@ type Replay struct {
 type Action struct {
 	EventID int64 // the Event's row ID
 	At      time.Time
-	Action  string // ActionRequeue, ActionReplay or ActionRetryNow
+	Action  string // ActionRequeue, ActionReplay, ActionRetryNow or ActionResolve
 	Actor   string
 }

@@ -435,6 +435,22 @@ func (p *EventRetryNowParams) Validate() error {
 	return validID(p.ID)
 }
 
+// Validate requires at least one ID, each positive, and an Actor.
+func (p *EventResolveParams) Validate() error {
+	if err := requiredText("actor (the action ledger names who resolved)", p.Actor); err != nil {
+		return err
+	}
+	if len(p.IDs) == 0 {
+		return invalid("no event ids to resolve")
+	}
+	for _, id := range p.IDs {
+		if err := validID(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Action is what EventRequeue records for each event it requeues:
 // ActionReplay when IDs name the events, ActionRequeue for a bulk requeue.
 func (p *EventRequeueParams) Action() string {

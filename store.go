@@ -166,6 +166,19 @@ type Store interface {
 	// and recording nothing.
 	EventRequeue(ctx context.Context, params *EventRequeueParams) (int, error)
 
+	// EventResolve closes dead or unknown events by hand: each moves to done,
+	// as if it had completed, without running again, and an Action
+	// (ActionResolve, who, when by the database's clock) records that a
+	// person closed it, in the same transaction. It is for an unknown event
+	// whose side effect the operator has confirmed did run, and a dead one
+	// the operator decides to discard: either would otherwise stay, alerted,
+	// until replayed. Events in any other state are left as they are (a
+	// claim or requeue racing it wins), and the attempt ledger is kept as it
+	// was. Resolved events are done events from then on: counted, archived
+	// and purged at their source's retention like any other. It returns how
+	// many events it resolved.
+	EventResolve(ctx context.Context, params *EventResolveParams) (int, error)
+
 	// EventRetryNow makes a pending event due at the database's now, so a
 	// worker takes it without waiting out its backoff, and records the
 	// action with its Actor. It reports false, changing nothing, for an
@@ -294,6 +307,10 @@ const (
 	// ActionRetryNow made a pending event in backoff due at once
 	// (EventRetryNow).
 	ActionRetryNow = "retry_now"
+	// ActionResolve closed a dead or unknown event as done without running
+	// it again (EventResolve): its effect was confirmed, or it was
+	// discarded.
+	ActionResolve = "resolve"
 )
 
 type ActionListParams struct {
@@ -524,6 +541,14 @@ type EventRequeueParams struct {
 	// Actor names who asked (a user, a token's name, "cli:alice"); it is
 	// recorded with each requeued event's Action. Required: an audit trail
 	// of "unknown" tells nobody anything.
+	Actor string
+}
+
+type EventResolveParams struct {
+	// IDs are the events (by row id) to resolve. Required.
+	IDs []int64
+	// Actor is who closed them, recorded with each event's ActionResolve.
+	// Required: a person vouches that the event needs no further run.
 	Actor string
 }
 

@@ -174,6 +174,19 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	return count, wrap("event requeue", err)
 }
 
+// EventResolve closes dead or unknown events as done, archived with their
+// ledger, and records who closed them, in one statement.
+func (s *Store) EventResolve(ctx context.Context, params *ferry.EventResolveParams) (int, error) {
+	if err := params.Validate(); err != nil {
+		return 0, wrap("event resolve", err)
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, eventResolveSQL, pgx.NamedArgs{
+		"now": s.nowArg(), "ids": params.IDs, "action": ferry.ActionResolve, "actor": params.Actor,
+	}).Scan(&n)
+	return n, wrap("event resolve", err)
+}
+
 // EventRetryNow makes a pending event due now and records who asked.
 func (s *Store) EventRetryNow(ctx context.Context, params *ferry.EventRetryNowParams) (bool, error) {
 	if err := params.Validate(); err != nil {

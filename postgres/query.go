@@ -71,6 +71,8 @@ var (
 	eventReleaseSQL string
 	//go:embed query/event_requeue.sql
 	eventRequeueSQL string
+	//go:embed query/event_resolve.sql
+	eventResolveSQL string
 	//go:embed query/event_retry_now.sql
 	eventRetryNowSQL string
 	//go:embed query/event_stats.sql

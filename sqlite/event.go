@@ -250,6 +250,31 @@ func microsOrNil(t time.Time) any {
 	return t.UnixMicro()
 }
 
+// EventResolve closes dead or unknown events as done and records who
+// closed them, in one transaction.
+func (s *Store) EventResolve(ctx context.Context, params *ferry.EventResolveParams) (int, error) {
+	if err := params.Validate(); err != nil {
+		return 0, wrap("event resolve", err)
+	}
+	var n int
+	err := s.writeTx(ctx, "event resolve", func(tx *sql.Tx) error {
+		now := s.nowMicros()
+		ids, err := collectRows(ctx, tx, eventResolveSQL, scanValue[int64],
+			sql.Named("now", now), sql.Named("ids", jsonArray(params.IDs)))
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		n = len(ids)
+		_, err = tx.ExecContext(ctx, eventRequeueActionSQL, sql.Named("now", now), sql.Named("ids", jsonArray(ids)),
+			sql.Named("action", ferry.ActionResolve), sql.Named("actor", params.Actor))
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
 // EventRetryNow makes a pending event due now and records who asked.
 func (s *Store) EventRetryNow(ctx context.Context, params *ferry.EventRetryNowParams) (bool, error) {
 	if err := params.Validate(); err != nil {

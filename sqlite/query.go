@@ -79,6 +79,8 @@ var (
 	eventRequeueSQL string
 	//go:embed query/event_requeue_action.sql
 	eventRequeueActionSQL string
+	//go:embed query/event_resolve.sql
+	eventResolveSQL string
 	//go:embed query/event_retry_now.sql
 	eventRetryNowSQL string
 	//go:embed query/action_insert.sql

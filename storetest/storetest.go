@@ -88,6 +88,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Lease", testLease[TX]},
 		{"Fail", testFail[TX]},
 		{"Requeue", testRequeue[TX]},
+		{"Resolve", testResolve[TX]},
 		{"List", testList[TX]},
 		{"Purge", testPurge[TX]},
 		{"Archive", testArchive[TX]},
