@@ -52,7 +52,8 @@ type DashboardOptions struct {
 // the events at risk first, an event table filtered by state, source, type,
 // time and id and paged both ways, an event page with its payload, headers,
 // conflicting payloads and attempt ledger (with what the app answered), and
-// actions: replay one event, retry a pending one now, and replay what a
+// actions: replay one event, retry a pending one now, mark a dead or
+// unknown one resolved (done, without running it again), and replay what a
 // filter selects after a confirmation that shows the count. It is
 // server-rendered HTML; one small script of its own (ui/static/ferry.js,
 // the only script the Content-Security-Policy allows) refreshes the
@@ -101,6 +102,7 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	mux.HandleFunc("GET /ui/events/{id}", d.event)
 	mux.HandleFunc("POST /ui/events/{id}/replay", d.replayOne)
 	mux.HandleFunc("POST /ui/events/{id}/retry", d.retryNow)
+	mux.HandleFunc("POST /ui/events/{id}/resolve", d.resolve)
 	mux.HandleFunc("GET /ui/replay", d.replayConfirm)
 	mux.HandleFunc("POST /ui/replay", d.replayMany)
 	d.routes, d.handler = mux, http.NewCrossOriginProtection().Handler(mux)
@@ -332,7 +334,7 @@ type eventData struct {
 	Now        time.Time
 	AtRisk     bool
 	Attempts   []*ferry.Attempt
-	Actions    []*ferry.Action // who requeued, replayed or retried it, oldest first
+	Actions    []*ferry.Action // who requeued, replayed, retried or resolved it, oldest first
 	Replays    []*ferry.Replay
 	Conflicts  []conflictView
 	Original   []line // the stored payload, line by line, beside the conflicts
@@ -342,6 +344,7 @@ type eventData struct {
 	Truncated  bool
 	Replayable bool
 	Retryable  bool // pending and not yet due: "retry now" makes it due
+	Resolvable bool // dead or unknown: "mark resolved" closes it as done
 	Flash      string
 
 	// ReplaysNotKept and ConflictsNotKept are the deliveries the event
@@ -407,6 +410,7 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 		PayloadLen: len(e.Payload), Flash: flashOf(r.URL.Query()),
 		Replayable: e.State.Terminal(),
 		Retryable:  e.State == ferry.StatePending && e.NextAttemptAt.After(stats.Now),
+		Resolvable: e.State == ferry.StateDead || e.State == ferry.StateUnknown,
 	}
 	data.Payload, data.Truncated = prettyPayload(e.Payload, d.opts.PayloadLimit)
 	if e.Conflicts > 0 {
@@ -488,6 +492,8 @@ var flashes = map[string]string{
 	"not_replayed": "not replayed: the event is already pending or running",
 	"due":          "due now: a worker will take it at once",
 	"not_due":      "not changed: the event is not waiting for a retry",
+	"resolved":     "resolved: the event is done and will not run again",
+	"not_resolved": "not resolved: only a dead or unknown event can be",
 }
 
 // flashOf is the message q's flash code names, or "".
@@ -538,6 +544,28 @@ func (d *Dashboard) retryNow(w http.ResponseWriter, r *http.Request) {
 		flash = "not_due"
 	}
 	d.opts.Logger.Info("ferry: dashboard retry now", "id", id, "changed", ok, "actor", actor)
+	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
+}
+
+// resolve closes a dead or unknown event as done without running it: its
+// effect was confirmed by hand, or the operator discards it.
+func (d *Dashboard) resolve(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		http.NotFound(w, r)
+		return
+	}
+	actor := actorOf(r.Context())
+	n, err := d.opts.Store.EventResolve(r.Context(), &ferry.EventResolveParams{IDs: []int64{id}, Actor: actor})
+	if err != nil {
+		d.fail(w, r, "resolve", err)
+		return
+	}
+	flash := "resolved"
+	if n == 0 {
+		flash = "not_resolved"
+	}
+	d.opts.Logger.Info("ferry: dashboard resolve", "id", id, "resolved", n, "actor", actor)
 	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
 }
 

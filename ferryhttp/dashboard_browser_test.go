@@ -264,6 +264,26 @@ func TestDashboardBrowserOperations(t *testing.T) {
 		t.Errorf("ord_3 (order.refunded) was replayed: %s", state("ord_3"))
 	}
 
+	// Mark resolved: ord_3's refund was made by hand, so the operator closes
+	// it without running it; it is done at once, and the page says who.
+	err = chromedp.Do(br,
+		chromedp.Navigate(b.server.URL+"/ui/events/"+itoa(ids["ord_3"])),
+		chromedp.WaitVisible(`#resolve`),
+	)
+	if err != nil {
+		t.Fatalf("open ord_3: %v", err)
+	}
+	clickForFlash(t, br, `#resolve`, "mark resolved", "resolved: the event is done")
+	if got := state("ord_3"); got != ferry.StateDone {
+		t.Errorf("ord_3 after mark resolved: %s, want done", got)
+	}
+	if actions, err := chromedp.Run(br, chromedp.Text(`#actions`)); err != nil || !strings.Contains(actions, "resolve") || !strings.Contains(actions, "anonymous") {
+		t.Errorf("ord_3's actions after mark resolved = %q (%v), want a resolve by anonymous", actions, err)
+	}
+	if n := len(attemptsOf(t, b, ids["ord_3"])); n != 1 {
+		t.Errorf("ord_3 has %d attempts after mark resolved, want its 1: resolving runs nothing", n)
+	}
+
 	// Retry now: ord_wait waits an hour for its next attempt; the app is
 	// back, so an operator makes it due, and the worker finishes it.
 	maintenance.Store(false)
@@ -299,8 +319,9 @@ func TestDashboardBrowserOperations(t *testing.T) {
 	if marker, _ := chromedp.Run(br, chromedp.Evaluate[string](`String(window.ferryTestMarker)`)); marker != "same page" {
 		t.Fatalf("the overview reloaded instead of refreshing (marker %q)", marker)
 	}
+	// Done: ord_1, ord_2 (replayed), ord_3 (resolved), ord_wait and ord_live.
 	waitState(t, b, ids["ord_live"], ferry.StateDone)
-	_, err = chromedp.Run(br, chromedp.Poll[bool](`document.querySelector("#counts [data-count='shop/done']").textContent === "4"`,
+	_, err = chromedp.Run(br, chromedp.Poll[bool](`document.querySelector("#counts [data-count='shop/done']").textContent === "5"`,
 		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
 	if err != nil {
 		t.Fatalf("the counts did not refresh: %v", err)
@@ -337,6 +358,16 @@ func TestDashboardBrowserOperations(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the refresh did not resume after the edit: %v", err)
 	}
+}
+
+// attemptsOf reads an event's attempt ledger from the store.
+func attemptsOf(t *testing.T, b *dashBundle, id int64) []*ferry.Attempt {
+	t.Helper()
+	list, err := b.store.AttemptList(context.Background(), &ferry.AttemptListParams{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
 }
 
 // waitFor reads the store until the event satisfies ok; a generous

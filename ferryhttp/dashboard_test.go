@@ -249,7 +249,7 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard bulk replay" filter="source=stripe" replayed=0 actor=anonymous`) {
 		t.Errorf("the bulk replay's log line must name the actor:\n%s", logs)
 	}
-	for _, path := range []string{"/ui/replay", "/ui/events/" + itoa(b.ids["gh_1"]) + "/retry"} {
+	for _, path := range []string{"/ui/replay", "/ui/events/" + itoa(b.ids["gh_1"]) + "/retry", "/ui/events/" + itoa(b.ids["evt_dead"]) + "/resolve"} {
 		req = newReq(t, "POST", b.server.URL+path, strings.NewReader("source=stripe"))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
@@ -338,10 +338,12 @@ func TestAdminAuth(t *testing.T) {
 				t.Errorf("GET /metrics: %d, want 401 with a Basic challenge", res.StatusCode)
 			}
 		}
-		req := forged(newReq(t, "POST", event+"/replay", nil))
-		req.Header.Set("Sec-Fetch-Site", "same-origin")
-		if res := do(t, req); res.StatusCode != http.StatusUnauthorized {
-			t.Errorf("anonymous replay: %d, want 401", res.StatusCode)
+		for _, action := range []string{"/replay", "/resolve"} {
+			req := forged(newReq(t, "POST", event+action, nil))
+			req.Header.Set("Sec-Fetch-Site", "same-origin")
+			if res := do(t, req); res.StatusCode != http.StatusUnauthorized {
+				t.Errorf("anonymous %s: %d, want 401", action, res.StatusCode)
+			}
 		}
 		if e, _ := b.store.EventGet(context.Background(), &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StateDead {
 			t.Fatalf("an anonymous POST changed the event to %s", e.State)
@@ -788,6 +790,51 @@ func TestDashboardRetryNow(t *testing.T) {
 	}
 	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard retry now" id=`+itoa(id)+` changed=true actor=anonymous`) {
 		t.Errorf("retry now's log line:\n%s", logs)
+	}
+}
+
+// TestDashboardResolve: a dead event offers "mark resolved", which closes
+// it as done without running it and records who did; any other event has
+// no such button, and a resolve of it changes nothing.
+func TestDashboardResolve(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	ctx := context.Background()
+	dead, pending := b.ids["evt_dead"], b.ids["gh_1"]
+	if body := page(t, b, "/ui/events/"+itoa(pending)); strings.Contains(body, `id="resolve"`) {
+		t.Errorf("a pending event offers mark resolved:\n%s", body)
+	}
+	if body := page(t, b, "/ui/events/"+itoa(dead)); !strings.Contains(body, `id="resolve"`) {
+		t.Fatalf("a dead event has no mark resolved button:\n%s", body)
+	}
+	resolve := func(id int64) string {
+		req := newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(id)+"/resolve", nil)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		code, body := testhttp.Do(t, req)
+		if code != 200 {
+			t.Fatalf("resolve: %d", code)
+		}
+		return body
+	}
+	body := resolve(dead)
+	if !strings.Contains(body, "resolved: the event is done") || strings.Contains(body, `id="resolve"`) || !strings.Contains(body, `id="replay"`) {
+		t.Errorf("after resolve:\n%s", body)
+	}
+	if _, actions, _ := strings.Cut(body, `id="actions"`); !strings.Contains(actions, "<td>resolve</td><td>anonymous</td>") {
+		t.Errorf("the event's actions do not say who resolved it:\n%s", actions)
+	}
+	e, err := b.store.EventGet(ctx, &ferry.EventGetParams{ID: dead})
+	if err != nil || e.State != ferry.StateDone {
+		t.Errorf("after resolve: %+v, %v; want done", e, err)
+	}
+	if body := resolve(pending); !strings.Contains(body, "not resolved") {
+		t.Errorf("resolve of a pending event:\n%s", body)
+	}
+	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: pending}); e.State != ferry.StatePending {
+		t.Errorf("a refused resolve changed the event to %s", e.State)
+	}
+	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard resolve" id=`+itoa(dead)+` resolved=1 actor=anonymous`) {
+		t.Errorf("resolve's log line:\n%s", logs)
 	}
 }
 
