@@ -22,7 +22,7 @@ import (
 // ("postgres: event claim many: …") and keeps its sentinel for errors.Is.
 type Store interface {
 	// ActionList returns the operator actions on one event (requeues,
-	// replays), oldest first, with who did each and when.
+	// replays, retries now, resolves), oldest first, with who did each and when.
 	ActionList(ctx context.Context, params *ActionListParams) ([]*Action, error)
 
 	// ArchiveInfo reports how many time partitions hold done events and

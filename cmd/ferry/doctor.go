@@ -182,12 +182,12 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 		if !configured[s.Source] {
 			// Its events wait for no worker, and replay refuses them: the
 			// fixes below would not run.
-			warn("add a [[source]] named "+s.Source+" back, or leave them: no worker here will process them",
+			warn("add a [[source]] named "+s.Source+" back, or close its dead and unknown events with ferry events resolve "+s.Source+" ID...: no worker here will process them",
 				"source %s: %d events in the store, but the source is not configured", s.Source, s.Total())
 			continue
 		}
 		if s.AtRisk > 0 {
-			fail(fmt.Sprintf("make them succeed before the provider's replay window ends: ferry events list --at-risk --source %s; fix the handler or app, then ferry events replay", s.Source),
+			fail(fmt.Sprintf("make them succeed before the provider's replay window ends: ferry events list --at-risk --source %s; fix the handler or app, then ferry events retry-now %s ID... (or wait for their next attempt)", s.Source, s.Source),
 				"source %s: %d events at risk, oldest received %s ago, unfinished and close to outliving the replay window", s.Source, s.AtRisk, age(s.OldestAtRisk))
 		}
 		if n := s.States[ferry.StateDead]; n > 0 {
@@ -195,7 +195,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 				"source %s: %d dead events", s.Source, n)
 		}
 		if n := s.States[ferry.StateUnknown]; n > 0 {
-			fail(fmt.Sprintf("check the app for each (ferry events show %s ID), then replay the ones that did not happen", s.Source),
+			fail(fmt.Sprintf("check the app for each (ferry events show %s ID), then replay the ones that did not happen and resolve the ones that did (ferry events resolve %s ID...)", s.Source, s.Source),
 				"source %s: %d events held as unknown: a lease was lost while their effect may have run", s.Source, n)
 		}
 		if s.LeaseExpired > 0 {

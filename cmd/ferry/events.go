@@ -20,15 +20,15 @@ import (
 	"github.com/ferry-inbox/ferry/internal/config"
 )
 
-// errEventNotFound is the error (exit 3) of show and replay when a named
-// event does not exist.
+// errEventNotFound is the error (exit 3) of show, replay, retry-now and
+// resolve when a named event does not exist.
 var errEventNotFound = &exitError{exitNotFound, ferry.ErrNotFound}
 
 func runEvents(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(os.Stderr, eventsUsage)
 		if len(args) == 0 {
-			return usagef("name a subcommand: list, show or replay")
+			return usagef("name a subcommand: list, show, replay, retry-now or resolve")
 		}
 		return flag.ErrHelp
 	}
@@ -44,8 +44,12 @@ func runEvents(ctx context.Context, args []string) error {
 		return runEventsShow(ctx, args[1:], os.Stdout)
 	case "replay":
 		return runEventsReplay(ctx, args[1:], os.Stdout)
+	case "retry-now":
+		return eventsRetryNow.run(ctx, args[1:], os.Stdout)
+	case "resolve":
+		return eventsResolve.run(ctx, args[1:], os.Stdout)
 	}
-	return usagef("unknown subcommand %q: use list, show or replay", args[0])
+	return usagef("unknown subcommand %q: use list, show, replay, retry-now or resolve", args[0])
 }
 
 const eventsUsage = `usage:
@@ -53,6 +57,8 @@ const eventsUsage = `usage:
   ferry events show   SOURCE EVENT_ID [--payload] [--json]
   ferry events replay SOURCE EVENT_ID...
   ferry events replay --state dead --source X
+  ferry events retry-now SOURCE EVENT_ID...
+  ferry events resolve   SOURCE EVENT_ID...
 
 Every subcommand takes --config FILE (default ferry.toml); 'ferry events list -h'
 says what each does and lists its flags.
@@ -302,9 +308,14 @@ type eventDetail struct {
 	Attempts        []attemptLine       `json:"attempts"`
 	Actions         []actionLine        `json:"actions"`
 	Replays         []replayLine        `json:"replays"`
+	// Conflicts are the deliveries of this key whose payload differed from
+	// the event's: the first ferry.NoticeKeep are kept, the rest counted
+	// (Deliveries and eventLine.Conflicts).
+	Conflicts []conflictLine `json:"conflicts"`
 }
 
-// actionLine is one operator action: who requeued or replayed, and when.
+// actionLine is one operator action: who requeued, replayed, retried or
+// resolved, and when.
 type actionLine struct {
 	At     time.Time `json:"at"`
 	Action string    `json:"action"`
@@ -318,6 +329,17 @@ type replayLine struct {
 	ClaimedType    string    `json:"claimed_type"`
 }
 
+// conflictLine is one kept delivery of this key with another payload; the
+// payload itself only with --payload, as the event's own.
+type conflictLine struct {
+	ReceivedAt    time.Time           `json:"received_at"`
+	PayloadSHA256 string              `json:"payload_sha256"`
+	PayloadBytes  int                 `json:"payload_bytes"`
+	Headers       map[string][]string `json:"headers,omitempty"`
+	Payload       json.RawMessage     `json:"payload,omitempty"`
+	PayloadText   string              `json:"payload_text,omitempty"`
+}
+
 type attemptLine struct {
 	Attempt    int        `json:"attempt"`
 	Worker     string     `json:"worker"`
@@ -329,10 +351,11 @@ type attemptLine struct {
 
 func runEventsShow(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("events show", "SOURCE EVENT_ID [flags]",
-		`Shows one event: its state, attempt ledger, operator actions (who replayed it,
-when), suspected replays of its body, delivery count and headers (anything
-signature- or credential-like redacted), and with --payload its payload. Exits 3
-when the event does not exist.`)
+		`Shows one event: its state, attempt ledger, operator actions (who replayed,
+retried or resolved it, when), conflicting deliveries of its id (received,
+size, sha256), suspected replays of its body, delivery count and headers
+(anything signature- or credential-like redacted), and with --payload its
+payload and the conflicting ones. Exits 3 when the event does not exist.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	payload := fs.Bool("payload", false, "print the payload too (it may hold personal data)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -367,6 +390,13 @@ when the event does not exist.`)
 	if err != nil {
 		return err
 	}
+	var conflicts []*ferry.Conflict
+	if e.Conflicts > 0 {
+		conflicts, err = env.store.ConflictList(ctx, &ferry.ConflictListParams{ID: e.ID, Limit: ferry.NoticeKeep})
+		if err != nil {
+			return err
+		}
+	}
 	stats, err := env.store.EventStats(ctx, &ferry.EventStatsParams{})
 	if err != nil {
 		return err
@@ -382,6 +412,7 @@ when the event does not exist.`)
 		Attempts:        []attemptLine{},
 		Actions:         []actionLine{},
 		Replays:         []replayLine{},
+		Conflicts:       []conflictLine{},
 	}
 	for _, a := range actions {
 		d.Actions = append(d.Actions, actionLine{At: a.At, Action: a.Action, Actor: a.Actor})
@@ -395,12 +426,15 @@ when the event does not exist.`)
 	if !e.RequeuedAt.IsZero() {
 		d.RequeuedAt = &e.RequeuedAt
 	}
-	if *payload {
-		if json.Valid(e.Payload) {
-			d.Payload = e.Payload
-		} else {
-			d.PayloadText = string(e.Payload)
+	for _, c := range conflicts {
+		l := conflictLine{ReceivedAt: c.ReceivedAt, PayloadSHA256: fmt.Sprintf("%x", c.PayloadSHA256), PayloadBytes: len(c.Payload), Headers: shownHeaders(c.Headers)}
+		if *payload {
+			l.Payload, l.PayloadText = shownPayload(c.Payload)
 		}
+		d.Conflicts = append(d.Conflicts, l)
+	}
+	if *payload {
+		d.Payload, d.PayloadText = shownPayload(e.Payload)
 	}
 	for _, a := range attempts {
 		l := attemptLine{Attempt: a.Attempt, Worker: a.Worker, StartedAt: a.StartedAt, Outcome: string(a.Outcome), Error: a.Error}
@@ -470,10 +504,7 @@ when the event does not exist.`)
 		}
 	}
 	if len(d.Replays) > 0 {
-		title := "replays (this body under other ids, not processed)"
-		if e.Replays > len(d.Replays) {
-			title = fmt.Sprintf("replays (this body under other ids, not processed; the first %d of %d are kept)", len(d.Replays), e.Replays)
-		}
+		title := keptTitle("replays (this body under other ids, not processed", len(d.Replays), e.Replays)
 		if err := writeSection(out, title, "RECEIVED\tCLAIMED ID\tCLAIMED TYPE", len(d.Replays), func(tw io.Writer, i int) {
 			r := d.Replays[i]
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.ReceivedAt.Format(time.RFC3339), oneLine(r.ClaimedEventID, 80), oneLine(r.ClaimedType, 80))
@@ -481,10 +512,40 @@ when the event does not exist.`)
 			return err
 		}
 	}
+	if len(d.Conflicts) > 0 {
+		title := keptTitle("conflicts (deliveries of this id with another payload, not processed", len(d.Conflicts), e.Conflicts)
+		if err := writeSection(out, title, "RECEIVED\tBYTES\tPAYLOAD SHA256", len(d.Conflicts), func(tw io.Writer, i int) {
+			c := d.Conflicts[i]
+			fmt.Fprintf(tw, "  %s\t%d\t%s\n", c.ReceivedAt.Format(time.RFC3339), c.PayloadBytes, c.PayloadSHA256)
+		}); err != nil {
+			return err
+		}
+	}
 	if *payload {
 		fmt.Fprintf(out, "\npayload:\n%s\n", e.Payload)
+		for i, c := range conflicts {
+			fmt.Fprintf(out, "\nconflicting payload %d (received %s):\n%s\n", i+1, c.ReceivedAt.Format(time.RFC3339), c.Payload)
+		}
 	}
 	return nil
+}
+
+// shownPayload is p as show --json prints it: itself when it is JSON,
+// else as text.
+func shownPayload(p []byte) (asJSON json.RawMessage, asText string) {
+	if json.Valid(p) {
+		return p, ""
+	}
+	return nil, string(p)
+}
+
+// keptTitle closes a section's title (open is up to its parenthesis) with
+// how many of the counted a store kept, when it kept fewer.
+func keptTitle(open string, kept, counted int) string {
+	if counted > kept {
+		return fmt.Sprintf("%s; the first %d of %d are kept)", open, kept, counted)
+	}
+	return open + ")"
 }
 
 // writeSection writes a titled, tab-aligned table of n rows to out after a
@@ -546,36 +607,123 @@ others are still replayed).`)
 		fmt.Fprintf(out, "replayed %d %s events of %s\n", n, *state, *source)
 		return nil
 	}
+	return eachNamed(ctx, env.store, out, "replay", "replayed", "not replayed, already queued or running", positional, func(e *ferry.Event) (bool, error) {
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}, Actor: *actor})
+		return n > 0, err
+	})
+}
+
+// eachNamed runs act on each event named by positional (SOURCE EVENT_ID...),
+// one at a time, and prints "DONE SOURCE EVENT_ID" for each it changed
+// (done is the past tense: "replayed"); verb names the step in errors.
+// The events act leaves as they are are listed after refused, with their
+// state; the ones that do not exist are the error (exit 3), after the
+// others are done.
+func eachNamed(ctx context.Context, st ferry.Store, out io.Writer, verb, done, refusedText string, positional []string, act func(*ferry.Event) (bool, error)) error {
 	src := positional[0]
 	var missing, refused []string
-	replayed := 0
 	for _, id := range positional[1:] {
-		e, err := env.store.EventGet(ctx, &ferry.EventGetParams{Source: src, EventID: id})
+		e, err := st.EventGet(ctx, &ferry.EventGetParams{Source: src, EventID: id})
 		if errors.Is(err, ferry.ErrNotFound) {
 			missing = append(missing, id)
 			continue
 		}
+		if err == nil {
+			var changed bool
+			if changed, err = act(e); err == nil && !changed {
+				refused = append(refused, fmt.Sprintf("%s (%s)", id, e.State))
+				continue
+			}
+		}
 		if err != nil {
-			return fmt.Errorf("replay %s %s: %w", src, id, err)
+			return fmt.Errorf("%s %s %s: %w", verb, src, id, err)
 		}
-		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}, Actor: *actor})
-		if err != nil {
-			return fmt.Errorf("replay %s %s: %w", src, id, err)
-		}
-		if n == 0 {
-			refused = append(refused, fmt.Sprintf("%s (%s)", id, e.State))
-			continue
-		}
-		replayed++
-		fmt.Fprintf(out, "replayed %s %s\n", src, id)
+		fmt.Fprintf(out, "%s %s %s\n", done, src, id)
 	}
 	if len(refused) > 0 {
-		fmt.Fprintf(out, "not replayed, already queued or running: %s\n", strings.Join(refused, ", "))
+		fmt.Fprintf(out, "%s: %s\n", refusedText, strings.Join(refused, ", "))
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%s %s: %w", src, strings.Join(missing, ", "), errEventNotFound)
 	}
 	return nil
+}
+
+// namedAction is an events subcommand that changes the events named by
+// SOURCE EVENT_ID..., one at a time, on behalf of --actor.
+type namedAction struct {
+	name, help string // the subcommand and its -h text
+	what       string // what the actor does, for the --actor flag: "asks", "resolves"
+	verb, done string // eachNamed's
+	refused    string // eachNamed's refusedText
+	// retired accepts a source no longer in the config (listable): nothing
+	// will run its events. Otherwise the source must be configured: a
+	// worker must take them.
+	retired bool
+	act     func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error)
+}
+
+func (a *namedAction) run(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("events "+a.name, "SOURCE EVENT_ID...", a.help)
+	configPath := fs.String("config", "ferry.toml", "the config `file`")
+	actor := fs.String("actor", defaultActor(), "who "+a.what+" (a `name`), kept with each event; ferry events show lists it")
+	positional, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(positional) < 2:
+		return usagef("want SOURCE EVENT_ID...")
+	case *actor == "":
+		return usagef("--actor is empty: name who %s", a.what)
+	}
+	configured := positional[0]
+	if a.retired {
+		configured = ""
+	}
+	env, err := openConfigured(ctx, *configPath, configured, existingStore)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	if err := env.listable(ctx, positional[0]); err != nil {
+		return err
+	}
+	return eachNamed(ctx, env.store, out, a.verb, a.done, a.refused, positional, func(e *ferry.Event) (bool, error) {
+		return a.act(ctx, env.store, e, *actor)
+	})
+}
+
+var eventsRetryNow = namedAction{
+	name: "retry-now",
+	help: `Makes pending events that are waiting out a backoff due now, so a worker takes
+them at once, as the dashboard's "retry now" does. The attempt budget is not
+reset (that is replay's, for done, dead or unknown events); events that are not
+pending, or already due, are left as they are. Exits 3 when a named event does
+not exist (the others are still retried).`,
+	what: "asks", verb: "retry now", done: "retried",
+	refused: "not retried, not pending in a backoff (running, finished, or already due)",
+	act: func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error) {
+		return st.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: e.ID, Actor: actor})
+	},
+}
+
+var eventsResolve = namedAction{
+	name: "resolve",
+	help: `Marks dead or unknown events done without running them again: an unknown
+event whose effect you have confirmed did happen, or a dead one you decide to
+discard. Each is recorded with --actor (ferry events show lists who resolved it,
+and when); the attempt ledger is kept as it was. Events in any other state are
+left as they are. A source no longer in the config is accepted: nothing needs
+to run. Exits 3 when a named event does not exist (the others are still
+resolved).`,
+	what: "resolves", verb: "resolve", done: "resolved",
+	refused: "not resolved, only dead or unknown events can be",
+	retired: true,
+	act: func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error) {
+		n, err := st.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{e.ID}, Actor: actor})
+		return n > 0, err
+	},
 }
 
 // defaultActor names the person at the terminal: "cli:" and $USER, or "cli"

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -225,38 +226,24 @@ func TestEventsCLI(t *testing.T) {
 				}
 			})
 			t.Run("Show", func(t *testing.T) {
-				stdout, stderr, code := runFerry(t, "events", "show", "stripe", "evt_dead", "--config", cfg, "--json", "--payload")
-				if code != 0 {
-					t.Fatalf("show: exit %d: %s", code, stderr)
-				}
-				var d eventDetail
-				if err := json.Unmarshal([]byte(stdout), &d); err != nil {
-					t.Fatal(err)
-				}
+				d := showJSON(t, cfg, "stripe", "evt_dead", "--payload")
 				var payload bytes.Buffer
 				json.Compact(&payload, d.Payload)
 				if d.State != "dead" || len(d.Attempts) != 1 || d.Attempts[0].Outcome != "dead" || d.Attempts[0].Error != "card declined" ||
 					payload.String() != `{"id":"evt_dead","amount":4200}` || d.Headers["Content-Type"][0] != "application/json" {
-					t.Errorf("show = %s", stdout)
+					t.Errorf("show = %+v", d)
 				}
-				stdout, _, _ = runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_dead")
+				stdout, _, _ := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_dead")
 				if strings.Contains(stdout, "4200") || !strings.Contains(stdout, "card declined") {
 					t.Errorf("show without --payload printed the payload, or no error:\n%s", stdout)
 				}
 			})
 			t.Run("ShowReplays", func(t *testing.T) {
-				stdout, stderr, code := runFerry(t, "events", "show", "github", "gh_fresh", "--config", cfg, "--json")
-				if code != 0 {
-					t.Fatalf("show: exit %d: %s", code, stderr)
-				}
-				var d eventDetail
-				if err := json.Unmarshal([]byte(stdout), &d); err != nil {
-					t.Fatal(err)
-				}
+				d := showJSON(t, cfg, "github", "gh_fresh")
 				if len(d.Replays) != 1 || d.Replays[0].ClaimedEventID != "gh_forged" || d.Replays[0].ClaimedType != "delete" || d.Replays[0].ReceivedAt.IsZero() {
 					t.Errorf("show replays = %+v, want gh_forged/delete", d.Replays)
 				}
-				stdout, _, _ = runFerry(t, "events", "show", "--config", cfg, "github", "gh_fresh")
+				stdout, _, _ := runFerry(t, "events", "show", "--config", cfg, "github", "gh_fresh")
 				if !strings.Contains(stdout, "SUSPECTED REPLAY") || !strings.Contains(stdout, "gh_forged") {
 					t.Errorf("text show does not flag the replay:\n%s", stdout)
 				}
@@ -284,7 +271,7 @@ func TestEventsCLI(t *testing.T) {
 				if code != exitProblems {
 					t.Errorf("doctor: exit %d, want %d (an event is at risk)", code, exitProblems)
 				}
-				for _, want := range []string{"FAIL  source stripe: 1 events at risk", "at risk: stripe evt_old", "FAIL  source stripe: 1 dead events", "ferry events replay --state dead --source stripe", "store: "} {
+				for _, want := range []string{"FAIL  source stripe: 1 events at risk", "at risk: stripe evt_old", "FAIL  source stripe: 1 dead events", "ferry events replay --state dead --source stripe", "ferry events retry-now stripe ID", "store: "} {
 					if !strings.Contains(stdout, want) {
 						t.Errorf("doctor output lacks %q:\n%s\n%s", want, stdout, stderr)
 					}
@@ -311,14 +298,7 @@ func TestEventsCLI(t *testing.T) {
 					{"evt_done", "replay", "alice"},
 					{"evt_dead", "requeue", "cli"}, // --actor defaults to cli:$USER, or cli
 				} {
-					stdout, stderr, code := runFerry(t, "events", "show", "stripe", tc.id, "--config", cfg, "--json")
-					if code != 0 {
-						t.Fatalf("show: exit %d: %s", code, stderr)
-					}
-					var d eventDetail
-					if err := json.Unmarshal([]byte(stdout), &d); err != nil {
-						t.Fatal(err)
-					}
+					d := showJSON(t, cfg, "stripe", tc.id)
 					if len(d.Actions) != 1 || d.Actions[0].Action != tc.action || !strings.HasPrefix(d.Actions[0].Actor, tc.actor) || d.Actions[0].At.IsZero() {
 						t.Errorf("%s actions = %+v, want one %s by %s", tc.id, d.Actions, tc.action, tc.actor)
 					}
@@ -445,6 +425,14 @@ func TestUnknownSourceFlag(t *testing.T) {
 			t.Errorf("events replay %v: exit %d, %q; want %d", args, code, stderr, exitUsage)
 		}
 	}
+	// Resolving runs nothing, so it takes a retired source: how its dead
+	// events clear.
+	if out, stderr, code := runFerry(t, "events", "resolve", "retired", "evt_old", "--actor", "alice", "--config", cfg); code != 0 || out != "resolved retired evt_old\n" {
+		t.Errorf("events resolve retired evt_old: exit %d, %q %q; want it resolved", code, out, stderr)
+	}
+	if _, _, code := runFerry(t, "events", "resolve", "nosuch", "evt_old", "--config", cfg); code != exitUsage {
+		t.Errorf("events resolve nosuch: exit %d, want %d", code, exitUsage)
+	}
 	for _, args := range [][]string{
 		{"events", "list", "--source", "nosuch"},
 		{"events", "list", "--at-risk", "--source", "nosuch"},
@@ -457,5 +445,53 @@ func TestUnknownSourceFlag(t *testing.T) {
 		if code != exitUsage || stderr != want || stdout != "" {
 			t.Errorf("ferry %s: exit %d, stdout %q, stderr %q; want %d and %q", strings.Join(args, " "), code, stdout, stderr, exitUsage, want)
 		}
+	}
+}
+
+// show lists the conflicting payloads a store keeps (received at, size,
+// sha256; the payload with --payload only) and says how many more it only
+// counted.
+func TestEventsShowConflicts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	storeURL, open := cliStores()[0].setup(t)
+	cfg := migrateCLI(t, storeURL)
+	s := open(time.Now)
+	var payloads [][]byte
+	for i := range ferry.NoticeKeep + 3 {
+		payloads = append(payloads, []byte(fmt.Sprintf(`{"id":"evt_1","amount":%d}`, 1000+i)))
+		if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: payloads[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.close()
+	conflicting := payloads[1:]
+
+	d := showJSON(t, cfg, "stripe", "evt_1")
+	if len(d.Conflicts) != ferry.NoticeKeep {
+		t.Fatalf("show --json lists %d conflicts, want %d: %+v", len(d.Conflicts), ferry.NoticeKeep, d.Conflicts)
+	}
+	for i, c := range d.Conflicts {
+		if c.PayloadSHA256 != fmt.Sprintf("%x", sha256.Sum256(conflicting[i])) || c.PayloadBytes != len(conflicting[i]) || c.ReceivedAt.IsZero() || c.Payload != nil || c.PayloadText != "" {
+			t.Errorf("conflict %d = %+v, want %s's hash and size, no payload", i, c, conflicting[i])
+		}
+	}
+	d = showJSON(t, cfg, "stripe", "evt_1", "--payload")
+	var first bytes.Buffer
+	if len(d.Conflicts) > 0 {
+		json.Compact(&first, d.Conflicts[0].Payload)
+	}
+	if first.String() != string(conflicting[0]) {
+		t.Errorf("show --json --payload: first conflict's payload %q, want %s", first.String(), conflicting[0])
+	}
+	stdout, stderr, code := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_1")
+	want := fmt.Sprintf("the first %d of %d are kept", ferry.NoticeKeep, ferry.NoticeKeep+2)
+	sum := fmt.Sprintf("%x", sha256.Sum256(conflicting[0]))
+	if code != 0 || !strings.Contains(stdout, "conflicts (") || !strings.Contains(stdout, want) || !strings.Contains(stdout, sum) || strings.Contains(stdout, "1001") {
+		t.Errorf("show: exit %d, want a conflicts section with %q and %s, no payload:\n%s%s", code, want, sum, stdout, stderr)
+	}
+	stdout, _, _ = runFerry(t, "events", "show", "--config", cfg, "--payload", "stripe", "evt_1")
+	if !strings.Contains(stdout, string(conflicting[0])) {
+		t.Errorf("show --payload lacks the first conflicting payload:\n%s", stdout)
 	}
 }

@@ -6,7 +6,7 @@
 //	ferry send    --config ferry.toml --source NAME   sign and send a sample delivery
 //	ferry reconcile --config ferry.toml --source NAME   fetch what the provider never delivered
 //	ferry echo    --listen 127.0.0.1:3000 --secret whsec_...   a stand-in app that prints what it receives
-//	ferry events  list|show|replay      look at and replay events
+//	ferry events  list|show|replay|retry-now|resolve   look at, replay, retry and resolve events
 //	ferry doctor  --config ferry.toml   what needs a human, each with its fix
 //	ferry version                       print the version, commit, Go version and build date
 //
@@ -49,7 +49,7 @@ func commands() []command {
 		{"send", "sign and send a sample delivery to a running ferry", runSend},
 		{"reconcile", "fetch from the provider's API the events it never delivered (one catch-up pass)", runReconcile},
 		{"echo", "a stand-in app: print each forwarded event and verify its signature", runEcho},
-		{"events", "list, show and replay events", runEvents},
+		{"events", "list, show, replay, retry now and resolve events", runEvents},
 		{"doctor", "check the config and the store; print what is wrong or at risk, with the fix", runDoctor},
 		{"chaos", "prove crash safety: run real ferry processes under faults and check nothing acknowledged is lost", runChaos},
 		{"healthcheck", "exit 0 if a ferry answers 2xx on /readyz (the container's HEALTHCHECK)", runHealthcheck},

@@ -88,8 +88,9 @@ func refuseNewerSchema(ctx context.Context, st ferry.Store) error {
 
 // listable checks a --source to list by: a configured source, or one the
 // store still holds events of (a source taken out of the config keeps
-// them). Anything else is sourceFlag's usage error. Only a list takes a
-// retired source: replayed, its events would wait for a worker none runs.
+// them). Anything else is sourceFlag's usage error. Only a list and a
+// resolve take a retired source: replayed, its events would wait for a
+// worker none runs; resolved, nothing needs to run.
 func (e *configured) listable(ctx context.Context, source string) error {
 	if source == "" {
 		return nil
