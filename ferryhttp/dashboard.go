@@ -100,9 +100,9 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	mux.HandleFunc("GET /ui/{$}", d.overview)
 	mux.HandleFunc("GET /ui/live", d.overview)
 	mux.HandleFunc("GET /ui/events/{id}", d.event)
-	mux.HandleFunc("POST /ui/events/{id}/replay", d.replayOne)
-	mux.HandleFunc("POST /ui/events/{id}/retry", d.retryNow)
-	mux.HandleFunc("POST /ui/events/{id}/resolve", d.resolve)
+	mux.HandleFunc("POST /ui/events/{id}/replay", d.oneEvent("replay", "replayed", "replayed", "not_replayed", d.replayOne))
+	mux.HandleFunc("POST /ui/events/{id}/retry", d.oneEvent("retry now", "changed", "due", "not_due", d.retryNow))
+	mux.HandleFunc("POST /ui/events/{id}/resolve", d.oneEvent("resolve", "resolved", "resolved", "not_resolved", d.resolve))
 	mux.HandleFunc("GET /ui/replay", d.replayConfirm)
 	mux.HandleFunc("POST /ui/replay", d.replayMany)
 	d.routes, d.handler = mux, http.NewCrossOriginProtection().Handler(mux)
@@ -506,67 +506,49 @@ func flashOf(q url.Values) string {
 	return flashes[q.Get("flash")]
 }
 
-func (d *Dashboard) replayOne(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil {
-		http.NotFound(w, r)
-		return
+// oneEvent is a POST on one event's page, as the actor the Admin in front
+// authenticated. act changes the event, or reports that it left it as it
+// was (changed false); what it counted is logged under key. The event's
+// page comes back with the flash yes or no.
+func (d *Dashboard) oneEvent(what, key, yes, no string, act func(ctx context.Context, id int64, actor string) (count any, changed bool, err error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		if err != nil || id <= 0 {
+			http.NotFound(w, r)
+			return
+		}
+		actor := actorOf(r.Context())
+		count, changed, err := act(r.Context(), id, actor)
+		if err != nil {
+			d.fail(w, r, what, err)
+			return
+		}
+		flash := yes
+		if !changed {
+			flash = no
+		}
+		d.opts.Logger.Info("ferry: dashboard "+what, "id", id, key, count, "actor", actor)
+		http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
 	}
-	actor := actorOf(r.Context())
-	n, err := d.requeue(r.Context(), actor, &ferry.EventRequeueParams{IDs: []int64{id}})
-	if err != nil {
-		d.fail(w, r, "replay", err)
-		return
-	}
-	flash := "replayed"
-	if n == 0 {
-		flash = "not_replayed"
-	}
-	d.opts.Logger.Info("ferry: dashboard replay", "id", id, "replayed", n, "actor", actor)
-	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
+}
+
+// replayOne requeues a done, dead or unknown event.
+func (d *Dashboard) replayOne(ctx context.Context, id int64, actor string) (any, bool, error) {
+	n, err := d.requeue(ctx, actor, &ferry.EventRequeueParams{IDs: []int64{id}})
+	return n, n > 0, err
 }
 
 // retryNow makes a pending event in backoff due now.
-func (d *Dashboard) retryNow(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		http.NotFound(w, r)
-		return
-	}
-	actor := actorOf(r.Context())
-	ok, err := d.opts.Store.EventRetryNow(r.Context(), &ferry.EventRetryNowParams{ID: id, Actor: actor})
-	if err != nil {
-		d.fail(w, r, "retry now", err)
-		return
-	}
-	flash := "due"
-	if !ok {
-		flash = "not_due"
-	}
-	d.opts.Logger.Info("ferry: dashboard retry now", "id", id, "changed", ok, "actor", actor)
-	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
+func (d *Dashboard) retryNow(ctx context.Context, id int64, actor string) (any, bool, error) {
+	ok, err := d.opts.Store.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: id, Actor: actor})
+	return ok, ok, err
 }
 
 // resolve closes a dead or unknown event as done without running it: its
 // effect was confirmed by hand, or the operator discards it.
-func (d *Dashboard) resolve(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		http.NotFound(w, r)
-		return
-	}
-	actor := actorOf(r.Context())
-	n, err := d.opts.Store.EventResolve(r.Context(), &ferry.EventResolveParams{IDs: []int64{id}, Actor: actor})
-	if err != nil {
-		d.fail(w, r, "resolve", err)
-		return
-	}
-	flash := "resolved"
-	if n == 0 {
-		flash = "not_resolved"
-	}
-	d.opts.Logger.Info("ferry: dashboard resolve", "id", id, "resolved", n, "actor", actor)
-	http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
+func (d *Dashboard) resolve(ctx context.Context, id int64, actor string) (any, bool, error) {
+	n, err := d.opts.Store.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{id}, Actor: actor})
+	return n, n > 0, err
 }
 
 // replayData is what replay.html shows: what a bulk replay would take.

@@ -765,15 +765,7 @@ func TestDashboardRetryNow(t *testing.T) {
 	if body := page(t, b, "/ui/events/"+itoa(id)); !strings.Contains(body, `id="retry-now"`) || !strings.Contains(body, "(in 59m)") {
 		t.Fatalf("an event in backoff has no retry now button or next attempt:\n%s", body)
 	}
-	retry := func() string {
-		req := newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(id)+"/retry", nil)
-		req.Header.Set("Sec-Fetch-Site", "same-origin")
-		code, body := testhttp.Do(t, req)
-		if code != 200 {
-			t.Fatalf("retry now: %d", code)
-		}
-		return body
-	}
+	retry := func() string { return postAction(t, b, id, "retry") }
 	if body := retry(); !strings.Contains(body, "due now") || strings.Contains(body, `id="retry-now"`) {
 		t.Errorf("after retry now:\n%s", body)
 	}
@@ -793,6 +785,19 @@ func TestDashboardRetryNow(t *testing.T) {
 	}
 }
 
+// postAction posts a same-origin action (replay, retry, resolve) on the
+// event's page and returns the page the redirect leads back to.
+func postAction(t *testing.T, b *dashBundle, id int64, action string) string {
+	t.Helper()
+	req := newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(id)+"/"+action, nil)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	code, body := testhttp.Do(t, req)
+	if code != 200 {
+		t.Fatalf("%s: %d", action, code)
+	}
+	return body
+}
+
 // TestDashboardResolve: a dead event offers "mark resolved", which closes
 // it as done without running it and records who did; any other event has
 // no such button, and a resolve of it changes nothing.
@@ -807,15 +812,7 @@ func TestDashboardResolve(t *testing.T) {
 	if body := page(t, b, "/ui/events/"+itoa(dead)); !strings.Contains(body, `id="resolve"`) {
 		t.Fatalf("a dead event has no mark resolved button:\n%s", body)
 	}
-	resolve := func(id int64) string {
-		req := newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(id)+"/resolve", nil)
-		req.Header.Set("Sec-Fetch-Site", "same-origin")
-		code, body := testhttp.Do(t, req)
-		if code != 200 {
-			t.Fatalf("resolve: %d", code)
-		}
-		return body
-	}
+	resolve := func(id int64) string { return postAction(t, b, id, "resolve") }
 	body := resolve(dead)
 	if !strings.Contains(body, "resolved: the event is done") || strings.Contains(body, `id="resolve"`) || !strings.Contains(body, `id="replay"`) {
 		t.Errorf("after resolve:\n%s", body)
