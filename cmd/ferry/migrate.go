@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
+
+	"github.com/ferry-inbox/ferry"
 )
 
 func runMigrate(ctx context.Context, args []string) error {
@@ -47,9 +50,26 @@ will do.`)
 		fmt.Printf("ferry: %d migration(s) pending; run without --dry-run to apply\n", len(steps))
 		return nil
 	}
+	// What was pending before is what this run applied (or a concurrent
+	// one did: Migrate waits for it). A plan that cannot be read leaves the
+	// message plain; Migrate reports what is wrong.
+	pending, planErr := st.MigratePlan(ctx)
 	if err := st.Migrate(ctx); err != nil {
 		return err
 	}
+	if planErr == nil && len(pending) > 0 {
+		fmt.Printf("ferry: applied %d migration(s): %s; schema up to date\n", len(pending), strings.Join(stepNames(pending), ", "))
+		return nil
+	}
 	fmt.Println("ferry: schema up to date")
 	return nil
+}
+
+// stepNames names each migration step as its file does: 003_archive.
+func stepNames(steps []ferry.MigrationStep) []string {
+	names := make([]string, len(steps))
+	for i, step := range steps {
+		names[i] = fmt.Sprintf("%03d_%s", step.Version, step.Name)
+	}
+	return names
 }

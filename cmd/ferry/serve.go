@@ -261,10 +261,7 @@ func schemaCurrent(ctx context.Context, st ferry.Store, fileOff, flagOff bool) e
 	if len(steps) == 0 {
 		return nil
 	}
-	names := make([]string, len(steps))
-	for i, step := range steps {
-		names[i] = fmt.Sprintf("%03d_%s", step.Version, step.Name)
-	}
+	names := stepNames(steps)
 	var off, fix []string
 	if fileOff {
 		off, fix = append(off, "store.migrate = false"), append(fix, "set store.migrate = true")
