@@ -601,8 +601,15 @@ type SourceStats struct {
 	// States counts events by state; every state is present, zero or not.
 	States map[State]int
 	// OldestPending is the first delivery time of the oldest pending event;
-	// zero when none is pending. A growing age means workers are behind.
+	// zero when none is pending. It counts an event waiting out a backoff:
+	// for work no worker takes, see OldestDue.
 	OldestPending time.Time
+	// OldestDue is when the most overdue pending event became due (its next
+	// attempt time, at or before Now); zero when none is due. Unlike
+	// OldestPending it leaves out events waiting out a backoff, so one
+	// event the app keeps failing does not age it while the rest flows: a
+	// growing Now - OldestDue means no worker is taking due work.
+	OldestDue time.Time
 	// OldestInProgress is when the longest-running current attempt was
 	// claimed; zero when none is in progress. A growing age means a handler
 	// is stuck (its heartbeat still runs).

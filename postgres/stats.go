@@ -25,13 +25,13 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 		var err error
 		stats.Sources, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ferry.SourceStats, error) {
 			var (
-				ss                                       ferry.SourceStats
-				pending, inProgress, done, dead, unknown int
-				oldestPending, oldestRunning, oldestRisk *time.Time
-				now                                      time.Time
+				ss                                                  ferry.SourceStats
+				pending, inProgress, done, dead, unknown            int
+				oldestPending, oldestDue, oldestRunning, oldestRisk *time.Time
+				now                                                 time.Time
 			)
 			if err := row.Scan(&ss.Source, &pending, &inProgress, &done, &dead, &unknown,
-				&oldestPending, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk, &ss.Replays,
+				&oldestPending, &oldestDue, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk, &ss.Replays,
 				&ss.UnfinishedAttempts, &now); err != nil {
 				return nil, err
 			}
@@ -39,7 +39,8 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 				ferry.StatePending: pending, ferry.StateInProgress: inProgress,
 				ferry.StateDone: done, ferry.StateDead: dead, ferry.StateUnknown: unknown,
 			}
-			ss.OldestPending, ss.OldestInProgress, ss.OldestAtRisk = utc(oldestPending), utc(oldestRunning), utc(oldestRisk)
+			ss.OldestPending, ss.OldestDue = utc(oldestPending), utc(oldestDue)
+			ss.OldestInProgress, ss.OldestAtRisk = utc(oldestRunning), utc(oldestRisk)
 			stats.Now = now.UTC()
 			return &ss, nil
 		})

@@ -154,6 +154,8 @@ func TestScriptedRun(t *testing.T) {
 		`ferry_events{source="stripe",state="unknown"}`:                                    0,
 		`ferry_events{source="github",state="pending"}`:                                    0,
 		`ferry_oldest_pending_age_seconds{source="stripe"}`:                                (61 * time.Hour).Seconds(),
+		`ferry_oldest_due_age_seconds{source="stripe"}`:                                    (60 * time.Hour).Seconds(), // evt_retry, due an hour after its attempt
+		`ferry_oldest_due_age_seconds{source="github"}`:                                    0,
 		`ferry_oldest_in_progress_age_seconds{source="stripe"}`:                            0,
 		`ferry_events_lease_expired{source="stripe"}`:                                      0,
 		`ferry_attempts_unfinished{source="stripe"}`:                                       0,

@@ -34,8 +34,8 @@ type StatsOptions struct {
 type StatsCollector struct {
 	opts StatsOptions
 
-	events, oldestPending, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, replays, up *prom.Desc
-	partitions, oldestPartition                                                                          *prom.Desc
+	events, oldestPending, oldestDue, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, replays, up *prom.Desc
+	partitions, oldestPartition                                                                                     *prom.Desc
 
 	mu      sync.Mutex
 	stats   *ferry.EventStats
@@ -63,6 +63,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		opts:             opts,
 		events:           desc("events", "Events in the store, by source and state.", "source", "state"),
 		oldestPending:    desc("oldest_pending_age_seconds", "Age (since first delivery) of the oldest pending event; 0 when none.", "source"),
+		oldestDue:        desc("oldest_due_age_seconds", "How long the most overdue pending event has been due (since its next attempt time); events waiting out a backoff do not count; 0 when none is due.", "source"),
 		oldestInProgress: desc("oldest_in_progress_age_seconds", "How long the longest-running current attempt has held its event; 0 when none.", "source"),
 		leaseExpired:     desc("events_lease_expired", "In-progress events whose lease lapsed: their worker died or stalled.", "source"),
 		unfinished:       desc("attempts_unfinished", "Attempts claimed that never reported an end (lease expired); their effect may or may not have happened.", "source"),
@@ -77,7 +78,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 
 // Describe sends every descriptor.
 func (c *StatsCollector) Describe(ch chan<- *prom.Desc) {
-	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.partitions, c.oldestPartition} {
+	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestDue, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.partitions, c.oldestPartition} {
 		ch <- d
 	}
 }
@@ -107,6 +108,7 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 			gauge(c.events, float64(s.States[st]), s.Source, string(st))
 		}
 		gauge(c.oldestPending, age(s.OldestPending), s.Source)
+		gauge(c.oldestDue, age(s.OldestDue), s.Source)
 		gauge(c.oldestInProgress, age(s.OldestInProgress), s.Source)
 		gauge(c.leaseExpired, float64(s.LeaseExpired), s.Source)
 		gauge(c.unfinished, float64(s.UnfinishedAttempts), s.Source)

@@ -39,12 +39,12 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 	defer tx.Rollback()
 	stats.Sources, err = collectRows(ctx, tx, eventStatsSQL, func(row scanner) (*ferry.SourceStats, error) {
 		var (
-			ss                                       ferry.SourceStats
-			pending, inProgress, done, dead, unknown int
-			oldestPending, oldestRunning, oldestRisk sql.NullInt64
+			ss                                                  ferry.SourceStats
+			pending, inProgress, done, dead, unknown            int
+			oldestPending, oldestDue, oldestRunning, oldestRisk sql.NullInt64
 		)
 		if err := row.Scan(&ss.Source, &pending, &inProgress, &done, &dead, &unknown,
-			&oldestPending, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk, &ss.Replays,
+			&oldestPending, &oldestDue, &oldestRunning, &ss.LeaseExpired, &ss.AtRisk, &oldestRisk, &ss.Replays,
 			&ss.UnfinishedAttempts); err != nil {
 			return nil, err
 		}
@@ -52,7 +52,8 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 			ferry.StatePending: pending, ferry.StateInProgress: inProgress,
 			ferry.StateDone: done, ferry.StateDead: dead, ferry.StateUnknown: unknown,
 		}
-		ss.OldestPending, ss.OldestInProgress, ss.OldestAtRisk = fromMicros(oldestPending), fromMicros(oldestRunning), fromMicros(oldestRisk)
+		ss.OldestPending, ss.OldestDue = fromMicros(oldestPending), fromMicros(oldestDue)
+		ss.OldestInProgress, ss.OldestAtRisk = fromMicros(oldestRunning), fromMicros(oldestRisk)
 		return &ss, nil
 	}, args...)
 	if err != nil {

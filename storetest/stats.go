@@ -115,6 +115,42 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	// OldestDue is the oldest next attempt time at or before now among
+	// pending events: an event backing off is not overdue, however old.
+	run(t, setup, "OldestDue", func(t *testing.T, b *bundle[TX]) {
+		first := b.clock.Now()
+		poison := receive(t, b, "a", "poison")
+		c := claimOne(t, b, "w")
+		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Error: "500", RetryDelay: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		wantDue := func(when string, want time.Time) {
+			t.Helper()
+			a := bySource(statsOf(t, b, &ferry.EventStatsParams{}))["a"]
+			if !a.OldestDue.Equal(want) || !a.OldestPending.Equal(first) {
+				t.Errorf("%s: oldest due %v, oldest pending %v; want %v and %v", when, a.OldestDue, a.OldestPending, want, first)
+			}
+		}
+		wantDue("only an event in backoff", time.Time{})
+
+		b.clock.Advance(time.Minute)
+		freshAt := b.clock.Now()
+		fresh := receive(t, b, "a", "fresh")
+		b.clock.Advance(time.Minute)
+		wantDue("a new event waits", freshAt)
+
+		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
+		wantState(t, b, fresh, ferry.StateDone)
+		b.clock.Advance(time.Hour)
+		wantDue("the backoff ended", first.Add(time.Hour))
+
+		claimOne(t, b, "w")
+		wantState(t, b, poison, ferry.StateInProgress)
+		if a := bySource(statsOf(t, b, &ferry.EventStatsParams{}))["a"]; !a.OldestDue.IsZero() {
+			t.Errorf("claimed: oldest due %v, want zero (in progress is not waiting)", a.OldestDue)
+		}
+	})
+
 	// The done count is kept as events move, not counted from history, so
 	// each move out of done must take its event off: requeue and purge.
 	run(t, setup, "DoneCountFollowsRequeueAndPurge", func(t *testing.T, b *bundle[TX]) {

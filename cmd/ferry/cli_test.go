@@ -351,6 +351,28 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 			t.Errorf("one event at risk: exit %d, report %+v; want %d, a fail and the event", code, r, exitProblems)
 		}
 	})
+	// Doctor warns of work due and unclaimed, not of an event waiting out
+	// its backoff however old it is.
+	t.Run("Backlog", func(t *testing.T) {
+		t.Parallel()
+		path, cfg := setup(t)
+		past := teststore.OpenSQLite(t, path, &sqlite.Config{Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+		receive(t, past, "evt_backoff")
+		claims, err := past.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "t", Limit: 1, TTL: time.Minute, Sources: []string{"stripe"}})
+		if err != nil || len(claims) != 1 {
+			t.Fatal(claims, err)
+		}
+		if _, err := past.EventFail(ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Error: "500", RetryDelay: 2 * time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := doctorJSON(t, cfg); hasFinding(r, "warn", "has been due") {
+			t.Errorf("an event in backoff: report %+v; want no backlog warning", r)
+		}
+		receive(t, past, "evt_due")
+		if r, _ := doctorJSON(t, cfg); !hasFinding(r, "warn", "a pending event has been due for 1h") {
+			t.Errorf("an event due for an hour: report %+v; want a backlog warning", r)
+		}
+	})
 	t.Run("AppUnreachable", func(t *testing.T) {
 		t.Parallel()
 		_, cfg := setup(t)

@@ -15,8 +15,9 @@ import (
 	"github.com/ferry-inbox/ferry/internal/config"
 )
 
-// doctorBacklog is the age of the oldest pending event past which doctor
-// warns that workers are behind or not running.
+// doctorBacklog is how long a pending event may stay due, unclaimed, before
+// doctor warns that workers are behind or not running. An event waiting out
+// a backoff is not due: one the app keeps failing is not a backlog.
 const doctorBacklog = 5 * time.Minute
 
 // runDoctor checks the config, the store and the events in it, printing one
@@ -202,9 +203,9 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 			warn("make sure a worker runs (ferry serve --role worker or all); it takes these back on its next claim",
 				"source %s: %d in-progress events whose worker stopped heartbeating", s.Source, s.LeaseExpired)
 		}
-		if !s.OldestPending.IsZero() && age(s.OldestPending) > doctorBacklog {
-			warn("make sure a worker runs and the app answers; see ferry events list --state pending --source "+s.Source,
-				"source %s: the oldest pending event has waited %s", s.Source, age(s.OldestPending))
+		if !s.OldestDue.IsZero() && age(s.OldestDue) > doctorBacklog {
+			warn("make sure a worker runs; see ferry events list --state pending --source "+s.Source,
+				"source %s: a pending event has been due for %s and no worker took it", s.Source, age(s.OldestDue))
 		}
 		ok("source %s: %d pending, %d in progress, %d done, %d dead, %d unknown", s.Source,
 			s.States[ferry.StatePending], s.States[ferry.StateInProgress], s.States[ferry.StateDone], s.States[ferry.StateDead], s.States[ferry.StateUnknown])

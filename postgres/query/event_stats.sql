@@ -1,4 +1,5 @@
--- One row per source: counts by state, the oldest waiting work, lapsed
+-- One row per source: counts by state, the oldest waiting work (by first
+-- delivery, and by when it fell due: a backoff is not waiting), lapsed
 -- leases, attempts that never reported, events at risk of outliving the
 -- replay window (@risk_sources[i] is at risk after @risk_us[i] microseconds;
 -- other sources after @default_risk_us, never when it is 0), and the
@@ -56,6 +57,7 @@ live AS (
            count(*) FILTER (WHERE e.state = 'dead')        AS dead,
            count(*) FILTER (WHERE e.state = 'unknown')     AS unknown,
            min(e.first_delivered_at) FILTER (WHERE e.state = 'pending') AS oldest_pending,
+           min(e.next_attempt_at) FILTER (WHERE e.state = 'pending' AND e.next_attempt_at <= clock.now) AS oldest_due,
            min(e.claimed_at) FILTER (WHERE e.state = 'in_progress')     AS oldest_in_progress,
            count(*) FILTER (WHERE e.state = 'in_progress' AND e.lease_expires_at <= clock.now) AS lease_expired,
            count(*) FILTER (WHERE e.state IN ('pending', 'in_progress', 'unknown')
@@ -73,7 +75,7 @@ live AS (
 SELECT coalesce(live.source, done.source) AS source,
        coalesce(live.pending, 0), coalesce(live.in_progress, 0), coalesce(done.done, 0),
        coalesce(live.dead, 0), coalesce(live.unknown, 0),
-       live.oldest_pending, live.oldest_in_progress,
+       live.oldest_pending, live.oldest_due, live.oldest_in_progress,
        coalesce(live.lease_expired, 0), coalesce(live.at_risk, 0), live.oldest_at_risk,
        coalesce(replays.n, 0) AS replays,
        coalesce(unfinished.n, 0) AS unfinished_attempts, (SELECT now FROM clock) AS now

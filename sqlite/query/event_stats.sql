@@ -1,4 +1,5 @@
--- One row per source: counts by state, the oldest waiting work, lapsed
+-- One row per source: counts by state, the oldest waiting work (by first
+-- delivery, and by when it fell due: a backoff is not waiting), lapsed
 -- leases, attempts that never reported, events at risk of outliving the
 -- replay window, and the suspected replays counted. :risk is a JSON object {source: microseconds}; other
 -- sources are at risk after :default_risk_us, never when it is 0. Times are
@@ -39,6 +40,7 @@ events AS (
            sum(state = 'dead')        AS dead,
            sum(state = 'unknown')     AS unknown,
            min(CASE WHEN state = 'pending' THEN first_delivered_at END) AS oldest_pending,
+           min(CASE WHEN state = 'pending' AND next_attempt_at <= :now THEN next_attempt_at END) AS oldest_due,
            min(CASE WHEN state = 'in_progress' THEN claimed_at END)     AS oldest_in_progress,
            sum(state = 'in_progress' AND lease_expires_at <= :now)       AS lease_expired,
            sum(at_risk) AS at_risk,
