@@ -36,4 +36,11 @@ var (
 	// or drop what that schema stores. Nothing was changed. It wraps the
 	// versions; the fix is to run the newer Ferry.
 	ErrSchemaNewer = errors.New("ferry: schema newer than this build")
+
+	// ErrReadOnly is returned by Store.Ping when the database answers but
+	// cannot commit a write now: a PostgreSQL standby (what a failover
+	// leaves behind the old address), a session read-only by default, a
+	// SQLite file this process cannot write. Every delivery would get 503
+	// until it is fixed. It wraps the cause.
+	ErrReadOnly = errors.New("ferry: store is read-only")
 )

@@ -215,7 +215,10 @@ type Store interface {
 	// changes nothing.
 	MigratePlan(ctx context.Context) ([]MigrationStep, error)
 
-	// Ping checks that the database answers, for readiness checks.
+	// Ping checks that the database answers and can commit a write now, for
+	// readiness checks and doctor; it writes nothing. A database that
+	// answers but refuses writes gives an error that is ErrReadOnly: reads
+	// alone would pass a store that answers every delivery 503.
 	Ping(ctx context.Context) error
 
 	// ReplayList returns the suspected replays kept on one event

@@ -2,9 +2,12 @@ package ferryhttp
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/ferry-inbox/ferry"
 )
 
 // Pinger is a store that can say whether it is reachable. postgres.Store and
@@ -14,8 +17,8 @@ type Pinger interface {
 }
 
 // Health serves /healthz (the process is up) and /readyz (the store answers
-// within two seconds, and the process is neither starting nor shutting
-// down), for load balancers and orchestrators.
+// and can write within two seconds, and the process is neither starting nor
+// shutting down), for load balancers and orchestrators.
 type Health struct {
 	Store    Pinger
 	starting atomic.Bool
@@ -67,7 +70,13 @@ func (h *Health) Register(mux *http.ServeMux) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := h.Store.Ping(ctx); err != nil {
+		// A read-only store (a standby after failover) fails too: every
+		// delivery here would get 503, and an instance still pointed at it
+		// should lose its traffic to one that can write.
+		if err := h.Store.Ping(ctx); errors.Is(err, ferry.ErrReadOnly) {
+			http.Error(w, "store read-only", http.StatusServiceUnavailable)
+			return
+		} else if err != nil {
 			http.Error(w, "store unreachable", http.StatusServiceUnavailable)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,18 @@ func TestHealth(t *testing.T) {
 		}
 		if code, body := testhttp.Get(t, srv.URL+"/webhooks/stripe"); code != 200 || body != "stored\n" {
 			t.Errorf("a delivery once started = %d %q", code, body)
+		}
+	})
+
+	// A store that answers but cannot write (a standby after failover)
+	// is not ready: every delivery would get 503.
+	t.Run("store read-only", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "ferry.db")
+		teststore.SQLiteAt(t, path, nil)
+		srv := serve(t, &ferryhttp.Health{Store: teststore.OpenSQLite(t, "file:"+path+"?mode=ro", nil)})
+		if code, body := testhttp.Get(t, srv.URL+"/readyz"); code != 503 || body != "store read-only\n" {
+			t.Errorf("/readyz with a read-only store = %d %q, want 503 store read-only", code, body)
 		}
 	})
 

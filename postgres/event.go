@@ -447,9 +447,20 @@ func deref(s *string) string {
 	return *s
 }
 
-// Ping checks that the database answers, for readiness checks.
+// Ping checks that the database answers and that a session of the pool
+// can write: not a standby, not read-only by default.
 func (s *Store) Ping(ctx context.Context) error {
-	return wrap("ping", s.pool.Ping(ctx))
+	var standby, readOnly bool
+	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly); err != nil {
+		return wrap("ping", err)
+	}
+	switch {
+	case standby:
+		return wrap("ping", fmt.Errorf("%w: the server is a standby (in recovery)", ferry.ErrReadOnly))
+	case readOnly:
+		return wrap("ping", fmt.Errorf("%w: transactions are read-only (default_transaction_read_only)", ferry.ErrReadOnly))
+	}
+	return nil
 }
 
 // listByEvent reads the rows query selects for one event's id (its ledger

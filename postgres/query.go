@@ -105,4 +105,6 @@ var (
 	leaseReleaseSQL string
 	//go:embed query/notice_list.sql
 	noticeListSQL string
+	//go:embed query/ping.sql
+	pingSQL string
 )

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
@@ -28,6 +29,15 @@ func TestContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+		},
+		// A pool on the same schema whose sessions are read-only by default,
+		// as ALTER DATABASE ... SET default_transaction_read_only leaves them.
+		ReadOnly: func(t *testing.T, st ferry.TxStore[pgx.Tx]) ferry.TxStore[pgx.Tx] {
+			schema := st.(*postgres.Store).Pool().Config().ConnConfig.RuntimeParams["search_path"]
+			pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) {
+				c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+			})
+			return postgres.New(pool, nil)
 		},
 		NewEffects: func(t *testing.T, st ferry.TxStore[pgx.Tx]) storetest.Effects[pgx.Tx] {
 			pool := st.(*postgres.Store).Pool()

@@ -32,7 +32,8 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	msqlite "modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -347,10 +348,27 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("sqlite: %s: %w", op, err)
 }
 
-// Ping checks that the database file answers a query, for readiness checks.
+// Ping checks that the database file answers a query and that the write
+// connection can write: pingSQL in a BEGIN IMMEDIATE transaction rolled
+// back. It waits for writers ahead of it, as a receipt would.
 func (s *Store) Ping(ctx context.Context) error {
 	var one int
-	return wrap("ping", s.readDB.QueryRowContext(ctx, "SELECT 1").Scan(&one))
+	if err := s.readDB.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+		return wrap("ping", err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap("ping", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, pingSQL); err != nil {
+		var e *msqlite.Error
+		if errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_READONLY {
+			err = fmt.Errorf("%w: %w", ferry.ErrReadOnly, err)
+		}
+		return wrap("ping", err)
+	}
+	return nil
 }
 
 // Migrate applies the migrations the database lacks, in order, in one

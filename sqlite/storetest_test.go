@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -29,6 +30,30 @@ func TestContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+		},
+		// The file made read-only, then opened again. Root writes whatever
+		// the mode (CI runs as root): there the file is opened mode=ro.
+		ReadOnly: func(t *testing.T, st ferry.TxStore[*sql.Tx]) ferry.TxStore[*sql.Tx] {
+			var path string
+			if err := st.(*sqlite.Store).DB().QueryRow(`SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, 0o444); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.Chmod(path, 0o644) })
+			open := path
+			if f, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+				f.Close()
+				t.Log("chmod does not stop this user writing (root?): opening mode=ro instead")
+				open = "file:" + path + "?mode=ro"
+			}
+			ro, err := sqlite.Open(open, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ro.Close() })
+			return ro
 		},
 		NewEffects: func(t *testing.T, st ferry.TxStore[*sql.Tx]) storetest.Effects[*sql.Tx] {
 			db := st.(*sqlite.Store).DB()

@@ -41,6 +41,12 @@ type Harness[TX any] struct {
 	// of migrations, as the Migrate of a newer Ferry would: the suite checks
 	// that this build then refuses to migrate or plan. Required.
 	RecordMigration func(t *testing.T, store ferry.TxStore[TX], version int)
+
+	// ReadOnly returns another store on store's database that answers but
+	// cannot write, as after a failover to a standby or on a file made
+	// read-only, closed in t.Cleanup: the suite checks that Ping says so.
+	// Required.
+	ReadOnly func(t *testing.T, store ferry.TxStore[TX]) ferry.TxStore[TX]
 }
 
 // Effects writes and counts a handler's side effects in the store's database.
@@ -111,6 +117,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Origin", testOrigin[TX]},
 		{"Notice", testNotice[TX]},
 		{"Trace", testTrace[TX]},
+		{"Ping", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testPing(t, setup, h.ReadOnly) }},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()

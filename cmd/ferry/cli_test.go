@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
@@ -382,6 +384,29 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		r, code := doctorJSON(t, cfg)
 		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "does not accept connections") {
 			t.Errorf("app down: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
+		}
+	})
+	// A store that answers but cannot write (sessions read-only, as on a
+	// standby after failover) fails, with the fix.
+	t.Run("StoreReadOnly", func(t *testing.T) {
+		t.Parallel()
+		pool, schema := pgtest.Schema(t)
+		teststore.PostgresOn(t, pool, nil)
+		u, err := url.Parse(pgtest.ConnString(schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("options", q.Get("options")+" -c default_transaction_read_only=on")
+		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+		cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s", u.String(), forward))
+		r, code := doctorJSON(t, cfg)
+		fixed := false
+		for _, f := range r.Findings {
+			fixed = fixed || f.Level == "fail" && strings.Contains(f.Message, "answers but cannot write") && strings.Contains(f.Fix, "point store.url at the primary")
+		}
+		if code != exitProblems || r.Healthy || !fixed {
+			t.Errorf("read-only store: exit %d, report %+v; want %d and a fail with the fix", code, r, exitProblems)
 		}
 	})
 	t.Run("StoreUnreachable", func(t *testing.T) {

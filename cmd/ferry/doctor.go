@@ -148,12 +148,19 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 		return nil
 	}
 	defer closeStore()
-	if err := st.Ping(pctx); err != nil {
+	kind, _, _ := cfg.StoreKind()
+	if err := st.Ping(pctx); errors.Is(err, ferry.ErrReadOnly) {
+		fix := "point store.url at the primary: the database is read-only (a standby after failover?), and every delivery gets 503"
+		if kind == "sqlite" {
+			fix = "make the database file and its directory writable by the user ferry runs as; every delivery gets 503 meanwhile"
+		}
+		fail(fix, "store: answers but cannot write: %v", err)
+		return nil
+	} else if err != nil {
 		fail("check that the database runs and that this host can reach it", "store: does not answer: %v", err)
 		return nil
 	}
-	kind, _, _ := cfg.StoreKind()
-	ok("store: %s answers", kind)
+	ok("store: %s answers and can write", kind)
 
 	// A migration in progress holds the plan back until it commits: a
 	// warning, with time left for the checks below.

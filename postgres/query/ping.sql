@@ -1,0 +1,4 @@
+-- Whether a write could commit now: not on a standby (a failover can leave
+-- the store's address on one), not in a session read-only by default
+-- (default_transaction_read_only, set on the database or the role).
+SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'
