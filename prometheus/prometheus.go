@@ -91,6 +91,14 @@ func NewMetrics(reg prom.Registerer, sources []string) *Metrics {
 		for _, o := range []string{"accepted", "duplicate", "conflict", "replay"} {
 			m.received.WithLabelValues(s, o, "")
 		}
+		// The outcomes docs/alerts.yml watches: without a zero before it,
+		// rate() cannot see a process's first rejection or 503.
+		for _, r := range []string{"bad_signature", "stale_timestamp"} {
+			m.received.WithLabelValues(s, "rejected", r)
+		}
+		for _, r := range []string{"store_unavailable", "store_timeout"} {
+			m.received.WithLabelValues(s, "unavailable", r)
+		}
 	}
 	return m
 }

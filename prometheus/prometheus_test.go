@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -164,7 +165,16 @@ func TestScriptedRun(t *testing.T) {
 		`ferry_oldest_at_risk_age_seconds{source="stripe"}`:                                (61 * time.Hour).Seconds(),
 		`ferry_replays_suspected{source="shopify"}`:                                        1,
 		`ferry_replays_suspected{source="stripe"}`:                                         0,
-		`ferry_stats_up`: 1,
+		`ferry_stats_up`:       1,
+		`ferry_store_writable`: 1,
+	}
+	// Created at zero, so rate() and increase() see a process's first.
+	for _, series := range []string{
+		`ferry_received_total{outcome="rejected",reason="bad_signature",source="github"}`,
+		`ferry_received_total{outcome="unavailable",reason="store_unavailable",source="github"}`,
+		`ferry_received_total{outcome="unavailable",reason="store_timeout",source="stripe"}`,
+	} {
+		want[series] = 0
 	}
 	for series, v := range want {
 		g, ok := got[series]
@@ -183,8 +193,8 @@ func TestScriptedRun(t *testing.T) {
 	}
 }
 
-// TestStatsDown exports ferry_stats_up 0, and no stale gauges, when the
-// store cannot be read.
+// TestStatsDown exports ferry_stats_up 0 and ferry_store_writable 0, and no
+// stale gauges, when the store cannot be read.
 func TestStatsDown(t *testing.T) {
 	t.Parallel()
 	store := teststore.SQLite(t, nil)
@@ -194,8 +204,26 @@ func TestStatsDown(t *testing.T) {
 	server := httptest.NewServer(prometheus.Handler(reg))
 	t.Cleanup(server.Close)
 	got := scrape(t, server.URL)
-	if got["ferry_stats_up"] != 0 || len(got) != 1 {
-		t.Errorf("closed store: got %v, want only ferry_stats_up 0", got)
+	if got["ferry_stats_up"] != 0 || got["ferry_store_writable"] != 0 || len(got) != 2 {
+		t.Errorf("closed store: got %v, want only ferry_stats_up 0 and ferry_store_writable 0", got)
+	}
+}
+
+// A store that reads but cannot write (a standby after failover) exports
+// ferry_store_writable 0: once /readyz takes every instance out of the load
+// balancer, no 503 is counted, and this gauge is what alerts.
+func TestStoreWritable(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	teststore.SQLiteAt(t, path, nil)
+	store := teststore.OpenSQLite(t, "file:"+path+"?mode=ro", nil)
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: store, Sources: []string{"stripe"}}))
+	server := httptest.NewServer(prometheus.Handler(reg))
+	t.Cleanup(server.Close)
+	got := scrape(t, server.URL)
+	if got["ferry_stats_up"] != 1 || got["ferry_store_writable"] != 0 {
+		t.Errorf("read-only store: stats_up %v, store_writable %v; want 1 and 0", got["ferry_stats_up"], got["ferry_store_writable"])
 	}
 }
 

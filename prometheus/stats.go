@@ -35,12 +35,13 @@ type StatsCollector struct {
 	opts StatsOptions
 
 	events, oldestPending, oldestDue, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, replays, up *prom.Desc
-	partitions, oldestPartition                                                                                     *prom.Desc
+	partitions, oldestPartition, writable                                                                           *prom.Desc
 
 	mu      sync.Mutex
 	stats   *ferry.EventStats
 	archive *ferry.ArchiveInfo
 	err     error
+	pingErr error
 	readAt  time.Time
 	hasRead bool
 }
@@ -71,6 +72,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		oldestAtRisk:     desc("oldest_at_risk_age_seconds", "Age of the oldest at-risk event; 0 when none.", "source"),
 		replays:          desc("replays_suspected", "Deliveries of a stored event's body under another event id, answered and never processed (suspected replays).", "source"),
 		up:               desc("stats_up", "1 if the last read of the store's stats succeeded, 0 if not."),
+		writable:         desc("store_writable", "1 if the store answered and could commit a write at the last read (Store.Ping), 0 if not: a standby after failover reads fine and refuses every delivery."),
 		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive; 0 on a store without partitions (SQLite)."),
 		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),
 	}
@@ -78,15 +80,21 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 
 // Describe sends every descriptor.
 func (c *StatsCollector) Describe(ch chan<- *prom.Desc) {
-	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestDue, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.partitions, c.oldestPartition} {
+	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestDue, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.writable, c.partitions, c.oldestPartition} {
 		ch <- d
 	}
 }
 
 // Collect reads the store unless the cached read is fresh. When the read
-// fails, only ferry_stats_up (0) is exported: stale gauges would lie.
+// fails, only ferry_stats_up (0) and ferry_store_writable are exported:
+// stale gauges would lie.
 func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
-	stats, err := c.read()
+	stats, writable, err := c.read()
+	if writable {
+		ch <- prom.MustNewConstMetric(c.writable, prom.GaugeValue, 1)
+	} else {
+		ch <- prom.MustNewConstMetric(c.writable, prom.GaugeValue, 0)
+	}
 	if err != nil {
 		ch <- prom.MustNewConstMetric(c.up, prom.GaugeValue, 0)
 		return
@@ -136,11 +144,11 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 
 // read returns the cached snapshot, reading the store if it is stale. The
 // lock makes concurrent scrapes wait for one read instead of each running it.
-func (c *StatsCollector) read() (*ferry.EventStats, error) {
+func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hasRead && c.opts.Now().Sub(c.readAt) < c.opts.CacheTTL {
-		return c.stats, c.err
+		return c.stats, c.pingErr == nil, c.err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
@@ -150,6 +158,9 @@ func (c *StatsCollector) read() (*ferry.EventStats, error) {
 	if c.err == nil {
 		c.archive, c.err = c.opts.Store.ArchiveInfo(ctx)
 	}
+	// Every instance sees 503s stop when /readyz takes them out of the
+	// load balancer: this gauge still says why.
+	c.pingErr = c.opts.Store.Ping(ctx)
 	c.readAt, c.hasRead = c.opts.Now(), true
-	return c.stats, c.err
+	return c.stats, c.pingErr == nil, c.err
 }
