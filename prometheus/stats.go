@@ -2,6 +2,7 @@ package prometheus
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -72,7 +73,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		oldestAtRisk:     desc("oldest_at_risk_age_seconds", "Age of the oldest at-risk event; 0 when none.", "source"),
 		replays:          desc("replays_suspected", "Deliveries of a stored event's body under another event id, answered and never processed (suspected replays).", "source"),
 		up:               desc("stats_up", "1 if the last read of the store's stats succeeded, 0 if not."),
-		writable:         desc("store_writable", "1 if the store answered and could commit a write at the last read (Store.Ping), 0 if not: a standby after failover reads fine and refuses every delivery."),
+		writable:         desc("store_writable", "0 if the store said it is read-only (Store.Ping: ferry.ErrReadOnly) or answered nothing at the last read, else 1: a standby after failover reads fine and refuses every delivery."),
 		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive; 0 on a store without partitions (SQLite)."),
 		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),
 	}
@@ -148,7 +149,7 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hasRead && c.opts.Now().Sub(c.readAt) < c.opts.CacheTTL {
-		return c.stats, c.pingErr == nil, c.err
+		return c.stats, c.storeWritable(), c.err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
@@ -160,7 +161,20 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 	}
 	// Every instance sees 503s stop when /readyz takes them out of the
 	// load balancer: this gauge still says why.
-	c.pingErr = c.opts.Store.Ping(ctx)
+	// Its own bound, so a slow read leaves it time.
+	pingCtx, cancelPing := context.WithTimeout(context.Background(), c.opts.Timeout)
+	defer cancelPing()
+	c.pingErr = c.opts.Store.Ping(pingCtx)
 	c.readAt, c.hasRead = c.opts.Now(), true
-	return c.stats, c.pingErr == nil, c.err
+	return c.stats, c.storeWritable(), c.err
+}
+
+// storeWritable is what the last read says of writes: not if the store said it
+// is read-only, or answered nothing at all; a Ping that only failed while
+// the stats read worked (a timeout) is no "cannot write" to page on.
+func (c *StatsCollector) storeWritable() bool {
+	if errors.Is(c.pingErr, ferry.ErrReadOnly) {
+		return false
+	}
+	return c.pingErr == nil || c.err == nil
 }

@@ -350,26 +350,35 @@ func wrap(op string, err error) error {
 
 // Ping checks that the database file answers a query and that the write
 // connection can write: pingSQL in a BEGIN IMMEDIATE transaction rolled
-// back. It waits for writers ahead of it, as a receipt would.
+// back. Readiness must not wait behind writes: the write check runs only
+// while the write connection is idle, within pingWriteTimeout, and only a
+// read-only answer (SQLITE_READONLY: ferry.ErrReadOnly) fails it; a busy
+// file is a writable one.
 func (s *Store) Ping(ctx context.Context) error {
 	var one int
 	if err := s.readDB.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
 		return wrap("ping", err)
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return wrap("ping", err)
+	if s.db.Stats().InUse > 0 {
+		return nil // a write is running
 	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, pingSQL); err != nil {
-		var e *msqlite.Error
-		if errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_READONLY {
-			err = fmt.Errorf("%w: %w", ferry.ErrReadOnly, err)
-		}
-		return wrap("ping", err)
+	ctx, cancel := context.WithTimeout(ctx, pingWriteTimeout)
+	defer cancel()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err == nil {
+		defer tx.Rollback()
+		_, err = tx.ExecContext(ctx, pingSQL)
+	}
+	var e *msqlite.Error
+	if errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_READONLY {
+		return wrap("ping", fmt.Errorf("%w: %w", ferry.ErrReadOnly, err))
 	}
 	return nil
 }
+
+// pingWriteTimeout bounds Ping's write check: a writer of another process
+// holding the file longer says nothing about whether it is writable.
+const pingWriteTimeout = 200 * time.Millisecond
 
 // Migrate applies the migrations the database lacks, in order, in one
 // write transaction. It is idempotent, and safe when several processes call

@@ -75,6 +75,27 @@ func (b *testBundle) get(t *testing.T, id int64) *ferry.Event {
 	return e
 }
 
+// Readiness never waits behind a write: with the write connection held,
+// Ping answers from the read pool.
+func TestPingDoesNotWaitForWriters(t *testing.T) {
+	t.Parallel()
+	st := teststore.SQLite(t, nil)
+	tx, err := st.DB().BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := st.Ping(ctx); err != nil {
+		t.Errorf("Ping beside an open write transaction = %v, want nil", err)
+	}
+	if waited := time.Since(start); waited > 20*time.Second { // a ceiling only a wait for the writer reaches
+		t.Errorf("Ping waited %v for the writer", waited)
+	}
+}
+
 func TestOpen(t *testing.T) {
 	t.Parallel()
 

@@ -143,6 +143,10 @@ func testResolve[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: dead}); !errors.Is(err, ferry.ErrNotFound) {
 			t.Errorf("purged resolved event: %v, want ErrNotFound", err)
 		}
+		// Its ledger goes with it: none is left to outlive retention.
+		if attempts, err := b.store.AttemptList(b.ctx, &ferry.AttemptListParams{ID: dead}); err != nil || len(attempts) != 0 {
+			t.Errorf("purged resolved event's attempts = %+v, %v; want none", attempts, err)
+		}
 	})
 
 	run(t, setup, "InvalidParams", func(t *testing.T, b *bundle[TX]) {

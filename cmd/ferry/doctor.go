@@ -152,7 +152,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 	if err := st.Ping(pctx); errors.Is(err, ferry.ErrReadOnly) {
 		fix := "point store.url at the primary: the database is read-only (a standby after failover?), and every delivery gets 503"
 		if kind == "sqlite" {
-			fix = "make the database file and its directory writable by the user ferry runs as; every delivery gets 503 meanwhile"
+			fix = "make the database file and its directory writable by the user ferry runs as (this check ran as doctor's user: run doctor as ferry's); every delivery gets 503 meanwhile"
 		}
 		fail(fix, "store: answers but cannot write: %v", err)
 		return nil
