@@ -227,6 +227,25 @@ func TestStoreWritable(t *testing.T) {
 	}
 }
 
+// slowPing is a real store whose Ping runs out of time: a store that reads
+// fine and is slow to take the write check.
+type slowPing struct{ ferry.Store }
+
+func (slowPing) Ping(context.Context) error { return context.DeadlineExceeded }
+
+// A Ping that only timed out, beside a stats read that worked, is no
+// "cannot write": the gauge stays 1 and nothing pages.
+func TestStoreWritableOnASlowPing(t *testing.T) {
+	t.Parallel()
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: slowPing{teststore.SQLite(t, nil)}, Sources: []string{"stripe"}}))
+	server := httptest.NewServer(prometheus.Handler(reg))
+	t.Cleanup(server.Close)
+	if got := scrape(t, server.URL); got["ferry_stats_up"] != 1 || got["ferry_store_writable"] != 1 {
+		t.Errorf("slow Ping: stats_up %v, store_writable %v; want 1 and 1", got["ferry_stats_up"], got["ferry_store_writable"])
+	}
+}
+
 // scrape reads a text exposition into series → value.
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()
