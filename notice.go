@@ -9,19 +9,19 @@ import "time"
 
 // NoticeKeep is the most conflicts, and the most replays, a store keeps as
 // rows on one event: the first ones to arrive, a conflicting payload once
-// however often it comes. Past it a delivery is answered as before and
-// counted on its event (Event.Conflicts, Event.Replays), but keeps nothing:
-// no row, no headers, no payload. The first ten show an operator what
-// arrived and from whom. Without a bound, one captured delivery of a
+// however often it comes. Past it a delivery is answered as any conflict or
+// replay is and counted on its event (Event.Conflicts, Event.Replays), but
+// keeps nothing: no row, no headers, no payload. The kept ones show an
+// operator what arrived and from whom. Without a bound, one captured delivery of a
 // provider that does not sign its id (GitHub, Shopify, body-mode HMAC),
 // re-sent under fresh ids, or another signed body sent under a known id,
 // would make the store keep a row per request, up to a whole payload
 // each: an anonymous sender could fill the disk.
 const NoticeKeep = 10
 
-// noticeListMax caps ReplayListParams.Limit and ConflictListParams.Limit. A
-// store written by a Ferry without NoticeKeep may hold many more rows on an
-// event; a list never reads more than this many.
+// noticeListMax caps ReplayListParams.Limit and ConflictListParams.Limit:
+// an event may hold more rows than NoticeKeep (kept before the bound
+// existed), and a list never reads more than this many.
 const noticeListMax = 1000
 
 // NoticeListParams pages through one source's notices of one kind, oldest

@@ -323,8 +323,7 @@ type ActionListParams struct {
 type ReplayListParams struct {
 	ID int64 // the event's row id
 	// Limit is the most replays listed, oldest first. Defaults to
-	// NoticeKeep, as many as a store keeps on one event; at most 1000 (a
-	// store written by a Ferry without the cap may hold more).
+	// NoticeKeep, as many as a store keeps on one event; at most 1000.
 	Limit int
 }
 
@@ -336,7 +335,7 @@ type ConflictListParams struct {
 	ID int64 // the event's row id
 	// Limit is the most conflicts listed, oldest first, payloads included.
 	// Defaults to NoticeKeep, as many as a store keeps on one event; at
-	// most 1000 (a store written by a Ferry without the cap may hold more).
+	// most 1000.
 	Limit int
 }
 

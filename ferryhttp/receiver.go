@@ -197,9 +197,11 @@ var signatureHeaders = map[string]bool{
 // receive, in that order. It answers 2xx only after the store has committed
 // the delivery.
 type Receiver struct {
-	opts     ReceiverOptions
-	sources  map[string]Source
-	keep     []string
+	opts    ReceiverOptions
+	sources map[string]Source
+	keep    []string // KeepHeaders but Content-Type, canonical
+	// keepType is whether KeepHeaders holds Content-Type, kept first.
+	keepType bool
 	draining atomic.Bool
 	inFlight atomic.Int64 // body bytes arrived and not yet stored (body.go)
 	receipts *groupcommit.Committer[*ferry.EventReceiveParams, *ferry.EventReceiveResult]
@@ -237,8 +239,10 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		Run:           r.receiveMany,
 	}
 	for _, h := range cmpOrSlice(opts.KeepHeaders, DefaultKeepHeaders) {
-		h = http.CanonicalHeaderKey(h)
-		if !isSignatureHeader(h) {
+		switch h = http.CanonicalHeaderKey(h); {
+		case h == "Content-Type":
+			r.keepType = true
+		case !isSignatureHeader(h):
 			r.keep = append(r.keep, h)
 		}
 	}
@@ -502,15 +506,12 @@ func (r *Receiver) keptHeaders(h http.Header) http.Header {
 	out := http.Header{}
 	budget := KeptHeadersMax
 	const contentType = "Content-Type"
-	if v := h.Get(contentType); v != "" && slices.Contains(r.keep, contentType) {
+	if v := h.Get(contentType); v != "" && r.keepType {
 		out[contentType] = []string{v}
 		budget -= len(contentType) + len(v)
 	}
 	var dropped []string
 	for _, k := range r.keep {
-		if k == contentType {
-			continue
-		}
 		for _, v := range h.Values(k) {
 			v = cutHeaderValue(v)
 			if len(k)+len(v) > budget {

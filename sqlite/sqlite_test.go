@@ -87,9 +87,13 @@ func TestPingDoesNotWaitForWriters(t *testing.T) {
 	defer tx.Rollback()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	waits := st.DB().Stats().WaitCount
 	start := time.Now()
 	if err := st.Ping(ctx); err != nil {
 		t.Errorf("Ping beside an open write transaction = %v, want nil", err)
+	}
+	if st.DB().Stats().WaitCount != waits {
+		t.Error("Ping waited for the write connection")
 	}
 	if waited := time.Since(start); waited > 20*time.Second { // a ceiling only a wait for the writer reaches
 		t.Errorf("Ping waited %v for the writer", waited)

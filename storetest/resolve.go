@@ -22,19 +22,6 @@ func testResolve[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, id, ferry.StateDead)
 		return id
 	}
-	// lose makes a fresh event unknown: a hold source's lease that lapsed.
-	lose := func(t *testing.T, b *bundle[TX], eventID string) int64 {
-		t.Helper()
-		id := receive(t, b, "stripe", eventID)
-		claimOne(t, b, "w1")
-		b.clock.Advance(ttl)
-		hold := &ferry.EventClaimManyParams{Owner: "w2", Limit: 10, TTL: ttl, Sources: []string{"stripe"}, HoldSources: []string{"stripe"}}
-		if _, err := b.store.EventClaimMany(b.ctx, hold); err != nil {
-			t.Fatal(err)
-		}
-		wantState(t, b, id, ferry.StateUnknown)
-		return id
-	}
 	resolve := func(t *testing.T, b *bundle[TX], actor string, ids ...int64) int {
 		t.Helper()
 		n, err := b.store.EventResolve(b.ctx, &ferry.EventResolveParams{IDs: ids, Actor: actor})
@@ -46,7 +33,7 @@ func testResolve[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 
 	run(t, setup, "DeadAndUnknownBecomeDoneWithoutRunning", func(t *testing.T, b *bundle[TX]) {
 		dead := kill(t, b, "dead")
-		unknown := lose(t, b, "unknown")
+		unknown := makeUnknown(t, b, "unknown")
 		before := map[int64][]*ferry.Attempt{dead: attempts(t, b, dead), unknown: attempts(t, b, unknown)}
 		b.clock.Advance(time.Minute)
 		if n := resolve(t, b, "alice", dead, unknown); n != 2 {

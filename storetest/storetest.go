@@ -169,6 +169,21 @@ func claimOne[TX any](t *testing.T, b *bundle[TX], owner string) *ferry.Claim {
 	return claims[0]
 }
 
+// makeUnknown receives a fresh stripe event and makes it unknown: a hold
+// source's lease that lapsed.
+func makeUnknown[TX any](t *testing.T, b *bundle[TX], eventID string) int64 {
+	t.Helper()
+	id := receive(t, b, "stripe", eventID)
+	claimOne(t, b, "w1")
+	b.clock.Advance(ttl)
+	hold := &ferry.EventClaimManyParams{Owner: "w2", Limit: 10, TTL: ttl, Sources: []string{"stripe"}, HoldSources: []string{"stripe"}}
+	if _, err := b.store.EventClaimMany(b.ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, id, ferry.StateUnknown)
+	return id
+}
+
 // mustComplete completes the lease and fails the test on an error.
 func mustComplete[TX any](t *testing.T, b *bundle[TX], lease ferry.Lease) {
 	t.Helper()
