@@ -217,13 +217,22 @@ func (p *EventGetParams) Validate() error {
 	return nil
 }
 
-// storableFilters refuses a filter no stored text could match: PostgreSQL
-// would fail the query, SQLite match nothing.
-func storableFilters(texts ...string) error {
-	for _, s := range texts {
+// validFilter checks the filter EventList and EventRequeue share. It
+// refuses text no stored row could match (PostgreSQL would fail the query,
+// SQLite match nothing), an unknown state and an Until before Since.
+func validFilter(source, typ, eventIDContains string, states []State, since, until time.Time) error {
+	for _, s := range []string{source, typ, eventIDContains} {
 		if !storable(s) {
 			return invalid("filter %q is not UTF-8 text without NUL", s)
 		}
+	}
+	for _, s := range states {
+		if !s.Valid() {
+			return invalid("unknown state %q", s)
+		}
+	}
+	if !since.IsZero() && !until.IsZero() && until.Before(since) {
+		return invalid("until %s is before since %s", until.Format(time.RFC3339), since.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -259,13 +268,7 @@ func (p *EventListParams) Normalize() (*EventListParams, error) {
 	if p.Limit < 0 {
 		return nil, invalid("limit must not be negative, got %d", p.Limit)
 	}
-	if err := storableFilters(p.Source, p.Type, p.EventIDContains); err != nil {
-		return nil, err
-	}
-	if err := validStates(p.States); err != nil {
-		return nil, err
-	}
-	if err := validRange(p.Since, p.Until); err != nil {
+	if err := validFilter(p.Source, p.Type, p.EventIDContains, p.States, p.Since, p.Until); err != nil {
 		return nil, err
 	}
 	if p.Before > 0 && p.After > 0 {
@@ -279,13 +282,6 @@ func (p *EventListParams) Normalize() (*EventListParams, error) {
 	out.Before = max(out.Before, 0)
 	out.After = max(out.After, 0)
 	return &out, nil
-}
-
-func validRange(since, until time.Time) error {
-	if !since.IsZero() && !until.IsZero() && until.Before(since) {
-		return invalid("until %s is before since %s", until.Format(time.RFC3339), since.Format(time.RFC3339))
-	}
-	return nil
 }
 
 // Validate requires a Source, a positive ReplayWindow and a Retention at
@@ -389,13 +385,7 @@ func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 	if err := requiredText("actor (who asks for the requeue)", p.Actor); err != nil {
 		return nil, err
 	}
-	if err := storableFilters(p.Source, p.Type, p.EventIDContains); err != nil {
-		return nil, err
-	}
-	if err := validStates(p.States); err != nil {
-		return nil, err
-	}
-	if err := validRange(p.Since, p.Until); err != nil {
+	if err := validFilter(p.Source, p.Type, p.EventIDContains, p.States, p.Since, p.Until); err != nil {
 		return nil, err
 	}
 	for _, id := range p.IDs {
@@ -477,15 +467,6 @@ func (p *EventStatsParams) Normalize() (*EventStatsParams, error) {
 	out := *p
 	out.AtRiskLimit = min(out.AtRiskLimit, EventListLimitMax)
 	return &out, nil
-}
-
-func validStates(states []State) error {
-	for _, s := range states {
-		if !s.Valid() {
-			return invalid("unknown state %q", s)
-		}
-	}
-	return nil
 }
 
 // Archive maintenance defaults.

@@ -53,18 +53,7 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		pending := receive(t, b, "s", "pending")
 		lease := claimOne(t, b, "w").Event.Lease()
 		mustComplete(t, b, lease)
-		params := &ferry.EventPurgeParams{Source: "s", Retention: 24 * time.Hour, ReplayWindow: time.Hour}
-		b.clock.Advance(24*time.Hour - time.Second)
-		if n, err := b.store.EventPurge(b.ctx, params); err != nil || n != 0 {
-			t.Fatalf("purge a second early = %d, %v; want 0", n, err)
-		}
-		b.clock.Advance(time.Second)
-		if n, err := b.store.EventPurge(b.ctx, params); err != nil || n != 1 {
-			t.Fatalf("purge = %d, %v; want 1", n, err)
-		}
-		if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id}); !errors.Is(err, ferry.ErrNotFound) {
-			t.Fatalf("purged event: err = %v", err)
-		}
+		purgeAtRetention(t, b, "s", id)
 		if got, err := b.store.ConflictList(b.ctx, &ferry.ConflictListParams{ID: id}); err != nil || len(got) != 0 {
 			t.Errorf("purged event's conflicts = %+v, %v; want none", got, err)
 		}
@@ -74,4 +63,23 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Errorf("a delivery of the purged id = %s, want new: its key outlived the event", res.Outcome)
 		}
 	})
+}
+
+// purgeAtRetention purges source, whose one done event id completed at the
+// clock's now, with a day's retention: nothing a second before the day
+// ends, id at its end.
+func purgeAtRetention[TX any](t *testing.T, b *bundle[TX], source string, id int64) {
+	t.Helper()
+	params := &ferry.EventPurgeParams{Source: source, Retention: 24 * time.Hour, ReplayWindow: time.Hour}
+	b.clock.Advance(24*time.Hour - time.Second)
+	if n, err := b.store.EventPurge(b.ctx, params); err != nil || n != 0 {
+		t.Fatalf("purge a second before retention = %d, %v; want 0", n, err)
+	}
+	b.clock.Advance(time.Second)
+	if n, err := b.store.EventPurge(b.ctx, params); err != nil || n != 1 {
+		t.Fatalf("purge at retention = %d, %v; want 1", n, err)
+	}
+	if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id}); !errors.Is(err, ferry.ErrNotFound) {
+		t.Fatalf("purged event: err = %v, want ErrNotFound", err)
+	}
 }

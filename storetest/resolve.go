@@ -118,18 +118,7 @@ func testResolve[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	run(t, setup, "PurgedAtRetentionLikeAnyDone", func(t *testing.T, b *bundle[TX]) {
 		dead := kill(t, b, "dead")
 		resolve(t, b, "alice", dead)
-		purge := &ferry.EventPurgeParams{Source: "stripe", Retention: 24 * time.Hour, ReplayWindow: time.Hour}
-		b.clock.Advance(24*time.Hour - time.Second)
-		if n, err := b.store.EventPurge(b.ctx, purge); err != nil || n != 0 {
-			t.Fatalf("purge a second early = %d, %v; want 0", n, err)
-		}
-		b.clock.Advance(time.Second)
-		if n, err := b.store.EventPurge(b.ctx, purge); err != nil || n != 1 {
-			t.Fatalf("purge at retention = %d, %v; want 1", n, err)
-		}
-		if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: dead}); !errors.Is(err, ferry.ErrNotFound) {
-			t.Errorf("purged resolved event: %v, want ErrNotFound", err)
-		}
+		purgeAtRetention(t, b, "stripe", dead)
 		// Its ledger goes with it: none is left to outlive retention.
 		if attempts, err := b.store.AttemptList(b.ctx, &ferry.AttemptListParams{ID: dead}); err != nil || len(attempts) != 0 {
 			t.Errorf("purged resolved event's attempts = %+v, %v; want none", attempts, err)

@@ -430,6 +430,15 @@ func migrateCLI(t *testing.T, storeURL string) string {
 	return cfg
 }
 
+// migratedSQLite returns the config of a migrated SQLite store and a
+// seeder open on it, on the wall clock.
+func migratedSQLite(t *testing.T) (cfg string, s seeder) {
+	t.Helper()
+	storeURL, open := cliStores()[0].setup(t)
+	cfg = migrateCLI(t, storeURL)
+	return cfg, open(time.Now)
+}
+
 // serve logs durations as strings, in JSON and in text (--log-format).
 func TestServeLogFormat(t *testing.T) {
 	t.Parallel()

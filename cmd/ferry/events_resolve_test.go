@@ -105,9 +105,7 @@ func TestEventsResolve(t *testing.T) {
 func TestEventsRetryNow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	storeURL, open := cliStores()[0].setup(t)
-	cfg := migrateCLI(t, storeURL)
-	s := open(time.Now)
+	cfg, s := migratedSQLite(t)
 	for _, id := range []string{"evt_backoff", "evt_due"} {
 		if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`)}); err != nil {
 			t.Fatal(err)

@@ -133,9 +133,7 @@ func seedScenario(t *testing.T, open func(now func() time.Time) seeder) {
 func TestEventsShowCountsReplaysNotKept(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	storeURL, open := cliStores()[0].setup(t)
-	cfg := migrateCLI(t, storeURL)
-	s := open(time.Now)
+	cfg, s := migratedSQLite(t)
 	body := []byte(`{"id":"gh_1"}`)
 	for i := range ferry.NoticeKeep + 3 {
 		if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{
@@ -454,9 +452,7 @@ func TestUnknownSourceFlag(t *testing.T) {
 func TestEventsShowConflicts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	storeURL, open := cliStores()[0].setup(t)
-	cfg := migrateCLI(t, storeURL)
-	s := open(time.Now)
+	cfg, s := migratedSQLite(t)
 	var payloads [][]byte
 	for i := range ferry.NoticeKeep + 3 {
 		payloads = append(payloads, []byte(fmt.Sprintf(`{"id":"evt_1","amount":%d}`, 1000+i)))
