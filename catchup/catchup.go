@@ -100,8 +100,9 @@ type Event struct {
 
 // Outcomes counted by an Observer.
 const (
-	OutcomeNew   = "new"   // the store lacked the event; catch-up added it
-	OutcomeKnown = "known" // the store had it, or the provider delivered it
+	OutcomeNew     = "new"     // the store lacked the event; catch-up added it
+	OutcomeKnown   = "known"   // the store had it, or the provider delivered it
+	OutcomeSkipped = "skipped" // it cannot be fetched or stored; a warning names why
 
 	PassOK     = "ok"     // a pass of Run's loop ran to its end
 	PassFailed = "failed" // it failed, and the next interval tries again
@@ -318,21 +319,21 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	found := func(c *Candidate) error {
 		res.Fetched++
 		known, err := r.take(ctx, c, opts.DryRun)
-		if errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) ||
-			errors.Is(err, ErrUnfetchable) || errors.Is(err, errOverMaxBody) {
+		var outcome string
+		switch {
+		case errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) ||
+			errors.Is(err, ErrUnfetchable) || errors.Is(err, errOverMaxBody):
 			res.Skipped++
+			outcome = OutcomeSkipped
 			r.log().Warn("catchup: skipped an event it cannot fetch or store", "source", r.Source, "err", err)
-			return nil
-		}
-		if err != nil {
+		case err != nil:
 			return err
-		}
-		outcome := OutcomeNew
-		if known {
+		case known:
 			res.Known++
 			outcome = OutcomeKnown
-		} else {
+		default:
 			res.New++
+			outcome = OutcomeNew
 		}
 		if r.Observer != nil && !opts.DryRun {
 			r.Observer.CatchupEvent(r.Source, outcome)

@@ -9,9 +9,12 @@ import (
 var _ catchup.Observer = (*CatchupMetrics)(nil)
 
 // CatchupMetrics counts what catch-up passes found:
-// ferry_catchup_events_total{source, outcome="new"|"known"}. A steady
-// stream of "new" means the provider fails to deliver: look at the
-// endpoint's configuration on its side. And how serve's passes ended:
+// ferry_catchup_events_total{source, outcome="new"|"known"|"skipped"}. A
+// steady stream of "new" means the provider fails to deliver: look at the
+// endpoint's configuration on its side. "skipped" is an event the provider
+// lists that catch-up cannot fetch or store (larger than max_body, an id
+// or type no store keeps, one the provider cannot return): only its
+// warning in the log names it. And how serve's passes ended:
 // ferry_catchup_passes_total{source, outcome="ok"|"failed"}; failures with
 // no ok mean catch-up is not running (a revoked key, an API that refuses).
 type CatchupMetrics struct {
@@ -27,7 +30,7 @@ func NewCatchupMetrics(reg prom.Registerer, sources []string) *CatchupMetrics {
 		sources: sources,
 		events: prom.NewCounterVec(prom.CounterOpts{
 			Namespace: "ferry", Name: "catchup_events_total",
-			Help: "Events listed by catch-up passes, by source and outcome: new (fetched because the provider never delivered it) or known.",
+			Help: "Events listed by catch-up passes, by source and outcome: new (fetched because the provider never delivered it), known, or skipped (it cannot be fetched or stored; logged).",
 		}, []string{"source", "outcome"}),
 		passes: prom.NewCounterVec(prom.CounterOpts{
 			Namespace: "ferry", Name: "catchup_passes_total",
@@ -38,6 +41,7 @@ func NewCatchupMetrics(reg prom.Registerer, sources []string) *CatchupMetrics {
 	for _, s := range sources {
 		m.events.WithLabelValues(s, catchup.OutcomeNew)
 		m.events.WithLabelValues(s, catchup.OutcomeKnown)
+		m.events.WithLabelValues(s, catchup.OutcomeSkipped)
 		m.passes.WithLabelValues(s, catchup.PassOK)
 		m.passes.WithLabelValues(s, catchup.PassFailed)
 	}

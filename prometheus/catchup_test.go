@@ -20,6 +20,7 @@ func TestCatchupMetrics(t *testing.T) {
 		m.CatchupEvent("stripe", catchup.OutcomeNew)
 	}
 	m.CatchupEvent("stripe", catchup.OutcomeKnown)
+	m.CatchupEvent("stripe", catchup.OutcomeSkipped)
 	m.CatchupPass("stripe", catchup.PassFailed)
 	m.CatchupPass("stripe", catchup.PassFailed)
 
@@ -29,7 +30,9 @@ func TestCatchupMetrics(t *testing.T) {
 	for _, want := range []string{
 		`ferry_catchup_events_total{outcome="new",source="stripe"} 3`,
 		`ferry_catchup_events_total{outcome="known",source="stripe"} 1`,
+		`ferry_catchup_events_total{outcome="skipped",source="stripe"} 1`,
 		`ferry_catchup_events_total{outcome="new",source="github"} 0`, // present before the first pass
+		`ferry_catchup_events_total{outcome="skipped",source="github"} 0`,
 		`ferry_catchup_passes_total{outcome="failed",source="stripe"} 2`,
 		`ferry_catchup_passes_total{outcome="ok",source="stripe"} 0`,
 	} {
