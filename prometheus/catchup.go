@@ -13,8 +13,8 @@ var _ catchup.Observer = (*CatchupMetrics)(nil)
 // steady stream of "new" means the provider fails to deliver: look at the
 // endpoint's configuration on its side. "skipped" is an event the provider
 // lists that catch-up cannot fetch or store (larger than max_body, an id
-// or type no store keeps, one the provider cannot return): only its
-// warning in the log names it. And how serve's passes ended:
+// or type no store keeps, one the provider cannot return): only a warning
+// in the log says why. And how serve's passes ended:
 // ferry_catchup_passes_total{source, outcome="ok"|"failed"}; failures with
 // no ok mean catch-up is not running (a revoked key, an API that refuses).
 type CatchupMetrics struct {
