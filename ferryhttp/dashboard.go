@@ -102,7 +102,7 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	mux.HandleFunc("GET /ui/events/{id}", d.event)
 	mux.HandleFunc("POST /ui/events/{id}/replay", d.oneEvent("replay", "replayed", "replayed", "not_replayed", d.replayOne))
 	mux.HandleFunc("POST /ui/events/{id}/retry", d.oneEvent("retry now", "changed", "due", "not_due", d.retryNow))
-	mux.HandleFunc("POST /ui/events/{id}/resolve", d.oneEvent("resolve", "resolved", "resolved", "not_resolved", d.resolve))
+	mux.HandleFunc("POST /ui/events/{id}/resolve", confirmed("not_confirmed", d.oneEvent("resolve", "resolved", "resolved", "not_resolved", d.resolve)))
 	mux.HandleFunc("GET /ui/replay", d.replayConfirm)
 	mux.HandleFunc("POST /ui/replay", d.replayMany)
 	d.routes, d.handler = mux, http.NewCrossOriginProtection().Handler(mux)
@@ -488,12 +488,13 @@ func prettyPayload(payload []byte, limit int) (string, bool) {
 // page never prints text from its URL, so a link cannot put words of its
 // own on an operator's screen.
 var flashes = map[string]string{
-	"replayed":     "replayed: the event is pending and a worker will take it",
-	"not_replayed": "not replayed: the event is already pending or running",
-	"due":          "due now: a worker will take it at once",
-	"not_due":      "not changed: the event is not waiting for a retry",
-	"resolved":     "resolved: the event is done and will not run again",
-	"not_resolved": "not resolved: only a dead or unknown event can be",
+	"replayed":      "replayed: the event is pending and a worker will take it",
+	"not_replayed":  "not replayed: the event is already pending or running",
+	"due":           "due now: a worker will take it at once",
+	"not_due":       "not changed: the event is not waiting for a retry",
+	"resolved":      "resolved: the event is done and will not run again",
+	"not_resolved":  "not resolved: only a dead or unknown event can be",
+	"not_confirmed": "not resolved: tick the box first, to confirm its effect happened or it is to be discarded",
 }
 
 // flashOf is the message q's flash code names, or "".
@@ -529,6 +530,25 @@ func (d *Dashboard) oneEvent(what, key, yes, no string, act func(ctx context.Con
 		}
 		d.opts.Logger.Info("ferry: dashboard "+what, "id", id, key, count, "actor", actor)
 		http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
+	}
+}
+
+// confirmed runs next only for a POST whose form has confirm=yes, the box
+// an operator ticks beside an action that closes an event unrun; any other
+// goes back to the event's page, unchanged, with the flash code flash.
+func confirmed(flash string, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		if err != nil || id <= 0 {
+			http.NotFound(w, r)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<10)
+		if r.PostFormValue("confirm") != "yes" {
+			http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
+			return
+		}
+		next(w, r)
 	}
 }
 

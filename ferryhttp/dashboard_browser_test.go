@@ -264,11 +264,13 @@ func TestDashboardBrowserOperations(t *testing.T) {
 		t.Errorf("ord_3 (order.refunded) was replayed: %s", state("ord_3"))
 	}
 
-	// Mark resolved: ord_3's refund was made by hand, so the operator closes
-	// it without running it; it is done at once, and the page says who.
+	// Mark resolved: ord_3's refund was made by hand, so the operator ticks
+	// the box that says so and closes it without running it; it is done at
+	// once, and the page says who.
 	err = chromedp.Do(br,
 		chromedp.Navigate(b.server.URL+"/ui/events/"+itoa(ids["ord_3"])),
 		chromedp.WaitVisible(`#resolve`),
+		chromedp.Click(`#resolve-confirm`),
 	)
 	if err != nil {
 		t.Fatalf("open ord_3: %v", err)

@@ -250,7 +250,7 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 		t.Errorf("the bulk replay's log line must name the actor:\n%s", logs)
 	}
 	for _, path := range []string{"/ui/replay", "/ui/events/" + itoa(b.ids["gh_1"]) + "/retry", "/ui/events/" + itoa(b.ids["evt_dead"]) + "/resolve"} {
-		req = newReq(t, "POST", b.server.URL+path, strings.NewReader("source=stripe"))
+		req = newReq(t, "POST", b.server.URL+path, strings.NewReader("source=stripe&confirm=yes"))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
 		if code, _ := testhttp.Do(t, req); code != http.StatusForbidden {
@@ -339,7 +339,8 @@ func TestAdminAuth(t *testing.T) {
 			}
 		}
 		for _, action := range []string{"/replay", "/resolve"} {
-			req := forged(newReq(t, "POST", event+action, nil))
+			req := forged(newReq(t, "POST", event+action, strings.NewReader("confirm=yes")))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			req.Header.Set("Sec-Fetch-Site", "same-origin")
 			if res := do(t, req); res.StatusCode != http.StatusUnauthorized {
 				t.Errorf("anonymous %s: %d, want 401", action, res.StatusCode)
@@ -765,7 +766,7 @@ func TestDashboardRetryNow(t *testing.T) {
 	if body := page(t, b, "/ui/events/"+itoa(id)); !strings.Contains(body, `id="retry-now"`) || !strings.Contains(body, "(in 59m)") {
 		t.Fatalf("an event in backoff has no retry now button or next attempt:\n%s", body)
 	}
-	retry := func() string { return postAction(t, b, id, "retry") }
+	retry := func() string { return postAction(t, b, id, "retry", "") }
 	if body := retry(); !strings.Contains(body, "due now") || strings.Contains(body, `id="retry-now"`) {
 		t.Errorf("after retry now:\n%s", body)
 	}
@@ -786,10 +787,12 @@ func TestDashboardRetryNow(t *testing.T) {
 }
 
 // postAction posts a same-origin action (replay, retry, resolve) on the
-// event's page and returns the page the redirect leads back to.
-func postAction(t *testing.T, b *dashBundle, id int64, action string) string {
+// event's page, with form (the form's fields, or ""), and returns the page
+// the redirect leads back to.
+func postAction(t *testing.T, b *dashBundle, id int64, action, form string) string {
 	t.Helper()
-	req := newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(id)+"/"+action, nil)
+	req := newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(id)+"/"+action, strings.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	code, body := testhttp.Do(t, req)
 	if code != 200 {
@@ -812,7 +815,14 @@ func TestDashboardResolve(t *testing.T) {
 	if body := page(t, b, "/ui/events/"+itoa(dead)); !strings.Contains(body, `id="resolve"`) {
 		t.Fatalf("a dead event has no mark resolved button:\n%s", body)
 	}
-	resolve := func(id int64) string { return postAction(t, b, id, "resolve") }
+	// Without the box ticked (a POST not from the page), nothing changes.
+	if body := postAction(t, b, dead, "resolve", ""); !strings.Contains(body, "not resolved: tick the box first") {
+		t.Errorf("an unconfirmed resolve:\n%s", body)
+	}
+	if e, err := b.store.EventGet(ctx, &ferry.EventGetParams{ID: dead}); err != nil || e.State != ferry.StateDead {
+		t.Fatalf("an unconfirmed resolve left %+v, %v; want dead", e, err)
+	}
+	resolve := func(id int64) string { return postAction(t, b, id, "resolve", "confirm=yes") }
 	body := resolve(dead)
 	if !strings.Contains(body, "resolved: the event is done") || strings.Contains(body, `id="resolve"`) || !strings.Contains(body, `id="replay"`) {
 		t.Errorf("after resolve:\n%s", body)
