@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -315,13 +314,15 @@ func TestRunner(t *testing.T) {
 					"over_limit": {Type: "test", Payload: bytes.Repeat([]byte("o"), tc.limit+1)},
 				})
 				b.runner.MaxBody = tc.maxBody
-				obs := &eventCounts{}
+				obs := eventCounts{}
 				b.runner.Observer = obs
 				res := b.pass(t, PassOptions{})
 				if res.New != 1 || res.Skipped != 1 || !res.Advanced {
 					t.Fatalf("new=%d skipped=%d advanced=%v, want 1 1 true", res.New, res.Skipped, res.Advanced)
 				}
-				obs.want(t, map[string]int{OutcomeNew: 1, OutcomeSkipped: 1})
+				if want := (eventCounts{OutcomeNew: 1, OutcomeSkipped: 1}); !maps.Equal(obs, want) {
+					t.Errorf("observed %v, want %v", obs, want)
+				}
 				if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "listed", EventID: "over_limit"}); !errors.Is(err, ferry.ErrNotFound) {
 					t.Fatalf("a payload over the limit was stored: %v", err)
 				}
@@ -342,13 +343,15 @@ func TestRunner(t *testing.T) {
 			"bad_type": {Type: strings.Repeat("t", ferry.MaxEventTypeBytes+1), Payload: []byte(`{}`)},
 			"good":     {Type: "test", Payload: []byte(`{}`)},
 		})
-		obs := &eventCounts{}
+		obs := eventCounts{}
 		b.runner.Observer = obs
 		res := b.pass(t, PassOptions{})
 		if res.New != 1 || res.Skipped != 2 || !res.Advanced {
 			t.Fatalf("new=%d skipped=%d advanced=%v, want 1 2 true", res.New, res.Skipped, res.Advanced)
 		}
-		obs.want(t, map[string]int{OutcomeNew: 1, OutcomeSkipped: 2})
+		if want := (eventCounts{OutcomeNew: 1, OutcomeSkipped: 2}); !maps.Equal(obs, want) {
+			t.Errorf("observed %v, want %v", obs, want)
+		}
 		list, err := b.store.EventList(context.Background(), &ferry.EventListParams{})
 		if err != nil || len(list.Events) != 1 || list.Events[0].EventID != "good" {
 			t.Fatalf("stored %v (%v), want only the good event", list, err)
@@ -399,28 +402,10 @@ func setupListed(t *testing.T, l listed) *runBundle {
 }
 
 // eventCounts is an Observer that counts events by outcome, as
-// prometheus.CatchupMetrics does on /metrics.
-type eventCounts struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
+// prometheus.CatchupMetrics does on /metrics. Pass calls it on the
+// caller's goroutine.
+type eventCounts map[string]int
 
-func (o *eventCounts) CatchupEvent(_, outcome string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.counts == nil {
-		o.counts = map[string]int{}
-	}
-	o.counts[outcome]++
-}
+func (o eventCounts) CatchupEvent(_, outcome string) { o[outcome]++ }
 
-func (o *eventCounts) CatchupPass(string, string) {}
-
-func (o *eventCounts) want(t *testing.T, want map[string]int) {
-	t.Helper()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !maps.Equal(o.counts, want) {
-		t.Errorf("observed %v, want %v", o.counts, want)
-	}
-}
+func (eventCounts) CatchupPass(string, string) {}
