@@ -270,10 +270,16 @@ func TestDashboardBrowserOperations(t *testing.T) {
 	err = chromedp.Do(br,
 		chromedp.Navigate(b.server.URL+"/ui/events/"+itoa(ids["ord_3"])),
 		chromedp.WaitVisible(`#resolve`),
-		chromedp.Click(`#resolve-confirm`),
 	)
 	if err != nil {
 		t.Fatalf("open ord_3: %v", err)
+	}
+	const submittable = `document.getElementById("resolve-confirm").form.checkValidity()`
+	if ok, err := chromedp.Run(br, chromedp.Evaluate[bool](submittable)); err != nil || ok {
+		t.Fatalf("the resolve form submits without its box ticked (%v)", err)
+	}
+	if err := chromedp.Do(br, chromedp.Click(`#resolve-confirm`)); err != nil {
+		t.Fatalf("tick the box: %v", err)
 	}
 	clickForFlash(t, br, `#resolve`, "mark resolved", "resolved: the event is done")
 	if got := state("ord_3"); got != ferry.StateDone {

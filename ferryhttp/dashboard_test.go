@@ -812,8 +812,8 @@ func TestDashboardResolve(t *testing.T) {
 	if body := page(t, b, "/ui/events/"+itoa(pending)); strings.Contains(body, `id="resolve"`) {
 		t.Errorf("a pending event offers mark resolved:\n%s", body)
 	}
-	if body := page(t, b, "/ui/events/"+itoa(dead)); !strings.Contains(body, `id="resolve"`) {
-		t.Fatalf("a dead event has no mark resolved button:\n%s", body)
+	if body := page(t, b, "/ui/events/"+itoa(dead)); !strings.Contains(body, `id="resolve"`) || !strings.Contains(body, `name="confirm" value="yes" id="resolve-confirm" required`) {
+		t.Fatalf("a dead event has no mark resolved button behind a required box:\n%s", body)
 	}
 	// Without the box ticked (a POST not from the page), nothing changes.
 	if body := postAction(t, b, dead, "resolve", ""); !strings.Contains(body, "not resolved: tick the box first") {
@@ -834,7 +834,7 @@ func TestDashboardResolve(t *testing.T) {
 	if err != nil || e.State != ferry.StateDone {
 		t.Errorf("after resolve: %+v, %v; want done", e, err)
 	}
-	if body := resolve(pending); !strings.Contains(body, "not resolved") {
+	if body := resolve(pending); !strings.Contains(body, "not resolved: only a dead or unknown event can be") {
 		t.Errorf("resolve of a pending event:\n%s", body)
 	}
 	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: pending}); e.State != ferry.StatePending {
