@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -55,7 +56,8 @@ func (e *modelEvent) holds(l ferry.Lease, now time.Time) bool {
 // testModel drives random operation sequences against the store and the
 // model side by side: receipts, claims (with and without the hold policy),
 // heartbeats, completions one by one and many at once, failures under an
-// attempt budget and a maximum age, releases, requeues and the clock. Each check works in a source of its own, so one store
+// attempt budget and a maximum age, releases, requeues, resolves, retries
+// now and the clock. Each check works in a source of its own, so one store
 // serves every check.
 func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	b := setup(t)
@@ -73,6 +75,13 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			}
 			l := rapid.SampledFrom(leases).Draw(rt, "lease")
 			return l, byID[l.ID]
+		}
+		pickEvent := func(rt *rapid.T) *modelEvent {
+			if len(byID) == 0 {
+				rt.Skip("no event yet")
+			}
+			ids := slices.Sorted(maps.Keys(byID))
+			return byID[rapid.SampledFrom(ids).Draw(rt, "id")]
 		}
 		fenced := func(rt *rapid.T, op string, ev *modelEvent, lease ferry.Lease, err error) bool {
 			held := ev.holds(lease, b.clock.Now())
@@ -216,15 +225,7 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				}
 			},
 			"requeue": func(rt *rapid.T) {
-				if len(byID) == 0 {
-					rt.Skip("no event yet")
-				}
-				ids := make([]int64, 0, len(byID))
-				for id := range byID {
-					ids = append(ids, id)
-				}
-				slices.Sort(ids)
-				ev := byID[rapid.SampledFrom(ids).Draw(rt, "id")]
+				ev := pickEvent(rt)
 				n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{ev.id}, Actor: "op"})
 				if err != nil {
 					rt.Fatal(err)
@@ -234,6 +235,35 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				}
 				if n == 1 {
 					ev.state, ev.nextAt, ev.base, ev.requeuedAt = ferry.StatePending, b.clock.Now(), ev.attempt, b.clock.Now()
+				}
+			},
+			"resolve": func(rt *rapid.T) {
+				ev := pickEvent(rt)
+				n, err := b.store.EventResolve(b.ctx, &ferry.EventResolveParams{IDs: []int64{ev.id}, Actor: "op"})
+				if err != nil {
+					rt.Fatal(err)
+				}
+				closable := ev.state == ferry.StateDead || ev.state == ferry.StateUnknown
+				if want := map[bool]int{true: 1, false: 0}[closable]; n != want {
+					rt.Fatalf("resolve of %s event = %d, want %d", ev.state, n, want)
+				}
+				if closable {
+					ev.state = ferry.StateDone // no attempt: none ran
+				}
+			},
+			"retry_now": func(rt *rapid.T) {
+				ev := pickEvent(rt)
+				now := b.clock.Now()
+				ok, err := b.store.EventRetryNow(b.ctx, &ferry.EventRetryNowParams{ID: ev.id, Actor: "op"})
+				if err != nil {
+					rt.Fatal(err)
+				}
+				inBackoff := ev.state == ferry.StatePending && ev.nextAt.After(now)
+				if ok != inBackoff {
+					rt.Fatalf("retry now of %s event due %v (now %v) = %v, want %v", ev.state, ev.nextAt, now, ok, inBackoff)
+				}
+				if ok {
+					ev.nextAt = now
 				}
 			},
 			"advance": func(rt *rapid.T) {
