@@ -197,7 +197,7 @@ var ErrConfig = errors.New("catchup: invalid settings")
 
 // ErrUnfetchable is wrapped by a Candidate's Fetch error when the provider
 // will never return the event (GitHub: a delivery expired since it was
-// listed, or a response over 32 MiB). The runner skips the event with a
+// listed, one without a payload, or a response over 32 MiB). The runner skips the event with a
 // warning, so one such event cannot fail every pass until it ages out.
 var ErrUnfetchable = errors.New("catchup: the provider cannot return the event")
 
@@ -263,6 +263,14 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 			r.log().Warn("catchup: checkpoint later than the store's time of writing it (a clock ahead); starting from that time",
 				"source", r.Source, "checkpoint", checkpoint, "written", cp.UpdatedAt)
 			checkpoint = cp.UpdatedAt
+		}
+		// A checkpoint later than now was written before the clock stepped
+		// back (on SQLite the store's time is this host's too): what lies
+		// between is unknown, so the pass starts at the lookback.
+		if checkpoint.After(now) {
+			r.log().Warn("catchup: checkpoint later than now (a clock that ran ahead, then stepped back); starting from the lookback",
+				"source", r.Source, "checkpoint", checkpoint, "now", now)
+			checkpoint = time.Time{}
 		}
 	}
 

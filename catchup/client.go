@@ -227,25 +227,25 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 }
 
 // retryable reports whether resp is worth sending again, and the wait it
-// names (0: none, back off): a 429 or a 5xx, or GitHub's rate-limit 403,
-// which comes with Retry-After, or with X-RateLimit-Remaining 0 and the
-// reset in X-RateLimit-Reset (Unix seconds). A wait past maxWait fails the
-// pass, which the next interval retries.
+// names (0: none, back off): a 429 or a 5xx, or GitHub's rate-limit 403.
+// A rate limit names its wait in Retry-After, or with
+// X-RateLimit-Remaining 0 and the reset in X-RateLimit-Reset (Unix
+// seconds); GitHub sends either with a 403 or a 429. A wait past maxWait
+// fails the pass, which the next interval retries.
 func retryable(resp *http.Response, now time.Time) (bool, time.Duration) {
 	const limit = 24 * time.Hour
 	h := resp.Header
+	exhausted := h.Get("X-RateLimit-Remaining") == "0"
 	wait := retryafter.Parse(h.Get("Retry-After"), now, limit)
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return true, wait
-	case resp.StatusCode != http.StatusForbidden:
-		return false, 0
-	case h.Get("Retry-After") != "":
-		return true, wait
-	case h.Get("X-RateLimit-Remaining") == "0":
+	if wait == 0 && exhausted {
 		if reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64); err == nil {
 			wait = min(max(time.Unix(reset, 0).Sub(now), 0), limit)
 		}
+	}
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return true, wait
+	case resp.StatusCode == http.StatusForbidden && (h.Get("Retry-After") != "" || exhausted):
 		return true, wait
 	}
 	return false, 0

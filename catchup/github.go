@@ -95,6 +95,9 @@ func NewGitHub(opts GitHubOptions) (*GitHub, error) {
 	g := &GitHub{opts: opts, base: base, hook: hook}
 	switch {
 	case opts.Token != "" && opts.AppID == "":
+		if hook == "app/hook" { // GitHub lists an App's own deliveries to its JWT only
+			return nil, fmt.Errorf("%w: github: hook \"app/hook\" is read with the App's credentials: set app_id and private_key instead of token", ErrConfig)
+		}
 	case opts.Token == "" && opts.AppID != "" && opts.PrivateKey != "":
 		if g.key, err = parseRSAKey(opts.PrivateKey); err != nil {
 			return nil, fmt.Errorf("%w: github: private_key: %v", ErrConfig, err)
@@ -227,7 +230,7 @@ func (g *GitHub) fetch(ctx context.Context, id int64) (*Event, error) {
 		return nil, fmt.Errorf("github: get delivery %d: %w", id, err)
 	}
 	if len(d.Request.Payload) == 0 || string(d.Request.Payload) == "null" {
-		return nil, fmt.Errorf("github: get delivery %d: no payload", id)
+		return nil, fmt.Errorf("github: get delivery %d: %w: it has no payload", id, ErrUnfetchable)
 	}
 	// The API returns the payload as JSON whatever the hook's content type,
 	// so the stored body is JSON. Identity headers are kept as the receiver

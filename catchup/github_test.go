@@ -169,22 +169,32 @@ func setupGitHub(t *testing.T, opts GitHubOptions) *githubBundle {
 func TestGitHub(t *testing.T) {
 	t.Parallel()
 
-	// GitHub answers its rate limits with 403 as well as 429: with
-	// Retry-After, or with X-RateLimit-Remaining 0 and the reset time. The
-	// client waits and tries again; any other 403 fails at once.
-	for name, limited := range map[string]func(h http.Header) (until time.Time){
-		"RateLimit403WithRetryAfterIsRetried": func(h http.Header) time.Time {
-			h.Set("Retry-After", "1")
-			return time.Now().Add(time.Second)
-		},
-		"RateLimit403AtZeroRemainingWaitsForTheReset": func(h http.Header) time.Time {
-			reset := time.Now().Add(time.Second).Unix()
+	// GitHub answers its rate limits with 403 or 429: with Retry-After, or
+	// with X-RateLimit-Remaining 0 and the reset time. The client waits
+	// and tries again; any other 403 fails at once.
+	resetIn := func(d time.Duration) func(h http.Header) time.Time {
+		return func(h http.Header) time.Time {
+			reset := time.Now().Add(d).Unix()
 			h.Set("X-RateLimit-Remaining", "0")
 			h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 			return time.Unix(reset, 0)
-		},
-		"Other403FailsAtOnce": nil,
+		}
+	}
+	for name, tc := range map[string]struct {
+		status  int
+		limited func(h http.Header) (until time.Time)
+	}{
+		"RateLimit403WithRetryAfterIsRetried": {http.StatusForbidden, func(h http.Header) time.Time {
+			h.Set("Retry-After", "1")
+			return time.Now().Add(time.Second)
+		}},
+		"RateLimit403AtZeroRemainingWaitsForTheReset": {http.StatusForbidden, resetIn(time.Second)},
+		// Past the backoff's first waits: a retry before the reset
+		// would be refused again and count against the limit.
+		"RateLimit429AtZeroRemainingWaitsForTheReset": {http.StatusTooManyRequests, resetIn(4 * time.Second)},
+		"Other403FailsAtOnce":                         {http.StatusForbidden, nil},
 	} {
+		limited := tc.limited
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setupGitHub(t, GitHubOptions{})
@@ -207,7 +217,7 @@ func TestGitHub(t *testing.T) {
 				if limited != nil {
 					until = limited(w.Header())
 				}
-				w.WriteHeader(http.StatusForbidden)
+				w.WriteHeader(tc.status)
 				fmt.Fprint(w, `{"message":"API rate limit exceeded"}`)
 				return true
 			}
@@ -381,8 +391,9 @@ func TestGitHub(t *testing.T) {
 	})
 
 	// A delivery GitHub will never return (expired since it was listed,
-	// refused, or too large to read) is skipped with a warning: failing
-	// the pass would fail every pass until it aged out, 3 days later.
+	// refused, too large to read, or without a payload) is skipped with a
+	// warning: failing the pass would fail every pass until it aged out,
+	// 3 days later.
 	t.Run("UnfetchableDeliveryIsSkipped", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
@@ -392,8 +403,11 @@ func TestGitHub(t *testing.T) {
 			"3": func(w http.ResponseWriter) { w.WriteHeader(http.StatusUnprocessableEntity) },
 			"4": func(w http.ResponseWriter) { _, _ = w.Write(make([]byte, maxBody+1)) },
 			"5": func(w http.ResponseWriter) { w.WriteHeader(http.StatusNotFound) },
+			"6": func(w http.ResponseWriter) {
+				_, _ = w.Write([]byte(`{"guid":"g-5","event":"push","request":{"headers":{},"payload":null}}`))
+			},
 		}
-		for i := range 5 {
+		for i := range 6 {
 			b.fake.add(fmt.Sprintf("g-%d", i), "push", base.Add(-time.Hour+time.Duration(i)*time.Minute), 500)
 		}
 		b.fake.limit = func(w http.ResponseWriter, r *http.Request) bool {
@@ -405,14 +419,14 @@ func TestGitHub(t *testing.T) {
 			return false
 		}
 		res := b.pass(t, PassOptions{})
-		if res.Fetched != 5 || res.New != 1 || res.Skipped != 4 || !res.Advanced {
-			t.Fatalf("fetched=%d new=%d skipped=%d advanced=%v, want 5 1 4 true", res.Fetched, res.New, res.Skipped, res.Advanced)
+		if res.Fetched != 6 || res.New != 1 || res.Skipped != 5 || !res.Advanced {
+			t.Fatalf("fetched=%d new=%d skipped=%d advanced=%v, want 6 1 5 true", res.Fetched, res.New, res.Skipped, res.Advanced)
 		}
 		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "g-1"}); err != nil {
 			t.Fatalf("the fetchable event was not received: %v", err)
 		}
-		if n := strings.Count(b.logsText(), "skipped an event"); n != 4 || strings.Contains(b.logsText(), githubToken) {
-			t.Fatalf("%d skips logged, want 4, without the token:\n%s", n, b.logsText())
+		if n := strings.Count(b.logsText(), "skipped an event"); n != 5 || strings.Contains(b.logsText(), githubToken) {
+			t.Fatalf("%d skips logged, want 5, without the token:\n%s", n, b.logsText())
 		}
 	})
 

@@ -145,6 +145,33 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// On SQLite the store's clock is the host's: a host an hour fast writes
+	// the checkpoint and its time of writing alike, then its clock steps
+	// back. The checkpoint is later than now, so the pass starts at the
+	// lookback instead of waiting an hour and skipping what came between.
+	t.Run("CheckpointAheadOfNowStartsAtTheLookback", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		fast := base.Add(time.Hour)
+		b.store = teststore.SQLite(t, &sqlite.Config{Now: func() time.Time { return fast }})
+		b.runner.Store = b.store
+		if err := b.store.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: CheckpointName("stripe"), Value: fast.Add(-DefaultSettle).Format(time.RFC3339Nano)}); err != nil {
+			t.Fatal(err)
+		}
+		b.fake.add(1, base.Add(5*time.Minute), "after_step")
+		b.now = base.Add(10 * time.Minute) // the clock stepped back
+		res := b.pass(t, PassOptions{})
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_after_step000"}); err != nil {
+			t.Fatalf("an event after the step back was not fetched: %v", err)
+		}
+		if !res.From.Equal(b.now.Add(-DefaultLookback)) || !res.Advanced {
+			t.Fatalf("window from %v, advanced %v; want the lookback, %v, and the checkpoint moved", res.From, res.Advanced, b.now.Add(-DefaultLookback))
+		}
+		if !strings.Contains(b.logsText(), "checkpoint later than now") {
+			t.Fatalf("the reset was not logged:\n%s", b.logsText())
+		}
+	})
+
 	// An outage longer than anything the provider keeps: the loop fetches
 	// all it still has, says what is lost, and advances.
 	t.Run("OutagePastTheProviderIsCutThere", func(t *testing.T) {
@@ -374,6 +401,9 @@ func TestRunner(t *testing.T) {
 		}
 		if _, err := NewGitHub(GitHubOptions{Hook: "app/hook", AppID: "1", PrivateKey: "not a key"}); !errors.Is(err, ErrConfig) {
 			t.Fatalf("bad key: err = %v, want ErrConfig", err)
+		}
+		if _, err := NewGitHub(GitHubOptions{Hook: "app/hook", Token: "ghp_x"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "app_id and private_key") {
+			t.Fatalf("an App's hook with a token: err = %v, want ErrConfig naming app_id and private_key", err)
 		}
 	})
 }

@@ -8,12 +8,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
@@ -283,13 +286,24 @@ func containsState(states []ferry.State, s ferry.State) bool {
 	return false
 }
 
-// oneLine keeps an error message on one table row.
+// oneLine fits stored text (an error, an actor, a header) on one table
+// row: whitespace runs become one space, any other control character its
+// Go escape (an app's status line must not move the cursor or retitle the
+// terminal), and text over max characters is cut with "…".
 func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > max {
-		return s[:max-1] + "…"
+	var b strings.Builder
+	for _, r := range strings.Join(strings.Fields(s), " ") {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
 	}
-	return s
+	if runes := []rune(b.String()); len(runes) > max {
+		return string(runes[:max-1]) + "…"
+	}
+	return b.String()
 }
 
 // eventDetail is show --json.
@@ -479,8 +493,8 @@ payload and the conflicting ones. Exits 3 when the event does not exist.`)
 		row("last error", oneLine(e.LastError, 200))
 	}
 	row("payload", fmt.Sprintf("%d bytes, sha256 %s", len(e.Payload), d.PayloadSHA256))
-	for name, vs := range d.Headers {
-		row("header "+name, strings.Join(vs, ", "))
+	for _, name := range slices.Sorted(maps.Keys(d.Headers)) {
+		row("header "+oneLine(name, 80), oneLine(strings.Join(d.Headers[name], ", "), 200))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -491,7 +505,7 @@ payload and the conflicting ones. Exits 3 when the event does not exist.`)
 		if a.FinishedAt != nil {
 			finished = a.FinishedAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Worker, a.StartedAt.Format(time.RFC3339), finished, a.Outcome, oneLine(a.Error, 80))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, oneLine(a.Worker, 80), a.StartedAt.Format(time.RFC3339), finished, a.Outcome, oneLine(a.Error, 80))
 	}); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
@@ -381,6 +382,45 @@ func TestEventsShowRedactsCredentialHeaders(t *testing.T) {
 	}
 }
 
+// Stored text reaches the terminal as text: an app's status line with
+// escape sequences (a new window title, red) is printed escaped in list
+// and show, in the error, the attempt, the header; a long error is cut on
+// a character, never inside one.
+func TestEventsPrintControlCharactersEscaped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, s := migratedSQLite(t)
+	hostile := "forward: app answered 500 \x1b]0;PWNED\x07\x1b[31mInternal\x1b[0m"
+	if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_esc", Payload: []byte(`{}`),
+		Headers: http.Header{"X-Note": {"a\x1b[2Jb"}}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+	if err != nil || len(c) != 1 {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	long := strings.Repeat("é", 300) // two bytes each: a byte cut would split one
+	if _, err := s.store.EventFail(ctx, &ferry.EventFailParams{Lease: c[0].Event.Lease(), Error: hostile + " " + long, RetryDelay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	for _, args := range [][]string{{"list"}, {"show", "stripe", "evt_esc"}} {
+		stdout, stderr, code := runFerry(t, append([]string{"events", args[0], "--config", cfg}, args[1:]...)...)
+		if code != 0 {
+			t.Fatalf("events %v: exit %d: %s", args, code, stderr)
+		}
+		if strings.ContainsAny(stdout, "\x1b\x07") || !strings.Contains(stdout, `500 \x1b]0;PWNED\a\x1b[31mInternal`) {
+			t.Errorf("events %v prints control characters raw, or not escaped:\n%q", args, stdout)
+		}
+		if !utf8.ValidString(stdout) || (args[0] == "show" && !strings.Contains(stdout, "é…")) {
+			t.Errorf("events %v cuts the long error badly:\n%q", args, stdout)
+		}
+	}
+	if stdout, _, _ := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_esc"); !strings.Contains(stdout, `a\x1b[2Jb`) {
+		t.Errorf("show's header is not escaped:\n%q", stdout)
+	}
+}
+
 // The CLI's actor is $USER, made text a store keeps: a Latin-1 user name
 // would otherwise fail every replay with ErrInvalidParams.
 func TestDefaultActorIsStorable(t *testing.T) {
@@ -439,7 +479,7 @@ func TestUnknownSourceFlag(t *testing.T) {
 		{"reconcile", "--source", "nosuch"},
 	} {
 		stdout, stderr, code := runFerry(t, append(args, "--config", cfg)...)
-		want := "ferry " + args[0] + `: --source "nosuch" is not a source in the config: use one of stripe, github` + "\n"
+		want := "ferry " + args[0] + `: source "nosuch" is not in the config: use one of stripe, github` + "\n"
 		if code != exitUsage || stderr != want || stdout != "" {
 			t.Errorf("ferry %s: exit %d, stdout %q, stderr %q; want %d and %q", strings.Join(args, " "), code, stdout, stderr, exitUsage, want)
 		}

@@ -69,7 +69,7 @@ and advances the checkpoint when the window covers it.`)
 				fmt.Fprintf(stdout, "warning: %s\n", w)
 			}
 			fmt.Fprintf(stdout, "window: %s to %s; checkpoint %s\n", res.From.Format(time.RFC3339), res.To.Format(time.RFC3339), advanced(res))
-			fmt.Fprintf(stdout, "reconcile: source=%s fetched=%d new=%d known=%d\n", res.Source, res.Fetched, res.New, res.Known)
+			fmt.Fprintf(stdout, "reconcile: source=%s fetched=%d new=%d known=%d skipped=%d\n", res.Source, res.Fetched, res.New, res.Known, res.Skipped)
 		}
 	}
 	return err

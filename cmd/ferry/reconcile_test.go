@@ -160,7 +160,7 @@ func TestReconcile(t *testing.T) {
 			t.Fatalf("reconcile exit %d\n%s%s", code, out, errOut)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if last := lines[len(lines)-1]; last != "reconcile: source=stripe fetched=50 new=10 known=40" {
+		if last := lines[len(lines)-1]; last != "reconcile: source=stripe fetched=50 new=10 known=40 skipped=0" {
 			t.Fatalf("last line %q\n%s", last, out)
 		}
 		if strings.Contains(out+errOut, stripeAPIKey) {
@@ -170,7 +170,7 @@ func TestReconcile(t *testing.T) {
 
 		// A second pass lists the overlap again and adds nothing.
 		out, _, code = runFerry(t, "reconcile", "--config", cfg, "--source", "stripe", "--since", "24h")
-		if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "fetched=50 new=0 known=50") {
+		if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "fetched=50 new=0 known=50 skipped=0") {
 			t.Fatalf("second reconcile exit %d:\n%s", code, out)
 		}
 		// Each event is done: forwarded again, it would have been claimed again.

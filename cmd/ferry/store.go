@@ -109,16 +109,16 @@ func (e *configured) listable(ctx context.Context, source string) error {
 	return nil
 }
 
-// sourceFlag is the configured source a --source flag names. Any other
-// name is a usage error listing the configured ones: a typo would
-// otherwise list nothing or replay nothing, and exit 0.
+// sourceFlag is the configured source a --source flag or a SOURCE argument
+// names. Any other name is a usage error listing the configured ones: a
+// typo would otherwise list nothing or replay nothing, and exit 0.
 func sourceFlag(cfg *config.Config, name string) (*config.Source, error) {
 	for i := range cfg.Sources {
 		if cfg.Sources[i].Name == name {
 			return &cfg.Sources[i], nil
 		}
 	}
-	return nil, usagef("--source %q is not a source in the config: use one of %s", name, strings.Join(cfg.SourceNames(), ", "))
+	return nil, usagef("source %q is not in the config: use one of %s", name, strings.Join(cfg.SourceNames(), ", "))
 }
 
 // storeUse says whether a command may create the store it opens.
