@@ -264,10 +264,12 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 				"source", r.Source, "checkpoint", checkpoint, "written", cp.UpdatedAt)
 			checkpoint = cp.UpdatedAt
 		}
-		// A checkpoint later than now was written before the clock stepped
-		// back (on SQLite the store's time is this host's too): what lies
-		// between is unknown, so the pass starts at the lookback.
-		if checkpoint.After(now) {
+		// A checkpoint later than now by more than the overlap was written
+		// before the clock stepped back (on SQLite the store's time is this
+		// host's too): what lies between is unknown, so the pass starts at
+		// the lookback. Within the overlap, a reader's clock a little behind
+		// the writer's, the overlap covers it.
+		if checkpoint.After(now.Add(overlap)) {
 			r.log().Warn("catchup: checkpoint later than now (a clock that ran ahead, then stepped back); starting from the lookback",
 				"source", r.Source, "checkpoint", checkpoint, "now", now)
 			checkpoint = time.Time{}

@@ -172,6 +172,23 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// A reader a few minutes behind the writer (reconcile on a laptop just
+	// after serve's pass) keeps the checkpoint: the overlap covers the
+	// difference, and the lookback is not listed again.
+	t.Run("CheckpointWithinTheOverlapAheadIsKept", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		ahead := base.Add(5 * time.Minute)
+		if err := b.store.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: CheckpointName("stripe"), Value: ahead.Format(time.RFC3339Nano)}); err != nil {
+			t.Fatal(err)
+		}
+		b.now = base
+		res := b.pass(t, PassOptions{})
+		if !res.From.Equal(ahead.Add(-DefaultOverlap)) || strings.Contains(b.logsText(), "checkpoint later than now") {
+			t.Fatalf("window from %v, want the checkpoint less the overlap, %v, and no reset:\n%s", res.From, ahead.Add(-DefaultOverlap), b.logsText())
+		}
+	})
+
 	// An outage longer than anything the provider keeps: the loop fetches
 	// all it still has, says what is lost, and advances.
 	t.Run("OutagePastTheProviderIsCutThere", func(t *testing.T) {

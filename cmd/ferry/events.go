@@ -487,7 +487,7 @@ payload and the conflicting ones. Exits 3 when the event does not exist.`)
 		row("next attempt", e.NextAttemptAt.Format(time.RFC3339))
 	}
 	if e.LeaseOwner != "" {
-		row("lease", e.LeaseOwner+" until "+e.LeaseExpiresAt.Format(time.RFC3339))
+		row("lease", oneLine(e.LeaseOwner, 80)+" until "+e.LeaseExpiresAt.Format(time.RFC3339))
 	}
 	if e.LastError != "" {
 		row("last error", oneLine(e.LastError, 200))

@@ -403,7 +403,17 @@ func TestEventsPrintControlCharactersEscaped(t *testing.T) {
 	if _, err := s.store.EventFail(ctx, &ferry.EventFailParams{Lease: c[0].Event.Lease(), Error: hostile + " " + long, RetryDelay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
+	// A worker's name reaches show's lease row while it holds the event.
+	if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_leased", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w\x1b[5mblink", Limit: 1, TTL: time.Hour}); err != nil || len(c) != 1 || c[0].Event.EventID != "evt_leased" {
+		t.Fatalf("claim evt_leased: %v %v", c, err)
+	}
 	s.close()
+	if stdout, _, _ := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_leased"); strings.Contains(stdout, "\x1b") || !strings.Contains(stdout, `w\x1b[5mblink until`) {
+		t.Errorf("show's lease row is not escaped:\n%q", stdout)
+	}
 	for _, args := range [][]string{{"list"}, {"show", "stripe", "evt_esc"}} {
 		stdout, stderr, code := runFerry(t, append([]string{"events", args[0], "--config", cfg}, args[1:]...)...)
 		if code != 0 {
