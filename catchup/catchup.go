@@ -197,8 +197,9 @@ var ErrConfig = errors.New("catchup: invalid settings")
 
 // ErrUnfetchable is wrapped by a Candidate's Fetch error when the provider
 // will never return the event (GitHub: a delivery expired since it was
-// listed, one without a payload, or a response over 32 MiB). The runner skips the event with a
-// warning, so one such event cannot fail every pass until it ages out.
+// listed, one without a payload, or a response over 32 MiB). The runner
+// skips the event with a warning, so one such event cannot fail every pass
+// until it ages out.
 var ErrUnfetchable = errors.New("catchup: the provider cannot return the event")
 
 // errOverMaxBody is a payload over Runner.MaxBody: the runner skips it.

@@ -100,9 +100,9 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	mux.HandleFunc("GET /ui/{$}", d.overview)
 	mux.HandleFunc("GET /ui/live", d.overview)
 	mux.HandleFunc("GET /ui/events/{id}", d.event)
-	mux.HandleFunc("POST /ui/events/{id}/replay", d.oneEvent("replay", "replayed", "replayed", "not_replayed", d.replayOne))
-	mux.HandleFunc("POST /ui/events/{id}/retry", d.oneEvent("retry now", "changed", "due", "not_due", d.retryNow))
-	mux.HandleFunc("POST /ui/events/{id}/resolve", confirmed("not_confirmed", d.oneEvent("resolve", "resolved", "resolved", "not_resolved", d.resolve)))
+	mux.HandleFunc("POST /ui/events/{id}/replay", d.oneEvent("replay", "replayed", "replayed", "not_replayed", "", d.replayOne))
+	mux.HandleFunc("POST /ui/events/{id}/retry", d.oneEvent("retry now", "changed", "due", "not_due", "", d.retryNow))
+	mux.HandleFunc("POST /ui/events/{id}/resolve", d.oneEvent("resolve", "resolved", "resolved", "not_resolved", "not_confirmed", d.resolve))
 	mux.HandleFunc("GET /ui/replay", d.replayConfirm)
 	mux.HandleFunc("POST /ui/replay", d.replayMany)
 	d.routes, d.handler = mux, http.NewCrossOriginProtection().Handler(mux)
@@ -510,13 +510,23 @@ func flashOf(q url.Values) string {
 // oneEvent is a POST on one event's page, as the actor the Admin in front
 // authenticated. act changes the event, or reports that it left it as it
 // was (changed false); what it counted is logged under key. The event's
-// page comes back with the flash yes or no.
-func (d *Dashboard) oneEvent(what, key, yes, no string, act func(ctx context.Context, id int64, actor string) (count any, changed bool, err error)) http.HandlerFunc {
+// page comes back with the flash yes or no. With unconfirmed set, act runs
+// only when the form has confirm=yes, the box an operator ticks beside an
+// action that closes an event unrun; otherwise the page comes back
+// unchanged with the flash unconfirmed.
+func (d *Dashboard) oneEvent(what, key, yes, no, unconfirmed string, act func(ctx context.Context, id int64, actor string) (count any, changed bool, err error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 		if err != nil || id <= 0 {
 			http.NotFound(w, r)
 			return
+		}
+		if unconfirmed != "" {
+			r.Body = http.MaxBytesReader(w, r.Body, 1<<10)
+			if r.PostFormValue("confirm") != "yes" {
+				http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, unconfirmed), http.StatusSeeOther)
+				return
+			}
 		}
 		actor := actorOf(r.Context())
 		count, changed, err := act(r.Context(), id, actor)
@@ -530,25 +540,6 @@ func (d *Dashboard) oneEvent(what, key, yes, no string, act func(ctx context.Con
 		}
 		d.opts.Logger.Info("ferry: dashboard "+what, "id", id, key, count, "actor", actor)
 		http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
-	}
-}
-
-// confirmed runs next only for a POST whose form has confirm=yes, the box
-// an operator ticks beside an action that closes an event unrun; any other
-// goes back to the event's page, unchanged, with the flash code flash.
-func confirmed(flash string, next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-		if err != nil || id <= 0 {
-			http.NotFound(w, r)
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, 1<<10)
-		if r.PostFormValue("confirm") != "yes" {
-			http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
-			return
-		}
-		next(w, r)
 	}
 }
 

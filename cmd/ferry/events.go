@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
@@ -300,10 +301,11 @@ func oneLine(s string, max int) string {
 		}
 		b.WriteRune(r)
 	}
-	if runes := []rune(b.String()); len(runes) > max {
-		return string(runes[:max-1]) + "…"
+	out := b.String()
+	if utf8.RuneCountInString(out) > max {
+		return string([]rune(out)[:max-1]) + "…"
 	}
-	return b.String()
+	return out
 }
 
 // eventDetail is show --json.
