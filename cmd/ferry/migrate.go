@@ -25,12 +25,15 @@ will do.`)
 	if *dryRun {
 		use = existingStore // changes nothing, not even a new file
 	}
-	env, err := openConfigured(ctx, *configPath, "", use)
+	cfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err
 	}
-	defer env.close()
-	st := env.store
+	st, closeStore, err := openStore(ctx, cfg, nil, use)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
 	if *dryRun {
 		steps, err := st.MigratePlan(ctx)
 		if err != nil {

@@ -53,7 +53,7 @@ and advances the checkpoint when the window covers it.`)
 		return err
 	}
 	defer closeStore()
-	if err := refuseNewerSchema(ctx, st); err != nil {
+	if err := schemaMatches(ctx, st); err != nil {
 		return err
 	}
 	runner.Store = st

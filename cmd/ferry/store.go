@@ -44,7 +44,7 @@ func loadConfig(path string, overrides ...func(*config.Config)) (*config.Config,
 }
 
 // configured is what a command that works on the store alone opens: the
-// config and its store (events subcommands, migrate).
+// config and its store (the events subcommands).
 type configured struct {
 	cfg   *config.Config
 	store ferry.Store
@@ -68,22 +68,31 @@ func openConfigured(ctx context.Context, configPath, source string, use storeUse
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseNewerSchema(ctx, st); err != nil {
+	if err := schemaMatches(ctx, st); err != nil {
 		closeStore()
 		return nil, err
 	}
 	return &configured{cfg: cfg, store: st, close: closeStore}, nil
 }
 
-// refuseNewerSchema stops a command on a store a newer ferry migrated
-// (ferry.ErrSchemaNewer, exit 2): this one would read and write a layout
-// it does not know. Any other failure to plan is left to the command's own
-// queries to report.
-func refuseNewerSchema(ctx context.Context, st ferry.Store) error {
-	if _, err := st.MigratePlan(ctx); errors.Is(err, ferry.ErrSchemaNewer) {
+// schemaMatches stops a command on a store whose schema is not this
+// build's (exit 2): one a newer ferry migrated (ferry.ErrSchemaNewer) would
+// be read and written in a layout this build does not know; one that lacks
+// a migration fails the command's queries on tables or columns it does not
+// have yet. Any other failure to plan is left to the command's own queries
+// to report.
+func schemaMatches(ctx context.Context, st ferry.Store) error {
+	steps, err := st.MigratePlan(ctx)
+	switch {
+	case errors.Is(err, ferry.ErrSchemaNewer):
 		return err
+	case err != nil || len(steps) == 0:
+		return nil
+	case steps[0].Version == 1:
+		return fmt.Errorf("%w: store.url: the store has no ferry schema: check store.url, or run `ferry migrate` to make a new store", errConfig)
 	}
-	return nil
+	return fmt.Errorf("%w: the store's schema lacks %d migration(s) (%s): run `ferry migrate`",
+		errConfig, len(steps), strings.Join(stepNames(steps), ", "))
 }
 
 // listable checks a --source to list by: a configured source, or one the

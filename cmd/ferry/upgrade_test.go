@@ -255,6 +255,52 @@ func TestOlderBinaryRefusesANewerSchema(t *testing.T) {
 	}
 }
 
+// A command that works on the store refuses one whose schema lacks a
+// migration (exit 2, naming ferry migrate) rather than fail on a table or
+// column it does not have: an empty store may be a mistyped store.url, so
+// that refusal names it too. migrate --dry-run lists what is pending.
+func TestCommandsNeedACurrentSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	commands := [][]string{
+		{"events", "list"},
+		{"events", "show", "stripe", "evt_1"},
+		{"events", "replay", "--state", "dead", "--source", "stripe"},
+		{"events", "resolve", "stripe", "evt_1"},
+	}
+	refused := func(t *testing.T, cfg string, want ...string) {
+		t.Helper()
+		for _, args := range commands {
+			_, stderr, code := runFerry(t, append(args, "--config", cfg)...)
+			for _, w := range want {
+				if code != exitUsage || !strings.Contains(stderr, w) {
+					t.Errorf("ferry %s: exit %d, stderr %q; want %d and %q", strings.Join(args, " "), code, stderr, exitUsage, w)
+				}
+			}
+		}
+		if stdout, stderr, code := runFerry(t, "migrate", "--dry-run", "--config", cfg); code != 0 || !strings.Contains(stdout, "pending") {
+			t.Errorf("migrate --dry-run: exit %d, stdout %q, stderr %q; want the pending migrations", code, stdout, stderr)
+		}
+	}
+	t.Run("Empty", func(t *testing.T) {
+		t.Parallel()
+		_, schema := pgtest.Schema(t)
+		refused(t, writeCLIConfig(t, pgtest.ConnString(schema), ""), "store.url: the store has no ferry schema", "run `ferry migrate`")
+	})
+	t.Run("Behind", func(t *testing.T) {
+		t.Parallel()
+		pool, schema := pgtest.Schema(t)
+		cfg := writeCLIConfig(t, pgtest.ConnString(schema), "")
+		if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+			t.Fatalf("migrate: exit %d: %s", code, stderr)
+		}
+		if _, err := pool.Exec(ctx, `DELETE FROM ferry_migration WHERE version = 6`); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, cfg, "the store's schema lacks 1 migration(s) (006_stats_due): run `ferry migrate`")
+	})
+}
+
 // doctor beside a migration in progress warns, and still reads the store,
 // rather than wait for the migration's lock past its own time and report
 // an unreadable schema.
