@@ -7,14 +7,24 @@
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
-held AS (
-    UPDATE ferry_event
-    SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL
+-- Rows are locked in id order, as completions lock them, and a row
+-- another statement holds is left to a later claim: a late completion of
+-- the same leases never waits on this in a cycle.
+hold_expired AS (
+    SELECT id FROM ferry_event
     WHERE cardinality(@hold_sources::text[]) > 0
       AND state = 'in_progress'
       AND lease_expires_at <= (SELECT now FROM clock)
       AND source = ANY(@hold_sources::text[])
-    RETURNING id, attempt
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+),
+held AS (
+    UPDATE ferry_event e
+    SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL
+    FROM hold_expired
+    WHERE e.id = hold_expired.id
+    RETURNING e.id, e.attempt
 ),
 held_ledger AS (
     UPDATE ferry_attempt a

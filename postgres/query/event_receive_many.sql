@@ -72,12 +72,21 @@ received AS (
     ORDER BY kd.ord
     RETURNING id
 ),
+-- Known keys' live rows are locked in id order first, as completions lock
+-- them (keys are in key order, which is not id order), so the two never
+-- wait on each other in a cycle.
+locked AS (
+    SELECT e.id FROM ferry_event e
+    WHERE e.id IN (SELECT id FROM kd WHERE NOT kd.inserted)
+    ORDER BY e.id
+    FOR UPDATE
+),
 hot AS (
     UPDATE ferry_event e
     SET deliveries = e.deliveries + kd.n, last_delivered_at = (SELECT now FROM clock),
         conflicts = e.conflicts + kd.differing
-    FROM kd
-    WHERE NOT kd.inserted AND e.id = kd.id
+    FROM kd, locked
+    WHERE NOT kd.inserted AND e.id = kd.id AND locked.id = kd.id
     RETURNING e.id
 ),
 -- Known keys whose event the hot table did not hold: done, or moved.

@@ -9,18 +9,27 @@
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
-requeued AS (
-    UPDATE ferry_event
-    SET state = 'pending', next_attempt_at = (SELECT now FROM clock),
-        attempt_base = attempt, requeued_at = (SELECT now FROM clock),
-        lease_owner = NULL, lease_expires_at = NULL, completed_at = NULL
+-- Rows are locked in id order first, as a resolve or a completion locks
+-- them, so that none of them waits on this in a cycle.
+locked AS (
+    SELECT id FROM ferry_event
     WHERE state = ANY(@states::text[])
       AND state NOT IN ('pending', 'in_progress', 'done')
       AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
       AND ferry_event_filter(source, type, first_delivered_at, event_id, id,
                              @source::text, @type::text, @since::timestamptz, @until::timestamptz,
                              @event_id_like::text, @before::bigint)
-    RETURNING id
+    ORDER BY id
+    FOR UPDATE
+),
+requeued AS (
+    UPDATE ferry_event e
+    SET state = 'pending', next_attempt_at = (SELECT now FROM clock),
+        attempt_base = e.attempt, requeued_at = (SELECT now FROM clock),
+        lease_owner = NULL, lease_expires_at = NULL, completed_at = NULL
+    FROM locked
+    WHERE e.id = locked.id
+    RETURNING e.id
 ),
 unarchived AS (
     DELETE FROM ferry_event_done

@@ -1,0 +1,229 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/storetest"
+)
+
+// Statements that lock several event rows lock them in id order, or skip
+// what another holds: two of them never wait on each other in a cycle,
+// which PostgreSQL breaks by failing one (deadlock detected). Each test
+// holds a row lock in a session of its own (blocker) to line the
+// statements up in the order that closed a cycle before.
+
+// lockOrderStore is a store whose sessions are named, so that a test can
+// see them wait on a lock, beside a pool of the same schema for the
+// blocker.
+func lockOrderStore(t *testing.T, config *postgres.Config) (*postgres.Store, *pgxpool.Pool, func(n int) bool) {
+	t.Helper()
+	pool, schema := pgtest.Schema(t)
+	name := "ferry_lockorder_" + schema
+	st := teststore.PostgresOn(t, pgtest.PoolOn(t, schema, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["application_name"] = name
+	}), config)
+	waiting := func(n int) bool {
+		var got int
+		err := pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, name).Scan(&got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got >= n
+	}
+	return st, pool, waiting
+}
+
+// blockRow locks event id in a transaction of its own until the returned
+// func commits it.
+func blockRow(t *testing.T, pool *pgxpool.Pool, id int64) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	var once bool
+	release = func() {
+		if !once {
+			once = true
+			if err := tx.Commit(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// until polls cond within a ceiling only a statement stuck for good
+// exceeds.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+// A bulk requeue locks dead before unknown rows if it follows the state
+// index; a resolve locks by id. With event 1 unknown and event 2 dead, a
+// resolve of both that holds 1 and a requeue that held 2 would each wait
+// for the other.
+func TestRequeueBesideResolveLocksInIDOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool, waiting := lockOrderStore(t, nil)
+	first := receive(t, st, "stripe", "evt_1", "{}").ID
+	second := receive(t, st, "stripe", "evt_2", "{}").ID
+	// 2 is dead before 1 is unknown: its row also comes first in the heap.
+	execSQL(t, pool, `UPDATE ferry_event SET state = 'dead' WHERE id = $1`, second)
+	execSQL(t, pool, `UPDATE ferry_event SET state = 'unknown' WHERE id = $1`, first)
+	release := blockRow(t, pool, first)
+
+	resolved := make(chan error, 1)
+	go func() {
+		_, err := st.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{first, second}, Actor: "alice"})
+		resolved <- err
+	}()
+	until(t, "the resolve to wait on event 1", func() bool { return waiting(1) })
+	requeued := make(chan error, 1)
+	go func() {
+		_, err := st.EventRequeue(ctx, &ferry.EventRequeueParams{Actor: "bob"})
+		requeued <- err
+	}()
+	until(t, "the requeue to wait", func() bool { return waiting(2) })
+	release()
+	if err := <-resolved; err != nil {
+		t.Errorf("resolve: %v", err)
+	}
+	if err := <-requeued; err != nil {
+		t.Errorf("requeue: %v", err)
+	}
+}
+
+// A claim moves a hold source's expired leases to unknown. It skips a row
+// another statement holds (a late completion of the same leases locks in
+// id order, and would otherwise wait on the claim while the claim waits on
+// it), and a later claim moves it.
+func TestHoldClaimSkipsALockedLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
+	first := receive(t, st, "stripe", "evt_1", "{}").ID
+	second := receive(t, st, "stripe", "evt_2", "{}").ID
+	hold := &ferry.EventClaimManyParams{Owner: "w2", Limit: 10, TTL: time.Minute, HoldSources: []string{"stripe"}}
+	if claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w1", Limit: 10, TTL: time.Minute}); err != nil || len(claims) != 2 {
+		t.Fatalf("claim: %d, %v", len(claims), err)
+	}
+	clock.Advance(2 * time.Minute)
+	release := blockRow(t, pool, first)
+
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := st.EventClaimMany(ctx, hold)
+		claimed <- err
+	}()
+	var err error
+	until(t, "the claim to return or wait", func() bool {
+		select {
+		case err = <-claimed:
+			return true
+		default:
+			if waiting(1) {
+				release()
+				err = <-claimed
+				t.Errorf("the claim waited on a row another statement held")
+				return true
+			}
+			return false
+		}
+	})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if got := eventOf(t, st, second).State; got != ferry.StateUnknown {
+		t.Errorf("event 2 after the claim: %s, want unknown", got)
+	}
+	if got := eventOf(t, st, first).State; got != ferry.StateInProgress {
+		t.Errorf("event 1, locked elsewhere, after the claim: %s, want in_progress", got)
+	}
+	release()
+	if _, err := st.EventClaimMany(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	if got := eventOf(t, st, first).State; got != ferry.StateUnknown {
+		t.Errorf("event 1 after the next claim: %s, want unknown", got)
+	}
+}
+
+// A receipt batch locks its known keys' events in id order, as a
+// completion does, though it holds them in key order: with key "b" on
+// event 1 and "a" on event 2, it would hold 2 while it waits for 1, and a
+// completion of both that holds 1 would wait for it in turn.
+func TestReceiveManyLocksInIDOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool, waiting := lockOrderStore(t, nil)
+	first := receive(t, st, "stripe", "b", "{}").ID
+	second := receive(t, st, "stripe", "a", "{}").ID
+	// 2 is updated before 1: its row also comes first in the heap.
+	execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, second)
+	execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, first)
+	release := blockRow(t, pool, first)
+
+	received := make(chan error, 1)
+	go func() {
+		var batch []*ferry.EventReceiveParams
+		for _, id := range []string{"a", "b"} {
+			batch = append(batch, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`)})
+		}
+		results, err := st.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: batch})
+		for _, r := range results {
+			if err == nil && r.Err != nil {
+				err = r.Err
+			}
+		}
+		received <- err
+	}()
+	until(t, "the receipts to wait on event 1", func() bool { return waiting(1) })
+	if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE NOWAIT`, second); err != nil {
+		t.Errorf("event 2 while the receipts wait for event 1: %v; want it not locked", err)
+	}
+	release()
+	if err := <-received; err != nil {
+		t.Errorf("receive many: %v", err)
+	}
+	if got := eventOf(t, st, first).Deliveries; got != 2 {
+		t.Errorf("event 1 has %d deliveries, want 2", got)
+	}
+}
+
+func eventOf(t *testing.T, st *postgres.Store, id int64) *ferry.Event {
+	t.Helper()
+	ev, err := st.EventGet(context.Background(), &ferry.EventGetParams{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func execSQL(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
