@@ -107,7 +107,7 @@ SIGHUP stops it gracefully (exit 0).`)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
-	public := newServer(health.Gate(mux, cfg.HTTP.RetryAfter.Duration), log, publicIdleTimeout)
+	public := newPublicServer(health.Gate(mux, cfg.HTTP.RetryAfter.Duration), log, cfg.HTTP)
 	servers := []*http.Server{public}
 	served := make(chan error, 2)
 	go func() { served <- public.Serve(ln) }()
@@ -320,6 +320,24 @@ func newServer(h http.Handler, log *slog.Logger, idle time.Duration) *http.Serve
 		IdleTimeout:       idle,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+}
+
+// answerMargin is what newPublicServer's timeouts allow past http.body_timeout
+// and http.store_timeout: verifying, logging and writing the answer.
+const answerMargin = 5 * time.Second
+
+// newPublicServer returns the public listener's server. Its ReadTimeout and
+// WriteTimeout are newServer's 30s, longer when http.body_timeout and
+// http.store_timeout need it: a receipt may take both, and a connection
+// cut before its answer is written loses a 200 for a stored event (the
+// provider sends it again) or a 503's Retry-After.
+func newPublicServer(h http.Handler, log *slog.Logger, cfg config.HTTP) *http.Server {
+	s := newServer(h, log, publicIdleTimeout)
+	// ReadTimeout runs from the request's first byte, WriteTimeout from the
+	// end of its headers.
+	s.ReadTimeout = max(s.ReadTimeout, s.ReadHeaderTimeout+cfg.BodyTimeout.Duration+answerMargin)
+	s.WriteTimeout = max(s.WriteTimeout, cfg.BodyTimeout.Duration+cfg.StoreTimeout.Duration+answerMargin)
+	return s
 }
 
 func newReceiver(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferryhttp.ReceiveObserver, tracer trace.TracerProvider) (*ferryhttp.Receiver, error) {

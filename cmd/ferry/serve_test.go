@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/config"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
@@ -640,4 +642,18 @@ func TestServeWithoutMigratingNeedsACurrentSchema(t *testing.T) {
 		_, schema := pgtest.Schema(t)
 		refused(t, writeConfig(t, pgtest.ConnString(schema), "http://127.0.0.1:1/hooks", ""), "drop --no-migrate", "--no-migrate")
 	})
+}
+
+// The public listener's timeouts outlast the longest receipt the config
+// allows: a connection cut before the answer loses it.
+func TestPublicServerTimeoutsCoverAReceipt(t *testing.T) {
+	t.Parallel()
+	cfg := config.HTTP{BodyTimeout: config.Duration{Duration: 20 * time.Second}, StoreTimeout: config.Duration{Duration: 30 * time.Second}}
+	s := newPublicServer(http.NotFoundHandler(), slog.New(slog.DiscardHandler), cfg)
+	if want := cfg.BodyTimeout.Duration + cfg.StoreTimeout.Duration; s.WriteTimeout <= want {
+		t.Errorf("WriteTimeout %v, want more than body_timeout + store_timeout, %v", s.WriteTimeout, want)
+	}
+	if want := s.ReadHeaderTimeout + cfg.BodyTimeout.Duration; s.ReadTimeout <= want {
+		t.Errorf("ReadTimeout %v, want more than ReadHeaderTimeout + body_timeout, %v", s.ReadTimeout, want)
+	}
 }
