@@ -17,11 +17,12 @@ import (
 )
 
 // startReceiver runs `ferry serve --role receiver` on SQLite with httpKeys
-// in its [http] table.
+// in its [http] table. Its source's max_body is 4 KiB, so a max_in_flight
+// as small passes the config check.
 func startReceiver(t *testing.T, httpKeys string) *serveProc {
 	t.Helper()
 	cfg := writeServeConfigHTTP(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), httpKeys,
-		fmt.Sprintf("[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [%q]\n", stripeSecret))
+		fmt.Sprintf("[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [%q]\nmax_body = 4096\n", stripeSecret))
 	return startServe(t, cfg, "--role", "receiver")
 }
 

@@ -369,6 +369,8 @@ func (c *Config) validate() error {
 		}
 		if s.MaxBody < 0 {
 			bad(key+".max_body", "is %d: use a positive number of bytes", s.MaxBody)
+		} else if c.HTTP.MaxInFlight > 0 && s.MaxBody > c.HTTP.MaxInFlight {
+			bad(key+".max_body", "is %d but http.max_in_flight is %d: such a body fits only when nothing else is in flight, so under steady traffic it gets 503 for ever; raise http.max_in_flight to at least %d, or lower max_body", s.MaxBody, c.HTTP.MaxInFlight, s.MaxBody)
 		}
 		if s.windowsValid() && s.Retention.Duration < s.ReplayWindow.Duration {
 			bad(key+".retention", "%v is shorter than replay_window %v: a purged key would let a redelivery run the work again; use at least %v", s.Retention.Duration, s.ReplayWindow.Duration, s.ReplayWindow.Duration)

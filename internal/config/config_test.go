@@ -76,6 +76,7 @@ func TestParseRejects(t *testing.T) {
 		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
 		{"bad store", `url = "sqlite:ferry.db"`, `url = "mysql://x"`, "store.url", "sqlite:PATH"},
 		{"negative max_in_flight", `[http]`, "[http]\nmax_in_flight = -1", "http.max_in_flight", "positive number of bytes"},
+		{"max_body past max_in_flight", `replay_window = "72h"`, `replay_window = "72h"` + "\nmax_body = 9000000", "source[0] (stripe).max_body: is 9000000 but http.max_in_flight is 8388608", "raise http.max_in_flight to at least 9000000"},
 		{"negative body_timeout", `[http]`, "[http]\nbody_timeout = \"-1s\"", "http.body_timeout", "positive duration"},
 		{"negative store_timeout", `[http]`, "[http]\nstore_timeout = \"-1s\"", "http.store_timeout", "leave it out for 10s"},
 		{"negative retry_after", `[http]`, "[http]\nretry_after = \"-1s\"", "http.retry_after", "leave it out for 5s"},
