@@ -624,7 +624,13 @@ func (d *Dashboard) replayMany(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// upto is the confirmation's bound: events received since are not taken.
-	params.Before, _ = strconv.ParseInt(r.PostFormValue("upto"), 10, 64)
+	// Without it the replay would take more than the confirmation counted.
+	upto, err := strconv.ParseInt(r.PostFormValue("upto"), 10, 64)
+	if err != nil || upto <= 0 {
+		http.Error(w, "upto is missing or not a positive event id: replay from the confirmation page (/ui/replay), which bounds what it counted", http.StatusBadRequest)
+		return
+	}
+	params.Before = upto
 	actor := actorOf(r.Context())
 	n, err := d.requeue(r.Context(), actor, params)
 	if err != nil {

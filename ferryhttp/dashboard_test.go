@@ -240,7 +240,8 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 		t.Errorf("the replay's log line must name the actor and never the payload:\n%s", logs)
 	}
 
-	req = newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe"))
+	// upto past every event the test made.
+	req = newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe&upto=1000000"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	if code, body := testhttp.Do(t, req); code != 200 || !strings.Contains(body, "replayed 0 events") {
@@ -746,6 +747,24 @@ func TestDashboardBulkReplay(t *testing.T) {
 	body = page(t, b, "/ui/events/"+itoa(b.ids["evt_dead"]))
 	if _, actions, _ := strings.Cut(body, `id="actions"`); !strings.Contains(actions, "<td>requeue</td><td>anonymous</td>") {
 		t.Errorf("the event's actions do not say who replayed it:\n%s", actions)
+	}
+}
+
+// TestDashboardBulkReplayNeedsUpto: a bulk replay without the
+// confirmation's bound is refused, not run on everything the filter selects.
+func TestDashboardBulkReplayNeedsUpto(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	for _, form := range []string{"source=stripe&state=dead", "source=stripe&state=dead&upto=", "source=stripe&state=dead&upto=x", "source=stripe&state=dead&upto=0", "source=stripe&state=dead&upto=-1"} {
+		req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader(form))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		if code, body := testhttp.Do(t, req); code != http.StatusBadRequest || !strings.Contains(body, "upto") {
+			t.Errorf("%s: %d %s, want 400 naming upto", form, code, body)
+		}
+	}
+	if e, _ := b.store.EventGet(context.Background(), &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StateDead {
+		t.Errorf("a refused bulk replay changed evt_dead to %s", e.State)
 	}
 }
 
