@@ -31,7 +31,8 @@ type ForwarderOptions struct {
 	// Client sends the requests. Defaults to a client that does not follow
 	// redirects (a redirect is reported, not silently followed), on a
 	// transport of its own that keeps Connections idle connections to the
-	// app for reuse and speaks HTTP/2 to an app that offers it over TLS.
+	// app for reuse, speaks HTTP/2 to an app that offers it over TLS, and
+	// fails (to retry) an answer whose headers pass 64 KiB.
 	Client *http.Client
 	// Connections is how many connections to the app the default Client
 	// keeps open between requests: set it to the client's Workers, so that
@@ -63,6 +64,12 @@ type Forwarder struct {
 	signer *provider.StandardWebhooksSigner // nil without a Secret
 }
 
+// maxResponseHeaderBytes bounds the headers of an app's answer on the
+// default Client: 64 KiB. Ferry reads only the status and Retry-After, and
+// Go's default of 10 MiB would let a broken app make every worker hold that
+// much per attempt. Past it the attempt fails and is retried.
+const maxResponseHeaderBytes = 64 << 10
+
 // NewForwarder checks opts and fills in defaults.
 func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 	if opts.URL == "" {
@@ -78,6 +85,7 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 		transport.MaxIdleConnsPerHost = conns
 		transport.MaxIdleConns = max(transport.MaxIdleConns, conns)
 		transport.ForceAttemptHTTP2 = true
+		transport.MaxResponseHeaderBytes = maxResponseHeaderBytes
 		f.opts.Client = &http.Client{
 			Transport:     transport,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

@@ -246,6 +246,18 @@ func TestForwarderNetworkErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("answer headers past 64 KiB", func(t *testing.T) {
+		t.Parallel()
+		// Past the forwarder's bound and far short of Go's 10 MiB default.
+		srv, _ := app(t, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("X-Pad", strings.Repeat("x", 70<<10))
+		})
+		err := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL}).Handle(context.Background(), testDelivery())
+		if err == nil || ferry.IsPermanent(err) {
+			t.Fatalf("err = %v, want a retryable error", err)
+		}
+	})
+
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
 		srv, _ := hangingApp(t)
