@@ -453,9 +453,11 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, "event.html", &data)
 }
 
-// SensitiveHeader reports headers whose value is never shown, on the
-// dashboard or by the CLI: signatures (which the receiver does not store
-// anyway) and anything credential-like.
+// SensitiveHeader reports headers whose value is never stored by the
+// Receiver, nor shown on the dashboard or by the CLI (a store may hold one
+// written otherwise): signatures and anything credential-like. Generic
+// senders pick their own header names, so a name is judged by its words as
+// well as by the known list.
 func SensitiveHeader(name string) bool {
 	if signatureHeaders[http.CanonicalHeaderKey(name)] {
 		return true

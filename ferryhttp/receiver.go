@@ -60,9 +60,10 @@ type ReceiverOptions struct {
 	RetryAfter time.Duration
 	// KeepHeaders are the request headers stored with an event, a conflict
 	// or a replay, within KeptHeaderValueMax and KeptHeadersMax. Defaults to
-	// DefaultKeepHeaders. A signature header is never stored, listed or not:
-	// neither the providers' own nor any whose name contains "Signature" or
-	// "Hmac" (a generic HMAC sender's header, say).
+	// DefaultKeepHeaders. A header SensitiveHeader names is never stored,
+	// listed or not: the providers' signatures, Authorization, Cookie, and
+	// any whose name contains "Signature", "Hmac", "Secret", "Token" or
+	// "Api-Key" (a generic sender's signature or credential, say).
 	KeepHeaders []string
 	// Logger gets one line per delivery: source, event id, outcome, status
 	// and latency, the reason of a rejection, and the store's error when the
@@ -185,7 +186,7 @@ const (
 const droppedHeader = "Ferry-Headers-Dropped"
 
 // signatureHeaders are never stored, whatever KeepHeaders says; nor is any
-// header isSignatureHeader recognises by name.
+// header SensitiveHeader recognises by name.
 var signatureHeaders = map[string]bool{
 	"Stripe-Signature": true, "X-Hub-Signature": true, "X-Hub-Signature-256": true,
 	"X-Shopify-Hmac-Sha256": true, "Webhook-Signature": true, "Svix-Signature": true,
@@ -242,7 +243,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		switch h = http.CanonicalHeaderKey(h); {
 		case h == "Content-Type":
 			r.keepType = true
-		case !isSignatureHeader(h):
+		case !SensitiveHeader(h):
 			r.keep = append(r.keep, h)
 		}
 	}
@@ -567,14 +568,6 @@ func (a answer) body() string {
 		return `{"status":"` + a.outcome + `"}` + "\n"
 	}
 	return `{"error":"` + a.reason + `","status":"` + a.outcome + `"}` + "\n"
-}
-
-// isSignatureHeader reports whether the canonical header name h may carry a
-// signature or a credential. Generic HMAC senders pick their own header
-// names, so a name is judged by its words as well as by the known list.
-func isSignatureHeader(h string) bool {
-	lower := strings.ToLower(h)
-	return signatureHeaders[h] || strings.Contains(lower, "signature") || strings.Contains(lower, "hmac")
 }
 
 // isNil reports whether v, a value of interface I, is nil however it is

@@ -586,10 +586,11 @@ func TestReceiverConcurrentDuplicates(t *testing.T) {
 func TestReceiverKeepHeaders(t *testing.T) {
 	t.Parallel()
 	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
-		// Listing signature headers must not get them stored.
-		o.KeepHeaders = []string{"x-acme-event-id", "X-Acme-Signature", "Stripe-Signature", "Authorization", "X-Other-Hmac"}
+		// Listing signature or credential headers must not get them stored.
+		o.KeepHeaders = []string{"x-acme-event-id", "X-Acme-Signature", "Stripe-Signature", "Authorization", "X-Other-Hmac", "X-Api-Key", "X-Gitlab-Token", "X-Client-Secret"}
 	})
-	d := hmacDelivery(hmacSecret, "acme-keep", `{}`).with("Authorization", "Bearer t0ken").with("X-Other-Hmac", "abc")
+	d := hmacDelivery(hmacSecret, "acme-keep", `{}`).with("Authorization", "Bearer t0ken").with("X-Other-Hmac", "abc").
+		with("X-Api-Key", "k3y").with("X-Gitlab-Token", "glpat-x").with("X-Client-Secret", "s3cret")
 	if r := b.send(t, d); r.status != 200 {
 		t.Fatalf("answer %d %s", r.status, r.raw)
 	}
@@ -597,6 +598,12 @@ func TestReceiverKeepHeaders(t *testing.T) {
 	want := http.Header{"X-Acme-Event-Id": {"acme-keep"}}
 	if len(ev.Headers) != len(want) || ev.Headers.Get("X-Acme-Event-Id") != "acme-keep" {
 		t.Fatalf("stored headers = %v, want %v", ev.Headers, want)
+	}
+	// What ferry serve keeps for the providers is not taken for a secret.
+	for _, h := range ferryhttp.DefaultKeepHeaders {
+		if ferryhttp.SensitiveHeader(h) {
+			t.Errorf("DefaultKeepHeaders lists %s, which is never stored", h)
+		}
 	}
 }
 
