@@ -19,8 +19,7 @@ const memoryLimitBase = 32 << 20
 // byte budgets of what this process runs:
 //
 //   - the receiver's bodies in flight, http.max_in_flight (8 MiB by
-//     default), or the largest source's max_body if larger (a body is
-//     admitted alone whatever its size);
+//     default, or the largest source's max_body if larger; never less);
 //   - the worker's held events, ferry.DefaultMaxHeldBytes (16 MiB), plus
 //     one largest body for each of its two claims in flight.
 //
@@ -39,7 +38,7 @@ func memoryLimit(cfg *config.Config, runsReceiver, runsWorker bool) int64 {
 	}
 	var budget int64
 	if runsReceiver {
-		budget += max(cfg.HTTP.MaxInFlight, maxBody)
+		budget += cfg.HTTP.MaxInFlight
 	}
 	if runsWorker {
 		budget += ferry.DefaultMaxHeldBytes + 2*maxBody

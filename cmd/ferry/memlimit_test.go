@@ -34,7 +34,7 @@ func TestMemoryLimit(t *testing.T) {
 		{"DefaultsRoleAll", "", "", true, true, 32 + 2*(8+16+2)},
 		{"DefaultsReceiver", "", "", true, false, 32 + 2*8},
 		{"DefaultsWorker", "", "", false, true, 32 + 2*(16+2)},
-		{"LargeMaxBodyRoleAll", "[http]\nmax_in_flight = 33554432\n", "max_body = 33554432\n", true, true, 32 + 2*(32+16+64)},
+		{"LargeMaxBodyRoleAll", "", "max_body = 33554432\n", true, true, 32 + 2*(32+16+64)},
 		{"LargerBudgetReceiver", "[http]\nmax_in_flight = 67108864\n", "", true, false, 32 + 2*64},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

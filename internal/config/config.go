@@ -56,7 +56,8 @@ type HTTP struct {
 	RetryAfter Duration `toml:"retry_after"`
 	// MaxInFlight bounds the body bytes the receiver holds at once, in
 	// bytes (ferryhttp.ReceiverOptions.MaxInFlightBytes). Defaults to
-	// ferryhttp.DefaultMaxInFlightBytes, 8 MiB.
+	// ferryhttp.DefaultMaxInFlightBytes, 8 MiB, or the largest source's
+	// MaxBody if larger; set, it may not be less than any MaxBody.
 	MaxInFlight int64 `toml:"max_in_flight"`
 	// BodyTimeout bounds how long a body may take to arrive once its
 	// headers have (ferryhttp.ReceiverOptions.BodyTimeout). Defaults to
@@ -248,9 +249,6 @@ func (c *Config) applyDefaults() {
 	if c.Worker.ShutdownGrace.Duration == 0 {
 		c.Worker.ShutdownGrace.Duration = ferry.DefaultShutdownGrace
 	}
-	if c.HTTP.MaxInFlight == 0 {
-		c.HTTP.MaxInFlight = ferryhttp.DefaultMaxInFlightBytes
-	}
 	if c.HTTP.BodyTimeout.Duration == 0 {
 		c.HTTP.BodyTimeout.Duration = ferryhttp.DefaultBodyTimeout
 	}
@@ -287,6 +285,14 @@ func (c *Config) applyDefaults() {
 			s.Forward.Timeout.Duration = DefaultForwardTime
 		}
 		s.Catchup.applyDefaults()
+	}
+	if c.HTTP.MaxInFlight == 0 {
+		// Room for the largest body: a larger one would fit only while
+		// nothing else is in flight.
+		c.HTTP.MaxInFlight = ferryhttp.DefaultMaxInFlightBytes
+		for _, s := range c.Sources {
+			c.HTTP.MaxInFlight = max(c.HTTP.MaxInFlight, s.MaxBody)
+		}
 	}
 }
 

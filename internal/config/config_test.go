@@ -57,6 +57,20 @@ func TestParseDefaultsAndExpansion(t *testing.T) {
 	}
 }
 
+// Without http.max_in_flight, the receiver's budget has room for the
+// largest body; set below one, it stops the start (TestParseRejects).
+func TestMaxInFlightHoldsTheLargestBody(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(strings.Replace(good, `replay_window = "72h"`, `replay_window = "72h"`+"\nmax_body = 9000000", 1)),
+		env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_abc"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTP.MaxInFlight != 9000000 {
+		t.Errorf("max_in_flight = %d, want the largest max_body, 9000000", c.HTTP.MaxInFlight)
+	}
+}
+
 // Every bad config stops the start with the key and the fix.
 func TestParseRejects(t *testing.T) {
 	t.Parallel()
@@ -76,7 +90,7 @@ func TestParseRejects(t *testing.T) {
 		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
 		{"bad store", `url = "sqlite:ferry.db"`, `url = "mysql://x"`, "store.url", "sqlite:PATH"},
 		{"negative max_in_flight", `[http]`, "[http]\nmax_in_flight = -1", "http.max_in_flight", "positive number of bytes"},
-		{"max_body past max_in_flight", `replay_window = "72h"`, `replay_window = "72h"` + "\nmax_body = 9000000", "source[0] (stripe).max_body: is 9000000 but http.max_in_flight is 8388608", "raise http.max_in_flight to at least 9000000"},
+		{"max_body past max_in_flight", "\n[[source]]", "\nmax_in_flight = 8388608\n[[source]]\nmax_body = 9000000", "source[0] (stripe).max_body: is 9000000 but http.max_in_flight is 8388608", "raise http.max_in_flight to at least 9000000"},
 		{"negative body_timeout", `[http]`, "[http]\nbody_timeout = \"-1s\"", "http.body_timeout", "positive duration"},
 		{"negative store_timeout", `[http]`, "[http]\nstore_timeout = \"-1s\"", "http.store_timeout", "leave it out for 10s"},
 		{"negative retry_after", `[http]`, "[http]\nretry_after = \"-1s\"", "http.retry_after", "leave it out for 5s"},
