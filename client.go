@@ -427,21 +427,32 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 			working = true
 		case <-c.stopQueued:
 		}
+		stopping := false
 		select {
 		case <-c.stopQueued:
-			// Stop began while it waited (a worker freed at the same moment
-			// does not count): never started, so given back at once.
+			stopping = true
+		default:
+		}
+		// Never started, so given back at once: Stop began while it waited
+		// (a worker freed at the same moment does not count), or its lease
+		// lapsed meanwhile on this worker's clock (a claim slow to come
+		// back, heartbeats that did not get through), where a hold source's
+		// event would otherwise go unknown for a person though nothing ran.
+		// The release is fenced: a lease the store holds no more is left.
+		if stopping || j.lost.Load() || !time.Now().Before(j.leaseDeadline()) {
 			if working {
 				<-c.workers
 			}
 			c.stopBeating(j)
-			c.release(j.lease)
-			endAttempt(j.span, OutcomeReleased, nil)
+			outcome := OutcomeReleased
+			if !c.release(j.lease) {
+				outcome = OutcomeLeaseExpired
+			}
+			endAttempt(j.span, outcome, nil)
 			if c.cfg.Observer != nil {
-				c.cfg.Observer.AttemptFinished(ev.Source, OutcomeReleased, j.reclaimed, 0)
+				c.cfg.Observer.AttemptFinished(ev.Source, outcome, j.reclaimed, 0)
 			}
 			return
-		default:
 		}
 		defer func() { <-c.workers }()
 		var (
@@ -484,10 +495,15 @@ func (c *Client) finish(j *job) {
 	}
 }
 
-func (c *Client) release(l Lease) {
+// release gives back a lease whose event did not run, and reports whether
+// the store took it back. One the store holds no more (ErrLeaseLost) is
+// another claim's already: nothing to warn of.
+func (c *Client) release(l Lease) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LeaseTTL)
 	defer cancel()
-	if err := c.store.EventRelease(ctx, &EventReleaseParams{Lease: l}); err != nil {
+	err := c.store.EventRelease(ctx, &EventReleaseParams{Lease: l})
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		c.log.Warn("ferry: release failed; the lease will lapse instead", "err", err)
 	}
+	return err == nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,6 +54,21 @@ type hungClaims struct {
 	asked, unblock chan struct{}
 	once           sync.Once
 	returned       atomic.Bool
+}
+
+// slowClaim is a store whose first claim comes back after delay.
+type slowClaim struct {
+	ferry.Store
+	delay time.Duration
+	once  sync.Once
+}
+
+func (s *slowClaim) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
+	claims, err := s.Store.EventClaimMany(ctx, p)
+	if len(claims) > 0 {
+		s.once.Do(func() { time.Sleep(s.delay) })
+	}
+	return claims, err
 }
 
 func (s *hungClaims) EventClaimMany(ctx context.Context, p *ferry.EventClaimManyParams) ([]*ferry.Claim, error) {
@@ -127,6 +143,29 @@ func TestClientFaults(t *testing.T) {
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Stop = %v, want DeadlineExceeded while a handler ignores its context", err)
+		}
+	})
+
+	// A claim that comes back after the lease's end on the worker's clock
+	// is not run: its event is given back at once (on the store's clock,
+	// which stands still here, the lease still holds), and runs under the
+	// next claim, not held as unknown though nothing ran.
+	withClient(t, "ClaimBackPastTheLeaseIsReleased", true, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "bank", "evt_1")
+		store := &slowClaim{Store: b.store, delay: 1100 * time.Millisecond}
+		c := b.newClient(t, func(c *ferry.Config) {
+			c.Store, c.LeaseTTL = store, time.Second
+			c.Sources = []ferry.SourcePolicy{{Name: "bank", LostLease: ferry.LostLeaseHold}}
+		})
+		var runs atomic.Int64
+		c.Handle("bank", func(context.Context, *ferry.Delivery) error { runs.Add(1); return nil })
+		start(t, c)
+		b.waitState(t, id, ferry.StateDone)
+		if got, want := b.outcomes(t, id), []ferry.Outcome{ferry.OutcomeReleased, ferry.OutcomeDone}; !slices.Equal(got, want) {
+			t.Errorf("attempts %v, want %v", got, want)
+		}
+		if runs.Load() != 1 {
+			t.Errorf("the handler ran %d times, want once", runs.Load())
 		}
 	})
 
