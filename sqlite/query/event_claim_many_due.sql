@@ -2,11 +2,14 @@
 -- event first became due (next_attempt_at, which a claim leaves alone), so a
 -- dead worker's events go ahead of newer work instead of waiting behind a
 -- backlog. Each half stops at :limit; in_progress rows are few. As many as
--- fit in :max_bytes of payload (the first always; 0 is no bound).
+-- fit in :max_bytes of payload (the first always; 0 is no bound). Each half
+-- names its partial index: without statistics (ANALYZE), the planner takes
+-- ferry_event_state_id and sorts every pending row per claim.
 SELECT id FROM (
     SELECT id, due, sum(size) OVER w AS total, row_number() OVER w AS n FROM (
         SELECT * FROM (
-            SELECT id, next_attempt_at AS due, length(payload) AS size FROM ferry_event
+            SELECT id, next_attempt_at AS due, length(payload) AS size
+            FROM ferry_event INDEXED BY ferry_event_pending_due
             WHERE state = 'pending'
               AND next_attempt_at <= :now
               AND (json_array_length(:sources) = 0
@@ -16,7 +19,8 @@ SELECT id FROM (
         )
         UNION ALL
         SELECT * FROM (
-            SELECT id, next_attempt_at AS due, length(payload) AS size FROM ferry_event
+            SELECT id, next_attempt_at AS due, length(payload) AS size
+            FROM ferry_event INDEXED BY ferry_event_lease_expiry
             WHERE state = 'in_progress'
               AND lease_expires_at <= :now
               AND (json_array_length(:sources) = 0
