@@ -234,8 +234,9 @@ func (a *Admin) addressedDirectly(r *http.Request) bool {
 
 // relayHeader names a header r carries that proxies add to what they relay
 // (Forwarded, X-Forwarded-*, X-Real-Ip, Via), or "". Like
-// addressedDirectly it only refuses: a proxy that rewrites Host to the
-// listener's loopback address usually still adds one of these.
+// addressedDirectly it only refuses, and catches only a proxy configured
+// to add one: nginx's plain proxy_pass adds none and sends the upstream's
+// loopback Host, so an admin behind a proxy needs credentials.
 func relayHeader(r *http.Request) string {
 	for h := range r.Header {
 		switch {
