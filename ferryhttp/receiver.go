@@ -148,7 +148,10 @@ const DefaultBodyTimeout = 10 * time.Second
 // accepted, duplicate, conflict, replay, rejected or unavailable; reason is the
 // machine-readable reason of a rejection ("bad_signature", ...) or of a 503
 // ("store_unavailable", "store_timeout", "client_gone", "draining",
-// "memory_budget"), or "".
+// "memory_budget"), or "". Source is the name in the request's path,
+// whatever the sender put there (an unknown one is answered 404
+// "unknown_source"): an observer that labels by it folds the names it does
+// not know into one, as package prometheus's Metrics does.
 type ReceiveObserver interface {
 	ObserveReceive(source, outcome, reason string, latency time.Duration)
 }
