@@ -19,7 +19,8 @@ const StripeSignatureHeader = "Stripe-Signature"
 // Stripe verifies Stripe webhooks: HMAC-SHA256 in hex over
 // "<t>.<body>", keyed with the endpoint's signing secret ("whsec_..." as
 // shown, prefix included). Schemes other than v1 (Stripe's test-mode v0) are
-// ignored. The event id and type are the body's "id" and "type" fields.
+// ignored; so is an unreadable v1, as in Stripe's libraries, unless no v1 is
+// readable. The event id and type are the body's "id" and "type" fields.
 type Stripe struct {
 	cfg config
 }
@@ -73,10 +74,12 @@ type stripeSignature struct {
 }
 
 // parseStripeHeader reads "t=...,v1=...". It needs exactly one t and at
-// least one v1; every v1 must be hex. Unknown keys and empty items are
-// skipped.
+// least one v1 that is a hex SHA-256. A v1 that is not is skipped, as
+// Stripe's libraries skip it, so one unreadable signature does not hide a
+// valid one beside it. Unknown keys and empty items are skipped.
 func parseStripeHeader(value string) (stripeSignature, error) {
 	var sig stripeSignature
+	unreadable := false // a v1 was skipped
 	for item := range strings.SplitSeq(value, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -99,10 +102,14 @@ func parseStripeHeader(value string) (stripeSignature, error) {
 		case "v1":
 			mac, err := hex.DecodeString(val)
 			if err != nil || len(mac) != sha256.Size {
-				return sig, verifyErr("stripe", ferry.ErrMalformedSignature, "v1 is not a hex SHA-256")
+				unreadable = true
+				continue
 			}
 			sig.v1 = append(sig.v1, mac)
 		}
+	}
+	if len(sig.v1) == 0 && unreadable {
+		return sig, verifyErr("stripe", ferry.ErrMalformedSignature, "v1 is not a hex SHA-256")
 	}
 	if sig.timestamp == "" {
 		return sig, verifyErr("stripe", ferry.ErrMalformedSignature, "no t")
