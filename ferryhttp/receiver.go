@@ -41,7 +41,10 @@ type Source struct {
 	// this long, delivered under another id, is answered 200
 	// {"status":"replay"}, counted and (the first ferry.NoticeKeep) kept on
 	// the stored event, logged as a warning while kept, and never processed.
-	// Defaults to 0: off, as for providers that sign the id.
+	// Defaults to 0: off, as for providers that sign the id. Off, such a body
+	// under a new id (and any type) is a new event, so set it for these
+	// providers; ferry serve sets it to replay_window when detect_replays is
+	// on, its default for them.
 	ReplayWindow time.Duration
 }
 

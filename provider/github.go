@@ -13,15 +13,21 @@ const (
 	// body. The legacy SHA-1 header X-Hub-Signature is not read.
 	GitHubSignatureHeader = "X-Hub-Signature-256"
 	// GitHubDeliveryHeader carries the delivery's GUID, the event id. GitHub
-	// keeps it on redelivery.
+	// keeps it on redelivery. It is not signed.
 	GitHubDeliveryHeader = "X-GitHub-Delivery"
-	// GitHubEventHeader carries the event type ("push", "pull_request").
+	// GitHubEventHeader carries the event type ("push", "pull_request"). It
+	// is not signed.
 	GitHubEventHeader = "X-GitHub-Event"
 )
 
-// GitHub verifies GitHub webhooks. Its signatures carry no timestamp, so a
-// captured delivery can be replayed; deduplication on the delivery id is
-// what makes a replay harmless.
+// GitHub verifies GitHub webhooks. GitHub signs the body only: the delivery
+// id and event type headers are not signed, and there is no timestamp. So
+// whoever holds one genuine delivery can re-send it at any time, which
+// deduplication on the delivery id stops while the event is kept, and
+// re-send its body under a new id and any type, which deduplication does
+// not stop: replay detection by body hash (ferryhttp.Source.ReplayWindow)
+// does, within its window. The Verified.Type read here is the sender's
+// claim; do not authorise on it.
 type GitHub struct {
 	v bodyHMAC
 }

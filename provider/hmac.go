@@ -92,7 +92,8 @@ type HMACOptions struct {
 // HMAC verifies a generic HMAC sender described by Options.HMAC. In
 // HMACModeBody its signatures carry no timestamp and do not cover an id
 // header, so a captured delivery can be replayed, under its own id
-// (deduplication makes that harmless) or a new one (it does not); in
+// (deduplication stops it) or a new one (replay detection,
+// ferryhttp.Source.ReplayWindow, stops it within its window); in
 // HMACModeIDTimestampBody neither replay verifies past the tolerance.
 type HMAC struct {
 	cfg     config

@@ -11,16 +11,20 @@ const (
 	// ShopifySignatureHeader carries the base64 HMAC-SHA256 of the body.
 	ShopifySignatureHeader = "X-Shopify-Hmac-Sha256"
 	// ShopifyWebhookIDHeader carries the webhook's id, the event id: Shopify
-	// keeps it on retries and advises deduplicating on it.
+	// keeps it on retries and advises deduplicating on it. It is not signed.
 	ShopifyWebhookIDHeader = "X-Shopify-Webhook-Id"
-	// ShopifyTopicHeader carries the event type ("orders/create").
+	// ShopifyTopicHeader carries the event type ("orders/create"). It is not
+	// signed.
 	ShopifyTopicHeader = "X-Shopify-Topic"
 )
 
 // Shopify verifies Shopify webhooks, keyed with the app's client secret.
-// Its signatures carry no timestamp. X-Shopify-Event-Id, which names the
-// underlying event across subscriptions, is not the dedupe key; the receiver
-// can keep it as a stored header.
+// Shopify signs the body only, with no timestamp: as with GitHub, a body
+// can be re-sent under a new id and topic, which replay detection
+// (ferryhttp.Source.ReplayWindow) stops within its window, and the topic
+// read as Verified.Type is the sender's claim. X-Shopify-Event-Id, which
+// names the underlying event across subscriptions, is not the dedupe key;
+// the receiver can keep it as a stored header.
 type Shopify struct {
 	v bodyHMAC
 }
