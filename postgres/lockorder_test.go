@@ -86,24 +86,21 @@ func TestRequeueBesideResolveLocksInIDOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool, waiting := lockOrderStore(t, nil)
-	first := receive(t, st, "stripe", "evt_1", "{}").ID
-	second := receive(t, st, "stripe", "evt_2", "{}").ID
+	first, second := receiveTwo(t, st, "evt_1", "evt_2")
 	// 2 is dead before 1 is unknown: its row also comes first in the heap.
 	execSQL(t, pool, `UPDATE ferry_event SET state = 'dead' WHERE id = $1`, second)
 	execSQL(t, pool, `UPDATE ferry_event SET state = 'unknown' WHERE id = $1`, first)
 	release := blockRow(t, pool, first)
 
-	resolved := make(chan error, 1)
-	go func() {
+	resolved := inBackground(func() error {
 		_, err := st.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{first, second}, Actor: "alice"})
-		resolved <- err
-	}()
+		return err
+	})
 	until(t, "the resolve to wait on event 1", func() bool { return waiting(1) })
-	requeued := make(chan error, 1)
-	go func() {
+	requeued := inBackground(func() error {
 		_, err := st.EventRequeue(ctx, &ferry.EventRequeueParams{Actor: "bob"})
-		requeued <- err
-	}()
+		return err
+	})
 	until(t, "the requeue to wait", func() bool { return waiting(2) })
 	release()
 	if err := <-resolved; err != nil {
@@ -123,8 +120,7 @@ func TestHoldClaimSkipsALockedLease(t *testing.T) {
 	ctx := context.Background()
 	clock := storetest.NewClock()
 	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
-	first := receive(t, st, "stripe", "evt_1", "{}").ID
-	second := receive(t, st, "stripe", "evt_2", "{}").ID
+	first, second := receiveTwo(t, st, "evt_1", "evt_2")
 	hold := &ferry.EventClaimManyParams{Owner: "w2", Limit: 10, TTL: time.Minute, HoldSources: []string{"stripe"}}
 	if claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w1", Limit: 10, TTL: time.Minute}); err != nil || len(claims) != 2 {
 		t.Fatalf("claim: %d, %v", len(claims), err)
@@ -132,11 +128,10 @@ func TestHoldClaimSkipsALockedLease(t *testing.T) {
 	clock.Advance(2 * time.Minute)
 	release := blockRow(t, pool, first)
 
-	claimed := make(chan error, 1)
-	go func() {
+	claimed := inBackground(func() error {
 		_, err := st.EventClaimMany(ctx, hold)
-		claimed <- err
-	}()
+		return err
+	})
 	var err error
 	until(t, "the claim to return or wait", func() bool {
 		select {
@@ -178,15 +173,13 @@ func TestReceiveManyLocksInIDOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool, waiting := lockOrderStore(t, nil)
-	first := receive(t, st, "stripe", "b", "{}").ID
-	second := receive(t, st, "stripe", "a", "{}").ID
+	first, second := receiveTwo(t, st, "b", "a")
 	// 2 is updated before 1: its row also comes first in the heap.
 	execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, second)
 	execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, first)
 	release := blockRow(t, pool, first)
 
-	received := make(chan error, 1)
-	go func() {
+	received := inBackground(func() error {
 		var batch []*ferry.EventReceiveParams
 		for _, id := range []string{"a", "b"} {
 			batch = append(batch, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`)})
@@ -197,8 +190,8 @@ func TestReceiveManyLocksInIDOrder(t *testing.T) {
 				err = r.Err
 			}
 		}
-		received <- err
-	}()
+		return err
+	})
 	until(t, "the receipts to wait on event 1", func() bool { return waiting(1) })
 	if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE NOWAIT`, second); err != nil {
 		t.Errorf("event 2 while the receipts wait for event 1: %v; want it not locked", err)
@@ -210,6 +203,21 @@ func TestReceiveManyLocksInIDOrder(t *testing.T) {
 	if got := eventOf(t, st, first).Deliveries; got != 2 {
 		t.Errorf("event 1 has %d deliveries, want 2", got)
 	}
+}
+
+// receiveTwo receives stripe events keyed first and second, in that order:
+// their ids ascend.
+func receiveTwo(t *testing.T, st *postgres.Store, first, second string) (int64, int64) {
+	t.Helper()
+	return receive(t, st, "stripe", first, "{}").ID, receive(t, st, "stripe", second, "{}").ID
+}
+
+// inBackground runs f in a goroutine of its own; its error comes on the
+// channel.
+func inBackground(f func() error) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	return done
 }
 
 func eventOf(t *testing.T, st *postgres.Store, id int64) *ferry.Event {
