@@ -20,8 +20,9 @@ import (
 // see ferry.EventReceiveParams.ReplayWindow) is atomic with the insert it
 // prevents: the lookup and the write share one write transaction.
 
-// receiveArgs are the named arguments of one receipt's statements.
-func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
+// receiveArgs are the named arguments of one receipt's statements, but for
+// its time, which receiveInTx reads under the write lock.
+func receiveArgs(params *ferry.EventReceiveParams) ([]any, error) {
 	if err := params.Validate(); err != nil {
 		return nil, err
 	}
@@ -41,7 +42,6 @@ func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
 		sql.Named("payload", payload),
 		sql.Named("headers", headers),
 		sql.Named("payload_sha256", sum[:]),
-		sql.Named("now", now),
 		sql.Named("origin", string(params.Origin.OrDelivery())),
 		sql.Named("replay_window_us", params.ReplayWindow.Microseconds()),
 		sql.Named("traceparent", params.Traceparent),
@@ -53,13 +53,13 @@ func receiveArgs(params *ferry.EventReceiveParams, now int64) ([]any, error) {
 // EventReceive stores one delivery in its own write transaction.
 func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceiveParams) (*ferry.EventReceiveResult, error) {
 	const op = "event receive"
-	args, err := receiveArgs(params, s.nowMicros())
+	args, err := receiveArgs(params)
 	if err != nil {
 		return nil, wrap(op, err)
 	}
 	var res *ferry.EventReceiveResult
 	err = s.writeTx(ctx, op, func(tx *sql.Tx) error {
-		res, err = receiveInTx(ctx, tx, args)
+		res, err = receiveInTx(ctx, tx, args, s.nowMicros())
 		return err
 	})
 	if err != nil {
@@ -78,13 +78,12 @@ func (s *Store) EventReceive(ctx context.Context, params *ferry.EventReceivePara
 func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceiveManyParams) ([]ferry.EventReceiveManyResult, error) {
 	const op = "event receive many"
 	out := make([]ferry.EventReceiveManyResult, len(params.Receipts))
-	now := s.nowMicros()
 	var (
 		reqs  [][]any
 		index []int // index[j] is the position of reqs[j] in out
 	)
 	for i, p := range params.Receipts {
-		args, err := receiveArgs(p, now)
+		args, err := receiveArgs(p)
 		if err != nil {
 			out[i].Err = wrap(op, err)
 			continue
@@ -96,8 +95,9 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 	}
 	statementFailed := false
 	err := s.writeTx(ctx, op, func(tx *sql.Tx) error {
+		now := s.nowMicros()
 		for j, args := range reqs {
-			res, err := receiveInTx(ctx, tx, args)
+			res, err := receiveInTx(ctx, tx, args, now)
 			if err != nil {
 				statementFailed = true
 				return err
@@ -113,7 +113,7 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 			var res *ferry.EventReceiveResult
 			err := s.writeTx(ctx, op, func(tx *sql.Tx) error {
 				var err error
-				res, err = receiveInTx(ctx, tx, args)
+				res, err = receiveInTx(ctx, tx, args, s.nowMicros())
 				return err
 			})
 			out[index[j]] = ferry.EventReceiveManyResult{Result: res, Err: err}
@@ -130,10 +130,12 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 	return out, nil
 }
 
-// receiveInTx stores one delivery inside tx: a new key is inserted; a known
-// one counts the delivery, and keeps it as a conflict if its payload differs
-// (up to ferry.NoticeKeep, each payload once).
-func receiveInTx(ctx context.Context, tx *sql.Tx, args []any) (*ferry.EventReceiveResult, error) {
+// receiveInTx stores one delivery inside tx at now, the store's time read
+// under the write lock: a new key is inserted; a known one counts the
+// delivery, and keeps it as a conflict if its payload differs (up to
+// ferry.NoticeKeep, each payload once).
+func receiveInTx(ctx context.Context, tx *sql.Tx, args []any, now int64) (*ferry.EventReceiveResult, error) {
+	args = append(args[:len(args):len(args)], sql.Named("now", now))
 	result := &ferry.EventReceiveResult{}
 	if replayed, err := receiveReplay(ctx, tx, args); err != nil || replayed != nil {
 		return replayed, err

@@ -75,6 +75,58 @@ func (b *testBundle) get(t *testing.T, id int64) *ferry.Event {
 	return e
 }
 
+// A receipt's time is the store's clock once it holds the write lock, not
+// when it was asked: one that waited behind another write is not stamped
+// earlier than what committed before it, nor judged for replays at that
+// earlier time.
+func TestReceiptTimeIsReadUnderTheWriteLock(t *testing.T) {
+	t.Parallel()
+	for name, receive := range map[string]func(*sqlite.Store, *ferry.EventReceiveParams) error{
+		"One": func(st *sqlite.Store, p *ferry.EventReceiveParams) error {
+			_, err := st.EventReceive(context.Background(), p)
+			return err
+		},
+		"Many": func(st *sqlite.Store, p *ferry.EventReceiveParams) error {
+			res, err := st.EventReceiveMany(context.Background(), &ferry.EventReceiveManyParams{Receipts: []*ferry.EventReceiveParams{p, {Source: "stripe", EventID: "evt_2"}}})
+			if err == nil {
+				err = errors.Join(res[0].Err, res[1].Err)
+			}
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			tx, err := b.store.DB().BeginTx(context.Background(), nil) // the write connection
+			if err != nil {
+				t.Fatal(err)
+			}
+			waits := b.store.DB().Stats().WaitCount
+			done := make(chan error, 1)
+			go func() { done <- receive(b.store, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1"}) }()
+			for deadline := time.Now().Add(30 * time.Second); b.store.DB().Stats().WaitCount == waits; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the receipt never waited for the write connection")
+				}
+			}
+			b.clock.Advance(time.Minute)
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			ev, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := b.clock.Now().Truncate(time.Microsecond); !ev.FirstDeliveredAt.Equal(want) || !ev.NextAttemptAt.Equal(want) {
+				t.Errorf("first delivered %v, due %v; want the time it got the lock, %v", ev.FirstDeliveredAt, ev.NextAttemptAt, want)
+			}
+		})
+	}
+}
+
 // Readiness never waits behind a write: with the write connection held,
 // Ping answers from the read pool.
 func TestPingDoesNotWaitForWriters(t *testing.T) {
