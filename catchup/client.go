@@ -2,6 +2,7 @@ package catchup
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -196,6 +197,11 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 			switch {
 			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil && len(data) > maxBody:
 				return nil, nil, fmt.Errorf("%s %s: %w", method, path, errTooLarge)
+			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil && !json.Valid(data):
+				// A proxy's or captive portal's page: the decoder's "invalid
+				// character '<'" would not say who answered what.
+				return nil, nil, fmt.Errorf("%s %s: HTTP %d: the API answered something that is not JSON (Content-Type %q): %s",
+					method, path, resp.StatusCode, resp.Header.Get("Content-Type"), c.snippet(data))
 			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil:
 				return data, resp.Header, nil
 			case readErr != nil:

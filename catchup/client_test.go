@@ -104,4 +104,20 @@ func TestAPIClient(t *testing.T) {
 			t.Fatalf("the client waited %v", most)
 		}
 	})
+
+	// A 2xx that is not JSON (a proxy's login page) fails the pass saying
+	// so, with the status, not with the decoder's "invalid character '<'".
+	t.Run("AnswerNotJSONSaysSo", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.fail = func(_ int, w http.ResponseWriter, _ *http.Request) bool {
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = w.Write([]byte("<html>sign in</html>"))
+			return true
+		}
+		_, err := b.runner.Pass(context.Background(), PassOptions{})
+		if err == nil || !strings.Contains(err.Error(), `HTTP 200: the API answered something that is not JSON (Content-Type "text/html"): <html>sign in</html>`) {
+			t.Fatalf("err = %v, want the non-JSON answer named with its status", err)
+		}
+	})
 }

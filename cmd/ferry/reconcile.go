@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -68,21 +70,51 @@ and advances the checkpoint when the window covers it.`)
 			for _, w := range res.Warnings {
 				fmt.Fprintf(stdout, "warning: %s\n", w)
 			}
-			fmt.Fprintf(stdout, "window: %s to %s; checkpoint %s\n", res.From.Format(time.RFC3339), res.To.Format(time.RFC3339), advanced(res))
-			fmt.Fprintf(stdout, "reconcile: source=%s fetched=%d new=%d known=%d skipped=%d\n", res.Source, res.Fetched, res.New, res.Known, res.Skipped)
+			fmt.Fprintf(stdout, "window: %s to %s; checkpoint %s\n", res.From.Format(time.RFC3339), res.To.Format(time.RFC3339), advanced(res, err))
+			outcome := ""
+			if err != nil {
+				outcome = " pass failed:"
+			}
+			fmt.Fprintf(stdout, "reconcile: source=%s%s fetched=%d new=%d known=%d skipped=%d\n", res.Source, outcome, res.Fetched, res.New, res.Known, res.Skipped)
 		}
 	}
-	return err
+	return credentialsRefused(cfg, *source, err)
 }
 
-func advanced(res *catchup.Result) string {
+func advanced(res *catchup.Result, err error) string {
 	switch {
 	case res.DryRun:
 		return "left (dry run)"
 	case res.Advanced:
 		return "advanced to " + res.Checkpoint.Format(time.RFC3339)
+	case err != nil:
+		return "left: the pass failed"
 	}
 	return "left: the window did not reach back to it"
+}
+
+// credentialsRefused names the setting to fix when the provider's API
+// answered a pass with 401 or 403: catchup cannot, as it does not know the
+// config's keys.
+func credentialsRefused(cfg *config.Config, name string, err error) error {
+	se, ok := errors.AsType[*catchup.StatusError](err)
+	if !ok || (se.Status != http.StatusUnauthorized && se.Status != http.StatusForbidden) {
+		return err
+	}
+	for i, s := range cfg.Sources {
+		if s.Name != name {
+			continue
+		}
+		key := "api_key"
+		switch {
+		case s.Provider == "github" && s.Catchup.Token != "":
+			key = "token"
+		case s.Provider == "github":
+			key = "app_id and private_key"
+		}
+		return fmt.Errorf("%w: the provider's API refused source[%d] (%s).catchup.%s: check it, and that it may read what catch-up lists", err, i, name, key)
+	}
+	return err
 }
 
 // newCatchupRunner builds the runner of the named source; st may be set

@@ -221,6 +221,27 @@ func TestReconcile(t *testing.T) {
 		}
 	})
 
+	// A failed pass prints no clean-looking summary, gives the checkpoint
+	// the right reason, and names the key the provider refused.
+	t.Run("RefusedKeyFailedPassSaysSo", func(t *testing.T) {
+		refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, `{"error":{"message":"Invalid API Key provided"}}`, http.StatusUnauthorized)
+		}))
+		t.Cleanup(refusing.Close)
+		cfg := withCatchup(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), "http://127.0.0.1:9/app", ""), refusing.URL, "0")
+		if _, errOut, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+			t.Fatalf("migrate: exit %d %s", code, errOut)
+		}
+		out, errOut, code := runFerry(t, "reconcile", "--config", cfg, "--source", "stripe")
+		if code != 1 || !strings.Contains(out, "checkpoint left: the pass failed\n") || strings.Contains(out, "did not reach back") ||
+			!strings.Contains(out, "reconcile: source=stripe pass failed: fetched=0 new=0 known=0 skipped=0\n") {
+			t.Fatalf("refused pass: exit %d, want 1 and a summary saying the pass failed\n%s%s", code, out, errOut)
+		}
+		if !strings.Contains(errOut, "HTTP 401") || !strings.Contains(errOut, "refused source[0] (stripe).catchup.api_key") {
+			t.Fatalf("refused pass: stderr does not name the key to fix:\n%s", errOut)
+		}
+	})
+
 	t.Run("ServeLoopCatchesUpAfterAnOutage", func(t *testing.T) {
 		dbPath := filepath.Join(t.TempDir(), "ferry.db")
 		ids, caughtUp := e2eEvents()
