@@ -20,12 +20,14 @@ func runSend(ctx context.Context, args []string) error {
 	fs := newFlags("send", "--source NAME [flags]",
 		`Signs a delivery as the source's provider would, with the config's first secret,
 and posts it to a running ferry. The body is the same bytes for the same event id
-and type, so sending an id twice shows deduplication ("duplicate"). Prints the
-answer; exits 1 unless ferry answered 2xx.`)
+and type, so sending an id twice shows deduplication ("duplicate"). A --body
+file's own event id (Stripe's "id") is the one ferry stores and send prints; an
+--event-id that disagrees with it is refused (exit 2). Prints the answer; exits 1
+unless ferry answered 2xx.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file` (for the source's provider and secret)")
 	sourceName := fs.String("source", "", "the source to send as (required)")
 	to := fs.String("to", "", "ferry's base `URL`; defaults to http://<http.listen>")
-	eventID := fs.String("event-id", "", "the event id; defaults to a random one (send the same id twice to see deduplication)")
+	eventID := fs.String("event-id", "", "the event id; defaults to a random one, or the --body file's own (send the same id twice to see deduplication)")
 	eventType := fs.String("type", "demo.event", "the event type")
 	bodyPath := fs.String("body", "", "a `file` with the JSON body to send instead of a sample")
 	if err := fs.parseFlagsOnly(args); err != nil {
@@ -42,18 +44,30 @@ answer; exits 1 unless ferry answered 2xx.`)
 	if err != nil {
 		return err
 	}
-	if *eventID == "" {
+	named := *eventID != ""
+	if !named {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		*eventID = "evt_" + hex.EncodeToString(b[:])
 	}
 	body, err := sampleBody(*bodyPath, src, *eventID, *eventType)
 	if err != nil {
-		return err
+		return usagef("--body: %v", err)
 	}
 	header, err := sign(src, *eventID, *eventType, body)
 	if err != nil {
 		return err
+	}
+	// A --body file may carry its own id (Stripe's "id"), which the
+	// receiver stores: the id printed is the one ferry keeps, and an
+	// --event-id it would not keep is refused.
+	if v, err := cfg.Verifier(*src); err == nil {
+		if got, err := v.Verify(header, body); err == nil && got.EventID != *eventID {
+			if named {
+				return usagef("--event-id %s, but the --body file's event id is %s, which ferry would store: drop --event-id, or make them agree", *eventID, got.EventID)
+			}
+			*eventID = got.EventID
+		}
 	}
 	base := *to
 	if base == "" {

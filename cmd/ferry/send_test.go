@@ -1,6 +1,10 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -47,5 +51,33 @@ func TestSendSignsAsEachProvider(t *testing.T) {
 				t.Errorf("Content-Type = %q", header.Get("Content-Type"))
 			}
 		})
+	}
+}
+
+// A --body file's own id is what ferry stores: send prints that id, refuses
+// an --event-id that disagrees, and names --body when the file is missing.
+func TestSendBodyID(t *testing.T) {
+	t.Parallel()
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("accepted\n"))
+	}))
+	t.Cleanup(receiver.Close)
+	cfg := writeCLIConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), "")
+	body := writeTempFile(t, "body.json", `{"id":"evt_in_body","type":"invoice.paid","data":{}}`)
+
+	out, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", receiver.URL, "--body", body)
+	if code != 0 || !strings.HasPrefix(out, "stripe evt_in_body -> 200 OK") {
+		t.Errorf("send --body: exit %d, want the body's id printed\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", receiver.URL, "--body", body, "--event-id", "evt_flag")
+	if code != exitUsage || !strings.Contains(errOut, "--event-id evt_flag, but the --body file's event id is evt_in_body") {
+		t.Errorf("send --body --event-id disagreeing: exit %d, want %d naming both\n%s%s", code, exitUsage, out, errOut)
+	}
+	if _, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", receiver.URL, "--body", body, "--event-id", "evt_in_body"); code != 0 {
+		t.Errorf("send --body --event-id agreeing: exit %d\n%s", code, errOut)
+	}
+	_, errOut, code = runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", receiver.URL, "--body", filepath.Join(t.TempDir(), "nope.json"))
+	if code != exitUsage || !strings.Contains(errOut, "--body: open ") {
+		t.Errorf("send with a missing --body file: exit %d, want %d naming --body\n%s", code, exitUsage, errOut)
 	}
 }
