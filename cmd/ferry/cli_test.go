@@ -104,7 +104,6 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 		{"events", "list"},
 		{"events", "show", "stripe", "evt_1"},
 		{"events", "replay", "--state", "dead", "--source", "stripe"},
-		{"migrate", "--dry-run"},
 	} {
 		_, stderr, code := runFerry(t, append(args, "--config", cfg)...)
 		if code != exitUsage || !strings.Contains(stderr, "store.url") || !strings.Contains(stderr, "ferry migrate") {
@@ -116,7 +115,13 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 	if _, stderr, _ := runFerry(t, "events", "list", "--config", relative); !strings.Contains(stderr, "relative to the working directory") {
 		t.Errorf("a relative path: %q, want the working directory named", stderr)
 	}
-	stdout, _, _ := runFerry(t, "doctor", "--config", cfg)
+	// A dry run lists every migration as pending, and makes no file either.
+	stdout, stderr, code := runFerry(t, "migrate", "--dry-run", "--config", cfg)
+	if code != 0 || !strings.Contains(stdout, path+" does not exist; ferry migrate (without --dry-run) creates it") ||
+		!strings.Contains(stdout, "001_initial: ") || !strings.Contains(stdout, "migration(s) pending") {
+		t.Errorf("migrate --dry-run: exit %d, want 0 listing every migration\n%s%s", code, stdout, stderr)
+	}
+	stdout, _, _ = runFerry(t, "doctor", "--config", cfg)
 	if !strings.Contains(stdout, "FAIL  store: ") || !strings.Contains(stdout, "no such file") {
 		t.Errorf("doctor on a missing store:\n%s", stdout)
 	}

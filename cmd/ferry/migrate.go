@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/config"
+	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 func runMigrate(ctx context.Context, args []string) error {
@@ -30,6 +35,9 @@ will do.`)
 		return err
 	}
 	st, closeStore, err := openStore(ctx, cfg, nil, use)
+	if *dryRun && errors.Is(err, os.ErrNotExist) {
+		return planNewSQLite(ctx, cfg)
+	}
 	if err != nil {
 		return err
 	}
@@ -39,18 +47,7 @@ will do.`)
 		if err != nil {
 			return err
 		}
-		if len(steps) == 0 {
-			fmt.Println("ferry: schema up to date; nothing to do")
-			return nil
-		}
-		fresh := steps[0].Version == 1 // serve migrates a new store whole
-		for _, step := range steps {
-			fmt.Printf("%03d_%s: %s\n", step.Version, step.Name, step.Summary)
-			if step.Exclusive != "" && !fresh {
-				fmt.Printf("  stop every older ferry first; serve does not apply it on its own\n")
-			}
-		}
-		fmt.Printf("ferry: %d migration(s) pending; run without --dry-run to apply\n", len(steps))
+		printPlan(steps)
 		return nil
 	}
 	// What was pending before is what this run applied (or a concurrent
@@ -65,6 +62,49 @@ will do.`)
 		return nil
 	}
 	fmt.Println("ferry: schema up to date")
+	return nil
+}
+
+// printPlan prints what migrate --dry-run found pending.
+func printPlan(steps []ferry.MigrationStep) {
+	if len(steps) == 0 {
+		fmt.Println("ferry: schema up to date; nothing to do")
+		return
+	}
+	fresh := steps[0].Version == 1 // serve migrates a new store whole
+	for _, step := range steps {
+		fmt.Printf("%03d_%s: %s\n", step.Version, step.Name, step.Summary)
+		if step.Exclusive != "" && !fresh {
+			fmt.Printf("  stop every older ferry first; serve does not apply it on its own\n")
+		}
+	}
+	fmt.Printf("ferry: %d migration(s) pending; run without --dry-run to apply\n", len(steps))
+}
+
+// planNewSQLite is migrate --dry-run on a SQLite file that does not exist
+// yet: every migration is pending. It reads the plan from a scratch store
+// in a temporary directory, so the configured path stays absent.
+func planNewSQLite(ctx context.Context, cfg *config.Config) error {
+	_, dsn, err := cfg.StoreKind()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "ferry-plan-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	scratch, err := sqlite.Open(filepath.Join(dir, "plan.db"), nil)
+	if err != nil {
+		return err
+	}
+	defer scratch.Close()
+	steps, err := scratch.MigratePlan(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ferry: store.url: %s does not exist%s; ferry migrate (without --dry-run) creates it\n", dsn, relativeTo(dsn))
+	printPlan(steps)
 	return nil
 }
 
