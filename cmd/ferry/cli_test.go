@@ -321,10 +321,15 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 			t.Fatal(err)
 		}
 		r, code := doctorJSON(t, cfg)
-		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 dead events") {
+		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "source stripe: 1 dead event") || hasFinding(r, "fail", "dead events") {
 			t.Errorf("one dead event: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
 		}
-		if stdout, _, code := runFerry(t, "doctor", "--config", cfg); code != exitProblems || !strings.Contains(stdout, "FAIL  source stripe: 1 dead events") {
+		// The source's counts beside its fail are information, not a pass.
+		if !hasFinding(r, "info", "source stripe: 0 pending, 0 in progress, 0 done, 1 dead") || hasFinding(r, "ok", "source stripe: 0 pending") {
+			t.Errorf("one dead event: the source's counts are not labelled info: %+v", r)
+		}
+		if stdout, _, code := runFerry(t, "doctor", "--config", cfg); code != exitProblems || !strings.Contains(stdout, "FAIL  source stripe: 1 dead event\n") ||
+			!strings.Contains(stdout, "info  source stripe: 0 pending") || strings.Contains(stdout, "ok    source stripe: 0 pending") {
 			t.Errorf("one dead event, text: exit %d:\n%s", code, stdout)
 		}
 	})
@@ -344,7 +349,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 			t.Fatalf("seed: event = %+v, want unknown", e)
 		}
 		r, code := doctorJSON(t, cfg)
-		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 events held as unknown") {
+		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 event held as unknown") {
 			t.Errorf("one unknown event: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
 		}
 	})
@@ -354,7 +359,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		old := teststore.OpenSQLite(t, path, &sqlite.Config{Now: func() time.Time { return time.Now().Add(-70 * time.Hour) }})
 		receive(t, old, "evt_old") // stripe's window is 72h: at risk after 60h
 		r, code := doctorJSON(t, cfg)
-		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 events at risk") || len(r.AtRisk) != 1 || r.AtRisk[0].EventID != "evt_old" {
+		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 event at risk") || len(r.AtRisk) != 1 || r.AtRisk[0].EventID != "evt_old" {
 			t.Errorf("one event at risk: exit %d, report %+v; want %d, a fail and the event", code, r, exitProblems)
 		}
 	})

@@ -39,8 +39,9 @@ reach or read. Exits 0 when all is well, 2 when the config does not load.`)
 
 // finding is one line of doctor's report.
 type finding struct {
-	// Level is ok, warn (worth a look; nothing is lost meanwhile) or fail
-	// (a human must act: exit 4).
+	// Level is ok, info (a source's counts beside its warn or fail
+	// findings: neither a pass nor a problem of its own), warn (worth a
+	// look; nothing is lost meanwhile) or fail (a human must act: exit 4).
 	Level   string `json:"level"`
 	Message string `json:"message"`
 	Fix     string `json:"fix,omitempty"`
@@ -66,7 +67,7 @@ func doctor(ctx context.Context, configPath string, asJSON bool, out io.Writer) 
 		if asJSON {
 			return
 		}
-		fmt.Fprintf(out, "%-5s %s\n", map[string]string{"ok": "ok", "warn": "WARN", "fail": "FAIL"}[level], f.Message)
+		fmt.Fprintf(out, "%-5s %s\n", map[string]string{"ok": "ok", "info": "info", "warn": "WARN", "fail": "FAIL"}[level], f.Message)
 		if fix != "" {
 			fmt.Fprintf(out, "      fix: %s\n", fix)
 		}
@@ -74,7 +75,8 @@ func doctor(ctx context.Context, configPath string, asJSON bool, out io.Writer) 
 	ok := func(format string, args ...any) { add("ok", "", format, args...) }
 	warn := func(fix, format string, args ...any) { add("warn", fix, format, args...) }
 	fail := func(fix, format string, args ...any) { add("fail", fix, format, args...) }
-	err = doctorCheck(ctx, cfg, configPath, ok, warn, fail, report)
+	info := func(format string, args ...any) { add("info", "", format, args...) }
+	err = doctorCheck(ctx, cfg, configPath, ok, info, warn, fail, report)
 	report.Healthy = countLevel(report.Findings, "fail") == 0
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -100,6 +102,15 @@ func doctor(ctx context.Context, configPath string, asJSON bool, out io.Writer) 
 	return nil
 }
 
+// countOf is n and noun, plural unless n is 1: "1 dead event", "3 dead
+// events".
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func countLevel(fs []finding, level string) int {
 	n := 0
 	for _, f := range fs {
@@ -117,8 +128,8 @@ type (
 )
 
 // doctorCheck runs the checks in order, stopping at a store it cannot use.
-func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok okFunc, warn, fail fixFunc, r *doctorReport) error {
-	ok("config %s: %d sources", configPath, len(cfg.Sources))
+func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok, info okFunc, warn, fail fixFunc, r *doctorReport) error {
+	ok("config %s: %s", configPath, countOf(len(cfg.Sources), "source"))
 	for i, s := range cfg.Sources {
 		if s.Forward.URL == "" {
 			warn(fmt.Sprintf("set source[%d].forward.url, or run this config only with serve --role receiver", i),
@@ -191,30 +202,35 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok 
 			// Its events wait for no worker, and replay refuses them: the
 			// fixes below would not run.
 			warn("add a [[source]] named "+s.Source+" back, or close its dead and unknown events with ferry events resolve "+s.Source+" ID...: no worker here will process them",
-				"source %s: %d events in the store, but the source is not configured", s.Source, s.Total())
+				"source %s: %s in the store, but the source is not configured", s.Source, countOf(s.Total(), "event"))
 			continue
 		}
+		found := len(r.Findings)
 		if s.AtRisk > 0 {
 			fail(fmt.Sprintf("make them succeed before the provider's replay window ends: ferry events list --at-risk --source %s; fix the handler or app, then ferry events retry-now %s ID... (or wait for their next attempt)", s.Source, s.Source),
-				"source %s: %d events at risk, oldest received %s ago, unfinished and close to outliving the replay window", s.Source, s.AtRisk, age(s.OldestAtRisk))
+				"source %s: %s at risk, oldest received %s ago, unfinished and close to outliving the replay window", s.Source, countOf(s.AtRisk, "event"), age(s.OldestAtRisk))
 		}
 		if n := s.States[ferry.StateDead]; n > 0 {
 			fail(fmt.Sprintf("ferry events list --state dead --source %s; fix the cause, then ferry events replay --state dead --source %s", s.Source, s.Source),
-				"source %s: %d dead events", s.Source, n)
+				"source %s: %s", s.Source, countOf(n, "dead event"))
 		}
 		if n := s.States[ferry.StateUnknown]; n > 0 {
 			fail(fmt.Sprintf("check the app for each (ferry events show %s ID), then replay the ones that did not happen and resolve the ones that did (ferry events resolve %s ID...)", s.Source, s.Source),
-				"source %s: %d events held as unknown: a lease was lost while their effect may have run", s.Source, n)
+				"source %s: %s held as unknown: a lease was lost while their effect may have run", s.Source, countOf(n, "event"))
 		}
 		if s.LeaseExpired > 0 {
 			warn("make sure a worker runs (ferry serve --role worker or all); it takes these back on its next claim",
-				"source %s: %d in-progress events whose worker stopped heartbeating", s.Source, s.LeaseExpired)
+				"source %s: %s whose worker stopped heartbeating", s.Source, countOf(s.LeaseExpired, "in-progress event"))
 		}
 		if !s.OldestDue.IsZero() && age(s.OldestDue) > doctorBacklog {
 			warn("make sure a worker runs; see ferry events list --state pending --source "+s.Source,
 				"source %s: a pending event has been due for %s and no worker took it", s.Source, age(s.OldestDue))
 		}
-		ok("source %s: %d pending, %d in progress, %d done, %d dead, %d unknown", s.Source,
+		summary := ok
+		if len(r.Findings) > found {
+			summary = info // a count beside the source's warnings, not a pass
+		}
+		summary("source %s: %d pending, %d in progress, %d done, %d dead, %d unknown", s.Source,
 			s.States[ferry.StatePending], s.States[ferry.StateInProgress], s.States[ferry.StateDone], s.States[ferry.StateDead], s.States[ferry.StateUnknown])
 	}
 	isAtRisk := atRiskFunc(cfg, stats.Now)

@@ -90,7 +90,7 @@ func TestEventsResolve(t *testing.T) {
 				t.Errorf("evt_pending after resolve: %s, actions %+v", d.State, d.Actions)
 			}
 			out, _, _ := runFerry(t, "doctor", "--config", cfg)
-			if strings.Contains(out, "dead events") || strings.Contains(out, "held as unknown") {
+			if strings.Contains(out, "dead event") || strings.Contains(out, "held as unknown") {
 				t.Errorf("doctor after resolving every dead and unknown event:\n%s", out)
 			}
 			if _, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "", "stripe", "evt_pending"); code != exitUsage || !strings.Contains(stderr, "--actor") {

@@ -270,7 +270,7 @@ func TestEventsCLI(t *testing.T) {
 				if code != exitProblems {
 					t.Errorf("doctor: exit %d, want %d (an event is at risk)", code, exitProblems)
 				}
-				for _, want := range []string{"FAIL  source stripe: 1 events at risk", "at risk: stripe evt_old", "FAIL  source stripe: 1 dead events", "ferry events replay --state dead --source stripe", "ferry events retry-now stripe ID", "store: "} {
+				for _, want := range []string{"FAIL  source stripe: 1 event at risk", "at risk: stripe evt_old", "FAIL  source stripe: 1 dead event\n", "ferry events replay --state dead --source stripe", "ferry events retry-now stripe ID", "store: "} {
 					if !strings.Contains(stdout, want) {
 						t.Errorf("doctor output lacks %q:\n%s\n%s", want, stdout, stderr)
 					}
@@ -462,7 +462,7 @@ func TestUnknownSourceFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	// doctor names the source and sends no one to a replay it would refuse.
-	if out, _, _ := runFerry(t, "doctor", "--config", cfg); !strings.Contains(out, "source retired: 1 events in the store, but the source is not configured") || strings.Contains(out, "--source retired") {
+	if out, _, _ := runFerry(t, "doctor", "--config", cfg); !strings.Contains(out, "source retired: 1 event in the store, but the source is not configured") || strings.Contains(out, "--source retired") {
 		t.Errorf("doctor on a retired source's dead event:\n%s", out)
 	}
 	if out, stderr, code := runFerry(t, "events", "list", "--source", "retired", "--config", cfg); code != 0 || !strings.Contains(out, "evt_old") {
