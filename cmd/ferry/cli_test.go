@@ -56,7 +56,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 			}
 
 			_, stderr, code = runFerry(t, append(cmd, "--bogus")...)
-			want := fmt.Sprintf("ferry %s: flag provided but not defined: -bogus (see 'ferry %s -h')\n", cmd[0], name)
+			want := fmt.Sprintf("ferry %s: flag provided but not defined: -bogus (see 'ferry %s -h')\n", name, name)
 			if code != exitUsage || stderr != want {
 				t.Errorf("ferry %s --bogus: exit %d, stderr %q; want %d and %q", name, code, stderr, exitUsage, want)
 			}
@@ -79,7 +79,7 @@ func TestConfigErrorHasOnePrefix(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "nope.toml")
 	_, stderr, code := runFerry(t, "events", "list", "--config", missing)
-	want := "ferry events: open " + missing + ": no such file or directory (name the config file with --config FILE)\n"
+	want := "ferry events list: open " + missing + ": no such file or directory (name the config file with --config FILE)\n"
 	if code != exitUsage || stderr != want {
 		t.Errorf("missing config: exit %d, stderr %q; want %d and %q", code, stderr, exitUsage, want)
 	}

@@ -26,7 +26,15 @@ import (
 
 // errEventNotFound is the error (exit 3) of show, replay, retry-now and
 // resolve when a named event does not exist.
-var errEventNotFound = &exitError{exitNotFound, ferry.ErrNotFound}
+var errEventNotFound = &exitError{exitNotFound, noSuchEvent{}}
+
+// noSuchEvent is ferry.ErrNotFound worded once for the command line: the
+// store's "ferry: event not found" after "ferry events show:" repeats the
+// prefix.
+type noSuchEvent struct{}
+
+func (noSuchEvent) Error() string        { return "no such event" }
+func (noSuchEvent) Is(target error) bool { return target == ferry.ErrNotFound }
 
 func runEvents(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
@@ -36,24 +44,29 @@ func runEvents(ctx context.Context, args []string) error {
 		}
 		return flag.ErrHelp
 	}
+	var err error
 	switch args[0] {
 	case "list":
 		out := bufio.NewWriter(os.Stdout) // --all may print millions of lines
-		err := runEventsList(ctx, args[1:], out, os.Stderr)
+		err = runEventsList(ctx, args[1:], out, os.Stderr)
 		if ferr := out.Flush(); err == nil {
 			err = ferr
 		}
-		return err
 	case "show":
-		return runEventsShow(ctx, args[1:], os.Stdout)
+		err = runEventsShow(ctx, args[1:], os.Stdout)
 	case "replay":
-		return runEventsReplay(ctx, args[1:], os.Stdout)
+		err = runEventsReplay(ctx, args[1:], os.Stdout)
 	case "retry-now":
-		return eventsRetryNow.run(ctx, args[1:], os.Stdout)
+		err = eventsRetryNow.run(ctx, args[1:], os.Stdout)
 	case "resolve":
-		return eventsResolve.run(ctx, args[1:], os.Stdout)
+		err = eventsResolve.run(ctx, args[1:], os.Stdout)
+	default:
+		return usagef("unknown subcommand %q: use list, show, replay, retry-now or resolve", args[0])
 	}
-	return usagef("unknown subcommand %q: use list, show, replay, retry-now or resolve", args[0])
+	if err != nil {
+		return &subcommandError{args[0], err}
+	}
+	return nil
 }
 
 const eventsUsage = `usage:

@@ -68,7 +68,7 @@ func TestEventsResolve(t *testing.T) {
 			}
 
 			stdout, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "alice", "stripe", "evt_dead", "evt_unknown", "evt_pending", "evt_nope")
-			if code != exitNotFound || !strings.Contains(stderr, "evt_nope") ||
+			if code != exitNotFound || stderr != "ferry events resolve: stripe evt_nope: no such event\n" ||
 				!strings.Contains(stdout, "resolved stripe evt_dead\nresolved stripe evt_unknown\n") ||
 				!strings.Contains(stdout, "not resolved, only dead or unknown events can be: evt_pending (pending)") {
 				t.Errorf("resolve: exit %d, want %d\n%s%s", code, exitNotFound, stdout, stderr)
@@ -122,7 +122,7 @@ func TestEventsRetryNow(t *testing.T) {
 	before := showJSON(t, cfg, "stripe", "evt_backoff")
 
 	stdout, stderr, code := runFerry(t, "events", "retry-now", "--config", cfg, "--actor", "alice", "stripe", "evt_backoff", "evt_due", "evt_nope")
-	if code != exitNotFound || !strings.Contains(stderr, "evt_nope") || !strings.Contains(stdout, "retried stripe evt_backoff\n") ||
+	if code != exitNotFound || stderr != "ferry events retry-now: stripe evt_nope: no such event\n" || !strings.Contains(stdout, "retried stripe evt_backoff\n") ||
 		!strings.Contains(stdout, "not retried, not pending in a backoff (running, finished, or already due): evt_due (pending)") {
 		t.Errorf("retry-now: exit %d, want %d\n%s%s", code, exitNotFound, stdout, stderr)
 	}

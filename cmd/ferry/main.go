@@ -95,6 +95,16 @@ func (e *exitError) Error() string {
 }
 func (e *exitError) Unwrap() error { return e.err }
 
+// subcommandError is a subcommand's error, printed as "ferry COMMAND
+// SUBCOMMAND: message".
+type subcommandError struct {
+	name string
+	err  error
+}
+
+func (e *subcommandError) Error() string { return e.err.Error() }
+func (e *subcommandError) Unwrap() error { return e.err }
+
 // run returns the exit code; every error is printed once, as
 // "ferry COMMAND: message".
 func run(ctx context.Context, args []string) int {
@@ -116,8 +126,12 @@ func run(ctx context.Context, args []string) int {
 		if err == nil || errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
+		name := c.name
+		if sub, ok := errors.AsType[*subcommandError](err); ok {
+			name += " " + sub.name
+		}
 		if e, ok := errors.AsType[*exitError](err); !ok || e.err != nil {
-			fmt.Fprintf(os.Stderr, "ferry %s: %v\n", c.name, err)
+			fmt.Fprintf(os.Stderr, "ferry %s: %v\n", name, err)
 		}
 		return exitCode(err)
 	}
