@@ -72,8 +72,8 @@ func runEvents(ctx context.Context, args []string) error {
 const eventsUsage = `usage:
   ferry events list   [--state S] [--source X] [--since 24h|RFC3339] [--id SUBSTR] [--at-risk] [--limit N] [--before ID | --all] [--json]
   ferry events show   SOURCE EVENT_ID [--payload] [--json]
-  ferry events replay SOURCE EVENT_ID...
-  ferry events replay --state dead --source X
+  ferry events replay SOURCE EVENT_ID... [--dry-run]
+  ferry events replay --state dead --source X [--dry-run]
   ferry events retry-now SOURCE EVENT_ID...
   ferry events resolve   SOURCE EVENT_ID...
 
@@ -590,15 +590,17 @@ func writeSection(out io.Writer, title, header string, n int, row func(tw io.Wri
 }
 
 func runEventsReplay(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("events replay", "SOURCE EVENT_ID... | --state dead|unknown --source X",
+	fs := newFlags("events replay", "SOURCE EVENT_ID... | --state dead|unknown --source X [--dry-run]",
 		`Puts done, dead or unknown events back to pending, due now, with a fresh attempt
 budget: named ones, or every dead (or unknown) event of a source. Events queued or
-running are left as they are. Exits 3 when a named event does not exist (the
-others are still replayed).`)
+running are left as they are. --dry-run says what would be replayed and changes
+nothing. Exits 3 when a named event does not exist (the others are still
+replayed).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	state := fs.String("state", "", "bulk: replay every event in this `state` (dead or unknown) of --source")
 	source := fs.String("source", "", "bulk: the `source` whose events to replay (required with --state)")
 	actor := fs.String("actor", defaultActor(), "who asks (a `name`), kept with each replayed event; ferry events show lists it")
+	dryRun := fs.Bool("dry-run", false, "count or list what would be replayed; change nothing")
 	positional, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -629,15 +631,23 @@ others are still replayed).`)
 	defer env.close()
 
 	if bulk {
-		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}, Actor: *actor})
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}, Actor: *actor, DryRun: *dryRun})
 		if err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
-		fmt.Fprintf(out, "replayed %d %s events of %s\n", n, *state, *source)
+		if *dryRun {
+			fmt.Fprintf(out, "would replay %s of %s (dry run: nothing changed)\n", countOf(n, *state+" event"), *source)
+			return nil
+		}
+		fmt.Fprintf(out, "replayed %s of %s\n", countOf(n, *state+" event"), *source)
 		return nil
 	}
-	return eachNamed(ctx, env.store, out, "replay", "replayed", "not replayed, already queued or running", positional, func(e *ferry.Event) (bool, error) {
-		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}, Actor: *actor})
+	done, refused := "replayed", "not replayed, already queued or running"
+	if *dryRun {
+		done, refused = "would replay", "would not replay, already queued or running"
+	}
+	return eachNamed(ctx, env.store, out, "replay", done, refused, positional, func(e *ferry.Event) (bool, error) {
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}, Actor: *actor, DryRun: *dryRun})
 		return n > 0, err
 	})
 }

@@ -278,12 +278,27 @@ func TestEventsCLI(t *testing.T) {
 			})
 			// Replay last: it changes the states the other subtests read.
 			t.Run("Replay", func(t *testing.T) {
-				stdout, stderr, code := runFerry(t, "events", "replay", "--config", cfg, "--actor", "alice", "stripe", "evt_done", "evt_nope")
+				// A dry run says what would be replayed and changes nothing.
+				stdout, stderr, code := runFerry(t, "events", "replay", "--config", cfg, "--dry-run", "--state", "dead", "--source", "stripe")
+				if code != 0 || stdout != "would replay 1 dead event of stripe (dry run: nothing changed)\n" {
+					t.Errorf("bulk replay --dry-run: exit %d\n%s\n%s", code, stdout, stderr)
+				}
+				stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--dry-run", "stripe", "evt_done")
+				if code != 0 || stdout != "would replay stripe evt_done\n" {
+					t.Errorf("replay --dry-run evt_done: exit %d\n%s\n%s", code, stdout, stderr)
+				}
+				if got := listJSON(t, "--config", cfg, "--state", "dead"); len(got) != 1 {
+					t.Errorf("after bulk replay --dry-run, dead = %v, want the one still dead", eventIDs(got))
+				}
+				if d := showJSON(t, cfg, "stripe", "evt_done"); d.State != "done" {
+					t.Errorf("after replay --dry-run, evt_done is %s, want done", d.State)
+				}
+				stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--actor", "alice", "stripe", "evt_done", "evt_nope")
 				if code != exitNotFound || !strings.Contains(stdout, "replayed stripe evt_done") || stderr != "ferry events replay: stripe evt_nope: no such event\n" {
 					t.Errorf("replay one + missing: exit %d\n%s\n%s", code, stdout, stderr)
 				}
 				stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--state", "dead", "--source", "stripe")
-				if code != 0 || !strings.Contains(stdout, "replayed 1 dead events of stripe") {
+				if code != 0 || stdout != "replayed 1 dead event of stripe\n" {
 					t.Errorf("bulk replay: exit %d\n%s\n%s", code, stdout, stderr)
 				}
 				if got := listJSON(t, "--config", cfg, "--state", "dead"); len(got) != 0 {
