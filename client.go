@@ -445,7 +445,7 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 			}
 			c.stopBeating(j)
 			outcome := OutcomeReleased
-			if !c.release(j.lease) {
+			if errors.Is(c.release(j.lease), ErrLeaseLost) {
 				outcome = OutcomeLeaseExpired
 			}
 			endAttempt(j.span, outcome, nil)
@@ -466,8 +466,8 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 			c.stopBeating(j)
 			c.record(hctx, j, cl, completed, err, took)
 		}()
-		if j.lost.Load() {
-			err = ErrLeaseLost // lapsed while it waited: another worker may have it
+		if j.lost.Load() { // lost since the check above: not started, left to lapse
+			err = ErrLeaseLost
 		} else {
 			completed, took, err = c.runHandler(hctx, j, cl)
 		}
@@ -495,15 +495,15 @@ func (c *Client) finish(j *job) {
 	}
 }
 
-// release gives back a lease whose event did not run, and reports whether
-// the store took it back. One the store holds no more (ErrLeaseLost) is
-// another claim's already: nothing to warn of.
-func (c *Client) release(l Lease) bool {
+// release gives back a lease whose event did not run. A lease the store
+// holds no more (ErrLeaseLost) is another claim's already: nothing to warn
+// of.
+func (c *Client) release(l Lease) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LeaseTTL)
 	defer cancel()
 	err := c.store.EventRelease(ctx, &EventReleaseParams{Lease: l})
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		c.log.Warn("ferry: release failed; the lease will lapse instead", "err", err)
 	}
-	return err == nil
+	return err
 }

@@ -152,17 +152,20 @@ func TestClientFaults(t *testing.T) {
 	// next claim, not held as unknown though nothing ran.
 	withClient(t, "ClaimBackPastTheLeaseIsReleased", true, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "bank", "evt_1")
-		store := &slowClaim{Store: b.store, delay: 1100 * time.Millisecond}
+		store := &slowClaim{Store: b.store, delay: 2100 * time.Millisecond}
 		c := b.newClient(t, func(c *ferry.Config) {
-			c.Store, c.LeaseTTL = store, time.Second
+			c.Store, c.LeaseTTL = store, 2*time.Second
 			c.Sources = []ferry.SourcePolicy{{Name: "bank", LostLease: ferry.LostLeaseHold}}
 		})
 		var runs atomic.Int64
 		c.Handle("bank", func(context.Context, *ferry.Delivery) error { runs.Add(1); return nil })
 		start(t, c)
 		b.waitState(t, id, ferry.StateDone)
-		if got, want := b.outcomes(t, id), []ferry.Outcome{ferry.OutcomeReleased, ferry.OutcomeDone}; !slices.Equal(got, want) {
-			t.Errorf("attempts %v, want %v", got, want)
+		// A busy machine may slow a later claim past the lease as well:
+		// released again, never run.
+		if got := b.outcomes(t, id); len(got) < 2 || got[0] != ferry.OutcomeReleased || got[len(got)-1] != ferry.OutcomeDone ||
+			slices.Index(got, ferry.OutcomeDone) != len(got)-1 {
+			t.Errorf("attempts %v, want released, then done", got)
 		}
 		if runs.Load() != 1 {
 			t.Errorf("the handler ran %d times, want once", runs.Load())

@@ -51,9 +51,6 @@ func blockRow(t *testing.T, pool *pgxpool.Pool, id int64) (release func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE`, id); err != nil {
-		t.Fatal(err)
-	}
 	var once bool
 	release = func() {
 		if !once {
@@ -64,6 +61,9 @@ func blockRow(t *testing.T, pool *pgxpool.Pool, id int64) (release func()) {
 		}
 	}
 	t.Cleanup(release)
+	if _, err := tx.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
 	return release
 }
 

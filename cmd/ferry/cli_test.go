@@ -116,9 +116,13 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 		t.Errorf("a relative path: %q, want the working directory named", stderr)
 	}
 	// A dry run lists every migration as pending, and makes no file either.
+	shipped, err := filepath.Glob(filepath.Join("..", "..", "sqlite", "migration", "*.sql"))
+	if err != nil || len(shipped) == 0 {
+		t.Fatalf("sqlite migrations: %v, %v", shipped, err)
+	}
 	stdout, stderr, code := runFerry(t, "migrate", "--dry-run", "--config", cfg)
 	if code != 0 || !strings.Contains(stdout, path+" does not exist; ferry migrate (without --dry-run) creates it") ||
-		!strings.Contains(stdout, "001_initial: ") || !strings.Contains(stdout, "migration(s) pending") {
+		!strings.Contains(stdout, "001_initial: ") || !strings.Contains(stdout, fmt.Sprintf("ferry: %d migration(s) pending", len(shipped))) {
 		t.Errorf("migrate --dry-run: exit %d, want 0 listing every migration\n%s%s", code, stdout, stderr)
 	}
 	stdout, _, _ = runFerry(t, "doctor", "--config", cfg)
@@ -133,6 +137,18 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 	}
 	if _, stderr, code := runFerry(t, "events", "list", "--config", cfg); code != 0 {
 		t.Errorf("events list after migrate: exit %d: %s", code, stderr)
+	}
+}
+
+// migrate --dry-run on a PostgreSQL it cannot reach fails (exit 1), even
+// when the error is "no such file" (a Unix socket that is not there): only
+// a SQLite file that does not exist is a new store to plan.
+func TestMigrateDryRunOnUnreachablePostgres(t *testing.T) {
+	t.Parallel()
+	cfg := writeCLIConfig(t, "postgres://ferry:sekrit@/test?host="+filepath.Join(t.TempDir(), "no-socket-here"), "")
+	stdout, stderr, code := runFerry(t, "migrate", "--dry-run", "--config", cfg)
+	if code != exitFailed || strings.Contains(stdout, "pending") || !strings.Contains(stderr, "no such file") || strings.Contains(stdout+stderr, "sekrit") {
+		t.Errorf("migrate --dry-run on a missing socket: exit %d, want %d with the error and no plan or password\n%s%s", code, exitFailed, stdout, stderr)
 	}
 }
 

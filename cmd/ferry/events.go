@@ -249,7 +249,7 @@ first (at most --limit of them).`)
 	for {
 		res, err := env.store.EventList(ctx, params)
 		if err != nil {
-			return fmt.Errorf("list events: %w", err)
+			return err
 		}
 		for _, e := range res.Events {
 			if err := print(e); err != nil {
@@ -633,7 +633,7 @@ replayed).`)
 	if bulk {
 		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}, Actor: *actor, DryRun: *dryRun})
 		if err != nil {
-			return fmt.Errorf("replay: %w", err)
+			return err
 		}
 		if *dryRun {
 			fmt.Fprintf(out, "would replay %s of %s (dry run: nothing changed)\n", countOf(n, *state+" event"), *source)

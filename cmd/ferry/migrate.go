@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/internal/config"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
@@ -35,8 +34,8 @@ will do.`)
 		return err
 	}
 	st, closeStore, err := openStore(ctx, cfg, nil, use)
-	if *dryRun && errors.Is(err, os.ErrNotExist) {
-		return planNewSQLite(ctx, cfg)
+	if kind, dsn, _ := cfg.StoreKind(); *dryRun && kind == "sqlite" && errors.Is(err, os.ErrNotExist) {
+		return planNewSQLite(ctx, dsn)
 	}
 	if err != nil {
 		return err
@@ -71,7 +70,7 @@ func printPlan(steps []ferry.MigrationStep) {
 		fmt.Println("ferry: schema up to date; nothing to do")
 		return
 	}
-	fresh := steps[0].Version == 1 // serve migrates a new store whole
+	fresh := newStore(steps) // serve migrates a new store whole
 	for _, step := range steps {
 		fmt.Printf("%03d_%s: %s\n", step.Version, step.Name, step.Summary)
 		if step.Exclusive != "" && !fresh {
@@ -84,11 +83,7 @@ func printPlan(steps []ferry.MigrationStep) {
 // planNewSQLite is migrate --dry-run on a SQLite file that does not exist
 // yet: every migration is pending. It reads the plan from a scratch store
 // in a temporary directory, so the configured path stays absent.
-func planNewSQLite(ctx context.Context, cfg *config.Config) error {
-	_, dsn, err := cfg.StoreKind()
-	if err != nil {
-		return err
-	}
+func planNewSQLite(ctx context.Context, dsn string) error {
 	dir, err := os.MkdirTemp("", "ferry-plan-")
 	if err != nil {
 		return err
@@ -106,6 +101,15 @@ func planNewSQLite(ctx context.Context, cfg *config.Config) error {
 	fmt.Printf("ferry: store.url: %s does not exist%s; ferry migrate (without --dry-run) creates it\n", dsn, relativeTo(dsn))
 	printPlan(steps)
 	return nil
+}
+
+// newStore reports whether steps are every migration: a store with no
+// ferry schema yet, which no older instance can be running on.
+func newStore(steps []ferry.MigrationStep) bool { return len(steps) > 0 && steps[0].Version == 1 }
+
+// lacking says which migrations a schema lacks, for a refusal.
+func lacking(steps []ferry.MigrationStep) string {
+	return fmt.Sprintf("the store's schema lacks %d migration(s) (%s)", len(steps), strings.Join(stepNames(steps), ", "))
 }
 
 // stepNames names each migration step as its file does: 003_archive.

@@ -55,7 +55,7 @@ and advances the checkpoint when the window covers it.`)
 		return err
 	}
 	defer closeStore()
-	if err := schemaMatches(ctx, st); err != nil {
+	if err := requireCurrentSchema(ctx, st); err != nil {
 		return err
 	}
 	runner.Store = st
@@ -73,12 +73,12 @@ and advances the checkpoint when the window covers it.`)
 			fmt.Fprintf(stdout, "window: %s to %s; checkpoint %s\n", res.From.Format(time.RFC3339), res.To.Format(time.RFC3339), advanced(res, err))
 			outcome := ""
 			if err != nil {
-				outcome = " pass failed:"
+				outcome = " failed=true"
 			}
 			fmt.Fprintf(stdout, "reconcile: source=%s%s fetched=%d new=%d known=%d skipped=%d\n", res.Source, outcome, res.Fetched, res.New, res.Known, res.Skipped)
 		}
 	}
-	return credentialsRefused(cfg, *source, err)
+	return nameRefusedKey(cfg, *source, err)
 }
 
 func advanced(res *catchup.Result, err error) string {
@@ -93,10 +93,10 @@ func advanced(res *catchup.Result, err error) string {
 	return "left: the window did not reach back to it"
 }
 
-// credentialsRefused names the setting to fix when the provider's API
+// nameRefusedKey names the setting to fix when the provider's API
 // answered a pass with 401 or 403: catchup cannot, as it does not know the
 // config's keys.
-func credentialsRefused(cfg *config.Config, name string, err error) error {
+func nameRefusedKey(cfg *config.Config, name string, err error) error {
 	se, ok := errors.AsType[*catchup.StatusError](err)
 	if !ok || (se.Status != http.StatusUnauthorized && se.Status != http.StatusForbidden) {
 		return err

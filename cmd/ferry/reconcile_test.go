@@ -234,7 +234,7 @@ func TestReconcile(t *testing.T) {
 		}
 		out, errOut, code := runFerry(t, "reconcile", "--config", cfg, "--source", "stripe")
 		if code != 1 || !strings.Contains(out, "checkpoint left: the pass failed\n") || strings.Contains(out, "did not reach back") ||
-			!strings.Contains(out, "reconcile: source=stripe pass failed: fetched=0 new=0 known=0 skipped=0\n") {
+			!strings.Contains(out, "reconcile: source=stripe failed=true fetched=0 new=0 known=0 skipped=0\n") {
 			t.Fatalf("refused pass: exit %d, want 1 and a summary saying the pass failed\n%s%s", code, out, errOut)
 		}
 		if !strings.Contains(errOut, "HTTP 401") || !strings.Contains(errOut, "refused source[0] (stripe).catchup.api_key") {

@@ -234,7 +234,7 @@ func migrateAtStart(ctx context.Context, st ferry.Store) error {
 	if err != nil {
 		return fmt.Errorf("migrate plan: %w", err)
 	}
-	if fresh := len(steps) > 0 && steps[0].Version == 1; !fresh {
+	if !newStore(steps) {
 		for _, step := range steps {
 			if step.Exclusive != "" {
 				return fmt.Errorf("%w: migration %03d_%s needs every older ferry stopped (%s): stop them, then run `ferry migrate`; serve does not apply it on its own",
@@ -261,7 +261,6 @@ func schemaCurrent(ctx context.Context, st ferry.Store, fileOff, flagOff bool) e
 	if len(steps) == 0 {
 		return nil
 	}
-	names := stepNames(steps)
 	var off, fix []string
 	if fileOff {
 		off, fix = append(off, "store.migrate = false"), append(fix, "set store.migrate = true")
@@ -269,8 +268,8 @@ func schemaCurrent(ctx context.Context, st ferry.Store, fileOff, flagOff bool) e
 	if flagOff {
 		off, fix = append(off, "--no-migrate"), append(fix, "drop --no-migrate")
 	}
-	return fmt.Errorf("%w: the store's schema lacks %d migration(s) (%s) and serve does not migrate (%s): run `ferry migrate`, or %s",
-		errConfig, len(steps), strings.Join(names, ", "), strings.Join(off, ", "), strings.Join(fix, " and "))
+	return fmt.Errorf("%w: %s and serve does not migrate (%s): run `ferry migrate`, or %s",
+		errConfig, lacking(steps), strings.Join(off, ", "), strings.Join(fix, " and "))
 }
 
 // backgroundStopBudget bounds the wait for the background tasks at stop.

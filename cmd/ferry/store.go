@@ -68,31 +68,30 @@ func openConfigured(ctx context.Context, configPath, source string, use storeUse
 	if err != nil {
 		return nil, err
 	}
-	if err := schemaMatches(ctx, st); err != nil {
+	if err := requireCurrentSchema(ctx, st); err != nil {
 		closeStore()
 		return nil, err
 	}
 	return &configured{cfg: cfg, store: st, close: closeStore}, nil
 }
 
-// schemaMatches stops a command on a store whose schema is not this
+// requireCurrentSchema stops a command on a store whose schema is not this
 // build's (exit 2): one a newer ferry migrated (ferry.ErrSchemaNewer) would
 // be read and written in a layout this build does not know; one that lacks
 // a migration fails the command's queries on tables or columns it does not
 // have yet. Any other failure to plan is left to the command's own queries
 // to report.
-func schemaMatches(ctx context.Context, st ferry.Store) error {
+func requireCurrentSchema(ctx context.Context, st ferry.Store) error {
 	steps, err := st.MigratePlan(ctx)
 	switch {
 	case errors.Is(err, ferry.ErrSchemaNewer):
 		return err
 	case err != nil || len(steps) == 0:
 		return nil
-	case steps[0].Version == 1:
+	case newStore(steps):
 		return fmt.Errorf("%w: store.url: the store has no ferry schema: check store.url, or run `ferry migrate` to make a new store", errConfig)
 	}
-	return fmt.Errorf("%w: the store's schema lacks %d migration(s) (%s): run `ferry migrate`",
-		errConfig, len(steps), strings.Join(stepNames(steps), ", "))
+	return fmt.Errorf("%w: %s: run `ferry migrate`", errConfig, lacking(steps))
 }
 
 // listable checks a --source to list by: a configured source, or one the

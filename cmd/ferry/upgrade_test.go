@@ -267,7 +267,18 @@ func TestCommandsNeedACurrentSchema(t *testing.T) {
 		{"events", "show", "stripe", "evt_1"},
 		{"events", "replay", "--state", "dead", "--source", "stripe"},
 		{"events", "resolve", "stripe", "evt_1"},
+		{"reconcile", "--source", "caught"}, // its API is never reached
 	}
+	// A source reconcile can run for.
+	const caught = `[[source]]
+name = "caught"
+provider = "stripe"
+secrets = ["whsec_caught"]
+[source.catchup]
+api_key = "sk_test_caught"
+types = ["*"]
+api_base = "http://127.0.0.1:9"
+`
 	refused := func(t *testing.T, cfg string, want ...string) {
 		t.Helper()
 		for _, args := range commands {
@@ -285,12 +296,12 @@ func TestCommandsNeedACurrentSchema(t *testing.T) {
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
 		_, schema := pgtest.Schema(t)
-		refused(t, writeCLIConfig(t, pgtest.ConnString(schema), ""), "store.url: the store has no ferry schema", "run `ferry migrate`")
+		refused(t, writeCLIConfig(t, pgtest.ConnString(schema), caught), "store.url: the store has no ferry schema", "run `ferry migrate`")
 	})
 	t.Run("Behind", func(t *testing.T) {
 		t.Parallel()
 		pool, schema := pgtest.Schema(t)
-		cfg := writeCLIConfig(t, pgtest.ConnString(schema), "")
+		cfg := writeCLIConfig(t, pgtest.ConnString(schema), caught)
 		if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
 			t.Fatalf("migrate: exit %d: %s", code, stderr)
 		}
