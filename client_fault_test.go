@@ -48,6 +48,19 @@ func (s *faultyStore) EventClaimMany(ctx context.Context, p *ferry.EventClaimMan
 	return s.Store.EventClaimMany(ctx, p)
 }
 
+// strayLost is a store whose heartbeats also report a lease they were not
+// sent as lost, and count themselves.
+type strayLost struct {
+	ferry.Store
+	beats atomic.Int64
+}
+
+func (s *strayLost) EventHeartbeatMany(ctx context.Context, p *ferry.EventHeartbeatManyParams) ([]ferry.Lease, error) {
+	lost, err := s.Store.EventHeartbeatMany(ctx, p)
+	s.beats.Add(1)
+	return append(lost, ferry.Lease{ID: 1 << 40, Attempt: 1}), err
+}
+
 // hungClaims is a store whose claims hang until unblock closes.
 type hungClaims struct {
 	ferry.Store
@@ -170,6 +183,24 @@ func TestClientFaults(t *testing.T) {
 		if runs.Load() != 1 {
 			t.Errorf("the handler ran %d times, want once", runs.Load())
 		}
+	})
+
+	// A store that names a lease it was not sent as lost breaks its
+	// contract; the worker carries on with the leases it holds.
+	withClient(t, "HeartbeatNamingAStrayLease", false, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "stripe", "evt_1")
+		store := &strayLost{Store: b.store}
+		c := b.newClient(t, func(c *ferry.Config) { c.Store, c.LeaseTTL = store, 3*time.Second })
+		c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
+			for deadline := time.Now().Add(30 * time.Second); store.beats.Load() < 2; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					return errors.New("no heartbeat came")
+				}
+			}
+			return ctx.Err()
+		})
+		start(t, c)
+		b.waitState(t, id, ferry.StateDone)
 	})
 
 	withClient(t, "ClosedNotificationsFallBackToPolling", false, func(t *testing.T, b *clientBundle) {

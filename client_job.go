@@ -267,8 +267,10 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 		switch {
 		case err == nil:
 			for _, l := range lost {
-				jobs[l].lose()
-				delete(jobs, l)
+				if j := jobs[l]; j != nil { // a store's answer naming a lease not sent is no lease of ours
+					j.lose()
+					delete(jobs, l)
+				}
 			}
 			for _, j := range jobs {
 				j.extend(sent.Add(c.cfg.LeaseTTL))
