@@ -206,7 +206,10 @@ func durable(db *sql.DB) error {
 
 // queryDurable refuses a journal_mode or synchronous that the path's query
 // sets ("_pragma=journal_mode(DELETE)", "_journal_mode=MEMORY", "_sync=1")
-// and that would leave WAL or FULL. Reading the write connection back is not
+// and that would leave WAL or FULL, and _txlock=deferred: the driver takes
+// the path's _txlock before Ferry's, and a deferred write that finds another
+// process's commit since it began fails with SQLITE_BUSY at once instead of
+// waiting. Reading the write connection back is not
 // enough: the driver runs the query on every connection each pool opens, and
 // a reader switching the file out of WAL while the writer holds it fails
 // later, with SQLITE_BUSY, where the writer reads back WAL.
@@ -238,6 +241,11 @@ func queryDurable(path string) error {
 		set[name] = append(set[name], value)
 	}
 	var errs []error
+	for _, lock := range q["_txlock"] {
+		if strings.EqualFold(lock, "deferred") {
+			errs = append(errs, fmt.Errorf("%w: _txlock is %s; the store's writes begin immediate, so that they wait for another process's instead of failing; remove the path's _txlock", ferry.ErrInvalidParams, lock))
+		}
+	}
 	for _, mode := range set["journal_mode"] {
 		errs = append(errs, journalModeRefused(strings.ToLower(mode)))
 	}

@@ -213,6 +213,15 @@ func TestOpen(t *testing.T) {
 				s.Close()
 			}
 		}
+		// Writes that begin deferred would fail on another process's commit.
+		for _, path := range []string{filepath.Join(dir, "m.db") + "?_txlock=deferred", filepath.Join(dir, "n.db") + "?_txlock=DEFERRED"} {
+			if s, err := sqlite.Open(path, nil); !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), "remove the path's _txlock") {
+				t.Errorf("Open(%q) = %v, want ErrInvalidParams naming _txlock", path, err)
+				if err == nil {
+					s.Close()
+				}
+			}
+		}
 		// Durable, but not WAL, which the read pool needs.
 		for _, path := range []string{
 			"file:" + filepath.Join(dir, "f.db") + "?_journal_mode=DELETE",
@@ -227,7 +236,7 @@ func TestOpen(t *testing.T) {
 			}
 		}
 		// What keeps WAL and FULL is accepted.
-		path := filepath.Join(dir, "l.db") + "?_pragma=journal_mode(wal)&_pragma=synchronous%3Dextra&_sync=FULL"
+		path := filepath.Join(dir, "l.db") + "?_pragma=journal_mode(wal)&_pragma=synchronous%3Dextra&_sync=FULL&_txlock=IMMEDIATE"
 		s, err := sqlite.Open(path, nil)
 		if err != nil {
 			t.Fatalf("Open(%q) = %v", path, err)
