@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,6 +244,50 @@ func TestStoreWritableOnASlowPing(t *testing.T) {
 	t.Cleanup(server.Close)
 	if got := scrape(t, server.URL); got["ferry_stats_up"] != 1 || got["ferry_store_writable"] != 1 {
 		t.Errorf("slow Ping: stats_up %v, store_writable %v; want 1 and 1", got["ferry_stats_up"], got["ferry_store_writable"])
+	}
+}
+
+// hungStore is a real store that stops answering: its stats read and its
+// Ping wait for their deadline. overlapped records whether one began while
+// the other still waited.
+type hungStore struct {
+	ferry.Store
+	inStats, inPing, overlapped atomic.Bool
+}
+
+func (s *hungStore) EventStats(ctx context.Context, _ *ferry.EventStatsParams) (*ferry.EventStats, error) {
+	return nil, s.hang(ctx, &s.inStats, &s.inPing)
+}
+
+func (s *hungStore) Ping(ctx context.Context) error { return s.hang(ctx, &s.inPing, &s.inStats) }
+
+func (s *hungStore) hang(ctx context.Context, self, other *atomic.Bool) error {
+	self.Store(true)
+	defer self.Store(false)
+	if other.Load() {
+		s.overlapped.Store(true)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A store that hangs is answered within one Timeout: the write check runs
+// beside the stats read, not after it, so the scrape ends inside
+// Prometheus's own timeout with ferry_stats_up 0 and ferry_store_writable 0
+// instead of the target going stale.
+func TestStatsOfAHungStore(t *testing.T) {
+	t.Parallel()
+	store := &hungStore{Store: teststore.SQLite(t, nil)}
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: store, Sources: []string{"stripe"}, Timeout: time.Second}))
+	server := httptest.NewServer(prometheus.Handler(reg))
+	t.Cleanup(server.Close)
+	got := scrape(t, server.URL)
+	if got["ferry_stats_up"] != 0 || got["ferry_store_writable"] != 0 {
+		t.Errorf("hung store: stats_up %v, store_writable %v; want 0 and 0", got["ferry_stats_up"], got["ferry_store_writable"])
+	}
+	if !store.overlapped.Load() {
+		t.Error("the write check waited for the stats read: a hung store takes two timeouts")
 	}
 }
 

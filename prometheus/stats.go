@@ -151,6 +151,17 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 	if c.hasRead && c.opts.Now().Sub(c.readAt) < c.opts.CacheTTL {
 		return c.stats, c.storeWritable(), c.err
 	}
+	// Every instance sees 503s stop when /readyz takes them out of the
+	// load balancer: the write check's gauge still says why. It runs beside
+	// the stats read, each within Timeout: a store that hangs answers the
+	// scrape in one Timeout (5 s), inside Prometheus's 10 s scrape timeout,
+	// so the gauges that page say so instead of the target going stale.
+	pinged := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+		defer cancel()
+		pinged <- c.opts.Store.Ping(ctx)
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
 	params := c.opts.Params
@@ -159,12 +170,7 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 	if c.err == nil {
 		c.archive, c.err = c.opts.Store.ArchiveInfo(ctx)
 	}
-	// Every instance sees 503s stop when /readyz takes them out of the
-	// load balancer: this gauge still says why.
-	// Its own bound, so a slow read leaves it time.
-	pingCtx, cancelPing := context.WithTimeout(context.Background(), c.opts.Timeout)
-	defer cancelPing()
-	c.pingErr = c.opts.Store.Ping(pingCtx)
+	c.pingErr = <-pinged
 	c.readAt, c.hasRead = c.opts.Now(), true
 	return c.stats, c.storeWritable(), c.err
 }
