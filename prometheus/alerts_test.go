@@ -92,6 +92,50 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	}
 }
 
+// Every delivery outcome and reason docs/alerts.yml watches starts at zero
+// for each configured source: increase() and rate() need a sample before a
+// process's first 503 or rejection, or they miss it.
+func TestAlertRulesSeeTheFirstDelivery(t *testing.T) {
+	t.Parallel()
+	reg := prom.NewRegistry()
+	prometheus.NewMetrics(reg, []string{"stripe"})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := map[string]bool{} // "outcome/reason" of stripe's series
+	for _, mf := range mfs {
+		if mf.GetName() != "ferry_received_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["source"] == "stripe" {
+				created[l["outcome"]+"/"+l["reason"]] = true
+			}
+		}
+	}
+	raw, err := os.ReadFile("../docs/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	received := regexp.MustCompile(`ferry_received_total\{[^}]*outcome="([a-z_]+)",reason=~?"([a-z_|]+)"`)
+	watched := received.FindAllStringSubmatch(string(raw), -1)
+	if len(watched) == 0 {
+		t.Fatal(`docs/alerts.yml watches no ferry_received_total{outcome="...",reason="..."}`)
+	}
+	for _, w := range watched {
+		for _, reason := range strings.Split(w[2], "|") {
+			if !created[w[1]+"/"+reason] {
+				t.Errorf(`docs/alerts.yml watches ferry_received_total{outcome=%q,reason=%q}, which NewMetrics does not start at zero`, w[1], reason)
+			}
+		}
+	}
+}
+
 // The rules' unit tests (testdata/alerts_test.yml) pass: each alert fires on
 // its case and not on the case it once paged on by mistake. They need
 // Prometheus's promtool (Debian: apt-get install prometheus; .ci/run

@@ -96,7 +96,7 @@ func NewMetrics(reg prom.Registerer, sources []string) *Metrics {
 		for _, r := range []string{"bad_signature", "stale_timestamp"} {
 			m.received.WithLabelValues(s, "rejected", r)
 		}
-		for _, r := range []string{"store_unavailable", "store_timeout"} {
+		for _, r := range []string{"store_unavailable", "store_timeout", "memory_budget"} {
 			m.received.WithLabelValues(s, "unavailable", r)
 		}
 	}
