@@ -1,12 +1,14 @@
 package prometheus_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 
@@ -134,6 +136,82 @@ func TestAlertRulesSeeTheFirstDelivery(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every alert of docs/alerts.yml has a runbook annotation that links an
+// entry of docs/operations.md (docs/operations.md#ANCHOR, the anchor GitHub
+// gives the heading), so the person paged lands on what to run.
+func TestAlertRunbooksLinkOperations(t *testing.T) {
+	t.Parallel()
+	ops, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := headingAnchors(string(ops))
+	raw, err := os.ReadFile("../docs/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := regexp.MustCompile(`docs/operations\.md#([a-z0-9_-]+)`)
+	runbooks := map[string]string{} // alert → its runbook annotation
+	var alerts []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		if name, ok := strings.CutPrefix(line, "- alert: "); ok {
+			alerts = append(alerts, name)
+		} else if rb, ok := strings.CutPrefix(line, "runbook: "); ok && len(alerts) > 0 {
+			runbooks[alerts[len(alerts)-1]] = rb
+		}
+	}
+	if len(alerts) == 0 {
+		t.Fatal("docs/alerts.yml has no alert")
+	}
+	for _, a := range alerts {
+		m := link.FindStringSubmatch(runbooks[a])
+		switch {
+		case runbooks[a] == "":
+			t.Errorf("%s has no runbook annotation", a)
+		case m == nil:
+			t.Errorf("%s's runbook links no section of docs/operations.md: %s", a, runbooks[a])
+		case !anchors[m[1]]:
+			t.Errorf("%s's runbook links docs/operations.md#%s, which no heading there has", a, m[1])
+		}
+	}
+}
+
+// headingAnchors returns the anchors GitHub gives a Markdown file's
+// headings: lower case, spaces to hyphens, other punctuation dropped, and a
+// repeated one suffixed -1, -2, ...; headings in fenced code are none.
+func headingAnchors(md string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	fenced := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		text := strings.TrimLeft(line, "#")
+		if fenced || len(text) == len(line) || len(line)-len(text) > 6 || !strings.HasPrefix(text, " ") {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(text)) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
 }
 
 // The rules' unit tests (testdata/alerts_test.yml) pass: each alert fires on
