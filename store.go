@@ -614,7 +614,8 @@ type SourceStats struct {
 	OldestDue time.Time
 	// OldestInProgress is when the longest-running current attempt was
 	// claimed; zero when none is in progress. A growing age means a handler
-	// is stuck (its heartbeat still runs).
+	// is stuck, or a dead worker's lapsed lease is not being taken back
+	// (LeaseExpired counts those).
 	OldestInProgress time.Time
 	// LeaseExpired counts in_progress events whose lease has lapsed: their
 	// worker died or stalled, and the next claim will take them back.
