@@ -291,6 +291,37 @@ func TestStatsOfAHungStore(t *testing.T) {
 	}
 }
 
+// deafPing is a real store whose Ping ignores its deadline and returns
+// only when the test ends.
+type deafPing struct {
+	ferry.Store
+	done <-chan struct{}
+}
+
+func (s deafPing) Ping(context.Context) error { <-s.done; return nil }
+
+// A Ping that ignores its deadline does not hold the scrape: it is
+// answered once the read's Timeout passes, the store counted as not
+// answering the write check.
+func TestStatsOfADeafPing(t *testing.T) {
+	t.Parallel()
+	done := make(chan struct{})
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: deafPing{teststore.SQLite(t, nil), done}, Sources: []string{"stripe"}, Timeout: time.Second}))
+	server := httptest.NewServer(prometheus.Handler(reg))
+	t.Cleanup(server.Close)
+	t.Cleanup(func() { close(done) })                 // first: the server's Close waits for its handlers
+	client := &http.Client{Timeout: 30 * time.Second} // a ceiling only a scrape waiting for the Ping reaches
+	resp, err := client.Get(server.URL)
+	if err != nil {
+		t.Fatalf("the scrape waited for a Ping that ignores its deadline: %v", err)
+	}
+	resp.Body.Close()
+	if got := scrape(t, server.URL); got["ferry_stats_up"] != 1 {
+		t.Errorf("stats_up %v, want 1: the stats read worked", got["ferry_stats_up"])
+	}
+}
+
 // scrape reads a text exposition into series → value.
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()

@@ -170,7 +170,11 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 	if c.err == nil {
 		c.archive, c.err = c.opts.Store.ArchiveInfo(ctx)
 	}
-	c.pingErr = <-pinged
+	select {
+	case c.pingErr = <-pinged:
+	case <-ctx.Done(): // a Ping that ignores its deadline: the buffer lets it end later
+		c.pingErr = ctx.Err()
+	}
 	c.readAt, c.hasRead = c.opts.Now(), true
 	return c.stats, c.storeWritable(), c.err
 }
