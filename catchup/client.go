@@ -107,7 +107,7 @@ func (c *apiClient) redact(err error) error {
 		}
 	}
 	if se, ok := errors.AsType[*StatusError](err); ok {
-		out.kinds = append(out.kinds, &StatusError{Method: se.Method, Path: c.scrub(se.Path), Status: se.Status, Body: c.scrub(se.Body)})
+		out.kinds = append(out.kinds, &StatusError{Method: se.Method, Path: c.scrub(se.Path), Status: se.Status, Body: c.scrub(se.Body), RateLimited: se.RateLimited})
 	}
 	return out
 }
@@ -142,6 +142,9 @@ type StatusError struct {
 	Status       int
 	// Body is the start of the response, secrets scrubbed.
 	Body string
+	// RateLimited is a 403 or 429 that asked to wait (Retry-After, or
+	// X-RateLimit-Remaining 0): a limit, not a refused credential.
+	RateLimited bool
 }
 
 func (e *StatusError) Error() string {
@@ -207,8 +210,9 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 			case readErr != nil:
 				err = fmt.Errorf("%s %s: read: %w", method, path, readErr)
 			default:
-				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data)}
 				again, wait := retryable(resp, c.now())
+				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data),
+					RateLimited: again && resp.StatusCode < 500}
 				if !again {
 					return nil, nil, err
 				}

@@ -241,6 +241,28 @@ func TestGitHub(t *testing.T) {
 		})
 	}
 
+	// A rate limit that asks to wait past what a pass waits fails the pass
+	// as a limit, not as a refused token; any other 403 is a refusal.
+	t.Run("RateLimitPastTheWaitFailsAsALimit", func(t *testing.T) {
+		t.Parallel()
+		for _, limited := range []bool{true, false} {
+			b := setupGitHub(t, GitHubOptions{})
+			b.fake.limit = func(w http.ResponseWriter, _ *http.Request) bool {
+				if limited {
+					w.Header().Set("X-RateLimit-Remaining", "0")
+					w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10))
+				}
+				w.WriteHeader(http.StatusForbidden)
+				return true
+			}
+			_, err := b.runner.Pass(context.Background(), PassOptions{})
+			se, ok := errors.AsType[*StatusError](err)
+			if !ok || se.Status != http.StatusForbidden || se.RateLimited != limited {
+				t.Errorf("rate limited %v: err %v, want a 403 StatusError with RateLimited %v", limited, err, limited)
+			}
+		}
+	})
+
 	t.Run("LinkPagingGroupsByGUIDAndFetchesOnlyFailures", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})

@@ -98,7 +98,7 @@ func advanced(res *catchup.Result, err error) string {
 // config's keys.
 func nameRefusedKey(cfg *config.Config, name string, err error) error {
 	se, ok := errors.AsType[*catchup.StatusError](err)
-	if !ok || (se.Status != http.StatusUnauthorized && se.Status != http.StatusForbidden) {
+	if !ok || se.RateLimited || (se.Status != http.StatusUnauthorized && se.Status != http.StatusForbidden) {
 		return err
 	}
 	for i, s := range cfg.Sources {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/catchup"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
@@ -343,5 +344,37 @@ types = ["*"]
 				t.Fatalf("runner MaxBody = %d, want %d", r.MaxBody, tc.want)
 			}
 		})
+	}
+}
+
+// A 401 or 403 from the provider's API names the key to fix; a rate limit
+// (a 403 that asked to wait) is no refused key.
+func TestReconcileNamesARefusedKey(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(writeServeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), `
+[[source]]
+name = "gh"
+provider = "github"
+secrets = ["gh_secret"]
+[source.catchup]
+token = "ghp_x"
+hook = "repos/o/r/hooks/1"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		err  *catchup.StatusError
+		want bool
+	}{
+		{&catchup.StatusError{Status: http.StatusUnauthorized}, true},
+		{&catchup.StatusError{Status: http.StatusForbidden}, true},
+		{&catchup.StatusError{Status: http.StatusForbidden, RateLimited: true}, false},
+		{&catchup.StatusError{Status: http.StatusTooManyRequests, RateLimited: true}, false},
+	} {
+		got := nameRefusedKey(cfg, "gh", fmt.Errorf("pass: %w", tc.err)).Error()
+		if named := strings.Contains(got, "refused source[0] (gh).catchup.token"); named != tc.want {
+			t.Errorf("HTTP %d, rate limited %v: %q; want the token named: %v", tc.err.Status, tc.err.RateLimited, got, tc.want)
+		}
 	}
 }
