@@ -18,7 +18,7 @@ import (
 // what another holds: two of them never wait on each other in a cycle,
 // which PostgreSQL breaks by failing one (deadlock detected). Each test
 // holds a row lock in a session of its own (blocker) to line the
-// statements up in the order that closed a cycle before.
+// statements up in the order that would close a cycle.
 
 // lockOrderStore is a store whose sessions are named, so that a test can
 // see them wait on a lock, beside a pool of the same schema for the

@@ -101,20 +101,11 @@ func nameRefusedKey(cfg *config.Config, name string, err error) error {
 	if !ok || se.RateLimited || (se.Status != http.StatusUnauthorized && se.Status != http.StatusForbidden) {
 		return err
 	}
-	for i, s := range cfg.Sources {
-		if s.Name != name {
-			continue
-		}
-		key := "api_key"
-		switch {
-		case s.Provider == "github" && s.Catchup.Token != "":
-			key = "token"
-		case s.Provider == "github":
-			key = "app_id and private_key"
-		}
-		return fmt.Errorf("%w: the provider's API refused source[%d] (%s).catchup.%s: check it, and that it may read what catch-up lists", err, i, name, key)
+	key := cfg.CatchupCredentialsKey(name)
+	if key == "" {
+		return err
 	}
-	return err
+	return fmt.Errorf("%w: the provider's API refused %s: check it, and that it may read what catch-up lists", err, key)
 }
 
 // newCatchupRunner builds the runner of the named source; st may be set

@@ -165,3 +165,23 @@ func (c *Config) CatchupSourceNames() []string {
 	}
 	return out
 }
+
+// CatchupCredentialsKey names the keys of the named source's catch-up
+// credentials, as a config error names keys: "source[0]
+// (stripe).catchup.api_key"; "" for a source not in the config.
+func (c *Config) CatchupCredentialsKey(name string) string {
+	for i, s := range c.Sources {
+		if s.Name != name {
+			continue
+		}
+		key := "api_key"
+		switch {
+		case s.Provider == "github" && s.Catchup.Token != "":
+			key = "token"
+		case s.Provider == "github":
+			key = "app_id and private_key"
+		}
+		return sourceKey(i, name) + ".catchup." + key
+	}
+	return ""
+}

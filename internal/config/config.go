@@ -341,10 +341,7 @@ func (c *Config) validate() error {
 	}
 	seen := map[string]bool{}
 	for i, s := range c.Sources {
-		key := fmt.Sprintf("source[%d]", i)
-		if s.Name != "" {
-			key = fmt.Sprintf("source[%d] (%s)", i, s.Name)
-		}
+		key := sourceKey(i, s.Name)
 		switch {
 		case s.Name == "":
 			bad(key+".name", "missing: name the source; it becomes the URL path /webhooks/NAME")
@@ -563,4 +560,12 @@ func RedactURL(s string) string {
 		out += "?…"
 	}
 	return out
+}
+
+// sourceKey is how an error names source i's table: "source[0] (stripe)".
+func sourceKey(i int, name string) string {
+	if name == "" {
+		return fmt.Sprintf("source[%d]", i)
+	}
+	return fmt.Sprintf("source[%d] (%s)", i, name)
 }
