@@ -65,7 +65,7 @@ and advances the checkpoint when the window covers it.`)
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
-			_ = enc.Encode(res)
+			_ = enc.Encode(reconcileReport{Result: res, Failed: err != nil})
 		} else {
 			for _, w := range res.Warnings {
 				fmt.Fprintf(stdout, "warning: %s\n", w)
@@ -79,6 +79,13 @@ and advances the checkpoint when the window covers it.`)
 		}
 	}
 	return nameRefusedKey(cfg, *source, err)
+}
+
+// reconcileReport is --json's output: the pass's result, and whether it
+// failed (the error itself goes to stderr, as without --json).
+type reconcileReport struct {
+	*catchup.Result
+	Failed bool `json:"failed"`
 }
 
 func advanced(res *catchup.Result, err error) string {

@@ -183,7 +183,7 @@ func TestReconcile(t *testing.T) {
 			DryRun              bool `json:"dry_run"`
 			Advanced            bool
 		}
-		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Fetched != 50 || res.Known != 50 || !res.DryRun || res.Advanced {
+		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Fetched != 50 || res.Known != 50 || !res.DryRun || res.Advanced || !strings.Contains(out, `"failed": false`) {
 			t.Fatalf("dry run --json: exit %d, %v, %+v\n%s", code, err, res, out)
 		}
 		// No window reaches past the source's retention (144h by default).
@@ -240,6 +240,14 @@ func TestReconcile(t *testing.T) {
 		}
 		if !strings.Contains(errOut, "HTTP 401") || !strings.Contains(errOut, "refused source[0] (stripe).catchup.api_key") {
 			t.Fatalf("refused pass: stderr does not name the key to fix:\n%s", errOut)
+		}
+		out, _, code = runFerry(t, "reconcile", "--config", cfg, "--source", "stripe", "--json")
+		var res struct {
+			Failed   bool `json:"failed"`
+			Advanced bool `json:"advanced"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); code != 1 || err != nil || !res.Failed || res.Advanced {
+			t.Fatalf("refused pass --json: exit %d, %v, %+v, want 1 and failed=true\n%s", code, err, res, out)
 		}
 	})
 
