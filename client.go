@@ -156,8 +156,11 @@ func (c *Client) checkRegistered() error {
 // another instance takes them at once (see ShutdownGrace for what a handler's
 // answer then means). It returns when every handler has
 // returned, or when ctx is done: then it stops the heartbeats of handlers that
-// ignore their context, so that their leases lapse, and returns ctx.Err().
-// A Stop while another runs waits the same way.
+// ignore their context, so that their leases lapse, logs how many events
+// are still held, and returns ctx.Err(). Those handlers may still be
+// running: a store closed under them cannot record their verdicts, and their
+// events run again once their leases lapse. A Stop while another runs waits
+// the same way.
 func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	if !c.started {
@@ -199,8 +202,19 @@ func (c *Client) Stop(ctx context.Context) error {
 	case <-finished:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	select {
+	case <-finished: // both ready: the handlers are done
+		return nil
+	default:
+	}
+	c.mu.Lock()
+	held := c.held
+	c.mu.Unlock()
+	if held > 0 {
+		c.log.Warn("ferry: stop: ctx ended before every handler returned; keep the store open until they do, or their verdicts are not recorded and their events run again once their leases lapse", "held", held)
+	}
+	return ctx.Err()
 }
 
 func (c *Client) sources() (claim, hold, retry []string) {

@@ -143,6 +143,9 @@ const batchWriters = 2
 
 // NewClient checks cfg and fills in its defaults.
 func NewClient(cfg *Config) (*Client, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: NewClient needs a Config, with Store set", ErrInvalidParams)
+	}
 	c := *cfg
 	if c.Store == nil {
 		return nil, fmt.Errorf("%w: Config.Store is required", ErrInvalidParams)

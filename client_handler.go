@@ -8,10 +8,15 @@ import (
 
 // Handle registers h for every event of source that no HandleType handler
 // takes. Register before Start, and once per source and type: a second
-// registration panics, as http.ServeMux's does.
+// registration panics, as http.ServeMux's does. The client claims only the
+// sources it has handlers for: another source's events wait, pending, for a
+// client that handles it.
 func (c *Client) Handle(source string, h HandlerFunc) { c.register(source, "", plainHandler(h)) }
 
-// HandleType registers h for events of source whose type is eventType.
+// HandleType registers h for events of source whose type is eventType,
+// under the same rules as Handle. An event of a type no handler of its
+// source takes goes dead at its first attempt ("no handler"): register
+// Handle for the source to take the rest.
 func (c *Client) HandleType(source, eventType string, h HandlerFunc) {
 	c.register(source, eventType, plainHandler(h))
 }

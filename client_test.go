@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/testlog"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
@@ -239,6 +240,35 @@ func TestClient(t *testing.T) {
 		}
 	})
 
+	// A downstream's Retry-After added to a Permanent error leaves it
+	// permanent, and a Retry-After of a year waits MaxRetryAfter.
+	withClient(t, "RetryAfterKeepsPermanentAndIsBounded", true, func(t *testing.T, b *clientBundle) {
+		dead := b.receive(t, "stripe", "evt_dead")
+		later := b.receive(t, "stripe", "evt_later")
+		c := b.newClient(t, nil)
+		c.Handle("stripe", func(_ context.Context, d *ferry.Delivery) error {
+			if d.Event.ID == dead {
+				return ferry.RetryAfter(ferry.Permanent(errors.New("app answered 404")), time.Minute)
+			}
+			return ferry.RetryAfter(errors.New("app answered 503"), 365*24*time.Hour)
+		})
+		start(t, c)
+		if ev := b.waitState(t, dead, ferry.StateDead); ev.Attempt != 1 {
+			t.Errorf("permanent error under RetryAfter: dead after %d attempts, want 1", ev.Attempt)
+		}
+		waitFor(t, "the first attempt's failure", func() bool {
+			ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: later})
+			return err == nil && ev.State == ferry.StatePending && ev.Attempt == 1
+		})
+		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: later})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait := ev.NextAttemptAt.Sub(b.clock.Now()); wait > ferry.MaxRetryAfter || wait < ferry.MaxRetryAfter-time.Minute {
+			t.Errorf("RetryAfter of a year: next attempt in %v, want %v", wait, ferry.MaxRetryAfter)
+		}
+	})
+
 	withClient(t, "WhatNoStoreKeepsIsRefused", false, func(t *testing.T, b *clientBundle) {
 		// A store could not record a failure under such a budget, nor a
 		// claim under such an ID, and a negative replay window would send
@@ -249,6 +279,7 @@ func TestClient(t *testing.T) {
 			"MaxAttempts past MaxCount": {Store: b.store, Sources: []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: past}}},
 			"ID not UTF-8":              {Store: b.store, ID: "w\xff"},
 			"negative ReplayWindow":     {Store: b.store, Sources: []ferry.SourcePolicy{{Name: "stripe", ReplayWindow: -time.Hour}}},
+			"no Config":                 nil,
 		} {
 			if _, err := ferry.NewClient(cfg); !errors.Is(err, ferry.ErrInvalidParams) {
 				t.Errorf("NewClient with %s = %v, want ErrInvalidParams", name, err)
@@ -543,6 +574,34 @@ func TestClient(t *testing.T) {
 
 	// A Stop called while another runs returns, as the first does, only
 	// once every handler has returned (or its own ctx is done).
+	// A Stop whose ctx ends first says how many events are still held, so
+	// that a store closed next is not a silent repeat.
+	withClient(t, "StopCutShortSaysWhatIsHeld", false, func(t *testing.T, b *clientBundle) {
+		b.receive(t, "stripe", "evt_1")
+		var logs testlog.Buffer
+		release, running := make(chan struct{}), make(chan struct{})
+		c := b.newClient(t, func(c *ferry.Config) {
+			c.ShutdownGrace, c.Logger = time.Hour, slog.New(slog.NewTextHandler(&logs, nil))
+		})
+		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { close(running); <-release; return nil })
+		if err := c.Start(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-running
+		ctx, cancel := context.WithTimeout(b.ctx, 100*time.Millisecond)
+		defer cancel()
+		if err := c.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Stop with the handler still running = %v, want %v", err, context.DeadlineExceeded)
+		}
+		if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "held=1") {
+			t.Errorf("Stop cut short logged no warning naming the held event:\n%s", got)
+		}
+		close(release)
+		if err := c.Stop(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	withClient(t, "SecondStopWaitsForTheHandlers", false, func(t *testing.T, b *clientBundle) {
 		b.receive(t, "stripe", "evt_1")
 		b.receive(t, "stripe", "evt_2")

@@ -37,6 +37,11 @@ var (
 	// versions; the fix is to run the newer Ferry.
 	ErrSchemaNewer = errors.New("ferry: schema newer than this build")
 
+	// ErrMigrationExclusive is returned by MigrateRolling when a migration
+	// the schema lacks needs every older instance stopped
+	// (MigrationStep.Exclusive). Nothing was changed; it names the step.
+	ErrMigrationExclusive = errors.New("ferry: exclusive migration")
+
 	// ErrReadOnly is returned by Store.Ping when the database answers but
 	// cannot commit a write now: a PostgreSQL standby (what a failover
 	// leaves behind the old address), a session read-only by default, a

@@ -68,8 +68,13 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 // the lease still holds: exactly-once effects in the store's database.
 type TxHandlerFunc[TX any] func(ctx context.Context, tx TX, d *Delivery) error
 
+// MaxRetryAfter bounds the wait a RetryAfter asks for, so that a
+// downstream's Retry-After of a year cannot park an event for a year: 24 h.
+const MaxRetryAfter = 24 * time.Hour
+
 // Permanent marks err as one no retry will fix (a 404 from the downstream,
 // a payload the handler cannot understand): the event goes dead at once.
+// Wrapped in RetryAfter, it stays permanent.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -77,13 +82,14 @@ func Permanent(err error) error {
 	return &handlerError{err: err, permanent: true}
 }
 
-// RetryAfter asks for the next attempt no sooner than d from now, as a
-// downstream's Retry-After header does. The attempt still counts.
+// RetryAfter asks for the next attempt no sooner than d (at most
+// MaxRetryAfter) from now, as a downstream's Retry-After header does. The
+// attempt still counts, and a Permanent err stays permanent.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		return nil
 	}
-	return &handlerError{err: err, retryAfter: d}
+	return &handlerError{err: err, retryAfter: d, permanent: IsPermanent(err)}
 }
 
 type handlerError struct {
@@ -104,7 +110,7 @@ func IsPermanent(err error) bool {
 func retryAfterOf(err error) time.Duration {
 	var he *handlerError
 	if errors.As(err, &he) {
-		return he.retryAfter
+		return min(he.retryAfter, MaxRetryAfter)
 	}
 	return 0
 }

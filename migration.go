@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io/fs"
 	"path"
@@ -138,3 +139,28 @@ type MigrationStep struct {
 	// ferry serve does not apply such a migration on its own.
 	Exclusive string
 }
+
+// MigrateRolling is Migrate for a start beside instances of an older
+// version, as in a rolling upgrade, and is how ferry serve migrates. It
+// applies every migration the schema lacks unless one is Exclusive: then it
+// changes nothing and returns an error wrapping ErrMigrationExclusive, and
+// that step is for Store.Migrate once every older instance is stopped. A
+// new store (FreshSchema) is migrated whole: no older instance runs on it.
+func MigrateRolling(ctx context.Context, st Store) error {
+	steps, err := st.MigratePlan(ctx)
+	if err != nil {
+		return err
+	}
+	if !FreshSchema(steps) {
+		for _, step := range steps {
+			if step.Exclusive != "" {
+				return fmt.Errorf("%w: %03d_%s needs every older instance stopped (%s)", ErrMigrationExclusive, step.Version, step.Name, step.Exclusive)
+			}
+		}
+	}
+	return st.Migrate(ctx)
+}
+
+// FreshSchema reports whether steps, a MigratePlan, are every migration: a
+// store with no Ferry schema yet.
+func FreshSchema(steps []MigrationStep) bool { return len(steps) > 0 && steps[0].Version == 1 }

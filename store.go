@@ -205,8 +205,8 @@ type Store interface {
 
 	// Migrate brings the schema up to date. It is safe to call from several
 	// processes at once. It applies every pending migration, an Exclusive
-	// one too: during a rolling upgrade, read MigratePlan first and leave
-	// those to a run with every older instance stopped, as ferry serve does.
+	// one too: at a start beside older instances (a rolling upgrade), call
+	// MigrateRolling instead, as ferry serve does.
 	Migrate(ctx context.Context) error
 
 	// MigratePlan lists the migrations the schema lacks, in the order

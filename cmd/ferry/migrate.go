@@ -70,7 +70,7 @@ func printPlan(steps []ferry.MigrationStep) {
 		fmt.Println("ferry: schema up to date; nothing to do")
 		return
 	}
-	fresh := newStore(steps) // serve migrates a new store whole
+	fresh := ferry.FreshSchema(steps) // serve migrates a new store whole
 	for _, step := range steps {
 		fmt.Printf("%03d_%s: %s\n", step.Version, step.Name, step.Summary)
 		if step.Exclusive != "" && !fresh {
@@ -102,10 +102,6 @@ func planNewSQLite(ctx context.Context, dsn string) error {
 	printPlan(steps)
 	return nil
 }
-
-// newStore reports whether steps are every migration: a store with no
-// ferry schema yet, which no older instance can be running on.
-func newStore(steps []ferry.MigrationStep) bool { return len(steps) > 0 && steps[0].Version == 1 }
 
 // lacking says which migrations a schema lacks, for a refusal.
 func lacking(steps []ferry.MigrationStep) string {

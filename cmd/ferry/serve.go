@@ -224,25 +224,15 @@ SIGHUP stops it gracefully (exit 0).`)
 	return failed
 }
 
-// migrateAtStart is serve's migration. It applies on its own only what
-// older instances can keep running beside: a migration that needs them
-// stopped (MigrationStep.Exclusive) stops the start (exit 2) with the steps,
-// unless the store is new (it lacks even its first migration), where no
-// older instance can run.
+// migrateAtStart is serve's migration, ferry.MigrateRolling: a migration
+// that needs older instances stopped stops the start (exit 2), unless the
+// store is new.
 func migrateAtStart(ctx context.Context, st ferry.Store) error {
-	steps, err := st.MigratePlan(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate plan: %w", err)
-	}
-	if !newStore(steps) {
-		for _, step := range steps {
-			if step.Exclusive != "" {
-				return fmt.Errorf("%w: migration %03d_%s needs every older ferry stopped (%s): stop them, then run `ferry migrate`; serve does not apply it on its own",
-					errUpgrade, step.Version, step.Name, step.Exclusive)
-			}
-		}
-	}
-	if err := st.Migrate(ctx); err != nil {
+	err := ferry.MigrateRolling(ctx, st)
+	switch {
+	case errors.Is(err, ferry.ErrMigrationExclusive):
+		return fmt.Errorf("%w: %w: stop them, then run `ferry migrate`; serve does not apply it on its own", errUpgrade, err)
+	case err != nil:
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil

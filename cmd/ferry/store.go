@@ -88,7 +88,7 @@ func requireCurrentSchema(ctx context.Context, st ferry.Store) error {
 		return err
 	case err != nil || len(steps) == 0:
 		return nil
-	case newStore(steps):
+	case ferry.FreshSchema(steps):
 		return fmt.Errorf("%w: store.url: the store has no ferry schema: check store.url, or run `ferry migrate` to make a new store", errConfig)
 	}
 	return fmt.Errorf("%w: %s: run `ferry migrate`", errConfig, lacking(steps))

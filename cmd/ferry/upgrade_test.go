@@ -131,7 +131,7 @@ func TestUpgradeFromSchema002(t *testing.T) {
 		_ = serve.Run()
 		cancel()
 		stderr, code := out.String(), serve.ProcessState.ExitCode()
-		if code != exitUsage || !strings.Contains(stderr, "migration 003_archive needs every older ferry stopped") ||
+		if code != exitUsage || !strings.Contains(stderr, "003_archive needs every older instance stopped") ||
 			!strings.Contains(stderr, "then run `ferry migrate`") || strings.Contains(stderr, "ferry: serving") {
 			t.Errorf("serve on schema 002: exit %d, stderr:\n%s\nwant %d and 003 left to ferry migrate", code, stderr, exitUsage)
 		}
