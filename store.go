@@ -729,6 +729,10 @@ type ArchiveInfo struct {
 	Partitions int
 	// Oldest is the start of the oldest partition; zero when there is none.
 	Oldest time.Time
+	// End is the end of the newest partition: ArchiveMaintain keeps it
+	// Ahead of now, and a completion past it lands in the default
+	// partition. Zero when there is none.
+	End time.Time
 	// Now is the database clock the info was read at.
 	Now time.Time
 }

@@ -125,15 +125,16 @@ func (s *Store) purgeKeys(ctx context.Context, source string, retention time.Dur
 	return n, err
 }
 
-// ArchiveInfo counts the archive's ranged partitions and dates the oldest.
+// ArchiveInfo counts the archive's ranged partitions and dates the oldest
+// and the newest.
 func (s *Store) ArchiveInfo(ctx context.Context) (*ferry.ArchiveInfo, error) {
 	var (
-		info   ferry.ArchiveInfo
-		oldest *time.Time
+		info           ferry.ArchiveInfo
+		oldest, newest *time.Time
 	)
-	if err := s.pool.QueryRow(ctx, archiveInfoSQL, pgx.NamedArgs{"now": s.nowArg()}).Scan(&info.Partitions, &oldest, &info.Now); err != nil {
+	if err := s.pool.QueryRow(ctx, archiveInfoSQL, pgx.NamedArgs{"now": s.nowArg()}).Scan(&info.Partitions, &oldest, &newest, &info.Now); err != nil {
 		return nil, wrap("archive info", err)
 	}
-	info.Oldest, info.Now = utc(oldest), info.Now.UTC()
+	info.Oldest, info.End, info.Now = utc(oldest), utc(newest), info.Now.UTC()
 	return &info, nil
 }

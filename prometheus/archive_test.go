@@ -16,7 +16,8 @@ import (
 )
 
 // On a store with a partitioned archive, the collector exports its
-// partition count and the age of its oldest partition.
+// partition count, the age of its oldest partition and how far ahead its
+// newest one ends.
 func TestArchiveGauges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -33,8 +34,9 @@ func TestArchiveGauges(t *testing.T) {
 	got := scrape(t, server.URL)
 	// The clock stands at 2026-01-02 03:04:05: partitions from Dec 31 to Jan 5.
 	oldest := clock.Now().Sub(time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC)).Seconds()
-	if got["ferry_archive_partitions"] != 6 || got["ferry_archive_oldest_partition_age_seconds"] != oldest {
-		t.Fatalf("archive gauges: partitions %v, oldest age %v; want 6 and %v",
-			got["ferry_archive_partitions"], got["ferry_archive_oldest_partition_age_seconds"], oldest)
+	ahead := time.Date(2026, 1, 6, 0, 0, 0, 0, time.UTC).Sub(clock.Now()).Seconds()
+	if got["ferry_archive_partitions"] != 6 || got["ferry_archive_oldest_partition_age_seconds"] != oldest || got["ferry_archive_ahead_seconds"] != ahead {
+		t.Fatalf("archive gauges: partitions %v, oldest age %v, ahead %v; want 6, %v and %v",
+			got["ferry_archive_partitions"], got["ferry_archive_oldest_partition_age_seconds"], got["ferry_archive_ahead_seconds"], oldest, ahead)
 	}
 }

@@ -36,7 +36,7 @@ type StatsCollector struct {
 	opts StatsOptions
 
 	events, oldestPending, oldestDue, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, replays, up *prom.Desc
-	partitions, oldestPartition, writable                                                                           *prom.Desc
+	partitions, oldestPartition, archiveAhead, writable                                                             *prom.Desc
 
 	mu      sync.Mutex
 	stats   *ferry.EventStats
@@ -76,12 +76,13 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		writable:         desc("store_writable", "0 if the store said it is read-only (Store.Ping: ferry.ErrReadOnly) or answered nothing at the last read, else 1: a standby after failover reads fine and refuses every delivery."),
 		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive; 0 on a store without partitions (SQLite)."),
 		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),
+		archiveAhead:     desc("archive_ahead_seconds", "How far past now the archive's newest partition ends: maintenance keeps it about 7 days; under 6 days, maintenance has not run for a day; at 0, completions land in the default partition. 0 when there is no partition."),
 	}
 }
 
 // Describe sends every descriptor.
 func (c *StatsCollector) Describe(ch chan<- *prom.Desc) {
-	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestDue, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.writable, c.partitions, c.oldestPartition} {
+	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestDue, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.writable, c.partitions, c.oldestPartition, c.archiveAhead} {
 		ch <- d
 	}
 }
@@ -135,6 +136,11 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 			oldest = max(0, a.Now.Sub(a.Oldest).Seconds())
 		}
 		gauge(c.oldestPartition, oldest)
+		ahead := 0.0
+		if !a.End.IsZero() {
+			ahead = max(0, a.End.Sub(a.Now).Seconds())
+		}
+		gauge(c.archiveAhead, ahead)
 	}
 	for _, name := range c.opts.Sources {
 		if !seen[name] {

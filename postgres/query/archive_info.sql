@@ -1,2 +1,2 @@
-SELECT count(*)::int, min(from_day), coalesce(@now::timestamptz, statement_timestamp())
+SELECT count(*)::int, min(from_day), max(to_day), coalesce(@now::timestamptz, statement_timestamp())
 FROM ferry_event_done_partition;
