@@ -1,8 +1,16 @@
 package postgres
 
+import "time"
+
 // ArchiveRun is ArchiveMaintain's run under the lease, for checking when
 // it renews the lease.
 var ArchiveRun = (*Store).archiveMaintain
 
 // MigrationFailed is Migrate's error for a migration that failed.
 var MigrationFailed = migrationFailed
+
+// SetMigrateLockTimeout shortens Migrate's bound on each lock wait and its
+// tries on s, so a test of them runs in well under a second per try.
+func SetMigrateLockTimeout(s *Store, timeout time.Duration, tries int) {
+	s.migrateLockTimeout, s.migrateTries = timeout, tries
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,16 +17,63 @@ import (
 // constant of Ferry's own ("ferry" in ASCII). pg_locks shows who holds it.
 const MigrationLockKey int64 = 439788663417
 
+// migrationLockTimeout bounds each wait of a migration for a lock
+// (PostgreSQL's lock_timeout, which applies to each lock acquisition, set
+// for the migration transaction only). A DDL statement waiting for ACCESS
+// EXCLUSIVE on a table queues every later statement on it, SELECTs
+// included, so an unbounded wait behind a long transaction (a transactional
+// handler, pg_dump) stops receipts and claims for as long as it runs.
+const migrationLockTimeout = 2 * time.Second
+
+// migrationTries is how many times Migrate runs the migration transaction
+// when a lock wait times out, 250 ms apart and doubling: about 14 s in
+// all, after which it fails and a supervisor restarting serve tries again.
+const migrationTries = 5
+
+// migrationRetryBackoff is the pause before Migrate's second try; it
+// doubles after each.
+const migrationRetryBackoff = 250 * time.Millisecond
+
 // Migrate applies every migration the schema lacks, in one transaction that
 // holds an advisory lock, so instances starting together take turns and the
-// schema is never half migrated.
+// schema is never half migrated. The wait for the advisory lock is bounded
+// only by ctx; each wait for any other lock by migrationLockTimeout (2 s).
+// On a lock timeout it rolls back and tries again, migrationTries (5) times
+// in all, then fails wrapping the *pgconn.PgError (SQLSTATE 55P03) with
+// nothing changed.
 func (s *Store) Migrate(ctx context.Context) error {
 	all, err := ferry.ReadMigrations(migrations, "migration")
 	if err != nil {
 		return wrap("migrate", err)
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	backoff := migrationRetryBackoff
+	for try := 1; ; try++ {
+		err = s.migrateOnce(ctx, all)
+		if !lockTimedOut(err) {
+			return wrap("migrate", err)
+		}
+		if try == s.migrateTries {
+			return wrap("migrate", fmt.Errorf("%w: it waited more than %s for a lock another transaction holds (pg_stat_activity shows which), %d times; nothing was changed: retry, or run `ferry migrate` once that transaction ends",
+				err, s.migrateLockTimeout, try))
+		}
+		select {
+		case <-ctx.Done():
+			return wrap("migrate", context.Cause(ctx))
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
+// migrateOnce is one try of Migrate: the lock timeout is set only once the
+// advisory lock is held, since instances wait their turn on it for as long
+// as a migration takes.
+func (s *Store) migrateOnce(ctx context.Context, all []ferry.Migration) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, migrationLockSQL, pgx.NamedArgs{"key": MigrationLockKey}); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, migrationLockTimeoutSQL, pgx.NamedArgs{"timeout_ms": s.migrateLockTimeout.Milliseconds()}); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, migrationTableSQL); err != nil {
@@ -50,10 +98,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return wrap("migrate", err)
-	}
-	return nil
+}
+
+// lockTimedOut reports whether err is PostgreSQL's lock_not_available
+// (55P03): a statement waited longer than lock_timeout.
+func lockTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // migrationFailed names the migration m that failed with err, and says how

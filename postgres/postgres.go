@@ -51,9 +51,14 @@ type Store struct {
 	now      func() time.Time
 	// archiveSpanDays is Config.ArchiveSpan in days, at least 1.
 	archiveSpanDays int
-	closed          context.Context // done once Close is called
-	close           context.CancelFunc
-	listeners       sync.WaitGroup
+	// migrateLockTimeout and migrateTries are Migrate's bound on each lock
+	// wait and its tries: migrationLockTimeout and migrationTries, unless a
+	// test shortens them.
+	migrateLockTimeout time.Duration
+	migrateTries       int
+	closed             context.Context // done once Close is called
+	close              context.CancelFunc
+	listeners          sync.WaitGroup
 }
 
 // New returns a Store on pool. The caller keeps ownership of the pool: Close
@@ -69,6 +74,7 @@ func New(pool *pgxpool.Pool, config *Config) *Store {
 	}
 	s.now = config.Now
 	s.archiveSpanDays = max(1, int(config.ArchiveSpan/(24*time.Hour)))
+	s.migrateLockTimeout, s.migrateTries = migrationLockTimeout, migrationTries
 	s.closed, s.close = context.WithCancel(context.Background())
 	return s
 }

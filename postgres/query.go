@@ -85,6 +85,8 @@ var (
 	migrationLockSQL string
 	//go:embed query/migration_lock_shared.sql
 	migrationLockSharedSQL string
+	//go:embed query/migration_lock_timeout.sql
+	migrationLockTimeoutSQL string
 	//go:embed query/migrate_plan_archive.sql
 	migratePlanArchiveSQL string
 	//go:embed query/migration_record.sql
