@@ -14,7 +14,8 @@ type Telemetry struct {
 	// OTLPEndpoint is the collector's base URL: "http://127.0.0.1:4318" for
 	// protocol "http" (spans are POSTed to its /v1/traces), or
 	// "http://127.0.0.1:4317" for "grpc". https means TLS. Setting it turns
-	// tracing on.
+	// tracing on. Credentials go in OTEL_EXPORTER_OTLP_HEADERS: a user and
+	// password in the URL are refused, since the exporter would drop them.
 	OTLPEndpoint string `toml:"otlp_endpoint"`
 	// Protocol is "http" (OTLP/HTTP with protobuf) or "grpc". Defaults to
 	// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL,
@@ -44,7 +45,11 @@ func (c *Config) validateTelemetry() []error {
 	t := c.Telemetry
 	if t.OTLPEndpoint != "" {
 		u, err := url.Parse(t.OTLPEndpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		if err == nil && u.User != nil {
+			// The exporter drops a URL's userinfo: the collector would
+			// answer 401 to every batch. Not echoed: the user may be a key.
+			bad("otlp_endpoint", "carries credentials before its \"@\", which the OTLP exporter never sends: remove them and set the environment variable OTEL_EXPORTER_OTLP_HEADERS instead, e.g. \"Authorization=Basic <base64 of user:password>\" or your vendor's API key header")
+		} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 			bad("otlp_endpoint", "%q is not the collector's base URL: write it like \"http://127.0.0.1:4318\" (protocol \"http\") or \"http://127.0.0.1:4317\" (protocol \"grpc\"), https for TLS", RedactURL(t.OTLPEndpoint))
 		}
 	}

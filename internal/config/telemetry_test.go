@@ -41,6 +41,8 @@ sampling_ratio = 0.25
 	}{
 		{"EndpointNotAURL", `otlp_endpoint = "127.0.0.1:4318"`, "telemetry.otlp_endpoint", `"http://127.0.0.1:4318"`},
 		{"EndpointWithQuery", `otlp_endpoint = "http://c:4318?x=1"`, "telemetry.otlp_endpoint", "base URL"},
+		{"EndpointWithPassword", `otlp_endpoint = "https://user:SEKRET@otlp.example"`, "telemetry.otlp_endpoint", "OTEL_EXPORTER_OTLP_HEADERS"},
+		{"EndpointWithKeyAsUser", `otlp_endpoint = "https://SEKRET@otlp.example"`, "telemetry.otlp_endpoint", "OTEL_EXPORTER_OTLP_HEADERS"},
 		{"Protocol", `protocol = "http/json"`, "telemetry.protocol", `use "http"`},
 		{"RatioAboveOne", `sampling_ratio = 1.5`, "telemetry.sampling_ratio", "from 0"},
 		{"NegativeRatio", `sampling_ratio = -0.1`, "telemetry.sampling_ratio", "from 0"},
@@ -50,7 +52,7 @@ sampling_ratio = 0.25
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := Parse([]byte(good+"[telemetry]\n"+tc.section+"\n"), vars)
-			wantInvalid(t, err, tc.wantKey, tc.wantFix, "")
+			wantInvalid(t, err, tc.wantKey, tc.wantFix, "SEKRET")
 		})
 	}
 }
