@@ -21,7 +21,8 @@ import (
 
 // ForwarderOptions configure a Forwarder.
 type ForwarderOptions struct {
-	// URL receives one POST per event attempt. Required.
+	// URL receives the POST of each event attempt: an http or https URL
+	// with a host (CheckForwardURL). Required.
 	URL string
 	// Secret, if set, signs each request the Standard Webhooks way
 	// ("whsec_" + base64), so the app can verify it came from Ferry.
@@ -70,10 +71,28 @@ type Forwarder struct {
 // much per attempt. Past it the attempt fails and is retried.
 const maxResponseHeaderBytes = 64 << 10
 
-// NewForwarder checks opts and fills in defaults.
+// CheckForwardURL returns an error wrapping ferry.ErrInvalidParams unless
+// rawURL is an http or https URL with a host: any other would fail every
+// attempt. The error never quotes rawURL, whose query or userinfo may hold
+// the app's token.
+func CheckForwardURL(rawURL string) error {
+	const fix = `write it like "http://127.0.0.1:3000/webhooks"`
+	if rawURL == "" {
+		return fmt.Errorf("%w: ferryhttp: ForwarderOptions.URL is required", ferry.ErrInvalidParams)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// Not even the scheme is named: in "user:key@host" it is the user.
+		return fmt.Errorf("%w: ferryhttp: ForwarderOptions.URL is not an http or https URL with a host: %s", ferry.ErrInvalidParams, fix)
+	}
+	return nil
+}
+
+// NewForwarder checks opts and fills in defaults. An error wraps
+// ferry.ErrInvalidParams.
 func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
-	if opts.URL == "" {
-		return nil, errors.New("ferryhttp: ForwarderOptions.URL is required")
+	if err := CheckForwardURL(opts.URL); err != nil {
+		return nil, err
 	}
 	f := &Forwarder{opts: opts}
 	if f.opts.Timeout <= 0 {
@@ -100,7 +119,7 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 	if opts.Secret != "" {
 		signer, err := provider.NewStandardWebhooksSigner(provider.Options{Secrets: []string{opts.Secret}, Now: f.opts.Now})
 		if err != nil {
-			return nil, fmt.Errorf("ferryhttp: forward secret: %w", err)
+			return nil, fmt.Errorf("%w: ferryhttp: forward secret: %w", ferry.ErrInvalidParams, err)
 		}
 		f.signer = signer
 	}

@@ -159,13 +159,43 @@ func TestForwarderRequest(t *testing.T) {
 
 	t.Run("a bad secret is refused", func(t *testing.T) {
 		t.Parallel()
-		if _, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: "http://127.0.0.1", Secret: "whsec_!!"}); err == nil {
-			t.Fatal("NewForwarder accepted a secret that is not base64")
-		}
-		if _, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{}); err == nil {
-			t.Fatal("NewForwarder accepted no URL")
+		if _, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: "http://127.0.0.1", Secret: "whsec_!!"}); !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Fatalf("NewForwarder with a secret that is not base64: err = %v, want ErrInvalidParams", err)
 		}
 	})
+}
+
+// TestForwarderURL pins which URLs NewForwarder takes: each refused one
+// would fail every attempt, and once stored its parse error quoted the URL,
+// the app's token with it.
+func TestForwarderURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"http://127.0.0.1:3000/hooks?token=" + appToken,
+		"https://app.example/hooks",
+		"https://user:" + appToken + "@app.example/hooks", // sent as basic auth
+	} {
+		if _, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: u}); err != nil {
+			t.Errorf("NewForwarder(%q): %v", u, err)
+		}
+	}
+	for _, u := range []string{
+		"",
+		"127.0.0.1:3000/hooks?token=" + appToken, // no scheme: unparseable
+		"localhost:3000/hooks?token=" + appToken, // "localhost" taken for the scheme
+		appToken + ":" + appToken + "@app.example/hooks",
+		"ftp://app.example/hooks?token=" + appToken,
+		"http:///hooks?token=" + appToken,
+		"https://user:" + appToken + "@/hooks",
+		"/hooks?token=" + appToken,
+	} {
+		_, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: u})
+		if !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Errorf("NewForwarder(%q): err = %v, want ErrInvalidParams", u, err)
+			continue
+		}
+		assertNoToken(t, err)
+	}
 }
 
 func TestForwarderStatus(t *testing.T) {

@@ -385,8 +385,7 @@ func (c *Config) validate() error {
 			bad(key+".lost_lease", "%q: use \"retry\" or \"hold\"", s.LostLease)
 		}
 		if s.Forward.URL != "" {
-			u, err := url.Parse(s.Forward.URL)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			if ferryhttp.CheckForwardURL(s.Forward.URL) != nil {
 				bad(key+".forward.url", "%q is not an http(s) URL: write it like \"http://127.0.0.1:3000/webhooks\"", RedactURL(s.Forward.URL))
 			}
 		}
