@@ -29,11 +29,13 @@ type ForwarderOptions struct {
 	Secret string
 	// Timeout bounds one request. Defaults to 10 seconds.
 	Timeout time.Duration
-	// Client sends the requests. Defaults to a client that does not follow
-	// redirects (a redirect is reported, not silently followed), on a
-	// transport of its own that keeps Connections idle connections to the
-	// app for reuse, speaks HTTP/2 to an app that offers it over TLS, and
-	// fails (to retry) an answer whose headers pass 64 KiB.
+	// Client sends the requests. It never follows a redirect (a redirect is
+	// a permanent failure, reported, not silently followed): a Client of
+	// the caller's is used through a copy that stops at the first answer,
+	// and is itself left unchanged. Defaults to a client on a transport of
+	// its own that keeps Connections idle connections to the app for reuse,
+	// speaks HTTP/2 to an app that offers it over TLS, and fails (to retry)
+	// an answer whose headers pass 64 KiB.
 	Client *http.Client
 	// Connections is how many connections to the app the default Client
 	// keeps open between requests: set it to the client's Workers, so that
@@ -105,11 +107,12 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 		transport.MaxIdleConns = max(transport.MaxIdleConns, conns)
 		transport.ForceAttemptHTTP2 = true
 		transport.MaxResponseHeaderBytes = maxResponseHeaderBytes
-		f.opts.Client = &http.Client{
-			Transport:     transport,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		f.opts.Client = &http.Client{Transport: transport}
+	} else {
+		own := *opts.Client // the caller's may follow redirects elsewhere
+		f.opts.Client = &own
 	}
+	f.opts.Client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	if f.opts.Now == nil {
 		f.opts.Now = time.Now
 	}

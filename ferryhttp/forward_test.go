@@ -198,6 +198,31 @@ func TestForwarderURL(t *testing.T) {
 	}
 }
 
+// TestForwarderCallersClient checks that a Client of the caller's, which
+// follows redirects, does not follow them for the forwarder: a 307 would
+// re-POST the signed body to another host and count as done.
+func TestForwarderCallersClient(t *testing.T) {
+	t.Parallel()
+	elsewhere, reached := app(t, nil)
+	redirecting, _ := app(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+"/stolen", http.StatusTemporaryRedirect)
+	})
+	client := &http.Client{Timeout: time.Minute}
+	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: redirecting.URL, Secret: forwardSecret, Client: client})
+	err := f.Handle(context.Background(), testDelivery())
+	if !ferry.IsPermanent(err) || !strings.Contains(err.Error(), "307") {
+		t.Fatalf("err = %v, want the 307 as a permanent failure", err)
+	}
+	select {
+	case r := <-reached:
+		t.Fatalf("the redirect was followed: the other host got %s", r.header.Get("Webhook-Signature"))
+	default:
+	}
+	if client.CheckRedirect != nil {
+		t.Error("NewForwarder changed the caller's Client")
+	}
+}
+
 func TestForwarderStatus(t *testing.T) {
 	t.Parallel()
 	var followed atomic.Int32
