@@ -62,6 +62,14 @@ type ForwarderOptions struct {
 // status and the start of the response recorded. Every answer's status and
 // first ferry.ResponseLimit bytes go to the attempt ledger
 // (ferry.Delivery.SetResponse).
+//
+// One attempt is one request, which Go's transport may send twice: when a
+// reused keep-alive connection closes after the request went out and before
+// any byte of the answer came, net/http resends it on another connection,
+// since its Idempotency-Key marks it replayable. The app may then see the
+// same Ferry-Attempt twice, and dedupes on the key as it must across
+// attempts anyway; this spares a failed attempt and a backoff each time the
+// app closes an idle connection just as a request goes out.
 type Forwarder struct {
 	opts   ForwarderOptions
 	signer *provider.StandardWebhooksSigner // nil without a Secret

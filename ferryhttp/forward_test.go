@@ -223,6 +223,45 @@ func TestForwarderCallersClient(t *testing.T) {
 	}
 }
 
+// TestForwarderResendOnReusedConnection pins what docs/configuration.md
+// says: a request the app read on a reused keep-alive connection that then
+// dropped without an answer is sent again by Go's transport within the same
+// attempt (it carries an Idempotency-Key, so net/http deems it
+// replayable), with the same Ferry-Attempt; the attempt succeeds.
+func TestForwarderResendOnReusedConnection(t *testing.T) {
+	t.Parallel()
+	var served atomic.Int32
+	srv, got := app(t, func(w http.ResponseWriter, _ *http.Request) {
+		if served.Add(1) != 2 { // the 2nd is the first on a reused connection
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conn.Close()
+	})
+	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL})
+	if err := f.Handle(context.Background(), testDelivery()); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	d := testDelivery()
+	d.Attempt = 4
+	if err := f.Handle(context.Background(), d); err != nil {
+		t.Fatalf("attempt on a reused connection that dropped: %v", err)
+	}
+	if n := served.Load(); n != 3 {
+		t.Fatalf("app served %d requests, want 3 (one resent)", n)
+	}
+	for range 2 {
+		if r := <-got; r.header.Get("Ferry-Attempt") != "4" || r.header.Get("Idempotency-Key") != d.IdempotencyKey {
+			t.Fatalf("app got Ferry-Attempt %q, Idempotency-Key %q", r.header.Get("Ferry-Attempt"), r.header.Get("Idempotency-Key"))
+		}
+	}
+}
+
 func TestForwarderStatus(t *testing.T) {
 	t.Parallel()
 	var followed atomic.Int32
