@@ -7,6 +7,8 @@ import "time"
 // it now, the checkpoint how far it got. Both live in the store, timed on
 // the database's clock, so instances need no other coordination.
 
+// LeaseAcquireParams are Store.LeaseAcquire's: which lease, for which
+// instance, for how long. Validate requires all three.
 type LeaseAcquireParams struct {
 	// Name names the work ("catchup:stripe"). Required.
 	Name string
@@ -18,15 +20,21 @@ type LeaseAcquireParams struct {
 	TTL time.Duration
 }
 
+// LeaseReleaseParams are Store.LeaseRelease's: the lease's Name and the
+// Owner that holds it, both required; another owner's lease is left alone.
 type LeaseReleaseParams struct {
 	Name  string
 	Owner string
 }
 
+// CheckpointGetParams name the checkpoint Store.CheckpointGet reads.
+// Name is required.
 type CheckpointGetParams struct {
 	Name string
 }
 
+// CheckpointPutParams are Store.CheckpointPut's: the checkpoint to set and
+// its new Value, which replaces the old one.
 type CheckpointPutParams struct {
 	// Name names the work. Required.
 	Name string

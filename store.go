@@ -282,7 +282,12 @@ const (
 type ReceiveOutcome string
 
 const (
-	ReceiveNew       ReceiveOutcome = "new"
+	// ReceiveNew is a delivery of a key not stored before: a new event,
+	// pending and due now.
+	ReceiveNew ReceiveOutcome = "new"
+	// ReceiveDuplicate is a redelivery of a known key, only counted
+	// (Event.Deliveries): its payload hash matches the key's first, or
+	// catch-up stored one side of it (see ReceiveConflict).
 	ReceiveDuplicate ReceiveOutcome = "duplicate"
 	// ReceiveConflict is a delivery of a known key whose payload hash
 	// differs from the key's first, itself a delivery. The delivery is kept
@@ -316,10 +321,14 @@ const (
 	ActionResolve = "resolve"
 )
 
+// ActionListParams name the event whose operator actions Store.ActionList
+// returns. ID is required.
 type ActionListParams struct {
 	ID int64 // the event's row id
 }
 
+// ReplayListParams name the event whose suspected replays Store.ReplayList
+// returns. Limit defaults to NoticeKeep and is capped at 1000.
 type ReplayListParams struct {
 	ID int64 // the event's row id
 	// Limit is the most replays listed, oldest first. Defaults to
@@ -327,10 +336,15 @@ type ReplayListParams struct {
 	Limit int
 }
 
+// AttemptListParams name the event whose attempt ledger Store.AttemptList
+// returns. ID is required.
 type AttemptListParams struct {
 	ID int64 // the event's row id
 }
 
+// ConflictListParams name the event whose conflicting deliveries
+// Store.ConflictList returns. Limit defaults to NoticeKeep and is capped at
+// 1000.
 type ConflictListParams struct {
 	ID int64 // the event's row id
 	// Limit is the most conflicts listed, oldest first, payloads included.
@@ -339,6 +353,9 @@ type ConflictListParams struct {
 	Limit int
 }
 
+// EventClaimManyParams say who claims, how many events and for how long
+// (Store.EventClaimMany). Owner, Limit (at most MaxCount) and TTL are
+// required.
 type EventClaimManyParams struct {
 	// Owner names the worker; it is recorded as the lease owner and in the
 	// ledger. Required.
@@ -358,6 +375,8 @@ type EventClaimManyParams struct {
 	MaxBytes int64
 }
 
+// EventCompleteParams name the lease Store.EventComplete marks done, and
+// what the downstream answered.
 type EventCompleteParams struct {
 	Lease Lease
 	// Response is what the handler's downstream answered, kept in the
@@ -365,6 +384,8 @@ type EventCompleteParams struct {
 	Response AttemptResponse
 }
 
+// EventCompleteManyParams are Store.EventCompleteMany's: the leases to
+// mark done, with an optional response each.
 type EventCompleteManyParams struct {
 	// Leases are the leases to complete, in any order.
 	Leases []Lease
@@ -373,12 +394,17 @@ type EventCompleteManyParams struct {
 	Responses []AttemptResponse
 }
 
+// EventFailManyParams are Store.EventFailMany's: one EventFailParams per
+// failed attempt, each naming a different lease.
 type EventFailManyParams struct {
 	// Failures are the attempts to close as failed, each naming a
 	// different lease.
 	Failures []EventFailParams
 }
 
+// EventFailParams close one attempt as failed (Store.EventFail): the
+// lease, its error, when to retry, and the budget and age past which the
+// event is dead instead. Zero MaxAttempts and MaxAge mean no limit.
 type EventFailParams struct {
 	Lease Lease
 	// Error is recorded as the event's last error and in the ledger.
@@ -406,11 +432,16 @@ type EventGetParams struct {
 	EventID string
 }
 
+// EventHeartbeatParams name the lease Store.EventHeartbeat extends and the
+// new lease length (TTL, from the database's now). TTL is required,
+// positive.
 type EventHeartbeatParams struct {
 	Lease Lease
 	TTL   time.Duration
 }
 
+// EventHeartbeatManyParams are Store.EventHeartbeatMany's: the leases to
+// extend and one TTL for all of them.
 type EventHeartbeatManyParams struct {
 	// Leases are the leases to extend, in any order.
 	Leases []Lease
@@ -418,6 +449,9 @@ type EventHeartbeatManyParams struct {
 	TTL time.Duration
 }
 
+// EventListParams filter and page Store.EventList. Every filter is
+// optional; Limit defaults to EventListLimitDefault (50) and is capped at
+// EventListLimitMax (1000).
 type EventListParams struct {
 	// Source filters by source; empty means all.
 	Source string
@@ -442,6 +476,8 @@ type EventListParams struct {
 	Limit int
 }
 
+// EventListResult is one page of Store.EventList, newest first, with the
+// cursors of the pages on either side.
 type EventListResult struct {
 	Events []*Event
 	// NextBefore is the cursor of the next older page; zero when no older
@@ -452,6 +488,9 @@ type EventListResult struct {
 	NextAfter int64
 }
 
+// EventPurgeParams are Store.EventPurge's: one source, its retention, and
+// its provider's replay window, which the retention must not be shorter
+// than.
 type EventPurgeParams struct {
 	// Source limits the purge to one source. Required: retention is per source.
 	Source string
@@ -463,6 +502,8 @@ type EventPurgeParams struct {
 	ReplayWindow time.Duration
 }
 
+// EventReceiveParams are one delivery for Store.EventReceive: its raw
+// payload and the headers to keep. Source and EventID are required.
 type EventReceiveParams struct {
 	Source  string // required
 	EventID string // required
@@ -487,6 +528,8 @@ type EventReceiveParams struct {
 	Tracestate  string
 }
 
+// EventReceiveResult says what Store.EventReceive made of a delivery and
+// which stored event it counts on.
 type EventReceiveResult struct {
 	Outcome ReceiveOutcome
 	// ID is the row id of the stored event.
@@ -498,6 +541,8 @@ type EventReceiveResult struct {
 	CountedOnly bool
 }
 
+// EventReceiveManyParams are Store.EventReceiveMany's: the deliveries to
+// store together, with one commit.
 type EventReceiveManyParams struct {
 	// Receipts are the deliveries to store, in arrival order.
 	Receipts []*EventReceiveParams
@@ -511,10 +556,14 @@ type EventReceiveManyResult struct {
 	Err    error
 }
 
+// EventReleaseParams name the lease Store.EventRelease gives back.
 type EventReleaseParams struct {
 	Lease Lease
 }
 
+// EventRequeueParams say which events Store.EventRequeue puts back to
+// pending (by IDs, or by filter for a bulk replay) and who asked. Actor is
+// required.
 type EventRequeueParams struct {
 	// IDs requeues these events (by row id). When empty, the filters below
 	// select the events instead (bulk replay), as EventList's do.
@@ -546,6 +595,8 @@ type EventRequeueParams struct {
 	Actor string
 }
 
+// EventResolveParams say which events Store.EventResolve closes as done and
+// who vouches for it. Both are required.
 type EventResolveParams struct {
 	// IDs are the events (by row id) to resolve. Required.
 	IDs []int64
@@ -554,6 +605,8 @@ type EventResolveParams struct {
 	Actor string
 }
 
+// EventRetryNowParams name the pending event Store.EventRetryNow makes due
+// now and who asked. Both are required.
 type EventRetryNowParams struct {
 	ID int64 // the event's row id
 	// Actor is who asked, recorded with the event's ActionRetryNow.

@@ -156,6 +156,9 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 	return a, nil
 }
 
+// ServeHTTP sets the security headers (Content-Security-Policy, no-store),
+// bounds the body to 64 KiB, and lets the request through to the
+// dashboard or /metrics only as the Admin doc says.
 func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	securityHeaders(w.Header())
 	r.Body = http.MaxBytesReader(w, r.Body, adminBodyLimit)

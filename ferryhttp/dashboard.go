@@ -116,6 +116,9 @@ func (d *Dashboard) Register(mux *http.ServeMux) {
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusFound))
 }
 
+// ServeHTTP serves the dashboard's pages and actions, with the security
+// headers (Content-Security-Policy, no-store) and the cross-origin check
+// on POSTs, but no credentials of its own: serve it through an Admin.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	securityHeaders(w.Header())
 	d.handler.ServeHTTP(w, r)

@@ -341,6 +341,10 @@ func verifyAnswer(err error) answer {
 	return answer{http.StatusUnauthorized, "rejected", "bad_signature"}
 }
 
+// ServeHTTP answers one delivery, as the Receiver doc says, for the source
+// named by the {source} path value, or by the path after /webhooks/ when
+// mounted without Register. It logs one line per delivery and reports it
+// to ReceiverOptions.Observer, if set.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	name := req.PathValue("source")

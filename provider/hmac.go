@@ -29,6 +29,7 @@ const (
 type Algorithm string
 
 const (
+	// AlgorithmSHA256 is HMAC-SHA256. The default.
 	AlgorithmSHA256 Algorithm = "sha256"
 	// AlgorithmSHA1 exists for legacy senders only; it is never a default.
 	AlgorithmSHA1 Algorithm = "sha1"

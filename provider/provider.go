@@ -53,6 +53,8 @@ type SecretError struct {
 	Reason string // what is wrong, never the secret
 }
 
+// Error names the entry by its index and says what is wrong, never the
+// secret.
 func (e *SecretError) Error() string {
 	return fmt.Sprintf("%v: secret %d: %s", ErrInvalidOptions, e.Index, e.Reason)
 }
