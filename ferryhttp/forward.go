@@ -58,8 +58,9 @@ type ForwarderOptions struct {
 // Ferry-Attempt, until the app answers 2xx.
 //
 // 408, 409, 425, 429, 5xx and network errors are retried (a Retry-After is
-// honoured); any other answer is permanent and the event goes dead with the
-// status and the start of the response recorded. Every answer's status and
+// honoured, up to ferry.MaxRetryAfter); any other answer is permanent and
+// the event goes dead with the status and the start of the response
+// recorded. Every answer's status and
 // first ferry.ResponseLimit bytes go to the attempt ledger
 // (ferry.Delivery.SetResponse).
 //
@@ -193,7 +194,7 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 		return ferry.Permanent(err)
 	}
 	// At most a day, so a broken header cannot park an event for ever.
-	if wait := retryafter.Parse(resp.Header.Get("Retry-After"), f.opts.Now(), 24*time.Hour); wait > 0 {
+	if wait := retryafter.Parse(resp.Header.Get("Retry-After"), f.opts.Now(), ferry.MaxRetryAfter); wait > 0 {
 		return ferry.RetryAfter(err, wait)
 	}
 	return err
