@@ -14,3 +14,7 @@ var MigrationFailed = migrationFailed
 func SetMigrateLockTimeout(s *Store, timeout time.Duration, tries int) {
 	s.migrateLockTimeout, s.migrateTries = timeout, tries
 }
+
+// MigrationLockSQL takes Migrate's lock: a test holds it as a Migrate in
+// progress does.
+var MigrationLockSQL = migrationLockSQL

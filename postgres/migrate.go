@@ -12,10 +12,13 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// MigrationLockKey is the advisory lock (pg_advisory_xact_lock's bigint
-// key) Migrate holds while it migrates and MigratePlan waits on: a
-// constant of Ferry's own ("ferry" in ASCII). pg_locks shows who holds it.
-const MigrationLockKey int64 = 439788663417
+// MigrationLockClass is the first key of the advisory lock Migrate holds
+// while it migrates and MigratePlan waits on (pg_advisory_xact_lock's two
+// int4 form): a constant of Ferry's own ("ferm" in ASCII). The second is
+// hashtext(current_schema()), so a migration of one schema's inbox never
+// holds up another's. pg_locks shows who holds it:
+// locktype 'advisory' and classid 1717924461.
+const MigrationLockClass int32 = 0x6665726d
 
 // migrationLockTimeout bounds each wait of a migration for a lock
 // (PostgreSQL's lock_timeout, which applies to each lock acquisition, set
@@ -70,7 +73,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // as a migration takes.
 func (s *Store) migrateOnce(ctx context.Context, all []ferry.Migration) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, migrationLockSQL, pgx.NamedArgs{"key": MigrationLockKey}); err != nil {
+		if _, err := tx.Exec(ctx, migrationLockSQL, pgx.NamedArgs{"class": MigrationLockClass}); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, migrationLockTimeoutSQL, pgx.NamedArgs{"timeout_ms": s.migrateLockTimeout.Milliseconds()}); err != nil {
@@ -132,7 +135,7 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 	}
 	var steps []ferry.MigrationStep
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, migrationLockSharedSQL, pgx.NamedArgs{"key": MigrationLockKey}); err != nil {
+		if _, err := tx.Exec(ctx, migrationLockSharedSQL, pgx.NamedArgs{"class": MigrationLockClass}); err != nil {
 			return err
 		}
 		var applied []int

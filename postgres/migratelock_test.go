@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -101,7 +102,7 @@ func TestMigrateWaitsItsTurnUnbounded(t *testing.T) {
 	defer cancel()
 	pool, schema := pgtest.Schema(t)
 	// Its own application_name tells this Migrate's wait from those of
-	// tests beside it: the advisory lock is the whole database's.
+	// tests beside it.
 	s := postgres.New(pgtest.PoolOn(t, schema, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = schema }), nil)
 	t.Cleanup(s.Close)
 	postgres.SetMigrateLockTimeout(s, 50*time.Millisecond, 1)
@@ -111,7 +112,7 @@ func TestMigrateWaitsItsTurnUnbounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer turn.Rollback(context.Background()) //nolint:errcheck // ends the turn if the test stops early
-	if _, err := turn.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", postgres.MigrationLockKey); err != nil {
+	if _, err := turn.Exec(ctx, postgres.MigrationLockSQL, pgx.NamedArgs{"class": postgres.MigrationLockClass}); err != nil {
 		t.Fatal(err)
 	}
 	migrated := make(chan error, 1)

@@ -90,8 +90,7 @@ func TestMigratePlanWaitsForAMigrate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema := pgtest.Schema(t)
-	// The store's sessions carry a name of their own: other tests' Migrate
-	// on this database wait for the same lock.
+	// The store's sessions carry a name of their own, to find their waits.
 	config, err := pgxpool.ParseConfig(pgtest.ConnString(schema))
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +110,10 @@ func TestMigratePlanWaitsForAMigrate(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	var holder int
-	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_xact_lock($1)) l`, postgres.MigrationLockKey).Scan(&holder); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, postgres.MigrationLockSQL, pgx.NamedArgs{"class": postgres.MigrationLockClass}); err != nil {
 		t.Fatal(err)
 	}
 	// Waits until the store's session running the statement like waits
@@ -151,6 +153,32 @@ func TestMigratePlanWaitsForAMigrate(t *testing.T) {
 	}
 	if r := <-planned; r.err != nil || len(r.steps) != 0 {
 		t.Fatalf("MigratePlan during a Migrate = %+v, %v; want nothing pending once it is done", r.steps, r.err)
+	}
+}
+
+// The migration lock is the schema's: a migration of one inbox (003 can
+// take minutes) does not hold up serve's start, doctor or any command of an
+// inbox in another schema of the database, which all read MigratePlan.
+func TestMigrationLockIsTheSchemas(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a ceiling only a wait on the other schema reaches
+	defer cancel()
+	busy, _ := pgtest.Schema(t)
+	other, _ := pgtest.Schema(t)
+	tx, err := busy.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // ends the hold if the test stops early
+	if _, err := tx.Exec(ctx, postgres.MigrationLockSQL, pgx.NamedArgs{"class": postgres.MigrationLockClass}); err != nil {
+		t.Fatal(err)
+	}
+	store := postgres.New(other, nil)
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate beside another schema's migration = %v; want it done without waiting", err)
+	}
+	if steps, err := store.MigratePlan(ctx); err != nil || len(steps) != 0 {
+		t.Fatalf("MigratePlan beside another schema's migration = %v, %v; want nothing pending", steps, err)
 	}
 }
 

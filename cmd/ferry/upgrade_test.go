@@ -328,7 +328,8 @@ func TestDoctorBesideAMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, postgres.MigrationLockKey); err != nil {
+	// Migrate's lock, as postgres/query/migration_lock.sql takes it.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, postgres.MigrationLockClass); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := doctorJSON(t, cfg)
