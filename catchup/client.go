@@ -35,6 +35,10 @@ const (
 	maxWait = 2 * time.Minute
 	// maxBody caps one API response.
 	maxBody = 32 << 20
+	// githubLimitWait is the least a GitHub rate limit waits when it is a
+	// secondary limit or names no wait: GitHub asks for a minute, then
+	// longer each time it answers so again.
+	githubLimitWait = time.Minute
 )
 
 // apiClient sends the reconcilers' requests: at most rate a second, 429, 5xx
@@ -45,6 +49,9 @@ type apiClient struct {
 	http    *http.Client
 	rate    float64
 	backoff time.Duration // first backoff; doubles per try
+	// limitWait, when set, is the least wait of a rate limit that names
+	// none, or is a secondary limit (GitHub's); it doubles per try.
+	limitWait time.Duration
 	// authorize sets the request's credentials.
 	authorize func(ctx context.Context, req *http.Request) error
 	// now and pause are the clock the rate, backoff and waits run on:
@@ -142,8 +149,9 @@ type StatusError struct {
 	Status       int
 	// Body is the start of the response, secrets scrubbed.
 	Body string
-	// RateLimited is a 403 or 429 that asked to wait (Retry-After, or
-	// X-RateLimit-Remaining 0): a limit, not a refused credential.
+	// RateLimited is a 429, or a 403 that asked to wait (Retry-After,
+	// X-RateLimit-Remaining 0, or GitHub's "secondary rate limit"
+	// message): a limit, not a refused credential.
 	RateLimited bool
 }
 
@@ -210,7 +218,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 			case readErr != nil:
 				err = fmt.Errorf("%s %s: read: %w", method, path, readErr)
 			default:
-				again, wait := retryable(resp, c.now())
+				again, wait := retryable(resp, data, c.now(), c.limitWait<<(try-1))
 				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data),
 					RateLimited: again && resp.StatusCode < 500}
 				if !again {
@@ -236,26 +244,33 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 	}
 }
 
-// retryable reports whether resp is worth sending again, and the wait it
-// names (0: none, back off): a 429 or a 5xx, or GitHub's rate-limit 403.
-// A rate limit names its wait in Retry-After, or with
+// retryable reports whether resp (body its start) is worth sending again,
+// and the wait it names (0: none, back off): a 429 or a 5xx, or GitHub's
+// rate-limit 403. A rate limit names its wait in Retry-After, or with
 // X-RateLimit-Remaining 0 and the reset in X-RateLimit-Reset (Unix
-// seconds); GitHub sends either with a 403 or a 429. A wait past maxWait
-// fails the pass, which the next interval retries.
-func retryable(resp *http.Response, now time.Time) (bool, time.Duration) {
+// seconds); GitHub sends either with a 403 or a 429, and its secondary
+// limit may send neither, only its message. A rate limit that names no
+// wait, or is a secondary limit, waits at least floor (GitHub's minute;
+// 0 for a provider that asks for none). A wait past maxWait fails the
+// pass, which the next interval retries.
+func retryable(resp *http.Response, body []byte, now time.Time, floor time.Duration) (bool, time.Duration) {
 	const limit = 24 * time.Hour
 	h := resp.Header
 	exhausted := h.Get("X-RateLimit-Remaining") == "0"
+	// The message opens the answer; the cut keeps a large body cheap.
+	secondary := strings.Contains(strings.ToLower(string(body[:min(len(body), 4<<10)])), "secondary rate limit")
 	wait := retryafter.Parse(h.Get("Retry-After"), now, limit)
 	if wait == 0 && exhausted {
 		if reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64); err == nil {
 			wait = min(max(time.Unix(reset, 0).Sub(now), 0), limit)
 		}
 	}
+	limited := resp.StatusCode == http.StatusTooManyRequests ||
+		resp.StatusCode == http.StatusForbidden && (h.Get("Retry-After") != "" || exhausted || secondary)
 	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return true, wait
-	case resp.StatusCode == http.StatusForbidden && (h.Get("Retry-After") != "" || exhausted):
+	case limited && (secondary || wait == 0):
+		return true, max(wait, floor)
+	case limited || resp.StatusCode >= 500:
 		return true, wait
 	}
 	return false, 0

@@ -109,6 +109,7 @@ func NewGitHub(opts GitHubOptions) (*GitHub, error) {
 		return nil, fmt.Errorf("%w: github: set token, or app_id and private_key (and installation_id), not both", ErrConfig)
 	}
 	g.client = newAPIClient(opts.HTTPClient, opts.Rate, opts.Token, opts.PrivateKey)
+	g.client.limitWait = githubLimitWait
 	g.client.authorize = g.authorize
 	return g, nil
 }

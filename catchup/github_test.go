@@ -263,6 +263,74 @@ func TestGitHub(t *testing.T) {
 		}
 	})
 
+	// GitHub's secondary rate limit is a 403 or 429 whose message says so,
+	// with Retry-After or nothing, and X-RateLimit-Remaining maybe above 0;
+	// a 429 may name no wait either. GitHub asks to wait at least a minute,
+	// and longer each time: the client does, on its own clock.
+	const secondary = `{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}`
+	for name, tc := range map[string]struct {
+		status     int
+		body       string
+		headers    map[string]string
+		limits     int           // answers before the API lets the request through
+		wantWaits  time.Duration // the least time from the first answer to the retry
+		wantFailed bool
+	}{
+		"Secondary403WithoutHeaders":         {http.StatusForbidden, secondary, nil, 1, time.Minute, false},
+		"Secondary403WithRemainingAbove0":    {http.StatusForbidden, secondary, map[string]string{"X-RateLimit-Remaining": "4321"}, 1, time.Minute, false},
+		"Secondary403RetryAfterLongerIsKept": {http.StatusForbidden, secondary, map[string]string{"Retry-After": "90"}, 1, 90 * time.Second, false},
+		"Secondary429WithoutHeaders":         {http.StatusTooManyRequests, secondary, nil, 1, time.Minute, false},
+		"Plain429WithoutHeaders":             {http.StatusTooManyRequests, `{"message":"Too many requests"}`, nil, 1, time.Minute, false},
+		"SecondaryAgainWaitsLonger":          {http.StatusForbidden, secondary, nil, 2, 3 * time.Minute, false},
+		// 1m, 2m, then 4m: past maxWait, so the pass fails as a limit.
+		"SecondaryPastTheWaitFailsAsALimit": {http.StatusForbidden, secondary, nil, 3, 0, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupGitHub(t, GitHubOptions{})
+			b.fake.add("failed-1", "push", base.Add(-time.Hour), 500)
+			clock := useFakeClock(b.runner.Reconciler.(*GitHub).client)
+			var (
+				mu     sync.Mutex
+				starts []time.Time
+			)
+			b.fake.limit = func(w http.ResponseWriter, _ *http.Request) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				starts = append(starts, clock.Now())
+				if len(starts) > tc.limits {
+					return false
+				}
+				for k, v := range tc.headers {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tc.status)
+				fmt.Fprint(w, tc.body)
+				return true
+			}
+			res, err := b.runner.Pass(context.Background(), PassOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.wantFailed {
+				se, ok := errors.AsType[*StatusError](err)
+				if !ok || !se.RateLimited || !strings.Contains(err.Error(), "more than 2m0s") {
+					t.Fatalf("err = %v, want a rate-limited StatusError past the 2m wait (not a refused token)", err)
+				}
+				if len(starts) != tc.limits {
+					t.Fatalf("%d requests, want %d: a wait past 2m is not waited", len(starts), tc.limits)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("a rate limit failed the pass: %v", err)
+			}
+			wantCounts(t, res, 1, 1, 0)
+			if waited := starts[tc.limits].Sub(starts[0]); waited < tc.wantWaits {
+				t.Fatalf("retried %v after the first limit, want at least %v", waited, tc.wantWaits)
+			}
+		})
+	}
+
 	t.Run("LinkPagingGroupsByGUIDAndFetchesOnlyFailures", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
