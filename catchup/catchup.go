@@ -81,11 +81,10 @@ type Window struct {
 type Candidate struct {
 	// ID is the event id the receiver would have stored it under.
 	ID string
-	// Delivered is set when the provider reports a successful delivery:
-	// the runner counts it as known without fetching it.
-	Delivered bool
 	// Fetch returns the event as the receiver would have stored it. The
-	// runner calls it only for an event the store lacks.
+	// runner calls it only for an event the store lacks, whatever the
+	// provider says of its delivery: a store restored from a backup lacks
+	// what was delivered since.
 	Fetch func(ctx context.Context) (*Event, error)
 }
 
@@ -101,7 +100,7 @@ type Event struct {
 // Outcomes counted by an Observer.
 const (
 	OutcomeNew     = "new"     // the store lacked the event; catch-up added it
-	OutcomeKnown   = "known"   // the store had it, or the provider delivered it
+	OutcomeKnown   = "known"   // the store had it
 	OutcomeSkipped = "skipped" // it cannot be fetched or stored; a warning names why
 
 	PassOK     = "ok"     // a pass of Run's loop ran to its end
@@ -171,7 +170,7 @@ type Result struct {
 	Fetched int `json:"fetched"`
 	// New counts events the store lacked and the pass received.
 	New int `json:"new"`
-	// Known counts events the store had or the provider delivered.
+	// Known counts events the store had.
 	Known int `json:"known"`
 	// Skipped counts events skipped with a warning, so that one cannot stop
 	// every pass: an id or type no store accepts (see
@@ -394,9 +393,6 @@ func (r *Runner) steps(from, to time.Time, advance bool) []Window {
 // take looks c up and receives it if the store lacks it. It reports whether
 // the event was known.
 func (r *Runner) take(ctx context.Context, c *Candidate, dryRun bool) (known bool, err error) {
-	if c.Delivered {
-		return true, nil
-	}
 	if err := ferry.ValidateEventID(c.ID); err != nil {
 		return false, err // the value stays out of the message: it may be anything
 	}

@@ -57,9 +57,9 @@ type GitHubOptions struct {
 
 // GitHub reads a hook's deliveries (GET …/deliveries, newest first, paged
 // by the Link header), groups the attempts of each event by GUID, and for
-// an event none of whose attempts succeeded fetches the delivery (GET
-// …/deliveries/{id}) and hands its payload, event type and GUID over to be
-// received. It does not ask GitHub to redeliver: a redelivery goes through
+// an event the store lacks fetches the delivery (GET …/deliveries/{id})
+// and hands its payload, event type and GUID over to be received: also
+// one GitHub delivered, which a store restored from a backup may lack. It does not ask GitHub to redeliver: a redelivery goes through
 // the same endpoint that failed, is only queued when the call returns, and
 // a pass could not know it was stored; the payload fetched over the
 // authenticated API is stored within the pass, and the checkpoint moves
@@ -122,8 +122,6 @@ type githubDelivery struct {
 	ID          int64     `json:"id"`
 	GUID        string    `json:"guid"`
 	DeliveredAt time.Time `json:"delivered_at"`
-	StatusCode  int       `json:"status_code"`
-	Event       string    `json:"event"`
 }
 
 // List reads the deliveries, newest first, until one is older than w.From
@@ -148,11 +146,7 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 		if err := json.Unmarshal(body, &page); err != nil {
 			return fmt.Errorf("github: list deliveries: %w", err)
 		}
-		type event struct {
-			latest    int64 // a delivery id to fetch it by
-			delivered bool
-		}
-		events := map[string]*event{}
+		latest := map[string]int64{} // a delivery id to fetch each event by
 		var order []string
 		older := false
 		for _, d := range page {
@@ -163,20 +157,16 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 			if d.DeliveredAt.After(w.To) || d.GUID == "" || handed[d.GUID] {
 				continue
 			}
-			e := events[d.GUID]
-			if e == nil {
-				e = &event{latest: d.ID}
-				events[d.GUID] = e
+			if _, seen := latest[d.GUID]; !seen {
 				order = append(order, d.GUID)
 			}
-			e.latest = max(e.latest, d.ID)
-			e.delivered = e.delivered || d.StatusCode >= 200 && d.StatusCode < 300
+			latest[d.GUID] = max(latest[d.GUID], d.ID)
 		}
 		for _, guid := range order {
 			handed[guid] = true
-			e := events[guid]
-			if err := found(&Candidate{ID: guid, Delivered: e.delivered, Fetch: func(ctx context.Context) (*Event, error) {
-				return g.fetch(ctx, e.latest)
+			id := latest[guid]
+			if err := found(&Candidate{ID: guid, Fetch: func(ctx context.Context) (*Event, error) {
+				return g.fetch(ctx, id)
 			}}); err != nil {
 				return err
 			}

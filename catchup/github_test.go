@@ -166,6 +166,17 @@ func setupGitHub(t *testing.T, opts GitHubOptions) *githubBundle {
 	return b
 }
 
+// delivered stores ids as the receiver would have from GitHub's live
+// deliveries.
+func (b *githubBundle) delivered(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := b.store.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "github", EventID: id, Type: "push", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestGitHub(t *testing.T) {
 	t.Parallel()
 
@@ -331,20 +342,22 @@ func TestGitHub(t *testing.T) {
 		})
 	}
 
-	t.Run("LinkPagingGroupsByGUIDAndFetchesOnlyFailures", func(t *testing.T) {
+	t.Run("LinkPagingGroupsByGUIDAndFetchesOnlyTheMissing", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
 		at := base.Add(-2 * time.Hour)
 		// 120 delivered, 60 failed twice, 30 failed then redelivered fine:
-		// 300 attempts, 3 pages of 100.
+		// 300 attempts, 3 pages of 100. The store has what was delivered.
 		for i := range 120 {
 			b.fake.add(fmt.Sprintf("ok-%03d", i), "push", at, 200)
+			b.delivered(t, fmt.Sprintf("ok-%03d", i))
 		}
 		for i := range 60 {
 			b.fake.add(fmt.Sprintf("failed-%03d", i), "pull_request", at, 500, 502)
 		}
 		for i := range 30 {
 			b.fake.add(fmt.Sprintf("retried-%03d", i), "push", at, 503, 200)
+			b.delivered(t, fmt.Sprintf("retried-%03d", i))
 		}
 		res := b.pass(t, PassOptions{})
 		wantCounts(t, res, 210, 60, 150)
@@ -378,8 +391,28 @@ func TestGitHub(t *testing.T) {
 				t.Fatalf("a signature header was stored: %v", ev.Headers)
 			}
 		}
-		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "retried-003"}); err == nil {
-			t.Fatal("an event GitHub delivered on its second attempt was fetched")
+		ev, err = b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "retried-003"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Origin != ferry.OriginDelivery || ev.Deliveries != 1 {
+			t.Fatalf("an event the store had: origin %q deliveries %d, want delivery and 1 (left alone)", ev.Origin, ev.Deliveries)
+		}
+	})
+
+	// A 2xx delivery the store lacks (a database restored from a backup
+	// taken before it) is fetched and received like a failed one.
+	t.Run("DeliveredButMissingFromTheStoreIsReceived", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		b.fake.add("acked-since-backup", "push", base.Add(-time.Hour), 200)
+		wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
+		ev, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "acked-since-backup"})
+		if err != nil {
+			t.Fatalf("the delivered event the store lacked was not received: %v", err)
+		}
+		if ev.Origin != ferry.OriginCatchup || ev.Type != "push" {
+			t.Fatalf("stored origin %q type %q, want catchup, push", ev.Origin, ev.Type)
 		}
 	})
 
@@ -424,6 +457,7 @@ func TestGitHub(t *testing.T) {
 		b := setupGitHub(t, GitHubOptions{})
 		for i := range 300 {
 			b.fake.add(fmt.Sprintf("g-%03d", i), "push", base.Add(-70*time.Hour+time.Duration(i)*13*time.Minute), 200)
+			b.delivered(t, fmt.Sprintf("g-%03d", i))
 		}
 		wantCounts(t, b.pass(t, PassOptions{}), 300, 0, 300)
 		if n := len(b.fake.requested()); n != 3 {
