@@ -18,6 +18,10 @@ const DefaultStripeAPI = "https://api.stripe.com"
 // stripeRetention is how long Stripe lists events.
 const stripeRetention = 30 * 24 * time.Hour
 
+// stripeTypesPerCall is the most types[] Stripe takes in one list call;
+// more types are listed a group at a time.
+const stripeTypesPerCall = 20
+
 // StripeOptions configure a Stripe reconciler.
 type StripeOptions struct {
 	// APIKey is a secret key or a restricted key with read access to
@@ -26,8 +30,9 @@ type StripeOptions struct {
 	// APIBase defaults to DefaultStripeAPI.
 	APIBase string
 	// Types are the event types listed: the ones the webhook endpoint is
-	// subscribed to (its enabled_events), at most 20 (Stripe's limit), or
-	// ["*"] alone for every type (no types[] filter is sent). Required:
+	// subscribed to (its enabled_events), any number (Stripe takes 20 a
+	// call: more are listed 20 at a time), or ["*"] alone for every type
+	// (no types[] filter is sent). Required:
 	// GET /v1/events lists every event of the account, of types the
 	// endpoint never subscribed to and for the account's other endpoints,
 	// and each one the store lacks would be received as new and sent to
@@ -73,11 +78,9 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 	}
 	switch {
 	case len(opts.Types) == 0:
-		return nil, &TypesError{`missing: Stripe's events API lists every event of the account, including types this endpoint is not subscribed to and events for its other endpoints, and catch-up would send each to the app as new; list the types this endpoint is subscribed to (its enabled_events in the Stripe dashboard), at most 20, or ["*"] for all`}
+		return nil, &TypesError{`missing: Stripe's events API lists every event of the account, including types this endpoint is not subscribed to and events for its other endpoints, and catch-up would send each to the app as new; list the types this endpoint is subscribed to (its enabled_events in the Stripe dashboard), or ["*"] for all`}
 	case len(opts.Types) > 1 && slices.Contains(opts.Types, "*"):
 		return nil, &TypesError{`lists "*" with other types: "*" is every type; write ["*"] alone, or only the types`}
-	case len(opts.Types) > 20:
-		return nil, &TypesError{fmt.Sprintf("lists %d types, Stripe accepts at most 20: list the types this endpoint is subscribed to, or [\"*\"] for all", len(opts.Types))}
 	}
 	opts.Types = slices.Clone(opts.Types) // a caller's later change would slip past the checks
 	base, err := parseBase(opts.APIBase, DefaultStripeAPI)
@@ -94,16 +97,31 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 
 func (s *Stripe) Retention() time.Duration { return stripeRetention }
 
-// List pages through the window with starting_after until has_more is false.
+// List lists the window's events of each group of at most 20 types in
+// turn (Stripe's limit a call), or of every type for "*". An error in any
+// group fails the List, so the runner moves the checkpoint only past a
+// step whose every group was listed.
 func (s *Stripe) List(ctx context.Context, w Window, found func(*Candidate) error) error {
+	if s.opts.Types[0] == "*" { // NewStripe takes "*" only alone
+		return s.list(ctx, w, nil, found)
+	}
+	for group := range slices.Chunk(s.opts.Types, stripeTypesPerCall) {
+		if err := s.list(ctx, w, group, found); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// list pages through the window's events of types (nil: every type) with
+// starting_after until has_more is false.
+func (s *Stripe) list(ctx context.Context, w Window, types []string, found func(*Candidate) error) error {
 	q := url.Values{}
 	q.Set("created[gte]", strconv.FormatInt(w.From.Unix(), 10))
 	q.Set("created[lte]", strconv.FormatInt(w.To.Unix(), 10))
 	q.Set("limit", "100")
-	if s.opts.Types[0] != "*" { // NewStripe takes "*" only alone
-		for _, t := range s.opts.Types {
-			q.Add("types[]", t)
-		}
+	if len(types) > 0 {
+		q["types[]"] = types
 	}
 	if s.opts.OnlyFailed {
 		q.Set("delivery_success", "false")

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -99,6 +100,11 @@ func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	if len(q["types[]"]) > 20 { // Stripe's limit
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":{"message":"types: at most 20"}}`)
+		return
+	}
 	gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
 	lte, _ := strconv.ParseInt(q.Get("created[lte]"), 10, 64)
 	limit, _ := strconv.Atoi(q.Get("limit"))
@@ -318,7 +324,6 @@ func TestStripe(t *testing.T) {
 			"Empty":         {[]string{}, "enabled_events"},
 			"StarWithOther": {[]string{"*", "invoice.paid"}, `write ["*"] alone`},
 			"OtherWithStar": {[]string{"invoice.paid", "*"}, `write ["*"] alone`},
-			"MoreThan20":    {slices.Repeat([]string{"invoice.paid"}, 21), "at most 20"},
 		} {
 			_, err := NewStripe(StripeOptions{APIKey: "sk_test_x", Types: tc.types})
 			var te *TypesError
@@ -326,10 +331,61 @@ func TestStripe(t *testing.T) {
 				t.Errorf("%s: err = %v, want ErrConfig, a TypesError and %q", name, err, tc.want)
 			}
 		}
-		for _, types := range [][]string{{"*"}, slices.Repeat([]string{"invoice.paid"}, 20)} {
+		for _, types := range [][]string{{"*"}, slices.Repeat([]string{"invoice.paid"}, 20), slices.Repeat([]string{"invoice.paid"}, 45)} {
 			if _, err := NewStripe(StripeOptions{APIKey: "sk_test_x", Types: types}); err != nil {
 				t.Errorf("types %v: %v", types, err)
 			}
+		}
+	})
+
+	// Stripe takes at most 20 types[] a call: 45 types are listed in
+	// groups of 20, 20 and 5, each paged, and the checkpoint moves past a
+	// step only once every group of it is listed.
+	t.Run("MoreThan20TypesAreListedInGroups", func(t *testing.T) {
+		t.Parallel()
+		types := make([]string, 45)
+		for i := range types {
+			types[i] = fmt.Sprintf("type.%02d", i)
+		}
+		b := setupStripe(t, StripeOptions{Types: types})
+		b.runner.Lookback = time.Hour // one step
+		for _, i := range []int{0, 19, 20, 44} {
+			b.fake.addType(fmt.Sprintf("evt_t%02d", i), types[i], base.Add(-30*time.Minute))
+		}
+		b.fake.addType("evt_other", "customer.created", base.Add(-30*time.Minute))
+		var broken atomic.Bool
+		broken.Store(true)
+		b.fake.fail = func(_ int, w http.ResponseWriter, r *http.Request) bool {
+			if broken.Load() && slices.Contains(r.URL.Query()["types[]"], types[44]) {
+				w.WriteHeader(http.StatusBadRequest) // not retried: the pass fails at once
+				return true
+			}
+			return false
+		}
+		if _, err := b.runner.Pass(context.Background(), PassOptions{}); err == nil {
+			t.Fatal("a pass whose last group of types fails succeeded")
+		}
+		if _, ok := checkpoint(t, b.store, "stripe"); ok {
+			t.Fatal("the checkpoint moved past a step whose last group of types failed")
+		}
+		broken.Store(false)
+		b.fake.mu.Lock()
+		b.fake.reqs = nil
+		b.fake.mu.Unlock()
+		res := b.pass(t, PassOptions{})
+		wantCounts(t, res, 4, 1, 3) // the first groups' events were received by the failed pass
+		var sent [][]string
+		for _, r := range b.fake.requests() {
+			sent = append(sent, r.query["types[]"])
+		}
+		if want := [][]string{types[:20], types[20:40], types[40:]}; !slices.EqualFunc(sent, want, slices.Equal) {
+			t.Fatalf("types[] sent %v, want the groups %v", sent, want)
+		}
+		if cp, ok := checkpoint(t, b.store, "stripe"); !ok || !cp.Equal(res.To) {
+			t.Fatalf("checkpoint = %v, want the window's end %v", cp, res.To)
+		}
+		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_other"}); !errors.Is(err, ferry.ErrNotFound) {
+			t.Fatalf("an unlisted type was stored: err = %v", err)
 		}
 	})
 

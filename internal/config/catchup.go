@@ -36,7 +36,7 @@ type Catchup struct {
 	// "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks/ID" or "app/hook".
 	Hook string `toml:"hook"`
 	// Types are the Stripe event types listed: those the endpoint is
-	// subscribed to (its enabled_events), at most 20, or ["*"] for every
+	// subscribed to (its enabled_events), any number, or ["*"] for every
 	// type. Required for Stripe, whose listing is the whole account's:
 	// without it, events of other types and other endpoints would reach
 	// the app. catchup.NewStripe checks it.
