@@ -68,7 +68,7 @@ func newAPIClient(hc *http.Client, rate float64, secrets ...string) *apiClient {
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
-	if rate <= 0 {
+	if !(rate > 0) { // NaN too: it would space requests by nothing
 		rate = DefaultRate
 	}
 	c := &apiClient{http: hc, rate: rate, backoff: time.Second, now: time.Now, pause: sleep}

@@ -2,6 +2,7 @@ package catchup
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -48,35 +49,45 @@ func TestAPIClient(t *testing.T) {
 	t.Parallel()
 
 	// Requests start at most rate a second: 5 pages at 4 a second span a
-	// second of the client's clock, a quarter apart.
-	t.Run("RateSpacesRequests", func(t *testing.T) {
-		t.Parallel()
-		b := setupStripe(t, StripeOptions{Rate: 4})
-		b.runner.Lookback = time.Hour // one step: every request is a page
-		b.fake.add(450, base.Add(-30*time.Minute), "a")
-		clock := useFakeClock(b.runner.Reconciler.(*Stripe).client)
-		var (
-			mu     sync.Mutex
-			starts []time.Time
-		)
-		b.fake.fail = func(int, http.ResponseWriter, *http.Request) bool {
+	// second of the client's clock, a quarter apart. A rate that is not
+	// positive, NaN too, is the default's 5 a second, never no limit.
+	for name, tc := range map[string]struct {
+		rate float64
+		gap  time.Duration
+	}{
+		"RateSpacesRequests":       {4, 250 * time.Millisecond},
+		"NaNRateIsTheDefault":      {math.NaN(), time.Second / DefaultRate},
+		"NegativeRateIsTheDefault": {-1, time.Second / DefaultRate},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupStripe(t, StripeOptions{Rate: tc.rate})
+			b.runner.Lookback = time.Hour // one step: every request is a page
+			b.fake.add(450, base.Add(-30*time.Minute), "a")
+			clock := useFakeClock(b.runner.Reconciler.(*Stripe).client)
+			var (
+				mu     sync.Mutex
+				starts []time.Time
+			)
+			b.fake.fail = func(int, http.ResponseWriter, *http.Request) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				starts = append(starts, clock.Now())
+				return false
+			}
+			wantCounts(t, b.pass(t, PassOptions{}), 450, 450, 0)
 			mu.Lock()
 			defer mu.Unlock()
-			starts = append(starts, clock.Now())
-			return false
-		}
-		wantCounts(t, b.pass(t, PassOptions{}), 450, 450, 0)
-		mu.Lock()
-		defer mu.Unlock()
-		if len(starts) != 5 {
-			t.Fatalf("%d requests, want 5 pages", len(starts))
-		}
-		for i := 1; i < len(starts); i++ {
-			if gap := starts[i].Sub(starts[i-1]); gap != 250*time.Millisecond {
-				t.Fatalf("request %d started %v after the one before, want 250ms at rate 4", i, gap)
+			if len(starts) != 5 {
+				t.Fatalf("%d requests, want 5 pages", len(starts))
 			}
-		}
-	})
+			for i := 1; i < len(starts); i++ {
+				if gap := starts[i].Sub(starts[i-1]); gap != tc.gap {
+					t.Fatalf("request %d started %v after the one before, want %v at rate %v", i, gap, tc.gap, tc.rate)
+				}
+			}
+		})
+	}
 
 	// A provider asking to wait longer than maxWait fails the pass at once,
 	// which the next interval retries, rather than hold it.

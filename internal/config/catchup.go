@@ -143,7 +143,7 @@ func (c *Catchup) validate(key string, s *Source) []error {
 	if most := s.Retention.Duration - catchup.DefaultOverlap; s.windowsValid() && c.Lookback.Duration > most {
 		bad("lookback", "is %v, past the source's retention %v: an older event may have been processed and purged, and catch-up would send it again; use at most %v, or raise retention", c.Lookback.Duration, s.Retention.Duration, most)
 	}
-	if c.Rate < minRate || c.Rate > maxRate {
+	if !(c.Rate >= minRate && c.Rate <= maxRate) { // NaN fails both
 		bad("rate", "is %v requests a second: use at least %v (a request every 10s) and at most %v (Stripe's test-mode limit), or leave it out for %v", c.Rate, minRate, maxRate, catchup.DefaultRate)
 	}
 	var typesErr *catchup.TypesError

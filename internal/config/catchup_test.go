@@ -77,6 +77,8 @@ func TestCatchup(t *testing.T) {
 		{"rate too high", stripeKey + "\nrate = 100", "catchup.rate", "at most 25"},
 		{"rate too low", stripeKey + "\nrate = 0.0000001", "source[0] (stripe).catchup.rate", "at least 0.1"},
 		{"negative rate", stripeKey + "\nrate = -1", "catchup.rate", "at least 0.1"},
+		{"nan rate", stripeKey + "\nrate = nan", "source[0] (stripe).catchup.rate", "is NaN requests a second: use at least 0.1"},
+		{"infinite rate", stripeKey + "\nrate = inf", "source[0] (stripe).catchup.rate", "at most 25"},
 		{"no credentials", "hook = \"repos/a/b/hooks/1\"", "catchup.api_key", "credentials"},
 		{"only only_failed", "only_failed = true", "source[0] (stripe).catchup.api_key", "missing, but only_failed set"},
 		{"only rate", "rate = 2", "source[0] (stripe).catchup.api_key", "missing, but rate set"},
