@@ -155,6 +155,7 @@ type StatusError struct {
 	RateLimited bool
 }
 
+// Error names the request and the status, then the scrubbed body.
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s %s: HTTP %d: %s", e.Method, e.Path, e.Status, e.Body)
 }

@@ -114,6 +114,7 @@ func NewGitHub(opts GitHubOptions) (*GitHub, error) {
 	return g, nil
 }
 
+// Retention is 3 days: GitHub keeps a hook's deliveries that long.
 func (g *GitHub) Retention() time.Duration { return githubRetention }
 
 func (g *GitHub) unfiltered() {}

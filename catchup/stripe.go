@@ -65,10 +65,12 @@ var _ Reconciler = (*Stripe)(nil)
 // so that a config file can name its own key.
 type TypesError struct{ Problem string }
 
+// Error names ErrConfig and the problem.
 func (e *TypesError) Error() string {
 	return fmt.Sprintf("%v: stripe: types: %s", ErrConfig, e.Problem)
 }
 
+// Unwrap makes errors.Is(err, ErrConfig) true.
 func (e *TypesError) Unwrap() error { return ErrConfig }
 
 // NewStripe checks opts and returns the reconciler.
@@ -95,6 +97,7 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 	return s, nil
 }
 
+// Retention is 30 days: Stripe lists events that long.
 func (s *Stripe) Retention() time.Duration { return stripeRetention }
 
 // List lists the window's events of each group of at most 20 types in
