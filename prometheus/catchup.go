@@ -1,6 +1,8 @@
 package prometheus
 
 import (
+	"time"
+
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-inbox/ferry/catchup"
@@ -17,10 +19,16 @@ var _ catchup.Observer = (*CatchupMetrics)(nil)
 // in the log says why. And how serve's passes ended:
 // ferry_catchup_passes_total{source, outcome="ok"|"failed"}; failures with
 // no ok mean catch-up is not running (a revoked key, an API that refuses).
+// For each source whose loop runs here (LoopStarted),
+// ferry_catchup_interval_seconds and ferry_catchup_last_ok_timestamp_seconds
+// say how long it has gone without a pass that ended ok, whatever the
+// interval.
 type CatchupMetrics struct {
-	sources []string
-	events  *prom.CounterVec
-	passes  *prom.CounterVec
+	sources  []string
+	events   *prom.CounterVec
+	passes   *prom.CounterVec
+	interval *prom.GaugeVec
+	lastOK   *prom.GaugeVec
 }
 
 // NewCatchupMetrics registers the counter on reg, every source in sources
@@ -36,8 +44,16 @@ func NewCatchupMetrics(reg prom.Registerer, sources []string) *CatchupMetrics {
 			Namespace: "ferry", Name: "catchup_passes_total",
 			Help: "Catch-up passes run by serve, by source and outcome: ok or failed (retried the next interval).",
 		}, []string{"source", "outcome"}),
+		interval: prom.NewGaugeVec(prom.GaugeOpts{
+			Namespace: "ferry", Name: "catchup_interval_seconds",
+			Help: "The interval of the source's catch-up loop on this instance; absent where it does not run.",
+		}, []string{"source"}),
+		lastOK: prom.NewGaugeVec(prom.GaugeOpts{
+			Namespace: "ferry", Name: "catchup_last_ok_timestamp_seconds",
+			Help: "When the source's last catch-up pass on this instance ended ok (Unix seconds), or its loop started if none has; only the lease holder runs passes, so take the max over instances.",
+		}, []string{"source"}),
 	}
-	reg.MustRegister(m.events, m.passes)
+	reg.MustRegister(m.events, m.passes, m.interval, m.lastOK)
 	for _, s := range sources {
 		m.events.WithLabelValues(s, catchup.OutcomeNew)
 		m.events.WithLabelValues(s, catchup.OutcomeKnown)
@@ -48,9 +64,19 @@ func NewCatchupMetrics(reg prom.Registerer, sources []string) *CatchupMetrics {
 	return m
 }
 
-// CatchupPass counts one pass of serve's loop.
+// LoopStarted exports the source's loop interval, and its start as the
+// last ok pass until one is.
+func (m *CatchupMetrics) LoopStarted(source string, interval time.Duration) {
+	m.interval.WithLabelValues(source).Set(interval.Seconds())
+	m.lastOK.WithLabelValues(source).SetToCurrentTime()
+}
+
+// CatchupPass counts one pass of serve's loop, and dates an ok one.
 func (m *CatchupMetrics) CatchupPass(source, outcome string) {
 	m.passes.WithLabelValues(source, outcome).Inc()
+	if outcome == catchup.PassOK {
+		m.lastOK.WithLabelValues(source).SetToCurrentTime()
+	}
 }
 
 // CatchupEvent counts one listed event.
