@@ -42,6 +42,11 @@ import (
 // before it fails with SQLITE_BUSY.
 const busyTimeout = 5 * time.Second
 
+// minBusyTimeout is the least busy_timeout, in ms, a path may set: below
+// it, connections opening together (the pools, migrate beside serve) fail
+// instead of waiting.
+const minBusyTimeout = 1000
+
 // readConns is the size of the read pool.
 const readConns = 4
 
@@ -213,6 +218,10 @@ func durable(db *sql.DB) error {
 // enough: the driver runs the query on every connection each pool opens, and
 // a reader switching the file out of WAL while the writer holds it fails
 // later, with SQLITE_BUSY, where the writer reads back WAL.
+//
+// It also refuses locking_mode=exclusive and a busy_timeout under
+// minBusyTimeout: either makes the store's own connections, and the other
+// processes on the file, fail with SQLITE_BUSY rather than take turns.
 func queryDurable(path string) error {
 	_, query, ok := strings.Cut(path, "?")
 	if !ok {
@@ -248,6 +257,16 @@ func queryDurable(path string) error {
 	}
 	for _, mode := range set["journal_mode"] {
 		errs = append(errs, journalModeRefused(strings.ToLower(mode)))
+	}
+	for _, mode := range set["locking_mode"] {
+		if strings.EqualFold(mode, "exclusive") {
+			errs = append(errs, fmt.Errorf("%w: locking_mode is exclusive, which shuts the store's readers, other processes (ferry migrate, doctor, events) and a restarted ferry out of the file; remove the path's locking_mode", ferry.ErrInvalidParams))
+		}
+	}
+	for _, ms := range set["busy_timeout"] {
+		if n, err := strconv.Atoi(ms); err == nil && n < minBusyTimeout {
+			errs = append(errs, fmt.Errorf("%w: busy_timeout is %d ms; under %d, a connection that opens or writes beside another fails with \"database is locked\" instead of waiting its turn (the store's own is %d); raise it or remove it", ferry.ErrInvalidParams, n, minBusyTimeout, busyTimeout.Milliseconds()))
+		}
 	}
 	for _, level := range set["synchronous"] {
 		errs = append(errs, synchronousRefused(strings.ToLower(level)))

@@ -160,7 +160,7 @@ func TestOpen(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "ferry.db")
-		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(100)", "file://" + path} {
+		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(1000)", "file://" + path} {
 			if s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: true}); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("Open(%q) of a missing file = %v, want fs.ErrNotExist", dsn, err)
 				if err == nil {
@@ -176,7 +176,7 @@ func TestOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(100)", "file://" + path, "file://localhost" + path, "file:" + path + "#x"} {
+		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(1000)", "file://" + path, "file://localhost" + path, "file:" + path + "#x"} {
 			s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: true})
 			if err != nil {
 				t.Fatalf("Open(%q) of an existing file = %v", dsn, err)
@@ -211,6 +211,19 @@ func TestOpen(t *testing.T) {
 			}
 			if err == nil {
 				s.Close()
+			}
+		}
+		// Locks that make connections fail instead of taking turns.
+		for path, want := range map[string]string{
+			filepath.Join(dir, "p.db") + "?_pragma=locking_mode(EXCLUSIVE)": "remove the path's locking_mode",
+			filepath.Join(dir, "q.db") + "?_pragma=busy_timeout(0)":         "busy_timeout is 0 ms",
+			filepath.Join(dir, "r.db") + "?_pragma=busy_timeout%3D999":      "busy_timeout is 999 ms",
+		} {
+			if s, err := sqlite.Open(path, nil); !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), want) {
+				t.Errorf("Open(%q) = %v, want ErrInvalidParams saying %q", path, err, want)
+				if err == nil {
+					s.Close()
+				}
 			}
 		}
 		// Writes that begin deferred would fail on another process's commit.
