@@ -81,6 +81,11 @@ type Window struct {
 type Candidate struct {
 	// ID is the event id the receiver would have stored it under.
 	ID string
+	// Created is when the provider created the event (or first tried to
+	// deliver it), by its clock; zero if unknown. The runner passes over
+	// one later than the window's end once the provider's clock has cut it
+	// short: the next pass lists it, settled.
+	Created time.Time
 	// Fetch returns the event as the receiver would have stored it. The
 	// runner calls it only for an event the store lacks, whatever the
 	// provider says of its delivery: a store restored from a backup lacks
@@ -165,7 +170,9 @@ type PassOptions struct {
 type Result struct {
 	Source string    `json:"source"`
 	From   time.Time `json:"from"`
-	To     time.Time `json:"to"`
+	// To is now less Settle, by this host's clock or, when it is earlier,
+	// by the Date of the provider's first answer in the pass.
+	To time.Time `json:"to"`
 	// Fetched counts the events listed in the window.
 	Fetched int `json:"fetched"`
 	// New counts events the store lacked and the pass received.
@@ -326,7 +333,11 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 		start = floor
 	}
 	advance := !opts.DryRun && (!res.From.After(start) || !res.From.After(reach))
+	ctx, bound := r.providerBound(ctx, res, now, overlap, settle)
 	found := func(c *Candidate) error {
+		if bound(); !c.Created.IsZero() && c.Created.After(res.To) {
+			return nil // not settled at the provider: the next pass lists it
+		}
 		res.Fetched++
 		known, err := r.take(ctx, c, opts.DryRun)
 		var outcome string
@@ -351,6 +362,9 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 		return nil
 	}
 	for _, w := range r.steps(res.From, res.To, advance) {
+		if w.From.After(res.To) {
+			break // past the provider's now
+		}
 		if err := r.Reconciler.List(ctx, w, found); err != nil {
 			at := "checkpoint not advanced"
 			if res.Advanced {
@@ -359,16 +373,56 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 			return res, fmt.Errorf("catchup %s: pass from %s failed after %d events (%d new), %s: %w",
 				r.Source, res.From.Format(time.RFC3339), res.Fetched, res.New, at, err)
 		}
-		if advance && w.To.After(checkpoint) {
-			err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: w.To.Format(time.RFC3339Nano)})
+		bound()
+		end := w.To
+		if res.To.Before(end) {
+			end = res.To
+		}
+		if advance && end.After(checkpoint) {
+			err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: end.Format(time.RFC3339Nano)})
 			if err != nil {
 				return res, fmt.Errorf("catchup %s: write checkpoint: %w", r.Source, err)
 			}
-			checkpoint = w.To
-			res.Advanced, res.Checkpoint = true, w.To
+			checkpoint = end
+			res.Advanced, res.Checkpoint = true, end
 		}
 	}
 	return res, nil
+}
+
+// providerBound returns ctx, whose API answers record the provider's
+// Date, and bound, which once one has cuts res.To to that Date less settle
+// if it is earlier, and warns when the host's clock (now) and the
+// provider's differ by more than overlap. A host clock running ahead would
+// otherwise move the checkpoint past events the provider has yet to
+// create, and the next pass, starting at the checkpoint less overlap,
+// would never list them. A reconciler whose answers carry no Date leaves
+// the host's clock in charge.
+func (r *Runner) providerBound(ctx context.Context, res *Result, now time.Time, overlap, settle time.Duration) (context.Context, func()) {
+	pc := &providerClock{}
+	done := false
+	return withProviderClock(ctx, pc), func() {
+		date := pc.get()
+		if done || date.IsZero() {
+			return
+		}
+		done = true
+		if to := date.Add(-settle); to.Before(res.To) {
+			res.To = to
+		}
+		skew := now.Sub(date)
+		if skew.Abs() <= overlap {
+			return
+		}
+		way := "ahead of"
+		if skew < 0 {
+			way = "behind"
+		}
+		w := fmt.Sprintf("this host's clock is %s %s the provider's (its Date: %s), more than the overlap %s; the window ends at %s by the provider's clock; set the host's clock right (NTP)",
+			skew.Abs(), way, date.Format(time.RFC3339), overlap, res.To.Format(time.RFC3339))
+		res.Warnings = append(res.Warnings, w)
+		r.log().Warn("catchup: clock skew", "source", r.Source, "warning", w)
+	}
 }
 
 // steps splits [from, to] into windows a step long, oldest first, when the

@@ -195,6 +195,9 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 		}
 		resp, err := c.http.Do(req)
 		var retryAfter time.Duration
+		if err == nil {
+			observeDate(ctx, resp.Header)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, nil, fmt.Errorf("%s %s: %w", method, path, ctx.Err())
@@ -275,6 +278,48 @@ func retryable(resp *http.Response, body []byte, now time.Time, floor time.Durat
 		return true, wait
 	}
 	return false, 0
+}
+
+// providerClock is the provider's time as the Date header of a pass's
+// first API answer gave it: the runner bounds the window's end by it, so
+// that a host clock running ahead never moves the checkpoint past what the
+// provider has yet created. Every answer of Stripe's and GitHub's APIs
+// carries Date (RFC 9110 has origin servers send it).
+type providerClock struct {
+	mu   sync.Mutex
+	date time.Time
+}
+
+type providerClockKey struct{}
+
+// withProviderClock returns ctx whose API answers set pc.
+func withProviderClock(ctx context.Context, pc *providerClock) context.Context {
+	return context.WithValue(ctx, providerClockKey{}, pc)
+}
+
+// observeDate records h's Date in ctx's providerClock, if it has none yet;
+// a missing or unparsable Date is passed over.
+func observeDate(ctx context.Context, h http.Header) {
+	pc, _ := ctx.Value(providerClockKey{}).(*providerClock)
+	if pc == nil {
+		return
+	}
+	date, err := http.ParseTime(h.Get("Date"))
+	if err != nil {
+		return
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.date.IsZero() {
+		pc.date = date.UTC()
+	}
+}
+
+// get returns the recorded Date; zero if no answer has carried one.
+func (pc *providerClock) get() time.Time {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.date
 }
 
 // wait holds the caller until the rate allows another request.

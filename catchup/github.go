@@ -148,6 +148,7 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 			return fmt.Errorf("github: list deliveries: %w", err)
 		}
 		latest := map[string]int64{} // a delivery id to fetch each event by
+		first := map[string]time.Time{}
 		var order []string
 		older := false
 		for _, d := range page {
@@ -158,6 +159,9 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 			if d.DeliveredAt.After(w.To) || d.GUID == "" || handed[d.GUID] {
 				continue
 			}
+			if at, seen := first[d.GUID]; !seen || d.DeliveredAt.Before(at) {
+				first[d.GUID] = d.DeliveredAt
+			}
 			if _, seen := latest[d.GUID]; !seen {
 				order = append(order, d.GUID)
 			}
@@ -166,7 +170,7 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 		for _, guid := range order {
 			handed[guid] = true
 			id := latest[guid]
-			if err := found(&Candidate{ID: guid, Fetch: func(ctx context.Context) (*Event, error) {
+			if err := found(&Candidate{ID: guid, Created: first[guid], Fetch: func(ctx context.Context) (*Event, error) {
 				return g.fetch(ctx, id)
 			}}); err != nil {
 				return err

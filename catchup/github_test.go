@@ -42,6 +42,9 @@ type fakeGitHub struct {
 	// limit, when set, may answer a request itself (a rate limit, an
 	// error): it reports whether it did.
 	limit func(w http.ResponseWriter, r *http.Request) bool
+	// date, when set, is the provider's clock its answers' Date header
+	// gives; setupGitHub sets the runner's.
+	date func() time.Time
 }
 
 type ghAttempt struct {
@@ -71,6 +74,7 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.paths = append(f.paths, r.URL.RequestURI())
 	attempts := slices.Clone(f.attempts)
 	f.mu.Unlock()
+	setDate(w, f.date)
 	if f.limit != nil && f.limit(w, r) {
 		return
 	}
@@ -147,6 +151,7 @@ func setupGitHub(t *testing.T, opts GitHubOptions) *githubBundle {
 	b.fake = &fakeGitHub{t: t, hook: "repos/acme/shop/hooks/42", auth: func(r *http.Request) bool {
 		return r.Header.Get("Authorization") == "Bearer "+githubToken
 	}}
+	b.fake.date = func() time.Time { return b.now }
 	b.srv = httptest.NewServer(b.fake)
 	t.Cleanup(b.srv.Close)
 	if opts.Hook == "" {

@@ -189,6 +189,67 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// A host clock 30 minutes ahead of the provider's: the provider's Date
+	// bounds the window, so the checkpoint never claims time the provider
+	// has yet to reach, and an event it creates between two passes is
+	// listed by the next. Ended by the host's clock, the checkpoint would
+	// be 28 minutes ahead and the next pass would start after the event.
+	for name, provider := range map[string]func(t *testing.T) (*runBundle, func(id string, at time.Time), func(date func() time.Time)){
+		"Stripe": func(t *testing.T) (*runBundle, func(string, time.Time), func(func() time.Time)) {
+			b := setupStripe(t, StripeOptions{})
+			return &b.runBundle, func(id string, at time.Time) { b.fake.addType(id, "invoice.paid", at) },
+				func(date func() time.Time) { b.fake.date = date }
+		},
+		"GitHub": func(t *testing.T) (*runBundle, func(string, time.Time), func(func() time.Time)) {
+			b := setupGitHub(t, GitHubOptions{})
+			return &b.runBundle, func(id string, at time.Time) { b.fake.add(id, "push", at, 500) },
+				func(date func() time.Time) { b.fake.date = date }
+		},
+	} {
+		t.Run("ProviderClockBehindBoundsTheWindow"+name, func(t *testing.T) {
+			t.Parallel()
+			b, add, setDate := provider(t)
+			const behind = 30 * time.Minute
+			setDate(func() time.Time { return b.now.Add(-behind) })
+			b.now = base
+			add("evt_unsettled", base.Add(-behind-time.Minute)) // within settle, by the provider's clock
+			first := b.pass(t, PassOptions{})
+			if want := base.Add(-behind - DefaultSettle); !first.To.Equal(want) {
+				t.Fatalf("window to %v, want the provider's now less settle, %v", first.To, want)
+			}
+			if cp, _ := checkpoint(t, b.store, b.runner.Source); !cp.Equal(first.To) {
+				t.Fatalf("checkpoint %v, want %v: past the provider's now less settle", cp, first.To)
+			}
+			if first.Fetched != 0 {
+				t.Fatalf("fetched %d: an event not settled by the provider's clock was taken", first.Fetched)
+			}
+			if len(first.Warnings) != 1 || !strings.Contains(first.Warnings[0], "30m0s ahead of the provider's") ||
+				!strings.Contains(b.logsText(), "catchup: clock skew") {
+				t.Fatalf("warnings %q: want the skew named, and logged:\n%s", first.Warnings, b.logsText())
+			}
+			// Created by the provider between the passes.
+			add("evt_between", base.Add(-20*time.Minute))
+			b.now = base.Add(DefaultInterval)
+			b.pass(t, PassOptions{})
+			for _, id := range []string{"evt_unsettled", "evt_between"} {
+				if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: b.runner.Source, EventID: id}); err != nil {
+					t.Fatalf("%s was never listed: %v", id, err)
+				}
+			}
+		})
+	}
+
+	// An answer without a Date leaves the host's clock in charge.
+	t.Run("NoDateFallsBackToTheHostClock", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.date = func() time.Time { return time.Time{} }
+		res := b.pass(t, PassOptions{})
+		if want := base.Add(-DefaultSettle); !res.To.Equal(want) || len(res.Warnings) != 0 {
+			t.Fatalf("window to %v with warnings %q, want %v and none", res.To, res.Warnings, want)
+		}
+	})
+
 	// An outage longer than anything the provider keeps: the loop fetches
 	// all it still has, says what is lost, and advances.
 	t.Run("OutagePastTheProviderIsCutThere", func(t *testing.T) {

@@ -146,14 +146,19 @@ func (s *Stripe) list(ctx context.Context, w Window, types []string, found func(
 		var last string
 		for _, raw := range page.Data {
 			var head struct {
-				ID   string `json:"id"`
-				Type string `json:"type"`
+				ID      string `json:"id"`
+				Type    string `json:"type"`
+				Created int64  `json:"created"`
 			}
 			if err := json.Unmarshal(raw, &head); err != nil || head.ID == "" {
 				return fmt.Errorf("stripe: list events: an event without an id")
 			}
 			ev := &Event{Type: head.Type, Payload: raw, Headers: http.Header{"Content-Type": {"application/json; charset=utf-8"}}}
-			if err := found(&Candidate{ID: head.ID, Fetch: func(context.Context) (*Event, error) { return ev, nil }}); err != nil {
+			c := &Candidate{ID: head.ID, Fetch: func(context.Context) (*Event, error) { return ev, nil }}
+			if head.Created > 0 {
+				c.Created = time.Unix(head.Created, 0).UTC()
+			}
+			if err := found(c); err != nil {
 				return err
 			}
 			last = head.ID

@@ -40,6 +40,9 @@ type fakeStripe struct {
 	fail   func(n int, w http.ResponseWriter, r *http.Request) bool
 	// delay, when set, is slept per event a page lists: a slow API.
 	delay time.Duration
+	// date, when set, is the provider's clock its answers' Date header
+	// gives; setupStripe sets the runner's.
+	date func() time.Time
 }
 
 type stripeEvent struct {
@@ -87,6 +90,7 @@ func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	events := slices.Clone(f.events)
 	delay := f.delay
 	f.mu.Unlock()
+	setDate(w, f.date)
 	if r.Header.Get("Authorization") != "Bearer "+f.key {
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprintf(w, `{"error":{"message":"Invalid API Key provided: %s"}}`, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
@@ -165,6 +169,19 @@ func (b *runBundle) start(source string, r Reconciler, level slog.Level) {
 	}
 }
 
+// setDate sets the Date header from date, as a provider's clock; nil
+// leaves the server's, and a zero time sends none.
+func setDate(w http.ResponseWriter, date func() time.Time) {
+	if date == nil {
+		return
+	}
+	if at := date(); at.IsZero() {
+		w.Header()["Date"] = nil // the server adds none
+	} else {
+		w.Header().Set("Date", at.UTC().Format(http.TimeFormat))
+	}
+}
+
 func (b *runBundle) logsText() string { return b.logs.String() }
 
 func (b *runBundle) pass(t *testing.T, opts PassOptions) *Result {
@@ -192,6 +209,7 @@ type stripeBundle struct {
 func setupStripe(t *testing.T, opts StripeOptions) *stripeBundle {
 	t.Helper()
 	b := &stripeBundle{runBundle: newRunBundle(t), fake: &fakeStripe{t: t, key: "sk_test_51SECRETkeyABC"}}
+	b.fake.date = func() time.Time { return b.now }
 	srv := httptest.NewServer(b.fake)
 	t.Cleanup(srv.Close)
 	if opts.APIKey == "" {
