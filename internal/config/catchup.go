@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -145,6 +146,14 @@ func (c *Catchup) validate(key string, s *Source) []error {
 	}
 	if !(c.Rate >= minRate && c.Rate <= maxRate) { // NaN fails both
 		bad("rate", "is %v requests a second: use at least %v (a request every 10s) and at most %v (Stripe's test-mode limit), or leave it out for %v", c.Rate, minRate, maxRate, catchup.DefaultRate)
+	}
+	if c.APIBase != "" {
+		// Checked here, not by the reconciler, whose refusal quotes the
+		// URL whole: it may carry a key before its "@".
+		if u, err := url.Parse(c.APIBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("api_base", "%q is not an http(s) URL: write it like \"https://api.stripe.com\", or leave it out for the provider's API", RedactURL(c.APIBase))
+			return errs
+		}
 	}
 	var typesErr *catchup.TypesError
 	if _, err := s.Reconciler(); errors.As(err, &typesErr) {

@@ -157,7 +157,8 @@ func (d *Duration) UnmarshalText(b []byte) error {
 func (d *Duration) set(s string) error {
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a duration; write it like \"15s\", \"5m\" or \"72h\"", s)
+		// Not echoed: the parser names the line and the key.
+		return errors.New("not a duration: write it like 15s, 5m or 72h")
 	}
 	d.Duration = v
 	return nil
@@ -209,7 +210,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 	var c Config
 	md, err := toml.Decode(string(raw), &c)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, decodeError(err)
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		keys := make([]string, len(undecoded))
@@ -405,6 +406,28 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// decodeError is the parser's refusal with its line and key, without the
+// text it quotes: an unquoted secret (token = SEKRET) would be echoed.
+func decodeError(err error) error {
+	var pe toml.ParseError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("%w: %v", ErrInvalid, err) // type mismatches, which quote no value
+	}
+	where := fmt.Sprintf("line %d", pe.Position.Line)
+	if pe.LastKey != "" {
+		where += ", key " + pe.LastKey
+	}
+	msg := pe.Message
+	if quoted.MatchString(msg) {
+		msg = quoted.ReplaceAllString(msg, "text (not shown: it may be a secret)")
+		msg += `; a string value goes in double quotes, like token = "${FERRY_ADMIN_TOKEN}"`
+	}
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, where, msg)
+}
+
+// quoted matches a Go-quoted string, as the parser quotes what it found.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
 func joinLines(errs []error) error {
 	msgs := make([]string, len(errs))
 	for i, e := range errs {
@@ -555,10 +578,26 @@ func RedactURL(s string) string {
 	hadQuery := u.RawQuery != "" || u.ForceQuery
 	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
 	out := u.Redacted()
+	if u.User == nil {
+		out = maskUserinfo(out)
+	}
 	if hadQuery {
 		out += "?…"
 	}
 	return out
+}
+
+// maskUserinfo masks what url.Parse did not take for userinfo but may be:
+// in "https//user:password@host" (its "://" mistyped) everything from the
+// start of the path segment holding the first "@" to the last "@". It may
+// hide a path's "@"; it never shows a password.
+func maskUserinfo(s string) string {
+	first, last := strings.IndexByte(s, '@'), strings.LastIndexByte(s, '@')
+	if first < 0 {
+		return s
+	}
+	start := strings.LastIndexByte(s[:first], '/') + 1
+	return s[:start] + "xxxxx" + s[last:]
 }
 
 // sourceKey is how an error names source i's table: "source[0] (stripe)".

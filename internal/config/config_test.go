@@ -182,6 +182,9 @@ func TestRedactURL(t *testing.T) {
 		"postgres://ferry:SEKRET@db/ferry?sslmode=verify": "postgres://ferry:xxxxx@db/ferry?…",
 		"https//app.internal/hook?token=SEKRET":           "https//app.internal/hook?…",
 		"http://[::1/hook?token=SEKRET":                   "(unparseable)",
+		"https//u:SEKRET@app.internal/x":                  "https//xxxxx@app.internal/x",
+		"http//u:SEKRET@collector:4318":                   "http//xxxxx@collector:4318",
+		"https//u:SE@KRET@app.internal/x@y":               "https//xxxxx@y",
 	} {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
@@ -345,5 +348,44 @@ func TestHMACKeysCoverProviderFields(t *testing.T) {
 		if hmacKeys[fields.Field(i).Name] == "" {
 			t.Errorf("provider.HMACOptions.%s has no [source.hmac] key: add it to HMAC", fields.Field(i).Name)
 		}
+	}
+}
+
+// A line the parser cannot read is named by line and key, never by the
+// text the parser quotes: an unquoted value may be a secret.
+func TestParseErrorHidesTheText(t *testing.T) {
+	t.Parallel()
+	for name, raw := range map[string]string{
+		"unquoted token":  good + "[admin]\ntoken = TOPSECRETtoken9abcdef\n",
+		"unquoted secret": strings.Replace(good, `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = [TOPSECRET]`, 1),
+		"bad duration":    strings.Replace(good, `replay_window = "72h"`, `replay_window = "TOPSECRET"`, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(raw), env(nil))
+			wantInvalid(t, err, "line ", "", "TOPSECRET")
+			if !strings.Contains(err.Error(), "key admin.token") && !strings.Contains(err.Error(), "key source.") {
+				t.Errorf("err = %v, want the key", err)
+			}
+		})
+	}
+}
+
+// A URL with credentials where a URL cannot be is refused with them masked,
+// whatever key holds it.
+func TestParseMasksCredentialsInBadURLs(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})
+	for _, tc := range []struct{ name, edit, from, wantKey string }{
+		{"forward.url missing its colon", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "https//u:SEKRET@app.internal/x"`, "source[0] (stripe).forward.url"},
+		{"otlp_endpoint missing its colon", "\n[[source]]", "\n[telemetry]\notlp_endpoint = \"http//u:SEKRET@collector:4318\"\n[[source]]", "telemetry.otlp_endpoint"},
+		{"admin.public_url not http", "\n[[source]]", "\n[admin]\npublic_url = \"ftp://admin:SEKRET@ferry.example.com\"\n[[source]]", "admin.public_url"},
+		{"catchup.api_base not http", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\n[source.catchup]\napi_key = \"k\"\ntypes = [\"*\"]\napi_base = \"ftp://u:SEKRET@x\"", "source[0] (stripe).catchup.api_base"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			raw := strings.Replace(good, tc.edit, tc.from, 1)
+			_, err := Parse([]byte(raw), vars)
+			wantInvalid(t, err, tc.wantKey, "http", "SEKRET")
+		})
 	}
 }

@@ -178,11 +178,11 @@ func (c *Config) validateAdmin() []error {
 	if a.PublicURL != "" {
 		u, err := url.Parse(a.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", a.PublicURL)
+			bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", RedactURL(a.PublicURL))
 		} else if offHost := c.AdminServed() && !isLoopbackHost(u.Hostname()); offHost {
 			exposed = true
 			if !c.AdminAuth() {
-				bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", a.PublicURL)
+				bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", RedactURL(a.PublicURL))
 			}
 		}
 	}
