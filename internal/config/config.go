@@ -358,6 +358,10 @@ func (c *Config) validate() error {
 		if len(s.Secrets) == 0 {
 			bad(key+".secrets", "missing: list the signing secret, e.g. secrets = [\"%s\"]", s.secretRef())
 		}
+		for j, secret := range s.Secrets {
+			errs = append(errs, padded(fmt.Sprintf("%s.secrets[%d]", key, j), secret)...)
+		}
+		errs = append(errs, padded(key+".forward.secret", s.Forward.Secret)...)
 		switch {
 		case !slices.Contains(provider.Names(), s.Provider):
 			bad(key+".provider", "%q: use one of %s", s.Provider, strings.Join(provider.Names(), ", "))
@@ -404,6 +408,16 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(errs))
 	}
 	return nil
+}
+
+// padded refuses a credential with whitespace at either end, which no
+// sender's signature or client's header matches: every delivery or login
+// would fail. The value is never shown.
+func padded(key, secret string) []error {
+	if secret == strings.TrimSpace(secret) {
+		return nil
+	}
+	return []error{fmt.Errorf("%s: starts or ends with whitespace: remove the surrounding whitespace (a trailing newline from a file or variable?)", key)}
 }
 
 // decodeError is the parser's refusal with its line and key, without the

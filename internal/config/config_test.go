@@ -389,3 +389,31 @@ func TestParseMasksCredentialsInBadURLs(t *testing.T) {
 		})
 	}
 }
+
+// A credential with whitespace at either end (a trailing newline from a
+// file or a variable) is refused by key, without its value: no signature or
+// login would ever match it.
+func TestParseRejectsPaddedCredentials(t *testing.T) {
+	t.Parallel()
+	const secret = "SEKRET0123456789abcdef\n"
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "PADDED": secret})
+	fwd := `url = "http://127.0.0.1:3000/webhooks/stripe"`
+	for _, tc := range []struct{ name, edit, from, wantKey string }{
+		{"webhook secret", `"${STRIPE_WEBHOOK_SECRET}"`, `"${PADDED}"`, "source[0] (stripe).secrets[0]"},
+		{"forward secret", fwd, fwd + "\nsecret = \" whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"", "source[0] (stripe).forward.secret"},
+		{"admin token", "\n[[source]]", "\n[admin]\ntoken = \"${PADDED}\"\n[[source]]", "admin.token"},
+		{"admin password", "\n[[source]]", "\n[admin]\nuser = \"ops\"\npassword = \"${PADDED}\"\n[[source]]", "admin.password"},
+		{"catchup api_key", fwd, fwd + "\n[source.catchup]\napi_key = \"${PADDED}\"\ntypes = [\"*\"]", "source[0] (stripe).catchup.api_key"},
+		{"catchup token", fwd, fwd + "\n[source.catchup]\ntoken = \"${PADDED}\"\nhook = \"app/hook\"", "source[0] (stripe).catchup.token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			raw := strings.Replace(good, tc.edit, tc.from, 1)
+			if strings.Contains(tc.from, "token = ") && strings.Contains(tc.from, "hook") {
+				raw = strings.Replace(raw, `provider = "stripe"`, `provider = "github"`, 1)
+			}
+			_, err := Parse([]byte(raw), vars)
+			wantInvalid(t, err, tc.wantKey+": starts or ends with whitespace", "remove the surrounding whitespace", "SEKRET")
+		})
+	}
+}
