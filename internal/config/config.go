@@ -6,7 +6,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"reflect"
@@ -305,8 +304,8 @@ func (c *Config) validate() error {
 	if _, _, err := c.StoreKind(); err != nil {
 		bad("store.url", "%v", err)
 	}
-	if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
-		bad("http.listen", "%q is not host:port: write it like \"127.0.0.1:8080\"", c.HTTP.Listen)
+	if err := checkListen(c.HTTP.Listen); err != nil {
+		bad("http.listen", "%q %v: write it like \"127.0.0.1:8080\"", c.HTTP.Listen, err)
 	}
 	if c.HTTP.MaxInFlight < 0 {
 		bad("http.max_in_flight", "is %d: use a positive number of bytes, or leave it out for %d", c.HTTP.MaxInFlight, ferryhttp.DefaultMaxInFlightBytes)

@@ -89,6 +89,8 @@ func TestParseRejects(t *testing.T) {
 		{"bad standard webhooks secret", "provider = \"stripe\"\nsecrets = [\"${STRIPE_WEBHOOK_SECRET}\"]", "provider = \"standardwebhooks\"\nsecrets = [\"whsec_SEKRET!\"]", "source[0] (stripe).secrets[0]: not whsec_", `"whsec_" followed by base64`},
 		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
 		{"bad store", `url = "sqlite:ferry.db"`, `url = "mysql://x"`, "store.url", "sqlite:PATH"},
+		{"listen port past 65535", `listen = "127.0.0.1:8080"`, `listen = "127.0.0.1:99999"`, "http.listen", "no port from 0 to 65535"},
+		{"listen everywhere at the admin port", `listen = "127.0.0.1:8080"`, `listen = ":8081"`, "admin.listen", "a listener of its own"},
 		{"negative max_in_flight", `[http]`, "[http]\nmax_in_flight = -1", "http.max_in_flight", "positive number of bytes"},
 		{"max_body past max_in_flight", "\n[[source]]", "\nmax_in_flight = 8388608\n[[source]]\nmax_body = 9000000", "source[0] (stripe).max_body: is 9000000 but http.max_in_flight is 8388608", "raise http.max_in_flight to at least 9000000"},
 		{"negative body_timeout", `[http]`, "[http]\nbody_timeout = \"-1s\"", "http.body_timeout", "positive duration"},

@@ -1,9 +1,11 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -165,12 +167,12 @@ func (c *Config) validateAdmin() []error {
 		bad("admin.password", "admin.user and admin.password go together: set both (password as \"${FERRY_ADMIN_PASSWORD}\"), or neither")
 	}
 	exposed := false // reachable from other hosts
-	if _, _, err := net.SplitHostPort(a.Listen); err != nil {
-		bad("admin.listen", "%q is not host:port: write it like %q", a.Listen, DefaultAdminListen)
+	if err := checkListen(a.Listen); err != nil {
+		bad("admin.listen", "%q %v: write it like %q", a.Listen, err, DefaultAdminListen)
 	} else {
 		exposed = c.AdminServed() && !isLoopback(a.Listen)
-		if a.Listen == c.HTTP.Listen && !strings.HasSuffix(a.Listen, ":0") {
-			bad("admin.listen", "%s is also http.listen: the admin surface needs a listener of its own; use %s", a.Listen, DefaultAdminListen)
+		if listensOverlap(a.Listen, c.HTTP.Listen) {
+			bad("admin.listen", "%s is also http.listen (%s): both take the same port on a shared address; the admin surface needs a listener of its own; use %s", a.Listen, c.HTTP.Listen, DefaultAdminListen)
 		} else if exposed && !c.AdminAuth() {
 			bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, DefaultAdminListen)
 		}
@@ -211,6 +213,36 @@ func (c *Config) AdminAuth() bool { return c.Admin.Token != "" || c.Admin.User !
 // MinAdminSecret is the fewest characters admin.token and admin.password
 // may have when the admin listener is reachable from other hosts.
 const MinAdminSecret = 16
+
+// checkListen refuses a listen address that is not host:port with a port
+// from 0 to 65535 (0 picks a free one), which would fail only at bind.
+func checkListen(listen string) error {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return errors.New("is not host:port")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return errors.New("has no port from 0 to 65535")
+	}
+	return nil
+}
+
+// listensOverlap reports whether two valid listen addresses would take one
+// socket: the same port, not 0, on hosts that meet. An empty host, 0.0.0.0
+// and :: listen everywhere and meet any host; loopback addresses and
+// localhost meet each other (localhost resolves to both 127.0.0.1 and ::1).
+func listensOverlap(a, b string) bool {
+	hostA, portA, _ := net.SplitHostPort(a)
+	hostB, portB, _ := net.SplitHostPort(b)
+	numA, errA := strconv.ParseUint(portA, 10, 16)
+	numB, errB := strconv.ParseUint(portB, 10, 16)
+	if errA != nil || errB != nil || numA != numB || numA == 0 {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return wildcard(hostA) || wildcard(hostB) || strings.EqualFold(hostA, hostB) ||
+		isLoopbackHost(hostA) && isLoopbackHost(hostB)
+}
 
 // isLoopback reports whether a host:port listens on loopback only. An empty
 // host or 0.0.0.0 listens everywhere; a name other than localhost may
