@@ -38,12 +38,22 @@ func memoryLimit(cfg *config.Config, runsReceiver, runsWorker bool) int64 {
 	}
 	var budget int64
 	if runsReceiver {
-		budget += cfg.HTTP.MaxInFlight
+		budget = cfg.HTTP.MaxInFlight
 	}
 	if runsWorker {
-		budget += ferry.DefaultMaxHeldBytes + 2*maxBody
+		budget = addSaturating(budget, addSaturating(ferry.DefaultMaxHeldBytes, addSaturating(maxBody, maxBody)))
 	}
-	return memoryLimitBase + 2*budget
+	return addSaturating(memoryLimitBase, addSaturating(budget, budget))
+}
+
+// addSaturating is a + b for non-negative a and b, math.MaxInt64 where the
+// sum would overflow: a limit that wrapped negative would be no limit's
+// opposite. Config bounds the budgets; this holds without them.
+func addSaturating(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // setMemoryLimit applies memoryLimit unless GOMEMLIMIT is set (the runtime

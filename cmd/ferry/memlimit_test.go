@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,6 +44,17 @@ func TestMemoryLimit(t *testing.T) {
 				t.Errorf("memoryLimit = %d MiB, want %d MiB", got>>20, tc.wantMiB)
 			}
 		})
+	}
+}
+
+// Budgets whose sum would overflow give no limit, never a negative one.
+func TestMemoryLimitSaturates(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{HTTP: config.HTTP{MaxInFlight: math.MaxInt64}, Sources: []config.Source{{MaxBody: math.MaxInt64}}}
+	for _, roles := range [][2]bool{{true, true}, {true, false}, {false, true}} {
+		if got := memoryLimit(cfg, roles[0], roles[1]); got != math.MaxInt64 {
+			t.Errorf("memoryLimit(receiver %v, worker %v) = %d, want math.MaxInt64", roles[0], roles[1], got)
+		}
 	}
 }
 

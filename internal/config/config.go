@@ -190,6 +190,19 @@ const (
 	DefaultForwardTime  = 10 * time.Second
 )
 
+// Upper bounds, far past any real setting, that keep the sums and products
+// derived from a key (retention, the memory limit) from overflowing.
+const (
+	// MaxReplayWindow is a year: no provider redelivers for longer, and
+	// the default retention, twice the window, stays far from overflow.
+	MaxReplayWindow = 365 * 24 * time.Hour
+	// MaxBodyLimit is 1 GiB for a source's max_body: no provider sends a
+	// webhook near it (GitHub caps payloads at 25 MB).
+	MaxBodyLimit int64 = 1 << 30
+	// MaxInFlightLimit is 64 GiB for http.max_in_flight.
+	MaxInFlightLimit int64 = 64 << 30
+)
+
 // ErrInvalid is wrapped by every validation error.
 var ErrInvalid = errors.New("config invalid")
 
@@ -266,9 +279,10 @@ func (c *Config) applyDefaults() {
 		if s.ReplayWindow.Duration == 0 {
 			s.ReplayWindow.Duration = ferry.DefaultReplayWindow
 		}
-		// A negative window is refused alone, not with a retention
-		// derived from it that the file does not set.
-		if s.Retention.Duration == 0 && s.ReplayWindow.Duration > 0 {
+		// A negative window, or one past MaxReplayWindow, is refused
+		// alone, not with a retention derived from it that the file does
+		// not set.
+		if s.Retention.Duration == 0 && s.ReplayWindow.Duration > 0 && s.ReplayWindow.Duration <= MaxReplayWindow {
 			s.Retention.Duration = 2 * s.ReplayWindow.Duration
 		}
 		if s.MaxAttempts == 0 {
@@ -307,8 +321,8 @@ func (c *Config) validate() error {
 	if err := checkListen(c.HTTP.Listen); err != nil {
 		bad("http.listen", "%q %v: write it like \"127.0.0.1:8080\"", c.HTTP.Listen, err)
 	}
-	if c.HTTP.MaxInFlight < 0 {
-		bad("http.max_in_flight", "is %d: use a positive number of bytes, or leave it out for %d", c.HTTP.MaxInFlight, ferryhttp.DefaultMaxInFlightBytes)
+	if c.HTTP.MaxInFlight < 0 || c.HTTP.MaxInFlight > MaxInFlightLimit {
+		bad("http.max_in_flight", "is %d: use a positive number of bytes up to %d (64 GiB), or leave it out for %d", c.HTTP.MaxInFlight, MaxInFlightLimit, ferryhttp.DefaultMaxInFlightBytes)
 	}
 	// A negative duration would be taken for the default by some readers
 	// and refused by others, late and without the key.
@@ -333,7 +347,7 @@ func (c *Config) validate() error {
 	// third of the TTL, and a bound derived from a bad one says nothing.
 	if w.LeaseTTL.Duration < time.Second {
 		bad("worker.lease_ttl", "is %v: use at least 1s (the default is %v)", w.LeaseTTL.Duration, ferry.DefaultLeaseTTL)
-	} else if w.Heartbeat.Duration >= 0 && 3*w.Heartbeat.Duration > w.LeaseTTL.Duration {
+	} else if w.Heartbeat.Duration >= 0 && w.Heartbeat.Duration > w.LeaseTTL.Duration/3 { // 3 × heartbeat may overflow
 		bad("worker.heartbeat", "is %v but lease_ttl is %v: the TTL must be at least 3 × heartbeat so a living worker survives two missed beats; use heartbeat ≤ %v", w.Heartbeat.Duration, w.LeaseTTL.Duration, w.LeaseTTL.Duration/3)
 	}
 	if len(c.Sources) == 0 {
@@ -353,6 +367,9 @@ func (c *Config) validate() error {
 		seen[s.Name] = true
 		nonNegative(key+".tolerance", s.Tolerance, provider.DefaultTolerance)
 		nonNegative(key+".replay_window", s.ReplayWindow, ferry.DefaultReplayWindow)
+		if s.ReplayWindow.Duration > MaxReplayWindow {
+			bad(key+".replay_window", "is %v: use at most %v (a year; providers redeliver for days: Stripe and GitHub 72h)", s.ReplayWindow.Duration, MaxReplayWindow)
+		}
 		nonNegative(key+".retention", s.Retention, "2 × replay_window")
 		if len(s.Secrets) == 0 {
 			bad(key+".secrets", "missing: list the signing secret, e.g. secrets = [\"%s\"]", s.secretRef())
@@ -374,8 +391,8 @@ func (c *Config) validate() error {
 				errs = append(errs, optionsError(key, err))
 			}
 		}
-		if s.MaxBody < 0 {
-			bad(key+".max_body", "is %d: use a positive number of bytes", s.MaxBody)
+		if s.MaxBody < 0 || s.MaxBody > MaxBodyLimit {
+			bad(key+".max_body", "is %d: use a positive number of bytes up to %d (1 GiB), or leave it out for %d", s.MaxBody, MaxBodyLimit, DefaultMaxBody)
 		} else if c.HTTP.MaxInFlight > 0 && s.MaxBody > c.HTTP.MaxInFlight {
 			bad(key+".max_body", "is %d but http.max_in_flight is %d: such a body fits only when nothing else is in flight, so under steady traffic it gets 503 for ever; raise http.max_in_flight to at least %d, or lower max_body", s.MaxBody, c.HTTP.MaxInFlight, s.MaxBody)
 		}
@@ -528,9 +545,9 @@ var hmacKeys = func() map[string]string {
 }()
 
 // windowsValid reports whether replay_window and retention are not
-// negative, so a rule comparing them (or a key with them) says something.
+// negative (nor the window past MaxReplayWindow), so a rule comparing them (or a key with them) says something.
 func (s *Source) windowsValid() bool {
-	return s.ReplayWindow.Duration > 0 && s.Retention.Duration > 0
+	return s.ReplayWindow.Duration > 0 && s.ReplayWindow.Duration <= MaxReplayWindow && s.Retention.Duration > 0
 }
 
 // ProviderOptions are the source's provider settings, for its verifier and
