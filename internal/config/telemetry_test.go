@@ -43,6 +43,7 @@ sampling_ratio = 0.25
 		{"EndpointWithQuery", `otlp_endpoint = "http://c:4318?x=1"`, "telemetry.otlp_endpoint", "base URL"},
 		{"EndpointWithPassword", `otlp_endpoint = "https://user:SEKRET@otlp.example"`, "telemetry.otlp_endpoint", "OTEL_EXPORTER_OTLP_HEADERS"},
 		{"EndpointWithKeyAsUser", `otlp_endpoint = "https://SEKRET@otlp.example"`, "telemetry.otlp_endpoint", "OTEL_EXPORTER_OTLP_HEADERS"},
+		{"EndpointWithTracesPath", `otlp_endpoint = "http://127.0.0.1:4318/v1/traces"`, "telemetry.otlp_endpoint", "remove it"},
 		{"Protocol", `protocol = "http/json"`, "telemetry.protocol", `use "http"`},
 		{"RatioAboveOne", `sampling_ratio = 1.5`, "telemetry.sampling_ratio", "from 0"},
 		{"NegativeRatio", `sampling_ratio = -0.1`, "telemetry.sampling_ratio", "from 0"},
