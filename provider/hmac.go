@@ -115,6 +115,14 @@ func NewHMAC(opts Options) (*HMAC, error) {
 	if h.Header == "" {
 		return nil, fmt.Errorf("%w: HMAC.Header is required", ErrInvalidOptions)
 	}
+	for _, hdr := range []struct{ field, name string }{
+		{"Header", h.Header}, {"EventIDHeader", h.EventIDHeader}, {"TypeHeader", h.TypeHeader}, {"TimestampHeader", h.TimestampHeader},
+	} {
+		if hdr.name != "" && !validHeaderName(hdr.name) {
+			// A sender cannot send such a header: every delivery would fail.
+			return nil, fmt.Errorf("%w: HMAC.%s %q is not an HTTP header name: use letters, digits and - only, like \"X-Signature\"", ErrInvalidOptions, hdr.field, hdr.name)
+		}
+	}
 	if (h.EventIDHeader == "") == (h.EventIDField == "") {
 		return nil, fmt.Errorf("%w: set exactly one of HMAC.EventIDHeader and HMAC.EventIDField", ErrInvalidOptions)
 	}
@@ -152,6 +160,17 @@ func NewHMAC(opts Options) (*HMAC, error) {
 	}
 	v.opts = h
 	return v, nil
+}
+
+// validHeaderName reports whether s is an HTTP field name: a token of
+// RFC 9110's tchar.
+func validHeaderName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Verify implements ferry.Verifier.

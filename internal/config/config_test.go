@@ -331,6 +331,8 @@ func TestParseProviderOptionsNameKeys(t *testing.T) {
 		{"no header", "provider = \"hmac\"\n[source.hmac]\nevent_id_header = \"X-Id\"", "source[0] (s).hmac: header is required"},
 		{"two ids", "provider = \"hmac\"\n[source.hmac]\nheader = \"X-Sig\"\nevent_id_header = \"X-Id\"\nevent_id_field = \"id\"", "source[0] (s).hmac: set exactly one of event_id_header and event_id_field"},
 		{"signed id from the body", "provider = \"hmac\"\n[source.hmac]\nheader = \"X-Sig\"\nmode = \"id.timestamp.body\"\nevent_id_field = \"id\"", "needs event_id_header and timestamp_header"},
+		{"header not a token", "provider = \"hmac\"\n[source.hmac]\nheader = \"X Sig\"\nevent_id_header = \"X-Id\"", `source[0] (s).hmac: header "X Sig" is not an HTTP header name`},
+		{"id header not a token", "provider = \"hmac\"\n[source.hmac]\nheader = \"X-Sig\"\nevent_id_header = \"X:Id\"", `source[0] (s).hmac: event_id_header "X:Id" is not an HTTP header name`},
 		{"bad mode", "provider = \"hmac\"\n[source.hmac]\nheader = \"X-Sig\"\nevent_id_header = \"X-Id\"\nmode = \"all\"", `source[0] (s).hmac: mode "all" (valid: body, id.timestamp.body)`},
 		{"hmac table on stripe", "provider = \"stripe\"\n[source.hmac]\nheader = \"X-Sig\"", `source[0] (s).hmac: is set, but provider is "stripe"`},
 	} {
