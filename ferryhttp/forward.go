@@ -96,6 +96,12 @@ func CheckForwardURL(rawURL string) error {
 		// Not even the scheme is named: in "user:key@host" it is the user.
 		return fmt.Errorf("%w: ferryhttp: ForwarderOptions.URL is not an http or https URL with a host: %s", ferry.ErrInvalidParams, fix)
 	}
+	if p := u.Port(); p != "" {
+		// url.Parse takes any digits; a dial to port 0 or past 65535 fails.
+		if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+			return fmt.Errorf("%w: ferryhttp: ForwarderOptions.URL has a port outside 1-65535: %s", ferry.ErrInvalidParams, fix)
+		}
+	}
 	return nil
 }
 

@@ -188,6 +188,8 @@ func TestForwarderURL(t *testing.T) {
 		"http:///hooks?token=" + appToken,
 		"https://user:" + appToken + "@/hooks",
 		"/hooks?token=" + appToken,
+		"http://127.0.0.1:99999/hooks?token=" + appToken,
+		"http://127.0.0.1:0/hooks?token=" + appToken,
 	} {
 		_, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: u})
 		if !errors.Is(err, ferry.ErrInvalidParams) {

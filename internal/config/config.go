@@ -407,7 +407,7 @@ func (c *Config) validate() error {
 		}
 		if s.Forward.URL != "" {
 			if ferryhttp.CheckForwardURL(s.Forward.URL) != nil {
-				bad(key+".forward.url", "%q is not an http(s) URL: write it like \"http://127.0.0.1:3000/webhooks\"", RedactURL(s.Forward.URL))
+				bad(key+".forward.url", "%q is not an http(s) URL with a port from 1 to 65535, if any: write it like \"http://127.0.0.1:3000/webhooks\"", RedactURL(s.Forward.URL))
 			}
 		}
 		nonNegative(key+".forward.timeout", s.Forward.Timeout, DefaultForwardTime)
