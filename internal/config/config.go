@@ -190,6 +190,11 @@ const (
 	DefaultForwardTime  = 10 * time.Second
 )
 
+// MinTolerance is the least tolerance a source may set: a delivery's signed
+// time is seconds old on arrival, a provider's retry may be older, and
+// clocks drift; below a minute honest deliveries fail as stale.
+const MinTolerance = time.Minute
+
 // Upper bounds, far past any real setting, that keep the sums and products
 // derived from a key (retention, the memory limit) from overflowing.
 const (
@@ -366,6 +371,9 @@ func (c *Config) validate() error {
 		}
 		seen[s.Name] = true
 		nonNegative(key+".tolerance", s.Tolerance, provider.DefaultTolerance)
+		if s.Tolerance.Duration > 0 && s.Tolerance.Duration < MinTolerance {
+			bad(key+".tolerance", "is %v: use at least 1m (the default is %v): a delivery's signed time is seconds old when it arrives, and the two clocks differ, so every delivery would get 401 stale_timestamp", s.Tolerance.Duration, provider.DefaultTolerance)
+		}
 		nonNegative(key+".replay_window", s.ReplayWindow, ferry.DefaultReplayWindow)
 		if s.ReplayWindow.Duration > MaxReplayWindow {
 			bad(key+".replay_window", "is %v: use at most %v (a year; providers redeliver for days: Stripe and GitHub 72h)", s.ReplayWindow.Duration, MaxReplayWindow)
