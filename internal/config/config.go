@@ -4,6 +4,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -190,6 +191,17 @@ const (
 	DefaultForwardTime  = 10 * time.Second
 )
 
+// MinPollInterval is the least worker.poll_interval: each look is a store
+// query, and a shorter interval spins a CPU for nothing.
+const MinPollInterval = 10 * time.Millisecond
+
+// retryBaseDefault and retryCapDefault are ferry.Config's defaults of
+// RetryBase and RetryCap, to compare what the engine will use.
+const (
+	retryBaseDefault = time.Second
+	retryCapDefault  = time.Hour
+)
+
 // MinTolerance is the least tolerance a source may set: a delivery's signed
 // time is seconds old on arrival, a provider's retry may be older, and
 // clocks drift; below a minute honest deliveries fail as stale.
@@ -344,6 +356,12 @@ func (c *Config) validate() error {
 	nonNegative("worker.shutdown_grace", w.ShutdownGrace, ferry.DefaultShutdownGrace)
 	nonNegative("worker.retry_base", w.RetryBase, "the default")
 	nonNegative("worker.retry_cap", w.RetryCap, "the default")
+	if w.PollInterval.Duration > 0 && w.PollInterval.Duration < MinPollInterval {
+		bad("worker.poll_interval", "is %v: use at least 10ms (the default is %v): each look is a store query, and below that the worker spins a CPU", w.PollInterval.Duration, ferry.DefaultPollInterval)
+	}
+	if base, retryCap := cmp.Or(w.RetryBase.Duration, retryBaseDefault), cmp.Or(w.RetryCap.Duration, retryCapDefault); base > 0 && retryCap > 0 && base > retryCap {
+		bad("worker.retry_base", "is %v, above retry_cap %v: the engine would cut every wait to the cap; lower retry_base or raise retry_cap", base, retryCap)
+	}
 	if w.Workers < 0 {
 		bad("worker.workers", "is %d: use a positive number, or leave it out for %d", w.Workers, ferry.DefaultWorkers)
 	}
