@@ -53,17 +53,25 @@ func expand(v reflect.Value, key string, lookup func(string) (string, bool)) []e
 
 // expandEnv replaces ${NAME} (only that form, so a secret may hold a "$").
 func expandEnv(s string, lookup func(string) (string, bool)) (string, error) {
-	var missing []string
+	var missing, empty []string
 	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
 		name := ref[2 : len(ref)-1]
 		v, ok := lookup(name)
-		if !ok || v == "" {
+		switch {
+		case !ok:
 			missing = append(missing, name)
+		case v == "":
+			empty = append(empty, name)
 		}
 		return v
 	})
 	if len(missing) > 0 {
 		return "", fmt.Errorf("environment variable %s is not set: export it before starting ferry", strings.Join(missing, ", "))
+	}
+	if len(empty) > 0 {
+		// Set but empty is a different mistake: a file or secret store
+		// that gave nothing.
+		return "", fmt.Errorf("environment variable %s is empty: give it a value before starting ferry", strings.Join(empty, ", "))
 	}
 	return out, nil
 }

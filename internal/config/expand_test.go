@@ -48,6 +48,8 @@ service_name = "ferry-${NAME}"
 
 	_, err = Parse([]byte(good+"[source.catchup]\napi_key = \"k\"\ntypes = [\"${TYPE}\"]\n"), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
 	wantInvalid(t, err, "source[0].catchup.types[0]: environment variable TYPE is not set", "export it", "")
+	_, err = Parse([]byte(good+"[source.catchup]\napi_key = \"k\"\ntypes = [\"${TYPE}\"]\n"), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "TYPE": ""}))
+	wantInvalid(t, err, "source[0].catchup.types[0]: environment variable TYPE is empty", "give it a value", "")
 	_, err = Parse([]byte(strings.Replace(good, `replay_window = "72h"`, `replay_window = "${WINDOW}"`, 1)), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "WINDOW": "3 days"}))
 	wantInvalid(t, err, `source[0].replay_window: ${WINDOW} does not expand to a duration`, `"72h"`, "")
 	if strings.Contains(err.Error(), "3 days") {
