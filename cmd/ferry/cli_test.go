@@ -411,6 +411,12 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "does not accept connections") {
 			t.Errorf("app down: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
 		}
+		// The fix names the key as a config error does.
+		for _, f := range r.Findings {
+			if strings.Contains(f.Message, "does not accept connections") && !strings.Contains(f.Fix, "fix source[0] (stripe).forward.url;") {
+				t.Errorf("fix %q: want the key as config names it, source[0] (stripe).forward.url", f.Fix)
+			}
+		}
 	})
 	// A store that answers but cannot write (sessions read-only, as on a
 	// standby after failover) fails, with the fix.

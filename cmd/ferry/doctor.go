@@ -132,7 +132,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 	ok("config %s: %s", configPath, countOf(len(cfg.Sources), "source"))
 	for i, s := range cfg.Sources {
 		if s.Forward.URL == "" {
-			warn(fmt.Sprintf("set source[%d].forward.url, or run this config only with serve --role receiver", i),
+			warn("set "+config.SourceKey(i, s.Name)+".forward.url, or run this config only with serve --role receiver",
 				"source %s: no forward.url; a worker cannot deliver its events", s.Name)
 			continue
 		}
@@ -143,7 +143,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		}
 		conn, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", host)
 		if err != nil {
-			fail("start the app, or fix source."+s.Name+".forward.url; events wait and retry meanwhile, and die when their attempts run out",
+			fail("start the app, or fix "+config.SourceKey(i, s.Name)+".forward.url; events wait and retry meanwhile, and die when their attempts run out",
 				"source %s: the app at %s does not accept connections: %v", s.Name, config.RedactURL(s.Forward.URL), err)
 			continue
 		}

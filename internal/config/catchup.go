@@ -192,7 +192,7 @@ func (c *Config) CatchupCredentialsKey(name string) string {
 		case s.Provider == "github":
 			key = "app_id and private_key"
 		}
-		return sourceKey(i, name) + ".catchup." + key
+		return SourceKey(i, name) + ".catchup." + key
 	}
 	return ""
 }

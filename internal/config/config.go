@@ -378,7 +378,7 @@ func (c *Config) validate() error {
 	}
 	seen := map[string]bool{}
 	for i, s := range c.Sources {
-		key := sourceKey(i, s.Name)
+		key := SourceKey(i, s.Name)
 		switch {
 		case s.Name == "":
 			bad(key+".name", "missing: name the source; it becomes the URL path /webhooks/NAME")
@@ -656,8 +656,9 @@ func maskUserinfo(s string) string {
 	return s[:start] + "xxxxx" + s[last:]
 }
 
-// sourceKey is how an error names source i's table: "source[0] (stripe)".
-func sourceKey(i int, name string) string {
+// SourceKey is how an error names source i's table: "source[0] (stripe)";
+// doctor's fix lines name keys the same way.
+func SourceKey(i int, name string) string {
 	if name == "" {
 		return fmt.Sprintf("source[%d]", i)
 	}
