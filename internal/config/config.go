@@ -360,7 +360,11 @@ func (c *Config) validate() error {
 		bad("worker.poll_interval", "is %v: use at least 10ms (the default is %v): each look is a store query, and below that the worker spins a CPU", w.PollInterval.Duration, ferry.DefaultPollInterval)
 	}
 	if base, retryCap := cmp.Or(w.RetryBase.Duration, retryBaseDefault), cmp.Or(w.RetryCap.Duration, retryCapDefault); base > 0 && retryCap > 0 && base > retryCap {
-		bad("worker.retry_base", "is %v, above retry_cap %v: the engine would cut every wait to the cap; lower retry_base or raise retry_cap", base, retryCap)
+		if w.RetryBase.Duration == 0 { // the file set only the cap
+			bad("worker.retry_cap", "is %v, below retry_base's default %v: the engine would cut every wait to the cap; set retry_base at most %v too", retryCap, base, retryCap)
+		} else {
+			bad("worker.retry_base", "is %v, above retry_cap %v: the engine would cut every wait to the cap; lower retry_base or raise retry_cap", base, retryCap)
+		}
 	}
 	if w.Workers < 0 {
 		bad("worker.workers", "is %d: use a positive number, or leave it out for %d", w.Workers, ferry.DefaultWorkers)

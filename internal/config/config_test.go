@@ -100,6 +100,7 @@ func TestParseRejects(t *testing.T) {
 		{"poll_interval below 10ms", `[http]`, "[worker]\npoll_interval = \"1ns\"\n[http]", "worker.poll_interval: is 1ns", "use at least 10ms"},
 		{"retry_base above retry_cap", `[http]`, "[worker]\nretry_base = \"10m\"\nretry_cap = \"1m\"\n[http]", "worker.retry_base: is 10m0s, above retry_cap 1m0s", "raise retry_cap"},
 		{"retry_base above the default cap", `[http]`, "[worker]\nretry_base = \"2h\"\n[http]", "worker.retry_base: is 2h0m0s, above retry_cap 1h0m0s", "raise retry_cap"},
+		{"retry_cap below the default base", `[http]`, "[worker]\nretry_cap = \"500ms\"\n[http]", "worker.retry_cap: is 500ms, below retry_base's default 1s", "set retry_base"},
 		{"negative max_in_flight", `[http]`, "[http]\nmax_in_flight = -1", "http.max_in_flight", "positive number of bytes"},
 		{"max_body past max_in_flight", "\n[[source]]", "\nmax_in_flight = 8388608\n[[source]]\nmax_body = 9000000", "source[0] (stripe).max_body: is 9000000 but http.max_in_flight is 8388608", "raise http.max_in_flight to at least 9000000"},
 		{"negative body_timeout", `[http]`, "[http]\nbody_timeout = \"-1s\"", "http.body_timeout", "positive duration"},
