@@ -73,7 +73,8 @@ type Config struct {
 
 	// RetryBase and RetryCap shape the backoff: attempt n waits a random
 	// time between 0 and min(RetryCap, RetryBase × 2^(n-1)) (exponential
-	// with full jitter). Default to 1 second and 1 hour.
+	// with full jitter). Default to DefaultRetryBase (1 s) and
+	// DefaultRetryCap (1 h).
 	RetryBase time.Duration
 	RetryCap  time.Duration
 
@@ -135,6 +136,8 @@ const (
 	DefaultShutdownGrace = 10 * time.Second
 	DefaultMaxAttempts   = 25
 	DefaultReplayWindow  = 72 * time.Hour
+	DefaultRetryBase     = time.Second
+	DefaultRetryCap      = time.Hour
 )
 
 // batchWriters is how many completion batches, and how many failure
@@ -157,8 +160,8 @@ func NewClient(cfg *Config) (*Client, error) {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
 	c.Prefetch = cmp.Or(c.Prefetch, max(1, c.Workers/2))
 	c.MaxHeldBytes = cmp.Or(c.MaxHeldBytes, DefaultMaxHeldBytes)
-	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
-	c.RetryCap = cmp.Or(c.RetryCap, time.Hour)
+	c.RetryBase = cmp.Or(c.RetryBase, DefaultRetryBase)
+	c.RetryCap = cmp.Or(c.RetryCap, DefaultRetryCap)
 	if c.Workers < 0 || c.Prefetch < 0 || c.MaxHeldBytes < 0 || c.LeaseTTL < 0 || c.PollInterval < 0 || c.ShutdownGrace < 0 || c.RetryBase < 0 || c.RetryCap < 0 {
 		return nil, fmt.Errorf("%w: Config durations, Workers, Prefetch and MaxHeldBytes may not be negative", ErrInvalidParams)
 	}

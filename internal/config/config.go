@@ -195,13 +195,6 @@ const (
 // query, and a shorter interval spins a CPU for nothing.
 const MinPollInterval = 10 * time.Millisecond
 
-// retryBaseDefault and retryCapDefault are ferry.Config's defaults of
-// RetryBase and RetryCap, to compare what the engine will use.
-const (
-	retryBaseDefault = time.Second
-	retryCapDefault  = time.Hour
-)
-
 // MinTolerance is the least tolerance a source may set: a delivery's signed
 // time is seconds old on arrival, a provider's retry may be older, and
 // clocks drift; below a minute honest deliveries fail as stale.
@@ -359,7 +352,7 @@ func (c *Config) validate() error {
 	if w.PollInterval.Duration > 0 && w.PollInterval.Duration < MinPollInterval {
 		bad("worker.poll_interval", "is %v: use at least 10ms (the default is %v): each look is a store query, and below that the worker spins a CPU", w.PollInterval.Duration, ferry.DefaultPollInterval)
 	}
-	if base, retryCap := cmp.Or(w.RetryBase.Duration, retryBaseDefault), cmp.Or(w.RetryCap.Duration, retryCapDefault); base > 0 && retryCap > 0 && base > retryCap {
+	if base, retryCap := cmp.Or(w.RetryBase.Duration, ferry.DefaultRetryBase), cmp.Or(w.RetryCap.Duration, ferry.DefaultRetryCap); base > 0 && retryCap > 0 && base > retryCap {
 		if w.RetryBase.Duration == 0 { // the file set only the cap
 			bad("worker.retry_cap", "is %v, below retry_base's default %v: the engine would cut every wait to the cap; set retry_base at most %v too", retryCap, base, retryCap)
 		} else {
