@@ -17,8 +17,8 @@ type Pinger interface {
 }
 
 // Health serves /healthz (the process is up) and /readyz (the store answers
-// and can write within two seconds, and the process is neither starting nor
-// shutting down), for load balancers and orchestrators.
+// within two seconds and does not refuse writes, and the process is neither
+// starting nor shutting down), for load balancers and orchestrators.
 type Health struct {
 	Store    Pinger
 	starting atomic.Bool

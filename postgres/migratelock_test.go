@@ -56,7 +56,11 @@ func TestMigrateBoundsItsLockWait(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiting for the migration to wait for its lock: %v", err)
 		}
-		time.Sleep(10 * time.Millisecond) // a poll's pace, well inside one lock wait
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate returned %v before it was seen waiting for its lock", err)
+		case <-time.After(10 * time.Millisecond): // a poll's pace, well inside one lock wait
+		}
 	}
 
 	// A reader arriving now queues behind the waiting DDL; it must finish

@@ -62,6 +62,9 @@ and advances the checkpoint when the window covers it.`)
 	runner.Store = st
 
 	res, err := runner.Pass(ctx, catchup.PassOptions{Since: *since, DryRun: *dryRun})
+	if res == nil && *asJSON {
+		res = &catchup.Result{Source: *source} // a pass that failed before its window
+	}
 	if res != nil {
 		if *asJSON {
 			enc := json.NewEncoder(stdout)

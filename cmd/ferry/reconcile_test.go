@@ -23,6 +23,7 @@ import (
 	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 const stripeAPIKey = "sk_test_e2eSECRETkey0123456789"
@@ -229,7 +230,8 @@ func TestReconcile(t *testing.T) {
 			http.Error(w, `{"error":{"message":"Invalid API Key provided"}}`, http.StatusUnauthorized)
 		}))
 		t.Cleanup(refusing.Close)
-		cfg := withCatchup(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), "http://127.0.0.1:9/app", ""), refusing.URL, "0")
+		dbPath := filepath.Join(t.TempDir(), "ferry.db")
+		cfg := withCatchup(t, writeConfig(t, "sqlite:"+dbPath, "http://127.0.0.1:9/app", ""), refusing.URL, "0")
 		if _, errOut, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
 			t.Fatalf("migrate: exit %d %s", code, errOut)
 		}
@@ -248,6 +250,21 @@ func TestReconcile(t *testing.T) {
 		}
 		if err := json.Unmarshal([]byte(out), &res); code != 1 || err != nil || !res.Failed || res.Advanced {
 			t.Fatalf("refused pass --json: exit %d, %v, %+v, want 1 and failed=true\n%s", code, err, res, out)
+		}
+		// A pass that fails before its window (a checkpoint it cannot
+		// read) still prints its JSON.
+		st, err := sqlite.Open(dbPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: catchup.CheckpointName("stripe"), Value: "not a time"}); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		out, _, code = runFerry(t, "reconcile", "--config", cfg, "--source", "stripe", "--json")
+		res.Failed = false
+		if err := json.Unmarshal([]byte(out), &res); code != 1 || err != nil || !res.Failed {
+			t.Fatalf("pass failed before its window --json: exit %d, %v, %+v, want 1 and failed=true\n%s", code, err, res, out)
 		}
 	})
 

@@ -620,8 +620,8 @@ func (c *Config) Policies() []ferry.SourcePolicy {
 	return out
 }
 
-// RedactURL is s fit for an error or a log line: without its password,
-// query and fragment, any of which may carry a token (an app's ?token=, a
+// RedactURL is s fit for an error or a log line: without its password (or
+// a user given alone, which may be a key), query and fragment, any of which may carry a token (an app's ?token=, a
 // DSN's ?password=). A dropped query shows as "?…".
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
@@ -630,6 +630,9 @@ func RedactURL(s string) string {
 	}
 	hadQuery := u.RawQuery != "" || u.ForceQuery
 	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+	if _, hasPassword := u.User.Password(); u.User != nil && !hasPassword {
+		u.User = url.User("xxxxx") // a user alone may be a key (https://sk_live_…@host)
+	}
 	out := u.Redacted()
 	if u.User == nil {
 		out = maskUserinfo(out)

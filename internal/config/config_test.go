@@ -192,6 +192,7 @@ func TestRedactURL(t *testing.T) {
 		"https://app.internal/hook?token=SEKRET":          "https://app.internal/hook?…",
 		"https://app.internal/hook#SEKRET":                "https://app.internal/hook",
 		"postgres://ferry:SEKRET@db/ferry?sslmode=verify": "postgres://ferry:xxxxx@db/ferry?…",
+		"https://sk_live_SEKRET@api.stripe.com":           "https://xxxxx@api.stripe.com",
 		"https//app.internal/hook?token=SEKRET":           "https//app.internal/hook?…",
 		"http://[::1/hook?token=SEKRET":                   "(unparseable)",
 		"https//u:SEKRET@app.internal/x":                  "https//xxxxx@app.internal/x",

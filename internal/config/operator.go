@@ -229,8 +229,9 @@ func checkListen(listen string) error {
 
 // listensOverlap reports whether two valid listen addresses would take one
 // socket: the same port, not 0, on hosts that meet. An empty host, 0.0.0.0
-// and :: listen everywhere and meet any host; loopback addresses and
-// localhost meet each other (localhost resolves to both 127.0.0.1 and ::1).
+// and :: listen everywhere and meet any host; localhost meets 127.0.0.1 and
+// ::1, which it resolves to. Two other addresses meet only when they are the
+// same: 127.0.0.1 and 127.0.0.2, or ::1, are separate sockets.
 func listensOverlap(a, b string) bool {
 	hostA, portA, _ := net.SplitHostPort(a)
 	hostB, portB, _ := net.SplitHostPort(b)
@@ -240,8 +241,13 @@ func listensOverlap(a, b string) bool {
 		return false
 	}
 	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	localhost := func(h, other string) bool {
+		ip := net.ParseIP(other)
+		return strings.EqualFold(h, "localhost") && ip != nil && (ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback))
+	}
+	ipA, ipB := net.ParseIP(hostA), net.ParseIP(hostB)
 	return wildcard(hostA) || wildcard(hostB) || strings.EqualFold(hostA, hostB) ||
-		isLoopbackHost(hostA) && isLoopbackHost(hostB)
+		ipA != nil && ipA.Equal(ipB) || localhost(hostA, hostB) || localhost(hostB, hostA)
 }
 
 // isLoopback reports whether a host:port listens on loopback only. An empty
