@@ -19,16 +19,14 @@ var _ catchup.Observer = (*CatchupMetrics)(nil)
 // in the log says why. And how serve's passes ended:
 // ferry_catchup_passes_total{source, outcome="ok"|"failed"}; failures with
 // no ok mean catch-up is not running (a revoked key, an API that refuses).
-// For each source whose loop runs here (LoopStarted),
-// ferry_catchup_interval_seconds and ferry_catchup_last_ok_timestamp_seconds
-// say how long it has gone without a pass that ended ok, whatever the
-// interval.
+// And ferry_catchup_interval_seconds{source}, the loop's interval
+// (SetInterval), which FerryCatchupFailing compares with the checkpoint's
+// age (StatsCollector).
 type CatchupMetrics struct {
 	sources  []string
 	events   *prom.CounterVec
 	passes   *prom.CounterVec
 	interval *prom.GaugeVec
-	lastOK   *prom.GaugeVec
 }
 
 // NewCatchupMetrics registers the counter on reg, every source in sources
@@ -46,14 +44,10 @@ func NewCatchupMetrics(reg prom.Registerer, sources []string) *CatchupMetrics {
 		}, []string{"source", "outcome"}),
 		interval: prom.NewGaugeVec(prom.GaugeOpts{
 			Namespace: "ferry", Name: "catchup_interval_seconds",
-			Help: "The interval of the source's catch-up loop on this instance; absent where it does not run.",
-		}, []string{"source"}),
-		lastOK: prom.NewGaugeVec(prom.GaugeOpts{
-			Namespace: "ferry", Name: "catchup_last_ok_timestamp_seconds",
-			Help: "When the source's last catch-up pass on this instance ended ok (Unix seconds), or its loop started if none has; only the lease holder runs passes, so take the max over instances.",
+			Help: "How often serve runs a catch-up pass of the source, by the config; absent for a source without a loop.",
 		}, []string{"source"}),
 	}
-	reg.MustRegister(m.events, m.passes, m.interval, m.lastOK)
+	reg.MustRegister(m.events, m.passes, m.interval)
 	for _, s := range sources {
 		m.events.WithLabelValues(s, catchup.OutcomeNew)
 		m.events.WithLabelValues(s, catchup.OutcomeKnown)
@@ -64,19 +58,16 @@ func NewCatchupMetrics(reg prom.Registerer, sources []string) *CatchupMetrics {
 	return m
 }
 
-// LoopStarted exports the source's loop interval, and its start as the
-// last ok pass until one is.
-func (m *CatchupMetrics) LoopStarted(source string, interval time.Duration) {
+// SetInterval exports the interval of the source's catch-up loop. Every
+// instance exports it from the config, whether or not it holds the loop's
+// lease, so an alert still sees it when no instance runs the loop.
+func (m *CatchupMetrics) SetInterval(source string, interval time.Duration) {
 	m.interval.WithLabelValues(source).Set(interval.Seconds())
-	m.lastOK.WithLabelValues(source).SetToCurrentTime()
 }
 
-// CatchupPass counts one pass of serve's loop, and dates an ok one.
+// CatchupPass counts one pass of serve's loop.
 func (m *CatchupMetrics) CatchupPass(source, outcome string) {
 	m.passes.WithLabelValues(source, outcome).Inc()
-	if outcome == catchup.PassOK {
-		m.lastOK.WithLabelValues(source).SetToCurrentTime()
-	}
 }
 
 // CatchupEvent counts one listed event.

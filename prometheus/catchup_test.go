@@ -1,17 +1,21 @@
 package prometheus_test
 
 import (
+	"context"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/catchup"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
+	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/prometheus"
+	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
 )
 
 func TestCatchupMetrics(t *testing.T) {
@@ -42,38 +46,34 @@ func TestCatchupMetrics(t *testing.T) {
 			t.Errorf("metrics lack %s:\n%s", want, raw)
 		}
 	}
-	if strings.Contains(raw, "ferry_catchup_last_ok_timestamp_seconds") || strings.Contains(raw, "ferry_catchup_interval_seconds") {
-		t.Errorf("a loop's gauges before any loop started:\n%s", raw)
+	if strings.Contains(raw, "ferry_catchup_interval_seconds") {
+		t.Errorf("an interval before any was set:\n%s", raw)
 	}
-
-	// The loop's start counts as its last ok pass until one is; an ok
-	// pass dates it.
-	m.LoopStarted("stripe", 15*time.Minute)
-	m.CatchupPass("github", catchup.PassOK)
+	m.SetInterval("stripe", 15*time.Minute)
 	_, raw = testhttp.Get(t, srv.URL)
 	if !strings.Contains(raw, `ferry_catchup_interval_seconds{source="stripe"} 900`) || strings.Contains(raw, `ferry_catchup_interval_seconds{source="github"}`) {
 		t.Errorf("interval gauge: want stripe's loop alone:\n%s", raw)
 	}
-	for _, source := range []string{"stripe", "github"} {
-		at := lastOK(t, raw, source)
-		if now := float64(time.Now().Unix()); at < now-600 || at > now+1 {
-			t.Errorf("%s: ferry_catchup_last_ok_timestamp_seconds %v, want about now (%v)", source, at, now)
-		}
-	}
 }
 
-// lastOK reads source's ferry_catchup_last_ok_timestamp_seconds from a
-// scrape; 0 when it is absent.
-func lastOK(t *testing.T, raw, source string) float64 {
-	t.Helper()
-	_, rest, ok := strings.Cut(raw, `ferry_catchup_last_ok_timestamp_seconds{source="`+source+`"} `)
-	if !ok {
-		return 0
-	}
-	line, _, _ := strings.Cut(rest, "\n")
-	v, err := strconv.ParseFloat(line, 64)
-	if err != nil {
+// The checkpoint's age is read from the store, which every instance
+// shares: it grows while no pass moves the checkpoint, whatever restarts,
+// and a source with no checkpoint yet has none.
+func TestCatchupCheckpointAge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	store := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	at := clock.Now().Add(-17 * time.Minute)
+	if err := store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: catchup.CheckpointName("stripe"), Value: at.Format(time.RFC3339Nano)}); err != nil {
 		t.Fatal(err)
 	}
-	return v
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: store, Sources: []string{"stripe", "github"}, CatchupSources: []string{"stripe", "github"}}))
+	srv := httptest.NewServer(prometheus.Handler(reg))
+	defer srv.Close()
+	_, raw := testhttp.Get(t, srv.URL)
+	if !strings.Contains(raw, `ferry_catchup_checkpoint_age_seconds{source="stripe"} 1020`) || strings.Contains(raw, `ferry_catchup_checkpoint_age_seconds{source="github"}`) {
+		t.Errorf("want stripe's checkpoint 1020 s old and none for github:\n%s", raw)
+	}
 }

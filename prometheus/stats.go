@@ -9,6 +9,7 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/catchup"
 )
 
 // StatsOptions configure a StatsCollector.
@@ -20,6 +21,9 @@ type StatsOptions struct {
 	// Sources are exported even before they have an event, at zero, so an
 	// alert on a gauge never sees it vanish.
 	Sources []string
+	// CatchupSources are the sources whose catch-up checkpoint age is
+	// exported (ferry_catchup_checkpoint_age_seconds), once they have one.
+	CatchupSources []string
 	// CacheTTL is how long one read of the store answers scrapes: several
 	// Prometheus servers, or a fast scrape interval, cost one aggregate query
 	// per TTL. Defaults to 10 seconds.
@@ -36,15 +40,16 @@ type StatsCollector struct {
 	opts StatsOptions
 
 	events, oldestPending, oldestDue, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, replays, up *prom.Desc
-	partitions, oldestPartition, archiveAhead, writable                                                             *prom.Desc
+	partitions, oldestPartition, archiveAhead, writable, checkpointAge                                              *prom.Desc
 
-	mu      sync.Mutex
-	stats   *ferry.EventStats
-	archive *ferry.ArchiveInfo
-	err     error
-	pingErr error
-	readAt  time.Time
-	hasRead bool
+	mu          sync.Mutex
+	stats       *ferry.EventStats
+	archive     *ferry.ArchiveInfo
+	checkpoints map[string]time.Time // catch-up source → its checkpoint
+	err         error
+	pingErr     error
+	readAt      time.Time
+	hasRead     bool
 }
 
 // NewStatsCollector returns a collector to register on the caller's registry.
@@ -76,13 +81,14 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		writable:         desc("store_writable", "0 if the store said it is read-only (Store.Ping: ferry.ErrReadOnly) or answered nothing at the last read, else 1: a standby after failover reads fine and refuses every delivery."),
 		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive; 0 on a store without partitions (SQLite)."),
 		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),
+		checkpointAge:    desc("catchup_checkpoint_age_seconds", "How far behind the store's now the source's catch-up checkpoint is: the settle time (2m) plus up to an interval while passes end ok, growing while they fail or none runs. Absent before the first pass moves it.", "source"),
 		archiveAhead:     desc("archive_ahead_seconds", "How far past now the archive's newest partition ends: maintenance keeps it about 7 days; under 6 days, maintenance has not run for a day; at 0, completions land in the default partition. 0 when there is no partition."),
 	}
 }
 
 // Describe sends every descriptor.
 func (c *StatsCollector) Describe(ch chan<- *prom.Desc) {
-	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestDue, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.writable, c.partitions, c.oldestPartition, c.archiveAhead} {
+	for _, d := range []*prom.Desc{c.events, c.oldestPending, c.oldestDue, c.oldestInProgress, c.leaseExpired, c.unfinished, c.atRisk, c.oldestAtRisk, c.replays, c.up, c.writable, c.partitions, c.oldestPartition, c.archiveAhead, c.checkpointAge} {
 		ch <- d
 	}
 }
@@ -142,6 +148,9 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 		}
 		gauge(c.archiveAhead, ahead)
 	}
+	for source, at := range c.checkpoints {
+		gauge(c.checkpointAge, age(at), source)
+	}
 	for _, name := range c.opts.Sources {
 		if !seen[name] {
 			emit(&ferry.SourceStats{Source: name})
@@ -176,6 +185,9 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 	if c.err == nil {
 		c.archive, c.err = c.opts.Store.ArchiveInfo(ctx)
 	}
+	if c.err == nil {
+		c.checkpoints, c.err = c.readCheckpoints(ctx)
+	}
 	select {
 	case c.pingErr = <-pinged:
 	case <-ctx.Done(): // a Ping that ignores its deadline: the buffer lets it end later
@@ -183,6 +195,27 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 	}
 	c.readAt, c.hasRead = c.opts.Now(), true
 	return c.stats, c.storeWritable(), c.err
+}
+
+// readCheckpoints reads each catch-up source's checkpoint: the state every
+// instance shares, so its age survives restarts, where a process's own
+// record of its last ok pass would start afresh. A source without one yet,
+// or with one no time parses from, is left out.
+func (c *StatsCollector) readCheckpoints(ctx context.Context) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	for _, source := range c.opts.CatchupSources {
+		cp, err := c.opts.Store.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: catchup.CheckpointName(source)})
+		switch {
+		case errors.Is(err, ferry.ErrNotFound):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if at, err := time.Parse(time.RFC3339Nano, cp.Value); err == nil {
+			out[source] = at
+		}
+	}
+	return out, nil
 }
 
 // storeWritable is what the last read says of writes: not if the store said it

@@ -48,6 +48,11 @@ func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operato
 	}
 	op.pusher = pusher
 	op.catchup = prometheus.NewCatchupMetrics(reg, cfg.CatchupSourceNames())
+	for _, s := range cfg.Sources {
+		if every := s.Catchup.LoopInterval(); every > 0 {
+			op.catchup.SetInterval(s.Name, every)
+		}
+	}
 	if !cfg.AdminServed() {
 		return op, nil
 	}
@@ -61,6 +66,7 @@ func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operato
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 			prometheus.NewStatsCollector(prometheus.StatsOptions{
 				Store: st, Params: *cfg.StatsParams(0), Sources: cfg.SourceNames(), CacheTTL: cfg.Metrics.Cache.Duration,
+				CatchupSources: cfg.CatchupSourceNames(),
 			}),
 		)
 		opts.Metrics = prometheus.Handler(reg)

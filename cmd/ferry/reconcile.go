@@ -15,7 +15,6 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/catchup"
 	"github.com/ferry-inbox/ferry/internal/config"
-	"github.com/ferry-inbox/ferry/prometheus"
 )
 
 func runReconcile(ctx context.Context, args []string) error {
@@ -139,16 +138,15 @@ func newCatchupRunner(cfg *config.Config, name string, st ferry.Store, log *slog
 
 // startCatchup runs the catch-up loop of every source that has one, in bg,
 // until ctx is done.
-func startCatchup(ctx context.Context, bg *sync.WaitGroup, cfg *config.Config, st ferry.Store, log *slog.Logger, obs *prometheus.CatchupMetrics, owner string) error {
+func startCatchup(ctx context.Context, bg *sync.WaitGroup, cfg *config.Config, st ferry.Store, log *slog.Logger, obs catchup.Observer, owner string) error {
 	for _, s := range cfg.Sources {
-		if !s.Catchup.Enabled() || s.Catchup.Interval.Duration == 0 {
+		if s.Catchup.LoopInterval() == 0 {
 			continue
 		}
 		r, err := newCatchupRunner(cfg, s.Name, st, log, obs)
 		if err != nil {
 			return err
 		}
-		obs.LoopStarted(s.Name, s.Catchup.Interval.Duration)
 		bg.Go(func() { _ = r.Run(ctx, s.Catchup.Interval.Duration, owner) })
 	}
 	return nil

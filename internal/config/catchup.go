@@ -65,6 +65,15 @@ func (c *Catchup) Enabled() bool {
 	return c.APIKey != "" || c.Token != "" || c.AppID != "" || c.PrivateKey != ""
 }
 
+// LoopInterval is how often serve runs a catch-up pass of the source: 0
+// when it runs none (no [source.catchup], or interval "0").
+func (c *Catchup) LoopInterval() time.Duration {
+	if !c.Enabled() {
+		return 0
+	}
+	return c.Interval.Duration
+}
+
 // written lists the keys set in a table without credentials, which would
 // otherwise leave catch-up silently off.
 func (c *Catchup) written() []string {
