@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
@@ -155,6 +156,12 @@ type Runner struct {
 	Observer Observer
 	// Now defaults to time.Now.
 	Now func() time.Time
+
+	// behind is how far the provider's clock was behind Now at the last
+	// pass's first answer, in nanoseconds (zero when it was not): later
+	// passes take now that much earlier, so that a checkpoint written by a
+	// host whose clock ran ahead is seen ahead of now before any answer.
+	behind atomic.Int64
 }
 
 // PassOptions tune one pass.
@@ -170,7 +177,8 @@ type PassOptions struct {
 type Result struct {
 	Source string    `json:"source"`
 	From   time.Time `json:"from"`
-	// To is now less Settle, by this host's clock or, when it is earlier,
+	// To is now less Settle, by this host's clock (less how far the
+	// provider's was behind it at the last pass) or, when it is earlier,
 	// by the Date of the provider's first answer in the pass.
 	To time.Time `json:"to"`
 	// Fetched counts the events listed in the window.
@@ -247,21 +255,47 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
+	res, ahead, err := r.pass(ctx, opts, false)
+	if err != nil || !ahead {
+		return res, err
+	}
+	// The provider's first answer showed the checkpoint later than its now
+	// by more than the overlap: written by a host whose clock ran ahead,
+	// and past events the provider has created since. The window started
+	// there, so the pass lists again from the lookback, and moves the
+	// checkpoint back to what it listed. Left to the next pass, the gap
+	// would be lost once the provider's clock came within the overlap of
+	// the checkpoint.
+	again, _, err := r.pass(ctx, opts, true)
+	if again != nil {
+		again.Warnings = append(res.Warnings, again.Warnings...)
+		again.Fetched += res.Fetched
+		again.New += res.New
+		again.Known += res.Known
+		again.Skipped += res.Skipped
+	}
+	return again, err
+}
+
+// pass is one Pass. distrust drops the checkpoint as one later than now
+// would be; ahead reports that the provider's first answer showed it so.
+func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res *Result, ahead bool, err error) {
 	lookback := orDefault(r.Lookback, DefaultLookback)
 	overlap := orDefault(r.Overlap, DefaultOverlap)
 	settle := max(orDefault(r.Settle, DefaultSettle), 0)
-	now := r.now().UTC().Truncate(time.Second) // providers count whole seconds
-	res := &Result{Source: r.Source, To: now.Add(-settle), DryRun: opts.DryRun}
+	hostNow := r.now().UTC().Truncate(time.Second) // providers count whole seconds
+	now := hostNow.Add(-time.Duration(r.behind.Load()))
+	res = &Result{Source: r.Source, To: now.Add(-settle), DryRun: opts.DryRun}
 
 	name := CheckpointName(r.Source)
 	var checkpoint time.Time
 	switch cp, err := r.Store.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: name}); {
 	case errors.Is(err, ferry.ErrNotFound):
 	case err != nil:
-		return nil, fmt.Errorf("catchup %s: read checkpoint: %w", r.Source, err)
+		return nil, false, fmt.Errorf("catchup %s: read checkpoint: %w", r.Source, err)
 	default:
 		if checkpoint, err = time.Parse(time.RFC3339Nano, cp.Value); err != nil {
-			return nil, fmt.Errorf("catchup %s: checkpoint %q: %w", r.Source, cp.Value, err)
+			return nil, false, fmt.Errorf("catchup %s: checkpoint %q: %w", r.Source, cp.Value, err)
 		}
 		// The value is the writer's clock, UpdatedAt the store's: a host
 		// whose clock ran ahead would have later passes skip what lies
@@ -272,12 +306,14 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 			checkpoint = cp.UpdatedAt
 		}
 		// A checkpoint later than now by more than the overlap was written
-		// before the clock stepped back (on SQLite the store's time is this
-		// host's too): what lies between is unknown, so the pass starts at
-		// the lookback. Within the overlap, a reader's clock a little behind
-		// the writer's, the overlap covers it.
-		if checkpoint.After(now.Add(overlap)) {
-			r.log().Warn("catchup: checkpoint later than now (a clock that ran ahead, then stepped back); starting from the lookback",
+		// by a clock ahead of the provider's (on SQLite the store's time is
+		// this host's too): before the clock stepped back, or here, where
+		// now is the provider's as the last pass learned it. What lies
+		// between is unknown, so the pass starts at the lookback. Within the
+		// overlap, a reader's clock a little behind the writer's, the
+		// overlap covers it.
+		if distrust || checkpoint.After(now.Add(overlap)) {
+			r.log().Warn("catchup: checkpoint later than now (a clock that ran ahead of the provider's); starting from the lookback",
 				"source", r.Source, "checkpoint", checkpoint, "now", now)
 			checkpoint = time.Time{}
 		}
@@ -321,7 +357,7 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 		r.log().Warn("catchup: gap", "source", r.Source, "warning", w)
 	}
 	if !res.From.Before(res.To) {
-		return res, nil // nothing settled yet
+		return res, false, nil // nothing settled yet
 	}
 
 	// The window covers everything since the checkpoint if it starts at or
@@ -333,7 +369,7 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 		start = floor
 	}
 	advance := !opts.DryRun && (!res.From.After(start) || !res.From.After(reach))
-	ctx, bound := r.providerBound(ctx, res, now, overlap, settle)
+	ctx, bound := r.providerBound(ctx, res, hostNow, overlap, settle)
 	found := func(c *Candidate) error {
 		if bound(); !c.Created.IsZero() && c.Created.After(res.To) {
 			return nil // not settled at the provider: the next pass lists it
@@ -370,10 +406,17 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 			if res.Advanced {
 				at = "checkpoint advanced to " + res.Checkpoint.Format(time.RFC3339)
 			}
-			return res, fmt.Errorf("catchup %s: pass from %s failed after %d events (%d new), %s: %w",
+			return res, false, fmt.Errorf("catchup %s: pass from %s failed after %d events (%d new), %s: %w",
 				r.Source, res.From.Format(time.RFC3339), res.Fetched, res.New, at, err)
 		}
-		bound()
+		date := bound()
+		if !date.IsZero() && !ahead && !checkpoint.IsZero() && checkpoint.After(date.Add(overlap)) {
+			ahead = true
+			w := fmt.Sprintf("the checkpoint %s is later than the provider's now (its Date: %s) by more than the overlap %s: written by a host whose clock ran ahead; listing again from the lookback",
+				checkpoint.Format(time.RFC3339), date.Format(time.RFC3339), overlap)
+			res.Warnings = append(res.Warnings, w)
+			r.log().Warn("catchup: checkpoint ahead of the provider", "source", r.Source, "warning", w)
+		}
 		end := w.To
 		if res.To.Before(end) {
 			end = res.To
@@ -381,13 +424,13 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 		if advance && end.After(checkpoint) {
 			err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: end.Format(time.RFC3339Nano)})
 			if err != nil {
-				return res, fmt.Errorf("catchup %s: write checkpoint: %w", r.Source, err)
+				return res, false, fmt.Errorf("catchup %s: write checkpoint: %w", r.Source, err)
 			}
 			checkpoint = end
 			res.Advanced, res.Checkpoint = true, end
 		}
 	}
-	return res, nil
+	return res, ahead, nil
 }
 
 // providerBound returns ctx, whose API answers record the provider's
@@ -396,23 +439,25 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 // provider's differ by more than overlap. A host clock running ahead would
 // otherwise move the checkpoint past events the provider has yet to
 // create, and the next pass, starting at the checkpoint less overlap,
-// would never list them. A reconciler whose answers carry no Date leaves
-// the host's clock in charge.
-func (r *Runner) providerBound(ctx context.Context, res *Result, now time.Time, overlap, settle time.Duration) (context.Context, func()) {
+// would never list them. bound returns the Date, zero until an answer
+// carries one, and records how far it is behind now for later passes. A
+// reconciler whose answers carry no Date leaves the host's clock in charge.
+func (r *Runner) providerBound(ctx context.Context, res *Result, now time.Time, overlap, settle time.Duration) (context.Context, func() time.Time) {
 	pc := &providerClock{}
 	done := false
-	return withProviderClock(ctx, pc), func() {
+	return withProviderClock(ctx, pc), func() time.Time {
 		date := pc.get()
 		if done || date.IsZero() {
-			return
+			return date
 		}
 		done = true
 		if to := date.Add(-settle); to.Before(res.To) {
 			res.To = to
 		}
 		skew := now.Sub(date)
+		r.behind.Store(int64(max(skew, 0)))
 		if skew.Abs() <= overlap {
-			return
+			return date
 		}
 		way := "ahead of"
 		if skew < 0 {
@@ -422,6 +467,7 @@ func (r *Runner) providerBound(ctx context.Context, res *Result, now time.Time, 
 			skew.Abs(), way, date.Format(time.RFC3339), overlap, res.To.Format(time.RFC3339))
 		res.Warnings = append(res.Warnings, w)
 		r.log().Warn("catchup: clock skew", "source", r.Source, "warning", w)
+		return date
 	}
 }
 

@@ -387,7 +387,7 @@ func TestRunner(t *testing.T) {
 			t.Fatalf("instance b took the lease while a runs: %v %v", held, err)
 		}
 		before := len(b.fake.requests())
-		b2 := *b.runner
+		b2 := &Runner{Source: b.runner.Source, Reconciler: b.runner.Reconciler, Store: b.runner.Store, Logger: b.runner.Logger, Now: b.runner.Now}
 		b2.runOnce(context.Background(), lease, time.Minute)
 		if after := len(b.fake.requests()); after != before {
 			t.Fatalf("instance b ran a pass (%d requests) while a holds the lease", after-before)
