@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -11,12 +13,16 @@ import (
 // observed is everything the checker compares: what the sender saw
 // acknowledged, what the store holds, and what the effects were.
 type observed struct {
-	events  []*event
-	stored  map[string]*ferry.Event // key → stored event
-	ledger  map[string][]*ferry.Attempt
-	effects []effect // every 2xx the sink answered, or every chaos_effect row
-	kills   map[int]time.Time
-	tx      bool
+	events []*event
+	stored map[string]*ferry.Event // key → stored event
+	// payloadSHA is the hex SHA-256 of each stored event's payload bytes,
+	// hashed here rather than read from payload_sha256, which a broken
+	// receiver could write apart from the bytes it stores.
+	payloadSHA map[string]string
+	ledger     map[string][]*ferry.Attempt
+	effects    []effect // every 2xx the sink answered, or every chaos_effect row
+	kills      map[int]time.Time
+	tx         bool
 	// reclaim: measure max_reclaim_ms (kill and zombie, where a worker
 	// survives to take the lease back; in crashloop none does).
 	reclaim bool
@@ -24,7 +30,7 @@ type observed struct {
 
 // collect reads the store and the effects after the drain.
 func (e *env) collect(ctx context.Context, evs []*event) (*observed, error) {
-	o := &observed{events: evs, stored: map[string]*ferry.Event{}, ledger: map[string][]*ferry.Attempt{}, kills: e.killTimes(), tx: e.opts.Handler == "tx",
+	o := &observed{events: evs, stored: map[string]*ferry.Event{}, payloadSHA: map[string]string{}, ledger: map[string][]*ferry.Attempt{}, kills: e.killTimes(), tx: e.opts.Handler == "tx",
 		reclaim: e.measureReclaim}
 	var before int64
 	for {
@@ -39,6 +45,15 @@ func (e *env) collect(ctx context.Context, evs []*event) (*observed, error) {
 			break
 		}
 		before = res.NextBefore
+	}
+	// EventList leaves payloads out; each is read once to hash its bytes.
+	for key, ev := range o.stored {
+		full, err := e.store.EventGet(ctx, &ferry.EventGetParams{ID: ev.ID})
+		if err != nil {
+			return nil, fmt.Errorf("chaos: get %s: %w", ev.EventID, err)
+		}
+		sum := sha256.Sum256(full.Payload)
+		o.payloadSHA[key] = hex.EncodeToString(sum[:])
 	}
 	// Only events claimed more than once can hold a duplicate, a stale
 	// write or a reclaim; the rest have one ledger row at most.
@@ -104,8 +119,8 @@ func scanEffects(next func() bool, scan func(...any) error, rowsErr func() error
 //
 //   - lost: an acknowledged event that is not stored, not done, or done
 //     without an effect;
-//   - unexpected: a stored event or an effect the sender never sent, or an
-//     effect whose body is not the body sent;
+//   - unexpected: a stored event or an effect the sender never sent, or a
+//     stored payload or an effect whose body is not the body sent;
 //   - duplicate_effects: effects beyond the first of each event;
 //   - untraced_duplicates: effects not accounted for by a distinct attempt
 //     in the ledger (two effects under one attempt, or under an attempt the
@@ -151,7 +166,7 @@ func check(o *observed, r *Result) {
 		if _, ok := sent[key]; !ok {
 			r.Unexpected++
 			r.note("unexpected stored event %s/%s", st.Source, st.EventID)
-		} else if len(st.PayloadSHA256) > 0 && fmt.Sprintf("%x", st.PayloadSHA256) != sent[key].sha {
+		} else if o.payloadSHA[key] != sent[key].sha {
 			r.Unexpected++
 			r.note("stored payload of %s differs from the one sent", st.EventID)
 		}
