@@ -45,13 +45,9 @@ func TestChaosCatchesMarkDoneFirst(t *testing.T) {
 // TestChaosKillPasses is the same run with Ferry's real worker: nothing
 // acknowledged is lost and every duplicate effect has its ledger row.
 //
-// chaos itself also fails a run whose max_reclaim_ms exceeds ttl + 1 s: a
-// speed figure for a quiet machine (docs/chaos.md), which a loaded 2-core
-// machine misses. This test takes that one verdict only up to a generous
-// ceiling that a reclaim waiting for anything but the lease exceeds. It
-// also fails a run in which one of its random crash points was never hit
-// (too few events for its luck): a coverage verdict, which this test takes
-// only when some crash point was hit.
+// chaos also fails a run in which one of its random crash points was never
+// hit (too few events for its luck): a coverage verdict, which this test
+// takes only when some crash point was hit.
 func TestChaosKillPasses(t *testing.T) {
 	t.Parallel()
 	stdout, stderr, code := runBin(t, chaosBin, "chaos", "--scenario", "kill", "--store", "sqlite", "--events", "200")
@@ -64,8 +60,7 @@ func TestChaosKillPasses(t *testing.T) {
 		for _, line := range strings.Split(stdout, "\n") {
 			if _, reason, ok := strings.Cut(line, " FAIL: "); ok {
 				failures++
-				if strings.HasPrefix(reason, "max_reclaim_ms=") ||
-					(strings.HasSuffix(reason, " was never hit; send more events") && crashPointsHit(stdout) > 0) {
+				if strings.HasSuffix(reason, " was never hit; send more events") && crashPointsHit(stdout) > 0 {
 					tolerated++
 				}
 			}
@@ -73,10 +68,6 @@ func TestChaosKillPasses(t *testing.T) {
 		if failures == 0 || failures != tolerated {
 			t.Fatalf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, got, stdout, stderr)
 		}
-	}
-	const ceiling = 30_000 // ms: 15 × the 2 s ttl
-	if got["max_reclaim_ms"] > ceiling {
-		t.Fatalf("max_reclaim_ms=%d exceeds %d\nstdout:\n%s", got["max_reclaim_ms"], ceiling, stdout)
 	}
 }
 

