@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/ferry-inbox/ferry/internal/chaos/option"
@@ -130,7 +131,7 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		r := runOne(ctx, &o, name, rand.New(rand.NewPCG(o.Seed, uint64(i))))
+		r := runOne(ctx, &o, name, newRand(o.Seed, uint64(i)))
 		results = append(results, r)
 		prefix := "chaos: scenario=" + name
 		for _, d := range r.Details {
@@ -158,6 +159,26 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 		return results, ErrFailed
 	}
 	return results, nil
+}
+
+// newRand is a generator from a seed that goroutines may share: the
+// scenario's faults, the sender's jitter and the crash points all draw from
+// --seed, so a seed reproduces a run's choices (not the machine's timing).
+func newRand(seed, stream uint64) *rand.Rand {
+	return rand.New(&lockedSource{src: rand.NewPCG(seed, stream)})
+}
+
+// lockedSource makes a rand.Source safe for concurrent use; rand.Rand
+// keeps no state of its own besides its source.
+type lockedSource struct {
+	mu  sync.Mutex
+	src rand.Source
+}
+
+func (l *lockedSource) Uint64() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.src.Uint64()
 }
 
 func runOne(ctx context.Context, o *Options, name string, rng *rand.Rand) *Result {

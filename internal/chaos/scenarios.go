@@ -74,7 +74,7 @@ func (s *run) begin(ctx context.Context, n int, storeVia string) error {
 		}
 	}
 	s.evs = makeEvents(s.opts.Events, s.rng, s.id)
-	s.snd = newSender(s.targets, giveUp)
+	s.snd = newSender(s.targets, giveUp, s.stream())
 	return nil
 }
 
@@ -119,6 +119,13 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// stream is a generator of its own, seeded from the scenario's: draws made
+// in other goroutines (the sender's, the restarts') then leave the
+// scenario's own sequence alone.
+func (s *run) stream() *rand.Rand {
+	return newRand(s.rng.Uint64(), s.rng.Uint64())
+}
+
 func (s *run) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(s.rng.Int64N(int64(hi-lo)+1))
 }
@@ -145,20 +152,8 @@ var crashPoints = []string{"after-claim", "after-effect", "after-commit"}
 // few events before a random SIGKILL.
 func (s *run) kill(ctx context.Context) error {
 	var armed atomic.Bool
-	var starts atomic.Int64
 	armed.Store(true)
-	// A start is armed while its crash point has been hit fewer than
-	// target times, so each point is hit on purpose a few times and the
-	// random SIGKILLs do the rest.
-	target := max(2, s.opts.Events/500)
-	s.extraEnv = func(int) []string {
-		k := starts.Add(1)
-		point := crashPoints[(k-1)%3]
-		if !armed.Load() || s.lineCount("crash:"+point) >= target {
-			return nil
-		}
-		return []string{fmt.Sprintf("FERRY_CHAOS_CRASH_POINT=%s:%d", point, 1+rand.IntN(3))}
-	}
+	s.extraEnv = s.crashArming(&armed)
 	s.supervised.Store(true)
 	s.measureReclaim = true
 	if err := s.begin(ctx, 3, ""); err != nil {
@@ -179,6 +174,25 @@ func (s *run) kill(ctx context.Context) error {
 		s.r.fail("no worker was SIGKILLed; send more events")
 	}
 	return s.finish(ctx)
+}
+
+// crashArming returns kill's extraEnv: while armed, each start is armed to
+// crash at the next point in turn, the 1st to 3rd time it reaches it. A
+// start is armed while its crash point has been hit fewer than target
+// times, so each point is hit on purpose a few times and the random
+// SIGKILLs do the rest.
+func (s *run) crashArming(armed *atomic.Bool) func(slot int) []string {
+	var starts atomic.Int64
+	target := max(2, s.opts.Events/500)
+	arm := s.stream() // children restart from their own goroutines
+	return func(int) []string {
+		k := starts.Add(1)
+		point := crashPoints[(k-1)%3]
+		if !armed.Load() || s.lineCount("crash:"+point) >= target {
+			return nil
+		}
+		return []string{fmt.Sprintf("FERRY_CHAOS_CRASH_POINT=%s:%d", point, 1+arm.IntN(3))}
+	}
 }
 
 // killUntil SIGKILLs instance pick() if it is alive, first once a tenth

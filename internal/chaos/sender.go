@@ -120,15 +120,18 @@ type sender struct {
 	targets func() []string // base addresses of the receivers up now
 	client  *http.Client
 	giveUp  time.Duration // per delivery
+	// rng draws the jitter and the receiver of each request, from the run's
+	// seed; its senders share it.
+	rng *rand.Rand
 
 	requests, non2xx, unavailable, retryAfter, netErrors, gaveUp atomic.Int64
 	storeRefused                                                 atomic.Int64 // 503 because the store failed (not draining)
 	sent                                                         atomic.Int64 // deliveries finished (acked or given up)
 }
 
-func newSender(targets func() []string, giveUp time.Duration) *sender {
+func newSender(targets func() []string, giveUp time.Duration, rng *rand.Rand) *sender {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
-	return &sender{targets: targets, giveUp: giveUp, client: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
+	return &sender{targets: targets, giveUp: giveUp, rng: rng, client: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
 }
 
 // run sends every delivery with workers senders and returns when all are
@@ -145,7 +148,7 @@ func (s *sender) run(ctx context.Context, ds []delivery, workers int) {
 					var pair sync.WaitGroup
 					pair.Add(1)
 					go func() { defer pair.Done(); s.deliver(ctx, d.ev) }()
-					time.Sleep(time.Duration(rand.IntN(5001)) * time.Microsecond)
+					time.Sleep(time.Duration(s.rng.IntN(5001)) * time.Microsecond)
 					s.deliver(ctx, d.ev)
 					pair.Wait()
 				} else {
@@ -178,15 +181,22 @@ func (s *sender) deliver(ctx context.Context, ev *event) bool {
 			ev.ackedAt.CompareAndSwap(0, time.Now().UnixNano())
 			return true
 		}
-		backoff := min(2*time.Second, 50*time.Millisecond<<min(n, 10))
-		backoff = time.Duration(rand.Int64N(int64(backoff)) + 1)
-		backoff = max(backoff, wait)
 		select {
 		case <-ctx.Done():
-		case <-time.After(backoff):
+		case <-time.After(s.backoff(n, wait)):
 		}
 	}
 }
+
+// backoff is the pause before retry n+1: exponential with full jitter,
+// and at least the Retry-After asked for.
+func (s *sender) backoff(n int, retryAfter time.Duration) time.Duration {
+	ceiling := min(2*time.Second, 50*time.Millisecond<<min(n, 10))
+	return max(time.Duration(s.rng.Int64N(int64(ceiling))+1), retryAfter)
+}
+
+// pick chooses the receiver of a request; targets is not empty.
+func (s *sender) pick(targets []string) string { return targets[s.rng.IntN(len(targets))] }
 
 // try makes one request; it returns the Retry-After asked for, and whether
 // the answer was a 2xx.
@@ -196,7 +206,7 @@ func (s *sender) try(ctx context.Context, ev *event) (time.Duration, bool) {
 		s.netErrors.Add(1)
 		return 0, false
 	}
-	url := "http://" + targets[rand.IntN(len(targets))] + "/webhooks/" + ev.src.name
+	url := "http://" + s.pick(targets) + "/webhooks/" + ev.src.name
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(ev.body))
 	if err != nil {
 		return 0, false
