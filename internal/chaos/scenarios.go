@@ -652,12 +652,16 @@ func (s *run) dlq(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("ferry events replay: %v: %s", err, out)
 		}
-		var n int
-		if _, err := fmt.Sscanf(string(out), "replayed %d", &n); err == nil {
-			replayed += n
+		n, err := replayedCount(out)
+		if err != nil {
+			return err
 		}
+		replayed += n
 	}
 	s.r.detail("poisoned=%d dead_before_replay=%d replayed=%d (ferry events replay --state dead)", len(poison), len(dead), replayed)
+	if replayed != len(poison) {
+		s.r.fail("ferry events replay --state dead replayed %d events, but %d were poisoned (and dead)", replayed, len(poison))
+	}
 	if err := s.finish(ctx); err != nil {
 		return err
 	}
@@ -676,4 +680,14 @@ func (s *run) dlq(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// replayedCount reads the count of `ferry events replay --state dead`'s
+// answer ("replayed N dead events of SOURCE").
+func replayedCount(out []byte) (int, error) {
+	var n int
+	if _, err := fmt.Sscanf(string(out), "replayed %d dead event", &n); err != nil {
+		return 0, fmt.Errorf("ferry events replay answered %q, not how many it replayed: %w", out, err)
+	}
+	return n, nil
 }

@@ -28,3 +28,17 @@ func TestSeedReproducesDraws(t *testing.T) {
 		t.Fatalf("seed 42 drew\n%q\nthen\n%q", a, b)
 	}
 }
+
+// TestReplayedCount: dlq reads how many events each replay requeued, and an
+// answer it cannot read is an error, not a silent 0.
+func TestReplayedCount(t *testing.T) {
+	t.Parallel()
+	for out, want := range map[string]int{"replayed 1 dead event of stripe\n": 1, "replayed 0 dead events of github\n": 0, "replayed 12 dead events of svix\n": 12} {
+		if n, err := replayedCount([]byte(out)); err != nil || n != want {
+			t.Errorf("%q: %d, %v; want %d", out, n, err, want)
+		}
+	}
+	if n, err := replayedCount([]byte("ferry events replay: something else\n")); err == nil {
+		t.Errorf("an unreadable answer gave %d and no error", n)
+	}
+}
