@@ -71,6 +71,20 @@ func TestChaosKillPasses(t *testing.T) {
 	}
 }
 
+// TestChaosZombieProbesTheFence: zombie replays the paused worker's stale
+// leases while only the lease fence can refuse them, once with the lease
+// expired and unreclaimed and once with the event under a later attempt,
+// and says so; a probe of an event already done would prove nothing.
+func TestChaosZombieProbesTheFence(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runBin(t, chaosBin, "chaos", "--scenario", "zombie", "--store", "sqlite", "--events", "200")
+	got := lastChaosLine(t, stdout)
+	probes := regexp.MustCompile(`probes expired_lease=(\d+) reclaimed_under_later_attempt=(\d+) `).FindStringSubmatch(stdout)
+	if code != 0 || got["lost"] != 0 || got["stale_writes_accepted"] != 0 || probes == nil || probes[1] == "0" || probes[2] == "0" {
+		t.Fatalf("exit %d, %v, probes %q\nstdout:\n%s\nstderr:\n%s", code, got, probes, stdout, stderr)
+	}
+}
+
 // TestChaosPGCrashSkipsWithoutPermission: pgcrash never touches a server it
 // was not allowed to restart.
 func TestChaosPGCrashSkipsWithoutPermission(t *testing.T) {

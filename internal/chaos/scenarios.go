@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +26,9 @@ type run struct {
 	cfg  string
 	evs  []*event
 	snd  *sender
+	// lockedPauses counts SIGSTOPs taken back because the process held
+	// the SQLite write lock.
+	lockedPauses int
 }
 
 var scenarioFuncs = map[string]func(*run, context.Context) error{
@@ -236,10 +240,14 @@ func isDone(c <-chan struct{}) bool {
 	}
 }
 
-// zombie: a worker is SIGSTOPped for 3 × ttl while it holds leases, then
-// resumed. While it sleeps the harness replays its heartbeat, failure and
-// completion with its stale leases, as a woken zombie would: each must be
-// refused. Then the zombie itself wakes and sends its own late heartbeats.
+// zombie: a worker is SIGSTOPped while it holds leases, then resumed.
+// While it sleeps the harness replays its heartbeat, failure and completion
+// with its stale leases, as a woken zombie would, at the two moments when
+// only the lease fence can refuse them: once its leases have expired and
+// nobody has reclaimed them (the survivor is paused too), and while the
+// survivor runs them under a later attempt (the survivor paused
+// mid-attempt). Each must be refused. Then the zombie itself wakes and
+// sends its own late heartbeats.
 func (s *run) zombie(ctx context.Context) error {
 	// Each attempt takes at least 30 ms, so a worker holds leases at any
 	// moment of the run; longer would cap a worker at 10 slots / delay and
@@ -254,55 +262,198 @@ func (s *run) zombie(ctx context.Context) error {
 	for s.snd.sent.Load() < int64(len(ds)/4) && !isDone(done) && ctx.Err() == nil {
 		sleep(ctx, 20*time.Millisecond)
 	}
-	z := s.proc(0)
+	z, survivor := s.proc(0), s.proc(1)
 	var leases []ferry.Lease
-	lockedStops := 0
 	for try := 0; try < 200 && len(leases) == 0; try++ {
 		var err error
 		if leases, err = s.leasesOf(ctx, z.pid); err != nil {
 			return err
 		}
-		if len(leases) > 0 {
-			if err := z.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				return err
-			}
-			stoppedAt := time.Now()
-			// SQLite has one write lock per file: a process stopped inside
-			// a write transaction stalls every other writer for as long as
-			// it sleeps (an availability limit of multi-process SQLite, not
-			// a lease question). Stop the zombie again elsewhere then.
-			if locked, err := s.writeLocked(ctx); err != nil {
-				return err
-			} else if locked {
-				lockedStops++
-				_ = z.cmd.Process.Signal(syscall.SIGCONT)
-				leases = nil
-				sleep(ctx, 10*time.Millisecond)
-				continue
-			}
-			// Leases read before the stop may have completed meanwhile;
-			// read again now that the zombie cannot move.
-			if leases, err = s.leasesOf(ctx, z.pid); err != nil {
-				return err
-			}
-			if len(leases) == 0 {
-				_ = z.cmd.Process.Signal(syscall.SIGCONT)
-				continue
-			}
-			z.markKilled(stoppedAt)
+		if len(leases) == 0 {
+			sleep(ctx, 20*time.Millisecond)
 			continue
 		}
-		sleep(ctx, 20*time.Millisecond)
+		if paused, err := s.pause(ctx, z, 200*time.Millisecond); err != nil || !paused {
+			leases = nil
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		// Leases read before the stop may have completed meanwhile;
+		// read again now that the zombie cannot move.
+		if leases, err = s.leasesOf(ctx, z.pid); err != nil {
+			return err
+		}
+		if len(leases) == 0 {
+			_ = z.cmd.Process.Signal(syscall.SIGCONT)
+		}
 	}
 	if len(leases) == 0 {
 		s.r.fail("the zombie never held a lease to lose; send more events")
 		<-done
 		return s.finish(ctx)
 	}
+	stoppedAt := time.Now()
 	beforeResume := s.lineCount("lease_lost") + s.lineCount("completion_refused")
-	sleep(ctx, 3*s.opts.TTL)
-	refused, accepted := 0, 0
+	pr := &zombieProbes{}
+
+	// The survivor's attempts at them take a while (the app answers them
+	// 500 ms late), so it can be caught in one.
+	slow := map[string]bool{}
 	for _, l := range leases {
+		ev, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
+		if err != nil {
+			return err
+		}
+		slow[ferry.IdempotencyKey(ev.Source, ev.EventID)] = true
+	}
+	s.sink.setDelay(func(key string) time.Duration {
+		if slow[key] {
+			return 500 * time.Millisecond
+		}
+		return 0
+	})
+
+	// 1. The leases lapse with nobody to reclaim them: only the expiry
+	// refuses the zombie's writes.
+	survivorPaused, err := s.pauseWithin(ctx, survivor, s.opts.TTL)
+	if err != nil {
+		return err
+	}
+	sleep(ctx, time.Until(stoppedAt.Add(s.opts.TTL+250*time.Millisecond)))
+	if survivorPaused {
+		if err := s.probe(ctx, leases, pr); err != nil {
+			return err
+		}
+	}
+	resumedAt := time.Now()
+	if survivorPaused {
+		if err := survivor.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			return err
+		}
+	}
+	// The survivor's pause is the harness's doing: reclaim time counts
+	// from one TTL before the survivor could move again.
+	z.markKilled(resumedAt.Add(-s.opts.TTL))
+
+	// 2. The survivor reclaims them: pause it while it runs one under a
+	// later attempt, so only the attempt refuses the zombie's writes.
+	byID := map[int64]int{}
+	for _, l := range leases {
+		byID[l.ID] = l.Attempt
+	}
+	// With SQLite and --handler tx the survivor's attempt holds the one
+	// write lock for all of its run, so no write can be probed during it.
+	txLite := s.lite != nil && s.opts.Handler == "tx"
+	checked := time.Now()
+	for t0 := time.Now(); !txLite && pr.reclaimed == 0 && time.Since(t0) < 30*time.Second && ctx.Err() == nil; {
+		held, err := s.leasesOf(ctx, survivor.pid)
+		if err != nil {
+			return err
+		}
+		reclaimed := slices.ContainsFunc(held, func(l ferry.Lease) bool { a, ok := byID[l.ID]; return ok && l.Attempt > a })
+		if !reclaimed {
+			if time.Since(checked) > 100*time.Millisecond {
+				checked = time.Now()
+				if open, err := s.anyOpen(ctx, leases); err != nil {
+					return err
+				} else if !open {
+					break // every one ended before the survivor could be caught with it
+				}
+			}
+			sleep(ctx, 2*time.Millisecond)
+			continue
+		}
+		if paused, err := s.pause(ctx, survivor, 0); err != nil {
+			return err
+		} else if !paused {
+			continue
+		}
+		err = s.probe(ctx, leases, pr)
+		if cerr := survivor.cmd.Process.Signal(syscall.SIGCONT); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	s.sink.setDelay(nil)
+	s.r.StaleWritesAccepted += pr.accepted
+	if err := z.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	stoppedFor := time.Since(stoppedAt)
+	<-done
+	sleep(ctx, s.opts.TTL) // the zombie's heartbeat loop runs at least once more
+	s.r.detail("zombie pauses_retried_because_the_process_held_the_sqlite_write_lock=%d survivor_paused_while_leases_lapsed=%v", s.lockedPauses, survivorPaused)
+	s.r.detail("zombie pid=%d stopped_for=%v leases_held=%d probes expired_lease=%d reclaimed_under_later_attempt=%d not_in_progress=%d refused=%d accepted=%d zombie_refused_after_wake=%d",
+		z.pid, stoppedFor.Round(100*time.Millisecond), len(leases), pr.expired, pr.reclaimed, pr.other, pr.refused, pr.accepted, s.lineCount("lease_lost")+s.lineCount("completion_refused")-beforeResume)
+	s.r.detail("zombie probes (lease → event state/attempt when probed): %s", strings.Join(pr.seen, " "))
+	if pr.expired == 0 {
+		s.r.fail("no stale probe ran while the zombie's lease had expired unreclaimed: the expiry fence was not tested")
+	}
+	if pr.reclaimed == 0 {
+		if txLite {
+			s.r.detail("zombie: no probe under a later attempt: with SQLite and --handler tx the survivor holds the write lock for its whole attempt")
+		} else {
+			s.r.fail("no stale probe ran while the survivor held the event under a later attempt: the attempt fence was not tested")
+		}
+	}
+	return s.finish(ctx)
+}
+
+// zombieProbes counts the stale probes by what fenced them.
+type zombieProbes struct {
+	// expired: in progress under the probed attempt, its lease lapsed;
+	// reclaimed: in progress under a later attempt; other: not in
+	// progress (refused for that alone, so proving nothing of the fence).
+	expired, reclaimed, other int
+	refused, accepted         int
+	seen                      []string // the first few, for the report
+}
+
+// anyOpen reports whether an event of leases is still pending or in
+// progress.
+func (s *run) anyOpen(ctx context.Context, leases []ferry.Lease) (bool, error) {
+	for _, l := range leases {
+		ev, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
+		if err != nil {
+			return false, err
+		}
+		if ev.State == ferry.StatePending || ev.State == ferry.StateInProgress {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// probe replays a heartbeat, a failure and a completion with each stale
+// lease, recording the event's state and attempt before each lease's
+// probes, and reading it again after them. The workers must be paused.
+func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes) error {
+	for _, l := range leases {
+		ev, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
+		if err != nil {
+			return fmt.Errorf("zombie probe: %w", err)
+		}
+		kind := "not_in_progress"
+		switch {
+		case ev.State != ferry.StateInProgress:
+			pr.other++
+		case ev.Attempt > l.Attempt:
+			kind = "later_attempt"
+			pr.reclaimed++
+		case ev.Attempt == l.Attempt && !ev.LeaseExpiresAt.After(time.Now()):
+			kind = "expired"
+			pr.expired++
+		default:
+			// The zombie's own lease still holds: not stale yet.
+			continue
+		}
+		if len(pr.seen) < 12 {
+			pr.seen = append(pr.seen, fmt.Sprintf("%d/%d→%s/%d(%s)", l.ID, l.Attempt, ev.State, ev.Attempt, kind))
+		}
 		probes := []func() error{
 			func() error {
 				_, err := s.store.EventHeartbeat(ctx, &ferry.EventHeartbeatParams{Lease: l, TTL: s.opts.TTL})
@@ -314,37 +465,78 @@ func (s *run) zombie(ctx context.Context) error {
 			},
 			func() error { return s.store.EventComplete(ctx, &ferry.EventCompleteParams{Lease: l}) },
 		}
+		acceptedBefore := pr.accepted
 		for _, probe := range probes {
 			switch err := probe(); {
 			case errors.Is(err, ferry.ErrLeaseLost):
-				refused++
+				pr.refused++
 			case err == nil:
-				accepted++
-				s.r.note("a stale write with lease %d/%d was accepted", l.ID, l.Attempt)
+				pr.accepted++
+				s.r.note("a stale write with lease %d/%d was accepted while the event was %s under attempt %d (%s)", l.ID, l.Attempt, ev.State, ev.Attempt, kind)
 			default:
 				return fmt.Errorf("zombie probe: %w", err)
 			}
 		}
+		// Nobody else can move the event now (both workers are paused), so
+		// a change is a stale write that took effect, whatever it answered.
+		after, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
+		if err != nil {
+			return fmt.Errorf("zombie probe: %w", err)
+		}
+		changed := after.State != ev.State || after.Attempt != ev.Attempt || !after.LeaseExpiresAt.Equal(ev.LeaseExpiresAt)
+		if changed && pr.accepted == acceptedBefore {
+			pr.accepted++
+			s.r.note("stale writes with lease %d/%d were refused but changed the event (%s)", l.ID, l.Attempt, kind)
+		}
+		if changed {
+			s.r.note("lease %d/%d: the event was %s/%d with its lease until %s, and is now %s/%d until %s", l.ID, l.Attempt,
+				ev.State, ev.Attempt, ev.LeaseExpiresAt.Format(time.StampMilli), after.State, after.Attempt, after.LeaseExpiresAt.Format(time.StampMilli))
+		}
 	}
-	s.r.StaleWritesAccepted += accepted
-	if err := z.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		return err
+	return nil
+}
+
+// pause SIGSTOPs p unless that leaves it holding the SQLite write lock:
+// SQLite has one write lock per file, and a process stopped inside a write
+// transaction stalls every other writer for as long as it sleeps (an
+// availability limit of multi-process SQLite, not a lease question). It
+// then resumes p and reports false. The lock is waited for up to wait,
+// which another running writer needs to finish its transaction; with every
+// other child paused, only p can hold it and waiting is pointless.
+func (s *run) pause(ctx context.Context, p *proc, wait time.Duration) (bool, error) {
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return false, err
 	}
-	<-done
-	sleep(ctx, s.opts.TTL) // the zombie's heartbeat loop runs at least once more
-	s.r.detail("zombie stops_retried_because_it_held_the_sqlite_write_lock=%d", lockedStops)
-	s.r.detail("zombie pid=%d stopped_for=%v leases_held=%d stale_probes_refused=%d stale_probes_accepted=%d zombie_refused_after_wake=%d",
-		z.pid, 3*s.opts.TTL, len(leases), refused, accepted, s.lineCount("lease_lost")+s.lineCount("completion_refused")-beforeResume)
-	return s.finish(ctx)
+	locked, err := s.writeLocked(ctx, wait)
+	if err == nil && !locked {
+		return true, nil
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	if locked {
+		s.lockedPauses++
+		sleep(ctx, 10*time.Millisecond)
+	}
+	return false, err
+}
+
+// pauseWithin tries to pause p, the only child running, until limit has
+// passed.
+func (s *run) pauseWithin(ctx context.Context, p *proc, limit time.Duration) (bool, error) {
+	for t0 := time.Now(); time.Since(t0) < limit && ctx.Err() == nil; {
+		if paused, err := s.pause(ctx, p, 0); paused || err != nil {
+			return paused, err
+		}
+	}
+	return false, nil
 }
 
 // writeLocked reports whether another process holds the SQLite write lock
-// (always false on PostgreSQL).
-func (s *run) writeLocked(ctx context.Context) (bool, error) {
+// after waiting up to wait for it (always false on PostgreSQL).
+func (s *run) writeLocked(ctx context.Context, wait time.Duration) (bool, error) {
 	if s.lite == nil {
 		return false, nil
 	}
-	db, err := sql.Open("sqlite", "file:"+s.dbPath+"?_pragma=busy_timeout%28200%29")
+	db, err := sql.Open("sqlite", fmt.Sprintf("file:%s?_pragma=busy_timeout%%28%d%%29", s.dbPath, wait.Milliseconds()))
 	if err != nil {
 		return false, err
 	}

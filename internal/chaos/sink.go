@@ -32,6 +32,7 @@ type sink struct {
 	mu      sync.Mutex
 	records []effect
 	fail    func(key string) int // a non-zero status to answer instead of 200
+	delay   func(key string) time.Duration
 }
 
 func newSink() (*sink, error) {
@@ -55,6 +56,15 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	attempt, _ := strconv.Atoi(r.Header.Get("Ferry-Attempt"))
 	key := r.Header.Get("Idempotency-Key")
 	s.mu.Lock()
+	delay := s.delay
+	s.mu.Unlock()
+	if delay != nil {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(delay(key)):
+		}
+	}
+	s.mu.Lock()
 	status := http.StatusOK
 	if s.fail != nil {
 		if st := s.fail(key); st != 0 {
@@ -72,6 +82,14 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *sink) setFail(f func(key string) int) {
 	s.mu.Lock()
 	s.fail = f
+	s.mu.Unlock()
+}
+
+// setDelay makes the sink answer each request d(key) late; nil answers at
+// once.
+func (s *sink) setDelay(d func(key string) time.Duration) {
+	s.mu.Lock()
+	s.delay = d
 	s.mu.Unlock()
 }
 
