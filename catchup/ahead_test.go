@@ -66,23 +66,44 @@ func TestCheckpointAheadOfTheProvider(t *testing.T) {
 		}
 	})
 
-	// Once a pass has seen the provider's clock, the next one takes now by
-	// it before any answer: a checkpoint written ahead since then starts
-	// its window at the lookback, by the provider's clock, with no listing
-	// from the checkpoint first.
-	t.Run("LaterPassesTakeNowByTheProvider", func(t *testing.T) {
+	// The host's clock fixed after a pass that ran 30 minutes fast: the
+	// checkpoint that pass wrote, bounded by the provider's clock, is
+	// trusted, and the next window starts at it less the overlap, not at
+	// the lookback.
+	t.Run("HostClockFixedKeepsTheCheckpoint", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, base.Add(-behind-DefaultSettle))
-		b.pass(t, PassOptions{})
-		b.now = base.Add(DefaultInterval)
-		putCheckpoint(t, b, b.now.Add(-DefaultSettle)) // an older build's, on this host
+		b := setup(t, base.Add(-behind-DefaultSettle-DefaultInterval))
+		first := b.pass(t, PassOptions{})
+		b.now = base.Add(-behind + DefaultInterval) // NTP: the host now tells the provider's time
+		b.fake.date = func() time.Time { return b.now }
 		res := b.pass(t, PassOptions{})
-		providerNow := b.now.Add(-behind)
-		if want := providerNow.Add(-DefaultLookback); !res.From.Equal(want) {
-			t.Fatalf("window from %v, want the lookback from the provider's now, %v", res.From, want)
+		if want := first.To.Add(-DefaultOverlap); !res.From.Equal(want) {
+			t.Fatalf("window from %v, want the checkpoint less the overlap, %v:\n%s", res.From, want, b.logsText())
 		}
-		if strings.Contains(strings.Join(res.Warnings, "\n"), "listing again") || !strings.Contains(b.logsText(), "checkpoint later than now") {
-			t.Fatalf("warnings %q: want the checkpoint dropped before the first answer:\n%s", res.Warnings, b.logsText())
+	})
+
+	// --since lists its own window: with the checkpoint ahead it says how
+	// to move it back rather than list twice, and counts each event once.
+	t.Run("SinceListsOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, base.Add(-2*time.Minute))
+		b.fake.addType("evt_1", "invoice.paid", base.Add(-time.Hour))
+		res := b.pass(t, PassOptions{Since: 2 * time.Hour})
+		if res.Fetched != 1 || res.New != 1 || !strings.Contains(strings.Join(res.Warnings, "\n"), "without --since") {
+			t.Fatalf("--since with the checkpoint ahead: fetched %d new %d, warnings %q; want 1, 1 and how to move it back", res.Fetched, res.New, res.Warnings)
+		}
+	})
+
+	// The relisting counts each event once, and says the skew once.
+	t.Run("RelistCountsOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, base.Add(-2*time.Minute))
+		b.fake.addType("evt_1", "invoice.paid", base.Add(-time.Hour))
+		b.fake.addType("evt_2", "invoice.paid", base.Add(-40*time.Minute))
+		res := b.pass(t, PassOptions{})
+		skews := strings.Count(strings.Join(res.Warnings, "\n"), "host's clock is")
+		if res.Fetched != 2 || res.New != 2 || res.Known != 0 || skews != 1 {
+			t.Fatalf("relisted pass: fetched %d new %d known %d, %d skew warnings; want 2, 2, 0, 1: %q", res.Fetched, res.New, res.Known, skews, res.Warnings)
 		}
 	})
 }

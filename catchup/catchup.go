@@ -21,7 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
+	"slices"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
@@ -156,12 +156,6 @@ type Runner struct {
 	Observer Observer
 	// Now defaults to time.Now.
 	Now func() time.Time
-
-	// behind is how far the provider's clock was behind Now at the last
-	// pass's first answer, in nanoseconds (zero when it was not): later
-	// passes take now that much earlier, so that a checkpoint written by a
-	// host whose clock ran ahead is seen ahead of now before any answer.
-	behind atomic.Int64
 }
 
 // PassOptions tune one pass.
@@ -177,8 +171,7 @@ type PassOptions struct {
 type Result struct {
 	Source string    `json:"source"`
 	From   time.Time `json:"from"`
-	// To is now less Settle, by this host's clock (less how far the
-	// provider's was behind it at the last pass) or, when it is earlier,
+	// To is now less Settle, by this host's clock or, when it is earlier,
 	// by the Date of the provider's first answer in the pass.
 	To time.Time `json:"to"`
 	// Fetched counts the events listed in the window.
@@ -256,7 +249,7 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 		return nil, err
 	}
 	res, ahead, err := r.pass(ctx, opts, false)
-	if err != nil || !ahead {
+	if err != nil || !ahead || opts.Since > 0 {
 		return res, err
 	}
 	// The provider's first answer showed the checkpoint later than its now
@@ -265,15 +258,24 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	// there, so the pass lists again from the lookback, and moves the
 	// checkpoint back to what it listed. Left to the next pass, the gap
 	// would be lost once the provider's clock came within the overlap of
-	// the checkpoint.
+	// the checkpoint. (--since lists its own window: it says so instead.)
 	again, _, err := r.pass(ctx, opts, true)
-	if again != nil {
-		again.Warnings = append(res.Warnings, again.Warnings...)
-		again.Fetched += res.Fetched
-		again.New += res.New
-		again.Known += res.Known
-		again.Skipped += res.Skipped
+	if again == nil {
+		return res, err
 	}
+	// The second window holds the first: its counts stand, but what the
+	// first received the second found known.
+	if !opts.DryRun {
+		again.New += res.New
+		again.Known -= res.New
+	}
+	warnings := res.Warnings
+	for _, w := range again.Warnings {
+		if !slices.Contains(warnings, w) {
+			warnings = append(warnings, w)
+		}
+	}
+	again.Warnings = warnings
 	return again, err
 }
 
@@ -283,8 +285,7 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 	lookback := orDefault(r.Lookback, DefaultLookback)
 	overlap := orDefault(r.Overlap, DefaultOverlap)
 	settle := max(orDefault(r.Settle, DefaultSettle), 0)
-	hostNow := r.now().UTC().Truncate(time.Second) // providers count whole seconds
-	now := hostNow.Add(-time.Duration(r.behind.Load()))
+	now := r.now().UTC().Truncate(time.Second) // providers count whole seconds
 	res = &Result{Source: r.Source, To: now.Add(-settle), DryRun: opts.DryRun}
 
 	name := CheckpointName(r.Source)
@@ -306,14 +307,13 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			checkpoint = cp.UpdatedAt
 		}
 		// A checkpoint later than now by more than the overlap was written
-		// by a clock ahead of the provider's (on SQLite the store's time is
-		// this host's too): before the clock stepped back, or here, where
-		// now is the provider's as the last pass learned it. What lies
-		// between is unknown, so the pass starts at the lookback. Within the
-		// overlap, a reader's clock a little behind the writer's, the
-		// overlap covers it.
+		// by a clock ahead (on SQLite the store's time is this host's too)
+		// that has since stepped back; distrust is Pass's second run after
+		// the provider's clock showed it ahead. What lies between is
+		// unknown, so the pass starts at the lookback. Within the overlap, a
+		// reader's clock a little behind the writer's, the overlap covers it.
 		if distrust || checkpoint.After(now.Add(overlap)) {
-			r.log().Warn("catchup: checkpoint later than now (a clock that ran ahead of the provider's); starting from the lookback",
+			r.log().Warn("catchup: checkpoint later than now (a clock that ran ahead); starting from the lookback",
 				"source", r.Source, "checkpoint", checkpoint, "now", now)
 			checkpoint = time.Time{}
 		}
@@ -369,7 +369,7 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 		start = floor
 	}
 	advance := !opts.DryRun && (!res.From.After(start) || !res.From.After(reach))
-	ctx, bound := r.providerBound(ctx, res, hostNow, overlap, settle)
+	ctx, bound := r.providerBound(ctx, res, now, overlap, settle)
 	found := func(c *Candidate) error {
 		if bound(); !c.Created.IsZero() && c.Created.After(res.To) {
 			return nil // not settled at the provider: the next pass lists it
@@ -412,8 +412,12 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 		date := bound()
 		if !date.IsZero() && !ahead && !checkpoint.IsZero() && checkpoint.After(date.Add(overlap)) {
 			ahead = true
-			w := fmt.Sprintf("the checkpoint %s is later than the provider's now (its Date: %s) by more than the overlap %s: written by a host whose clock ran ahead; listing again from the lookback",
-				checkpoint.Format(time.RFC3339), date.Format(time.RFC3339), overlap)
+			next := "listing again from the lookback"
+			if opts.Since > 0 {
+				next = "run again without --since to list from the lookback and move it back"
+			}
+			w := fmt.Sprintf("the checkpoint %s is later than the provider's now (its Date: %s) by more than the overlap %s: written by a host whose clock ran ahead; %s",
+				checkpoint.Format(time.RFC3339), date.Format(time.RFC3339), overlap, next)
 			res.Warnings = append(res.Warnings, w)
 			r.log().Warn("catchup: checkpoint ahead of the provider", "source", r.Source, "warning", w)
 		}
@@ -440,8 +444,8 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 // otherwise move the checkpoint past events the provider has yet to
 // create, and the next pass, starting at the checkpoint less overlap,
 // would never list them. bound returns the Date, zero until an answer
-// carries one, and records how far it is behind now for later passes. A
-// reconciler whose answers carry no Date leaves the host's clock in charge.
+// carries one. A reconciler whose answers carry no Date leaves the host's
+// clock in charge.
 func (r *Runner) providerBound(ctx context.Context, res *Result, now time.Time, overlap, settle time.Duration) (context.Context, func() time.Time) {
 	pc := &providerClock{}
 	done := false
@@ -455,7 +459,6 @@ func (r *Runner) providerBound(ctx context.Context, res *Result, now time.Time, 
 			res.To = to
 		}
 		skew := now.Sub(date)
-		r.behind.Store(int64(max(skew, 0)))
 		if skew.Abs() <= overlap {
 			return date
 		}
