@@ -620,8 +620,8 @@ func (c *Config) Policies() []ferry.SourcePolicy {
 	return out
 }
 
-// RedactURL is s fit for an error or a log line: without its password (or
-// a user given alone, which may be a key), query and fragment, any of which may carry a token (an app's ?token=, a
+// RedactURL is s fit for an error or a log line: without its password (on
+// http(s), or given alone, its user too: it may be a key), query and fragment, any of which may carry a token (an app's ?token=, a
 // DSN's ?password=). A dropped query shows as "?…".
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
@@ -630,8 +630,11 @@ func RedactURL(s string) string {
 	}
 	hadQuery := u.RawQuery != "" || u.ForceQuery
 	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
-	if _, hasPassword := u.User.Password(); u.User != nil && !hasPassword {
-		u.User = url.User("xxxxx") // a user alone may be a key (https://sk_live_…@host)
+	// On http(s) the user is often the key itself (https://sk_live_…:@host,
+	// https://ghp_…:x-oauth-basic@host), as is a user given alone; a
+	// database URL's user is a role, kept beside its masked password.
+	if _, hasPassword := u.User.Password(); u.User != nil && (!hasPassword || u.Scheme == "http" || u.Scheme == "https") {
+		u.User = url.User("xxxxx")
 	}
 	out := u.Redacted()
 	if u.User == nil {

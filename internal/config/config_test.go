@@ -193,6 +193,8 @@ func TestRedactURL(t *testing.T) {
 		"https://app.internal/hook#SEKRET":                "https://app.internal/hook",
 		"postgres://ferry:SEKRET@db/ferry?sslmode=verify": "postgres://ferry:xxxxx@db/ferry?…",
 		"https://sk_live_SEKRET@api.stripe.com":           "https://xxxxx@api.stripe.com",
+		"https://sk_live_SEKRET:@api.stripe.com":          "https://xxxxx@api.stripe.com",
+		"https://ghp_SEKRET:x-oauth-basic@github.com":     "https://xxxxx@github.com",
 		"https//app.internal/hook?token=SEKRET":           "https//app.internal/hook?…",
 		"http://[::1/hook?token=SEKRET":                   "(unparseable)",
 		"https//u:SEKRET@app.internal/x":                  "https//xxxxx@app.internal/x",
