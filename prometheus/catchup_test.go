@@ -77,3 +77,26 @@ func TestCatchupCheckpointAge(t *testing.T) {
 		t.Errorf("want stripe's checkpoint 1020 s old and none for github:\n%s", raw)
 	}
 }
+
+type unreadableCheckpoint struct{ ferry.Store }
+
+func (unreadableCheckpoint) CheckpointGet(context.Context, *ferry.CheckpointGetParams) (*ferry.Checkpoint, error) {
+	return nil, context.DeadlineExceeded
+}
+
+// A checkpoint that cannot be read leaves its gauge out, and nothing else:
+// the store's gauges stay, and ferry_stats_up says 1, so no store-down
+// alert fires for one slow read.
+func TestCatchupCheckpointUnreadable(t *testing.T) {
+	t.Parallel()
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{
+		Store: unreadableCheckpoint{teststore.SQLite(t, nil)}, Sources: []string{"stripe"}, CatchupSources: []string{"stripe"},
+	}))
+	srv := httptest.NewServer(prometheus.Handler(reg))
+	defer srv.Close()
+	_, raw := testhttp.Get(t, srv.URL)
+	if !strings.Contains(raw, "ferry_stats_up 1") || !strings.Contains(raw, `ferry_events{source="stripe",state="pending"} 0`) || strings.Contains(raw, "ferry_catchup_checkpoint_age_seconds") {
+		t.Errorf("an unreadable checkpoint: want stats up, the store's gauges, and no age:\n%s", raw)
+	}
+}

@@ -186,7 +186,10 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 		c.archive, c.err = c.opts.Store.ArchiveInfo(ctx)
 	}
 	if c.err == nil {
-		c.checkpoints, c.err = c.readCheckpoints(ctx)
+		// Its own error: a checkpoint read that fails leaves its gauges out
+		// (FerryCatchupFailing then counts the source as never moved), and
+		// never takes the store's gauges or ferry_stats_up down with it.
+		c.checkpoints = c.readCheckpoints(ctx)
 	}
 	select {
 	case c.pingErr = <-pinged:
@@ -200,22 +203,19 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 // readCheckpoints reads each catch-up source's checkpoint: the state every
 // instance shares, so its age survives restarts, where a process's own
 // record of its last ok pass would start afresh. A source without one yet,
-// or with one no time parses from, is left out.
-func (c *StatsCollector) readCheckpoints(ctx context.Context) (map[string]time.Time, error) {
+// one that could not be read, or one no time parses from, is left out.
+func (c *StatsCollector) readCheckpoints(ctx context.Context) map[string]time.Time {
 	out := map[string]time.Time{}
 	for _, source := range c.opts.CatchupSources {
 		cp, err := c.opts.Store.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: catchup.CheckpointName(source)})
-		switch {
-		case errors.Is(err, ferry.ErrNotFound):
+		if err != nil {
 			continue
-		case err != nil:
-			return nil, err
 		}
 		if at, err := time.Parse(time.RFC3339Nano, cp.Value); err == nil {
 			out[source] = at
 		}
 	}
-	return out, nil
+	return out
 }
 
 // storeWritable is what the last read says of writes: not if the store said it
