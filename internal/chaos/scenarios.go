@@ -430,7 +430,8 @@ func (s *run) anyOpen(ctx context.Context, leases []ferry.Lease) (bool, error) {
 
 // probe replays a heartbeat, a failure and a completion with each stale
 // lease, recording the event's state and attempt before each lease's
-// probes, and reading it again after them. The workers must be paused.
+// probes, and reading it again after them. The workers must be paused
+// (their statements already sent may still commit).
 func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes) error {
 	for _, l := range leases {
 		ev, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
@@ -477,13 +478,19 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 				return fmt.Errorf("zombie probe: %w", err)
 			}
 		}
-		// Nobody else can move the event now (both workers are paused), so
-		// a change is a stale write that took effect, whatever it answered.
+		// A change under the probed attempt while its lease had expired is
+		// a stale write that took effect, whatever it answered. Nothing else
+		// is counted: a paused worker's statement already in the database
+		// still commits (on PostgreSQL the survivor's claim took an expired
+		// event to a later attempt mid-probe), and under a later attempt
+		// the survivor's own heartbeat or completion may land; there the
+		// probes' answers are what count.
 		after, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
 		if err != nil {
 			return fmt.Errorf("zombie probe: %w", err)
 		}
-		changed := after.State != ev.State || after.Attempt != ev.Attempt || !after.LeaseExpiresAt.Equal(ev.LeaseExpiresAt)
+		changed := kind == "expired" && after.Attempt == ev.Attempt &&
+			(after.State != ev.State || !after.LeaseExpiresAt.Equal(ev.LeaseExpiresAt))
 		if changed && pr.accepted == acceptedBefore {
 			pr.accepted++
 			s.r.note("stale writes with lease %d/%d were refused but changed the event (%s)", l.ID, l.Attempt, kind)
