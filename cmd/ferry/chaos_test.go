@@ -77,12 +77,23 @@ func TestChaosKillPasses(t *testing.T) {
 // and says so; a probe of an event already done would prove nothing.
 func TestChaosZombieProbesTheFence(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runBin(t, chaosBin, "chaos", "--scenario", "zombie", "--store", "sqlite", "--events", "200")
-	got := lastChaosLine(t, stdout)
-	probes := regexp.MustCompile(`probes expired_lease=(\d+) reclaimed_under_later_attempt=(\d+) `).FindStringSubmatch(stdout)
-	if code != 0 || got["lost"] != 0 || got["stale_writes_accepted"] != 0 || probes == nil || probes[1] == "0" || probes[2] == "0" {
-		t.Fatalf("exit %d, %v, probes %q\nstdout:\n%s\nstderr:\n%s", code, got, probes, stdout, stderr)
+	// Every run must pass; on a loaded machine a run may not catch a
+	// worker at one of the two moments (it says "not tested:"), so one of
+	// three must probe both.
+	var last string
+	for range 3 {
+		stdout, stderr, code := runBin(t, chaosBin, "chaos", "--scenario", "zombie", "--store", "sqlite", "--events", "200")
+		got := lastChaosLine(t, stdout)
+		probes := regexp.MustCompile(`probes expired_lease=(\d+) reclaimed_under_later_attempt=(\d+) `).FindStringSubmatch(stdout)
+		if code != 0 || got["lost"] != 0 || got["stale_writes_accepted"] != 0 || probes == nil {
+			t.Fatalf("exit %d, %v, probes %q\nstdout:\n%s\nstderr:\n%s", code, got, probes, stdout, stderr)
+		}
+		if probes[1] != "0" && probes[2] != "0" {
+			return
+		}
+		last = stdout
 	}
+	t.Fatalf("no run of three probed both moments:\n%s", last)
 }
 
 // TestChaosPGCrashSkipsWithoutPermission: pgcrash never touches a server it
