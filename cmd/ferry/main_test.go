@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -28,6 +29,12 @@ import (
 var ferryBin, chaosBin string
 
 func TestMain(m *testing.M) {
+	// Under nohup the children would inherit an ignored SIGHUP, which ferry
+	// rightly keeps ignoring, and the SIGHUP test would wait in vain. A
+	// caught signal is reset to its default at exec, so they hear it.
+	if signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
 	dir, err := os.MkdirTemp("", "ferry-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
