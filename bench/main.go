@@ -85,6 +85,7 @@ var benchmarks = []benchmark{
 // benchmark that sets it.
 var lineKeys = []struct{ key, bench string }{
 	{"ingest_pg_x", "ingest_pg"},
+	{"ingest_pg_best_x", "ingest_pg"},
 	{"ingest_sqlite_x", "ingest_sqlite"},
 	{"e2e_pg_burst_x", "e2e_pg"},
 	{"e2e_sqlite_burst_x", "e2e_sqlite"},
@@ -100,6 +101,13 @@ var lineKeys = []struct{ key, bench string }{
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == bareReceiverCmd {
+		if err := bareMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench "+bareReceiverCmd+":", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -111,10 +119,10 @@ func run() error {
 	var only, sweep, sizes string
 	flag.StringVar(&o.url, "db", cmpEnv("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL `url`")
 	flag.StringVar(&only, "only", "", "run only these benchmarks (comma-separated): "+names())
-	flag.IntVar(&o.rounds, "rounds", 3, "rounds per benchmark (pairs alternate A B, B A), median reported; below 3 only for smoke tests")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds per benchmark (pairs alternate A B, B A; ingest rounds it up to an even count), median reported; below 3 only for smoke tests")
 	flag.DurationVar(&o.ingestDur, "ingest-dur", 4*time.Second, "measured length of one ingest run")
 	flag.IntVar(&o.clients, "clients", 64, "concurrent HTTP connections of the ingest load generator and of the e2e burst")
-	flag.IntVar(&o.poolSize, "pool", 16, "PostgreSQL pool size of both sides of ingest_pg and of work's best runs")
+	flag.IntVar(&o.poolSize, "pool", 16, "PostgreSQL pool size of ingest_pg's bare receiver (it also runs at a pool of -clients; ferry serve sizes its own) and of both sides of work's best runs")
 	flag.IntVar(&o.workEvents, "work-events", 200_000, "events stored before each work run")
 	flag.DurationVar(&o.workWindow, "work-window", 4*time.Second, "measured length of one work run (after 1s of warm-up)")
 	flag.StringVar(&sweep, "work-sweep", "100,500,1000", "worker counts tried for Ferry's and River's best (comma-separated)")
@@ -134,7 +142,7 @@ func run() error {
 	flag.DurationVar(&o.scaleDur, "scale-dur", 5*time.Second, "measured length of scale's receipt and claim runs")
 	flag.BoolVar(&o.scaleBefore, "scale-before", true, "also run scale on the layout before migration 003 (built from git)")
 	flag.StringVar(&o.scaleBeforeRev, "scale-before-rev", "", "git revision of that layout; defaults to the parent of the commit that added migration 003")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (the in-process receivers, workers and load generators) to `file`")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (load generators, the e2e app, work's in-process workers; not the receivers, which are child processes) to `file`")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
