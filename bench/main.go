@@ -90,6 +90,7 @@ var lineKeys = []struct{ key, bench string }{
 	{"e2e_pg_burst_x", "e2e_pg"},
 	{"e2e_sqlite_burst_x", "e2e_sqlite"},
 	{"e2e_pg_p99_ms", "e2e_pg"},
+	{"e2e_sqlite_p99_ms", "e2e_sqlite"},
 	{"work_pg_x_river_best", "work"},
 	{"work_pg_x_river_default", "work"},
 	{"conns_ferry", "conns"},
