@@ -47,6 +47,12 @@ func runConns(ctx context.Context, o *options) (*result, error) {
 	if err := errors.Join(fe, te); err != nil {
 		return nil, err
 	}
+	return connsResult(o, needed, txPool, arrivals, fr, tr), nil
+}
+
+// connsResult is what runConns reports: the measured peaks of both sides,
+// and, apart, what the one-transaction design needs by arithmetic.
+func connsResult(o *options, needed, txPool int, arrivals time.Duration, fr *connsFerryResult, tr *connsTxResult) *result {
 	offered := int(float64(o.connsRate) * arrivals.Seconds())
 	capacity := min(float64(o.connsRate), float64(txPool)/o.connsHold.Seconds())
 	return &result{
@@ -54,15 +60,19 @@ func runConns(ctx context.Context, o *options) (*result, error) {
 			{"conns_ferry", fmt.Sprint(fr.peakInUse), fmt.Sprintf("peak PostgreSQL connections in use (running, in a transaction, or holding LISTEN; pg_stat_activity every 10ms) of ferry serve: %d events/s for %s, downstream holds each %s, %d workers; peak %d in flight at the app; lease TTL %s, heartbeat %s: %d leases seen extended past their first TTL, %d events claimed more than once; %d of %d done",
 				o.connsRate, arrivals, o.connsHold, needed, fr.peakInFlight, fr.ttl, fr.ttl/3, fr.extended, fr.retried, fr.done, fr.sent)},
 			{"conns_ferry_open", fmt.Sprint(fr.peakOpen), "peak PostgreSQL connections open (idle included) of the same process: its pool as `ferry serve` sizes it"},
-			{"conns_txheld_needed", fmt.Sprint(needed), fmt.Sprintf("connections the one-transaction design needs: rate × hold = %d/s × %s, one per event in flight. A pool of %d holds %d at once, so it completes at most %d / %s = %.2f events/s, %.0f%% of the %d/s offered; run beside Ferry on that pool: peak %d in use, peak %d requests waiting for one, %d of %d events done before the waiting ones were given up (a hold after the last arrival)",
-				o.connsRate, o.connsHold, txPool, txPool, txPool, o.connsHold, capacity, 100*capacity/float64(o.connsRate), o.connsRate, tr.peakInUse, tr.peakWaiting, tr.done, offered)},
+			{"conns_txheld_in_use", fmt.Sprint(tr.peakInUse), fmt.Sprintf("the one-transaction design, run beside Ferry on the same schedule on the write-up's pool of %d: peak PostgreSQL connections in use (pg_stat_activity every 10ms), each held for the whole downstream call", txPool)},
+			{"conns_txheld_waiting", fmt.Sprint(tr.peakWaiting), fmt.Sprintf("peak requests of the same side waiting for a connection (counted in the bench); in use + waiting = %d connections wanted at the peak; %d of %d events done before the waiting ones were given up (a hold after the last arrival)",
+				tr.peakInUse+tr.peakWaiting, tr.done, offered)},
+			{"  needed (computed)", fmt.Sprint(needed), fmt.Sprintf("not measured: rate × hold = %d/s × %s, one connection per event in flight; a pool of %d completes at most %d / %s = %.2f events/s, %.0f%% of the %d/s offered",
+				o.connsRate, o.connsHold, txPool, txPool, o.connsHold, capacity, 100*capacity/float64(o.connsRate), o.connsRate)},
 		},
 		summary: map[string]string{
-			"conns_ferry":         fmt.Sprint(fr.peakInUse),
-			"conns_ferry_open":    fmt.Sprint(fr.peakOpen),
-			"conns_txheld_needed": fmt.Sprint(needed),
+			"conns_ferry":          fmt.Sprint(fr.peakInUse),
+			"conns_ferry_open":     fmt.Sprint(fr.peakOpen),
+			"conns_txheld_in_use":  fmt.Sprint(tr.peakInUse),
+			"conns_txheld_waiting": fmt.Sprint(tr.peakWaiting),
 		},
-	}, nil
+	}
 }
 
 // txHeldPool is the pool the write-up gives the one-transaction design.
