@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferry-inbox/ferry"
 )
 
 // The scale benchmark stores many done events (1 KB payloads, one ledger
@@ -38,8 +40,9 @@ type scaleLayout struct {
 	load    func(ctx context.Context, pool *pgxpool.Pool, from, to int) error
 	backlog func(ctx context.Context, pool *pgxpool.Pool, prefix string, n int) error
 	oldDay  func(ctx context.Context, pool *pgxpool.Pool, n int) error
-	// retain runs one retention step that removes the old day.
-	retain func(ctx context.Context, pool *pgxpool.Pool) error
+	// retain runs one retention step that removes the old day and
+	// everything of it, its dedupe keys included, and says what it ran.
+	retain func(ctx context.Context, pool *pgxpool.Pool) (string, error)
 }
 
 // scaleSample is what one layout measured at one size.
@@ -52,6 +55,7 @@ type scaleSample struct {
 	claimRPS                                   float64
 	claimP99                                   time.Duration
 	list, metrics, overview, doctor, retention time.Duration
+	retainSteps                                string // what retention ran, with the time of each step
 	// listChurned and doctorChurned are list and doctor again right after
 	// the receipt and claim runs, before autovacuum has seen their churn.
 	listChurned, doctorChurned time.Duration
@@ -72,7 +76,7 @@ func runScale(ctx context.Context, o *options) (*result, error) {
 	if after.bin, err = ferryBinary(ctx, o.tmp); err != nil {
 		return nil, err
 	}
-	after.load, after.backlog, after.oldDay, after.retain = archiveLoad, archiveBacklog, archiveOldDay, archiveRetain
+	after.load, after.backlog, after.oldDay, after.retain = archiveLoad, archiveBacklog, archiveOldDay, archiveRetain(after.sql)
 	layouts := []*scaleLayout{after}
 	if o.scaleBefore {
 		before, err := beforeLayout(ctx, o)
@@ -93,9 +97,9 @@ func runScale(ctx context.Context, o *options) (*result, error) {
 	for _, l := range layouts {
 		for _, s := range samples[l.name] {
 			res.rows = append(res.rows, []string{fmt.Sprintf("scale %s %d", l.name, s.rows), "",
-				fmt.Sprintf("load %s (%.0f MB); receive %.0f/s p99 %s; claim+complete %.0f/s, claim p99 %s; list %s; metrics %s; overview %s; doctor %s; retention %s; after the runs: list %s, doctor %s",
+				fmt.Sprintf("load %s (%.0f MB); receive %.0f/s p99 %s; claim+complete %.0f/s, claim p99 %s; list %s; metrics %s; overview %s; doctor %s; retention %s (%s); after the runs: list %s, doctor %s",
 					s.load.Round(time.Second), s.diskMB, s.receiveRPS, ms(s.receiveP99), s.claimRPS, ms(s.claimP99),
-					ms(s.list), ms(s.metrics), ms(s.overview), ms(s.doctor), ms(s.retention), ms(s.listChurned), ms(s.doctorChurned)) + failedNote(s)})
+					ms(s.list), ms(s.metrics), ms(s.overview), ms(s.doctor), ms(s.retention), s.retainSteps, ms(s.listChurned), ms(s.doctorChurned)) + failedNote(s)})
 		}
 	}
 	a := samples[after.name]
@@ -172,9 +176,9 @@ func scaleLayoutRun(ctx context.Context, o *options, l *scaleLayout) ([]*scaleSa
 		if err := scaleMeasure(ctx, o, l, pool, cfgPath, cfg, sample); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(os.Stderr, "  scale %s %d: receive %.0f/s p99 %s, claim+complete %.0f/s p99 %s, list %s, metrics %s, overview %s, doctor %s, retention %s; after the runs: list %s, doctor %s\n",
+		fmt.Fprintf(os.Stderr, "  scale %s %d: receive %.0f/s p99 %s, claim+complete %.0f/s p99 %s, list %s, metrics %s, overview %s, doctor %s, retention %s (%s); after the runs: list %s, doctor %s\n",
 			l.name, size, sample.receiveRPS, ms(sample.receiveP99), sample.claimRPS, ms(sample.claimP99),
-			ms(sample.list), ms(sample.metrics), ms(sample.overview), ms(sample.doctor), ms(sample.retention),
+			ms(sample.list), ms(sample.metrics), ms(sample.overview), ms(sample.doctor), ms(sample.retention), sample.retainSteps,
 			ms(sample.listChurned), ms(sample.doctorChurned))
 		if len(sample.failed) > 0 {
 			fmt.Fprintf(os.Stderr, "  scale %s %d:%s\n", l.name, size, failedNote(sample))
@@ -261,7 +265,7 @@ func scaleMeasure(ctx context.Context, o *options, l *scaleLayout, pool *pgxpool
 		return fmt.Errorf("old day: %w", err)
 	}
 	t := time.Now()
-	if err := l.retain(ctx, pool); err != nil {
+	if sample.retainSteps, err = l.retain(ctx, pool); err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
 	sample.retention = time.Since(t)
@@ -441,16 +445,64 @@ func archiveBacklog(ctx context.Context, pool *pgxpool.Pool, prefix string, n in
 	return err
 }
 
-// archiveRetain drops the partition 40 days old, as maintenance does.
-func archiveRetain(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
-			return err
+// scaleRetention is the retention of scale's retention step: the old day
+// (40 days) is past it, the loaded days (the last 3) are not.
+const scaleRetention = 35 * 24 * time.Hour
+
+// archiveRetain is the archive layout's retention step, as maintenance
+// runs it (postgres.Store.ArchiveMaintain) with the layout's SQL: drop the
+// partition 40 days old, then purge the dedupe keys whose event is gone, in
+// batches of ferry.ArchiveKeyBatchDefault, one transaction each. The layout
+// before 003 removes the keys with the rows, in its one DELETE; both parts
+// are timed here.
+func archiveRetain(layoutSQL func(string) (string, error)) func(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	return func(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+		purgeSQL, err := layoutSQL("archive_keys_purge.sql")
+		if err != nil {
+			return "", err
 		}
-		_, err := tx.Exec(ctx, `SELECT ferry_archive_drop(name) FROM ferry_event_done_partition
-			WHERE from_day = ((now() - interval '40 days') AT TIME ZONE 'UTC')::date`)
-		return err
-	})
+		forgetSQL, err := layoutSQL("archive_keys_forget.sql")
+		if err != nil {
+			return "", err
+		}
+		t := time.Now()
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `SELECT ferry_archive_drop(name) FROM ferry_event_done_partition
+				WHERE from_day = ((now() - interval '40 days') AT TIME ZONE 'UTC')::date`)
+			return err
+		}); err != nil {
+			return "", fmt.Errorf("drop: %w", err)
+		}
+		drop := time.Since(t)
+		t = time.Now()
+		keys, batches := 0, 0
+		for {
+			var n int
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				rows, _ := tx.Query(ctx, purgeSQL, pgx.NamedArgs{
+					"now": nil, "source": "", "key_retention_us": int64(scaleRetention / time.Microsecond), "batch": ferry.ArchiveKeyBatchDefault,
+				})
+				ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+				if err != nil || len(ids) == 0 {
+					return err
+				}
+				n = len(ids)
+				_, err = tx.Exec(ctx, forgetSQL, pgx.NamedArgs{"ids": ids})
+				return err
+			})
+			if err != nil {
+				return "", fmt.Errorf("key purge: %w", err)
+			}
+			keys, batches = keys+n, batches+1
+			if n < ferry.ArchiveKeyBatchDefault {
+				break
+			}
+		}
+		return fmt.Sprintf("partition drop %s + key purge %s: %d keys in %d batches", ms(drop), ms(time.Since(t)), keys, batches), nil
+	}
 }
 
 // beforeLayout builds the binary of the revision before migration 003 and
@@ -495,9 +547,9 @@ func beforeLayout(ctx context.Context, o *options) (*scaleLayout, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.retain = func(ctx context.Context, pool *pgxpool.Pool) error {
-		_, err := pool.Exec(ctx, purgeSQL, pgx.NamedArgs{"now": nil, "source": "stripe", "retention_us": int64(35 * 24 * time.Hour / time.Microsecond)})
-		return err
+	l.retain = func(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+		tag, err := pool.Exec(ctx, purgeSQL, pgx.NamedArgs{"now": nil, "source": "stripe", "retention_us": int64(scaleRetention / time.Microsecond)})
+		return fmt.Sprintf("one DELETE of %d events, keys with them", tag.RowsAffected()), err
 	}
 	return l, nil
 }
