@@ -102,21 +102,28 @@ func runScale(ctx context.Context, o *options) (*result, error) {
 					ms(s.list), ms(s.metrics), ms(s.overview), ms(s.doctor), ms(s.retention), s.retainSteps, ms(s.listChurned), ms(s.doctorChurned)) + failedNote(s)})
 		}
 	}
-	a := samples[after.name]
+	res.summary["scale"] = scaleSummary(samples[after.name], samples["before"])
+	return res, nil
+}
+
+// scaleSummary is scale's last line: the largest size of the archive layout
+// a, and each *_x the largest size's figure ÷ the first's: for the rates
+// (receive, claim) above 1 is faster at the largest size, for list's time
+// above 1 is slower. before is the layout before 003, if it ran.
+func scaleSummary(a, before []*scaleSample) string {
 	first, last := a[0], a[len(a)-1]
 	line := fmt.Sprintf("rows=%d receive_x=%.2f claim_x=%.2f list_x=%.2f metrics_ms=%.0f overview_ms=%.0f doctor_ms=%.0f retention_ms=%.0f",
-		last.rows, last.receiveRPS/first.receiveRPS, last.claimRPS/first.claimRPS, float64(first.list)/float64(last.list),
+		last.rows, last.receiveRPS/first.receiveRPS, last.claimRPS/first.claimRPS, float64(last.list)/float64(first.list),
 		msf(last.metrics), msf(last.overview), msf(last.doctor), msf(last.retention))
 	if len(last.failed) > 0 {
 		line += " failed=" + strconv.Itoa(len(last.failed))
 	}
-	if b := samples["before"]; len(b) > 0 {
-		line += fmt.Sprintf(" before_claim_x=%.2f", b[len(b)-1].claimRPS/b[0].claimRPS)
+	if len(before) > 0 {
+		line += fmt.Sprintf(" before_claim_x=%.2f", before[len(before)-1].claimRPS/before[0].claimRPS)
 	} else {
 		line += " before_claim_x=NA"
 	}
-	res.summary["scale"] = line
-	return res, nil
+	return line
 }
 
 // scaleLayoutRun loads one layout to each size in turn and measures it.

@@ -58,3 +58,18 @@ func TestArchiveRetainPurgesTheOldDaysKeys(t *testing.T) {
 		t.Errorf("retention steps %q: want the 50 purged keys named", steps)
 	}
 }
+
+// Every *_x of the scale line is the largest size's figure ÷ the first's,
+// as docs/benchmarks.md says: list taking longer at the largest size reads
+// above 1.
+func TestScaleSummaryRatiosAreLargestOverFirst(t *testing.T) {
+	t.Parallel()
+	first := &scaleSample{rows: 1_000_000, receiveRPS: 4000, claimRPS: 10000, list: 100 * time.Millisecond}
+	last := &scaleSample{rows: 20_000_000, receiveRPS: 2000, claimRPS: 5000, list: 150 * time.Millisecond}
+	line := scaleSummary([]*scaleSample{first, last}, nil)
+	for _, want := range []string{"rows=20000000", "receive_x=0.50", "claim_x=0.50", "list_x=1.50", "before_claim_x=NA"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("scale line %q: want %s", line, want)
+		}
+	}
+}
