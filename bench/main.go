@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -203,9 +202,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("postgres at %s: %w", redact(o.url), err)
 	}
-	host, _ := os.Hostname()
-	fmt.Printf("bench: %s, %s/%s, %d CPUs (GOMAXPROCS %d), %s, %s\n",
-		host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), server)
+	fmt.Printf("bench: %s; %s\n", machineLine(ctx), server)
 
 	var rows [][]string
 	summary := map[string]string{}

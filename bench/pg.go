@@ -97,7 +97,8 @@ func adminExec(ctx context.Context, u, sql string) error {
 }
 
 // serverSettings describes the PostgreSQL server for the run's header: its
-// version and the settings that decide commit cost and connection limits.
+// version and the settings that decide commit cost, connection limits,
+// caching and whether dead rows are cleaned up during the run.
 func serverSettings(ctx context.Context, u string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -106,10 +107,12 @@ func serverSettings(ctx context.Context, u string) (string, error) {
 		return "", err
 	}
 	defer conn.Close(context.Background())
-	var version, fsync, syncCommit, maxConns string
+	var version, fsync, syncCommit, maxConns, sharedBuffers, autovacuum string
 	err = conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
-		current_setting('synchronous_commit'), current_setting('max_connections')`).Scan(&version, &fsync, &syncCommit, &maxConns)
-	return fmt.Sprintf("PostgreSQL %s (fsync %s, synchronous_commit %s, max_connections %s)", version, fsync, syncCommit, maxConns), err
+		current_setting('synchronous_commit'), current_setting('max_connections'),
+		current_setting('shared_buffers'), current_setting('autovacuum')`).Scan(&version, &fsync, &syncCommit, &maxConns, &sharedBuffers, &autovacuum)
+	return fmt.Sprintf("PostgreSQL %s (fsync %s, synchronous_commit %s, max_connections %s, shared_buffers %s, autovacuum %s)",
+		version, fsync, syncCommit, maxConns, sharedBuffers, autovacuum), err
 }
 
 func serverMaxConnections(ctx context.Context, u string) (int, error) {

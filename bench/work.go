@@ -344,8 +344,9 @@ func riverDefault(s *schema, pool *pgxpool.Pool) workRun {
 	}
 }
 
-// riverVersion is the River the bench's go.mod pins.
-const riverVersion = "v0.51.2"
+// riverVersion is the River this binary was built with (the bench's go.mod
+// pins it), read from the build info.
+var riverVersion = moduleVersion("github.com/riverqueue/river")
 
 // workWarmup and -work-window measure a worker's steady rate: after
 // workWarmup from the start, the done count is read twice, the window apart,
