@@ -1,6 +1,7 @@
 // Command bench measures Ferry against the designs and peers it replaces, on
-// this machine, in one run: every ratio's baseline runs in the same process,
-// alternating A B, then B A, and the median of the rounds is reported.
+// this machine, in one run: every ratio's baseline runs in the same run,
+// alternating A B, then B A (ingest: every side in order, then reversed,
+// for an even count of rounds), and the median of the rounds is reported.
 //
 //	cd bench && go run . [-only NAME,NAME] [-rounds 3]
 //
