@@ -162,8 +162,9 @@ type Store interface {
 	// with a fresh attempt budget (the attempt counter itself never goes down),
 	// and records an Action (who, when, by the database's clock) for each
 	// requeued event in the same transaction. It returns how many events it
-	// requeued, or with DryRun how many it would requeue, changing nothing
-	// and recording nothing.
+	// requeued, or with DryRun how many it would requeue: a dry run counts
+	// by the requeue's own rule and only reads, so it writes and locks
+	// nothing and answers on a store that cannot write.
 	EventRequeue(ctx context.Context, params *EventRequeueParams) (int, error)
 
 	// EventResolve closes dead or unknown events by hand: each moves to done,
@@ -586,8 +587,8 @@ type EventRequeueParams struct {
 	// unknown for a bulk requeue, and done, dead and unknown for IDs. Pending
 	// and in_progress are never requeued.
 	States []State
-	// DryRun counts what would be requeued and changes nothing: the count a
-	// confirmation shows.
+	// DryRun counts what would be requeued, reading only (no row is
+	// locked or written): the count a confirmation page shows.
 	DryRun bool
 	// Actor names who asked (a user, a token's name, "cli:alice"); it is
 	// recorded with each requeued event's Action. Required: an audit trail

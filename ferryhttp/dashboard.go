@@ -593,7 +593,8 @@ type replayData struct {
 }
 
 // replayConfirm counts what a bulk replay of the filter would take (a dry
-// run of the very requeue) and asks to confirm it.
+// run: the requeue's own rule, read only, so opening the page writes
+// nothing) and asks to confirm it.
 func (d *Dashboard) replayConfirm(w http.ResponseWriter, r *http.Request) {
 	f := filterOf(r.URL.Query())
 	params, err := f.requeue()

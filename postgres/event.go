@@ -158,19 +158,15 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 		"action":        params.Action(),
 		"actor":         params.Actor,
 	}
+	query := eventRequeueSQL
+	if params.DryRun {
+		// A dry run counts by the requeue's own rule and only reads: the
+		// requeue rolled back would lock, rewrite and leave dead every row
+		// it counts, for a confirmation page.
+		query = eventRequeueCountSQL
+	}
 	var count int
-	if !params.DryRun {
-		err = s.pool.QueryRow(ctx, eventRequeueSQL, args).Scan(&count)
-		return count, wrap("event requeue", err)
-	}
-	// A dry run is the same statement, rolled back: the count is exactly
-	// what a requeue would take, and no notification leaves the rollback.
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return 0, wrap("event requeue", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	err = tx.QueryRow(ctx, eventRequeueSQL, args).Scan(&count)
+	err = s.pool.QueryRow(ctx, query, args).Scan(&count)
 	return count, wrap("event requeue", err)
 }
 

@@ -3,6 +3,8 @@ package postgres
 import (
 	"embed"
 	_ "embed"
+
+	"github.com/ferry-inbox/ferry/internal/sqlfile"
 )
 
 // Every statement the store runs, one file each, so the SQL reads as SQL,
@@ -70,7 +72,11 @@ var (
 	//go:embed query/event_release.sql
 	eventReleaseSQL string
 	//go:embed query/event_requeue.sql
-	eventRequeueSQL string
+	eventRequeueFile string
+	//go:embed query/event_requeue_count.sql
+	eventRequeueCountFile string
+	//go:embed query/event_requeue_match.sql
+	eventRequeueMatchSQL string
 	//go:embed query/event_resolve.sql
 	eventResolveSQL string
 	//go:embed query/event_retry_now.sql
@@ -109,4 +115,12 @@ var (
 	noticeListSQL string
 	//go:embed query/ping.sql
 	pingSQL string
+)
+
+// A requeue and its dry run's count take their events by one rule,
+// event_requeue_match.sql, put where each statement names it: a count
+// that matched otherwise would confirm what the requeue does not take.
+var (
+	eventRequeueSQL      = sqlfile.Splice(eventRequeueFile, "event_requeue_match.sql", eventRequeueMatchSQL)
+	eventRequeueCountSQL = sqlfile.Splice(eventRequeueCountFile, "event_requeue_match.sql", eventRequeueMatchSQL)
 )

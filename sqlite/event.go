@@ -195,29 +195,35 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	if len(params.States) == 0 {
 		return 0, nil
 	}
+	// The rule's arguments (event_requeue_match.sql), the same for the
+	// requeue and its dry run's count.
+	match := []any{
+		sql.Named("states", jsonArray(params.States)),
+		sql.Named("ids", jsonArray(params.IDs)),
+		sql.Named("source", params.Source),
+		sql.Named("type", params.Type),
+		sql.Named("since", microsOrNil(params.Since)),
+		sql.Named("until", microsOrNil(params.Until)),
+		sql.Named("contains", params.EventIDContains),
+		sql.Named("before", params.Before),
+	}
 	var n int
+	if params.DryRun {
+		// A dry run counts by the requeue's own rule and only reads, on a
+		// read connection: the requeue rolled back would hold the one write
+		// connection, and every receipt behind it, while it rewrote each
+		// event it counts.
+		err = s.readDB.QueryRowContext(ctx, eventRequeueCountSQL, match...).Scan(&n)
+		return n, wrap("event requeue", err)
+	}
 	err = s.writeTx(ctx, "event requeue", func(tx *sql.Tx) error {
 		now := s.nowMicros()
 		ids, err := collectRows(ctx, tx, eventRequeueSQL, scanValue[int64],
-			sql.Named("now", now),
-			sql.Named("states", jsonArray(params.States)),
-			sql.Named("ids", jsonArray(params.IDs)),
-			sql.Named("source", params.Source),
-			sql.Named("type", params.Type),
-			sql.Named("since", microsOrNil(params.Since)),
-			sql.Named("until", microsOrNil(params.Until)),
-			sql.Named("contains", params.EventIDContains),
-			sql.Named("before", params.Before),
-		)
+			append(match, sql.Named("now", now))...)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
 		n = len(ids)
-		if params.DryRun {
-			// The same statement, rolled back: the count is exactly what a
-			// requeue would take, and nothing is recorded.
-			return errDryRun
-		}
 		_, err = tx.ExecContext(ctx, eventRequeueActionSQL,
 			sql.Named("now", now),
 			sql.Named("ids", jsonArray(ids)),
@@ -226,9 +232,6 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 		)
 		return err
 	})
-	if errors.Is(err, errDryRun) {
-		return n, nil
-	}
 	if err != nil {
 		return 0, err
 	}
@@ -237,9 +240,6 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	}
 	return n, nil
 }
-
-// errDryRun rolls a dry run's transaction back.
-var errDryRun = errors.New("dry run")
 
 // microsOrNil is NULL for the zero time, which the queries read as
 // unbounded.

@@ -9,8 +9,10 @@ import (
 	"github.com/ferry-inbox/ferry"
 )
 
-// testRequeue checks EventRequeue: which states go back to pending, and the fresh budget.
-func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+// testRequeue checks EventRequeue: which states go back to pending, and
+// the fresh budget. readOnly is Harness.ReadOnly: a dry run must count on
+// a store that refuses every write.
+func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], readOnly func(*testing.T, ferry.TxStore[TX]) ferry.TxStore[TX]) {
 	run(t, setup, "DeadGetsAFreshBudget", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		lease := claimOne(t, b, "w1").Event.Lease()
@@ -213,6 +215,16 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		wantState(t, b, newer, ferry.StateDead)
 	})
 
+	// A dry run is what a confirmation page (a GET) shows, so it only
+	// reads: it counts the same on a store that refuses every write (a
+	// standby), it leaves every event, ledger and action as it was, and
+	// the requeue then takes what it counted. Each case runs on a store of
+	// its own with done, dead, unknown, pending and in_progress events.
+	t.Run("DryRunOnlyReads", func(t *testing.T) {
+		t.Parallel()
+		testDryRunOnlyReads(t, setup, readOnly)
+	})
+
 	// EventRetryNow makes a pending event in backoff due at once, and
 	// nothing else: not a live or terminal one, nor one already due.
 	run(t, setup, "RetryNow", func(t *testing.T, b *bundle[TX]) {
@@ -308,4 +320,95 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Errorf("actions after a second replay = %+v, want alice then bob", got)
 		}
 	})
+}
+
+// testDryRunOnlyReads runs the DryRunOnlyReads cases, each on a store of
+// its own with the events makeDryRunEvents makes.
+func testDryRunOnlyReads[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], readOnly func(*testing.T, ferry.TxStore[TX]) ferry.TxStore[TX]) {
+	for _, c := range []struct {
+		name   string
+		params func(ids dryRunEvents) ferry.EventRequeueParams
+		want   int
+	}{
+		{"ByIDs", func(ids dryRunEvents) ferry.EventRequeueParams { // done, dead and unknown by default
+			return ferry.EventRequeueParams{IDs: ids.all()}
+		}, 4},
+		{"BulkAllStatesOfSource", func(dryRunEvents) ferry.EventRequeueParams {
+			return ferry.EventRequeueParams{Source: "stripe", States: ferry.States}
+		}, 3},
+		{"BulkDefault", func(dryRunEvents) ferry.EventRequeueParams { // dead and unknown
+			return ferry.EventRequeueParams{}
+		}, 3},
+		{"BulkDone", func(dryRunEvents) ferry.EventRequeueParams {
+			return ferry.EventRequeueParams{States: []ferry.State{ferry.StateDone}}
+		}, 1},
+		{"BulkBefore", func(ids dryRunEvents) ferry.EventRequeueParams { // done and dead are older
+			return ferry.EventRequeueParams{States: ferry.States, Before: ids.unknown}
+		}, 2},
+	} {
+		run(t, setup, c.name, func(t *testing.T, b *bundle[TX]) {
+			ids := makeDryRunEvents(t, b)
+			params := c.params(ids)
+			params.Actor = "op"
+			params.DryRun = true
+			before := make(map[string]snapshot)
+			for _, id := range ids.all() {
+				before[fmt.Sprintf("#%d", id)] = snap(t, b, id)
+			}
+			if n, err := b.store.EventRequeue(b.ctx, &params); err != nil || n != c.want {
+				t.Fatalf("dry run = %d, %v; want %d", n, err, c.want)
+			}
+			if readOnly == nil {
+				t.Fatal("Harness.ReadOnly is required")
+			}
+			if n, err := readOnly(t, b.store).EventRequeue(b.ctx, &params); err != nil || n != c.want {
+				t.Fatalf("dry run on a store that cannot write = %d, %v; want %d: a dry run must only read", n, err, c.want)
+			}
+			wantAllUnchanged(t, b, before)
+			for _, id := range ids.all() {
+				if list, err := b.store.ActionList(b.ctx, &ferry.ActionListParams{ID: id}); err != nil || len(list) != 0 {
+					t.Fatalf("the dry run recorded actions of event %d: %+v, %v", id, list, err)
+				}
+			}
+			params.DryRun = false
+			if n, err := b.store.EventRequeue(b.ctx, &params); err != nil || n != c.want {
+				t.Fatalf("requeue after its dry run = %d, %v; want the %d it counted", n, err, c.want)
+			}
+			wantState(t, b, ids.pending, ferry.StatePending)
+			wantState(t, b, ids.running, ferry.StateInProgress)
+		})
+	}
+}
+
+// dryRunEvents are the events of the DryRunOnlyReads cases, oldest first:
+// stripe's done, dead and unknown, github's dead, and stripe's running
+// (in_progress) and pending.
+type dryRunEvents struct {
+	done, dead, unknown, githubDead, running, pending int64
+}
+
+func (e dryRunEvents) all() []int64 {
+	return []int64{e.done, e.dead, e.unknown, e.githubDead, e.running, e.pending}
+}
+
+func makeDryRunEvents[TX any](t *testing.T, b *bundle[TX]) dryRunEvents {
+	t.Helper()
+	var e dryRunEvents
+	e.done = receive(t, b, "stripe", "done")
+	mustComplete(t, b, claimOne(t, b, "w1").Event.Lease())
+	kill := func(source, eventID string) int64 {
+		t.Helper()
+		id := receive(t, b, source, eventID)
+		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: claimOne(t, b, "w1").Event.Lease(), Dead: true}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	e.dead = kill("stripe", "dead")
+	e.unknown = makeUnknown(t, b, "unknown")
+	e.githubDead = kill("github", "dead")
+	e.running = receive(t, b, "stripe", "running")
+	claimOne(t, b, "w1")
+	e.pending = receive(t, b, "stripe", "pending")
+	return e
 }

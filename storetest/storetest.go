@@ -44,7 +44,8 @@ type Harness[TX any] struct {
 
 	// ReadOnly returns another store on store's database that answers but
 	// cannot write, as after a failover to a standby or on a file made
-	// read-only, closed in t.Cleanup: the suite checks that Ping says so.
+	// read-only, closed in t.Cleanup: the suite checks that Ping says so,
+	// and that a dry-run EventRequeue still counts (it must only read).
 	// Required.
 	ReadOnly func(t *testing.T, store ferry.TxStore[TX]) ferry.TxStore[TX]
 }
@@ -93,7 +94,7 @@ func Exercise[TX any](t *testing.T, h Harness[TX]) {
 		{"Claim", testClaim[TX]},
 		{"Lease", testLease[TX]},
 		{"Fail", testFail[TX]},
-		{"Requeue", testRequeue[TX]},
+		{"Requeue", func(t *testing.T, setup func(*testing.T) *bundle[TX]) { testRequeue(t, setup, h.ReadOnly) }},
 		{"Resolve", testResolve[TX]},
 		{"List", testList[TX]},
 		{"Purge", testPurge[TX]},

@@ -3,22 +3,19 @@
 -- records who asked for each in ferry_action, and wakes the workers. Dead and
 -- unknown events are requeued where they are; done events move back from the
 -- archive to ferry_event with their id and ledger, and their day's done
--- counter goes down. Pending and in_progress events are never touched. @ids, when not
--- empty, names the events; the other filters narrow a bulk requeue as
--- event_list.sql's do (EventRequeue clears them with @ids).
+-- counter goes down. Which events it takes is event_requeue_match.sql's rule,
+-- the one its dry run counts by (event_requeue_count.sql): pending and
+-- in_progress events are never touched.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 -- Rows are locked in id order first, as a resolve or a completion locks
--- them, so that none of them waits on this in a cycle.
+-- them, so that none of them waits on this in a cycle. The rule is this
+-- scan's own condition, so a row that changed while this waited for its lock
+-- (requeued, then claimed) is checked again and left out.
 locked AS (
     SELECT id FROM ferry_event
-    WHERE state = ANY(@states::text[])
-      AND state NOT IN ('pending', 'in_progress', 'done')
-      AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
-      AND ferry_event_filter(source, type, first_delivered_at, event_id, id,
-                             @source::text, @type::text, @since::timestamptz, @until::timestamptz,
-                             @event_id_like::text, @before::bigint)
+    WHERE /* event_requeue_match.sql */
     ORDER BY id
     FOR UPDATE
 ),
@@ -33,11 +30,8 @@ requeued AS (
 ),
 unarchived AS (
     DELETE FROM ferry_event_done
-    WHERE 'done' = ANY(@states::text[])
-      AND (cardinality(@ids::bigint[]) = 0 OR id = ANY(@ids::bigint[]))
-      AND ferry_event_filter(source, type, first_delivered_at, event_id, id,
-                             @source::text, @type::text, @since::timestamptz, @until::timestamptz,
-                             @event_id_like::text, @before::bigint)
+    -- The archive is read only when done events are asked for.
+    WHERE 'done' = ANY(@states::text[]) AND /* event_requeue_match.sql */
     RETURNING *
 ),
 restored AS (
