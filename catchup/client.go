@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry/internal/retryafter"
@@ -114,7 +115,8 @@ func (c *apiClient) redact(err error) error {
 		}
 	}
 	if se, ok := errors.AsType[*StatusError](err); ok {
-		out.kinds = append(out.kinds, &StatusError{Method: se.Method, Path: c.scrub(se.Path), Status: se.Status, Body: c.scrub(se.Body), RateLimited: se.RateLimited})
+		out.kinds = append(out.kinds, &StatusError{Method: se.Method, Path: c.scrub(se.Path), Status: se.Status, Body: c.scrub(se.Body),
+			ContentType: c.scrub(se.ContentType), NotJSON: se.NotJSON, RateLimited: se.RateLimited})
 	}
 	return out
 }
@@ -147,17 +149,40 @@ func (c *apiClient) scrub(s string) string {
 type StatusError struct {
 	Method, Path string
 	Status       int
-	// Body is the start of the response, secrets scrubbed.
+	// Body is the start of the response on one line, secrets scrubbed.
 	Body string
+	// ContentType is the response's Content-Type.
+	ContentType string
+	// NotJSON is an answer whose body is not JSON: not the provider API's
+	// own error (its APIs answer errors in JSON) but a proxy's, gateway's
+	// or captive portal's page, whose status says nothing of the
+	// credentials catch-up sent.
+	NotJSON bool
 	// RateLimited is a 429, or a 403 that asked to wait (Retry-After,
 	// X-RateLimit-Remaining 0, or GitHub's "secondary rate limit"
 	// message): a limit, not a refused credential.
 	RateLimited bool
 }
 
-// Error names the request and the status, then the scrubbed body.
+// Error names the request and the status, then the scrubbed body; an
+// answer that is not JSON is named as such, with its Content-Type.
 func (e *StatusError) Error() string {
+	if e.NotJSON {
+		return fmt.Sprintf("%s %s: HTTP %d: %s", e.Method, e.Path, e.Status, notJSON(e.ContentType, e.Body))
+	}
 	return fmt.Sprintf("%s %s: HTTP %d: %s", e.Method, e.Path, e.Status, e.Body)
+}
+
+// notJSON names an answer that is not JSON, of any status: its
+// Content-Type, and excerpt (snippet's line) when there is one. The
+// decoder's "invalid character '<'", or a whole page over many terminal
+// lines, would not say who answered what.
+func notJSON(contentType, excerpt string) string {
+	s := fmt.Sprintf("the API answered something that is not JSON (Content-Type %q)", contentType)
+	if excerpt == "" {
+		return s + ", with no body"
+	}
+	return s + ": " + excerpt
 }
 
 // do sends one request (built anew for each try) and returns the body of a
@@ -213,10 +238,8 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil && len(data) > maxBody:
 				return nil, nil, fmt.Errorf("%s %s: %w", method, path, errTooLarge)
 			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil && !json.Valid(data):
-				// A proxy's or captive portal's page: the decoder's "invalid
-				// character '<'" would not say who answered what.
-				return nil, nil, fmt.Errorf("%s %s: HTTP %d: the API answered something that is not JSON (Content-Type %q): %s",
-					method, path, resp.StatusCode, resp.Header.Get("Content-Type"), c.snippet(data))
+				// A proxy's or captive portal's page.
+				return nil, nil, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, notJSON(resp.Header.Get("Content-Type"), c.snippet(data)))
 			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil:
 				return data, resp.Header, nil
 			case readErr != nil:
@@ -224,6 +247,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 			default:
 				again, wait := retryable(resp, data, c.now(), c.limitWait<<(try-1))
 				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data),
+					ContentType: resp.Header.Get("Content-Type"), NotJSON: !json.Valid(data),
 					RateLimited: again && resp.StatusCode < 500}
 				if !again {
 					return nil, nil, err
@@ -349,11 +373,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// snippet is the start of an error body, scrubbed before it is cut: a
-// secret cut in two would no longer match, and its start would show.
+// snippet is the start of an error body on one line: scrubbed before it
+// is cut (a secret cut in two would no longer match, and its start would
+// show), whitespace runs made one space and other control characters
+// dropped (a proxy's page must not spread over the terminal, nor drive
+// it), at most 200 bytes.
 func (c *apiClient) snippet(b []byte) string {
 	const n = 200
-	s := c.scrub(strings.TrimSpace(string(b)))
+	s := c.scrub(string(b))
+	s = strings.ToValidUTF8(s[:min(len(s), 16*n)], "") // enough to fill n after the runs shrink
+	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, s)
 	if len(s) > n {
 		cut := n
 		for cut > 0 && !utf8.RuneStart(s[cut]) {

@@ -2,6 +2,7 @@ package catchup
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"strings"
@@ -129,6 +130,44 @@ func TestAPIClient(t *testing.T) {
 		_, err := b.runner.Pass(context.Background(), PassOptions{})
 		if err == nil || !strings.Contains(err.Error(), `HTTP 200: the API answered something that is not JSON (Content-Type "text/html"): <html>sign in</html>`) {
 			t.Fatalf("err = %v, want the non-JSON answer named with its status", err)
+		}
+	})
+
+	// An error answer that is not JSON (a proxy's or gateway's page) is
+	// named the same way, on one short line rather than its whole page,
+	// and marked NotJSON: no key is blamed for a proxy's 401. The
+	// provider's own JSON error is kept as it said it.
+	t.Run("ErrorNotJSONSaysSoOnOneLine", func(t *testing.T) {
+		t.Parallel()
+		page := "<html>\n<head><title>401 Authorization Required</title></head>\n" +
+			strings.Repeat("<p>\r\n  the proxy says no\x1b[2J</p>\n", 200) + "</html>\n"
+		for _, tc := range []struct {
+			status  int
+			ctype   string
+			body    string
+			notJSON bool
+			want    string
+		}{
+			{401, "text/html", page, true, `HTTP 401: the API answered something that is not JSON (Content-Type "text/html"): <html> <head><title>401 Authorization Required</title></head> <p> the proxy says no[2J</p>`},
+			{502, "text/html; charset=utf-8", page, true, `HTTP 502: the API answered something that is not JSON (Content-Type "text/html; charset=utf-8"): <html>`},
+			{403, "text/plain", "", true, `HTTP 403: the API answered something that is not JSON (Content-Type "text/plain"), with no body`},
+			{401, "application/json", "{\n  \"error\": {\"message\": \"Invalid API Key provided\"}\n}", false, `HTTP 401: { "error": {"message": "Invalid API Key provided"} }`},
+		} {
+			b := setupStripe(t, StripeOptions{})
+			useFakeClock(b.runner.Reconciler.(*Stripe).client) // the 502's retries wait on it, not the host's
+			b.fake.fail = func(_ int, w http.ResponseWriter, _ *http.Request) bool {
+				w.Header().Set("Content-Type", tc.ctype)
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(tc.body))
+				return true
+			}
+			_, err := b.runner.Pass(context.Background(), PassOptions{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.ContainsAny(err.Error(), "\n\r\x1b") || len(err.Error()) > 600 {
+				t.Errorf("HTTP %d %s: err = %q, want one short line with %q", tc.status, tc.ctype, err, tc.want)
+			}
+			if se, ok := errors.AsType[*StatusError](err); !ok || se.Status != tc.status || se.NotJSON != tc.notJSON || se.ContentType != tc.ctype {
+				t.Errorf("HTTP %d %s: err = %#v, want a StatusError with NotJSON %v and its Content-Type", tc.status, tc.ctype, err, tc.notJSON)
+			}
 		}
 	})
 }

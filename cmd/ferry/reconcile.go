@@ -104,12 +104,16 @@ func advanced(res *catchup.Result, err error) string {
 }
 
 // nameRefusedKey names the setting to fix when the provider's API
-// answered a pass with 401 or 403: catchup cannot, as it does not know the
-// config's keys.
+// answered a pass with 401 or 403 in its own JSON: catchup cannot, as it
+// does not know the config's keys. A 401 or 403 that is not JSON is a
+// proxy's or gateway's page, no verdict on the key: the key is not blamed.
 func nameRefusedKey(cfg *config.Config, name string, err error) error {
 	se, ok := errors.AsType[*catchup.StatusError](err)
 	if !ok || se.RateLimited || (se.Status != http.StatusUnauthorized && se.Status != http.StatusForbidden) {
 		return err
+	}
+	if se.NotJSON {
+		return fmt.Errorf("%w: not the provider's own answer: check the proxy or gateway between this host and the API (HTTPS_PROXY?)", err)
 	}
 	key := cfg.CatchupCredentialsKey(name)
 	if key == "" {

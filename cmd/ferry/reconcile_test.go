@@ -373,7 +373,8 @@ types = ["*"]
 }
 
 // A 401 or 403 from the provider's API names the key to fix; a rate limit
-// (a 403 that asked to wait) is no refused key.
+// (a 403 that asked to wait) is no refused key, nor is an answer that is
+// not JSON (a proxy's page).
 func TestReconcileNamesARefusedKey(t *testing.T) {
 	t.Parallel()
 	cfg, err := loadConfig(writeServeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), `
@@ -395,6 +396,9 @@ hook = "repos/o/r/hooks/1"
 		{&catchup.StatusError{Status: http.StatusUnauthorized}, true},
 		{&catchup.StatusError{Status: http.StatusForbidden}, true},
 		{&catchup.StatusError{Status: http.StatusForbidden, RateLimited: true}, false},
+		// A proxy's sign-in page is no verdict on the token.
+		{&catchup.StatusError{Status: http.StatusUnauthorized, NotJSON: true, ContentType: "text/html"}, false},
+		{&catchup.StatusError{Status: http.StatusForbidden, NotJSON: true, ContentType: "text/html"}, false},
 		{&catchup.StatusError{Status: http.StatusTooManyRequests, RateLimited: true}, false},
 	} {
 		got := nameRefusedKey(cfg, "gh", fmt.Errorf("pass: %w", tc.err)).Error()
