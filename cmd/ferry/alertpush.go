@@ -57,8 +57,11 @@ var alertRules = []alertRule{
 		one:  "%d event on %s is newly at risk of outliving the provider's replay window",
 		many: "%d events on %s are newly at risk of outliving the provider's replay window"},
 	{kind: "dead", state: ferry.StateDead,
-		one:  "%d event on %s is dead: no attempt left; replay it once the cause is fixed",
-		many: "%d events on %s are dead: no attempt left; replay them once the cause is fixed"},
+		// An event dies of a spent budget, of a permanent answer (a 4xx) on
+		// any attempt, or of a failure past its source's replay window: the
+		// text holds for each, and the event's last error says which.
+		one:  "%d event on %s is dead: nothing retries it (a permanent failure, its attempts spent, or too old to retry); replay it once the cause is fixed, or resolve it",
+		many: "%d events on %s are dead: nothing retries them (a permanent failure, their attempts spent, or too old to retry); replay them once the cause is fixed, or resolve them"},
 	{kind: "unknown", state: ferry.StateUnknown,
 		one:  "%d event on %s is held as unknown: its lease was lost while its effect may have run; a person decides",
 		many: "%d events on %s are held as unknown: their leases were lost while their effects may have run; a person decides"},
