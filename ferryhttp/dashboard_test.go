@@ -146,6 +146,11 @@ func TestDashboardPages(t *testing.T) {
 	if !strings.Contains(atRisk, "evt_old") || strings.Contains(atRisk, "evt_dead") {
 		t.Errorf("the at-risk section must list evt_old, and only it:\n%s", atRisk)
 	}
+	// At-risk events are unfinished: a pending one is retried now, as
+	// replay refuses it ("already pending or running").
+	if !strings.Contains(atRisk, "Retry now") || strings.Contains(atRisk, "then replay them") {
+		t.Errorf("the at-risk section must send a pending event to Retry now, not to a replay it refuses:\n%s", atRisk)
+	}
 	if !strings.Contains(rest, `href="/ui/replay?source=stripe&amp;state=dead"`) || !strings.Contains(rest, "Replay 1 dead") {
 		t.Errorf("overview lacks the bulk replay link of the dead:\n%s", rest)
 	}
