@@ -104,10 +104,15 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 		{"events", "list"},
 		{"events", "show", "stripe", "evt_1"},
 		{"events", "replay", "--state", "dead", "--source", "stripe"},
+		// doctor says the same, once: no FAIL line with a fix of its own
+		// beside it, and no report (--json's would read healthy).
+		{"doctor"},
+		{"doctor", "--json"},
 	} {
-		_, stderr, code := runFerry(t, append(args, "--config", cfg)...)
-		if code != exitUsage || !strings.Contains(stderr, "store.url") || !strings.Contains(stderr, "ferry migrate") {
-			t.Errorf("ferry %s: exit %d, stderr %q; want %d naming store.url and ferry migrate", strings.Join(args, " "), code, stderr, exitUsage)
+		stdout, stderr, code := runFerry(t, append(args, "--config", cfg)...)
+		if code != exitUsage || !strings.Contains(stderr, "store.url") || !strings.Contains(stderr, "ferry migrate") ||
+			strings.Count(stderr, "\n") != 1 || strings.Contains(stdout, "FAIL") || strings.Contains(stdout, "store:") || strings.Contains(stdout, "healthy") {
+			t.Errorf("ferry %s: exit %d, stdout %q, stderr %q; want %d naming store.url and ferry migrate on one line", strings.Join(args, " "), code, stdout, stderr, exitUsage)
 		}
 	}
 	// A relative path says where it was looked for.
@@ -124,10 +129,6 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, path+" does not exist; ferry migrate (without --dry-run) creates it") ||
 		!strings.Contains(stdout, "001_initial: ") || !strings.Contains(stdout, fmt.Sprintf("ferry: %d migration(s) pending", len(shipped))) {
 		t.Errorf("migrate --dry-run: exit %d, want 0 listing every migration\n%s%s", code, stdout, stderr)
-	}
-	stdout, _, _ = runFerry(t, "doctor", "--config", cfg)
-	if !strings.Contains(stdout, "FAIL  store: ") || !strings.Contains(stdout, "no such file") {
-		t.Errorf("doctor on a missing store:\n%s", stdout)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("after the refusals, %s: %v; want no file", path, err)
@@ -367,6 +368,36 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		r, code := doctorJSON(t, cfg)
 		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "1 event held as unknown") {
 			t.Errorf("one unknown event: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
+		}
+	})
+	// A source taken out of the config keeps its events; its dead and
+	// unknown ones still count and alert until a person resolves them, so
+	// they fail as a configured source's do. Its other events only warn.
+	t.Run("RetiredSource", func(t *testing.T) {
+		t.Parallel()
+		path, cfg := setup(t)
+		st := teststore.OpenSQLite(t, path, nil)
+		for _, id := range []string{"gh_1", "gh_2", "gh_3"} {
+			if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "github", EventID: id, Payload: []byte(`{"id":"` + id + `"}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, code := doctorJSON(t, cfg)
+		if code != 0 || !r.Healthy || !hasFinding(r, "warn", "source github: 3 events in the store, but the source is not configured") {
+			t.Errorf("a retired source's pending events: exit %d, report %+v; want 0 and a warning", code, r)
+		}
+		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "t", Limit: 2, TTL: time.Minute, Sources: []string{"github"}})
+		if err != nil || len(claims) != 2 {
+			t.Fatal(claims, err)
+		}
+		for _, c := range claims {
+			if _, err := st.EventFail(ctx, &ferry.EventFailParams{Lease: c.Event.Lease(), Error: "gone", Dead: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, code = doctorJSON(t, cfg)
+		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "source github: 2 dead events in the store, but the source is not configured") {
+			t.Errorf("a retired source's dead events: exit %d, report %+v; want %d and a fail naming them", code, r, exitProblems)
 		}
 	})
 	t.Run("AtRisk", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
@@ -22,13 +23,15 @@ const doctorBacklog = 5 * time.Minute
 
 // runDoctor checks the config, the store and the events in it, printing one
 // line per finding with its fix. It exits 0 when nothing is wrong, 4 when
-// something is (FAIL) and 2 when the config does not load.
+// something is (FAIL) and 2 when the config does not load or its store.url
+// names no store (a SQLite file that is not there), as every command does.
 func runDoctor(ctx context.Context, args []string) error {
 	fs := newFlags("doctor", "[--config FILE] [--json]",
 		`Checks the config, each source's app, the store and the events in it, and prints
 what is wrong with its fix. Exits 4 when anything needs a human: a dead, unknown
 or at-risk event, an app that does not accept connections, a store it cannot
-reach or read. Exits 0 when all is well, 2 when the config does not load.`)
+reach or read. Exits 0 when all is well, 2 when the config does not load or
+store.url names a SQLite file that is not there.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	asJSON := fs.Bool("json", false, "print one JSON object: every finding, the events at risk, and whether anything needs a human")
 	if err := fs.parseFlagsOnly(args); err != nil {
@@ -77,6 +80,9 @@ func doctor(ctx context.Context, configPath string, asJSON bool, out io.Writer) 
 	fail := func(fix, format string, args ...any) { add("fail", fix, format, args...) }
 	info := func(format string, args ...any) { add("info", "", format, args...) }
 	err = doctorCheck(ctx, cfg, configPath, ok, info, warn, fail, report)
+	if errors.Is(err, errConfig) {
+		return err // as a config that does not load: no report
+	}
 	report.Healthy = countLevel(report.Findings, "fail") == 0
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -109,6 +115,20 @@ func countOf(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// heldEvents counts a source's dead and unknown events, the ones a person
+// must replay or resolve: "2 dead events and 1 event held as unknown"; ""
+// when there are none.
+func heldEvents(s *ferry.SourceStats) string {
+	var parts []string
+	if n := s.States[ferry.StateDead]; n > 0 {
+		parts = append(parts, countOf(n, "dead event"))
+	}
+	if n := s.States[ferry.StateUnknown]; n > 0 {
+		parts = append(parts, countOf(n, "event")+" held as unknown")
+	}
+	return strings.Join(parts, " and ")
 }
 
 func countLevel(fs []finding, level string) int {
@@ -154,6 +174,11 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, closeStore, err := openStore(pctx, cfg, nil, existingStore)
+	if errors.Is(err, errConfig) {
+		// A store.url naming no SQLite file, or one the store refuses as
+		// set: the config error, key and fix, every command gives (exit 2).
+		return err
+	}
 	if err != nil {
 		fail("check store.url, that the database runs and that this host can reach it", "store: %v", err)
 		return nil
@@ -200,8 +225,15 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		age := func(t time.Time) time.Duration { return stats.Now.Sub(t).Round(time.Second) }
 		if !configured[s.Source] {
 			// Its events wait for no worker, and replay refuses them: the
-			// fixes below would not run.
-			warn("add a [[source]] named "+s.Source+" back, or close its dead and unknown events with ferry events resolve "+s.Source+" ID...: no worker here will process them",
+			// fixes below would not run. Its dead and unknown events still
+			// count in ferry_events and keep their alerts firing until a
+			// person resolves them, as a configured source's do.
+			if held := heldEvents(s); held != "" {
+				fail(fmt.Sprintf("list them (ferry events list --source %s --state dead,unknown) and close them with ferry events resolve %s ID..., or add a [[source]] named %s back and replay them: until then they count as dead and unknown, and alert", s.Source, s.Source, s.Source),
+					"source %s: %s in the store, but the source is not configured", s.Source, held)
+				continue
+			}
+			warn("add a [[source]] named "+s.Source+" back: no worker here will process its events",
 				"source %s: %s in the store, but the source is not configured", s.Source, countOf(s.Total(), "event"))
 			continue
 		}

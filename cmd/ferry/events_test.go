@@ -336,7 +336,12 @@ func TestDoctorConfigAndHealthy(t *testing.T) {
 	if _, stderr, code := runFerry(t, "doctor", "--config", bad); code != 2 || !strings.Contains(stderr, "store.url") {
 		t.Errorf("bad config: exit %d, stderr %q", code, stderr)
 	}
-	cfg := writeCLIConfig(t, "sqlite:"+filepath.Join(dir, "ferry.db"), "")
+	path := filepath.Join(dir, "ferry.db")
+	cfg := writeCLIConfig(t, "sqlite:"+path, "")
+	// A store file that is there but was never migrated needs a human.
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if stdout, _, code := runFerry(t, "doctor", "--config", cfg); code != exitProblems || !strings.Contains(stdout, "ferry migrate") {
 		t.Errorf("unmigrated store: exit %d, want %d and the fix 'ferry migrate':\n%s", code, exitProblems, stdout)
 	}
@@ -476,9 +481,12 @@ func TestUnknownSourceFlag(t *testing.T) {
 	if _, err := st.EventFail(ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Error: "gone", Dead: true}); err != nil {
 		t.Fatal(err)
 	}
-	// doctor names the source and sends no one to a replay it would refuse.
-	if out, _, _ := runFerry(t, "doctor", "--config", cfg); !strings.Contains(out, "source retired: 1 event in the store, but the source is not configured") || strings.Contains(out, "--source retired") {
-		t.Errorf("doctor on a retired source's dead event:\n%s", out)
+	// doctor names the source and its dead event, fails on it as on a
+	// configured source's, and sends no one to a replay it would refuse.
+	if out, _, code := runFerry(t, "doctor", "--config", cfg); code != exitProblems ||
+		!strings.Contains(out, "FAIL  source retired: 1 dead event in the store, but the source is not configured") ||
+		!strings.Contains(out, "ferry events resolve retired ID") || strings.Contains(out, "replay --state dead --source retired") {
+		t.Errorf("doctor on a retired source's dead event: exit %d, want %d:\n%s", code, exitProblems, out)
 	}
 	if out, stderr, code := runFerry(t, "events", "list", "--source", "retired", "--config", cfg); code != 0 || !strings.Contains(out, "evt_old") {
 		t.Errorf("events list --source retired: exit %d, %q %q; want evt_old listed", code, out, stderr)
