@@ -334,13 +334,20 @@ type eventDetail struct {
 	Headers         map[string][]string `json:"headers,omitempty"`
 	Payload         json.RawMessage     `json:"payload,omitempty"`
 	PayloadText     string              `json:"payload_text,omitempty"`
-	Attempts        []attemptLine       `json:"attempts"`
-	Actions         []actionLine        `json:"actions"`
-	Replays         []replayLine        `json:"replays"`
-	// Conflicts are the deliveries of this key whose payload differed from
-	// the event's: the first ferry.NoticeKeep are kept, the rest counted
-	// (Deliveries and eventLine.Conflicts).
-	Conflicts []conflictLine `json:"conflicts"`
+	// LeaseExpired is an in-progress event whose lease has lapsed by the
+	// store's clock: its worker stopped heartbeating, and the next claim
+	// takes it back.
+	LeaseExpired bool          `json:"lease_expired,omitempty"`
+	Attempts     []attemptLine `json:"attempts"`
+	Actions      []actionLine  `json:"actions"`
+	// Replays are the kept deliveries of this body under other ids: the
+	// first ferry.NoticeKeep, the rest only counted (ferry.Event.Replays).
+	Replays []replayLine `json:"replays"`
+	// ConflictsKept are the deliveries of this key whose payload differed
+	// from the event's: the first ferry.NoticeKeep are kept, the rest
+	// counted (Deliveries and eventLine.Conflicts, "conflicts" as in list
+	// --json). Named apart from that count, which it would hide.
+	ConflictsKept []conflictLine `json:"conflicts_kept"`
 }
 
 // actionLine is one operator action: who requeued, replayed, retried or
@@ -351,11 +358,13 @@ type actionLine struct {
 	Actor  string    `json:"actor"`
 }
 
-// replayLine is one delivery of this event's body under another id.
+// replayLine is one delivery of this event's body under another id, with
+// the headers it came with (who sent it), redacted as the event's are.
 type replayLine struct {
-	ReceivedAt     time.Time `json:"received_at"`
-	ClaimedEventID string    `json:"claimed_event_id"`
-	ClaimedType    string    `json:"claimed_type"`
+	ReceivedAt     time.Time           `json:"received_at"`
+	ClaimedEventID string              `json:"claimed_event_id"`
+	ClaimedType    string              `json:"claimed_type"`
+	Headers        map[string][]string `json:"headers,omitempty"`
 }
 
 // conflictLine is one kept delivery of this key with another payload; the
@@ -382,9 +391,10 @@ func runEventsShow(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("events show", "SOURCE EVENT_ID [flags]",
 		`Shows one event: its state, attempt ledger, operator actions (who replayed,
 retried or resolved it, when), conflicting deliveries of its id (received,
-size, sha256), suspected replays of its body, delivery count and headers
-(anything signature- or credential-like redacted), and with --payload its
-payload and the conflicting ones. Exits 3 when the event does not exist.`)
+size, sha256), suspected replays of its body with the headers each came with,
+delivery count and headers (anything signature- or credential-like redacted,
+and a generic HMAC source's signature header), and with --payload its payload
+and the conflicting ones. Exits 3 when the event does not exist.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	payload := fs.Bool("payload", false, "print the payload too (it may hold personal data)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -430,6 +440,7 @@ payload and the conflicting ones. Exits 3 when the event does not exist.`)
 	if err != nil {
 		return err
 	}
+	sensitive := sensitiveHeaderFunc(env.cfg, e.Source)
 	d := eventDetail{
 		eventLine:       newEventLine(e, atRiskFunc(env.cfg, stats.Now)(e)),
 		LeaseOwner:      e.LeaseOwner,
@@ -437,17 +448,20 @@ payload and the conflicting ones. Exits 3 when the event does not exist.`)
 		PayloadSHA256:   fmt.Sprintf("%x", e.PayloadSHA256),
 		PayloadBytes:    len(e.Payload),
 		Origin:          string(e.Origin),
-		Headers:         shownHeaders(e.Headers),
-		Attempts:        []attemptLine{},
-		Actions:         []actionLine{},
-		Replays:         []replayLine{},
-		Conflicts:       []conflictLine{},
+		Headers:         shownHeaders(e.Headers, sensitive),
+		// The lease lapses on the store's clock, as a claim judges it.
+		LeaseExpired:  e.State == ferry.StateInProgress && !e.LeaseExpiresAt.After(stats.Now),
+		Attempts:      []attemptLine{},
+		Actions:       []actionLine{},
+		Replays:       []replayLine{},
+		ConflictsKept: []conflictLine{},
 	}
 	for _, a := range actions {
 		d.Actions = append(d.Actions, actionLine{At: a.At, Action: a.Action, Actor: a.Actor})
 	}
 	for _, r := range replays {
-		d.Replays = append(d.Replays, replayLine{ReceivedAt: r.ReceivedAt, ClaimedEventID: r.ClaimedEventID, ClaimedType: r.ClaimedType})
+		d.Replays = append(d.Replays, replayLine{ReceivedAt: r.ReceivedAt, ClaimedEventID: r.ClaimedEventID, ClaimedType: r.ClaimedType,
+			Headers: shownHeaders(r.Headers, sensitive)})
 	}
 	if !e.LeaseExpiresAt.IsZero() {
 		d.LeaseExpiresAt = &e.LeaseExpiresAt
@@ -456,11 +470,11 @@ payload and the conflicting ones. Exits 3 when the event does not exist.`)
 		d.RequeuedAt = &e.RequeuedAt
 	}
 	for _, c := range conflicts {
-		l := conflictLine{ReceivedAt: c.ReceivedAt, PayloadSHA256: fmt.Sprintf("%x", c.PayloadSHA256), PayloadBytes: len(c.Payload), Headers: shownHeaders(c.Headers)}
+		l := conflictLine{ReceivedAt: c.ReceivedAt, PayloadSHA256: fmt.Sprintf("%x", c.PayloadSHA256), PayloadBytes: len(c.Payload), Headers: shownHeaders(c.Headers, sensitive)}
 		if *payload {
 			l.Payload, l.PayloadText = shownPayload(c.Payload)
 		}
-		d.Conflicts = append(d.Conflicts, l)
+		d.ConflictsKept = append(d.ConflictsKept, l)
 	}
 	if *payload {
 		d.Payload, d.PayloadText = shownPayload(e.Payload)
@@ -502,7 +516,11 @@ payload and the conflicting ones. Exits 3 when the event does not exist.`)
 		row("next attempt", e.NextAttemptAt.Format(time.RFC3339))
 	}
 	if e.LeaseOwner != "" {
-		row("lease", oneLine(e.LeaseOwner, 80)+" until "+e.LeaseExpiresAt.Format(time.RFC3339))
+		lease := oneLine(e.LeaseOwner, 80) + " until " + e.LeaseExpiresAt.Format(time.RFC3339)
+		if d.LeaseExpired {
+			lease += " (expired: the worker stopped heartbeating; the next claim takes it back)"
+		}
+		row("lease", lease)
 	}
 	if e.LastError != "" {
 		row("last error", oneLine(e.LastError, 200))
@@ -534,17 +552,17 @@ payload and the conflicting ones. Exits 3 when the event does not exist.`)
 	}
 	if len(d.Replays) > 0 {
 		title := keptTitle("replays (this body under other ids, not processed", len(d.Replays), e.Replays)
-		if err := writeSection(out, title, "RECEIVED\tCLAIMED ID\tCLAIMED TYPE", len(d.Replays), func(tw io.Writer, i int) {
+		if err := writeSection(out, title, "RECEIVED\tCLAIMED ID\tCLAIMED TYPE\tHEADERS", len(d.Replays), func(tw io.Writer, i int) {
 			r := d.Replays[i]
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.ReceivedAt.Format(time.RFC3339), oneLine(r.ClaimedEventID, 80), oneLine(r.ClaimedType, 80))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.ReceivedAt.Format(time.RFC3339), oneLine(r.ClaimedEventID, 80), oneLine(r.ClaimedType, 80), headerLine(r.Headers))
 		}); err != nil {
 			return err
 		}
 	}
-	if len(d.Conflicts) > 0 {
-		title := keptTitle("conflicts (deliveries of this id with another payload, not processed", len(d.Conflicts), e.Conflicts)
-		if err := writeSection(out, title, "RECEIVED\tBYTES\tPAYLOAD SHA256", len(d.Conflicts), func(tw io.Writer, i int) {
-			c := d.Conflicts[i]
+	if len(d.ConflictsKept) > 0 {
+		title := keptTitle("conflicts (deliveries of this id with another payload, not processed", len(d.ConflictsKept), e.Conflicts)
+		if err := writeSection(out, title, "RECEIVED\tBYTES\tPAYLOAD SHA256", len(d.ConflictsKept), func(tw io.Writer, i int) {
+			c := d.ConflictsKept[i]
 			fmt.Fprintf(tw, "  %s\t%d\t%s\n", c.ReceivedAt.Format(time.RFC3339), c.PayloadBytes, c.PayloadSHA256)
 		}); err != nil {
 			return err
@@ -775,15 +793,44 @@ func defaultActor() string {
 	return "cli"
 }
 
-// shownHeaders is h with the value of every signature- or credential-like
-// header replaced by "redacted", as the dashboard shows them.
-func shownHeaders(h http.Header) map[string][]string {
+// sensitiveHeaderFunc says which headers of source's events show redacted:
+// those ferryhttp.SensitiveHeader names (the providers' signatures and
+// anything credential-like, as the dashboard redacts), and the signature
+// header a generic HMAC source configures, whatever its name.
+func sensitiveHeaderFunc(cfg *config.Config, source string) func(name string) bool {
+	var own string
+	for _, s := range cfg.Sources {
+		if s.Name == source && s.HMAC.Header != "" {
+			own = http.CanonicalHeaderKey(s.HMAC.Header)
+		}
+	}
+	return func(name string) bool {
+		return ferryhttp.SensitiveHeader(name) || own != "" && http.CanonicalHeaderKey(name) == own
+	}
+}
+
+// headerLine is headers on one table cell, sorted by name: "Name: value,
+// value; Name: value", each part fit by oneLine.
+func headerLine(h map[string][]string) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		parts = append(parts, oneLine(name, 80)+": "+oneLine(strings.Join(h[name], ", "), 120))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// shownHeaders is h with the value of every header sensitive names
+// (sensitiveHeaderFunc) replaced by "redacted".
+func shownHeaders(h http.Header, sensitive func(name string) bool) map[string][]string {
 	if len(h) == 0 {
 		return nil
 	}
 	out := make(map[string][]string, len(h))
 	for name, vs := range h {
-		if ferryhttp.SensitiveHeader(name) {
+		if sensitive(name) {
 			vs = slices.Repeat([]string{"redacted"}, len(vs))
 		}
 		out[name] = vs

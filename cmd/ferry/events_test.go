@@ -541,18 +541,23 @@ func TestEventsShowConflicts(t *testing.T) {
 	conflicting := payloads[1:]
 
 	d := showJSON(t, cfg, "stripe", "evt_1")
-	if len(d.Conflicts) != ferry.NoticeKeep {
-		t.Fatalf("show --json lists %d conflicts, want %d: %+v", len(d.Conflicts), ferry.NoticeKeep, d.Conflicts)
+	if len(d.ConflictsKept) != ferry.NoticeKeep {
+		t.Fatalf("show --json lists %d conflicts, want %d: %+v", len(d.ConflictsKept), ferry.NoticeKeep, d.ConflictsKept)
 	}
-	for i, c := range d.Conflicts {
+	// The count is list --json's "conflicts", not hidden by the list of
+	// the kept ones.
+	if d.Conflicts != ferry.NoticeKeep+2 {
+		t.Errorf("show --json conflicts = %d, want the count %d as list --json has it", d.Conflicts, ferry.NoticeKeep+2)
+	}
+	for i, c := range d.ConflictsKept {
 		if c.PayloadSHA256 != fmt.Sprintf("%x", sha256.Sum256(conflicting[i])) || c.PayloadBytes != len(conflicting[i]) || c.ReceivedAt.IsZero() || c.Payload != nil || c.PayloadText != "" {
 			t.Errorf("conflict %d = %+v, want %s's hash and size, no payload", i, c, conflicting[i])
 		}
 	}
 	d = showJSON(t, cfg, "stripe", "evt_1", "--payload")
 	var first bytes.Buffer
-	if len(d.Conflicts) > 0 {
-		json.Compact(&first, d.Conflicts[0].Payload)
+	if len(d.ConflictsKept) > 0 {
+		json.Compact(&first, d.ConflictsKept[0].Payload)
 	}
 	if first.String() != string(conflicting[0]) {
 		t.Errorf("show --json --payload: first conflict's payload %q, want %s", first.String(), conflicting[0])
@@ -566,5 +571,93 @@ func TestEventsShowConflicts(t *testing.T) {
 	stdout, _, _ = runFerry(t, "events", "show", "--config", cfg, "--payload", "stripe", "evt_1")
 	if !strings.Contains(stdout, string(conflicting[0])) {
 		t.Errorf("show --payload lacks the first conflicting payload:\n%s", stdout)
+	}
+}
+
+// show lists each suspected replay with the headers it came with (who sent
+// it), and redacts there what it redacts on the event: the providers'
+// signatures, anything credential-like, and the signature header a generic
+// HMAC source configures under a name of its own.
+func TestEventsShowReplayHeaders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	cfg := writeCLIConfig(t, "sqlite:"+path, `
+[[source]]
+name = "partner"
+provider = "hmac"
+secrets = ["partner_secret"]
+[source.hmac]
+header = "X-Partner-Check"
+event_id_header = "X-Partner-Id"
+`)
+	if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	st := teststore.OpenSQLite(t, path, nil)
+	body := []byte(`{"order":7}`)
+	if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "partner", EventID: "p_1", Payload: body, ReplayWindow: time.Hour,
+		Headers: http.Header{"X-Partner-Check": {"SEKRET0"}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "partner", EventID: "p_forged", Type: "refund", Payload: body, ReplayWindow: time.Hour,
+		Headers: http.Header{"User-Agent": {"replayer/1.0"}, "X-Partner-Check": {"SEKRET1"}, "X-Hub-Signature-256": {"sha256=SEKRET2"}, "Authorization": {"Bearer SEKRET3"}}})
+	if err != nil || res.Outcome != ferry.ReceiveReplay {
+		t.Fatalf("seed replay = %+v, %v", res, err)
+	}
+
+	d := showJSON(t, cfg, "partner", "p_1")
+	if len(d.Replays) != 1 {
+		t.Fatalf("show --json replays = %+v, want p_forged", d.Replays)
+	}
+	h := d.Replays[0].Headers
+	if got := h["User-Agent"]; len(got) != 1 || got[0] != "replayer/1.0" {
+		t.Errorf("replay's User-Agent = %q, want replayer/1.0 (headers %v)", got, h)
+	}
+	for _, name := range []string{"X-Partner-Check", "X-Hub-Signature-256", "Authorization"} {
+		if got := h[name]; len(got) != 1 || got[0] != "redacted" {
+			t.Errorf("replay's %s = %q, want redacted", name, got)
+		}
+	}
+	if got := d.Headers["X-Partner-Check"]; len(got) != 1 || got[0] != "redacted" {
+		t.Errorf("event's X-Partner-Check = %q, want redacted", got)
+	}
+	for _, extra := range [][]string{nil, {"--json"}} {
+		stdout, stderr, code := runFerry(t, append([]string{"events", "show", "--config", cfg, "partner", "p_1"}, extra...)...)
+		if code != 0 || strings.Contains(stdout, "SEKRET") || !strings.Contains(stdout, "replayer/1.0") {
+			t.Errorf("events show %v: exit %d, want the replay's User-Agent and no signature or credential:\n%s%s", extra, code, stdout, stderr)
+		}
+	}
+}
+
+// show marks an in-progress event whose lease lapsed on the store's clock
+// as expired, and no other.
+func TestEventsShowExpiredLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	storeURL, open := cliStores()[0].setup(t)
+	cfg := migrateCLI(t, storeURL)
+	claim := func(s seeder, id string, ttl time.Duration) {
+		t.Helper()
+		defer s.close()
+		if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w-" + id, Limit: 1, TTL: ttl}); err != nil || len(c) != 1 || c[0].Event.EventID != id {
+			t.Fatalf("claim %s: %v %v", id, c, err)
+		}
+	}
+	claim(open(time.Now), "evt_live", time.Hour)
+	// Claimed an hour ago for a minute: lapsed 59 minutes ago.
+	claim(open(func() time.Time { return time.Now().Add(-time.Hour) }), "evt_lapsed", time.Minute)
+
+	for id, want := range map[string]bool{"evt_lapsed": true, "evt_live": false} {
+		if d := showJSON(t, cfg, "stripe", id); d.State != "in_progress" || d.LeaseExpired != want {
+			t.Errorf("show --json %s: state %s, lease_expired %v; want in_progress, %v", id, d.State, d.LeaseExpired, want)
+		}
+		stdout, stderr, code := runFerry(t, "events", "show", "--config", cfg, "stripe", id)
+		if code != 0 || !strings.Contains(stdout, "w-"+id+" until") || strings.Contains(stdout, "(expired") != want {
+			t.Errorf("events show %s: exit %d, want the lease row marked expired: %v\n%s%s", id, code, want, stdout, stderr)
+		}
 	}
 }
