@@ -1,6 +1,12 @@
 package postgres
 
-import "time"
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+)
 
 // ArchiveRun is ArchiveMaintain's run under the lease, for checking when
 // it renews the lease.
@@ -18,3 +24,12 @@ func SetMigrateLockTimeout(s *Store, timeout time.Duration, tries int) {
 // MigrationLockSQL takes Migrate's lock: a test holds it as a Migrate in
 // progress does.
 var MigrationLockSQL = migrationLockSQL
+
+// SetsJIT is setsJIT, for the forms of a URL that set jit.
+var SetsJIT = setsJIT
+
+// EventStatsSQL is EventStats's aggregate, for plan checks; StatsArgs are
+// its arguments for params.
+var EventStatsSQL = eventStatsSQL
+
+func StatsArgs(s *Store, params *ferry.EventStatsParams) pgx.NamedArgs { return statsArgs(s, params) }

@@ -15,7 +15,10 @@ risk AS (
 ),
 -- Attempts closed as lease_expired (few: an index of each ledger holds just
 -- those), with their event's source; and running attempts whose lease has
--- lapsed.
+-- lapsed. An attempt whose event is gone has a NULL source, which the final
+-- join matches to nothing: a filter on it would run each archive probe twice,
+-- and the planner prices a probe at every partition (run-time pruning reads
+-- one), which doubled the plan's cost past jit_inline_above_cost.
 unfinished AS (
     SELECT source, count(*) AS n FROM (
         SELECT (SELECT e.source FROM ferry_event e WHERE e.id = a.event_id) AS source
@@ -32,7 +35,6 @@ unfinished AS (
         CROSS JOIN clock
         WHERE e.state = 'in_progress' AND e.lease_expires_at <= clock.now AND a.outcome = 'running'
     ) u
-    WHERE source IS NOT NULL
     GROUP BY source
 ),
 -- Suspected replays counted (Event.Replays), by source, on the events that
