@@ -265,4 +265,26 @@ func testReplay[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Errorf("replays by source = %v, want github 2, stripe 0", got)
 		}
 	})
+
+	// A done event's replays still count: stats read the replayed events
+	// wherever they are, not only the live ones.
+	run(t, setup, "CountedInStatsOnceDone", func(t *testing.T, b *bundle[TX]) {
+		first := receiveBody(t, b, "github", "d-1", "push", replayBody, replayWindow)
+		receiveBody(t, b, "github", "d-2", "delete", replayBody, replayWindow)
+		receiveBody(t, b, "github", "d-3", "push", []byte(`{"other":1}`), replayWindow)
+		c := claimOne(t, b, "w")
+		if c.Event.ID != first.ID {
+			t.Fatalf("claimed %d, want the replayed event %d first", c.Event.ID, first.ID)
+		}
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		stats, err := b.store.EventStats(b.ctx, &ferry.EventStatsParams{})
+		if err != nil || len(stats.Sources) != 1 {
+			t.Fatalf("stats = %+v, %v; want github's", stats, err)
+		}
+		if s := stats.Sources[0]; s.Replays != 1 || s.States[ferry.StateDone] != 1 || s.States[ferry.StatePending] != 1 {
+			t.Errorf("github: %d replays, %d done, %d pending; want 1, 1, 1", s.Replays, s.States[ferry.StateDone], s.States[ferry.StatePending])
+		}
+	})
 }
