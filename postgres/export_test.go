@@ -33,3 +33,8 @@ var SetsJIT = setsJIT
 var EventStatsSQL = eventStatsSQL
 
 func StatsArgs(s *Store, params *ferry.EventStatsParams) pgx.NamedArgs { return statsArgs(s, params) }
+// PurgeKeys is one batch of the dedupe keys' purge, of one source or all.
+var PurgeKeys = (*Store).purgeKeys
+
+// ArchiveKeysPurgeSQL is a statement whose plan plan_test.go reads.
+var ArchiveKeysPurgeSQL = archiveKeysPurgeSQL

@@ -1,0 +1,289 @@
+package postgres_test
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/postgres"
+)
+
+// What only PostgreSQL's archive has: which rows the key purge reads, and
+// the plans that keep its cost to what it needs.
+
+// gone deletes the stored event of key id, as a dropped partition does,
+// leaving its key.
+func (b *archiveBundle) gone(t *testing.T, id int64) {
+	t.Helper()
+	if _, err := b.store.Pool().Exec(b.ctx, `DELETE FROM ferry_event_done WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// doneOf receives eventID of source, then claims and completes it now.
+func (b *archiveBundle) doneOf(t *testing.T, source, eventID string) int64 {
+	t.Helper()
+	id := b.received(t, source, eventID)
+	b.complete(t, source, id)
+	return id
+}
+
+func (b *archiveBundle) received(t *testing.T, source, eventID string) int64 {
+	t.Helper()
+	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: source, EventID: eventID, Payload: []byte(eventID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.ID
+}
+
+// complete claims source's one due event, id, and completes it now.
+func (b *archiveBundle) complete(t *testing.T, source string, id int64) {
+	t.Helper()
+	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute, Sources: []string{source}})
+	if err != nil || len(claims) != 1 || claims[0].Event.ID != id {
+		t.Fatalf("claim of %d: %d claims, %v", id, len(claims), err)
+	}
+	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The key purge takes, oldest first, the keys past retention whose event
+// is stored nowhere, of one source or of all; never a key whose event is
+// archived or live, nor a younger one.
+func TestArchiveKeyPurgeTakesOnlyKeysOfGoneEvents(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 7 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	archived := b.doneOf(t, "s", "archived")
+	live := b.received(t, "u", "live") // never claimed: pending in ferry_event
+	gone := b.doneOf(t, "s", "gone")
+	other := b.doneOf(t, "t", "other")
+	b.gone(t, gone)
+	b.gone(t, other)
+	b.clock.Advance(time.Hour)
+	gone2 := b.doneOf(t, "s", "gone2")
+	b.gone(t, gone2)
+	b.clock.Advance(time.Hour)
+	young := b.doneOf(t, "s", "young")
+	b.gone(t, young)
+	// The first four are 25.5 h old, gone2 24.5 h, young 23.5 h.
+	b.clock.Advance(23*time.Hour + 30*time.Minute)
+
+	keys := func() []int64 {
+		t.Helper()
+		rows, _ := b.store.Pool().Query(b.ctx, `SELECT id FROM ferry_event_key ORDER BY id`)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	purge := func(source string, batch, want int) {
+		t.Helper()
+		n, err := postgres.PurgeKeys(b.store, b.ctx, source, 24*time.Hour, batch)
+		if err != nil || n != want {
+			t.Fatalf("purge of %q, batch %d = %d, %v; want %d", source, batch, n, err, want)
+		}
+	}
+	purge("s", 1, 1) // the oldest first
+	if got, want := keys(), []int64{archived, live, other, gone2, young}; !slices.Equal(got, want) {
+		t.Fatalf("keys after a batch of one of s = %v, want %v (gone %d purged)", got, want, gone)
+	}
+	purge("s", 10, 1)
+	if got, want := keys(), []int64{archived, live, other, young}; !slices.Equal(got, want) {
+		t.Fatalf("keys after s's purge = %v, want %v (gone2 %d purged, t's kept)", got, want, gone2)
+	}
+	purge("", 10, 1)
+	if got, want := keys(), []int64{archived, live, young}; !slices.Equal(got, want) {
+		t.Fatalf("keys after every source's purge = %v, want %v (other %d purged)", got, want, other)
+	}
+	purge("", 10, 0)
+}
+
+// A key a redelivery rewrites while the purge waits on it stays, for the
+// next run: the purge deletes the row versions it read, never a newer one.
+func TestArchiveKeyPurgeLeavesAKeyARedeliveryRewrote(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	x := b.doneOf(t, "s", "x")
+	y := b.doneOf(t, "s", "y")
+	b.gone(t, x)
+	b.gone(t, y)
+	b.clock.Advance(25 * time.Hour)
+	// What a receipt of x does to its key (ON CONFLICT DO UPDATE), held.
+	blocker, err := b.store.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(b.ctx) }()
+	var blockerPid int
+	if err := blocker.QueryRow(b.ctx, `UPDATE ferry_event_key SET id = id WHERE source = 's' AND event_id = 'x' RETURNING pg_backend_pid()`).Scan(&blockerPid); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	purged := make(chan result, 1)
+	go func() {
+		n, err := postgres.PurgeKeys(b.store, b.ctx, "s", 24*time.Hour, 10)
+		purged <- result{n, err}
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		var waiting bool
+		if err := b.store.Pool().QueryRow(b.ctx, `
+			SELECT EXISTS (SELECT FROM pg_stat_activity
+			               WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '-- Purges up to % dedupe keys %')`,
+			blockerPid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("after a minute, the purge does not wait on the rewritten key")
+		}
+	}
+	if err := blocker.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-purged; r.err != nil || r.n != 1 {
+		t.Fatalf("purge beside the redelivery = %d, %v; want 1 (y's key)", r.n, r.err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_event_key WHERE id = $1`, x); n != 1 {
+		t.Fatalf("x's key, rewritten during the purge, is gone")
+	}
+	if n, err := postgres.PurgeKeys(b.store, b.ctx, "s", 24*time.Hour, 10); err != nil || n != 1 {
+		t.Fatalf("next purge = %d, %v; want 1 (x's key)", n, err)
+	}
+}
+
+// planSetup returns a store whose archive has partitions for the days days
+// before the clock's and the next, holding perDay done events a day, with
+// their keys, and gone keys received before all of them whose events are
+// stored nowhere; analyzed.
+func planSetup(t *testing.T, days, perDay, gone int) *archiveBundle {
+	t.Helper()
+	b := archiveSetup(t)
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Duration(days) * 24 * time.Hour, Ahead: 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	pool := b.store.Pool()
+	now := b.clock.Now()
+	n := days * perDay
+	for _, sql := range []string{
+		`INSERT INTO ferry_event_done (id, source, event_id, payload, payload_sha256, state,
+		                               next_attempt_at, first_delivered_at, last_delivered_at, completed_at)
+		 SELECT i, 's' || i % 4, 'e' || i, '', sha256(int8send(i)), 'done', at, at, at, at
+		 FROM generate_series(1, @n::int) i,
+		      LATERAL (SELECT @now::timestamptz - (@n::int - i) * (@days::int * interval '1 day') / @n::int AS at) x`,
+		`INSERT INTO ferry_event_key (source, event_id, id, payload_sha256, received_at)
+		 SELECT source, event_id, id, payload_sha256, first_delivered_at FROM ferry_event_done`,
+		`INSERT INTO ferry_event_key (source, event_id, id, payload_sha256, received_at)
+		 SELECT 's' || i % 4, 'gone' || i, @n::int + i, sha256(int8send(-i)),
+		        @now::timestamptz - @days::int * interval '1 day' - i * interval '1 second'
+		 FROM generate_series(1, @gone::int) i`,
+		`ANALYZE ferry_event_key, ferry_event, ferry_event_done`,
+	} {
+		if _, err := pool.Exec(b.ctx, sql, pgx.NamedArgs{"now": now, "n": n, "days": days, "gone": gone}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// planNode is one node of EXPLAIN (FORMAT JSON).
+type planNode struct {
+	NodeType     string     `json:"Node Type"`
+	Relation     string     `json:"Relation Name"`
+	Relationship string     `json:"Parent Relationship"`
+	Plans        []planNode `json:"Plans"`
+}
+
+// explain returns the plan of sql with args, as the store would run it
+// (a custom plan: the statement is planned with the values bound).
+func (b *archiveBundle) explain(t *testing.T, sql string, args pgx.NamedArgs) planNode {
+	t.Helper()
+	var out string
+	if err := b.store.Pool().QueryRow(b.ctx, "EXPLAIN (FORMAT JSON) "+sql, args).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("EXPLAIN output %q: %v", out, err)
+	}
+	return plans[0].Plan
+}
+
+// walk calls visit on every node of the plan with its ancestors, root first.
+func (n planNode) walk(visit func(n planNode, ancestors []planNode)) {
+	var rec func(n planNode, ancestors []planNode)
+	rec = func(n planNode, ancestors []planNode) {
+		visit(n, ancestors)
+		for _, c := range n.Plans {
+			rec(c, append(ancestors[:len(ancestors):len(ancestors)], n))
+		}
+	}
+	rec(n, nil)
+}
+
+func (n planNode) String() string {
+	var sb strings.Builder
+	n.walk(func(n planNode, ancestors []planNode) {
+		sb.WriteString(strings.Repeat("  ", len(ancestors)) + n.NodeType)
+		if n.Relation != "" {
+			sb.WriteString(" on " + n.Relation)
+		}
+		if n.Relationship != "" {
+			sb.WriteString(" (" + n.Relationship + ")")
+		}
+		sb.WriteString("\n")
+	})
+	return sb.String()
+}
+
+// The key purge looks each key it reads up in the archive, by id: never a
+// hash (or any join) over the archive's partitions, which would read every
+// archived id for a batch of keys, or for none.
+func TestArchiveKeyPurgePlanProbesTheArchivePerKey(t *testing.T) {
+	t.Parallel()
+	const days = 8
+	b := planSetup(t, days, 2500, 1000)
+	for _, source := range []string{"", "s1"} {
+		plan := b.explain(t, postgres.ArchiveKeysPurgeSQL, pgx.NamedArgs{
+			"now": b.clock.Now(), "source": source, "key_retention_us": (days * 24 * time.Hour).Microseconds(), "batch": 10000,
+		})
+		probes := 0
+		plan.walk(func(n planNode, ancestors []planNode) {
+			if !strings.HasPrefix(n.Relation, "ferry_event_done") {
+				return
+			}
+			probes++
+			probe := n.Relationship == "SubPlan"
+			for _, a := range ancestors {
+				probe = probe || a.Relationship == "SubPlan"
+				if a.NodeType == "Hash" || strings.HasSuffix(a.NodeType, "Join") {
+					t.Errorf("source %q: %s reads %s under a %s:\n%s", source, n.NodeType, n.Relation, a.NodeType, plan)
+					return
+				}
+			}
+			if !probe {
+				t.Errorf("source %q: %s reads %s outside a per-key subplan:\n%s", source, n.NodeType, n.Relation, plan)
+			}
+		})
+		if probes < days {
+			t.Errorf("source %q: the plan reads %d archive partitions, want every one of %d:\n%s", source, probes, days, plan)
+		}
+	}
+}
