@@ -36,5 +36,9 @@ func StatsArgs(s *Store, params *ferry.EventStatsParams) pgx.NamedArgs { return 
 // PurgeKeys is one batch of the dedupe keys' purge, of one source or all.
 var PurgeKeys = (*Store).purgeKeys
 
-// ArchiveKeysPurgeSQL is a statement whose plan plan_test.go reads.
-var ArchiveKeysPurgeSQL = archiveKeysPurgeSQL
+// ArchiveKeysPurgeSQL and EventListSQL are the statements whose plans
+// plan_test.go reads.
+var (
+	ArchiveKeysPurgeSQL = archiveKeysPurgeSQL
+	EventListSQL        = eventListSQL
+)

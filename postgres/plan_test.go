@@ -13,8 +13,8 @@ import (
 	"github.com/ferry-inbox/ferry/postgres"
 )
 
-// What only PostgreSQL's archive has: which rows the key purge reads, and
-// the plans that keep its cost to what it needs.
+// What only PostgreSQL's archive has: which rows the key purge and the
+// list read, and the plans that keep their cost to what they need.
 
 // gone deletes the stored event of key id, as a dropped partition does,
 // leaving its key.
@@ -167,6 +167,60 @@ func TestArchiveKeyPurgeLeavesAKeyARedeliveryRewrote(t *testing.T) {
 	}
 }
 
+// EventList with Since reads only the archive's days from Since on, and
+// still lists every event first delivered since then, however much later
+// it completed, the one completed at the instant of Since too.
+func TestEventListSinceListsWhatCompletedLater(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 7 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	b.doneOf(t, "old", "old")
+	before := b.received(t, "before", "before")
+	b.clock.Advance(24 * time.Hour)
+	since := b.clock.Now()
+	at := b.doneOf(t, "at", "at") // first delivered and completed at since
+	b.clock.Advance(time.Hour)
+	later := b.received(t, "later", "later")
+	b.clock.Advance(48 * time.Hour)
+	b.complete(t, "before", before)
+	b.complete(t, "later", later)
+	b.received(t, "live", "live")
+
+	all, err := b.store.EventList(b.ctx, &ferry.EventListParams{Limit: 1000})
+	if err != nil || len(all.Events) != 5 {
+		t.Fatalf("list = %d events, %v; want 5", len(all.Events), err)
+	}
+	var want []int64
+	for _, e := range all.Events {
+		if !e.FirstDeliveredAt.Before(since) {
+			want = append(want, e.ID)
+		}
+	}
+	ids := func(p ferry.EventListParams) []int64 {
+		t.Helper()
+		res, err := b.store.EventList(b.ctx, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, e := range res.Events {
+			got = append(got, e.ID)
+		}
+		return got
+	}
+	if got := ids(ferry.EventListParams{Since: since}); !slices.Equal(got, want) || !slices.Contains(got, at) {
+		t.Errorf("list since = %v, want %v (at %d among them)", got, want, at)
+	}
+	if got := ids(ferry.EventListParams{Since: since, States: []ferry.State{ferry.StateDone}, Limit: 1}); !slices.Equal(got, want[1:2]) {
+		t.Errorf("newest done since = %v, want %v", got, want[1:2])
+	}
+	if got := ids(ferry.EventListParams{Since: since, After: 1, Limit: 2}); !slices.Equal(got, []int64{later, at}) {
+		t.Errorf("oldest two since, paging up = %v, want %v", got, []int64{later, at})
+	}
+}
+
 // planSetup returns a store whose archive has partitions for the days days
 // before the clock's and the next, holding perDay done events a day, with
 // their keys, and gone keys received before all of them whose events are
@@ -284,6 +338,41 @@ func TestArchiveKeyPurgePlanProbesTheArchivePerKey(t *testing.T) {
 		})
 		if probes < days {
 			t.Errorf("source %q: the plan reads %d archive partitions, want every one of %d:\n%s", source, probes, days, plan)
+		}
+	}
+}
+
+// EventList with Since never reads the archive's days before it.
+func TestEventListPlanPrunesTheDaysBeforeSince(t *testing.T) {
+	t.Parallel()
+	const days = 8
+	b := planSetup(t, days, 200, 0)
+	since := b.clock.Now().Add(-2 * 24 * time.Hour)
+	first := "ferry_event_done_" + since.UTC().Format("20060102")
+	for _, p := range []struct {
+		name string
+		args pgx.NamedArgs
+	}{
+		{"newest first", pgx.NamedArgs{"type": "invoice.paid"}},
+		{"paging up", pgx.NamedArgs{"after": int64(5)}},
+	} {
+		args := pgx.NamedArgs{
+			"source": "", "type": "", "states": []string{}, "since": since, "until": nil,
+			"event_id_like": "", "before": int64(0), "after": int64(0), "limit": 51,
+		}
+		for k, v := range p.args {
+			args[k] = v
+		}
+		plan := b.explain(t, postgres.EventListSQL, args)
+		var read []string
+		plan.walk(func(n planNode, _ []planNode) {
+			if strings.HasPrefix(n.Relation, "ferry_event_done_2") {
+				read = append(read, n.Relation)
+			}
+		})
+		slices.Sort(read)
+		if len(read) == 0 || read[0] != first {
+			t.Errorf("%s: the list since %s reads partitions %v, want %s the oldest:\n%s", p.name, since, read, first, plan)
 		}
 	}
 }

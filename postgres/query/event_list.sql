@@ -5,6 +5,13 @@
 -- (id DESC); @after to newer ones (id ASC, the lowest above it first;
 -- EventList reverses them). The sort key of the unused direction is NULL,
 -- which the planner drops.
+--
+-- A filter other than @source reads each table until @limit rows match: up
+-- to all of it when few do. @since also bounds the archive by completion,
+-- since an event completes at or after its first delivery (both are
+-- stamped by the store's one clock: receipt, then completion or resolve),
+-- so the archive's days before @since are never read (pruned at plan time,
+-- or at executor start for a cached generic plan).
 SELECT * FROM (
     (
         SELECT id, source, event_id, type, payload_sha256, state, attempt, attempt_base,
@@ -29,6 +36,7 @@ SELECT * FROM (
                last_error, requeued_at, origin, replays
         FROM ferry_event_done
         WHERE (cardinality(@states::text[]) = 0 OR 'done' = ANY(@states::text[]))
+          AND completed_at >= coalesce(@since::timestamptz, '-infinity')
           AND ferry_event_filter(source, type, first_delivered_at, event_id, id,
                                  @source::text, @type::text, @since::timestamptz, @until::timestamptz,
                                  @event_id_like::text, @before::bigint)

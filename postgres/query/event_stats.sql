@@ -4,9 +4,10 @@
 -- replay window (@risk_sources[i] is at risk after @risk_us[i] microseconds;
 -- other sources after @default_risk_us, never when it is 0), and the
 -- suspected replays counted. Everything is read from ferry_event (live events
--- only), the done counters and the few lease_expired and replay rows, and
--- from the archive only the replayed events: the cost is what is live, not
--- what is stored.
+-- only), the done counters, the lease_expired rows of both ledgers and the
+-- replay rows, and from the archive only the replayed events, each by id in
+-- every partition: the cost is what is live plus the abandoned attempts and
+-- replays kept, never the done events stored.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
