@@ -33,6 +33,7 @@ var SetsJIT = setsJIT
 var EventStatsSQL = eventStatsSQL
 
 func StatsArgs(s *Store, params *ferry.EventStatsParams) pgx.NamedArgs { return statsArgs(s, params) }
+
 // PurgeKeys is one batch of the dedupe keys' purge, of one source or all.
 var PurgeKeys = (*Store).purgeKeys
 
