@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -174,9 +175,11 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, closeStore, err := openStore(pctx, cfg, nil, existingStore)
-	if errors.Is(err, errConfig) {
-		// A store.url naming no SQLite file, or one the store refuses as
-		// set: the config error, key and fix, every command gives (exit 2).
+	if errors.Is(err, errConfig) && errors.Is(err, fs.ErrNotExist) {
+		// A store.url naming no SQLite file: the config error, key and
+		// fix, every command gives (exit 2). A store refused as set (fsync
+		// or synchronous_commit off, often the server's doing) stays a
+		// finding below: exit 4, with the report.
 		return err
 	}
 	if err != nil {

@@ -349,6 +349,15 @@ func TestDoctorConfigAndHealthy(t *testing.T) {
 	if stdout, _, code := runFerry(t, "doctor", "--config", cfg); code != 0 {
 		t.Errorf("healthy store: exit %d:\n%s", code, stdout)
 	}
+	// A store that refuses to run as set (here synchronous_commit off, as
+	// a DBA's ALTER ROLE would set it) is a finding with the report, not a
+	// config error without one: monitoring reads doctor --json.
+	_, schema := pgtest.Schema(t)
+	unsafe := writeCLIConfig(t, pgtest.ConnString(schema)+"&options=-c%20synchronous_commit%3Doff", "")
+	stdout, stderr, code := runFerry(t, "doctor", "--config", unsafe, "--json")
+	if code != exitProblems || !strings.Contains(stdout, `"healthy": false`) || !strings.Contains(stdout, "synchronous_commit") {
+		t.Errorf("store refused as set: exit %d, want %d and a report naming synchronous_commit:\n%s%s", code, exitProblems, stdout, stderr)
+	}
 }
 
 // --at-risk --source X lists X's at-risk events even when more than
