@@ -14,9 +14,10 @@ var (
 	// ErrNotFound is returned when no event has the given key or row id.
 	ErrNotFound = errors.New("ferry: event not found")
 
-	// ErrRetentionTooShort is returned by a purge, and by configuration
-	// checks, when the retention is shorter than the source's replay window: a
-	// purged key would let the provider's redelivery run the work again.
+	// ErrRetentionTooShort is returned by EventPurge, ArchiveMaintain and
+	// configuration checks when a retention is shorter than the replay
+	// window: a purged key would let the provider's redelivery run the work
+	// again. A store's error wraps ErrInvalidParams too.
 	ErrRetentionTooShort = errors.New("ferry: retention shorter than the replay window")
 
 	// ErrInvalidParams is returned for params a store cannot act on (an empty

@@ -26,6 +26,12 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidParams}, args...)...)
 }
 
+// tooShort is invalid for a retention shorter than a replay window: the
+// error wraps ErrRetentionTooShort as well, so callers can tell it apart.
+func tooShort(format string, args ...any) error {
+	return fmt.Errorf("%w: %w: "+format, append([]any{ErrInvalidParams, ErrRetentionTooShort}, args...)...)
+}
+
 // MaxCount bounds the counts a store keeps in 32 bits: an attempt number,
 // an attempt budget, a claim's limit. Past it a store would compare a
 // truncated number, and a fence on the attempt would not hold.
@@ -285,9 +291,11 @@ func (p *EventListParams) Normalize() (*EventListParams, error) {
 }
 
 // Validate requires a Source, a positive ReplayWindow and a Retention at
-// least as long as it (ErrRetentionTooShort otherwise). A zero window is
-// refused, not read as "none": params built without it would purge done
-// events at once, and the next redelivery would run the work again.
+// least as long as it (ErrRetentionTooShort otherwise): SQLite's event row
+// is its own dedupe key, so an event purged is a key forgotten. A zero
+// window is refused, not read as "none": params built without it would
+// purge done events at once, and the next redelivery would run the work
+// again.
 func (p *EventPurgeParams) Validate() error {
 	switch {
 	case p.Source == "":
@@ -297,8 +305,7 @@ func (p *EventPurgeParams) Validate() error {
 	case p.Retention < 0:
 		return invalid("retention must not be negative")
 	case p.Retention < p.ReplayWindow:
-		return fmt.Errorf("purge of %s: retention %s, replay window %s: %w",
-			p.Source, p.Retention, p.ReplayWindow, ErrRetentionTooShort)
+		return tooShort("purge of %s: retention %s, replay window %s", p.Source, p.Retention, p.ReplayWindow)
 	}
 	return nil
 }
@@ -475,20 +482,31 @@ const (
 	ArchiveKeyBatchDefault = 10000
 )
 
-// Normalize returns a copy of p with KeyRetention, Ahead and KeyBatch
-// defaulted. It requires an Owner and a positive Retention.
+// Normalize returns a copy of p with ReplayWindow, KeyRetention, Ahead and
+// KeyBatch defaulted. It requires an Owner and a positive Retention, and
+// refuses a KeyRetention shorter than ReplayWindow (ErrRetentionTooShort):
+// a key forgotten inside the window lets a redelivery run the work again.
+// Retention alone may be shorter: both stores keep a key for KeyRetention
+// whatever becomes of its event (PostgreSQL in ferry_event_key; SQLite
+// keeps the event row, its key, that long).
 func (p *ArchiveMaintainParams) Normalize() (*ArchiveMaintainParams, error) {
 	switch {
 	case p.Owner == "":
 		return nil, invalid("owner is required")
 	case p.Retention <= 0:
 		return nil, invalid("retention must be positive, got %s", p.Retention)
-	case p.KeyRetention < 0 || p.Ahead < 0 || p.KeyBatch < 0:
-		return nil, invalid("key retention, ahead and key batch must not be negative")
+	case p.ReplayWindow < 0 || p.KeyRetention < 0 || p.Ahead < 0 || p.KeyBatch < 0:
+		return nil, invalid("replay window, key retention, ahead and key batch must not be negative")
 	}
 	out := *p
+	if out.ReplayWindow == 0 {
+		out.ReplayWindow = DefaultReplayWindow
+	}
 	if out.KeyRetention == 0 {
-		out.KeyRetention = out.Retention
+		out.KeyRetention = max(out.Retention, out.ReplayWindow)
+	}
+	if out.KeyRetention < out.ReplayWindow {
+		return nil, tooShort("key retention %s, replay window %s", out.KeyRetention, out.ReplayWindow)
 	}
 	if out.Ahead == 0 {
 		out.Ahead = ArchiveAheadDefault

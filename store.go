@@ -45,8 +45,10 @@ type Store interface {
 	// table: it deletes them in short batches (its EventPurge's, so receipts
 	// never wait behind the run) and reports no partitions; its event row is
 	// its dedupe key, so a KeyRetention longer than Retention keeps the
-	// whole event that long (ferry serve passes the two equal). Rows come out in
-	// batches either way; a shorter per-source retention is EventPurge's.
+	// whole event that long. A KeyRetention shorter than ReplayWindow is
+	// refused with ErrRetentionTooShort: a redelivery inside the window
+	// would run the work again. Rows come out in batches either way; a
+	// shorter per-source retention is EventPurge's.
 	ArchiveMaintain(ctx context.Context, params *ArchiveMaintainParams) (*ArchiveMaintainResult, error)
 
 	// AttemptList returns the attempt ledger of one event, oldest first.
@@ -754,11 +756,17 @@ type ArchiveMaintainParams struct {
 	// Retention is how long a done event is kept at least: a partition is
 	// dropped once its end is Retention old, so an event is kept between
 	// Retention and Retention plus one partition span. Required, positive:
-	// the longest retention of every source.
+	// the longest retention of every source. It may be shorter than
+	// ReplayWindow: the keys outlive their events.
 	Retention time.Duration
+	// ReplayWindow is the longest replay window of every source: how long
+	// a provider may redeliver, so how long no dedupe key may be
+	// forgotten. Defaults to DefaultReplayWindow (72 hours).
+	ReplayWindow time.Duration
 	// KeyRetention is how long a dedupe key is kept at least after the
-	// first delivery, and never while its event is stored: at least the
-	// longest replay window. Defaults to Retention.
+	// first delivery, and never while its event is stored. At least
+	// ReplayWindow (ErrRetentionTooShort otherwise). Defaults to the
+	// longer of Retention and ReplayWindow.
 	KeyRetention time.Duration
 	// Ahead is how far ahead partitions exist. Defaults to 7 days.
 	Ahead time.Duration

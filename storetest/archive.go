@@ -126,6 +126,52 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	// A Retention shorter than the replay window drops events (PostgreSQL)
+	// but never their keys: KeyRetention defaults to the longer of the two,
+	// ReplayWindow to DefaultReplayWindow. A redelivery inside the window
+	// stays a duplicate whatever the store keeps, and one past it is new.
+	run(t, setup, "KeepsKeysForTheReplayWindow", func(t *testing.T, b *bundle[TX]) {
+		receive(t, b, "stripe", "evt")
+		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
+		maintain := func(p *ferry.ArchiveMaintainParams) {
+			t.Helper()
+			if res, err := b.store.ArchiveMaintain(b.ctx, p); err != nil || res.Skipped {
+				t.Fatalf("ArchiveMaintain(%+v) = %+v, %v", p, res, err)
+			}
+		}
+		wantOutcome := func(when string, want ferry.ReceiveOutcome) {
+			t.Helper()
+			if res := redeliver(t, b, "stripe", "evt", `{"id":"evt"}`); res.Outcome != want {
+				t.Fatalf("redelivery %s: outcome %s, want %s", when, res.Outcome, want)
+			}
+		}
+		// 60 hours on, its day is past a 24-hour retention, not past 72 hours.
+		b.clock.Advance(60 * time.Hour)
+		maintain(&ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour})
+		wantOutcome("inside the default replay window", ferry.ReceiveDuplicate)
+		b.clock.Advance(30 * time.Hour)
+		wide := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, ReplayWindow: 96 * time.Hour}
+		maintain(wide)
+		wantOutcome("inside a 96-hour replay window", ferry.ReceiveDuplicate)
+		b.clock.Advance(10 * time.Hour)
+		maintain(wide)
+		wantOutcome("past the replay window", ferry.ReceiveNew)
+	})
+
+	run(t, setup, "RefusesKeyRetentionShorterThanTheReplayWindow", func(t *testing.T, b *bundle[TX]) {
+		h := history(t, b)
+		for name, params := range map[string]*ferry.ArchiveMaintainParams{
+			"DefaultWindow":  {Owner: "m", Retention: 48 * time.Hour, KeyRetention: 71 * time.Hour},
+			"ExplicitWindow": {Owner: "m", Retention: 48 * time.Hour, ReplayWindow: 96 * time.Hour, KeyRetention: 95 * time.Hour},
+		} {
+			_, err := b.store.ArchiveMaintain(b.ctx, params)
+			if !errors.Is(err, ferry.ErrRetentionTooShort) || !errors.Is(err, ferry.ErrInvalidParams) {
+				t.Errorf("%s: err = %v, want ErrRetentionTooShort and ErrInvalidParams", name, err)
+			}
+		}
+		wantState(t, b, h.old, ferry.StateDone)
+	})
+
 	run(t, setup, "Info", func(t *testing.T, b *bundle[TX]) {
 		history(t, b)
 		info, err := b.store.ArchiveInfo(b.ctx)
@@ -152,6 +198,7 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			"NoRetention":          {Owner: "m"},
 			"NegativeRetention":    {Owner: "m", Retention: -time.Hour},
 			"NegativeKeyRetention": {Owner: "m", Retention: 48 * time.Hour, KeyRetention: -time.Hour},
+			"NegativeReplayWindow": {Owner: "m", Retention: 48 * time.Hour, ReplayWindow: -time.Hour},
 			"NegativeAhead":        {Owner: "m", Retention: 48 * time.Hour, Ahead: -time.Hour},
 			"NegativeKeyBatch":     {Owner: "m", Retention: 48 * time.Hour, KeyBatch: -1},
 		} {

@@ -109,6 +109,20 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.EventPurge(ctx, &ferry.EventPurgeParams{Retention: time.Hour})
 			return err
 		}},
+		{"EventPurge/RetentionShorterThanTheReplayWindow", func() error {
+			_, err := s.EventPurge(ctx, &ferry.EventPurgeParams{Source: "stripe", Retention: time.Hour, ReplayWindow: 2 * time.Hour})
+			if !errors.Is(err, ferry.ErrRetentionTooShort) {
+				return fmt.Errorf("not ErrRetentionTooShort: %v", err)
+			}
+			return err
+		}},
+		{"ArchiveMaintain/KeyRetentionShorterThanTheReplayWindow", func() error {
+			_, err := s.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour, KeyRetention: time.Hour})
+			if !errors.Is(err, ferry.ErrRetentionTooShort) {
+				return fmt.Errorf("not ErrRetentionTooShort: %v", err)
+			}
+			return err
+		}},
 		{"EventReceive/NoSource", func() error {
 			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{EventID: "evt_2"})
 			return err
@@ -123,21 +137,21 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		{"EventReceive/UnstorableEventID", func() error {
 			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_\x00", Payload: []byte("{}")})
 			if !errors.Is(err, ferry.ErrBadEventID) {
-				return fmt.Errorf("not ErrBadEventID: %w", err)
+				return fmt.Errorf("not ErrBadEventID: %v", err)
 			}
 			return err
 		}},
 		{"EventReceive/LongEventID", func() error {
 			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: strings.Repeat("e", ferry.MaxEventIDBytes+1), Payload: []byte("{}")})
 			if !errors.Is(err, ferry.ErrBadEventID) {
-				return fmt.Errorf("not ErrBadEventID: %w", err)
+				return fmt.Errorf("not ErrBadEventID: %v", err)
 			}
 			return err
 		}},
 		{"EventReceive/UnstorableType", func() error {
 			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_3", Type: strings.Repeat("t", ferry.MaxEventTypeBytes+1), Payload: []byte("{}")})
 			if !errors.Is(err, ferry.ErrBadEventType) {
-				return fmt.Errorf("not ErrBadEventType: %w", err)
+				return fmt.Errorf("not ErrBadEventType: %v", err)
 			}
 			return err
 		}},

@@ -21,11 +21,12 @@ const purgeInterval = time.Hour
 // refuses that). Without it the inbox grows for ever.
 //
 // It first runs the store's ArchiveMaintain for the longest retention of
-// every source, under the store's lease (one instance at a time): on
-// PostgreSQL partitions are created ahead and dropped whole, keys are purged
-// past the longest replay window; on SQLite done events past it are deleted
-// in short batches. Only sources whose retention is shorter than the
-// longest are then purged one by one (EventPurge).
+// every source and the longest replay window, under the store's lease (one
+// instance at a time): on PostgreSQL partitions are created ahead and
+// dropped whole, keys are purged past the longer of the two; on SQLite done
+// events past both are deleted in short batches. Only sources whose
+// retention is shorter than the longest are then purged one by one
+// (EventPurge).
 type purger struct {
 	store   ferry.Store
 	sources []config.Source
@@ -68,13 +69,14 @@ func (p *purger) start(ctx context.Context, bg *sync.WaitGroup, interval time.Du
 }
 
 func (p *purger) purgeAll(ctx context.Context) {
-	var longest, keys time.Duration
+	var longest, window time.Duration
 	for _, s := range p.sources {
 		longest = max(longest, s.Retention.Duration)
-		keys = max(keys, s.Retention.Duration, s.ReplayWindow.Duration)
+		window = max(window, s.ReplayWindow.Duration)
 	}
 	if longest > 0 {
-		res, err := p.store.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: p.owner, Retention: longest, KeyRetention: keys})
+		// KeyRetention is left to its default, the longer of the two.
+		res, err := p.store.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: p.owner, Retention: longest, ReplayWindow: window})
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -61,6 +61,27 @@ func TestPurgerKeepsRetention(t *testing.T) {
 	}
 }
 
+// The purger keeps dedupe keys for the longest replay window, not only the
+// longest retention: config refuses a retention shorter than its window,
+// but the purger passes the window to the store and leaves the rule there.
+func TestPurgerKeepsKeysForTheReplayWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	st := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	doneEvent(t, st, "evt_old")
+	clock.Advance(120 * time.Hour)
+
+	week := config.Source{Name: "stripe", ReplayWindow: config.Duration{Duration: 168 * time.Hour}, Retention: config.Duration{Duration: 100 * time.Hour}}
+	p := &purger{store: st, sources: []config.Source{week}, owner: "test", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p.purgeAll(ctx)
+
+	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_old", Payload: []byte("{}")})
+	if err != nil || res.Outcome != ferry.ReceiveDuplicate {
+		t.Fatalf("redelivery 120 h on, inside a 168 h replay window: %+v, %v; want a duplicate", res, err)
+	}
+}
+
 // On a fresh PostgreSQL store, serve maintains the archive (a week of
 // partitions created) before it takes a delivery or a claim: that DDL beside
 // traffic held completions off. On a machine so busy that the pass outlasts
