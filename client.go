@@ -88,17 +88,22 @@ func (c *Client) ID() string { return c.cfg.ID }
 // It returns at once; Stop ends the work. ctx gives its values (a trace,
 // say) to the client's work, never its end: cancelling ctx stops nothing,
 // so that a signal context does not cut running handlers short without the
-// grace and the releases Stop gives them.
+// grace and the releases Stop gives them. A client starts once: after Stop,
+// make a new one.
 //
 // Start returns an error wrapping ErrInvalidParams for what would not work
-// as asked: no handler, a HandleTx on another store, a SourcePolicy for a
-// source no handler works, or transactional handlers on a store whose pool
-// (Pooled) is smaller than this client's Workload.Conns. That check is
+// as asked: a second Start, a Start after Stop, no handler, a HandleTx on
+// another store, a SourcePolicy for a source no handler works, or
+// transactional handlers on a store whose pool (Pooled) is smaller than
+// this client's Workload.Conns. That check is
 // this client's alone: a pool shared with another client or a receiver
 // needs the sum of their Workloads.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.started && c.stopClaiming == nil { // Stop has begun
+		return fmt.Errorf("%w: a stopped client cannot be started again; make a new one with NewClient", ErrInvalidParams)
+	}
 	if c.started {
 		return fmt.Errorf("%w: client already started", ErrInvalidParams)
 	}
@@ -143,9 +148,13 @@ func (c *Client) checkRegistered() error {
 	if have >= need {
 		return nil
 	}
-	fix := fmt.Sprintf("raise the pool's MaxConns to %d", need)
+	// The server's max_connections (100 by default on PostgreSQL) caps
+	// every pool on it together: the default Workers need more than that.
+	fix := fmt.Sprintf("raise the pool's MaxConns to %d (within the server's max_connections, shared with every other connection; 100 by default)", need)
 	if fit := c.cfg.Workers - (need - have); fit >= 1 {
 		fix += fmt.Sprintf(", or lower Config.Workers to %d", fit)
+	} else {
+		fix += fmt.Sprintf(", or lower Config.Workers and raise MaxConns to Workers+%d: no Workers value fits %d connections", need-c.cfg.Workers, have)
 	}
 	return fmt.Errorf("%w: the store's pool has %d connections, and %d workers with transactional handlers need %d (ferry.Workload.Conns): %s",
 		ErrInvalidParams, have, c.cfg.Workers, need, fix)
@@ -161,7 +170,19 @@ func (c *Client) checkRegistered() error {
 // running: a store closed under them cannot record their verdicts, and their
 // events run again once their leases lapse. A Stop while another runs waits
 // the same way.
+//
+// A ctx already done when Stop is called (the signal context a program
+// waited on: <-ctx.Done(); client.Stop(ctx)) sets no deadline: handlers
+// still get ShutdownGrace, and then DefaultShutdownGrace more to return
+// once cancelled and release their events, as ferry serve gives them; Stop
+// returns nil if they all do, else context.DeadlineExceeded.
 func (c *Client) Stop(ctx context.Context) error {
+	if ctx.Err() != nil {
+		// Else a signal context would cut every handler off at once.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownGrace+DefaultShutdownGrace)
+		defer cancel()
+	}
 	c.mu.Lock()
 	if !c.started {
 		c.mu.Unlock()

@@ -12,15 +12,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-inbox/ferry/internal/groupcommit"
+	"github.com/ferry-inbox/ferry/internal/typednil"
 )
 
 // Config configures a Client. Zero values take the documented defaults.
 type Config struct {
-	// Store is the inbox the client works. Required.
+	// Store is the inbox the client works. Required: nil, or a nil pointer
+	// such as (*sqlite.Store)(nil), is refused by NewClient.
 	Store Store
 
-	// Sources are the per-source policies. A source with a handler but no
-	// entry here gets the defaults of SourcePolicy.
+	// Sources are the per-source policies, one per Name: NewClient refuses
+	// a Name given twice. A source with a handler but no entry here gets the
+	// defaults of SourcePolicy.
 	Sources []SourcePolicy
 
 	// Workers is how many handlers run at once. Defaults to 128
@@ -111,7 +114,8 @@ type SourcePolicy struct {
 	// ReplayWindow is how long the provider redelivers (Stripe and GitHub: 3
 	// days). An event that fails once older than this goes dead, for a person
 	// to see, rather than retrying past the provider's own horizon. Defaults
-	// to 72 hours.
+	// to 72 hours. Not ferryhttp.Source.ReplayWindow, which turns on replay
+	// detection at receipt (default 0: off).
 	ReplayWindow time.Duration
 	// LostLease is what happens to an event whose lease lapsed while a
 	// handler may have been running. Defaults to LostLeaseRetry.
@@ -150,7 +154,7 @@ func NewClient(cfg *Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: NewClient needs a Config, with Store set", ErrInvalidParams)
 	}
 	c := *cfg
-	if c.Store == nil {
+	if typednil.Is(c.Store) { // a nil *sqlite.Store would panic in Start's goroutine
 		return nil, fmt.Errorf("%w: Config.Store is required", ErrInvalidParams)
 	}
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
@@ -209,6 +213,10 @@ func NewClient(cfg *Config) (*Client, error) {
 	for _, p := range c.Sources {
 		if p.Name == "" {
 			return nil, fmt.Errorf("%w: SourcePolicy.Name is required", ErrInvalidParams)
+		}
+		if _, dup := cl.policies[p.Name]; dup {
+			// Else the last would silently win.
+			return nil, fmt.Errorf("%w: Config.Sources has two policies for %q", ErrInvalidParams, p.Name)
 		}
 		if p.MaxAttempts < 0 || p.MaxAttempts > MaxCount {
 			return nil, fmt.Errorf("%w: source %q: MaxAttempts %d is not from 1 to %d", ErrInvalidParams, p.Name, p.MaxAttempts, MaxCount)

@@ -8,22 +8,25 @@ import (
 
 // Handle registers h for every event of source that no HandleType handler
 // takes. Register before Start, and once per source and type: a second
-// registration panics, as http.ServeMux's does. The client claims only the
-// sources it has handlers for: another source's events wait, pending, for a
-// client that handles it.
-func (c *Client) Handle(source string, h HandlerFunc) { c.register(source, "", plainHandler(h)) }
+// registration, one after Start, or a nil h panics, as http.ServeMux's
+// does. The client claims only the sources it has handlers for: another
+// source's events wait, pending, for a client that handles it.
+func (c *Client) Handle(source string, h HandlerFunc) {
+	c.register(source, "", plainHandler(h), h == nil, nil)
+}
 
 // HandleType registers h for events of source whose type is eventType,
 // under the same rules as Handle. An event of a type no handler of its
 // source takes goes dead at its first attempt ("no handler"): register
 // Handle for the source to take the rest.
 func (c *Client) HandleType(source, eventType string, h HandlerFunc) {
-	c.register(source, eventType, plainHandler(h))
+	c.register(source, eventType, plainHandler(h), h == nil, nil)
 }
 
 // HandleTx registers a transactional handler for source: h's writes and the
 // fenced done commit in one transaction of store. eventType "" takes every
-// type.
+// type. It panics as Handle does. h must never Commit or Rollback its tx:
+// the event would go dead (see TxHandlerFunc).
 //
 // Each running h holds a connection of the store's pool: on PostgreSQL the
 // pool needs Workload{Workers: Config.Workers, TxHandlers: true}.Conns()
@@ -43,15 +46,11 @@ func (c *Client) HandleType(source, eventType string, h HandlerFunc) {
 // registered, and Start returns an error wrapping ErrInvalidParams that
 // names the source.
 func HandleTx[TX any](c *Client, store TxStore[TX], source, eventType string, h TxHandlerFunc[TX]) {
+	var refused error
 	if !sameStore(store, c.store) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.registerErr == nil {
-			c.registerErr = fmt.Errorf("%w: HandleTx for source %q: the store (%T) is not the client's Config.Store (%T)", ErrInvalidParams, source, store, c.store)
-		}
-		return
+		refused = fmt.Errorf("%w: HandleTx for source %q: the store (%T) is not the client's Config.Store (%T)", ErrInvalidParams, source, store, c.store)
 	}
-	c.register(source, eventType, txHandler[TX]{store: store, fn: h})
+	c.register(source, eventType, txHandler[TX]{store: store, fn: h}, h == nil, refused)
 }
 
 // sameStore reports whether a and b are the same store value. A store type
@@ -64,11 +63,24 @@ func sameStore(a, b Store) bool {
 	return a == b
 }
 
-func (c *Client) register(source, eventType string, h handler) {
+// register adds h, whose function is nil if fnNil, for source and
+// eventType; refused, if not nil, is why h is not registered, for Start to
+// return.
+func (c *Client) register(source, eventType string, h handler, fnNil bool, refused error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.started {
 		panic("ferry: handler registered after Start")
+	}
+	if fnNil {
+		// Else every event of the source would fail with a nil-pointer panic.
+		panic(fmt.Sprintf("ferry: nil handler for source %q, type %q", source, eventType))
+	}
+	if refused != nil {
+		if c.registerErr == nil {
+			c.registerErr = refused
+		}
+		return
 	}
 	if c.handlers[source] == nil {
 		c.handlers[source] = map[string]handler{}

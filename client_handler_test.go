@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/sqlite"
 )
 
 func TestHandleTx(t *testing.T) {
@@ -30,6 +33,47 @@ func TestHandleTx(t *testing.T) {
 		c := b.newClient(t, func(cfg *ferry.Config) { cfg.Store = &faultyStore{Store: b.store} })
 		ferry.HandleTx(c, b.store, "stripe", "", noop)
 		wantStartRefused(t, c)
+	})
+
+	// A handler that ends Ferry's transaction itself leaves its writes
+	// (committed or not) without the event's done: the event goes dead at
+	// its first attempt, saying why, instead of repeating them each retry.
+	withClient(t, "CommitOrRollbackInTheHandlerIsDeadNotRetried", false, func(t *testing.T, b *clientBundle) {
+		if _, err := b.store.DB().ExecContext(b.ctx, `CREATE TABLE effect (event_id TEXT NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		committed, rolledBack := b.receive(t, "stripe", "evt_commit"), b.receive(t, "stripe", "evt_rollback")
+		var runs sync.Map
+		c := b.newClient(t, func(cfg *ferry.Config) { cfg.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 3}} })
+		ferry.HandleTx(c, b.store, "stripe", "", func(ctx context.Context, tx *sql.Tx, d *ferry.Delivery) error {
+			n, _ := runs.LoadOrStore(d.Event.EventID, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO effect (event_id) VALUES (?)`, d.Event.EventID); err != nil {
+				return err
+			}
+			if d.Event.EventID == "evt_commit" {
+				return tx.Commit()
+			}
+			return tx.Rollback()
+		})
+		start(t, c)
+		for id, effects := range map[int64]int{committed: 1, rolledBack: 0} {
+			ev := b.waitState(t, id, ferry.StateDead)
+			if ev.Attempt != 1 || !strings.Contains(ev.LastError, "committed or rolled back Ferry's transaction") {
+				t.Errorf("%s: dead at attempt %d with %q, want at its first, saying the handler ended the transaction", ev.EventID, ev.Attempt, ev.LastError)
+			}
+			b.wantLedger(t, id, "[dead]")
+			if n, _ := runs.Load(ev.EventID); n.(*atomic.Int32).Load() != 1 {
+				t.Errorf("%s: handler ran %d times, want 1", ev.EventID, n.(*atomic.Int32).Load())
+			}
+			var got int
+			if err := b.store.DB().QueryRowContext(b.ctx, `SELECT count(*) FROM effect WHERE event_id = ?`, ev.EventID).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != effects {
+				t.Errorf("%s: %d effects, want %d", ev.EventID, got, effects)
+			}
+		}
 	})
 
 	withClient(t, "TheClientsOwnStoreWorks", false, func(t *testing.T, b *clientBundle) {
@@ -63,6 +107,62 @@ func TestRegistrationMistakes(t *testing.T) {
 		}
 	})
 
+	// As http.ServeMux does: a nil handler would fail every event of its
+	// source with a nil-pointer panic.
+	withClient(t, "NilHandlerPanics", false, func(t *testing.T, b *clientBundle) {
+		c := b.newClient(t, nil)
+		for name, register := range map[string]func(){
+			"Handle":     func() { c.Handle("stripe", nil) },
+			"HandleType": func() { c.HandleType("stripe", "invoice.paid", nil) },
+			"HandleTx":   func() { ferry.HandleTx(c, b.store, "stripe", "", ferry.TxHandlerFunc[*sql.Tx](nil)) },
+		} {
+			wantPanic(t, name+" with nil", "nil handler", register)
+		}
+	})
+
+	// Every registration after Start panics, a HandleTx on another store
+	// too: Start, which would have refused it, has already run.
+	withClient(t, "AWrongStoreAfterStartPanics", false, func(t *testing.T, b *clientBundle) {
+		other := setupClient(t, false)
+		c := b.newClient(t, nil)
+		c.Handle("github", noop)
+		start(t, c)
+		wantPanic(t, "HandleTx on another store after Start", "after Start", func() {
+			ferry.HandleTx(c, other.store, "stripe", "", func(context.Context, *sql.Tx, *ferry.Delivery) error { return nil })
+		})
+	})
+
+	// Two policies for one source: which would win is not what was asked.
+	withClient(t, "TwoPoliciesForOneSourceAreRefused", false, func(t *testing.T, b *clientBundle) {
+		_, err := ferry.NewClient(&ferry.Config{Store: b.store, Sources: []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 3}, {Name: "stripe", LostLease: ferry.LostLeaseHold}}})
+		if !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), `"stripe"`) {
+			t.Errorf("NewClient with two policies for stripe = %v, want ErrInvalidParams naming it", err)
+		}
+	})
+
+	// A nil store of a concrete type is not "v == nil": NewClient refuses
+	// it, rather than Start's goroutine panicking on it.
+	t.Run("ANilStoreIsRefused", func(t *testing.T) {
+		t.Parallel()
+		if _, err := ferry.NewClient(&ferry.Config{Store: (*sqlite.Store)(nil)}); !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Errorf("NewClient with a nil *sqlite.Store = %v, want ErrInvalidParams", err)
+		}
+	})
+
+	withClient(t, "StartAfterStopIsRefused", false, func(t *testing.T, b *clientBundle) {
+		c := b.newClient(t, nil)
+		c.Handle("stripe", noop)
+		if err := c.Start(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Stop(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := wantStartRefused(t, c); !strings.Contains(err.Error(), "stopped client cannot be started again") {
+			t.Errorf("Start after Stop = %v, want it to say a stopped client cannot start again", err)
+		}
+	})
+
 	withClient(t, "SecondHandlerPanics", false, func(t *testing.T, b *clientBundle) {
 		c := b.newClient(t, nil)
 		ferry.HandleTx(c, b.store, "stripe", "invoice.paid", func(context.Context, *sql.Tx, *ferry.Delivery) error { return nil })
@@ -73,6 +173,17 @@ func TestRegistrationMistakes(t *testing.T) {
 		}()
 		c.HandleType("stripe", "invoice.paid", noop)
 	})
+}
+
+// wantPanic checks that register panics with a message containing want.
+func wantPanic(t *testing.T, what, want string, register func()) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), want) {
+			t.Errorf("%s: recovered %v, want a panic saying %q", what, p, want)
+		}
+	}()
+	register()
 }
 
 // wantStartRefused checks that c does not start, with ErrInvalidParams.

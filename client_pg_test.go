@@ -1,6 +1,7 @@
 package ferry_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,10 +32,11 @@ func TestClientTxHandlersNeedTheirPool(t *testing.T) {
 	_, schema := pgtest.Schema(t)
 	const workers = 8
 	need := ferry.Workload{Workers: workers, TxHandlers: true}.Conns()
-	for _, size := range []int{4, need - 2, need} {
-		pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) { c.MaxConns = int32(size) })
+	overhead := need - workers // what the client needs besides its workers
+	for _, tc := range []struct{ workers, size int }{{workers, 4}, {workers, need - 2}, {workers, need}, {0, 20}} {
+		pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) { c.MaxConns = int32(tc.size) })
 		st := teststore.PostgresOn(t, pool, nil)
-		c, err := ferry.NewClient(&ferry.Config{Store: st, Workers: workers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c, err := ferry.NewClient(&ferry.Config{Store: st, Workers: tc.workers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,16 +45,84 @@ func TestClientTxHandlersNeedTheirPool(t *testing.T) {
 		if err == nil {
 			_ = c.Stop(ctx)
 		}
+		size, need := tc.size, ferry.Workload{Workers: cmp.Or(tc.workers, ferry.DefaultWorkers), TxHandlers: true}.Conns()
 		switch {
 		case size < need && (!errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), fmt.Sprintf("need %d", need))):
 			t.Errorf("a pool of %d: Start = %v, want ErrInvalidParams naming %d connections", size, err, need)
-		case size == 4 && strings.Contains(err.Error(), "lower Config.Workers"):
-			t.Errorf("a pool of 4: Start = %v; no Workers fit it, and 0 would mean the default", err)
-		case size == need-2 && !strings.Contains(err.Error(), fmt.Sprintf("lower Config.Workers to %d", workers-2)):
+		case size < need && !strings.Contains(err.Error(), "max_connections"):
+			// The default Workers need more than PostgreSQL's default
+			// max_connections (100) allows.
+			t.Errorf("a pool of %d: Start = %v, want the server's max_connections named", size, err)
+		case size == 4 && !strings.Contains(err.Error(), fmt.Sprintf("lower Config.Workers and raise MaxConns to Workers+%d: no Workers value fits 4", overhead)):
+			t.Errorf("a pool of 4: Start = %v; no Workers fit it (0 would mean the default), want the pool a smaller Workers needs", err)
+		case size < need && size > 4 && !strings.Contains(err.Error(), fmt.Sprintf("lower Config.Workers to %d", size-overhead)):
 			t.Errorf("a pool of %d: Start = %v, want the Workers that fit", size, err)
 		case size >= need && err != nil:
 			t.Errorf("a pool of %d (the Workload's): Start = %v", size, err)
 		}
+	}
+}
+
+// A transactional handler that commits Ferry's transaction itself has its
+// writes committed without the event's done: the event goes dead at its
+// first attempt, saying why, rather than committing them again with every
+// retry until the budget is spent.
+func TestClientTxHandlerThatCommitsIsDead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := pgtest.Schema(t)
+	pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) {
+		c.MaxConns = int32(ferry.Workload{Workers: 1, TxHandlers: true}.Conns())
+	})
+	st := teststore.PostgresOn(t, pool, nil)
+	if _, err := pool.Exec(ctx, `CREATE TABLE effect (event_id text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte("{}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ferry.NewClient(&ferry.Config{
+		Store: st, Workers: 1, PollInterval: 20 * time.Millisecond, RetryBase: time.Millisecond, RetryCap: time.Millisecond,
+		Sources: []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 3}},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ferry.HandleTx(c, ferry.TxStore[pgx.Tx](st), "stripe", "", func(ctx context.Context, tx pgx.Tx, d *ferry.Delivery) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO effect (event_id) VALUES ($1)`, d.Event.EventID); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(ctx) })
+	deadline := time.Now().Add(30 * time.Second) // a ceiling for a loaded machine
+	var ev *ferry.Event
+	for {
+		if ev, err = st.EventGet(ctx, &ferry.EventGetParams{ID: res.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if ev.State == ferry.StateDead {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("event is %s at attempt %d (%q), want dead", ev.State, ev.Attempt, ev.LastError)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ev.Attempt != 1 || !strings.Contains(ev.LastError, "committed or rolled back Ferry's transaction") || !strings.Contains(ev.LastError, ferry.ErrTxDone.Error()) {
+		t.Errorf("dead at attempt %d with %q, want at its first, saying the handler ended the transaction", ev.Attempt, ev.LastError)
+	}
+	var effects int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM effect`).Scan(&effects); err != nil {
+		t.Fatal(err)
+	}
+	if effects != 1 {
+		t.Errorf("%d effects, want 1", effects)
 	}
 }
 

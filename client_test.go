@@ -572,6 +572,42 @@ func TestClient(t *testing.T) {
 		}
 	})
 
+	// A program that waited on its signal context stops with it, already
+	// done: the handlers still get the grace, and Stop reports them all
+	// returned. The event claimed ahead going back shows Stop has begun.
+	withClient(t, "StopWithACtxAlreadyDoneStillGivesTheGrace", false, func(t *testing.T, b *clientBundle) {
+		b.receive(t, "stripe", "evt_1")
+		b.receive(t, "stripe", "evt_2")
+		release, started := make(chan struct{}), make(chan int64, 2)
+		c := b.newClient(t, func(c *ferry.Config) { c.Workers, c.Prefetch, c.ShutdownGrace = 1, 1, time.Minute })
+		c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
+			started <- d.Event.ID
+			<-release
+			return ctx.Err() // cancelled by a Stop that gave no grace
+		})
+		if err := c.Start(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		running := <-started
+		waitFor(t, "one event running, one claimed ahead", func() bool { return b.countState(t, ferry.StateInProgress) == 2 })
+		sigCtx, cancel := context.WithCancel(b.ctx)
+		cancel()
+		stopped := make(chan error, 1)
+		go func() { stopped <- c.Stop(sigCtx) }()
+		waitFor(t, "Stop to release the event claimed ahead", func() bool { return b.countState(t, ferry.StatePending) == 1 })
+		close(release)
+		if err := <-stopped; err != nil {
+			t.Errorf("Stop with a ctx done on entry = %v, want nil: the handler returned within the grace", err)
+		}
+		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: running})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.State != ferry.StateDone {
+			t.Errorf("running event %s after Stop, want done (ledger %v)", ev.State, b.outcomes(t, running))
+		}
+	})
+
 	// A Stop called while another runs returns, as the first does, only
 	// once every handler has returned (or its own ctx is done).
 	// A Stop whose ctx ends first says how many events are still held, so

@@ -20,6 +20,13 @@ var (
 	// again. A store's error wraps ErrInvalidParams too.
 	ErrRetentionTooShort = errors.New("ferry: retention shorter than the replay window")
 
+	// ErrTxDone is returned by TxStore.EventCompleteTx when tx was already
+	// committed or rolled back: a TxHandlerFunc that ended Ferry's
+	// transaction itself. Its writes may have committed without the
+	// event's done, so the client records the event dead rather than
+	// repeat them with every retry. It wraps the driver's error.
+	ErrTxDone = errors.New("ferry: transaction already committed or rolled back")
+
 	// ErrInvalidParams is returned for params a store cannot act on (an empty
 	// source or event id, a non-positive TTL). It wraps a reason.
 	ErrInvalidParams = errors.New("ferry: invalid params")

@@ -66,6 +66,9 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 // TxHandlerFunc works one delivery inside tx, the transaction in which Ferry
 // also marks the event done, fenced by its lease. Its writes commit only if
 // the lease still holds: exactly-once effects in the store's database.
+// Never Commit or Rollback tx: Ferry ends it. A handler that does leaves
+// its writes without the event's done; the event goes dead at once
+// (ErrTxDone in its last error) rather than repeat them with every retry.
 type TxHandlerFunc[TX any] func(ctx context.Context, tx TX, d *Delivery) error
 
 // MaxRetryAfter bounds the wait a RetryAfter asks for, so that a
@@ -143,7 +146,12 @@ func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
 		if err := h.fn(ctx, tx, d); err != nil {
 			return err
 		}
-		return h.store.EventCompleteTx(ctx, tx, &EventCompleteParams{Lease: d.Event.Lease(), Response: d.Response()})
+		err := h.store.EventCompleteTx(ctx, tx, &EventCompleteParams{Lease: d.Event.Lease(), Response: d.Response()})
+		if errors.Is(err, ErrTxDone) {
+			// Its writes may have committed: a retry could repeat them.
+			return Permanent(fmt.Errorf("ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx): dead, not retried, since its writes may have committed without the event's done: %w", err))
+		}
+		return err
 	})
 	return err == nil, err
 }

@@ -251,7 +251,9 @@ type TxStore[TX any] interface {
 	Store
 
 	// EventCompleteTx is EventComplete inside tx. It returns ErrLeaseLost if
-	// the lease is no longer held; the caller must then roll tx back.
+	// the lease is no longer held; the caller must then roll tx back. It
+	// returns an error wrapping ErrTxDone if tx was already committed or
+	// rolled back.
 	EventCompleteTx(ctx context.Context, tx TX, params *EventCompleteParams) error
 
 	// InTx runs fn in a new transaction, committing if fn returns nil and

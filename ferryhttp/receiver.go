@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/groupcommit"
+	"github.com/ferry-inbox/ferry/internal/typednil"
 )
 
 // Source is one webhook sender the receiver accepts at /webhooks/{Name}.
@@ -44,7 +44,8 @@ type Source struct {
 	// Defaults to 0: off, as for providers that sign the id. Off, such a body
 	// under a new id (and any type) is a new event, so set it for these
 	// providers; ferry serve sets it to replay_window when detect_replays is
-	// on, its default for them.
+	// on, its default for them. Not ferry.SourcePolicy.ReplayWindow, the
+	// provider's redelivery horizon for the client's retries (default 72h).
 	ReplayWindow time.Duration
 }
 
@@ -218,7 +219,7 @@ type Receiver struct {
 // NewReceiver checks opts and fills in defaults. What it refuses is an
 // error wrapping ferry.ErrInvalidParams.
 func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
-	if isNil(opts.Store) {
+	if typednil.Is(opts.Store) {
 		return nil, fmt.Errorf("%w: ferryhttp: ReceiverOptions.Store is required", ferry.ErrInvalidParams)
 	}
 	if opts.StoreTimeout <= 0 {
@@ -254,7 +255,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		}
 	}
 	for _, s := range opts.Sources {
-		if s.Name == "" || isNil(s.Verifier) {
+		if s.Name == "" || typednil.Is(s.Verifier) {
 			return nil, fmt.Errorf("%w: ferryhttp: source %q needs a Name and a non-nil Verifier", ferry.ErrInvalidParams, s.Name)
 		}
 		if _, dup := r.sources[s.Name]; dup {
@@ -578,38 +579,6 @@ func (a answer) body() string {
 		return `{"status":"` + a.outcome + `"}` + "\n"
 	}
 	return `{"error":"` + a.reason + `","status":"` + a.outcome + `"}` + "\n"
-}
-
-// isNil reports whether v, a value of interface I, is nil however it is
-// wrapped: a nil interface, a nil pointer, func, map or channel inside one,
-// or a struct whose embedded I is itself nil (a decorator around a nil
-// verifier). Each of these passes "v == nil" and panics on the first
-// delivery instead of at start.
-func isNil[I any](v I) bool {
-	return nilValue(reflect.ValueOf(&v).Elem(), reflect.TypeFor[I](), 0)
-}
-
-func nilValue(rv reflect.Value, iface reflect.Type, depth int) bool {
-	if depth > 8 { // a cycle of embedded pointers; give up, not nil
-		return false
-	}
-	switch rv.Kind() {
-	case reflect.Interface, reflect.Pointer:
-		if rv.IsNil() {
-			return true
-		}
-		return nilValue(rv.Elem(), iface, depth+1)
-	case reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.UnsafePointer:
-		return rv.IsNil()
-	case reflect.Struct:
-		for i := range rv.NumField() {
-			f := rv.Type().Field(i)
-			if f.Anonymous && f.Type.Implements(iface) && nilValue(rv.Field(i), iface, depth+1) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func cmpOrSlice[T any](v, def []T) []T {

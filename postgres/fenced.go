@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,7 +56,8 @@ func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompletePa
 
 // EventCompleteTx completes the event inside tx, so the handler's writes in
 // tx and the fenced done commit or roll back together. On ErrLeaseLost the
-// caller must roll tx back.
+// caller must roll tx back. A tx already committed or rolled back
+// (pgx.ErrTxClosed) is ferry.ErrTxDone.
 func (s *Store) EventCompleteTx(ctx context.Context, tx pgx.Tx, params *ferry.EventCompleteParams) error {
 	return s.complete(ctx, tx, params)
 }
@@ -81,8 +83,11 @@ func (s *Store) complete(ctx context.Context, q querier, params *ferry.EventComp
 		Leases:    []ferry.Lease{params.Lease},
 		Responses: []ferry.AttemptResponse{params.Response},
 	})
-	if err == nil && len(lost) > 0 {
+	switch {
+	case err == nil && len(lost) > 0:
 		err = ferry.ErrLeaseLost
+	case errors.Is(err, pgx.ErrTxClosed): // EventCompleteTx's
+		err = fmt.Errorf("%w: %w", ferry.ErrTxDone, err)
 	}
 	return wrap("event complete", err)
 }

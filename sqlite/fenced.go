@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
@@ -63,12 +64,17 @@ func (s *Store) EventComplete(ctx context.Context, params *ferry.EventCompletePa
 
 // EventCompleteTx marks the leased event done inside tx, which must come
 // from InTx or DB (a write transaction). On ErrLeaseLost nothing was
-// changed and the caller must roll tx back.
+// changed and the caller must roll tx back. A tx already committed or
+// rolled back (sql.ErrTxDone) is ferry.ErrTxDone.
 func (s *Store) EventCompleteTx(ctx context.Context, tx *sql.Tx, params *ferry.EventCompleteParams) error {
 	if err := params.Validate(); err != nil {
 		return wrap("event complete", err)
 	}
-	return wrap("event complete", s.complete(ctx, tx, params))
+	err := s.complete(ctx, tx, params)
+	if errors.Is(err, sql.ErrTxDone) {
+		err = fmt.Errorf("%w: %w", ferry.ErrTxDone, err)
+	}
+	return wrap("event complete", err)
 }
 
 // EventCompleteMany completes every lease that still holds in one write
