@@ -470,6 +470,15 @@ type EventListParams struct {
 	Until time.Time
 	// EventIDContains keeps events whose provider event id contains it.
 	EventIDContains string
+	// LapsedAttempts keeps events with at least one attempt that ended
+	// without a verdict: closed as OutcomeLeaseExpired when its lease
+	// lapsed, so its effect may or may not have happened. These are the
+	// events to check when EventStats' UnfinishedAttempts rises; an attempt
+	// still running on a lapsed lease is counted there at once and listed
+	// here once a claim takes its event back. Read through the ledger's
+	// index of such attempts, so it stays cheap however many events are
+	// stored. False keeps every event.
+	LapsedAttempts bool
 	// Before is the cursor of an older page: only events with a row id
 	// below it. Zero starts at the newest.
 	Before int64

@@ -90,6 +90,7 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		"since":         timeArg(params.Since),
 		"until":         timeArg(params.Until),
 		"event_id_like": likeArg(params.EventIDContains),
+		"lapsed":        params.LapsedAttempts,
 		"before":        params.Before,
 		"after":         params.After,
 		"limit":         limit + 1, // one more tells whether a next page exists

@@ -259,6 +259,8 @@ func planSetup(t *testing.T, days, perDay, gone int) *archiveBundle {
 type planNode struct {
 	NodeType     string     `json:"Node Type"`
 	Relation     string     `json:"Relation Name"`
+	Index        string     `json:"Index Name"`
+	IndexCond    string     `json:"Index Cond"`
 	Relationship string     `json:"Parent Relationship"`
 	Plans        []planNode `json:"Plans"`
 }
@@ -305,6 +307,19 @@ func (n planNode) String() string {
 		sb.WriteString("\n")
 	})
 	return sb.String()
+}
+
+// eventListArgs are EventList's arguments with no filter, a page of 50
+// newest first, and set as given.
+func eventListArgs(set pgx.NamedArgs) pgx.NamedArgs {
+	args := pgx.NamedArgs{
+		"source": "", "type": "", "states": []string{}, "since": nil, "until": nil,
+		"event_id_like": "", "lapsed": false, "before": int64(0), "after": int64(0), "limit": 51,
+	}
+	for k, v := range set {
+		args[k] = v
+	}
+	return args
 }
 
 // The key purge looks each key it reads up in the archive, by id: never a
@@ -356,14 +371,8 @@ func TestEventListPlanPrunesTheDaysBeforeSince(t *testing.T) {
 		{"newest first", pgx.NamedArgs{"type": "invoice.paid"}},
 		{"paging up", pgx.NamedArgs{"after": int64(5)}},
 	} {
-		args := pgx.NamedArgs{
-			"source": "", "type": "", "states": []string{}, "since": since, "until": nil,
-			"event_id_like": "", "before": int64(0), "after": int64(0), "limit": 51,
-		}
-		for k, v := range p.args {
-			args[k] = v
-		}
-		plan := b.explain(t, postgres.EventListSQL, args)
+		p.args["since"] = since
+		plan := b.explain(t, postgres.EventListSQL, eventListArgs(p.args))
 		var read []string
 		plan.walk(func(n planNode, _ []planNode) {
 			if strings.HasPrefix(n.Relation, "ferry_event_done_2") {
@@ -373,6 +382,82 @@ func TestEventListPlanPrunesTheDaysBeforeSince(t *testing.T) {
 		slices.Sort(read)
 		if len(read) == 0 || read[0] != first {
 			t.Errorf("%s: the list since %s reads partitions %v, want %s the oldest:\n%s", p.name, since, read, first, plan)
+		}
+	}
+}
+
+// EventList with LapsedAttempts reads the lapsed attempts through the
+// ledgers' partial indexes and looks their events up by id, in the hot
+// table and in every archive partition: never a read of the events until a
+// page of them matches, which at a few lapsed attempts among millions of
+// events is all of them.
+func TestEventListPlanLooksLapsedAttemptsUp(t *testing.T) {
+	t.Parallel()
+	const days = 8
+	b := planSetup(t, days, 2500, 0)
+	pool := b.store.Pool()
+	for _, sql := range []string{
+		// Every archived event has an attempt; one in a thousand lapsed.
+		`INSERT INTO ferry_attempt_done (event_id, attempt, worker, started_at, finished_at, outcome, completed_at)
+		 SELECT id, 1, 'w', completed_at, completed_at, CASE WHEN id % 1000 = 0 THEN 'lease_expired' ELSE 'done' END, completed_at
+		 FROM ferry_event_done`,
+		// As many live events after them, the same way.
+		`INSERT INTO ferry_event_key (source, event_id, id, payload_sha256, received_at)
+		 SELECT 's' || i % 4, 'live' || i, i, sha256(int8send(i)), @now::timestamptz
+		 FROM generate_series(100001, 120000) i`,
+		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state, next_attempt_at, first_delivered_at, last_delivered_at)
+		 SELECT id, source, event_id, '', payload_sha256, 'pending', received_at, received_at, received_at
+		 FROM ferry_event_key WHERE id > 100000`,
+		`INSERT INTO ferry_attempt (event_id, attempt, worker, started_at, finished_at, outcome)
+		 SELECT id, 1, 'w', @now::timestamptz, @now::timestamptz, CASE WHEN id % 1000 = 0 THEN 'lease_expired' ELSE 'failed' END
+		 FROM ferry_event`,
+		`ANALYZE ferry_event, ferry_attempt, ferry_attempt_done`,
+	} {
+		if _, err := pool.Exec(b.ctx, sql, pgx.NamedArgs{"now": b.clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The partitions that hold most of a day: a scan reads the clock's
+	// day, 3 hours of it, whole, as it should.
+	rows, _ := pool.Query(b.ctx, `
+		SELECT tableoid::regclass::text FROM ferry_event_done GROUP BY 1 HAVING count(*) > 2000
+		UNION ALL
+		SELECT tableoid::regclass::text FROM ferry_attempt_done GROUP BY 1 HAVING count(*) > 2000`)
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(held) != 2*days {
+		t.Fatalf("partitions holding most of a day: %v, %v; want %d", held, err, 2*days)
+	}
+	held = append(held, "ferry_event", "ferry_attempt")
+	lookup := func(n planNode) bool {
+		found := false
+		n.walk(func(n planNode, _ []planNode) { found = found || strings.Contains(n.IndexCond, "id = ANY") })
+		return found
+	}
+	for _, p := range []struct {
+		name string
+		args pgx.NamedArgs
+	}{
+		{"newest first", pgx.NamedArgs{}},
+		{"of a source", pgx.NamedArgs{"source": "s0"}},
+		{"paging up", pgx.NamedArgs{"after": int64(5)}},
+	} {
+		p.args["lapsed"] = true
+		plan := b.explain(t, postgres.EventListSQL, eventListArgs(p.args))
+		read := map[string]bool{}
+		plan.walk(func(n planNode, _ []planNode) {
+			if !slices.Contains(held, n.Relation) {
+				return
+			}
+			read[n.Relation] = true
+			switch events := strings.HasPrefix(n.Relation, "ferry_event"); {
+			case events && !lookup(n):
+				t.Errorf("%s: %s reads %s without looking the lapsed ids up:\n%s", p.name, n.NodeType, n.Relation, plan)
+			case !events && (!strings.Contains(n.NodeType, "Index") || strings.HasSuffix(n.Index, "_pkey")):
+				t.Errorf("%s: %s reads %s (index %q), not its lapsed attempts' index:\n%s", p.name, n.NodeType, n.Relation, n.Index, plan)
+			}
+		})
+		if len(read) != len(held) {
+			t.Errorf("%s: the plan reads %d of the %d tables that hold rows, want all:\n%s", p.name, len(read), len(held), plan)
 		}
 	}
 }

@@ -116,7 +116,29 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		return nil, wrap("event list", err)
 	}
 	limit := params.Limit
+	query, args := eventListQuery(params)
+	events, err := collectRows(ctx, s.readDB, query, scanEvent, args...)
+	if err != nil {
+		return nil, wrap("event list", err)
+	}
+	result := &ferry.EventListResult{Events: events}
+	if len(events) > limit {
+		result.Events = events[:limit]
+		if params.After > 0 {
+			result.NextAfter = events[limit-1].ID
+		} else {
+			result.NextBefore = events[limit-1].ID
+		}
+	}
+	if params.After > 0 {
+		slices.Reverse(result.Events) // listed oldest first; shown newest first
+	}
+	return result, nil
+}
 
+// eventListQuery is EventList's statement for normalized params, and its
+// arguments.
+func eventListQuery(params *ferry.EventListParams) (string, []any) {
 	// Only the filters in use go into the WHERE clause, so SQLite can pick
 	// the (source, id) or (state, id) index.
 	var where []string
@@ -149,6 +171,12 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		where = append(where, "instr(event_id, :contains) > 0")
 		args = append(args, sql.Named("contains", params.EventIDContains))
 	}
+	if params.LapsedAttempts {
+		// The ids come from the ledger's partial index of lapsed attempts,
+		// few, and each is looked up by rowid, in id order: never a read of
+		// the events until a page matches.
+		where = append(where, "id IN (SELECT a.event_id FROM ferry_attempt a WHERE a.outcome = 'lease_expired')")
+	}
 	if params.Before > 0 {
 		where = append(where, "id < :before")
 		args = append(args, sql.Named("before", params.Before))
@@ -164,25 +192,8 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		query += "WHERE " + strings.Join(where, "\n  AND ") + "\n"
 	}
 	query += "ORDER BY id " + order + "\nLIMIT :limit"
-	args = append(args, sql.Named("limit", limit+1)) // one more tells if a next page exists
-
-	events, err := collectRows(ctx, s.readDB, query, scanEvent, args...)
-	if err != nil {
-		return nil, wrap("event list", err)
-	}
-	result := &ferry.EventListResult{Events: events}
-	if len(events) > limit {
-		result.Events = events[:limit]
-		if params.After > 0 {
-			result.NextAfter = events[limit-1].ID
-		} else {
-			result.NextBefore = events[limit-1].ID
-		}
-	}
-	if params.After > 0 {
-		slices.Reverse(result.Events) // listed oldest first; shown newest first
-	}
-	return result, nil
+	args = append(args, sql.Named("limit", params.Limit+1)) // one more tells if a next page exists
+	return query, args
 }
 
 // EventRequeue puts done, dead or unknown events back to pending, due now,

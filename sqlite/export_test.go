@@ -1,5 +1,7 @@
 package sqlite
 
+import "github.com/ferry-inbox/ferry"
+
 // ClaimDueSQL is the claim's due-event query, for plan checks.
 func ClaimDueSQL() string { return eventClaimManyDueSQL }
 
@@ -9,3 +11,12 @@ var EventStatsSQL = eventStatsSQL
 // ArchiveRun is archiveRun, for checking how often maintenance renews its
 // lease.
 var ArchiveRun = (*Store).archiveRun
+
+// EventListQuery is EventList's statement and arguments, for plan checks.
+func EventListQuery(params *ferry.EventListParams) (string, []any) {
+	params, err := params.Normalize()
+	if err != nil {
+		panic(err)
+	}
+	return eventListQuery(params)
+}

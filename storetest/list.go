@@ -131,6 +131,7 @@ func testList[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	})
 
 	t.Run("TypeUntilAndNewer", func(t *testing.T) { testListTypeUntilAndNewer(t, setup) })
+	t.Run("LapsedAttempts", func(t *testing.T) { testListLapsedAttempts(t, setup) })
 
 	// A negative cursor starts at the newest, as zero does.
 	run(t, setup, "NegativeBeforeStartsAtTheNewest", func(t *testing.T, b *bundle[TX]) {
@@ -160,15 +161,7 @@ func testListTypeUntilAndNewer[TX any](t *testing.T, setup func(*testing.T) *bun
 	}
 	list := func(p ferry.EventListParams) (*ferry.EventListResult, []int64) {
 		t.Helper()
-		res, err := b.store.EventList(b.ctx, &p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []int64
-		for _, ev := range res.Events {
-			got = append(got, ev.ID)
-		}
-		return res, got
+		return listIDs(t, b, p)
 	}
 
 	if _, got := list(ferry.EventListParams{Type: "charge.failed"}); !slices.Equal(got, []int64{ids[5], ids[3], ids[1]}) {
@@ -201,4 +194,87 @@ func testListTypeUntilAndNewer[TX any](t *testing.T, setup func(*testing.T) *bun
 	if _, got := list(ferry.EventListParams{Type: "invoice.paid", After: ids[0]}); !slices.Equal(got, []int64{ids[6], ids[4], ids[2]}) {
 		t.Errorf("newer invoice.paid = %v", got)
 	}
+}
+
+// testListLapsedAttempts checks EventList's LapsedAttempts: it keeps the
+// events with an attempt closed as lease_expired, each once, wherever they
+// are (a done one too: PostgreSQL's archive, with its own ledger), with the
+// other filters and paging either way.
+func testListLapsedAttempts[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
+	t.Parallel()
+	b := setup(t)
+	// lapse claims source's due event and lets the lease lapse; the next
+	// claim takes it back, closing the first attempt as lease_expired.
+	lapse := func(source string) ferry.Lease {
+		t.Helper()
+		first := claim(t, b, "dies", 1, source)
+		b.clock.Advance(ttl)
+		again := claim(t, b, "w", 1, source)
+		if len(first) != 1 || len(again) != 1 || again[0].Event.ID != first[0].Event.ID || !again[0].PreviousUnfinished {
+			t.Fatalf("%s: claimed %d then %d events, want one taken back", source, len(first), len(again))
+		}
+		return again[0].Event.Lease()
+	}
+	done := receive(t, b, "stripe", "evt_done")
+	mustComplete(t, b, lapse("stripe"))
+	receive(t, b, "stripe", "evt_clean")
+	mustComplete(t, b, claim(t, b, "w", 1, "stripe")[0].Event.Lease())
+	twice := receive(t, b, "stripe", "evt_twice") // two lapsed attempts, listed once
+	lapse("stripe")
+	b.clock.Advance(ttl)
+	third := claim(t, b, "w", 1, "stripe")
+	if len(third) != 1 || third[0].Event.ID != twice {
+		t.Fatalf("claimed %d events, want %d taken back again", len(third), twice)
+	}
+	if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: third[0].Event.Lease(), Error: "boom", Dead: true}); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcomes(t, b, twice, ferry.OutcomeLeaseExpired, ferry.OutcomeLeaseExpired, ferry.OutcomeDead)
+	other := receive(t, b, "github", "gh_1")
+	lapse("github") // in progress
+	live := receive(t, b, "stripe", "evt_live")
+	lapse("stripe") // in progress
+	receive(t, b, "stripe", "evt_pending")
+
+	list := func(p ferry.EventListParams) (*ferry.EventListResult, []int64) {
+		t.Helper()
+		p.LapsedAttempts = true
+		return listIDs(t, b, p)
+	}
+	if _, got := list(ferry.EventListParams{}); !slices.Equal(got, []int64{live, other, twice, done}) {
+		t.Errorf("lapsed = %v, want %v", got, []int64{live, other, twice, done})
+	}
+	if _, got := list(ferry.EventListParams{States: []ferry.State{ferry.StateDone}}); !slices.Equal(got, []int64{done}) {
+		t.Errorf("lapsed and done = %v, want [%d]", got, done)
+	}
+	// A source, page after page, older then newer.
+	p1, got1 := list(ferry.EventListParams{Source: "stripe", Limit: 2})
+	if !slices.Equal(got1, []int64{live, twice}) || p1.NextBefore != twice {
+		t.Fatalf("stripe's lapsed, page 1 = %v next %d; want %v next %d", got1, p1.NextBefore, []int64{live, twice}, twice)
+	}
+	p2, got2 := list(ferry.EventListParams{Source: "stripe", Limit: 2, Before: p1.NextBefore})
+	if !slices.Equal(got2, []int64{done}) || p2.NextBefore != 0 {
+		t.Fatalf("stripe's lapsed, page 2 = %v next %d; want [%d] and no older page", got2, p2.NextBefore, done)
+	}
+	if up, got := list(ferry.EventListParams{Source: "stripe", Limit: 1, After: done}); !slices.Equal(got, []int64{twice}) || up.NextAfter != twice {
+		t.Errorf("stripe's lapsed newer than %d = %v next after %d; want [%d] next after %d", done, got, up.NextAfter, twice, twice)
+	}
+	all, err := b.store.EventList(b.ctx, &ferry.EventListParams{})
+	if err != nil || len(all.Events) != 6 {
+		t.Fatalf("without LapsedAttempts: %d events, %v; want all 6", len(all.Events), err)
+	}
+}
+
+// listIDs lists p and returns the page with its events' ids.
+func listIDs[TX any](t *testing.T, b *bundle[TX], p ferry.EventListParams) (*ferry.EventListResult, []int64) {
+	t.Helper()
+	res, err := b.store.EventList(b.ctx, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, ev := range res.Events {
+		got = append(got, ev.ID)
+	}
+	return res, got
 }
