@@ -70,7 +70,7 @@ func runEvents(ctx context.Context, args []string) error {
 }
 
 const eventsUsage = `usage:
-  ferry events list   [--state S] [--source X] [--since 24h|RFC3339] [--id SUBSTR] [--at-risk] [--limit N] [--before ID | --all] [--json]
+  ferry events list   [--state S] [--source X] [--since 24h|RFC3339] [--id SUBSTR] [--at-risk | --unfinished-attempts] [--limit N] [--before ID | --all] [--json]
   ferry events show   SOURCE EVENT_ID [--payload] [--json]
   ferry events replay SOURCE EVENT_ID... [--dry-run]
   ferry events replay --state dead --source X [--dry-run]
@@ -138,13 +138,17 @@ full page it prints the cursor of the next one to stderr ("next: --before ID");
 pass it back to read on. --all prints every matching event instead, reading the
 store a page at a time, so --all --json exports the inbox as JSON lines.
 --at-risk lists the events at risk of outliving their replay window, oldest
-first (at most --limit of them).`)
+first (at most --limit of them). --unfinished-attempts keeps the events with
+an attempt that ended without a verdict, whose effect may or may not have
+happened: its worker died or stalled past the lease (lease_expired in 'ferry
+events show'; ferry_attempts_unfinished counts them).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	state := fs.String("state", "", "only events in this `state` (pending, in_progress, done, dead, unknown); comma-separate several")
 	source := fs.String("source", "", "only events of this `source`")
 	since := fs.String("since", "", "only events first delivered since this `time`: a duration back from now (\"24h\") or RFC 3339")
 	idContains := fs.String("id", "", "only events whose event id contains this `text`")
 	atRisk := fs.Bool("at-risk", false, "only events at risk of outliving their replay window, oldest first")
+	lapsed := fs.Bool("unfinished-attempts", false, "only events with an attempt that ended without a verdict (lease_expired)")
 	limit := fs.Int("limit", 100, "the most events to print, 1 to 1000")
 	before := fs.Int64("before", 0, "the cursor: start below this row `ID` (printed as \"next: --before ID\" after a full page)")
 	all := fs.Bool("all", false, "print every matching event, page after page")
@@ -152,7 +156,7 @@ first (at most --limit of them).`)
 	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
-	params := &ferry.EventListParams{Source: *source, EventIDContains: *idContains, Limit: *limit, Before: *before}
+	params := &ferry.EventListParams{Source: *source, EventIDContains: *idContains, LapsedAttempts: *lapsed, Limit: *limit, Before: *before}
 	switch {
 	case *limit <= 0 || *limit > listPageMax:
 		return usagef("--limit %d: use 1 to %d (--all reads every page)", *limit, listPageMax)
@@ -160,6 +164,8 @@ first (at most --limit of them).`)
 		return usagef("--before %d: use a cursor printed by a previous list", *before)
 	case *atRisk && (*all || *before != 0):
 		return usagef("--at-risk lists one page, oldest first: drop --all and --before")
+	case *atRisk && *lapsed:
+		return usagef("--at-risk and --unfinished-attempts are two lists: use one at a time")
 	case *all && isSet(fs, "limit"):
 		return usagef("--all prints every matching event: drop --limit, or drop --all and page with --before")
 	}

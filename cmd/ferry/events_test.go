@@ -670,3 +670,65 @@ func TestEventsShowExpiredLease(t *testing.T) {
 		}
 	}
 }
+
+// list --unfinished-attempts lists the events an attempt of which ended
+// without a verdict, done ones too, with the other filters; with --at-risk,
+// another list, it is a usage error.
+func TestEventsListUnfinishedAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	storeURL, open := cliStores()[0].setup(t)
+	cfg := migrateCLI(t, storeURL)
+	// at runs f on the store with its clock ago back from now.
+	at := func(ago time.Duration, f func(s ferry.Store) error) {
+		t.Helper()
+		s := open(func() time.Time { return time.Now().Add(-ago) })
+		defer s.close()
+		if err := f(s.store); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive := func(ids ...string) func(ferry.Store) error {
+		return func(s ferry.Store) error {
+			for _, id := range ids {
+				source, eventID, _ := strings.Cut(id, "/")
+				if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: source, EventID: eventID, Payload: []byte(`{}`)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	// claim claims every due event, and completes stripe's if complete.
+	claim := func(complete bool) func(ferry.Store) error {
+		return func(s ferry.Store) error {
+			claims, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 10, TTL: time.Minute})
+			for _, c := range claims {
+				if err == nil && complete && c.Event.Source == "stripe" {
+					err = s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: c.Event.Lease()})
+				}
+			}
+			return err
+		}
+	}
+	at(time.Hour, receive("stripe/evt_lapsed", "github/gh_lapsed"))
+	at(time.Hour, claim(false))  // the worker dies
+	at(time.Minute, claim(true)) // its leases lapsed long ago: taken back
+	at(0, receive("stripe/evt_clean"))
+	at(0, claim(true))
+	at(0, receive("stripe/evt_pending"))
+
+	if got := strings.Join(eventIDs(listJSON(t, "--config", cfg, "--unfinished-attempts")), " "); got != "github/gh_lapsed stripe/evt_lapsed" {
+		t.Errorf("--unfinished-attempts = %s, want github/gh_lapsed stripe/evt_lapsed", got)
+	}
+	if got := strings.Join(eventIDs(listJSON(t, "--config", cfg, "--unfinished-attempts", "--source", "stripe", "--state", "done")), " "); got != "stripe/evt_lapsed" {
+		t.Errorf("--unfinished-attempts --source stripe --state done = %s, want stripe/evt_lapsed", got)
+	}
+	if got := len(listJSON(t, "--config", cfg)); got != 4 {
+		t.Errorf("without --unfinished-attempts: %d events, want all 4", got)
+	}
+	stdout, stderr, code := runFerry(t, "events", "list", "--config", cfg, "--unfinished-attempts", "--at-risk")
+	if code != exitUsage || !strings.Contains(stderr, "--unfinished-attempts") || stdout != "" {
+		t.Errorf("--unfinished-attempts --at-risk: exit %d, stderr %q; want %d naming the flag", code, stderr, exitUsage)
+	}
+}
