@@ -40,6 +40,15 @@ type CheckpointPutParams struct {
 	Name string
 	// Value is the work's own record of its progress (a time, a cursor).
 	Value string
+	// Lease, when set, fences the write: it happens only while Lease (the
+	// name given to LeaseAcquire) is Owner's and unexpired by the database's
+	// clock; otherwise nothing changes and CheckpointPut returns
+	// ErrLeaseLost. Work that runs under a named lease sets it, so that an
+	// instance that paused past its lease cannot move back a checkpoint its
+	// successor has moved on. Optional; Owner is required with it.
+	Lease string
+	// Owner is the instance that holds Lease.
+	Owner string
 }
 
 // Checkpoint is how far a piece of periodic work got.
@@ -94,8 +103,8 @@ func validNameOwner(name, owner string) error {
 // Validate requires a Name of UTF-8 text without NUL.
 func (p *CheckpointGetParams) Validate() error { return requiredText("name", p.Name) }
 
-// Validate requires a Name, and a Name and a Value of UTF-8 text without
-// NUL.
+// Validate requires a Name, and a Name, a Value, a Lease and an Owner of
+// UTF-8 text without NUL, with Lease and Owner both set or both empty.
 func (p *CheckpointPutParams) Validate() error {
 	if err := requiredText("name", p.Name); err != nil {
 		return err
@@ -103,5 +112,14 @@ func (p *CheckpointPutParams) Validate() error {
 	if !storable(p.Value) {
 		return invalid("value is not UTF-8 text without NUL")
 	}
-	return nil
+	if (p.Lease == "") != (p.Owner == "") {
+		return invalid("lease and owner go together: both or neither")
+	}
+	if p.Lease == "" {
+		return nil
+	}
+	if err := requiredText("lease", p.Lease); err != nil {
+		return err
+	}
+	return requiredText("owner", p.Owner)
 }

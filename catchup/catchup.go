@@ -165,6 +165,11 @@ type PassOptions struct {
 	Since time.Duration
 	// DryRun lists and looks up, but receives nothing and advances nothing.
 	DryRun bool
+	// Owner, when set, is the holder of the source's lease (LeaseAcquire
+	// of CheckpointName): each checkpoint write is fenced by it, so a pass
+	// that outlived its lease moves nothing back (ferry.ErrLeaseLost). Run
+	// sets it; a one-off pass without the lease leaves it empty.
+	Owner string
 }
 
 // Result is what one pass did.
@@ -426,7 +431,11 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			end = res.To
 		}
 		if advance && end.After(checkpoint) {
-			err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: end.Format(time.RFC3339Nano)})
+			put := &ferry.CheckpointPutParams{Name: name, Value: end.Format(time.RFC3339Nano)}
+			if opts.Owner != "" {
+				put.Lease, put.Owner = name, opts.Owner
+			}
+			err := r.Store.CheckpointPut(ctx, put)
 			if err != nil {
 				return res, false, fmt.Errorf("catchup %s: write checkpoint: %w", r.Source, err)
 			}
@@ -579,7 +588,7 @@ func (r *Runner) runOnce(ctx context.Context, lease *ferry.LeaseAcquireParams, t
 	}
 	passCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := r.Pass(passCtx, PassOptions{})
+	res, err := r.Pass(passCtx, PassOptions{Owner: lease.Owner})
 	if err != nil {
 		if ctx.Err() == nil { // not a stop
 			r.log().Error("catchup: pass failed; retrying next interval", "source", r.Source, "error", err.Error())

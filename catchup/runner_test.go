@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -398,6 +399,35 @@ func TestRunner(t *testing.T) {
 		}
 		if held, err := b.store.LeaseAcquire(context.Background(), lease); err != nil || !held {
 			t.Fatalf("a stopped but b cannot take the lease: %v %v", held, err)
+		}
+	})
+
+	// A pass whose lease passed to another instance mid-pass (it paused
+	// past the lease's TTL) moves no checkpoint: its write could move back
+	// the new holder's.
+	t.Run("PassThatLostItsLeaseMovesNoCheckpoint", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.add(5, base.Add(-time.Hour), "a")
+		ctx := context.Background()
+		lease := &ferry.LeaseAcquireParams{Name: CheckpointName("stripe"), Owner: "instance-a", TTL: time.Minute}
+		b.fake.fail = func(n int, w http.ResponseWriter, r *http.Request) bool {
+			if n == 1 { // a's lease ends and b takes it while a lists
+				if err := b.store.LeaseRelease(ctx, &ferry.LeaseReleaseParams{Name: lease.Name, Owner: lease.Owner}); err != nil {
+					t.Error(err)
+				}
+				if held, err := b.store.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: lease.Name, Owner: "instance-b", TTL: time.Minute}); err != nil || !held {
+					t.Errorf("instance b could not take the lease: %v %v", held, err)
+				}
+			}
+			return false
+		}
+		b.runner.runOnce(ctx, lease, time.Minute)
+		if cp, ok := checkpoint(t, b.store, "stripe"); ok {
+			t.Fatalf("a pass that lost its lease wrote the checkpoint %v", cp)
+		}
+		if !strings.Contains(b.logs.String(), "lease lost") {
+			t.Fatalf("the failed pass logged no lost lease:\n%s", b.logs.String())
 		}
 	})
 

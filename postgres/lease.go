@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -56,13 +57,20 @@ func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetPa
 	return &c, nil
 }
 
-// CheckpointPut sets the named checkpoint's value, stamped with the database's now.
+// CheckpointPut sets the named checkpoint's value, stamped with the
+// database's now, fenced by params.Lease when set; see ferry.Store.
 func (s *Store) CheckpointPut(ctx context.Context, params *ferry.CheckpointPutParams) error {
 	if err := params.Validate(); err != nil {
 		return wrap("checkpoint put", err)
 	}
-	_, err := s.pool.Exec(ctx, checkpointPutSQL, pgx.NamedArgs{"now": s.nowArg(), "name": params.Name, "value": params.Value})
-	if err != nil {
+	var written bool
+	err := s.pool.QueryRow(ctx, checkpointPutSQL, pgx.NamedArgs{
+		"now": s.nowArg(), "name": params.Name, "value": params.Value, "lease": params.Lease, "owner": params.Owner,
+	}).Scan(&written)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return wrap("checkpoint put", fmt.Errorf("%s: %w", params.Name, ferry.ErrLeaseLost))
+	case err != nil:
 		return wrap("checkpoint put", err)
 	}
 	return nil

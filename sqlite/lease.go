@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -62,14 +63,20 @@ func (s *Store) CheckpointGet(ctx context.Context, params *ferry.CheckpointGetPa
 	return &c, nil
 }
 
-// CheckpointPut sets the named checkpoint's value, stamped with the store's now.
+// CheckpointPut sets the named checkpoint's value, stamped with the
+// store's now, fenced by params.Lease when set; see ferry.Store.
 func (s *Store) CheckpointPut(ctx context.Context, params *ferry.CheckpointPutParams) error {
 	if err := params.Validate(); err != nil {
 		return wrap("checkpoint put", err)
 	}
 	return s.writeTx(ctx, "checkpoint put", func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, checkpointPutSQL,
-			sql.Named("name", params.Name), sql.Named("value", params.Value), sql.Named("now", s.nowMicros()))
+		var written int
+		err := tx.QueryRowContext(ctx, checkpointPutSQL,
+			sql.Named("name", params.Name), sql.Named("value", params.Value), sql.Named("now", s.nowMicros()),
+			sql.Named("lease", params.Lease), sql.Named("owner", params.Owner)).Scan(&written)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%s: %w", params.Name, ferry.ErrLeaseLost)
+		}
 		return err
 	})
 }

@@ -135,9 +135,55 @@ func testCheckpoint[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	// An instance that paused past its lease must not move back the
+	// checkpoint of the one that took the work over.
+	run(t, setup, "PutUnderALeaseIsFenced", func(t *testing.T, b *bundle[TX]) {
+		acquire := func(owner string) {
+			t.Helper()
+			held, err := b.store.LeaseAcquire(b.ctx, &ferry.LeaseAcquireParams{Name: "catchup:stripe", Owner: owner, TTL: time.Minute})
+			if err != nil || !held {
+				t.Fatalf("LeaseAcquire(%s) = %v, %v", owner, held, err)
+			}
+		}
+		put := func(owner, value string) error {
+			return b.store.CheckpointPut(b.ctx, &ferry.CheckpointPutParams{Name: "catchup:stripe", Value: value, Lease: "catchup:stripe", Owner: owner})
+		}
+		acquire("a")
+		if err := put("a", "a1"); err != nil {
+			t.Fatalf("put by the holder: %v", err)
+		}
+		b.clock.Advance(time.Minute) // a's lease ends now: expired at the store's clock
+		if err := put("a", "a2"); !errors.Is(err, ferry.ErrLeaseLost) {
+			t.Fatalf("put after the lease expired: err = %v, want ErrLeaseLost", err)
+		}
+		acquire("b")
+		if err := put("b", "b1"); err != nil {
+			t.Fatalf("put by the new holder: %v", err)
+		}
+		if err := put("a", "a3"); !errors.Is(err, ferry.ErrLeaseLost) {
+			t.Fatalf("put by the old holder: err = %v, want ErrLeaseLost", err)
+		}
+		if err := b.store.CheckpointPut(b.ctx, &ferry.CheckpointPutParams{Name: "catchup:github", Value: "g", Lease: "catchup:github", Owner: "a"}); !errors.Is(err, ferry.ErrLeaseLost) {
+			t.Fatalf("put under a lease never taken: err = %v, want ErrLeaseLost", err)
+		}
+		c, err := b.store.CheckpointGet(b.ctx, &ferry.CheckpointGetParams{Name: "catchup:stripe"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Value != "b1" {
+			t.Fatalf("checkpoint = %q, want the new holder's \"b1\"", c.Value)
+		}
+		if _, err := b.store.CheckpointGet(b.ctx, &ferry.CheckpointGetParams{Name: "catchup:github"}); !errors.Is(err, ferry.ErrNotFound) {
+			t.Fatalf("a refused put wrote a checkpoint: err = %v, want ErrNotFound", err)
+		}
+	})
+
 	run(t, setup, "InvalidParams", func(t *testing.T, b *bundle[TX]) {
 		if err := b.store.CheckpointPut(b.ctx, &ferry.CheckpointPutParams{Value: "x"}); !errors.Is(err, ferry.ErrInvalidParams) {
 			t.Fatalf("CheckpointPut without a name: err = %v, want ErrInvalidParams", err)
+		}
+		if err := b.store.CheckpointPut(b.ctx, &ferry.CheckpointPutParams{Name: "n", Lease: "n"}); !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Fatalf("CheckpointPut with a lease and no owner: err = %v, want ErrInvalidParams", err)
 		}
 	})
 }

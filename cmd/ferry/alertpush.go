@@ -326,7 +326,7 @@ func (p *alertPusher) remember(ctx context.Context, name string, mark alertMark)
 	if err != nil {
 		return err
 	}
-	return p.store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: string(value)})
+	return p.store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: string(value), Lease: alertLease, Owner: p.owner})
 }
 
 // alertKey names an event in an alert's mark: its row id, and when it was

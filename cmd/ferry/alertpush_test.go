@@ -377,6 +377,46 @@ func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 		}
 	})
 
+	t.Run("LeaseLostMidPostRemembersNothing", func(t *testing.T) {
+		// The lease lapses while a message is being POSTed, and another
+		// instance takes it and sends its own: the first's late mark must
+		// not replace the holder's (the message may repeat, never drop).
+		slow, holder := b.pusher(t, b.recv.url()), b.pusher(t, b.recv.url())
+		b.clock.Advance(11 * time.Minute)
+		kill("evt_9")
+		hold, release := make(chan struct{}), make(chan struct{})
+		b.recv.mu.Lock()
+		b.recv.hold, b.recv.release = hold, release
+		b.recv.mu.Unlock()
+		done := make(chan struct{})
+		go func() { slow.check(ctx); close(done) }()
+		select {
+		case <-hold:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the first instance sent nothing")
+		}
+		b.clock.Advance(slow.leaseTTL + time.Second)
+		holder.check(ctx)
+		mark := func() string {
+			t.Helper()
+			cp, err := st.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: "alerts:dead:stripe"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return cp.Value
+		}
+		held := mark()
+		close(release)
+		<-done
+		if got := mark(); got != held {
+			t.Errorf("the instance that lost its lease rewrote the holder's mark:\n%s\nwant\n%s", got, held)
+		}
+		want("both sent", "dead", "dead")
+		if !strings.Contains(b.log.String(), "lease lost") {
+			t.Errorf("the lost mark was not logged: %s", b.log.String())
+		}
+	})
+
 	t.Run("SecretNeverLogged", func(t *testing.T) {
 		// A receiver that refuses connections: the error names the key, not the URL.
 		down := httptest.NewServer(http.NotFoundHandler())
