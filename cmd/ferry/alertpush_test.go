@@ -44,6 +44,25 @@ type alertReceiver struct {
 	release  chan struct{}
 }
 
+// holdFirstPost runs send in its own goroutine and returns once send's
+// first POST has reached r and is held there; release lets it be answered
+// and waits for send to return.
+func (r *alertReceiver) holdFirstPost(t *testing.T, send func()) (release func()) {
+	t.Helper()
+	hold, held := make(chan struct{}), make(chan struct{})
+	r.mu.Lock()
+	r.hold, r.release = hold, held
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { send(); close(done) }()
+	select {
+	case <-hold:
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing was sent")
+	}
+	return func() { close(held); <-done }
+}
+
 func newAlertReceiver(t *testing.T) *alertReceiver {
 	r := &alertReceiver{}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -219,20 +238,9 @@ func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 	t.Run("OneMessagePerAlertFromTwoInstances", func(t *testing.T) {
 		// The second instance checks while the first is still POSTing, so
 		// only the lease keeps it from sending the same alerts.
-		hold, release := make(chan struct{}), make(chan struct{})
-		b.recv.mu.Lock()
-		b.recv.hold, b.recv.release = hold, release
-		b.recv.mu.Unlock()
-		done := make(chan struct{})
-		go func() { a.check(ctx); close(done) }()
-		select {
-		case <-hold:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the first instance sent nothing")
-		}
+		release := b.recv.holdFirstPost(t, func() { a.check(ctx) })
 		c.check(ctx)
-		close(release)
-		<-done
+		release()
 		got := want("first check", "dead", "conflicting")
 		dead, conflict := got[0], got[1]
 		if dead.Source != "stripe" || dead.New != 1 || dead.Total != 1 || strings.Join(dead.EventIDs, ",") != "evt_2" ||
@@ -384,17 +392,7 @@ func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 		slow, holder := b.pusher(t, b.recv.url()), b.pusher(t, b.recv.url())
 		b.clock.Advance(11 * time.Minute)
 		kill("evt_9")
-		hold, release := make(chan struct{}), make(chan struct{})
-		b.recv.mu.Lock()
-		b.recv.hold, b.recv.release = hold, release
-		b.recv.mu.Unlock()
-		done := make(chan struct{})
-		go func() { slow.check(ctx); close(done) }()
-		select {
-		case <-hold:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the first instance sent nothing")
-		}
+		release := b.recv.holdFirstPost(t, func() { slow.check(ctx) })
 		b.clock.Advance(slow.leaseTTL + time.Second)
 		holder.check(ctx)
 		mark := func() string {
@@ -406,8 +404,7 @@ func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 			return cp.Value
 		}
 		held := mark()
-		close(release)
-		<-done
+		release()
 		if got := mark(); got != held {
 			t.Errorf("the instance that lost its lease rewrote the holder's mark:\n%s\nwant\n%s", got, held)
 		}
