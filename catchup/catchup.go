@@ -208,10 +208,13 @@ func CheckpointName(source string) string { return "catchup:" + source }
 var ErrConfig = errors.New("catchup: invalid settings")
 
 // ErrUnfetchable is wrapped by a Candidate's Fetch error when the provider
-// will never return the event (GitHub: a delivery expired since it was
-// listed, one without a payload, or a response over 32 MiB). The runner
-// skips the event with a warning, so one such event cannot fail every pass
-// until it ages out.
+// will never return the event (GitHub: a delivery it refuses within the
+// last hour of its 3 days, so expired or about to be; one without a
+// payload; a response over 32 MiB). The runner skips the event with a
+// warning, so one such event cannot fail every pass until it ages out. A
+// refusal that may pass (GitHub's 422 when throttled, its 404 to
+// credentials that may not read the hook) is not one: it fails the pass,
+// and the next tries again.
 var ErrUnfetchable = errors.New("catchup: the provider cannot return the event")
 
 // errOverMaxBody is a payload over Runner.MaxBody: the runner skips it.
@@ -375,6 +378,7 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 	}
 	advance := !opts.DryRun && (!res.From.After(start) || !res.From.After(reach))
 	ctx, bound := r.providerBound(ctx, res, now, overlap, settle)
+	ctx = withPassClock(ctx, r.now)
 	found := func(c *Candidate) error {
 		if bound(); !c.Created.IsZero() && c.Created.After(res.To) {
 			return nil // not settled at the provider: the next pass lists it

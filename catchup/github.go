@@ -27,6 +27,18 @@ const DefaultGitHubAPI = "https://api.github.com"
 // githubRetention is how long GitHub keeps a hook's deliveries.
 const githubRetention = 3 * 24 * time.Hour
 
+// githubExpiring is the age, by the pass's clock, from which a delivery
+// GitHub refuses (404, 410, 422) is taken as expired and skipped: an hour
+// before GitHub's 3 days, for a pass's own length (a delivery listed at
+// its start is fetched minutes later) and clocks apart by more than the
+// overlap. A younger one fails the pass, which the next retries: GitHub
+// answers 422 when it throttles ("the endpoint has been spammed") and 404
+// to credentials that may not read the hook, and a skipped event is never
+// caught up. Past this age a skipped event loses at most the hour's
+// retries; a delivery that expired while a host clock behind GitHub's
+// judged it younger fails one pass, and the next no longer lists it.
+const githubExpiring = githubRetention - time.Hour
+
 // GitHubOptions configure a GitHub reconciler. Authenticate with Token, or
 // with AppID, PrivateKey and (for a repository or organisation hook)
 // InstallationID.
@@ -148,6 +160,7 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 			return fmt.Errorf("github: list deliveries: %w", err)
 		}
 		latest := map[string]int64{} // a delivery id to fetch each event by
+		latestAt := map[string]time.Time{}
 		first := map[string]time.Time{}
 		var order []string
 		older := false
@@ -165,13 +178,15 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 			if _, seen := latest[d.GUID]; !seen {
 				order = append(order, d.GUID)
 			}
-			latest[d.GUID] = max(latest[d.GUID], d.ID)
+			if d.ID > latest[d.GUID] {
+				latest[d.GUID], latestAt[d.GUID] = d.ID, d.DeliveredAt
+			}
 		}
 		for _, guid := range order {
 			handed[guid] = true
-			id := latest[guid]
+			id, at := latest[guid], latestAt[guid]
 			if err := found(&Candidate{ID: guid, Created: first[guid], Fetch: func(ctx context.Context) (*Event, error) {
-				return g.fetch(ctx, id)
+				return g.fetch(ctx, id, at)
 			}}); err != nil {
 				return err
 			}
@@ -204,12 +219,20 @@ func (g *GitHub) nextPage(link string) (string, error) {
 	return "", nil
 }
 
-// fetch reads one delivery with its request headers and payload.
-func (g *GitHub) fetch(ctx context.Context, id int64) (*Event, error) {
+// fetch reads one delivery, delivered at at, with its request headers and
+// payload.
+func (g *GitHub) fetch(ctx context.Context, id int64, at time.Time) (*Event, error) {
 	u := g.base.JoinPath(g.hook, "deliveries", strconv.FormatInt(id, 10))
 	body, _, err := g.client.do(ctx, http.MethodGet, u.String(), nil)
-	if se, ok := errors.AsType[*StatusError](err); errors.Is(err, errTooLarge) || ok && gone(se.Status) {
+	if errors.Is(err, errTooLarge) {
 		return nil, fmt.Errorf("github: get delivery: %w: %w", ErrUnfetchable, err)
+	}
+	if se, ok := errors.AsType[*StatusError](err); ok && refused(se.Status) {
+		age := passNow(ctx, g.now).Sub(at).Round(time.Second)
+		if age >= githubExpiring {
+			return nil, fmt.Errorf("github: get delivery %d, delivered %s ago, in the last hour of GitHub's 3 days: taken as expired: %w: %w", id, age, ErrUnfetchable, err)
+		}
+		return nil, fmt.Errorf("github: get delivery %d, delivered %s ago, within GitHub's 3 days: HTTP %d is no sign it expired (GitHub answers 422 when it throttles, 404 to credentials that may not read the hook); the next pass tries again: %w", id, age, se.Status, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("github: get delivery: %w", err)
@@ -241,10 +264,10 @@ func (g *GitHub) fetch(ctx context.Context, id int64) (*Event, error) {
 	return &Event{Type: d.Event, Payload: d.Request.Payload, Headers: headers}, nil
 }
 
-// gone reports whether GitHub answered a delivery's fetch with a status it
-// will answer again: expired since it was listed (404, 410), or refused
-// (422).
-func gone(status int) bool {
+// refused reports whether GitHub answered a delivery's fetch with a status
+// an expired delivery gets (404, 410, 422), which a live one may get too:
+// fetch tells them apart by the delivery's age.
+func refused(status int) bool {
 	return status == http.StatusNotFound || status == http.StatusGone || status == http.StatusUnprocessableEntity
 }
 

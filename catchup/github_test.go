@@ -519,10 +519,10 @@ func TestGitHub(t *testing.T) {
 		}
 	})
 
-	// A delivery GitHub will never return (expired since it was listed,
-	// refused, too large to read, or without a payload) is skipped with a
-	// warning: failing the pass would fail every pass until it aged out,
-	// 3 days later.
+	// A delivery GitHub will never return (refused in the last hour of its
+	// 3 days, so expired or about to be; too large to read; without a
+	// payload) is skipped with a warning: failing the pass would fail every
+	// pass until it aged out.
 	t.Run("UnfetchableDeliveryIsSkipped", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
@@ -536,8 +536,10 @@ func TestGitHub(t *testing.T) {
 				_, _ = w.Write([]byte(`{"guid":"g-5","event":"push","request":{"headers":{},"payload":null}}`))
 			},
 		}
+		// 71h old and older, by the runner's clock: the refusals are
+		// taken as expired.
 		for i := range 6 {
-			b.fake.add(fmt.Sprintf("g-%d", i), "push", base.Add(-time.Hour+time.Duration(i)*time.Minute), 500)
+			b.fake.add(fmt.Sprintf("g-%d", i), "push", base.Add(-githubExpiring-time.Duration(i)*time.Minute), 500)
 		}
 		b.fake.limit = func(w http.ResponseWriter, r *http.Request) bool {
 			_, id, _ := strings.Cut(r.URL.Path, "/deliveries/")
@@ -556,6 +558,41 @@ func TestGitHub(t *testing.T) {
 		}
 		if n := strings.Count(b.logsText(), "skipped an event"); n != 5 || strings.Contains(b.logsText(), githubToken) {
 			t.Fatalf("%d skips logged, want 5, without the token:\n%s", n, b.logsText())
+		}
+	})
+
+	// GitHub answers 422 when it throttles and 404 to credentials that may
+	// not read the hook: a refusal of a delivery younger than 71h is no
+	// sign it expired. The pass fails naming the status, the checkpoint
+	// stays, and the next pass fetches it.
+	t.Run("RefusedFetchWithinRetentionFailsThePass", func(t *testing.T) {
+		t.Parallel()
+		for _, status := range []int{http.StatusNotFound, http.StatusGone, http.StatusUnprocessableEntity} {
+			b := setupGitHub(t, GitHubOptions{})
+			b.fake.add("young", "push", base.Add(-githubExpiring+time.Second), 500)
+			var refuse atomic.Bool
+			refuse.Store(true)
+			b.fake.limit = func(w http.ResponseWriter, r *http.Request) bool {
+				if !refuse.Load() || !strings.Contains(r.URL.Path, "/deliveries/") {
+					return false
+				}
+				w.WriteHeader(status)
+				fmt.Fprint(w, `{"message":"Validation failed, or the endpoint has been spammed."}`)
+				return true
+			}
+			res, err := b.runner.Pass(context.Background(), PassOptions{})
+			se, ok := errors.AsType[*StatusError](err)
+			if !ok || se.Status != status || !strings.Contains(err.Error(), fmt.Sprintf("HTTP %d", status)) {
+				t.Fatalf("HTTP %d: err = %v, want the pass failed naming the status", status, err)
+			}
+			if res.Skipped != 0 || res.Advanced {
+				t.Fatalf("HTTP %d: skipped=%d advanced=%v, want neither", status, res.Skipped, res.Advanced)
+			}
+			if _, ok := checkpoint(t, b.store, "github"); ok {
+				t.Fatalf("HTTP %d: the checkpoint advanced past a delivery not fetched", status)
+			}
+			refuse.Store(false)
+			wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
 		}
 	})
 
