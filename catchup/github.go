@@ -147,10 +147,19 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 	// on (its newest attempts) decides, its older attempts on later pages
 	// are passed over.
 	handed := map[string]bool{}
+	// read holds the pages requested: a Link that points back to one (a
+	// cache or proxy that ignores the cursor) fails the listing, which
+	// would otherwise loop until the pass's timeout, and forever in
+	// `ferry reconcile`, which has none.
+	read := map[string]bool{}
 	u := g.base.JoinPath(g.hook, "deliveries")
 	u.RawQuery = url.Values{"per_page": {"100"}}.Encode()
 	next := u.String()
 	for next != "" {
+		if read[next] {
+			return fmt.Errorf("github: list deliveries: the Link header's next page %s was already read in this pass: the answers repeat (a cache or proxy ignoring the cursor?), and reading on would loop", next)
+		}
+		read[next] = true
 		body, header, err := g.client.do(ctx, http.MethodGet, next, nil)
 		if err != nil {
 			return fmt.Errorf("github: list deliveries: %w", err)

@@ -39,6 +39,9 @@ type fakeGitHub struct {
 	onFetch func(guid string)
 	// nextHost, when set, is the host the Link header points to.
 	nextHost string
+	// repeatNext, when set, has every Link point to the first page: a
+	// cache or proxy that drops the cursor.
+	repeatNext bool
 	// limit, when set, may answer a request itself (a rate limit, an
 	// error): it reports whether it did.
 	limit func(w http.ResponseWriter, r *http.Request) bool
@@ -101,7 +104,11 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if f.nextHost != "" {
 				host = f.nextHost
 			}
-			w.Header().Set("Link", fmt.Sprintf(`<%s%s?per_page=%d&cursor=%d>; rel="next"`, host, prefix, perPage, end))
+			next := end
+			if f.repeatNext {
+				next = 0
+			}
+			w.Header().Set("Link", fmt.Sprintf(`<%s%s?per_page=%d&cursor=%d>; rel="next"`, host, prefix, perPage, next))
 		}
 		page := []map[string]any{}
 		for _, a := range attempts[start:end] {
@@ -593,6 +600,31 @@ func TestGitHub(t *testing.T) {
 			}
 			refuse.Store(false)
 			wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
+		}
+	})
+
+	// A Link that points to a page already read (a cache or proxy that
+	// drops the cursor) fails the pass: reading on would loop until the
+	// pass's timeout, and forever in `ferry reconcile`.
+	t.Run("RepeatedNextPageFailsThePass", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		for i := range 150 {
+			b.fake.add(fmt.Sprintf("g-%03d", i), "push", base.Add(-time.Hour), 200)
+			b.delivered(t, fmt.Sprintf("g-%03d", i))
+		}
+		b.fake.repeatNext = true
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a ceiling, not a wait
+		defer cancel()
+		_, err := b.runner.Pass(ctx, PassOptions{})
+		if err == nil || !strings.Contains(err.Error(), "was already read in this pass") {
+			t.Fatalf("err = %v, want the repeated page named", err)
+		}
+		if n := len(b.fake.requested()); n != 2 {
+			t.Fatalf("%d requests, want 2: the first page, then the Link's cursor=0 once", n)
+		}
+		if _, ok := checkpoint(t, b.store, "github"); ok {
+			t.Fatal("the checkpoint advanced past a window not listed")
 		}
 	})
 

@@ -117,7 +117,10 @@ func (s *Stripe) List(ctx context.Context, w Window, found func(*Candidate) erro
 }
 
 // list pages through the window's events of types (nil: every type) with
-// starting_after until has_more is false.
+// starting_after until has_more is false. A page that ends where an earlier
+// one did (a cache or proxy that ignores the query) fails the listing:
+// asking again would loop until the pass's timeout, and forever in
+// `ferry reconcile`, which has none.
 func (s *Stripe) list(ctx context.Context, w Window, types []string, found func(*Candidate) error) error {
 	q := url.Values{}
 	q.Set("created[gte]", strconv.FormatInt(w.From.Unix(), 10))
@@ -129,6 +132,7 @@ func (s *Stripe) list(ctx context.Context, w Window, types []string, found func(
 	if s.opts.OnlyFailed {
 		q.Set("delivery_success", "false")
 	}
+	used := map[string]bool{} // the cursors sent
 	for {
 		u := s.base.JoinPath("v1", "events")
 		u.RawQuery = q.Encode()
@@ -169,6 +173,10 @@ func (s *Stripe) list(ctx context.Context, w Window, types []string, found func(
 		if last == "" {
 			return fmt.Errorf("stripe: list events: has_more with an empty page")
 		}
+		if used[last] {
+			return fmt.Errorf("stripe: list events: has_more, but the page ends at %s, where an earlier page of this listing ended: the answers repeat (a cache or proxy ignoring starting_after?), and asking again would loop", last)
+		}
+		used[last] = true
 		q.Set("starting_after", last)
 	}
 }

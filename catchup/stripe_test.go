@@ -40,6 +40,9 @@ type fakeStripe struct {
 	fail   func(n int, w http.ResponseWriter, r *http.Request) bool
 	// delay, when set, is slept per event a page lists: a slow API.
 	delay time.Duration
+	// ignoreCursor, when set, serves every page as the first: a cache or
+	// proxy that drops starting_after.
+	ignoreCursor bool
 	// date, when set, is the provider's clock its answers' Date header
 	// gives; setupStripe sets the runner's.
 	date func() time.Time
@@ -88,7 +91,7 @@ func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.reqs = append(f.reqs, stripeRequest{at: time.Now(), query: r.URL.Query()})
 	n := len(f.reqs)
 	events := slices.Clone(f.events)
-	delay := f.delay
+	delay, ignoreCursor := f.delay, f.ignoreCursor
 	f.mu.Unlock()
 	setDate(w, f.date)
 	if r.Header.Get("Authorization") != "Bearer "+f.key {
@@ -128,9 +131,20 @@ func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		match = append(match, e)
 	}
-	if after := q.Get("starting_after"); after != "" {
-		i := slices.IndexFunc(match, func(e stripeEvent) bool { return e.ID == after })
-		match = match[i+1:]
+	if after := q.Get("starting_after"); after != "" && !ignoreCursor {
+		// The cursor is a place in the account's list, filtered or not;
+		// an id Stripe does not know is refused, as Stripe does.
+		i := slices.IndexFunc(events, func(e stripeEvent) bool { return e.ID == after })
+		if i < 0 {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"error":{"code":"resource_missing","doc_url":"https://stripe.com/docs/error-codes/resource-missing","message":"No such event: '%s'","param":"starting_after","type":"invalid_request_error"}}`, after)
+			return
+		}
+		before := map[string]bool{}
+		for _, e := range events[:i+1] {
+			before[e.ID] = true
+		}
+		match = slices.DeleteFunc(match, func(e stripeEvent) bool { return before[e.ID] })
 	}
 	hasMore := len(match) > limit
 	if hasMore {
@@ -481,6 +495,55 @@ func TestStripe(t *testing.T) {
 		wantCounts(t, res, 250, 150, 100)
 		if q := b.fake.requests()[len(b.fake.requests())-3].query.Get("created[gte]"); q != strconv.FormatInt(b.now.Add(-time.Hour).Unix(), 10) {
 			t.Fatalf("the retry pass starts at %s, want now - lookback: no checkpoint was written", q)
+		}
+	})
+
+	// Answers that repeat (a cache or proxy dropping starting_after) fail
+	// the pass at the first repeated cursor: asking again would loop
+	// until the pass's timeout, and forever in `ferry reconcile`.
+	t.Run("RepeatedPageFailsThePass", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.runner.Lookback = time.Hour // one step: every request is a page
+		b.fake.add(150, base.Add(-30*time.Minute), "a")
+		b.fake.ignoreCursor = true
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a ceiling, not a wait
+		defer cancel()
+		_, err := b.runner.Pass(ctx, PassOptions{})
+		if err == nil || !strings.Contains(err.Error(), "where an earlier page of this listing ended") {
+			t.Fatalf("err = %v, want the repeated cursor named", err)
+		}
+		if n := len(b.fake.requests()); n != 2 {
+			t.Fatalf("%d requests, want 2: the second page repeats the first", n)
+		}
+		if _, ok := checkpoint(t, b.store, "stripe"); ok {
+			t.Fatal("the checkpoint advanced past a window not listed")
+		}
+	})
+
+	// Stripe refuses a starting_after it does not know with 400
+	// resource_missing; the fake does too, instead of serving page one
+	// again, and the pass fails on it.
+	t.Run("UnknownCursorIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.runner.Lookback = time.Hour
+		ids := b.fake.add(150, base.Add(-30*time.Minute), "a")
+		b.fake.fail = func(n int, _ http.ResponseWriter, _ *http.Request) bool {
+			if n == 1 { // page one is served as it was; its last event is gone after
+				b.fake.mu.Lock()
+				b.fake.events = slices.DeleteFunc(b.fake.events, func(e stripeEvent) bool { return e.ID == ids[50] })
+				b.fake.mu.Unlock()
+			}
+			return false
+		}
+		_, err := b.runner.Pass(context.Background(), PassOptions{})
+		se, ok := errors.AsType[*StatusError](err)
+		if !ok || se.Status != http.StatusBadRequest || !strings.Contains(se.Body, `"code":"resource_missing"`) || !strings.Contains(se.Body, ids[50]) {
+			t.Fatalf("err = %v, want Stripe's 400 resource_missing naming %s", err, ids[50])
+		}
+		if _, ok := checkpoint(t, b.store, "stripe"); ok {
+			t.Fatal("the checkpoint advanced past a window not listed")
 		}
 	})
 
