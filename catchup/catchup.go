@@ -30,7 +30,9 @@ import (
 
 // Defaults of a Runner.
 const (
-	// DefaultInterval is how often Run starts a pass.
+	// DefaultInterval is the interval `ferry serve` passes to Run when a
+	// source's [source.catchup] sets none. Run takes its interval as an
+	// argument and fills in no default: it refuses one of zero or less.
 	DefaultInterval = 15 * time.Minute
 	// DefaultLookback is the window of a source's first pass.
 	DefaultLookback = 72 * time.Hour
@@ -539,10 +541,51 @@ func (r *Runner) take(ctx context.Context, c *Candidate, dryRun bool) (known boo
 	return res.Outcome != ferry.ReceiveNew, nil
 }
 
+// minPassTimeout is the least time Run gives a pass; it gives an interval
+// when that is longer.
+const minPassTimeout = 5 * time.Minute
+
+// MaxInterval is the longest interval Run takes for a source whose events
+// the provider keeps for kept (Reconciler.Retention) and the store for
+// retention (Runner.Retention), with the default overlap and settle; ok is
+// false when neither bounds it (both zero). Run refuses a longer one.
+//
+// It keeps every event within reach (kept, or retention less the overlap,
+// whichever is shorter) until a pass looks at it, even when the instance
+// holding the lease crashes: an event created just after a pass's window
+// ended (settle before the pass began) waits for the next pass, an
+// interval after that one ended (up to a pass timeout, max(interval, 5m),
+// after it began); if the holder renews the lease for it and crashes,
+// the lease holds for a pass timeout and an interval, the instance taking
+// over tries once an interval, and its pass may take a pass timeout to
+// reach the event. Three intervals, three pass timeouts and the settle
+// must fit in the reach: a sixth of it less the settle, for GitHub's 3
+// days 11h59m40s.
+func MaxInterval(kept, retention time.Duration) (d time.Duration, ok bool) {
+	return maxInterval(kept, retention, DefaultOverlap, DefaultSettle)
+}
+
+func maxInterval(kept, retention, overlap, settle time.Duration) (time.Duration, bool) {
+	reach := kept
+	if retention > 0 && (kept <= 0 || retention-overlap < kept) {
+		reach = retention - overlap
+	}
+	if kept <= 0 && retention <= 0 {
+		return 0, false
+	}
+	// 3i + 3·max(i, minPassTimeout) + settle ≤ reach.
+	if d := (reach - settle) / 6; d >= minPassTimeout {
+		return d.Truncate(time.Second), true
+	}
+	return max((reach-settle-3*minPassTimeout)/3, 0).Truncate(time.Second), true
+}
+
 // Run starts a pass at once and then every interval, until ctx is done. In
 // a cluster only the instance holding the lease CheckpointName(Source)
 // runs passes; owner names this instance. A failed pass is logged and
-// retried at the next interval.
+// retried at the next interval. An interval past MaxInterval (with the
+// Runner's own Overlap and Settle) is refused: an instance that crashed
+// holding the lease could keep an event from every pass until it aged out.
 func (r *Runner) Run(ctx context.Context, interval time.Duration, owner string) error {
 	if err := r.check(); err != nil {
 		return err
@@ -550,9 +593,13 @@ func (r *Runner) Run(ctx context.Context, interval time.Duration, owner string) 
 	if interval <= 0 || owner == "" {
 		return fmt.Errorf("%w: a positive interval and an owner are required", ErrConfig)
 	}
+	most, bounded := maxInterval(r.Reconciler.Retention(), r.Retention, orDefault(r.Overlap, DefaultOverlap), max(orDefault(r.Settle, DefaultSettle), 0))
+	if bounded && interval > most {
+		return fmt.Errorf("%w: interval %s is longer than %s: an instance that crashed holding the lease could keep an event from every pass until it is out of reach; see MaxInterval", ErrConfig, interval, most)
+	}
 	// A pass may take up to passTimeout; the lease outlives it by an
 	// interval, and the holder renews it before every pass.
-	passTimeout := max(interval, 5*time.Minute)
+	passTimeout := max(interval, minPassTimeout)
 	lease := &ferry.LeaseAcquireParams{Name: CheckpointName(r.Source), Owner: owner, TTL: passTimeout + interval}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

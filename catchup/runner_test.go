@@ -496,6 +496,53 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// An interval so long that, once an instance crashed holding the
+	// lease, an event could age out of the provider's or the store's reach
+	// before any pass looked at it, is refused.
+	t.Run("IntervalPastReachIsRefused", func(t *testing.T) {
+		t.Parallel()
+		gh, err := NewGitHub(GitHubOptions{Hook: "repos/a/b/hooks/1", Token: "ghp_x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := NewStripe(StripeOptions{APIKey: "sk_x", Types: []string{"*"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, cancel := context.WithCancel(context.Background())
+		cancel() // Run returns at once once it has taken the interval
+		for _, tc := range []struct {
+			rec       Reconciler
+			retention time.Duration
+			interval  time.Duration
+			refused   bool
+		}{
+			{gh, 0, 96 * time.Hour, true},
+			{gh, 0, 11*time.Hour + 59*time.Minute + 41*time.Second, true},
+			{gh, 0, 11*time.Hour + 59*time.Minute + 40*time.Second, false},
+			// The store's 144h less the overlap binds before Stripe's 30 days.
+			{st, 144 * time.Hour, 23*time.Hour + 58*time.Minute + time.Second, true},
+			{st, 144 * time.Hour, 23*time.Hour + 58*time.Minute, false},
+			{listed{}, 0, 1000 * time.Hour, false}, // no bound
+		} {
+			r := &Runner{Source: "s", Reconciler: tc.rec, Store: teststore.SQLite(t, nil), Retention: tc.retention}
+			err := r.Run(done, tc.interval, "x")
+			if refused := errors.Is(err, ErrConfig); refused != tc.refused {
+				t.Errorf("%T retention %v interval %v: err = %v, want refused %v", tc.rec, tc.retention, tc.interval, err, tc.refused)
+			}
+		}
+		if d, ok := MaxInterval(3*24*time.Hour, 0); !ok || d != 11*time.Hour+59*time.Minute+40*time.Second {
+			t.Errorf("MaxInterval(72h, 0) = %v, %v; want 11h59m40s", d, ok)
+		}
+		// Below 5m a pass still gets 5m: 3 intervals + 15m + the settle.
+		if d, ok := MaxInterval(30*time.Minute, 0); !ok || d != 4*time.Minute+20*time.Second {
+			t.Errorf("MaxInterval(30m, 0) = %v, %v; want 4m20s", d, ok)
+		}
+		if _, ok := MaxInterval(0, 0); ok {
+			t.Error("MaxInterval(0, 0) is bounded, want no bound")
+		}
+	})
+
 	t.Run("MissingSettingsAreRefused", func(t *testing.T) {
 		t.Parallel()
 		if _, err := (&Runner{}).Pass(context.Background(), PassOptions{}); !errors.Is(err, ErrConfig) {

@@ -25,7 +25,9 @@ type Catchup struct {
 	PrivateKey     string `toml:"private_key"`
 	InstallationID string `toml:"installation_id"`
 	// Interval is how often serve runs a pass; "0" turns the loop off
-	// (`ferry reconcile` still works). Defaults to 15m.
+	// (`ferry reconcile` still works). Defaults to 15m; at least 1m, at
+	// most catchup.MaxInterval for the provider's and the source's
+	// retention (GitHub: 11h59m40s).
 	Interval *Duration `toml:"interval"`
 	// Lookback is the first pass's window; later passes start at the
 	// checkpoint however old it is. Defaults to 72h.
@@ -167,12 +169,40 @@ func (c *Catchup) validate(key string, s *Source) []error {
 		}
 	}
 	var typesErr *catchup.TypesError
-	if _, err := s.Reconciler(); errors.As(err, &typesErr) {
+	rec, err := s.Reconciler()
+	switch {
+	case errors.As(err, &typesErr):
 		bad("types", "%s", typesErr.Problem)
-	} else if err != nil {
+	case err != nil:
 		errs = append(errs, fmt.Errorf("%s.%v", key, err))
+	case c.Interval.Duration > 0:
+		if e := c.checkInterval(rec.Retention(), s); e != "" {
+			bad("interval", "%s", e)
+		}
 	}
 	return errs
+}
+
+// checkInterval names the problem of an interval past catchup.MaxInterval
+// for the provider's retention kept and the source's; "" when it fits.
+func (c *Catchup) checkInterval(kept time.Duration, s *Source) string {
+	var retention time.Duration
+	if s.windowsValid() {
+		retention = s.Retention.Duration
+	}
+	most, bounded := catchup.MaxInterval(kept, retention)
+	if !bounded || c.Interval.Duration <= most {
+		return ""
+	}
+	reach := fmt.Sprintf("the provider keeps events %v", kept)
+	if retention > 0 && (kept <= 0 || retention-catchup.DefaultOverlap < kept) {
+		reach = fmt.Sprintf("the source's retention is %v, less %v for the provider's clock", retention, catchup.DefaultOverlap)
+	}
+	why := fmt.Sprintf("is %v, too long: %s, and an instance that crashes holding the catch-up lease keeps the others out for max(interval, 5m) + interval, so an event could age out before any pass looked at it (3 intervals, 3 pass timeouts and the 2m settle must fit)", c.Interval.Duration, reach)
+	if most < time.Minute {
+		return why + "; no interval of 1m or more fits: raise retention"
+	}
+	return fmt.Sprintf("%s; use at most %v", why, most)
 }
 
 // CatchupSourceNames lists the sources with catch-up configured.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,9 @@ func TestCatchup(t *testing.T) {
 		name, table, wantKey, wantFix string
 	}{
 		{"short interval", stripeKey + "\ninterval = \"10s\"", "catchup.interval", "at least 1m"},
+		// retention 144h less the 10m overlap and the 2m settle, over 6.
+		{"interval past the source's retention", stripeKey + "\ninterval = \"23h58m1s\"", "source[0] (stripe).catchup.interval", "the source's retention is 144h0m0s, less 10m0s for the provider's clock, and an instance that crashes holding the catch-up lease"},
+		{"interval past the source's retention names the most", stripeKey + "\ninterval = \"24h\"", "source[0] (stripe).catchup.interval", "use at most 23h58m0s"},
 		{"lookback past retention", stripeKey + "\nlookback = \"144h\"", "catchup.lookback", "use at most 143h50m0s"},
 		{"rate too high", stripeKey + "\nrate = 100", "catchup.rate", "at most 25"},
 		{"rate too low", stripeKey + "\nrate = 0.0000001", "source[0] (stripe).catchup.rate", "at least 0.1"},
@@ -95,6 +99,26 @@ func TestCatchup(t *testing.T) {
 			wantInvalid(t, err, tc.wantKey, tc.wantFix, "")
 		})
 	}
+
+	// GitHub keeps deliveries 72h: an interval of 96h, or a little past
+	// the sixth of 72h less the settle, could let an event age out before
+	// any pass looks at it once an instance crashed holding the lease.
+	t.Run("GitHubIntervalWithinItsRetention", func(t *testing.T) {
+		t.Parallel()
+		raw := strings.Replace(good, `provider = "stripe"`, `provider = "github"`, 1)
+		raw = strings.Replace(raw, `replay_window = "72h"`, `replay_window = "72h"`+"\nretention = \"720h\"", 1) + // the provider's 72h binds
+			"[source.catchup]\ntoken = \"t\"\nhook = \"repos/a/b/hooks/1\"\ninterval = \"%s\"\n"
+		for interval, want := range map[string]string{"96h": "use at most 11h59m40s", "11h59m41s": "the provider keeps events 72h0m0s", "11h59m40s": ""} {
+			_, err := Parse(fmt.Appendf(nil, raw, interval), vars)
+			if want == "" {
+				if err != nil {
+					t.Errorf("interval %s: %v", interval, err)
+				}
+				continue
+			}
+			wantInvalid(t, err, "source[0] (stripe).catchup.interval", want, "") // the source keeps good's name
+		}
+	})
 
 	t.Run("Rejects/ShopifyHasNoAPI", func(t *testing.T) {
 		t.Parallel()
