@@ -104,11 +104,18 @@ func advanced(res *catchup.Result, err error) string {
 }
 
 // nameRefusedKey names the setting to fix when the provider's API
-// answered a pass with 401 or 403 in its own JSON: catchup cannot, as it
-// does not know the config's keys. A 401 or 403 that is not JSON is a
-// proxy's or gateway's page, no verdict on the key: the key is not blamed.
+// answered a pass with 401 or 403 in its own JSON, or GitHub's with 404
+// (a hook or installation that does not exist, or credentials that may not
+// see it): catchup cannot, as it does not know the config's keys. A 401 or
+// 403 that is not JSON is a proxy's or gateway's page, no verdict on the
+// key: the key is not blamed.
 func nameRefusedKey(cfg *config.Config, name string, err error) error {
 	se, ok := errors.AsType[*catchup.StatusError](err)
+	if ok && se.Status == http.StatusNotFound && !se.NotJSON {
+		if keys := cfg.CatchupNotFoundKeys(name); keys != "" {
+			return fmt.Errorf("%w: GitHub answers 404 for a hook or installation that does not exist, and to credentials that may not read it: check %s", err, keys)
+		}
+	}
 	if !ok || se.RateLimited || (se.Status != http.StatusUnauthorized && se.Status != http.StatusForbidden) {
 		return err
 	}

@@ -374,7 +374,10 @@ types = ["*"]
 
 // A 401 or 403 from the provider's API names the key to fix; a rate limit
 // (a 403 that asked to wait) is no refused key, nor is an answer that is
-// not JSON (a proxy's page).
+// not JSON (a proxy's page). GitHub answers 404 in its own JSON for a
+// wrong hook id or installation_id and to a token that may not see the
+// hook: the hook and the token are named; a 404 that is not JSON, or
+// Stripe's, is not.
 func TestReconcileNamesARefusedKey(t *testing.T) {
 	t.Parallel()
 	cfg, err := loadConfig(writeServeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), `
@@ -385,25 +388,42 @@ secrets = ["gh_secret"]
 [source.catchup]
 token = "ghp_x"
 hook = "repos/o/r/hooks/1"
+[[source]]
+name = "st"
+provider = "stripe"
+secrets = ["whsec_x"]
+[source.catchup]
+api_key = "sk_x"
+types = ["*"]
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
+	const (
+		token = "refused source[0] (gh).catchup.token"
+		hook  = "check source[0] (gh).catchup.hook and source[0] (gh).catchup.token"
+	)
 	for _, tc := range []struct {
-		err  *catchup.StatusError
-		want bool
+		source string
+		err    *catchup.StatusError
+		want   string // "" names nothing
 	}{
-		{&catchup.StatusError{Status: http.StatusUnauthorized}, true},
-		{&catchup.StatusError{Status: http.StatusForbidden}, true},
-		{&catchup.StatusError{Status: http.StatusForbidden, RateLimited: true}, false},
+		{"gh", &catchup.StatusError{Status: http.StatusUnauthorized}, token},
+		{"gh", &catchup.StatusError{Status: http.StatusForbidden}, token},
+		{"gh", &catchup.StatusError{Status: http.StatusForbidden, RateLimited: true}, ""},
 		// A proxy's sign-in page is no verdict on the token.
-		{&catchup.StatusError{Status: http.StatusUnauthorized, NotJSON: true, ContentType: "text/html"}, false},
-		{&catchup.StatusError{Status: http.StatusForbidden, NotJSON: true, ContentType: "text/html"}, false},
-		{&catchup.StatusError{Status: http.StatusTooManyRequests, RateLimited: true}, false},
+		{"gh", &catchup.StatusError{Status: http.StatusUnauthorized, NotJSON: true, ContentType: "text/html"}, ""},
+		{"gh", &catchup.StatusError{Status: http.StatusForbidden, NotJSON: true, ContentType: "text/html"}, ""},
+		{"gh", &catchup.StatusError{Status: http.StatusTooManyRequests, RateLimited: true}, ""},
+		{"gh", &catchup.StatusError{Status: http.StatusNotFound, Body: `{"message":"Not Found"}`}, hook},
+		{"gh", &catchup.StatusError{Status: http.StatusNotFound, NotJSON: true, ContentType: "text/html"}, ""},
+		{"st", &catchup.StatusError{Status: http.StatusNotFound}, ""},
 	} {
-		got := nameRefusedKey(cfg, "gh", fmt.Errorf("pass: %w", tc.err)).Error()
-		if named := strings.Contains(got, "refused source[0] (gh).catchup.token"); named != tc.want {
-			t.Errorf("HTTP %d, rate limited %v: %q; want the token named: %v", tc.err.Status, tc.err.RateLimited, got, tc.want)
+		got := nameRefusedKey(cfg, tc.source, fmt.Errorf("pass: %w", tc.err)).Error()
+		for _, key := range []string{token, hook} {
+			if named := strings.Contains(got, key); named != (key == tc.want) {
+				t.Errorf("%s HTTP %d, rate limited %v, not JSON %v: %q; want %q named: %v", tc.source, tc.err.Status, tc.err.RateLimited, tc.err.NotJSON, got, key, key == tc.want)
+			}
 		}
 	}
 }

@@ -235,3 +235,28 @@ func (c *Config) CatchupCredentialsKey(name string) string {
 	}
 	return ""
 }
+
+// CatchupNotFoundKeys names the keys a JSON 404 from the named GitHub
+// source's API points at: GitHub answers 404 for a hook or an installation
+// that does not exist, and to credentials that may not see them, so the
+// hook (and installation_id) come first, then the credentials. "" for a
+// source not in the config, or not GitHub's.
+func (c *Config) CatchupNotFoundKeys(name string) string {
+	for i, s := range c.Sources {
+		if s.Name != name {
+			continue
+		}
+		if s.Provider != "github" {
+			return ""
+		}
+		k := SourceKey(i, name) + ".catchup."
+		switch {
+		case s.Catchup.Token != "":
+			return k + "hook and " + k + "token"
+		case strings.Trim(s.Catchup.Hook, "/") == "app/hook":
+			return k + "hook, " + k + "app_id and " + k + "private_key"
+		}
+		return k + "hook, " + k + "installation_id, " + k + "app_id and " + k + "private_key"
+	}
+	return ""
+}

@@ -129,3 +129,23 @@ func TestCatchup(t *testing.T) {
 		}
 	})
 }
+
+// A JSON 404 from GitHub names the hook first, then what may not see it:
+// the token, or the App's installation and credentials.
+func TestCatchupNotFoundKeys(t *testing.T) {
+	t.Parallel()
+	for want, cu := range map[string]Catchup{
+		"source[0] (gh).catchup.hook and source[0] (gh).catchup.token":                                                                              {Token: "t", Hook: "repos/o/r/hooks/1"},
+		"source[0] (gh).catchup.hook, source[0] (gh).catchup.installation_id, source[0] (gh).catchup.app_id and source[0] (gh).catchup.private_key": {AppID: "1", PrivateKey: "k", InstallationID: "2", Hook: "orgs/o/hooks/1"},
+		"source[0] (gh).catchup.hook, source[0] (gh).catchup.app_id and source[0] (gh).catchup.private_key":                                         {AppID: "1", PrivateKey: "k", Hook: "app/hook"},
+	} {
+		c := &Config{Sources: []Source{{Name: "gh", Provider: "github", Catchup: cu}}}
+		if got := c.CatchupNotFoundKeys("gh"); got != want {
+			t.Errorf("%+v: %q, want %q", cu, got, want)
+		}
+	}
+	c := &Config{Sources: []Source{{Name: "st", Provider: "stripe", Catchup: Catchup{APIKey: "k"}}}}
+	if got := c.CatchupNotFoundKeys("st"); got != "" {
+		t.Errorf("stripe: %q, want none", got)
+	}
+}
