@@ -428,6 +428,32 @@ func TestGitHub(t *testing.T) {
 		}
 	})
 
+	// A delivery the receiver held as a suspected replay (its body matched
+	// an earlier event's) is stored and sent on once GitHub's own list
+	// shows its GUID: the list and the payload come from GitHub's API, so
+	// the event is genuine, and holding it would lose it. An attacker's
+	// re-send under a made-up GUID is never listed.
+	t.Run("HeldReplayListedByGitHubIsStored", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		body := []byte(`{"action":"opened","guid":"held"}`) // what the fake serves for "held"
+		for _, d := range []struct {
+			id   string
+			want ferry.ReceiveOutcome
+		}{{"first", ferry.ReceiveNew}, {"held", ferry.ReceiveReplay}} {
+			res, err := b.store.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "github", EventID: d.id, Type: "push", Payload: body, ReplayWindow: 72 * time.Hour})
+			if err != nil || res.Outcome != d.want {
+				t.Fatalf("receive %s: %+v, %v; want %s", d.id, res, err, d.want)
+			}
+		}
+		b.fake.add("held", "push", base.Add(-time.Hour), 200)
+		wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
+		ev, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "held"})
+		if err != nil || ev.Origin != ferry.OriginCatchup {
+			t.Fatalf("the held delivery GitHub lists: %v, %v; want it stored by catch-up", ev, err)
+		}
+	})
+
 	// A delivery newer than the window's end (within the settle time) is
 	// left to GitHub's own delivery; a later pass takes it once settled.
 	t.Run("UnsettledDeliveryWaits", func(t *testing.T) {

@@ -32,7 +32,9 @@ type StripeOptions struct {
 	// Types are the event types listed: the ones the webhook endpoint is
 	// subscribed to (its enabled_events), any number (Stripe takes 20 a
 	// call: more are listed 20 at a time), or ["*"] alone for every type
-	// (no types[] filter is sent). Required:
+	// (no types[] filter is sent). ["*"] lists more than an endpoint
+	// subscribed with Stripe's own "*" gets: that one leaves out the
+	// types that need explicit selection. Required:
 	// GET /v1/events lists every event of the account, of types the
 	// endpoint never subscribed to and for the account's other endpoints,
 	// and each one the store lacks would be received as new and sent to
@@ -51,7 +53,10 @@ type StripeOptions struct {
 
 // Stripe lists events with GET /v1/events, newest first, a hundred a page.
 // The event object the API returns is the body Stripe delivers to a
-// webhook endpoint, and its id the event id the receiver stores.
+// webhook endpoint, and its id the event id the receiver stores. The list
+// is the key's own account's: a Connect endpoint's source (connected
+// accounts' events) must not use it, or the platform's own events would
+// reach the app and the connected accounts' would be missed.
 type Stripe struct {
 	opts   StripeOptions
 	base   *url.URL
@@ -80,7 +85,7 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 	}
 	switch {
 	case len(opts.Types) == 0:
-		return nil, &TypesError{`missing: Stripe's events API lists every event of the account, including types this endpoint is not subscribed to and events for its other endpoints, and catch-up would send each to the app as new; list the types this endpoint is subscribed to (its enabled_events in the Stripe dashboard), or ["*"] for all`}
+		return nil, &TypesError{`missing: Stripe's events API lists every event of the account, including types this endpoint is not subscribed to and events for its other endpoints, and catch-up would send each to the app as new; list the types this endpoint is subscribed to (its enabled_events in the Stripe dashboard), or ["*"] for every type the API lists (more than Stripe's own "*" subscription gets)`}
 	case len(opts.Types) > 1 && slices.Contains(opts.Types, "*"):
 		return nil, &TypesError{`lists "*" with other types: "*" is every type; write ["*"] alone, or only the types`}
 	}

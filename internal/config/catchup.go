@@ -40,7 +40,8 @@ type Catchup struct {
 	Hook string `toml:"hook"`
 	// Types are the Stripe event types listed: those the endpoint is
 	// subscribed to (its enabled_events), any number, or ["*"] for every
-	// type. Required for Stripe, whose listing is the whole account's:
+	// type (more than Stripe's own "*" subscription, which leaves out the
+	// types that need explicit selection). Required for Stripe, whose listing is the whole account's:
 	// without it, events of other types and other endpoints would reach
 	// the app. catchup.NewStripe checks it.
 	Types []string `toml:"types"`
