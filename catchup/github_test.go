@@ -51,18 +51,25 @@ type fakeGitHub struct {
 }
 
 type ghAttempt struct {
-	ID     int64
-	GUID   string
-	At     time.Time
-	Status int
-	Event  string
+	ID         int64
+	GUID       string
+	At         time.Time
+	Status     int
+	Event      string
+	Redelivery bool
 }
 
+// add records an event's delivery, answered statuses[0], and a
+// redelivery for each later status, a minute apart. GitHub does not retry
+// a failed delivery on its own: it tries again only when asked (the API or
+// the UI), and each redelivery is a delivery of its own, with a later id,
+// the same GUID and redelivery true. (Ids follow the order added, so a
+// redelivery's id is below the next event's even when it is later.)
 func (f *fakeGitHub) add(guid, event string, at time.Time, statuses ...int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, s := range statuses {
-		f.attempts = append(f.attempts, ghAttempt{ID: int64(len(f.attempts) + 1), GUID: guid, At: at.Add(time.Duration(i) * time.Minute), Status: s, Event: event})
+		f.attempts = append(f.attempts, ghAttempt{ID: int64(len(f.attempts) + 1), GUID: guid, At: at.Add(time.Duration(i) * time.Minute), Status: s, Event: event, Redelivery: i > 0})
 	}
 }
 
@@ -114,7 +121,7 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, a := range attempts[start:end] {
 			page = append(page, map[string]any{
 				"id": a.ID, "guid": a.GUID, "delivered_at": a.At.Format(time.RFC3339), "status_code": a.Status,
-				"status": http.StatusText(a.Status), "event": a.Event, "redelivery": false,
+				"status": http.StatusText(a.Status), "event": a.Event, "redelivery": a.Redelivery,
 			})
 		}
 		_ = json.NewEncoder(w).Encode(page)
@@ -358,8 +365,9 @@ func TestGitHub(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
 		at := base.Add(-2 * time.Hour)
-		// 120 delivered, 60 failed twice, 30 failed then redelivered fine:
-		// 300 attempts, 3 pages of 100. The store has what was delivered.
+		// 120 delivered, 60 failed and failed again when redelivered, 30
+		// failed then were redelivered fine: 300 attempts, 3 pages of 100.
+		// The store has what was delivered.
 		for i := range 120 {
 			b.fake.add(fmt.Sprintf("ok-%03d", i), "push", at, 200)
 			b.delivered(t, fmt.Sprintf("ok-%03d", i))
