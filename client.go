@@ -444,7 +444,7 @@ func (c *Client) launch(handlerCtx context.Context, cl *Claim, claimedAt time.Ti
 	ev := cl.Event
 	hctx, cancel := context.WithCancelCause(handlerCtx)
 	hctx, span := c.startAttempt(hctx, cl, claimedAt)
-	j := &job{lease: ev.Lease(), source: ev.Source, size: int64(len(ev.Payload)), reclaimed: cl.PreviousUnfinished, cancel: cancel, span: span}
+	j := &job{lease: ev.Lease(), source: ev.Source, size: int64(len(ev.Payload)), reclaimed: cl.Reclaimed, cancel: cancel, span: span}
 	j.deadline = claimedAt.Add(c.cfg.LeaseTTL)
 	j.timer = time.AfterFunc(time.Until(j.deadline), j.lose)
 	c.mu.Lock()

@@ -107,9 +107,9 @@ type SourcePolicy struct {
 	Name string
 	// MaxAttempts is the attempt budget before an event goes dead, at most
 	// MaxCount. Defaults to 25. Attempts that never finished (a lapsed
-	// lease) and releases count: an event claimed past its budget after an
-	// attempt that never finished goes dead without running, so a handler
-	// that crashes its process cannot loop for ever.
+	// lease) and releases count: an event claimed back from a lapsed lease
+	// past its budget (Claim.Reclaimed) goes dead without running, so a
+	// handler that crashes its process cannot loop for ever.
 	MaxAttempts int
 	// ReplayWindow is how long the provider redelivers (Stripe and GitHub: 3
 	// days). An event that fails once older than this goes dead, for a person

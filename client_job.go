@@ -87,14 +87,15 @@ func (c *Client) runHandler(ctx context.Context, j *job, cl *Claim) (completed b
 	return completed, time.Since(started), err
 }
 
-// budgetSpent is a permanent error if cl's attempt is past the source's
-// budget, which only attempts that never recorded a verdict can spend (a
-// failure at the last attempt is dead): a handler that crashes its process
-// or outlives its lease every time would otherwise be claimed for ever and
-// never reach dead, where a person sees it.
+// budgetSpent is a permanent error if cl took a lapsed lease back past the
+// source's budget, which only attempts that never recorded a verdict can
+// spend (a failure at the last attempt is dead): a handler that crashes its
+// process or outlives its lease every time would otherwise be claimed for
+// ever and never reach dead, where a person sees it. Reclaimed, not
+// PreviousUnfinished: a release after the lapse still runs once.
 func budgetSpent(cl *Claim, p SourcePolicy) error {
 	ev := cl.Event
-	if !cl.PreviousUnfinished || ev.Attempt-ev.AttemptBase <= p.MaxAttempts {
+	if !cl.Reclaimed || ev.Attempt-ev.AttemptBase <= p.MaxAttempts {
 		return nil
 	}
 	return Permanent(fmt.Errorf("ferry: not run: the budget of %d attempts is spent, the last by an attempt that never finished (its worker died, or its handler outlived the lease)", p.MaxAttempts))

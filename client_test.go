@@ -328,18 +328,40 @@ func TestClient(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var ran sync.Map
+		// Nor is a release after a lapse: the event runs once more, and its
+		// handler hears of the lapse.
+		lapsedReleased := b.receive(t, "shopify", "evt_lapsed_released")
+		claimShopify := func(owner string, ttl time.Duration) ferry.Lease {
+			claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: owner, Limit: 1, TTL: ttl, Sources: []string{"shopify"}})
+			if err != nil || len(claims) != 1 {
+				t.Fatalf("claim: %v %v", claims, err)
+			}
+			return claims[0].Event.Lease()
+		}
+		claimShopify("crashed", time.Second)
+		b.clock.Advance(2 * time.Second)
+		if err := b.store.EventRelease(b.ctx, &ferry.EventReleaseParams{Lease: claimShopify("stopping", time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		var ran, unfinished sync.Map
 		c := b.newClient(t, func(c *ferry.Config) {
-			c.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 3}, {Name: "github", MaxAttempts: 3}}
+			c.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 3}, {Name: "github", MaxAttempts: 3}, {Name: "shopify", MaxAttempts: 2}}
 		})
 		handler := func(_ context.Context, d *ferry.Delivery) error {
 			ran.Store(d.Event.EventID, d.Attempt)
+			unfinished.Store(d.Event.EventID, d.PreviousUnfinished)
 			return nil
 		}
 		c.Handle("stripe", handler)
 		c.Handle("github", handler)
+		c.Handle("shopify", handler)
 		start(t, c)
 		b.waitState(t, released, ferry.StateDone)
+		b.waitState(t, lapsedReleased, ferry.StateDone)
+		b.wantLedger(t, lapsedReleased, "[lease_expired released done]")
+		if u, _ := unfinished.Load("evt_lapsed_released"); u != true {
+			t.Errorf("the run after a lapse and a release: PreviousUnfinished = %v, want true", u)
+		}
 		ev := b.waitState(t, spent, ferry.StateDead)
 		if !strings.Contains(ev.LastError, "budget of 3 attempts is spent") {
 			t.Errorf("last error %q does not say the budget is spent", ev.LastError)

@@ -22,10 +22,13 @@ type Delivery struct {
 	// Idempotency-Key header for instance, so that a repeated attempt cannot
 	// repeat the effect.
 	IdempotencyKey string
-	// PreviousUnfinished is true when the attempt before this one never
-	// reported an end: its worker died or stalled past its lease. Its effect
-	// may or may not have happened; a handler with a non-idempotent effect
-	// should check the downstream before doing it again.
+	// PreviousUnfinished is true when the last attempt before this one that
+	// ran never reported an end: its worker died or stalled past its lease.
+	// Its effect may or may not have happened; a handler with a
+	// non-idempotent effect should check the downstream before doing it
+	// again. Released attempts in between (a graceful stop) are passed over,
+	// and a replay does not clear it: the first attempt of a replayed
+	// unknown event says it too, whatever a person found downstream.
 	PreviousUnfinished bool
 
 	response atomic.Pointer[AttemptResponse] // what SetResponse recorded

@@ -266,10 +266,19 @@ type Claim struct {
 	// Event is the claimed event, payload and headers included. Its Attempt
 	// and LeaseExpiresAt are those of this claim.
 	Event *Event
-	// PreviousUnfinished is true when the attempt before this one never
-	// reported an end: its worker died or stalled past its lease, and its side
-	// effects may or may not have happened.
+	// PreviousUnfinished is true when the last attempt before this one that
+	// ran never reported an end: its worker died or stalled past its lease,
+	// and its side effects may or may not have happened. It is the newest
+	// attempt in the ledger that was not released (a release never ran the
+	// handler, or gave it up), so a release does not hide a lapse, and
+	// neither does a requeue: a replayed event whose last attempt lapsed (an
+	// unknown one) says it on its first claim.
 	PreviousUnfinished bool
+	// Reclaimed is true when this claim took the event back from a lease
+	// that lapsed, closing that attempt as lease_expired: the sign of a
+	// worker that died or stalled, which the attempt budget and the
+	// reclaimed metric count. PreviousUnfinished is then true too.
+	Reclaimed bool
 }
 
 // LostLeasePolicy says what a claim does with an event whose lease expired.

@@ -47,7 +47,7 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 		if err != nil {
 			return nil, wrap("event claim many", err)
 		}
-		claims[i] = &ferry.Claim{Event: event, PreviousUnfinished: row.PreviousUnfinished}
+		claims[i] = &ferry.Claim{Event: event, PreviousUnfinished: row.PreviousUnfinished, Reclaimed: row.Reclaimed}
 	}
 	return claims, nil
 }
@@ -351,6 +351,7 @@ type eventRow struct {
 type claimRow struct {
 	eventRow
 	PreviousUnfinished bool      `db:"previous_unfinished"`
+	Reclaimed          bool      `db:"reclaimed"`
 	DueAt              time.Time `db:"due_at"` // orders the claims; not returned
 }
 

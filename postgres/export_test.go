@@ -37,9 +37,10 @@ func StatsArgs(s *Store, params *ferry.EventStatsParams) pgx.NamedArgs { return 
 // PurgeKeys is one batch of the dedupe keys' purge, of one source or all.
 var PurgeKeys = (*Store).purgeKeys
 
-// ArchiveKeysPurgeSQL and EventListSQL are the statements whose plans
-// plan_test.go reads.
+// ArchiveKeysPurgeSQL, EventClaimManySQL and EventListSQL are the
+// statements whose plans plan_test.go reads.
 var (
 	ArchiveKeysPurgeSQL = archiveKeysPurgeSQL
+	EventClaimManySQL   = eventClaimManySQL
 	EventListSQL        = eventListSQL
 )

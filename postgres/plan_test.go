@@ -262,6 +262,7 @@ type planNode struct {
 	Index        string     `json:"Index Name"`
 	IndexCond    string     `json:"Index Cond"`
 	Relationship string     `json:"Parent Relationship"`
+	Subplan      string     `json:"Subplan Name"`
 	Plans        []planNode `json:"Plans"`
 }
 
@@ -458,6 +459,68 @@ func TestEventListPlanLooksLapsedAttemptsUp(t *testing.T) {
 		})
 		if len(read) != len(held) {
 			t.Errorf("%s: the plan reads %d of the %d tables that hold rows, want all:\n%s", p.name, len(read), len(held), plan)
+		}
+	}
+}
+
+// A claim reads each claimed event's ledger by its primary key, newest
+// attempts first, to tell whether the last attempt that ran never ended:
+// never a scan or a hash of the ledger, whose size is every live event's
+// attempts. The ledger here is the worst case for the probe: each event's
+// newest attempts were released, so it walks back past them.
+func TestClaimPlanProbesTheLedgerPerEvent(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	pool := b.store.Pool()
+	now := b.clock.Now()
+	for _, sql := range []string{
+		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state, attempt,
+		                          next_attempt_at, first_delivered_at, last_delivered_at)
+		 SELECT i, 's' || i % 4, 'e' || i, '', sha256(int8send(i)), 'pending', 5,
+		        @now::timestamptz - i * interval '1 second', @now, @now
+		 FROM generate_series(1, 20000) i`,
+		`INSERT INTO ferry_attempt (event_id, attempt, worker, started_at, finished_at, outcome)
+		 SELECT i, a, 'w', @now, @now, CASE WHEN a = 1 THEN 'lease_expired' ELSE 'released' END
+		 FROM generate_series(1, 20000) i, generate_series(1, 5) a`,
+		`ANALYZE ferry_event, ferry_attempt`,
+	} {
+		if _, err := pool.Exec(b.ctx, sql, pgx.NamedArgs{"now": now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, limit := range []int{1, 100} {
+		plan := b.explain(t, postgres.EventClaimManySQL, pgx.NamedArgs{
+			"now": now, "owner": "w", "limit": limit, "ttl_us": time.Minute.Microseconds(),
+			"sources": []string{}, "hold_sources": []string{}, "max_bytes": int64(0),
+		})
+		probes := 0
+		plan.walk(func(n planNode, ancestors []planNode) {
+			if n.Relation != "ferry_attempt" && n.Index != "ferry_attempt_pkey" {
+				return
+			}
+			inDue, perEvent := false, false
+			for i, a := range ancestors {
+				inDue = inDue || a.Subplan == "CTE due"
+				child := n // the node below a on the way to n
+				if i+1 < len(ancestors) {
+					child = ancestors[i+1]
+				}
+				perEvent = perEvent || (a.NodeType == "Nested Loop" && child.Relationship == "Inner")
+				if a.NodeType == "Hash" || a.NodeType == "Hash Join" || a.NodeType == "Merge Join" {
+					t.Errorf("limit %d: %s reads the ledger under a %s:\n%s", limit, n.NodeType, a.NodeType, plan)
+					return
+				}
+			}
+			if !inDue {
+				return
+			}
+			probes++
+			if n.NodeType == "Seq Scan" || !perEvent {
+				t.Errorf("limit %d: the claim reads the ledger by a %s outside a per-event probe:\n%s", limit, n.NodeType, plan)
+			}
+		})
+		if probes == 0 {
+			t.Errorf("limit %d: the claim never reads the ledger:\n%s", limit, plan)
 		}
 	}
 }

@@ -45,7 +45,11 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 		}
 		idsJSON := jsonArray(ids)
 
-		unfinished, err := collectRows(ctx, tx, eventClaimManyClosePreviousSQL, scanValue[int64],
+		unfinished, err := collectRows(ctx, tx, eventClaimManyPreviousSQL, scanValue[int64], sql.Named("ids", idsJSON))
+		if err != nil {
+			return err
+		}
+		reclaimed, err := collectRows(ctx, tx, eventClaimManyClosePreviousSQL, scanValue[int64],
 			sql.Named("now", now), sql.Named("ids", idsJSON))
 		if err != nil {
 			return err
@@ -65,17 +69,14 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 			return err
 		}
 
-		wasUnfinished := make(map[int64]bool, len(unfinished))
-		for _, id := range unfinished {
-			wasUnfinished[id] = true
-		}
+		wasUnfinished, wasReclaimed := idSet(unfinished), idSet(reclaimed)
 		events := make(map[int64]*ferry.Event, len(byID))
 		for _, e := range byID {
 			events[e.ID] = e
 		}
 		claims = make([]*ferry.Claim, 0, len(ids))
 		for _, id := range ids { // RETURNING has no order; keep the due order
-			claims = append(claims, &ferry.Claim{Event: events[id], PreviousUnfinished: wasUnfinished[id]})
+			claims = append(claims, &ferry.Claim{Event: events[id], PreviousUnfinished: wasUnfinished[id], Reclaimed: wasReclaimed[id]})
 		}
 		return nil
 	})
@@ -83,6 +84,15 @@ func (s *Store) EventClaimMany(ctx context.Context, params *ferry.EventClaimMany
 		return nil, err
 	}
 	return claims, nil
+}
+
+// idSet tells which of a claim's events a query returned.
+func idSet(ids []int64) map[int64]bool {
+	set := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	return set
 }
 
 // EventGet returns one event, payload and headers included.

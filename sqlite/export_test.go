@@ -20,3 +20,7 @@ func EventListQuery(params *ferry.EventListParams) (string, []any) {
 	}
 	return eventListQuery(params)
 }
+
+// ClaimPreviousSQL is the claim's query of which events' last attempt that
+// ran never ended, for plan checks.
+var ClaimPreviousSQL = eventClaimManyPreviousSQL

@@ -39,6 +39,8 @@ var (
 	eventClaimManyHoldSQL string
 	//go:embed query/event_claim_many_hold_attempt.sql
 	eventClaimManyHoldAttemptSQL string
+	//go:embed query/event_claim_many_previous.sql
+	eventClaimManyPreviousSQL string
 	//go:embed query/event_complete_many.sql
 	eventCompleteManySQL string
 	//go:embed query/event_complete_many_attempt.sql

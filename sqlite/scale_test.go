@@ -258,3 +258,28 @@ func queryPlan(t *testing.T, b *testBundle, query string, args ...any) []string 
 	}
 	return plan
 }
+
+// The claim tells whether each claimed event's last attempt that ran never
+// ended by a probe of the ledger's primary key, newest attempt first: never
+// a scan of the ledger nor a sort of an event's attempts. With statistics or
+// without.
+func TestClaimPreviousPlanProbesTheLedger(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seedDone(t, b, 2000)
+	withAndWithoutStats(t, b, wantClaimPreviousPlan)
+}
+
+func wantClaimPreviousPlan(t *testing.T, b *testBundle, when string) {
+	t.Helper()
+	plan := queryPlan(t, b, sqlite.ClaimPreviousSQL, sql.Named("ids", "[1,2,3]"))
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "SEARCH a USING INDEX sqlite_autoindex_ferry_attempt_1 (event_id=?)") {
+		t.Errorf("%s, the plan does not probe the ledger's primary key:\n%s", when, text)
+	}
+	for _, line := range plan {
+		if strings.HasPrefix(line, "SCAN a") || strings.Contains(line, "TEMP B-TREE") {
+			t.Errorf("%s, the plan reads or sorts the ledger: %s\n%s", when, line, text)
+		}
+	}
+}

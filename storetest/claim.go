@@ -25,8 +25,8 @@ func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if string(ev.Payload) != `{"id":"evt_1"}` || ev.Headers.Get("Content-Type") != "application/json" {
 			t.Errorf("claim lacks payload or headers: %q %v", ev.Payload, ev.Headers)
 		}
-		if c.PreviousUnfinished {
-			t.Error("first claim says an earlier attempt was unfinished")
+		if c.PreviousUnfinished || c.Reclaimed {
+			t.Errorf("first claim: previous unfinished %v reclaimed %v", c.PreviousUnfinished, c.Reclaimed)
 		}
 		stored := wantState(t, b, id, ferry.StateInProgress)
 		if stored.Attempt != 1 || !stored.LeaseExpiresAt.Equal(ev.LeaseExpiresAt) {
@@ -120,6 +120,69 @@ func testClaim[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if c := claimOne(t, b, "w2"); c.Event.ID != retried || !c.PreviousUnfinished {
 			t.Errorf("claim = event %d previous unfinished %v, want %d with an unfinished attempt", c.Event.ID, c.PreviousUnfinished, retried)
 		}
+	})
+
+	// PreviousUnfinished looks back past releases (they never ran the
+	// handler, or gave it up) to the last attempt that ran: a release after
+	// a lapse hides nothing, and only a reported end clears it.
+	run(t, setup, "PreviousUnfinishedSurvivesARelease", func(t *testing.T, b *bundle[TX]) {
+		id := receive(t, b, "stripe", "evt_1")
+		claimOne(t, b, "w1")
+		b.clock.Advance(ttl)
+		second := claimOne(t, b, "w2")
+		if !second.PreviousUnfinished || !second.Reclaimed {
+			t.Fatalf("reclaim after a lapse: previous unfinished %v reclaimed %v, want both", second.PreviousUnfinished, second.Reclaimed)
+		}
+		if err := b.store.EventRelease(b.ctx, &ferry.EventReleaseParams{Lease: second.Event.Lease()}); err != nil {
+			t.Fatal(err)
+		}
+		// Unfinished, but not reclaimed: no lease lapsed under this claim.
+		third := claimOne(t, b, "w3")
+		if third.Event.Attempt != 3 || !third.PreviousUnfinished || third.Reclaimed {
+			t.Errorf("claim after lapse and release: attempt %d previous unfinished %v reclaimed %v, want 3, true, false",
+				third.Event.Attempt, third.PreviousUnfinished, third.Reclaimed)
+		}
+		wantOutcomes(t, b, id, ferry.OutcomeLeaseExpired, ferry.OutcomeReleased, ferry.OutcomeRunning)
+		if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: third.Event.Lease(), Error: "e"}); err != nil {
+			t.Fatal(err)
+		}
+		if fourth := claimOne(t, b, "w4"); fourth.PreviousUnfinished || fourth.Reclaimed {
+			t.Errorf("claim after a failed attempt: attempt %d previous unfinished %v reclaimed %v", fourth.Event.Attempt, fourth.PreviousUnfinished, fourth.Reclaimed)
+		}
+	})
+
+	// A replay does not clear PreviousUnfinished: an unknown event's last
+	// attempt lapsed, so its effect may have run whatever a person decided,
+	// and the handler checks again. A done event's replay says false, even
+	// with a lapse earlier in its ledger (on PostgreSQL, back from the
+	// archive with it).
+	run(t, setup, "PreviousUnfinishedAcrossAReplay", func(t *testing.T, b *bundle[TX]) {
+		unknown := makeUnknown(t, b, "evt_unknown")
+		done := receive(t, b, "stripe", "evt_done")
+		mustComplete(t, b, claimOne(t, b, "w1").Event.Lease())
+		lapsedThenDone := receive(t, b, "stripe", "evt_lapsed_then_done")
+		claimOne(t, b, "w1")
+		b.clock.Advance(ttl)
+		if c := claimOne(t, b, "w2"); !c.PreviousUnfinished {
+			t.Fatal("reclaim after a lapse does not say the earlier attempt was unfinished")
+		} else {
+			mustComplete(t, b, c.Event.Lease())
+		}
+		ids := []int64{unknown, done, lapsedThenDone}
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: ids, States: ferry.States, Actor: "op"}); err != nil || n != 3 {
+			t.Fatalf("requeue = %d, %v; want 3", n, err)
+		}
+		want := map[int64]bool{unknown: true, done: false, lapsedThenDone: false}
+		claims := claim(t, b, "w3", 10)
+		if len(claims) != len(want) {
+			t.Fatalf("claimed %d replayed events, want %d", len(claims), len(want))
+		}
+		for _, c := range claims {
+			if c.PreviousUnfinished != want[c.Event.ID] || c.Reclaimed {
+				t.Errorf("replayed %s: previous unfinished %v reclaimed %v, want %v and false", c.Event.EventID, c.PreviousUnfinished, c.Reclaimed, want[c.Event.ID])
+			}
+		}
+		wantOutcomes(t, b, unknown, ferry.OutcomeLeaseExpired, ferry.OutcomeRunning)
 	})
 
 	run(t, setup, "StopsAtMaxBytesButTakesTheFirst", func(t *testing.T, b *bundle[TX]) {

@@ -23,8 +23,8 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if second.Event.ID != id || second.Event.Attempt != first.Event.Attempt+1 || second.Event.LeaseOwner != "w2" {
 			t.Fatalf("reclaim = %+v", second.Event)
 		}
-		if !second.PreviousUnfinished {
-			t.Error("reclaim does not say the earlier attempt was unfinished")
+		if !second.PreviousUnfinished || !second.Reclaimed {
+			t.Errorf("reclaim: previous unfinished %v reclaimed %v, want both", second.PreviousUnfinished, second.Reclaimed)
 		}
 		ledger := attempts(t, b, id)
 		if len(ledger) != 2 || ledger[0].Outcome != ferry.OutcomeLeaseExpired || !ledger[0].FinishedAt.Equal(b.clock.Now()) ||

@@ -27,6 +27,11 @@ type modelEvent struct {
 	nextAt     time.Time
 	firstAt    time.Time // first delivery
 	requeuedAt time.Time // zero until requeued
+	// lapsed: the newest ended attempt that was not released (a release
+	// ran nothing) lapsed. With an expired lease in progress, it is what
+	// the next claim's PreviousUnfinished says, across releases and
+	// requeues.
+	lapsed bool
 }
 
 // age is what MaxAge is measured against: from the first delivery or the
@@ -123,7 +128,7 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 					holdSources = []string{source}
 					for _, ev := range events {
 						if ev.state == ferry.StateInProgress && !ev.leaseUntil.After(now) {
-							ev.state = ferry.StateUnknown
+							ev.state, ev.lapsed = ferry.StateUnknown, true
 						}
 					}
 				}
@@ -151,9 +156,11 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 					if c.Event.ID != ev.id {
 						rt.Fatalf("claim %d got event %d, want %d (oldest due first)", i, c.Event.ID, ev.id)
 					}
-					if c.PreviousUnfinished != (ev.state == ferry.StateInProgress) {
-						rt.Fatalf("event %d PreviousUnfinished = %v from state %s", ev.id, c.PreviousUnfinished, ev.state)
+					expired := ev.state == ferry.StateInProgress // its attempt is closed as lease_expired
+					if want := expired || ev.lapsed; c.PreviousUnfinished != want || c.Reclaimed != expired {
+						rt.Fatalf("event %d from state %s: PreviousUnfinished = %v, Reclaimed = %v; want %v, %v", ev.id, ev.state, c.PreviousUnfinished, c.Reclaimed, want, expired)
 					}
+					ev.lapsed = ev.lapsed || expired
 					ev.state, ev.attempt, ev.leaseUntil = ferry.StateInProgress, ev.attempt+1, now.Add(ttl)
 					leases = append(leases, c.Event.Lease())
 				}
@@ -169,7 +176,7 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				lease, ev := pickLease(rt)
 				err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: lease})
 				if fenced(rt, "complete", ev, lease, err) {
-					ev.state = ferry.StateDone
+					ev.state, ev.lapsed = ferry.StateDone, false
 				}
 			},
 			"complete_many": func(rt *rapid.T) {
@@ -196,7 +203,7 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 					rt.Fatalf("complete many %v: lost %v, want %v", named, lost, wantLost)
 				}
 				for _, l := range done {
-					byID[l.ID].state = ferry.StateDone
+					byID[l.ID].state, byID[l.ID].lapsed = ferry.StateDone, false
 				}
 			},
 			"fail": func(rt *rapid.T) {
@@ -215,13 +222,13 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				if state != want {
 					rt.Fatalf("fail -> %s, want %s", state, want)
 				}
-				ev.state, ev.nextAt = want, b.clock.Now().Add(delay)
+				ev.state, ev.nextAt, ev.lapsed = want, b.clock.Now().Add(delay), false
 			},
 			"release": func(rt *rapid.T) {
 				lease, ev := pickLease(rt)
 				err := b.store.EventRelease(b.ctx, &ferry.EventReleaseParams{Lease: lease})
 				if fenced(rt, "release", ev, lease, err) {
-					ev.state, ev.nextAt = ferry.StatePending, b.clock.Now()
+					ev.state, ev.nextAt = ferry.StatePending, b.clock.Now() // lapsed as it was
 				}
 			},
 			"requeue": func(rt *rapid.T) {

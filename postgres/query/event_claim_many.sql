@@ -3,7 +3,11 @@
 -- many as fit in @max_bytes of payload (the first always; 0 is no bound),
 -- skipping rows another claimer has locked. Expired leases of hold sources
 -- go to unknown instead. Every claim gets a running ledger row; a previous
--- attempt still running in the ledger is closed as lease_expired.
+-- attempt still running in the ledger is closed as lease_expired (the claim
+-- is reclaimed). A claim is previous_unfinished when the event's newest
+-- attempt that was not released (a released attempt never ran its handler,
+-- or gave it up) is running or lease_expired: a release or a requeue in
+-- between does not hide a lapse.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -35,7 +39,7 @@ held_ledger AS (
 -- Two index scans, each stopping at @limit, rather than one sort of every
 -- due event; together they lock at most twice @limit rows for this statement.
 pending_due AS MATERIALIZED (
-    SELECT id, attempt, next_attempt_at AS due_at, false AS expired, octet_length(payload) AS size
+    SELECT id, attempt, next_attempt_at AS due_at, octet_length(payload) AS size
     FROM ferry_event
     WHERE state = 'pending'
       AND next_attempt_at <= (SELECT now FROM clock)
@@ -48,7 +52,7 @@ pending_due AS MATERIALIZED (
 -- (next_attempt_at, which a claim leaves alone), so a dead worker's events go
 -- ahead of newer work instead of waiting behind a backlog.
 expired_due AS MATERIALIZED (
-    SELECT id, attempt, next_attempt_at AS due_at, true AS expired, octet_length(payload) AS size
+    SELECT id, attempt, next_attempt_at AS due_at, octet_length(payload) AS size
     FROM ferry_event
     WHERE state = 'in_progress'
       AND lease_expires_at <= (SELECT now FROM clock)
@@ -59,7 +63,9 @@ expired_due AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 due AS (
-    SELECT d.id, d.attempt, d.due_at, d.expired OR r.running IS NOT NULL AS previous_unfinished
+    SELECT d.id, d.attempt, d.due_at,
+           coalesce(r.outcome IN ('running', 'lease_expired'), false) AS previous_unfinished,
+           coalesce(r.attempt = d.attempt AND r.outcome = 'running', false) AS reclaimed
     FROM (
         SELECT *, sum(size) OVER w AS total, row_number() OVER w AS n
         FROM (
@@ -72,12 +78,15 @@ due AS (
         WINDOW w AS (ORDER BY due_at, id)
     ) d
     -- One probe of the ledger by key per event, whatever the statistics
-    -- say about its size (OFFSET 0 keeps the planner from making it a join).
+    -- say about its size: its newest rows backwards, stopping at the first
+    -- that was not released (LIMIT 1 keeps the planner from making it a
+    -- join).
     LEFT JOIN LATERAL (
-        SELECT true AS running
+        SELECT a.attempt, a.outcome
         FROM ferry_attempt a
-        WHERE a.event_id = d.id AND a.attempt = d.attempt AND a.outcome = 'running'
-        OFFSET 0
+        WHERE a.event_id = d.id AND a.outcome <> 'released'
+        ORDER BY a.attempt DESC
+        LIMIT 1
     ) r ON true
     WHERE @max_bytes::bigint = 0 OR d.total <= @max_bytes::bigint OR d.n = 1
 ),
@@ -88,7 +97,7 @@ closed AS (
     -- The array names only the few events whose previous attempt is still
     -- open: on a large ledger a probe by key for each, not a join over it (a
     -- small one the planner may read whole, which costs as little).
-    WHERE a.event_id = ANY(ARRAY(SELECT id FROM due WHERE previous_unfinished))
+    WHERE a.event_id = ANY(ARRAY(SELECT id FROM due WHERE reclaimed))
       AND a.event_id = due.id AND a.attempt = due.attempt AND a.outcome = 'running'
 ),
 claimed AS (
@@ -100,7 +109,7 @@ claimed AS (
         claimed_at       = (SELECT now FROM clock)
     FROM due
     WHERE e.id = due.id
-    RETURNING e.*, due.previous_unfinished, due.due_at
+    RETURNING e.*, due.previous_unfinished, due.reclaimed, due.due_at
 ),
 started AS (
     INSERT INTO ferry_attempt (event_id, attempt, worker, started_at, outcome)

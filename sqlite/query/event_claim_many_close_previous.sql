@@ -1,4 +1,5 @@
--- Closes the previous attempt of each claimed event if it never reported.
+-- Closes the previous attempt of each claimed event if it never reported:
+-- the events reclaimed from a lease that lapsed.
 UPDATE ferry_attempt
 SET outcome = 'lease_expired', finished_at = :now
 WHERE outcome = 'running'
