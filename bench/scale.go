@@ -458,7 +458,8 @@ const scaleRetention = 35 * 24 * time.Hour
 
 // archiveRetain is the archive layout's retention step, as maintenance
 // runs it (postgres.Store.ArchiveMaintain) with the layout's SQL: drop the
-// partition 40 days old, then purge the dedupe keys whose event is gone, in
+// partition 40 days old (the detach, which completions wait for, then its
+// side rows and tables, two transactions), then purge the dedupe keys whose event is gone, in
 // batches of ferry.ArchiveKeyBatchDefault, one transaction each. The layout
 // before 003 removes the keys with the rows, in its one DELETE; both parts
 // are timed here.
@@ -473,15 +474,21 @@ func archiveRetain(layoutSQL func(string) (string, error)) func(ctx context.Cont
 			return "", err
 		}
 		t := time.Now()
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+		var detach time.Duration
+		for _, step := range []string{"ferry_archive_detach", "ferry_archive_drop_detached"} {
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `SELECT `+step+`(name) FROM ferry_event_done_partition
+					WHERE from_day = ((now() - interval '40 days') AT TIME ZONE 'UTC')::date`)
 				return err
+			}); err != nil {
+				return "", fmt.Errorf("drop: %s: %w", step, err)
 			}
-			_, err := tx.Exec(ctx, `SELECT ferry_archive_drop(name) FROM ferry_event_done_partition
-				WHERE from_day = ((now() - interval '40 days') AT TIME ZONE 'UTC')::date`)
-			return err
-		}); err != nil {
-			return "", fmt.Errorf("drop: %w", err)
+			if detach == 0 {
+				detach = time.Since(t)
+			}
 		}
 		drop := time.Since(t)
 		t = time.Now()
@@ -508,7 +515,7 @@ func archiveRetain(layoutSQL func(string) (string, error)) func(ctx context.Cont
 				break
 			}
 		}
-		return fmt.Sprintf("partition drop %s + key purge %s: %d keys in %d batches", ms(drop), ms(time.Since(t)), keys, batches), nil
+		return fmt.Sprintf("partition drop %s (detach %s) + key purge %s: %d keys in %d batches", ms(drop), ms(detach), ms(time.Since(t)), keys, batches), nil
 	}
 }
 

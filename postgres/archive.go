@@ -15,8 +15,9 @@ import (
 const archiveLockTimeout = "2s"
 
 // ArchiveMaintain keeps the archive's partitions: see ferry.Store.
-// Each partition is created or dropped in its own transaction, with the
-// lease renewed before each, and before each batch of keys.
+// Each partition is created in its own transaction, and dropped in two
+// (archiveDrop), with the lease renewed before each, and before each batch
+// of keys.
 func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
 	res, err := ferry.MaintainArchive(ctx, s, params, s.archiveMaintain)
 	return res, wrap("archive maintain", err)
@@ -48,22 +49,18 @@ func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 		if err := renew(); err != nil {
 			return err
 		}
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+archiveLockTimeout+"'"); err != nil {
+		if st.action == "drop" {
+			if err := s.archiveDrop(ctx, st.name, res, renew); err != nil {
 				return err
 			}
-			if st.action == "create" {
-				var created bool
-				err := tx.QueryRow(ctx, archiveCreateSQL, pgx.NamedArgs{"from_day": st.fromDay, "to_day": st.toD, "now": s.nowArg()}).Scan(&created)
-				if created {
-					res.Created++
-				}
-				return err
+			continue
+		}
+		err := s.archiveTx(ctx, func(tx pgx.Tx) error {
+			var created bool
+			err := tx.QueryRow(ctx, archiveCreateSQL, pgx.NamedArgs{"from_day": st.fromDay, "to_day": st.toD, "now": s.nowArg()}).Scan(&created)
+			if created {
+				res.Created++
 			}
-			var n int
-			err := tx.QueryRow(ctx, archiveDropSQL, pgx.NamedArgs{"name": st.name}).Scan(&n)
-			res.Dropped++
-			res.Events += n
 			return err
 		})
 		if err != nil {
@@ -103,6 +100,47 @@ func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 	return nil
 }
 
+// archiveDrop drops partition name in two transactions: the detach and the
+// day's done counters commit first, holding ACCESS EXCLUSIVE on the
+// archive's parents (and so every completion) for the catalog change only;
+// the side rows and the detached tables go in the second, which locks
+// neither parent, however many side rows there are. A run that stops
+// between them leaves the day detached, and the next run's plan lists it
+// again: the first step is then a no-op and the second finishes it.
+func (s *Store) archiveDrop(ctx context.Context, name string, res *ferry.ArchiveMaintainResult, renew func() error) error {
+	err := s.archiveTx(ctx, func(tx pgx.Tx) error {
+		var n int
+		err := tx.QueryRow(ctx, archiveDetachSQL, pgx.NamedArgs{"name": name}).Scan(&n)
+		res.Events += n
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := renew(); err != nil {
+		return err
+	}
+	return s.archiveTx(ctx, func(tx pgx.Tx) error {
+		var dropped bool
+		err := tx.QueryRow(ctx, archiveDropSQL, pgx.NamedArgs{"name": name}).Scan(&dropped)
+		if dropped {
+			res.Dropped++
+		}
+		return err
+	})
+}
+
+// archiveTx runs fn in a transaction whose every lock wait is bounded by
+// archiveLockTimeout.
+func (s *Store) archiveTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.InTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+archiveLockTimeout+"'"); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
 // purgeKeys purges up to batch keys of source ("" for all) received longer
 // than retention ago whose event is stored nowhere, and forgets what hangs
 // off those events, in one transaction of two statements
@@ -110,7 +148,7 @@ func (s *Store) archiveMaintain(ctx context.Context, params *ferry.ArchiveMainta
 // keys it purged.
 func (s *Store) purgeKeys(ctx context.Context, source string, retention time.Duration, batch int) (int, error) {
 	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		rows, _ := tx.Query(ctx, archiveKeysPurgeSQL, pgx.NamedArgs{
 			"now": s.nowArg(), "source": source, "key_retention_us": micros(retention), "batch": batch,
 		})

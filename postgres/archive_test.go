@@ -87,6 +87,67 @@ func (b *archiveBundle) doneCount(t *testing.T) int {
 	return 0
 }
 
+// droppableDay completes x three days ago, keeps a conflicting delivery of
+// it, and creates partitions ahead, so that a run with a 24-hour retention
+// only drops x's day. It returns x's row id.
+func (b *archiveBundle) droppableDay(t *testing.T) int64 {
+	t.Helper()
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	x := b.done(t, "x")
+	if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("other bytes")}); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(72 * time.Hour)
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// lockConflicts begins a transaction that locks event id's conflict rows,
+// rolled back at the test's end unless committed, and returns it with its
+// backend's pid.
+func (b *archiveBundle) lockConflicts(t *testing.T, id int64) (pgx.Tx, int) {
+	t.Helper()
+	tx, err := b.store.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(b.ctx, `SELECT FROM ferry_conflict WHERE event_id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := tx.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return tx, pid
+}
+
+// waiter blocks until a statement whose text holds marker waits for a lock
+// the backend holder holds, and returns its backend. Only this test's
+// backends: other tests run the same statements.
+func (b *archiveBundle) waiter(t *testing.T, holder int, marker string) int {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		var pid int
+		err := b.store.Pool().QueryRow(b.ctx, `
+			SELECT pid FROM pg_stat_activity
+			WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%' || $2 || '%'`, holder, marker).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute, no %s waits on backend %d", marker, holder)
+		}
+	}
+}
+
 // Maintenance creates partitions ahead (moving completions out of the
 // default partition), then drops a whole partition once it is older than
 // the retention, with its events' ledger and conflicts and their done
@@ -459,18 +520,7 @@ func TestArchiveCreateAheadNeverWaitsForCompletions(t *testing.T) {
 func TestArchiveDropKeepsWhatARequeueBringsBack(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	x := b.done(t, "x")
-	if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("other bytes")}); err != nil {
-		t.Fatal(err)
-	}
-	b.clock.Advance(72 * time.Hour)
-	// Days ahead now, so that the racing run only drops.
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	x := b.droppableDay(t)
 
 	// waiting blocks until n statements of this schema wait for a lock.
 	waiting := func(n int) {
@@ -603,56 +653,184 @@ func TestEventPurgeAndARedeliveryNeverDeadlock(t *testing.T) {
 		t.Fatal(err) // x has a conflict row now
 	}
 	b.clock.Advance(25 * time.Hour)
-	// waiting blocks until a statement whose text holds marker waits for a
-	// lock the backend holder holds, and returns its backend. Only this
-	// test's backends: other tests run the same statements.
-	waiting := func(holder int, marker string) int {
-		t.Helper()
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-			var pid int
-			err := b.store.Pool().QueryRow(b.ctx, `
-				SELECT pid FROM pg_stat_activity
-				WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%' || $2 || '%'`, holder, marker).Scan(&pid)
-			if err == nil {
-				return pid
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				t.Fatal(err)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after a minute, no %s waits on backend %d", marker, holder)
-			}
-		}
-	}
 	// Stall the purge after it deleted x, on x's conflict row.
-	blocker, err := b.store.Pool().Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = blocker.Rollback(b.ctx) }()
-	if _, err := blocker.Exec(b.ctx, `SELECT FROM ferry_conflict WHERE event_id = $1 FOR UPDATE`, x); err != nil {
-		t.Fatal(err)
-	}
-	var blockerPid int
-	if err := blocker.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&blockerPid); err != nil {
-		t.Fatal(err)
-	}
+	blocker, blockerPid := b.lockConflicts(t, x)
 	purged := make(chan error, 1)
 	go func() {
 		_, err := b.store.EventPurge(b.ctx, &ferry.EventPurgeParams{Source: "s", Retention: 24 * time.Hour, ReplayWindow: 24 * time.Hour})
 		purged <- err
 	}()
-	purger := waiting(blockerPid, "ferry_done_forget")
+	purger := b.waiter(t, blockerPid, "ferry_done_forget")
 	received := make(chan error, 1)
 	go func() {
 		_, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("x")})
 		received <- err
 	}()
-	waiting(purger, "ferry_event_done_redeliver") // behind the purge's delete of x
+	b.waiter(t, purger, "ferry_event_done_redeliver") // behind the purge's delete of x
 	if err := blocker.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if perr, rerr := <-purged, <-received; perr != nil || rerr != nil {
 		t.Fatalf("purge: %v; redelivery: %v", perr, rerr)
+	}
+}
+
+// A drop holds the archive's parents for its detach only: while its second
+// transaction deletes the day's side rows (held here on a conflict row a
+// test transaction locks), it holds no lock on ferry_event_done or
+// ferry_attempt_done, and a completion of another event finishes without
+// waiting for it. In one transaction, 2M actions made every completion wait
+// 2.2 s.
+func TestArchiveDropDeletesSideRowsWithoutHoldingCompletions(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	x := b.droppableDay(t)
+	y := b.claimed(t, "y")
+	blocker, blockerPid := b.lockConflicts(t, x)
+	maintained := make(chan error, 1)
+	var res *ferry.ArchiveMaintainResult
+	go func() {
+		var err error
+		res, err = b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour})
+		maintained <- err
+	}()
+	dropPid := b.waiter(t, blockerPid, "ferry_archive_drop_detached")
+	if n := b.count(t, `SELECT count(*) FROM pg_locks WHERE pid = $1 AND relation IN ('ferry_event_done'::regclass, 'ferry_attempt_done'::regclass)`, dropPid); n != 0 {
+		t.Errorf("while it deletes side rows, the drop holds %d locks on the archive's parents, want none", n)
+	}
+
+	// The completion ends, or the database shows it waiting for the drop.
+	completed := make(chan error, 1)
+	go func() { completed <- b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: y}) }()
+	var completeErr error
+	finished := false
+	for deadline := time.Now().Add(time.Minute); !finished; time.Sleep(5 * time.Millisecond) {
+		select {
+		case completeErr = <-completed:
+			finished = true
+			continue
+		default:
+		}
+		if b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, dropPid) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("after a minute, the completion neither finished nor waited for the drop")
+		}
+	}
+	if finished {
+		// Still waiting, so the two overlapped.
+		if n := b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND $2 = ANY(pg_blocking_pids(pid))`, dropPid, blockerPid); n != 1 {
+			t.Error("the drop stopped waiting on the conflict row before the completion ended: the test proved nothing")
+		}
+	} else {
+		t.Error("a completion waits for the drop's side-row delete")
+	}
+	if err := blocker.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !finished {
+		completeErr = <-completed
+	}
+	if completeErr != nil {
+		t.Fatalf("completion beside the drop: %v", completeErr)
+	}
+	if err := <-maintained; err != nil {
+		t.Fatalf("maintenance: %v", err)
+	}
+	if res.Dropped == 0 {
+		t.Errorf("maintenance = %+v, want x's day dropped", res)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_conflict WHERE event_id = $1`, x); n != 0 {
+		t.Errorf("%d conflicts of the dropped event x", n)
+	}
+	if ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: y.ID}); err != nil || ev.State != ferry.StateDone {
+		t.Errorf("y after the drop: %+v, %v; want done", ev, err)
+	}
+}
+
+// A run that stops after a drop's first transaction (a crash, a lock
+// timeout, a lost lease) leaves the day detached: its events are gone from
+// every read and from the done counts, and ArchiveInfo no longer counts it.
+// The next run finishes it, even with a retention raised meanwhile to cover
+// the day: its side rows and tables go, while the side rows of an event
+// still stored, whose id falls inside the day's id range, stay.
+func TestArchiveMaintainFinishesADropStoppedAfterTheDetach(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]int64{}
+	for _, key := range []string{"x", "y", "z"} {
+		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: key, Payload: []byte(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[key] = res.ID
+		if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: key, Payload: []byte("other bytes")}); err != nil {
+			t.Fatal(err) // a conflict row for each
+		}
+	}
+	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 3, TTL: 100 * time.Hour})
+	if err != nil || len(claims) != 3 {
+		t.Fatalf("claims: %d, %v", len(claims), err)
+	}
+	leases := map[int64]ferry.Lease{}
+	for _, c := range claims {
+		leases[c.Event.ID] = c.Event.Lease()
+	}
+	complete := func(key string) {
+		t.Helper()
+		if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: leases[ids[key]]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	complete("x") // x and z on Jan 2, y, received between them, on Jan 5
+	complete("z")
+	b.clock.Advance(72 * time.Hour)
+	complete("y")
+
+	const day = "ferry_event_done_20260102"
+	if _, err := b.store.Pool().Exec(b.ctx, `SELECT ferry_archive_detach($1)`, day); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_event_done_partition WHERE name = $1 AND detached`, day); n != 1 {
+		t.Fatalf("the day is not registered detached after the first step")
+	}
+	if _, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: ids["x"]}); !errors.Is(err, ferry.ErrNotFound) {
+		t.Errorf("x after the detach: %v, want ErrNotFound", err)
+	}
+	if n := b.doneCount(t); n != 1 {
+		t.Errorf("done count %d after the detach, want 1 (y)", n)
+	}
+	info, err := b.store.ArchiveInfo(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC); !info.Oldest.Equal(want) {
+		t.Errorf("oldest partition %s after the detach, want %s: a detached day holds no events", info.Oldest, want)
+	}
+
+	// The operator raised the retention meanwhile: the day is inside it.
+	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM ferry_event_done_partition WHERE name = $1`, day); n != 0 {
+		t.Errorf("the detached day is still registered after the next run")
+	}
+	if n := b.count(t, `SELECT count(to_regclass($1)) + count(to_regclass('ferry_attempt_done_20260102'))`, day); n != 0 {
+		t.Errorf("%d of the detached day's tables are still there", n)
+	}
+	for key, want := range map[string]int{"x": 0, "z": 0, "y": 1} {
+		if n := b.count(t, `SELECT count(*) FROM ferry_conflict WHERE event_id = $1`, ids[key]); n != want {
+			t.Errorf("%s has %d conflicts, want %d", key, n, want)
+		}
+	}
+	if ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: ids["y"]}); err != nil || ev.State != ferry.StateDone {
+		t.Errorf("y: %+v, %v; want done", ev, err)
+	}
+	if n := b.doneCount(t); n != 1 {
+		t.Errorf("done count %d after the run, want 1 (y)", n)
 	}
 }

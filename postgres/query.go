@@ -23,6 +23,8 @@ var (
 	archiveCreateSQL string
 	//go:embed query/archive_default_purge.sql
 	archiveDefaultPurgeSQL string
+	//go:embed query/archive_detach.sql
+	archiveDetachSQL string
 	//go:embed query/archive_drop.sql
 	archiveDropSQL string
 	//go:embed query/archive_info.sql

@@ -7,6 +7,8 @@
 -- stopped after today's day leaves older days without a partition, their
 -- completions in the default partitions: each such day still within the
 -- retention gets a partition of its own, so the default partitions empty.
+-- A partition a stopped run left detached is dropped whatever its age: its
+-- events already left the archive.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -35,6 +37,6 @@ FROM (
     UNION ALL
     SELECT 'drop', p.from_day, p.to_day, p.name, false
     FROM ferry_event_done_partition p, bounds
-    WHERE p.to_day <= bounds.expired
+    WHERE p.to_day <= bounds.expired OR p.detached
 ) steps
 ORDER BY action, current DESC, from_day;
