@@ -56,4 +56,12 @@ var (
 	// SQLite file this process cannot write. Every delivery would get 503
 	// until it is fixed. It wraps the cause.
 	ErrReadOnly = errors.New("ferry: store is read-only")
+
+	// ErrMisconfigured is returned by Store.Ping when the database answers
+	// and can write, but its sessions run with a setting Ferry's statements
+	// are not written for: PostgreSQL's default_transaction_isolation above
+	// read committed (set on the role, the database or the URL), under which
+	// claims, completions and a transactional handler's commit fail with
+	// serialization errors. It wraps the setting and the fix.
+	ErrMisconfigured = errors.New("ferry: store misconfigured")
 )

@@ -221,7 +221,10 @@ type Store interface {
 	// Ping checks that the database answers and can commit a write now, for
 	// readiness checks and doctor; it writes nothing. A database that
 	// answers but refuses writes gives an error that is ErrReadOnly: reads
-	// alone would pass a store that answers every delivery 503.
+	// alone would pass a store that answers every delivery 503. One whose
+	// sessions run with a setting the store's statements fail under
+	// (postgres.Store: an isolation above read committed) gives
+	// ErrMisconfigured.
 	Ping(ctx context.Context) error
 
 	// ReplayList returns the suspected replays kept on one event

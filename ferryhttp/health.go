@@ -17,8 +17,9 @@ type Pinger interface {
 }
 
 // Health serves /healthz (the process is up) and /readyz (the store answers
-// within two seconds and does not refuse writes, and the process is neither
-// starting nor shutting down), for load balancers and orchestrators.
+// within two seconds, does not refuse writes and is not misconfigured, and
+// the process is neither starting nor shutting down), for load balancers
+// and orchestrators.
 type Health struct {
 	Store    Pinger
 	starting atomic.Bool
@@ -73,8 +74,13 @@ func (h *Health) Register(mux *http.ServeMux) {
 		// A read-only store (a standby after failover) fails too: every
 		// delivery here would get 503, and an instance still pointed at it
 		// should lose its traffic to one that can write.
+		// So does one whose sessions run with a setting Ferry's
+		// statements fail under (ferry.ErrMisconfigured).
 		if err := h.Store.Ping(ctx); errors.Is(err, ferry.ErrReadOnly) {
 			http.Error(w, "store read-only", http.StatusServiceUnavailable)
+			return
+		} else if errors.Is(err, ferry.ErrMisconfigured) {
+			http.Error(w, "store misconfigured", http.StatusServiceUnavailable)
 			return
 		} else if err != nil {
 			http.Error(w, "store unreachable", http.StatusServiceUnavailable)

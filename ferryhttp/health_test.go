@@ -1,6 +1,8 @@
 package ferryhttp_test
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
@@ -88,6 +91,16 @@ func TestHealth(t *testing.T) {
 		}
 	})
 
+	// A store whose sessions run with a setting Ferry's statements fail
+	// under (PostgreSQL serializable by default) is not ready either.
+	t.Run("store misconfigured", func(t *testing.T) {
+		t.Parallel()
+		srv := serve(t, &ferryhttp.Health{Store: pingErr{fmt.Errorf("postgres: ping: %w: default_transaction_isolation", ferry.ErrMisconfigured)}})
+		if code, body := testhttp.Get(t, srv.URL+"/readyz"); code != 503 || body != "store misconfigured\n" {
+			t.Errorf("/readyz with a misconfigured store = %d %q, want 503 store misconfigured", code, body)
+		}
+	})
+
 	t.Run("store unreachable", func(t *testing.T) {
 		t.Parallel()
 		st := teststore.SQLite(t, nil)
@@ -101,3 +114,8 @@ func TestHealth(t *testing.T) {
 		}
 	})
 }
+
+// pingErr is a store whose Ping fails with its error.
+type pingErr struct{ err error }
+
+func (p pingErr) Ping(context.Context) error { return p.err }

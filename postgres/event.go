@@ -446,10 +446,13 @@ func deref(s *string) string {
 }
 
 // Ping checks that the database answers and that a session of the pool
-// can write: not a standby, not read-only by default.
+// can write: not a standby, not read-only by default (ferry.ErrReadOnly);
+// and that it runs read committed by default (ferry.ErrMisconfigured), which
+// Open sets but a pool passed to New may not.
 func (s *Store) Ping(ctx context.Context) error {
 	var standby, readOnly bool
-	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly); err != nil {
+	var isolation string
+	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly, &isolation); err != nil {
 		return wrap("ping", err)
 	}
 	switch {
@@ -457,6 +460,10 @@ func (s *Store) Ping(ctx context.Context) error {
 		return wrap("ping", fmt.Errorf("%w: the server is a standby (in recovery)", ferry.ErrReadOnly))
 	case readOnly:
 		return wrap("ping", fmt.Errorf("%w: transactions are read-only (default_transaction_read_only)", ferry.ErrReadOnly))
+	case isolation != "read committed":
+		return wrap("ping", fmt.Errorf("%w: sessions run with default_transaction_isolation = %q, and Ferry's claims and completions fail with serialization errors (SQLSTATE 40001) under it; "+
+			"run them read committed: ALTER ROLE ... SET default_transaction_isolation = 'read committed' (or the database's), drop it from the URL (postgres.Open then sets it), or set it in the pool's AfterConnect",
+			ferry.ErrMisconfigured, isolation))
 	}
 	return nil
 }

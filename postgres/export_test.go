@@ -25,8 +25,8 @@ func SetMigrateLockTimeout(s *Store, timeout time.Duration, tries int) {
 // progress does.
 var MigrationLockSQL = migrationLockSQL
 
-// SetsJIT is setsJIT, for the forms of a URL that set jit.
-var SetsJIT = setsJIT
+// SetsParam is setsParam, for the forms of a URL that set a setting.
+var SetsParam = setsParam
 
 // EventStatsSQL is EventStats's aggregate, for plan checks; StatsArgs are
 // its arguments for params.

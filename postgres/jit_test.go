@@ -119,24 +119,27 @@ func statsPlan(t *testing.T, s *postgres.Store) string {
 	return plan
 }
 
-// A URL sets jit as a parameter (any case) or in options; a name that only
-// begins with jit sets something else.
-func TestSetsJIT(t *testing.T) {
+// A URL sets a setting as a parameter (any case) or in options; a name that
+// only begins with the setting's sets something else.
+func TestSetsParam(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		params map[string]string
+		name   string
 		want   bool
 	}{
-		{map[string]string{"jit": "on"}, true},
-		{map[string]string{"JIT": "on"}, true},
-		{map[string]string{"options": "-c jit=on"}, true},
-		{map[string]string{"options": "-c search_path=x -cjit=on"}, true},
-		{map[string]string{"options": "--jit=on"}, true},
-		{map[string]string{}, false},
-		{map[string]string{"jit_above_cost": "0", "options": "-c jit_above_cost=0 -c search_path=jit"}, false},
+		{map[string]string{"jit": "on"}, "jit", true},
+		{map[string]string{"JIT": "on"}, "jit", true},
+		{map[string]string{"options": "-c jit=on"}, "jit", true},
+		{map[string]string{"options": "-c search_path=x -cjit=on"}, "jit", true},
+		{map[string]string{"options": "--jit=on"}, "jit", true},
+		{map[string]string{}, "jit", false},
+		{map[string]string{"jit_above_cost": "0", "options": "-c jit_above_cost=0 -c search_path=jit"}, "jit", false},
+		{map[string]string{"options": `-c default_transaction_isolation=repeatable\ read`}, "default_transaction_isolation", true},
+		{map[string]string{"jit": "on"}, "default_transaction_isolation", false},
 	} {
-		if got := postgres.SetsJIT(tc.params); got != tc.want {
-			t.Errorf("SetsJIT(%v) = %v, want %v", tc.params, got, tc.want)
+		if got := postgres.SetsParam(tc.params, tc.name); got != tc.want {
+			t.Errorf("SetsParam(%v, %s) = %v, want %v", tc.params, tc.name, got, tc.want)
 		}
 	}
 }

@@ -72,7 +72,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // advisory lock is held, since instances wait their turn on it for as long
 // as a migration takes.
 func (s *Store) migrateOnce(ctx context.Context, all []ferry.Migration) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return s.InTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, migrationLockSQL, pgx.NamedArgs{"class": MigrationLockClass}); err != nil {
 			return err
 		}

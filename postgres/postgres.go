@@ -66,8 +66,9 @@ type Store struct {
 // and its MaxConns means nothing here: size the pool itself with
 // ferry.Workload.Conns (pgxpool's default, max(4, CPUs), is too small for
 // transactional handlers, and Client.Start says so). Unlike Open it checks
-// and sets nothing: the pool's sessions must keep synchronous_commit on, and
-// should run with jit off as Open's do.
+// and sets nothing: the pool's sessions must keep synchronous_commit on and
+// run read committed (Ping fails otherwise), and should run with jit off,
+// as Open's do.
 func New(pool *pgxpool.Pool, config *Config) *Store {
 	s := &Store{pool: pool}
 	if config == nil {
@@ -92,17 +93,30 @@ func (s *Store) MaxConns() int { return int(s.pool.Config().MaxConns) }
 // options=-c jit=on): Ferry's queries are short, and JIT compiling the plan
 // of one whose estimated cost passes jit_above_cost takes seconds it never
 // wins back: EventStats, run on every metrics scrape, took 5.5 s instead of
-// 15 ms once the archive's ledger held a thousand lapsed attempts.
+// 15 ms once the archive's ledger held a thousand lapsed attempts. They run
+// read committed (default_transaction_isolation) unless url sets it, whatever
+// the role or database sets: Ferry's statements are written for it, and
+// under repeatable read or serializable a claim, a completion or a
+// transactional handler's commit fails with a serialization error (SQLSTATE
+// 40001) where read committed waits and rechecks. Ping fails while it is
+// not read committed.
 func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 	poolConfig, err := parseURL(url)
 	if err != nil {
 		return nil, wrap("open", err)
 	}
-	if !setsJIT(poolConfig.ConnConfig.RuntimeParams) {
-		// A SET, not a startup parameter: PgBouncer refuses the
-		// connection of a client that sends one it does not know.
+	// SETs, not startup parameters: PgBouncer refuses the connection of a
+	// client that sends one it does not know.
+	var sets []string
+	if !setsParam(poolConfig.ConnConfig.RuntimeParams, "jit") {
+		sets = append(sets, "SET jit = off")
+	}
+	if !setsParam(poolConfig.ConnConfig.RuntimeParams, "default_transaction_isolation") {
+		sets = append(sets, "SET default_transaction_isolation = 'read committed'")
+	}
+	if len(sets) > 0 {
 		poolConfig.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, "SET jit = off")
+			_, err := conn.Exec(ctx, strings.Join(sets, "; "))
 			return err
 		}
 	}
@@ -161,18 +175,18 @@ func parseURL(url string) (*pgxpool.Config, error) {
 	return config, nil
 }
 
-// setsJIT reports whether a connection's startup parameters set jit: as a
-// parameter (any case, as the server reads names), or in options as
-// "-c jit=…", "-cjit=…" or "--jit=…".
-func setsJIT(params map[string]string) bool {
-	for name := range params {
-		if strings.EqualFold(name, "jit") {
+// setsParam reports whether a connection's startup parameters set the
+// setting named name: as a parameter (any case, as the server reads names),
+// or in options as "-c name=…", "-cname=…" or "--name=…".
+func setsParam(params map[string]string, name string) bool {
+	for p := range params {
+		if strings.EqualFold(p, name) {
 			return true
 		}
 	}
 	for _, opt := range strings.Fields(params["options"]) {
-		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(opt, "-c"), "--"), "=")
-		if strings.EqualFold(name, "jit") {
+		p, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(opt, "-c"), "--"), "=")
+		if strings.EqualFold(p, name) {
 			return true
 		}
 	}
@@ -220,10 +234,14 @@ func wrap(op string, err error) error {
 // Pool returns the pool the Store runs on, for the caller's own queries.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// InTx runs fn in a new transaction, committing if fn returns nil and rolling
-// back otherwise; fn's error is returned as it is.
+// InTx runs fn in a new read committed transaction, committing if fn
+// returns nil and rolling back otherwise; fn's error is returned as it is.
+// Read committed whatever the session's default: a transactional handler's
+// EventCompleteTx after a heartbeat renewed its lease, for one, fails under
+// repeatable read (SQLSTATE 40001). The store's own read-write transactions
+// begin here too.
 func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
 }
 
 // nowArg is the @now argument of every query: NULL lets the SQL fall back to

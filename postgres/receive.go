@@ -132,7 +132,7 @@ func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any)
 	keys = slices.Compact(keys)
 	out := make([]*ferry.EventReceiveResult, len(reqs))
 	var missed redeliveries
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		missed = redeliveries{}
 		if _, err := tx.Exec(ctx, eventReceiveLockSQL, pgx.NamedArgs{"keys": keys}); err != nil {
 			return err

@@ -472,6 +472,24 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 			t.Errorf("read-only store: exit %d, report %+v; want %d and a fail with the fix", code, r, exitProblems)
 		}
 	})
+	// A store whose sessions run serializable (here from the URL, which
+	// Open keeps) answers and can write, but claims and completions fail
+	// under it: a fail naming the setting, not "does not answer".
+	t.Run("StoreIsolation", func(t *testing.T) {
+		t.Parallel()
+		pool, schema := pgtest.Schema(t)
+		teststore.PostgresOn(t, pool, nil)
+		cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s",
+			pgtest.ConnString(schema)+"&default_transaction_isolation=serializable", forward))
+		r, code := doctorJSON(t, cfg)
+		found := false
+		for _, f := range r.Findings {
+			found = found || f.Level == "fail" && strings.Contains(f.Message, "misconfigured") && strings.Contains(f.Message, "default_transaction_isolation") && strings.Contains(f.Fix, "change the setting")
+		}
+		if code != exitProblems || r.Healthy || !found {
+			t.Errorf("serializable store: exit %d, report %+v; want %d and a fail naming the setting", code, r, exitProblems)
+		}
+	})
 	t.Run("StoreUnreachable", func(t *testing.T) {
 		t.Parallel()
 		cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = \"postgres://ferry@%s/none?connect_timeout=2\"\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s", freeAddr(t), forward))

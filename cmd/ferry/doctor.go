@@ -195,6 +195,9 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		}
 		fail(fix, "store: answers but cannot write: %v", err)
 		return nil
+	} else if errors.Is(err, ferry.ErrMisconfigured) {
+		fail("change the setting the error names, for Ferry's role or in store.url; claims and completions fail meanwhile", "store: answers but is misconfigured: %v", err)
+		return nil
 	} else if err != nil {
 		fail("check that the database runs and that this host can reach it", "store: does not answer: %v", err)
 		return nil

@@ -1,0 +1,158 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/postgres"
+)
+
+// repeatableRead opens another pool on s's schema whose sessions default to
+// repeatable read, as ALTER ROLE ... SET default_transaction_isolation
+// leaves them, and a store on it with config.
+func repeatableRead(t *testing.T, s *postgres.Store, config *postgres.Config) *postgres.Store {
+	t.Helper()
+	schema := s.Pool().Config().ConnConfig.RuntimeParams["search_path"]
+	pool := pgtest.PoolOn(t, schema, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	})
+	rr := postgres.New(pool, config)
+	t.Cleanup(rr.Close)
+	return rr
+}
+
+// showIsolation is the default_transaction_isolation of a session of pool.
+func showIsolation(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var v string
+	if err := pool.QueryRow(context.Background(), `SHOW default_transaction_isolation`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Open's sessions run read committed whatever the role sets (here a role of
+// the test's own, set to repeatable read), unless the URL sets it: the
+// operator's word wins, and Ping then says what is wrong.
+func TestOpenRunsReadCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := pgtest.Schema(t)
+	role := "ferry_test_rr_" + strings.TrimPrefix(schema, "ferry_test_")
+	for _, sql := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`ALTER ROLE ` + role + ` SET default_transaction_isolation = 'repeatable read'`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), `DROP ROLE `+role); err != nil {
+			t.Errorf("drop role: %v", err)
+		}
+	})
+	u, err := url.Parse(pgtest.ConnString(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	// The role's setting holds where nothing sets another.
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain string
+	err = conn.QueryRow(ctx, `SHOW default_transaction_isolation`).Scan(&plain)
+	conn.Close(ctx)
+	if err != nil || plain != "repeatable read" {
+		t.Fatalf("the role's session runs %q (%v), want repeatable read: the test sets nothing", plain, err)
+	}
+
+	s, err := postgres.Open(ctx, u.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := showIsolation(t, s.Pool()); got != "read committed" {
+		t.Errorf("Open's session runs %q, want read committed", got)
+	}
+
+	kept, err := postgres.Open(ctx, u.String()+"&default_transaction_isolation=serializable", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	if got := showIsolation(t, kept.Pool()); got != "serializable" {
+		t.Errorf("with the isolation in the URL, Open's session runs %q, want serializable", got)
+	}
+	if err := kept.Ping(ctx); !errors.Is(err, ferry.ErrMisconfigured) {
+		t.Errorf("Ping with serializable from the URL = %v, want ErrMisconfigured", err)
+	}
+}
+
+// InTx runs read committed on a pool whose sessions default to repeatable
+// read: a transactional handler writes, a heartbeat renews its lease
+// meanwhile, and its EventCompleteTx still commits. Under repeatable read
+// the completion's lock on the event, which the heartbeat rewrote after the
+// transaction's snapshot, fails with SQLSTATE 40001.
+func TestInTxIsReadCommitted(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	rr := repeatableRead(t, b.store, &postgres.Config{Now: b.clock.Now})
+	if _, err := b.store.Pool().Exec(b.ctx, `CREATE TABLE effect (key text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	lease := b.claimed(t, "e")
+	err := rr.InTx(b.ctx, func(tx pgx.Tx) error {
+		var iso string
+		if err := tx.QueryRow(b.ctx, `SHOW transaction_isolation`).Scan(&iso); err != nil {
+			return err
+		}
+		if iso != "read committed" {
+			t.Errorf("InTx runs %q, want read committed", iso)
+		}
+		if _, err := tx.Exec(b.ctx, `INSERT INTO effect (key) VALUES ('e')`); err != nil {
+			return err
+		}
+		if _, err := b.store.EventHeartbeat(b.ctx, &ferry.EventHeartbeatParams{Lease: lease, TTL: time.Hour}); err != nil {
+			return err
+		}
+		return rr.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: lease})
+	})
+	if err != nil {
+		t.Fatalf("a transactional handler's completion after a heartbeat: %v", err)
+	}
+	if ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: lease.ID}); err != nil || ev.State != ferry.StateDone {
+		t.Fatalf("event after the handler: %+v, %v; want done", ev, err)
+	}
+}
+
+// Ping fails on a pool whose sessions default to repeatable read, naming
+// the setting and the fix; postgres.New sets nothing on the pool it is
+// given, so only Ping (and so /readyz and doctor) can say.
+func TestPingRefusesAnIsolationAboveReadCommitted(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	err := repeatableRead(t, b.store, &postgres.Config{Now: b.clock.Now}).Ping(b.ctx)
+	if !errors.Is(err, ferry.ErrMisconfigured) {
+		t.Fatalf("Ping on a repeatable read pool = %v, want ErrMisconfigured", err)
+	}
+	for _, want := range []string{`default_transaction_isolation = "repeatable read"`, "40001", "ALTER ROLE ... SET default_transaction_isolation = 'read committed'"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Ping's error %q does not say %q", err, want)
+		}
+	}
+	if err := b.store.Ping(b.ctx); err != nil {
+		t.Errorf("Ping on the read committed pool beside it = %v", err)
+	}
+}
