@@ -214,10 +214,16 @@ var ErrConfig = errors.New("catchup: invalid settings")
 // last hour of its 3 days, so expired or about to be; one without a
 // payload; a response over 32 MiB). The runner skips the event with a
 // warning, so one such event cannot fail every pass until it ages out. A
-// refusal that may pass (GitHub's 422 when throttled, its 404 to
-// credentials that may not read the hook) is not one: it fails the pass,
-// and the next tries again.
+// refusal that may pass is ErrRefusedForNow.
 var ErrUnfetchable = errors.New("catchup: the provider cannot return the event")
+
+// ErrRefusedForNow is wrapped by a Candidate's Fetch error when the
+// provider refuses an event it still keeps (GitHub's 422 when throttled,
+// its 404 to credentials that may not read the hook). The runner takes the
+// pass's other events, then fails the pass without advancing the
+// checkpoint, so the next pass tries the event again: stopping at it would
+// leave every older event unfetched, and some could age out meanwhile.
+var ErrRefusedForNow = errors.New("catchup: the provider refused the event for now")
 
 // errOverMaxBody is a payload over Runner.MaxBody: the runner skips it.
 var errOverMaxBody = errors.New("payload over the source's max body")
@@ -381,6 +387,10 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 	advance := !opts.DryRun && (!res.From.After(start) || !res.From.After(reach))
 	ctx, bound := r.providerBound(ctx, res, now, overlap, settle)
 	ctx = withPassClock(ctx, r.now)
+	// refused is the first ErrRefusedForNow of the pass, and refusals how
+	// many: the pass goes on, advances no further, and fails at its end.
+	var refused error
+	refusals := 0
 	found := func(c *Candidate) error {
 		if bound(); !c.Created.IsZero() && c.Created.After(res.To) {
 			return nil // not settled at the provider: the next pass lists it
@@ -394,6 +404,11 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			res.Skipped++
 			outcome = OutcomeSkipped
 			r.log().Warn("catchup: skipped an event it cannot fetch or store", "source", r.Source, "err", err)
+		case errors.Is(err, ErrRefusedForNow):
+			refused = cmp.Or(refused, err)
+			refusals++
+			r.log().Warn("catchup: the provider refused an event for now; the pass goes on and the next tries it again", "source", r.Source, "err", err)
+			return nil
 		case err != nil:
 			return err
 		case known:
@@ -436,7 +451,7 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 		if res.To.Before(end) {
 			end = res.To
 		}
-		if advance && end.After(checkpoint) {
+		if advance && refused == nil && end.After(checkpoint) {
 			put := &ferry.CheckpointPutParams{Name: name, Value: end.Format(time.RFC3339Nano)}
 			if opts.Owner != "" {
 				put.Lease, put.Owner = name, opts.Owner
@@ -448,6 +463,14 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			checkpoint = end
 			res.Advanced, res.Checkpoint = true, end
 		}
+	}
+	if refused != nil {
+		at := "checkpoint not advanced"
+		if res.Advanced {
+			at = "checkpoint advanced to " + res.Checkpoint.Format(time.RFC3339)
+		}
+		return res, ahead, fmt.Errorf("catchup %s: pass from %s took %d events (%d new), but the provider refused %d for now, %s; the next pass tries again: %w",
+			r.Source, res.From.Format(time.RFC3339), res.Fetched-refusals, res.New, refusals, at, refused)
 	}
 	return res, ahead, nil
 }

@@ -241,7 +241,7 @@ func (g *GitHub) fetch(ctx context.Context, id int64, at time.Time) (*Event, err
 		if age >= githubExpiring {
 			return nil, fmt.Errorf("github: get delivery %d, delivered %s ago, in the last hour of GitHub's 3 days: taken as expired: %w: %w", id, age, ErrUnfetchable, err)
 		}
-		return nil, fmt.Errorf("github: get delivery %d, delivered %s ago, within GitHub's 3 days: HTTP %d is no sign it expired (GitHub answers 422 when it throttles, 404 to credentials that may not read the hook); the next pass tries again: %w", id, age, se.Status, err)
+		return nil, fmt.Errorf("github: get delivery %d, delivered %s ago, within GitHub's 3 days: HTTP %d is no sign it expired (GitHub answers 422 when it throttles, 404 to credentials that may not read the hook): %w: %w", id, age, se.Status, ErrRefusedForNow, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("github: get delivery: %w", err)

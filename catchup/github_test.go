@@ -610,11 +610,15 @@ func TestGitHub(t *testing.T) {
 		t.Parallel()
 		for _, status := range []int{http.StatusNotFound, http.StatusGone, http.StatusUnprocessableEntity} {
 			b := setupGitHub(t, GitHubOptions{})
-			b.fake.add("young", "push", base.Add(-githubExpiring+time.Second), 500)
+			// Listed after young (newest first, by delivery id), and near
+			// GitHub's 3 days: refusing young must not keep it from being
+			// fetched.
+			b.fake.add("old", "push", base.Add(-githubExpiring+2*time.Second), 500)
+			b.fake.add("young", "push", base.Add(-githubExpiring+3*time.Second), 500) // delivery 2
 			var refuse atomic.Bool
 			refuse.Store(true)
 			b.fake.limit = func(w http.ResponseWriter, r *http.Request) bool {
-				if !refuse.Load() || !strings.Contains(r.URL.Path, "/deliveries/") {
+				if !refuse.Load() || !strings.HasSuffix(r.URL.Path, "/deliveries/2") {
 					return false
 				}
 				w.WriteHeader(status)
@@ -626,14 +630,20 @@ func TestGitHub(t *testing.T) {
 			if !ok || se.Status != status || !strings.Contains(err.Error(), fmt.Sprintf("HTTP %d", status)) {
 				t.Fatalf("HTTP %d: err = %v, want the pass failed naming the status", status, err)
 			}
-			if res.Skipped != 0 || res.Advanced {
-				t.Fatalf("HTTP %d: skipped=%d advanced=%v, want neither", status, res.Skipped, res.Advanced)
+			if !errors.Is(err, ErrRefusedForNow) || res.Skipped != 0 || res.Advanced {
+				t.Fatalf("HTTP %d: err = %v, skipped=%d advanced=%v; want ErrRefusedForNow, neither skipped nor advanced", status, err, res.Skipped, res.Advanced)
 			}
 			if _, ok := checkpoint(t, b.store, "github"); ok {
 				t.Fatalf("HTTP %d: the checkpoint advanced past a delivery not fetched", status)
 			}
+			if res.New != 1 {
+				t.Fatalf("HTTP %d: new=%d, want the older delivery taken past the refused one", status, res.New)
+			}
+			if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "old"}); err != nil {
+				t.Fatalf("HTTP %d: the older delivery was not stored: %v", status, err)
+			}
 			refuse.Store(false)
-			wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
+			wantCounts(t, b.pass(t, PassOptions{}), 2, 1, 1)
 		}
 	})
 
