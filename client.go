@@ -171,13 +171,14 @@ func (c *Client) checkRegistered() error {
 // events run again once their leases lapse. A Stop while another runs waits
 // the same way.
 //
-// A ctx already done when Stop is called (the signal context a program
-// waited on: <-ctx.Done(); client.Stop(ctx)) sets no deadline: handlers
-// still get ShutdownGrace, and then DefaultShutdownGrace more to return
-// once cancelled and release their events, as ferry serve gives them; Stop
-// returns nil if they all do, else context.DeadlineExceeded.
+// A ctx already cancelled when Stop is called (the signal context a
+// program waited on: <-ctx.Done(); client.Stop(ctx)) sets no deadline:
+// handlers still get ShutdownGrace, and then DefaultShutdownGrace more to
+// return once cancelled and release their events, as ferry serve gives
+// them; Stop returns nil if they all do, else context.DeadlineExceeded. A
+// deadline already past is kept: the caller's shutdown budget is spent.
 func (c *Client) Stop(ctx context.Context) error {
-	if ctx.Err() != nil {
+	if errors.Is(ctx.Err(), context.Canceled) {
 		// Else a signal context would cut every handler off at once.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownGrace+DefaultShutdownGrace)

@@ -43,6 +43,9 @@ func TestHandleTx(t *testing.T) {
 			t.Fatal(err)
 		}
 		committed, rolledBack := b.receive(t, "stripe", "evt_commit"), b.receive(t, "stripe", "evt_rollback")
+		// Commits, then fails on the ended tx: its error must not make it a
+		// retry that commits again.
+		failedAfter := b.receive(t, "stripe", "evt_commit_then_fail")
 		var runs sync.Map
 		c := b.newClient(t, func(cfg *ferry.Config) { cfg.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 3}} })
 		ferry.HandleTx(c, b.store, "stripe", "", func(ctx context.Context, tx *sql.Tx, d *ferry.Delivery) error {
@@ -51,13 +54,20 @@ func TestHandleTx(t *testing.T) {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO effect (event_id) VALUES (?)`, d.Event.EventID); err != nil {
 				return err
 			}
-			if d.Event.EventID == "evt_commit" {
+			switch d.Event.EventID {
+			case "evt_commit":
 				return tx.Commit()
+			case "evt_commit_then_fail":
+				if err := tx.Commit(); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `SELECT 1`)
+				return err
 			}
 			return tx.Rollback()
 		})
 		start(t, c)
-		for id, effects := range map[int64]int{committed: 1, rolledBack: 0} {
+		for id, effects := range map[int64]int{committed: 1, rolledBack: 0, failedAfter: 1} {
 			ev := b.waitState(t, id, ferry.StateDead)
 			if ev.Attempt != 1 || !strings.Contains(ev.LastError, "committed or rolled back Ferry's transaction") {
 				t.Errorf("%s: dead at attempt %d with %q, want at its first, saying the handler ended the transaction", ev.EventID, ev.Attempt, ev.LastError)

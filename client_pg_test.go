@@ -78,9 +78,15 @@ func TestClientTxHandlerThatCommitsIsDead(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE effect (event_id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte("{}")})
-	if err != nil {
-		t.Fatal(err)
+	// evt_1's handler commits and returns nil; evt_2's commits, then fails
+	// on the ended tx.
+	var ids []int64
+	for _, id := range []string{"evt_1", "evt_2"} {
+		res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte("{}")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.ID)
 	}
 	c, err := ferry.NewClient(&ferry.Config{
 		Store: st, Workers: 1, PollInterval: 20 * time.Millisecond, RetryBase: time.Millisecond, RetryCap: time.Millisecond,
@@ -94,35 +100,41 @@ func TestClientTxHandlerThatCommitsIsDead(t *testing.T) {
 		if _, err := tx.Exec(ctx, `INSERT INTO effect (event_id) VALUES ($1)`, d.Event.EventID); err != nil {
 			return err
 		}
-		return tx.Commit(ctx)
+		if err := tx.Commit(ctx); err != nil || d.Event.EventID == "evt_1" {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT 1`)
+		return err
 	})
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop(ctx) })
-	deadline := time.Now().Add(30 * time.Second) // a ceiling for a loaded machine
-	var ev *ferry.Event
-	for {
-		if ev, err = st.EventGet(ctx, &ferry.EventGetParams{ID: res.ID}); err != nil {
+	for _, id := range ids {
+		deadline := time.Now().Add(30 * time.Second) // a ceiling for a loaded machine
+		var ev *ferry.Event
+		for {
+			if ev, err = st.EventGet(ctx, &ferry.EventGetParams{ID: id}); err != nil {
+				t.Fatal(err)
+			}
+			if ev.State == ferry.StateDead {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is %s at attempt %d (%q), want dead", ev.EventID, ev.State, ev.Attempt, ev.LastError)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if ev.Attempt != 1 || !strings.Contains(ev.LastError, "committed or rolled back Ferry's transaction") || !strings.Contains(ev.LastError, ferry.ErrTxDone.Error()) {
+			t.Errorf("%s: dead at attempt %d with %q, want at its first, saying the handler ended the transaction", ev.EventID, ev.Attempt, ev.LastError)
+		}
+		var effects int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM effect WHERE event_id = $1`, ev.EventID).Scan(&effects); err != nil {
 			t.Fatal(err)
 		}
-		if ev.State == ferry.StateDead {
-			break
+		if effects != 1 {
+			t.Errorf("%s: %d effects, want 1", ev.EventID, effects)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("event is %s at attempt %d (%q), want dead", ev.State, ev.Attempt, ev.LastError)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if ev.Attempt != 1 || !strings.Contains(ev.LastError, "committed or rolled back Ferry's transaction") || !strings.Contains(ev.LastError, ferry.ErrTxDone.Error()) {
-		t.Errorf("dead at attempt %d with %q, want at its first, saying the handler ended the transaction", ev.Attempt, ev.LastError)
-	}
-	var effects int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM effect`).Scan(&effects); err != nil {
-		t.Fatal(err)
-	}
-	if effects != 1 {
-		t.Errorf("%d effects, want 1", effects)
 	}
 }
 

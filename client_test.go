@@ -630,6 +630,28 @@ func TestClient(t *testing.T) {
 		}
 	})
 
+	// A deadline already past is the caller's spent budget, not a signal
+	// context: Stop gives no grace and says so.
+	withClient(t, "StopWithADeadlinePastGivesNoGrace", false, func(t *testing.T, b *clientBundle) {
+		b.receive(t, "stripe", "evt_1")
+		started := make(chan struct{}, 1)
+		c := b.newClient(t, func(c *ferry.Config) { c.Workers, c.ShutdownGrace = 1, time.Minute })
+		c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
+			started <- struct{}{}
+			<-ctx.Done() // returns once Stop cancels it
+			return ctx.Err()
+		})
+		if err := c.Start(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		past, cancel := context.WithDeadline(b.ctx, time.Now().Add(-time.Second))
+		defer cancel()
+		if err := c.Stop(past); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Stop with a deadline past = %v, want DeadlineExceeded at once (with the grace, the cancelled handler returns and Stop says nil)", err)
+		}
+	})
+
 	// A Stop called while another runs returns, as the first does, only
 	// once every handler has returned (or its own ctx is done).
 	// A Stop whose ctx ends first says how many events are still held, so

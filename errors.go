@@ -21,7 +21,8 @@ var (
 	ErrRetentionTooShort = errors.New("ferry: retention shorter than the replay window")
 
 	// ErrTxDone is returned by TxStore.EventCompleteTx when tx was already
-	// committed or rolled back: a TxHandlerFunc that ended Ferry's
+	// committed or rolled back, and wrapped by TxStore.InTx's error when fn
+	// failed after ending tx: a TxHandlerFunc that ended Ferry's
 	// transaction itself. Its writes may have committed without the
 	// event's done, so the client records the event dead rather than
 	// repeat them with every retry. It wraps the driver's error.

@@ -149,13 +149,13 @@ func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
 		if err := h.fn(ctx, tx, d); err != nil {
 			return err
 		}
-		err := h.store.EventCompleteTx(ctx, tx, &EventCompleteParams{Lease: d.Event.Lease(), Response: d.Response()})
-		if errors.Is(err, ErrTxDone) {
-			// Its writes may have committed: a retry could repeat them.
-			return Permanent(fmt.Errorf("ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx): dead, not retried, since its writes may have committed without the event's done: %w", err))
-		}
-		return err
+		return h.store.EventCompleteTx(ctx, tx, &EventCompleteParams{Lease: d.Event.Lease(), Response: d.Response()})
 	})
+	if errors.Is(err, ErrTxDone) {
+		// Its writes may have committed, whatever it returned: a retry could
+		// repeat them.
+		err = Permanent(fmt.Errorf("ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx): dead, not retried, since its writes may have committed without the event's done: %w", err))
+	}
 	return err == nil, err
 }
 

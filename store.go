@@ -260,7 +260,8 @@ type TxStore[TX any] interface {
 	EventCompleteTx(ctx context.Context, tx TX, params *EventCompleteParams) error
 
 	// InTx runs fn in a new transaction, committing if fn returns nil and
-	// rolling back otherwise.
+	// rolling back otherwise. When fn fails after it ended tx itself
+	// (committed or rolled back), the error wraps ErrTxDone as well as fn's.
 	InTx(ctx context.Context, fn func(tx TX) error) error
 }
 

@@ -235,13 +235,26 @@ func wrap(op string, err error) error {
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // InTx runs fn in a new read committed transaction, committing if fn
-// returns nil and rolling back otherwise; fn's error is returned as it is.
+// returns nil and rolling back otherwise; fn's error is returned as it is,
+// wrapped with ferry.ErrTxDone too when fn ended tx itself.
 // Read committed whatever the session's default: a transactional handler's
 // EventCompleteTx after a heartbeat renewed its lease, for one, fails under
 // repeatable read (SQLSTATE 40001). The store's own read-write transactions
 // begin here too.
 func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // after Commit, a no-op
+	if err := fn(tx); err != nil {
+		// A tx fn committed or rolled back itself answers ErrTxClosed.
+		if errors.Is(tx.Rollback(ctx), pgx.ErrTxClosed) {
+			return fmt.Errorf("postgres: %w: %w", ferry.ErrTxDone, err)
+		}
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // nowArg is the @now argument of every query: NULL lets the SQL fall back to

@@ -331,11 +331,18 @@ func (s *Store) DB() *sql.DB { return s.db }
 // wait for the one write connection that tx holds.
 func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	var fnErr error
+	ended := false
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		fnErr = fn(tx)
+		// A tx fn committed or rolled back answers ErrTxDone; so does one
+		// database/sql rolled back because ctx ended, which is no sign.
+		ended = fnErr != nil && errors.Is(tx.Rollback(), sql.ErrTxDone) && ctx.Err() == nil
 		return fnErr
 	})
-	if err != nil && fnErr == nil { // begin or commit
+	switch {
+	case ended:
+		return fmt.Errorf("sqlite: %w: %w", ferry.ErrTxDone, err)
+	case err != nil && fnErr == nil: // begin or commit
 		return fmt.Errorf("sqlite: %w", err)
 	}
 	return err

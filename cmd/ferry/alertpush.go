@@ -203,7 +203,11 @@ func (p *alertPusher) check(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := p.checkOne(ctx, rule, source, stats, bySource[source]); err != nil {
+			err := p.checkOne(ctx, rule, source, stats, bySource[source])
+			switch {
+			case errors.Is(err, errSentNotRemembered):
+				p.warn(ctx, "ferry: alert pushed, but another instance took the alerts over before it was remembered; it may push it again", err, "kind", rule.kind, "source", source)
+			case err != nil:
 				p.warn(ctx, "ferry: alert not pushed; retrying at the next check", err, "kind", rule.kind, "source", source)
 			}
 		}
@@ -314,11 +318,18 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 		return err
 	}
 	if err := p.remember(ctx, name, next); err != nil {
+		if errors.Is(err, ferry.ErrLeaseLost) {
+			err = fmt.Errorf("%w: %w", errSentNotRemembered, err)
+		}
 		return fmt.Errorf("sent, but not remembered (the next holder may send it again): %w", err)
 	}
 	p.log.Info("ferry: alert pushed", "kind", rule.kind, "source", source, "new", msg.New, "total", msg.Total)
 	return nil
 }
+
+// errSentNotRemembered is a message pushed whose mark another instance's
+// lease kept from being written: that instance may push it again.
+var errSentNotRemembered = errors.New("the alerts' lease passed to another instance")
 
 // remember writes mark as the checkpoint name.
 func (p *alertPusher) remember(ctx context.Context, name string, mark alertMark) error {

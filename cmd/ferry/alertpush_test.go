@@ -409,8 +409,14 @@ func testAlertPush(t *testing.T, b *alertBundle, st ferry.Store) {
 			t.Errorf("the instance that lost its lease rewrote the holder's mark:\n%s\nwant\n%s", got, held)
 		}
 		want("both sent", "dead", "dead")
-		if !strings.Contains(b.log.String(), "lease lost") {
-			t.Errorf("the lost mark was not logged: %s", b.log.String())
+		logs := b.log.String()
+		if !strings.Contains(logs, "alert pushed, but another instance took the alerts over") {
+			t.Errorf("the lost mark was not logged as a message sent: %s", logs)
+		}
+		for line := range strings.Lines(logs) {
+			if strings.Contains(line, "lease lost") && strings.Contains(line, "alert not pushed") {
+				t.Errorf("a message sent was logged as not pushed: %s", line)
+			}
 		}
 	})
 

@@ -158,7 +158,11 @@ func startCatchup(ctx context.Context, bg *sync.WaitGroup, cfg *config.Config, s
 		if err != nil {
 			return err
 		}
-		bg.Go(func() { _ = r.Run(ctx, s.Catchup.Interval.Duration, owner) })
+		bg.Go(func() {
+			if err := r.Run(ctx, s.Catchup.Interval.Duration, owner); err != nil {
+				log.Error("catchup: not running", "source", s.Name, "error", err.Error())
+			}
+		})
 	}
 	return nil
 }
