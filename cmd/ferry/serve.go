@@ -107,6 +107,17 @@ SIGHUP stops it gracefully (exit 0).`)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
+	// The admin listener binds now too, before anything claims or
+	// forwards: a port in use must stop the start before the workers
+	// have taken (and then released) every due event.
+	var aln net.Listener
+	if cfg.AdminServed() {
+		if aln, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("admin.listen %s: %w", cfg.Admin.Listen, err)
+		}
+		defer aln.Close() // an early return; after Shutdown a no-op
+	}
 	public := newPublicServer(health.Gate(mux, cfg.HTTP.RetryAfter.Duration), log, cfg.HTTP)
 	servers := []*http.Server{public}
 	served := make(chan error, 2)
@@ -176,12 +187,7 @@ SIGHUP stops it gracefully (exit 0).`)
 		return err
 	}
 	adminAddr := ""
-	if op.admin != nil {
-		aln, err := net.Listen("tcp", cfg.Admin.Listen)
-		if err != nil {
-			_ = stopClient()
-			return fmt.Errorf("admin.listen %s: %w", cfg.Admin.Listen, err)
-		}
+	if aln != nil {
 		adminSrv := newServer(op.admin, log, adminIdleTimeout)
 		servers = append(servers, adminSrv)
 		adminAddr = aln.Addr().String()

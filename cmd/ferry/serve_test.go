@@ -657,3 +657,43 @@ func TestPublicServerTimeoutsCoverAReceipt(t *testing.T) {
 		t.Errorf("ReadTimeout %v, want more than ReadHeaderTimeout + body_timeout, %v", s.ReadTimeout, want)
 	}
 }
+
+// A start that cannot bind admin.listen stops before anything claims: a
+// port in use, restarted in a loop, must not take and release every due
+// event on each try (its attempts, and a forward it may have sent).
+func TestServeAdminPortInUseClaimsNothing(t *testing.T) {
+	t.Parallel()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	app, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
+	dbPath := filepath.Join(t.TempDir(), "ferry.db")
+	st := teststore.SQLiteAt(t, dbPath, nil)
+	ids := []string{"evt_held_1", "evt_held_2", "evt_held_3"}
+	for _, id := range ids {
+		if _, err := st.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := writeConfig(t, "sqlite:"+dbPath, appSrv.URL, "")
+	writeFile(t, cfg, strings.Replace(readFile(t, cfg), "[admin]\nlisten = \"127.0.0.1:0\"", "[admin]\nlisten = \""+held.Addr().String()+"\"", 1))
+
+	_, stderr, code := runFerry(t, "serve", "--config", cfg, "--role", "all")
+	if code == 0 || !strings.Contains(stderr, "admin.listen "+held.Addr().String()) {
+		t.Fatalf("serve with admin.listen in use: exit %d, stderr %q; want a failure naming admin.listen", code, stderr)
+	}
+	for _, id := range ids {
+		ev := eventState(t, st, id)
+		if ev == nil {
+			t.Fatalf("%s: not in the store", id)
+		}
+		if got := outcomes(t, st, ev.ID); ev.State != ferry.StatePending || ev.Attempt != 0 || len(got) != 0 {
+			t.Errorf("%s is %s at attempt %d with ledger %v; want pending, never attempted", id, ev.State, ev.Attempt, got)
+		}
+	}
+	if n := app.count(); n != 0 {
+		t.Errorf("the app got %d requests from a start that failed", n)
+	}
+}
