@@ -200,6 +200,26 @@ const MinPollInterval = 10 * time.Millisecond
 // clocks drift; below a minute honest deliveries fail as stale.
 const MinTolerance = time.Minute
 
+// Floors of keys whose tiny value would pass every other check and then
+// fail each event, the key unnamed.
+const (
+	// MinStoreTimeout is the least http.store_timeout: a durable receive
+	// waits for a commit that reaches the disk, milliseconds on a good day
+	// and more under load; below a second deliveries get 503 store_timeout
+	// until the provider gives up.
+	MinStoreTimeout = time.Second
+	// MinForwardTimeout is the least forward.timeout: below a second an
+	// app's ordinary answer (a round trip and its work) times out and every
+	// attempt fails until the event dies.
+	MinForwardTimeout = time.Second
+	// MinReplayWindow is the least replay_window, an hour: an event that
+	// fails when older than the window goes dead, the backoff between
+	// attempts grows to retry_cap (1h by default), and done events are
+	// purged hourly; a shorter window kills an event over an app's brief
+	// outage and keeps its key for no less than the purge's hour anyway.
+	MinReplayWindow = time.Hour
+)
+
 // Upper bounds, far past any real setting, that keep the sums and products
 // derived from a key (retention, the memory limit) from overflowing.
 const (
@@ -341,7 +361,15 @@ func (c *Config) validate() error {
 			bad(key, "is %v: use a positive duration, or leave it out for %v", d.Duration, def)
 		}
 	}
+	// A positive value under its floor: named with the value, the floor
+	// and why.
+	atLeast := func(key string, d Duration, floor, def time.Duration, why string) {
+		if d.Duration > 0 && d.Duration < floor {
+			bad(key, "is %v: use at least %v (the default is %v): %s", d.Duration, floor, def, why)
+		}
+	}
 	nonNegative("http.store_timeout", c.HTTP.StoreTimeout, DefaultStoreTimeout)
+	atLeast("http.store_timeout", c.HTTP.StoreTimeout, MinStoreTimeout, DefaultStoreTimeout, "a receive waits for a commit to reach the disk, and below that every delivery would get 503 store_timeout")
 	nonNegative("http.retry_after", c.HTTP.RetryAfter, DefaultRetryAfter)
 	nonNegative("http.body_timeout", c.HTTP.BodyTimeout, ferryhttp.DefaultBodyTimeout)
 	w := c.Worker
@@ -390,6 +418,7 @@ func (c *Config) validate() error {
 			bad(key+".tolerance", "is %v: use at least 1m (the default is %v): a delivery's signed time is seconds old when it arrives, and the two clocks differ, so every delivery would get 401 stale_timestamp", s.Tolerance.Duration, provider.DefaultTolerance)
 		}
 		nonNegative(key+".replay_window", s.ReplayWindow, ferry.DefaultReplayWindow)
+		atLeast(key+".replay_window", s.ReplayWindow, MinReplayWindow, ferry.DefaultReplayWindow, "an event that fails when older goes dead, and retries wait up to retry_cap (1h by default), so a shorter window kills events over a brief outage of the app")
 		if s.ReplayWindow.Duration > MaxReplayWindow {
 			bad(key+".replay_window", "is %v: use at most %v (a year; providers redeliver for days: Stripe and GitHub 72h)", s.ReplayWindow.Duration, MaxReplayWindow)
 		}
@@ -434,6 +463,7 @@ func (c *Config) validate() error {
 			}
 		}
 		nonNegative(key+".forward.timeout", s.Forward.Timeout, DefaultForwardTime)
+		atLeast(key+".forward.timeout", s.Forward.Timeout, MinForwardTimeout, DefaultForwardTime, "below that the app's ordinary answer times out, and every attempt fails until the event dies")
 		if s.Forward.Secret != "" {
 			if _, err := provider.DecodeStandardWebhooksSecret(s.Forward.Secret); err != nil {
 				bad(key+".forward.secret", "is not a Standard Webhooks secret (\"whsec_\" + base64): %v", err)
