@@ -24,12 +24,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	msqlite "modernc.org/sqlite" // registers the "sqlite" driver
@@ -93,7 +96,9 @@ var _ ferry.TxStore[*sql.Tx] = (*Store)(nil)
 // The database must be a file, synced fully in WAL mode: Open refuses a
 // journal_mode or synchronous the path's own query sets otherwise, and reads
 // the write connection back, returning ferry.ErrNotDurable where a commit
-// could be lost, ferry.ErrInvalidParams where WAL could not be had.
+// could be lost, ferry.ErrInvalidParams where WAL could not be had. A path
+// it cannot use (its directory missing, a directory, not a database, or
+// query_only on) is ferry.ErrInvalidParams too, with the fix.
 func Open(path string, config *Config) (*Store, error) {
 	if config == nil {
 		config = &Config{}
@@ -134,9 +139,13 @@ func Open(path string, config *Config) (*Store, error) {
 	// reader opens it, and a bad path fails here rather than on first use.
 	if err := db.Ping(); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, unopenable(path, err))
 	}
 	if err := durable(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
+	if err := writable(db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
 	}
@@ -207,6 +216,55 @@ func durable(db *sql.DB) error {
 		return fmt.Errorf("%w: the database is in memory, gone at Close; name a file", ferry.ErrNotDurable)
 	}
 	return errors.Join(synchronousRefused(strconv.Itoa(sync)), journalModeRefused(mode))
+}
+
+// unopenable is err, the failure to open the file at path, as
+// ferry.ErrInvalidParams with the fix when the path is the cause: a
+// directory that is not there, a directory named for the file, a file this
+// process may not open or that is not a database. Any other failure stays
+// as it is.
+func unopenable(path string, err error) error {
+	file := filePath(path)
+	if fi, statErr := os.Stat(file); statErr == nil && fi.IsDir() {
+		return fmt.Errorf("%w: %s is a directory: name a file in it, like %s", ferry.ErrInvalidParams, file, filepath.Join(file, "ferry.db"))
+	}
+	if dir := filepath.Dir(file); !dirExists(dir) {
+		return fmt.Errorf("%w: the directory %s does not exist: create it (the store makes its file, not the directories above it), or fix the path", ferry.ErrInvalidParams, dir)
+	}
+	var e *msqlite.Error
+	if errors.As(err, &e) {
+		switch e.Code() & 0xff {
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY:
+			return fmt.Errorf("%w: %w: the file's directory must exist and be writable by this process, and the file too if it is there (WAL keeps -wal and -shm files beside it)", ferry.ErrInvalidParams, err)
+		case sqlite3.SQLITE_NOTADB:
+			return fmt.Errorf("%w: %w: the path names a file that is not a SQLite database: fix the path", ferry.ErrInvalidParams, err)
+		}
+	}
+	return err
+}
+
+// dirExists reports whether dir is a directory, or may be one: a failure
+// to look at it other than its absence says nothing.
+func dirExists(dir string) bool {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR)
+	}
+	return fi.IsDir()
+}
+
+// writable refuses a write connection the path's query makes read-only
+// (query_only): the store opens, then its first write, a migration or a
+// receipt, fails.
+func writable(db *sql.DB) error {
+	var queryOnly int
+	if err := db.QueryRow("PRAGMA query_only").Scan(&queryOnly); err != nil {
+		return err
+	}
+	if queryOnly != 0 {
+		return fmt.Errorf("%w: query_only is on, and the store writes every receipt; remove the path's query_only", ferry.ErrInvalidParams)
+	}
+	return nil
 }
 
 // queryDurable refuses a journal_mode or synchronous that the path's query

@@ -257,6 +257,33 @@ func TestOpen(t *testing.T) {
 		s.Close()
 	})
 
+	// A path the store cannot use is ErrInvalidParams with the fix, not
+	// the driver's bare "unable to open database file".
+	t.Run("RefusesAPathItCannotUse", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		notDB := filepath.Join(dir, "notes.txt")
+		if err := os.WriteFile(notDB, []byte("not a database, just some text that is long enough"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for path, want := range map[string]string{
+			filepath.Join(dir, "no", "such", "x.db"):                  "the directory " + filepath.Join(dir, "no", "such") + " does not exist: create it",
+			"file:" + filepath.Join(dir, "gone", "x.db") + "?_sync=2": "the directory " + filepath.Join(dir, "gone") + " does not exist",
+			dir:   "is a directory: name a file in it, like " + filepath.Join(dir, "ferry.db"),
+			notDB: "not a SQLite database: fix the path",
+			filepath.Join(dir, "q.db") + "?_pragma=query_only(1)":     "query_only is on",
+			filepath.Join(dir, "r.db") + "?_pragma=query_only%3Dtrue": "query_only is on",
+		} {
+			s, err := sqlite.Open(path, nil)
+			if !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), want) {
+				t.Errorf("Open(%q) = %v, want ErrInvalidParams saying %q", path, err, want)
+			}
+			if err == nil {
+				s.Close()
+			}
+		}
+	})
+
 	t.Run("PragmasPerConnection", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -697,3 +697,23 @@ func TestServeAdminPortInUseClaimsNothing(t *testing.T) {
 		t.Errorf("the app got %d requests from a start that failed", n)
 	}
 }
+
+// A SQLite path the store cannot use stops the start as a config mistake
+// (exit 2), naming store.url and the fix, not with the driver's bare
+// "unable to open database file" (exit 1).
+func TestServeRefusesAnUnusableSQLitePath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for path, want := range map[string]string{
+		filepath.Join(dir, "no", "such", "x.db"): "does not exist: create it",
+		"cfgfix-no-such-dir/x.db":                "does not exist: create it (the store makes its file, not the directories above it), or fix the path (relative to the working directory ",
+		dir:                                      "is a directory: name a file in it",
+		filepath.Join(dir, "ro.db") + "?_pragma=query_only(1)": "query_only is on",
+	} {
+		cfg := writeConfig(t, "sqlite:"+path, "http://127.0.0.1:1/hooks", "")
+		_, stderr, code := runFerry(t, "serve", "--config", cfg)
+		if code != exitUsage || !strings.Contains(stderr, "store.url: ") || !strings.Contains(stderr, want) {
+			t.Errorf("serve on sqlite:%s: exit %d, stderr %q; want %d naming store.url and %q", path, code, stderr, exitUsage, want)
+		}
+	}
+}

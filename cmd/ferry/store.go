@@ -154,6 +154,9 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("%w: store.url: %w%s: fix the path, or run ferry migrate to make a new store", errConfig, err, relativeTo(dsn))
 		}
+		if errors.Is(err, ferry.ErrInvalidParams) { // a path it cannot use: say where it looked
+			err = fmt.Errorf("%w%s", err, relativeTo(dsn))
+		}
 		if err != nil {
 			return nil, nil, storeRefused(err) // "sqlite: open PATH: ..."
 		}
