@@ -494,7 +494,7 @@ func padded(key, secret string) []error {
 func decodeError(err error) error {
 	var pe toml.ParseError
 	if !errors.As(err, &pe) {
-		return fmt.Errorf("%w: %v", ErrInvalid, err) // type mismatches, which quote no value
+		return fmt.Errorf("%w: %v%s", ErrInvalid, err, mismatchFix(err.Error())) // type mismatches, which quote no value
 	}
 	where := fmt.Sprintf("line %d", pe.Position.Line)
 	if pe.LastKey != "" {
@@ -506,6 +506,34 @@ func decodeError(err error) error {
 		msg += `; a string value goes in double quotes, like token = "${FERRY_ADMIN_TOKEN}"`
 	}
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, where, msg)
+}
+
+// mismatch matches the parser's refusal of a value of the wrong type; the
+// parser has no error type for it, only this text.
+var mismatch = regexp.MustCompile(`incompatible types: TOML value has type (\S+); destination has type (\S+)$`)
+
+// mismatchFix is how to write a value of the type its key takes, for the
+// parser's message msg; "" when msg is no type mismatch.
+func mismatchFix(msg string) string {
+	m := mismatch.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	switch got, want := m[1], m[2]; {
+	case want == "slice":
+		return `: write it as a list: ["..."]`
+	case want == "boolean":
+		return ": write true or false without quotes"
+	case want == "integer" && got == "string":
+		return ": write a bare number, without quotes (${NAME} works only in strings, durations and lists)"
+	case want == "integer":
+		return ": write a whole number, without quotes"
+	case want == "float":
+		return ": write a bare number, without quotes"
+	case want == "string":
+		return ": put the value in double quotes"
+	}
+	return ""
 }
 
 // quoted matches a Go-quoted string, as the parser quotes what it found.

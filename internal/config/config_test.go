@@ -117,6 +117,11 @@ func TestParseRejects(t *testing.T) {
 		{"negative forward timeout", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\ntimeout = \"-5s\"", "source[0] (stripe).forward.timeout", "leave it out for 10s"},
 		{"bad lost_lease", `replay_window = "72h"`, `replay_window = "72h"` + "\nlost_lease = \"drop\"", "lost_lease", `"hold"`},
 		{"max_attempts past 32 bits", `replay_window = "72h"`, `replay_window = "72h"` + "\nmax_attempts = 3000000000", "max_attempts", "from 1 to 2147483647"},
+		{"a secret not in a list", `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = "whsec_SEKRET"`, `"source.secrets"`, `write it as a list: ["..."]`},
+		{"a quoted boolean", `replay_window = "72h"`, `replay_window = "72h"` + "\ndetect_replays = \"false\"", `"source.detect_replays"`, "write true or false without quotes"},
+		{"a number from the environment", `replay_window = "72h"`, `replay_window = "72h"` + "\nmax_body = \"${MAXB}\"", `"source.max_body"`, "write a bare number, without quotes (${NAME} works only in strings, durations and lists)"},
+		{"a fraction for a count", `[http]`, "[http]\nmax_in_flight = 1.5", `"http.max_in_flight"`, "write a whole number"},
+		{"a number for a string", `listen = "127.0.0.1:8080"`, `listen = 8080`, `"http.listen"`, "put the value in double quotes"},
 		{"bad duration", `replay_window = "72h"`, `replay_window = "3 days"`, "", "72h"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
