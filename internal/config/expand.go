@@ -9,6 +9,15 @@ import (
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
+// anyRef matches what reads as a reference, ${ to the next }; one that
+// envRef does not match whole (${1BAD}, ${STRIPE-SECRET}) is a mistyped
+// name, refused rather than kept as literal text: a secret would be
+// "${STRIPE-SECRET}" itself and every signature would fail.
+var (
+	anyRef   = regexp.MustCompile(`\$\{[^}]*\}`)
+	wholeRef = regexp.MustCompile(`^` + envRef.String() + `$`)
+)
+
 // expand replaces ${NAME} in every string value under v: each string and
 // []string field, and each duration written with a reference. key is v's
 // key as errors name it ("source[0].forward.secret"); an error names the
@@ -51,8 +60,15 @@ func expand(v reflect.Value, key string, lookup func(string) (string, bool)) []e
 	return nil
 }
 
-// expandEnv replaces ${NAME} (only that form, so a secret may hold a "$").
+// expandEnv replaces ${NAME} (only that form, so a secret may hold a "$",
+// as in "$NAME"), and refuses a ${...} around anything else.
 func expandEnv(s string, lookup func(string) (string, bool)) (string, error) {
+	for _, ref := range anyRef.FindAllString(s, -1) {
+		if !wholeRef.MatchString(ref) {
+			// Not echoed: the text around it may be a secret.
+			return "", fmt.Errorf("has a ${...} whose name is not a variable name: use letters, digits and _, not starting with a digit, like ${STRIPE_WEBHOOK_SECRET} (only ${NAME} is read from the environment)")
+		}
+	}
 	var missing, empty []string
 	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
 		name := ref[2 : len(ref)-1]

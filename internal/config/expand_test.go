@@ -122,3 +122,30 @@ func fill(v reflect.Value) {
 		}
 	}
 }
+
+// A ${...} whose name is not a variable name is a mistyped reference,
+// refused naming the key (never its text: it may sit in a secret); it was
+// kept as literal text, so the secret was "${STRIPE-SECRET}" itself. A
+// plain $NAME stays literal, as documented.
+func TestParseRefusesAMalformedReference(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "STRIPE": "whsec_y"})
+	for _, ref := range []string{"${1BAD}", "${STRIPE-SECRET}", "${}", "SEKRET${STRIPE SECRET}", "${STRIPE}${1BAD}"} {
+		raw := strings.Replace(good, `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = ["`+ref+`"]`, 1)
+		_, err := Parse([]byte(raw), vars)
+		wantInvalid(t, err, "source[0].secrets[0]: has a ${...} whose name is not a variable name", "like ${STRIPE_WEBHOOK_SECRET}", "SEKRET")
+	}
+	_, err := Parse([]byte(strings.Replace(good, `replay_window = "72h"`, `replay_window = "${72H}"`, 1)), vars)
+	if err == nil {
+		t.Error("replay_window = \"${72H}\" was accepted")
+	}
+	for _, literal := range []string{"whsec_$STRIPE", "whsec_a$b{c}", "whsec_${"} {
+		raw := strings.Replace(good, `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = ["`+literal+`"]`, 1)
+		c, err := Parse([]byte(raw), vars)
+		if err != nil {
+			t.Errorf("secrets = [%q]: %v", literal, err)
+		} else if c.Sources[0].Secrets[0] != literal {
+			t.Errorf("secrets = [%q] read as %q, want it literal", literal, c.Sources[0].Secrets[0])
+		}
+	}
+}
