@@ -42,3 +42,39 @@ var (
 	// from it. 400 bad_payload.
 	ErrBadPayload = errors.New("ferry: payload unparseable")
 )
+
+// VerifyError is a verification failure that says what to fix. The receiver
+// answers its Detail beside the error code and logs it, so a sender whose
+// setup is wrong (a missing prefix, another header name) can tell why; an
+// error of any other type gets the code alone. The verifiers of package
+// provider return one for every failure.
+type VerifyError struct {
+	// Provider names the verifier in Error ("stripe"); may be empty.
+	Provider string
+	// Err is one of the verification errors above: ErrNoSignature and the
+	// rest. errors.Is sees it.
+	Err error
+	// Detail is what is wrong, or empty. It is shown to whoever sent the
+	// request and written to the log, so it names headers, fields, lengths
+	// and configured prefixes, never a header's value, a secret, a
+	// signature (received or expected) or a payload byte.
+	Detail string
+}
+
+// Error is "provider: sentinel: detail", leaving out what is empty.
+func (e *VerifyError) Error() string {
+	msg := "ferry: verification failed"
+	if e.Err != nil {
+		msg = e.Err.Error()
+	}
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	if e.Provider != "" {
+		msg = e.Provider + ": " + msg
+	}
+	return msg
+}
+
+// Unwrap returns Err.
+func (e *VerifyError) Unwrap() error { return e.Err }

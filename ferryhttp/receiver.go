@@ -6,12 +6,15 @@ package ferryhttp
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,7 +73,8 @@ type ReceiverOptions struct {
 	// "Api-Key" (a generic sender's signature or credential, say).
 	KeepHeaders []string
 	// Logger gets one line per delivery: source, event id, outcome, status
-	// and latency, the reason of a rejection, and the store's error when the
+	// and latency, the reason of a rejection and its detail (as answered:
+	// what to fix, say the header expected), and the store's error when the
 	// answer is 503; never a secret, a signature or a payload byte. A
 	// conflict or a replay the store keeps is a warning with an alert key;
 	// one it only counts (past ferry.NoticeKeep on its event, or a
@@ -275,9 +279,49 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	return r, nil
 }
 
-// Register mounts the receiver on mux at /webhooks/{source}.
+// Register mounts the receiver on mux at /webhooks/{source}, and at
+// /webhooks and /webhooks/, so a path under it that names no source (a
+// trailing slash, a second segment) is answered 404 "bad_path" in JSON
+// rather than by the mux's plain-text 404. A path the mux would clean (a
+// doubled slash, a dot segment) it redirects before any handler runs, and
+// no provider follows a redirect: serve Handler(mux) to answer those too.
 func (r *Receiver) Register(mux *http.ServeMux) {
 	mux.Handle("/webhooks/{source}", r)
+	mux.Handle("/webhooks/", r)
+	mux.Handle("/webhooks", r)
+}
+
+// Handler sends every request whose path is /webhooks or under it, once
+// cleaned as http.ServeMux cleans it, to the receiver, and the rest to
+// next. A path that is not exactly /webhooks/NAME ("/webhooks//stripe",
+// "/webhooks/stripe/") is answered 404 "bad_path", never redirected.
+func (r *Receiver) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if underWebhooks(req.URL.Path) {
+			r.ServeHTTP(w, req)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+// underWebhooks reports whether p, cleaned, is /webhooks or under it.
+func underWebhooks(p string) bool {
+	under := func(p string) bool { return p == "/webhooks" || strings.HasPrefix(p, "/webhooks/") }
+	return under(p) || under(path.Clean("/"+p))
+}
+
+// sourceName is the source a path names when the mux set no {source}: the
+// one segment after /webhooks/ (or the whole path, under
+// http.StripPrefix). ok is false for any other path: empty, a dot, a
+// slash left in it.
+func sourceName(u *url.URL) (name string, ok bool) {
+	seg := strings.TrimPrefix(u.EscapedPath(), "/webhooks/")
+	if seg == "" || seg == "." || seg == ".." || strings.Contains(seg, "/") {
+		return "", false
+	}
+	name, err := url.PathUnescape(seg)
+	return name, err == nil
 }
 
 // Drain makes every later delivery a 503 with Retry-After, so providers
@@ -291,32 +335,40 @@ type answer struct {
 	status  int
 	outcome string // accepted, duplicate, conflict, replay, rejected, unavailable
 	reason  string
+	// detail says what to fix, for the sender and the log; never a label.
+	detail string
 }
 
 var (
-	answerAccepted  = answer{http.StatusOK, "accepted", ""}
-	answerDuplicate = answer{http.StatusOK, "duplicate", ""}
-	answerConflict  = answer{http.StatusOK, "conflict", ""}
+	answerAccepted  = answer{http.StatusOK, "accepted", "", ""}
+	answerDuplicate = answer{http.StatusOK, "duplicate", "", ""}
+	answerConflict  = answer{http.StatusOK, "conflict", "", ""}
 	// answerReplay is a 2xx: the signature was valid, and any other answer
 	// makes a real provider retry.
-	answerReplay      = answer{http.StatusOK, "replay", ""}
-	answerNoSource    = answer{http.StatusNotFound, "rejected", "unknown_source"}
-	answerMethod      = answer{http.StatusMethodNotAllowed, "rejected", "method_not_allowed"}
-	answerTooLarge    = answer{http.StatusRequestEntityTooLarge, "rejected", "body_too_large"}
-	answerUnreadable  = answer{http.StatusBadRequest, "rejected", "unreadable_body"}
-	answerBodyTimeout = answer{http.StatusRequestTimeout, "rejected", "body_timeout"}
-	answerNoEventID   = answer{http.StatusBadRequest, "rejected", "missing_event_id"}
-	answerBadEventID  = answer{http.StatusBadRequest, "rejected", "bad_event_id"}
-	answerBadType     = answer{http.StatusBadRequest, "rejected", "bad_event_type"}
-	answerUnavailable = answer{http.StatusServiceUnavailable, "unavailable", "store_unavailable"}
-	answerTimeout     = answer{http.StatusServiceUnavailable, "unavailable", "store_timeout"}
-	answerDraining    = answer{http.StatusServiceUnavailable, "unavailable", "draining"}
-	answerStarting    = answer{http.StatusServiceUnavailable, "unavailable", "starting"}
-	answerBusy        = answer{http.StatusServiceUnavailable, "unavailable", "memory_budget"}
+	answerReplay   = answer{http.StatusOK, "replay", "", ""}
+	answerNoSource = answer{http.StatusNotFound, "rejected", "unknown_source", ""}
+	// answerBadPath is a path under /webhooks that is not /webhooks/NAME.
+	// A provider follows no redirect, so it is answered, never redirected
+	// to the clean path (as http.ServeMux would) nor accepted: the sender's
+	// URL is wrong and will stay wrong until someone reads this.
+	answerBadPath = answer{http.StatusNotFound, "rejected", "bad_path",
+		"a webhook URL is /webhooks/{source}: one name after /webhooks/, no trailing slash, no empty or dot segment"}
+	answerMethod      = answer{http.StatusMethodNotAllowed, "rejected", "method_not_allowed", ""}
+	answerTooLarge    = answer{http.StatusRequestEntityTooLarge, "rejected", "body_too_large", ""}
+	answerUnreadable  = answer{http.StatusBadRequest, "rejected", "unreadable_body", ""}
+	answerBodyTimeout = answer{http.StatusRequestTimeout, "rejected", "body_timeout", ""}
+	answerNoEventID   = answer{http.StatusBadRequest, "rejected", "missing_event_id", ""}
+	answerBadEventID  = answer{http.StatusBadRequest, "rejected", "bad_event_id", ""}
+	answerBadType     = answer{http.StatusBadRequest, "rejected", "bad_event_type", ""}
+	answerUnavailable = answer{http.StatusServiceUnavailable, "unavailable", "store_unavailable", ""}
+	answerTimeout     = answer{http.StatusServiceUnavailable, "unavailable", "store_timeout", ""}
+	answerDraining    = answer{http.StatusServiceUnavailable, "unavailable", "draining", ""}
+	answerStarting    = answer{http.StatusServiceUnavailable, "unavailable", "starting", ""}
+	answerBusy        = answer{http.StatusServiceUnavailable, "unavailable", "memory_budget", ""}
 	// answerClientGone is for a sender that hung up while its receipt was
 	// being stored: nobody reads the 503, and the reason keeps the sender's
 	// own timeout from being counted as a store failure.
-	answerClientGone = answer{http.StatusServiceUnavailable, "unavailable", "client_gone"}
+	answerClientGone = answer{http.StatusServiceUnavailable, "unavailable", "client_gone", ""}
 )
 
 // verifyAnswers maps each verification error to its answer; anything else a
@@ -325,36 +377,49 @@ var verifyAnswers = []struct {
 	err error
 	answer
 }{
-	{ferry.ErrNoSignature, answer{http.StatusUnauthorized, "rejected", "missing_signature"}},
-	{ferry.ErrMalformedSignature, answer{http.StatusUnauthorized, "rejected", "malformed_signature"}},
-	{ferry.ErrStaleTimestamp, answer{http.StatusUnauthorized, "rejected", "stale_timestamp"}},
-	{ferry.ErrBadSignature, answer{http.StatusUnauthorized, "rejected", "bad_signature"}},
+	{ferry.ErrNoSignature, answer{http.StatusUnauthorized, "rejected", "missing_signature", ""}},
+	{ferry.ErrMalformedSignature, answer{http.StatusUnauthorized, "rejected", "malformed_signature", ""}},
+	{ferry.ErrStaleTimestamp, answer{http.StatusUnauthorized, "rejected", "stale_timestamp", ""}},
+	{ferry.ErrBadSignature, answer{http.StatusUnauthorized, "rejected", "bad_signature", ""}},
 	{ferry.ErrNoEventID, answerNoEventID},
-	{ferry.ErrBadPayload, answer{http.StatusBadRequest, "rejected", "bad_payload"}},
+	{ferry.ErrBadPayload, answer{http.StatusBadRequest, "rejected", "bad_payload", ""}},
 }
 
+// verifyAnswer is err's answer, with the detail of a ferry.VerifyError,
+// which holds no secret, signature, header value or payload byte (its
+// contract). An error of another type gets none: nothing says what its
+// text holds.
 func verifyAnswer(err error) answer {
+	a := answer{http.StatusUnauthorized, "rejected", "bad_signature", ""}
 	for _, va := range verifyAnswers {
 		if errors.Is(err, va.err) {
-			return va.answer
+			a = va.answer
+			break
 		}
 	}
-	return answer{http.StatusUnauthorized, "rejected", "bad_signature"}
+	if ve, ok := errors.AsType[*ferry.VerifyError](err); ok {
+		a.detail = ve.Detail
+	}
+	return a
 }
 
 // ServeHTTP answers one delivery, as the Receiver doc says, for the source
-// named by the {source} path value, or by the path after /webhooks/ when
-// mounted without Register. It logs one line per delivery and reports it
-// to ReceiverOptions.Observer, if set.
+// named by the {source} path value, or by the path's one segment after
+// /webhooks/ when there is none (Handler, or mounted without Register);
+// any other path is answered 404 "bad_path". It logs one line per delivery
+// and reports it to ReceiverOptions.Observer, if set.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
-	name := req.PathValue("source")
+	name, named := req.PathValue("source"), true
 	if name == "" {
-		name = strings.TrimPrefix(req.URL.Path, "/webhooks/")
+		name, named = sourceName(req.URL)
 	}
 	req, span := r.startReceipt(req, name)
 	var countedOnly bool
-	a, eventID, storeErr := r.receive(w, req, name, &countedOnly)
+	a, eventID, storeErr := answerBadPath, "", error(nil)
+	if named {
+		a, eventID, storeErr = r.receive(w, req, name, &countedOnly)
+	}
 	r.reply(w, a)
 	endReceipt(span, a, eventID)
 
@@ -377,7 +442,7 @@ func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, coun
 	if !r.opts.Logger.Enabled(ctx, level) {
 		return
 	}
-	if a == answerNoSource {
+	if a == answerNoSource || a == answerBadPath {
 		name = "" // a name a sender made up, of any length: never a log line's
 	}
 	attrs := []slog.Attr{
@@ -386,6 +451,9 @@ func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, coun
 	}
 	if a.reason != "" {
 		attrs = append(attrs, slog.String("reason", a.reason))
+	}
+	if a.detail != "" {
+		attrs = append(attrs, slog.String("detail", a.detail))
 	}
 	switch {
 	case countedOnly:
@@ -573,12 +641,18 @@ func writeAnswer(w http.ResponseWriter, a answer, retryAfter time.Duration) {
 
 // body is the JSON answer, as json.Encoder would write it (keys sorted, a
 // final newline) without building a map and an encoder per request.
-// Outcomes and reasons are fixed lowercase words: nothing to escape.
+// Outcomes and reasons are fixed lowercase words: nothing to escape; a
+// detail is quoted by encoding/json.
 func (a answer) body() string {
 	if a.reason == "" {
 		return `{"status":"` + a.outcome + `"}` + "\n"
 	}
-	return `{"error":"` + a.reason + `","status":"` + a.outcome + `"}` + "\n"
+	detail := ""
+	if a.detail != "" {
+		quoted, _ := json.Marshal(a.detail) // a string always marshals
+		detail = `"detail":` + string(quoted) + `,`
+	}
+	return `{` + detail + `"error":"` + a.reason + `","status":"` + a.outcome + `"}` + "\n"
 }
 
 func cmpOrSlice[T any](v, def []T) []T {

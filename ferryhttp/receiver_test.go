@@ -37,6 +37,11 @@ func rejected(reason string) map[string]string {
 	return map[string]string{"status": "rejected", "error": reason}
 }
 
+// rejectedWith is a rejection that says what to fix.
+func rejectedWith(reason, detail string) map[string]string {
+	return map[string]string{"status": "rejected", "error": reason, "detail": detail}
+}
+
 func unavailable(reason string) map[string]string {
 	return map[string]string{"status": "unavailable", "error": reason}
 }
@@ -111,11 +116,11 @@ func receiveCases() []receiveCase {
 
 		// Signatures and timestamps.
 		{name: "stripe stale timestamp", d: stripeAt(stripeSecret, `{"id":"evt_stale"}`, testNow.Add(-stale)),
-			status: 401, body: rejected("stale_timestamp"), source: "stripe", eventID: "evt_stale"},
+			status: 401, body: rejectedWith("stale_timestamp", "signed more than 5m0s ago"), source: "stripe", eventID: "evt_stale"},
 		{name: "stripe timestamp from the future", d: stripeAt(stripeSecret, `{"id":"evt_future"}`, testNow.Add(stale)),
-			status: 401, body: rejected("stale_timestamp"), source: "stripe", eventID: "evt_future"},
+			status: 401, body: rejectedWith("stale_timestamp", "signed more than 5m0s in the future"), source: "stripe", eventID: "evt_future"},
 		{name: "standard webhooks stale timestamp", d: standardWebhooks(swSecret, "msg_stale", `{}`, testNow.Add(-stale)),
-			status: 401, body: rejected("stale_timestamp"), source: "standardwebhooks", eventID: "msg_stale"},
+			status: 401, body: rejectedWith("stale_timestamp", "signed more than 5m0s ago"), source: "standardwebhooks", eventID: "msg_stale"},
 		{name: "stripe wrong secret", d: stripeAt("whsec_wrong", `{"id":"evt_wrong"}`, testNow),
 			status: 401, body: rejected("bad_signature"), source: "stripe", eventID: "evt_wrong"},
 		{name: "stripe wrong secret and stale", d: stripeAt("whsec_wrong", `{"id":"evt_wrong_stale"}`, testNow.Add(-stale)),
@@ -131,27 +136,27 @@ func receiveCases() []receiveCase {
 		{name: "hmac wrong secret", d: hmacDelivery("wrong", "acme-wrong", `{}`),
 			status: 401, body: rejected("bad_signature"), source: "hmac", eventID: "acme-wrong"},
 		{name: "stripe missing signature", d: stripe(`{"id":"evt_unsigned"}`).with("Stripe-Signature", ""),
-			status: 401, body: rejected("missing_signature"), source: "stripe", eventID: "evt_unsigned"},
+			status: 401, body: rejectedWith("missing_signature", "no Stripe-Signature header"), source: "stripe", eventID: "evt_unsigned"},
 		{name: "github missing signature", d: github(githubSecret, "gh-unsigned", `{}`).with("X-Hub-Signature-256", ""),
-			status: 401, body: rejected("missing_signature"), source: "github", eventID: "gh-unsigned"},
+			status: 401, body: rejectedWith("missing_signature", "no X-Hub-Signature-256 header"), source: "github", eventID: "gh-unsigned"},
 		{name: "stripe malformed signature", d: stripe(`{"id":"evt_malformed"}`).with("Stripe-Signature", "t=1767322945,v1=not-hex"),
-			status: 401, body: rejected("malformed_signature"), source: "stripe", eventID: "evt_malformed"},
+			status: 401, body: rejectedWith("malformed_signature", "v1 is not a hex SHA-256"), source: "stripe", eventID: "evt_malformed"},
 		{name: "github malformed signature", d: github(githubSecret, "gh-malformed", `{}`).with("X-Hub-Signature-256", "sha1=abc"),
-			status: 401, body: rejected("malformed_signature"), source: "github", eventID: "gh-malformed"},
+			status: 401, body: rejectedWith("malformed_signature", "no \"sha256=\" prefix"), source: "github", eventID: "gh-malformed"},
 		{name: "standard webhooks malformed signature", d: standardWebhooks(swSecret, "msg_malformed", `{}`, testNow).with("Webhook-Signature", "garbage"),
-			status: 401, body: rejected("malformed_signature"), source: "standardwebhooks", eventID: "msg_malformed"},
+			status: 401, body: rejectedWith("malformed_signature", "no readable v1 signature"), source: "standardwebhooks", eventID: "msg_malformed"},
 
 		// Identity.
 		{name: "github without X-GitHub-Delivery", d: github(githubSecret, "gh-noid", `{}`).with("X-GitHub-Delivery", ""),
-			status: 400, body: rejected("missing_event_id")},
+			status: 400, body: rejectedWith("missing_event_id", "no X-GitHub-Delivery header")},
 		{name: "shopify without webhook id", d: shopify(shopifySecret, "shop-noid", `{}`).with("X-Shopify-Webhook-Id", ""),
-			status: 400, body: rejected("missing_event_id")},
+			status: 400, body: rejectedWith("missing_event_id", "no X-Shopify-Webhook-Id header")},
 		{name: "standard webhooks without webhook-id", d: standardWebhooks(swSecret, "", `{}`, testNow).with("Webhook-Id", ""),
-			status: 400, body: rejected("missing_event_id")},
+			status: 400, body: rejectedWith("missing_event_id", "no Webhook-Id header")},
 		{name: "stripe body without id", d: stripe(`{"type":"invoice.paid"}`),
-			status: 400, body: rejected("missing_event_id")},
+			status: 400, body: rejectedWith("missing_event_id", "body has no \"id\" field")},
 		{name: "stripe bad JSON", d: stripe(`{"id":"evt_badjson",`),
-			status: 400, body: rejected("bad_payload"), source: "stripe", eventID: "evt_badjson"},
+			status: 400, body: rejectedWith("bad_payload", "body is not a JSON event"), source: "stripe", eventID: "evt_badjson"},
 
 		// Redeliveries.
 		{name: "stripe duplicate", before: []delivery{stripe(`{"id":"evt_dup","type":"a"}`)}, d: stripe(`{"id":"evt_dup","type":"a"}`),

@@ -68,7 +68,7 @@ type bodyHMAC struct {
 func (b *bodyHMAC) verify(header http.Header, body []byte) (*ferry.Verified, error) {
 	value := header.Get(b.signatureHeader)
 	if value == "" {
-		return nil, verifyErr(b.name, ferry.ErrNoSignature, "")
+		return nil, verifyErr(b.name, ferry.ErrNoSignature, noHeader(b.signatureHeader))
 	}
 	mac, err := decodeSignature(value, b.prefix, b.encoding, sha256.Size)
 	if err != nil {
@@ -79,7 +79,7 @@ func (b *bodyHMAC) verify(header http.Header, body []byte) (*ferry.Verified, err
 	}
 	id := header.Get(b.idHeader)
 	if id == "" {
-		return nil, verifyErr(b.name, ferry.ErrNoEventID, "no "+b.idHeader)
+		return nil, verifyErr(b.name, ferry.ErrNoEventID, noHeader(b.idHeader))
 	}
 	return &ferry.Verified{EventID: id, Type: header.Get(b.typeHeader)}, nil
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"hash"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -177,7 +176,7 @@ func validHeaderName(s string) bool {
 func (v *HMAC) Verify(header http.Header, body []byte) (*ferry.Verified, error) {
 	value := header.Get(v.opts.Header)
 	if value == "" {
-		return nil, verifyErr("hmac", ferry.ErrNoSignature, "")
+		return nil, verifyErr("hmac", ferry.ErrNoSignature, noHeader(v.opts.Header))
 	}
 	mac, err := decodeSignature(value, v.opts.Prefix, v.opts.Encoding, v.newHash().Size())
 	if err != nil {
@@ -207,7 +206,7 @@ func (v *HMAC) Verify(header http.Header, body []byte) (*ferry.Verified, error) 
 		verified.EventID = id
 	}
 	if verified.EventID == "" {
-		return nil, verifyErr("hmac", ferry.ErrNoEventID, "")
+		return nil, verifyErr("hmac", ferry.ErrNoEventID, v.noEventID())
 	}
 	if v.opts.TypeHeader != "" {
 		verified.Type = header.Get(v.opts.TypeHeader)
@@ -221,9 +220,9 @@ func (v *HMAC) Verify(header http.Header, body []byte) (*ferry.Verified, error) 
 // timestamp, then the id: a forgery is always a signature failure.
 func (v *HMAC) verifyIDTimestamp(header http.Header, mac, body []byte) (*ferry.Verified, error) {
 	timestamp := header.Get(v.opts.TimestampHeader)
-	unix, err := strconv.ParseInt(timestamp, 10, 64)
+	unix, err := parseUnix(v.opts.TimestampHeader, timestamp)
 	if err != nil {
-		return nil, verifyErr("hmac", ferry.ErrMalformedSignature, "timestamp header is not a unix time")
+		return nil, verifyErr("hmac", ferry.ErrMalformedSignature, err.Error())
 	}
 	// An absent id is signed as empty, as Standard Webhooks does.
 	id := header.Get(v.opts.EventIDHeader)
@@ -234,7 +233,7 @@ func (v *HMAC) verifyIDTimestamp(header http.Header, mac, body []byte) (*ferry.V
 		return nil, err
 	}
 	if id == "" {
-		return nil, verifyErr("hmac", ferry.ErrNoEventID, "")
+		return nil, verifyErr("hmac", ferry.ErrNoEventID, v.noEventID())
 	}
 	verified := &ferry.Verified{EventID: id}
 	if v.opts.TypeHeader != "" {
@@ -245,6 +244,15 @@ func (v *HMAC) verifyIDTimestamp(header http.Header, mac, body []byte) (*ferry.V
 		verified.Type, _ = scalarField(fields, v.opts.TypeField)
 	}
 	return verified, nil
+}
+
+// noEventID is the reason of a delivery without an event id: where the id
+// was looked for.
+func (v *HMAC) noEventID() string {
+	if v.opts.EventIDHeader != "" {
+		return noHeader(v.opts.EventIDHeader)
+	}
+	return fmt.Sprintf("body field %q is missing, null or empty", v.opts.EventIDField)
 }
 
 // scalarField returns a JSON string field's value or a number field's

@@ -4,9 +4,11 @@
 // Every verifier implements ferry.Verifier: it is pure (headers and raw body
 // in, no I/O), compares MACs with hmac.Equal only, accepts several secrets at
 // once so a secret can be rotated without dropping deliveries, and never
-// panics on hostile input. Errors wrap the sentinels of package ferry
-// (ferry.ErrBadSignature and the rest) and never contain a secret or an
-// expected signature.
+// panics on hostile input. Errors are *ferry.VerifyError, wrapping the
+// sentinels of package ferry (ferry.ErrBadSignature and the rest), with a
+// Detail the receiver shows the sender and logs: a header or field name, a
+// length, the configured prefix, never a secret, a signature, a header's
+// value or a payload byte.
 //
 // Identity errors (ferry.ErrNoEventID, ferry.ErrBadPayload) are returned only
 // for deliveries whose signature checked out, so a forgery is always answered
@@ -23,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"strconv"
 	"strings"
 	"time"
 
@@ -188,20 +191,39 @@ func macOf(newHash func() hash.Hash, key []byte, msg ...[]byte) []byte {
 }
 
 // checkTimestamp refuses a signed time further than tolerance from now, in
-// either direction.
+// either direction. The reason says which direction (a clock to fix), not
+// the time.
 func checkTimestamp(provider string, signed, now time.Time, tolerance time.Duration) error {
-	age := now.Sub(signed) // saturates instead of overflowing
-	if age > tolerance || age < -tolerance {
-		return fmt.Errorf("%s: %w", provider, ferry.ErrStaleTimestamp)
+	switch age := now.Sub(signed); { // saturates instead of overflowing
+	case age > tolerance:
+		return verifyErr(provider, ferry.ErrStaleTimestamp, "signed more than "+tolerance.String()+" ago")
+	case age < -tolerance:
+		return verifyErr(provider, ferry.ErrStaleTimestamp, "signed more than "+tolerance.String()+" in the future")
 	}
 	return nil
 }
 
-// verifyErr wraps a ferry sentinel with the provider's name and a reason
-// that never includes a secret or an expected signature.
+// verifyErr returns a ferry sentinel with the provider's name and a reason
+// the receiver shows the sender and logs (ferry.VerifyError.Detail): header
+// and field names, lengths, the configured prefix; never a header value, a
+// secret, a signature or payload bytes.
 func verifyErr(provider string, sentinel error, reason string) error {
-	if reason == "" {
-		return fmt.Errorf("%s: %w", provider, sentinel)
-	}
-	return fmt.Errorf("%s: %w: %s", provider, sentinel, reason)
+	return &ferry.VerifyError{Provider: provider, Err: sentinel, Detail: reason}
 }
+
+// parseUnix reads the unix seconds of the timestamp header name, whose
+// value is value. Its error names the header, not the value.
+func parseUnix(name, value string) (int64, error) {
+	if value == "" {
+		return 0, errors.New(noHeader(name))
+	}
+	unix, err := strconv.ParseInt(value, 10, 64)
+	if err != nil {
+		return 0, errors.New(name + " header is not a unix time")
+	}
+	return unix, nil
+}
+
+// noHeader is the reason of a missing header: its name, so a sender that
+// uses another can tell.
+func noHeader(name string) string { return "no " + name + " header" }

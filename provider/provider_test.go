@@ -88,6 +88,9 @@ func checkOutcome(t *testing.T, got *ferry.Verified, err error) {
 		}
 		return
 	}
+	if _, ok := errors.AsType[*ferry.VerifyError](err); !ok {
+		t.Fatalf("error %v is not a *ferry.VerifyError: the receiver would answer no detail", err)
+	}
 	for _, s := range sentinels {
 		if errors.Is(err, s) {
 			return

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -79,16 +78,16 @@ func (s *StandardWebhooks) Verify(header http.Header, body []byte) (*ferry.Verif
 	}
 	value := header.Get(names[2])
 	if value == "" {
-		return nil, verifyErr("standardwebhooks", ferry.ErrNoSignature, "")
+		return nil, verifyErr("standardwebhooks", ferry.ErrNoSignature, noHeader(StandardWebhooksSignatureHeader+" or Svix-Signature"))
 	}
 	sigs, err := parseStandardWebhooksSignatures(value)
 	if err != nil {
 		return nil, err
 	}
 	timestamp := header.Get(names[1])
-	unix, err := strconv.ParseInt(timestamp, 10, 64)
+	unix, err := parseUnix(names[1], timestamp)
 	if err != nil {
-		return nil, verifyErr("standardwebhooks", ferry.ErrMalformedSignature, "webhook-timestamp is not a unix time")
+		return nil, verifyErr("standardwebhooks", ferry.ErrMalformedSignature, err.Error())
 	}
 	// An absent id is signed as empty, so a forgery without one is still
 	// told apart from a genuine delivery that lacks it.
@@ -100,7 +99,7 @@ func (s *StandardWebhooks) Verify(header http.Header, body []byte) (*ferry.Verif
 		return nil, err
 	}
 	if id == "" {
-		return nil, verifyErr("standardwebhooks", ferry.ErrNoEventID, "no webhook-id")
+		return nil, verifyErr("standardwebhooks", ferry.ErrNoEventID, noHeader(names[0]))
 	}
 	var event struct {
 		Type string `json:"type"`

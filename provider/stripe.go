@@ -40,7 +40,7 @@ func NewStripe(opts Options) (*Stripe, error) {
 func (s *Stripe) Verify(header http.Header, body []byte) (*ferry.Verified, error) {
 	value := header.Get(StripeSignatureHeader)
 	if value == "" {
-		return nil, verifyErr("stripe", ferry.ErrNoSignature, "")
+		return nil, verifyErr("stripe", ferry.ErrNoSignature, noHeader(StripeSignatureHeader))
 	}
 	sig, err := parseStripeHeader(value)
 	if err != nil {
@@ -61,7 +61,7 @@ func (s *Stripe) Verify(header http.Header, body []byte) (*ferry.Verified, error
 		return nil, verifyErr("stripe", ferry.ErrBadPayload, "body is not a JSON event")
 	}
 	if event.ID == "" {
-		return nil, verifyErr("stripe", ferry.ErrNoEventID, `no "id" field`)
+		return nil, verifyErr("stripe", ferry.ErrNoEventID, `body has no "id" field`)
 	}
 	return &ferry.Verified{EventID: event.ID, Type: event.Type}, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
 )
 
@@ -136,5 +138,42 @@ func TestServerClosesIdleConnections(t *testing.T) {
 	}
 	if b, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("idle connection: read %q, %v; want the server to close it", b, err)
+	}
+}
+
+// A real `ferry serve` answers a provider URL with a trailing or doubled
+// slash with a JSON 404 that says what the URL is, never a redirect (no
+// provider follows one) or the mux's plain-text 404; a rejection says what
+// to fix; /healthz and /readyz still answer.
+func TestServeWebhookPaths(t *testing.T) {
+	t.Parallel()
+	p := startReceiver(t, "")
+	post := func(path string, header http.Header, body string) (int, http.Header, map[string]string) {
+		t.Helper()
+		status, h, raw := testhttp.ReadResponse(t, testhttp.PartialPost(t, p.addr, path, header, len(body), body))
+		var answer map[string]string
+		if err := json.Unmarshal(raw, &answer); err != nil {
+			t.Errorf("POST %s: %d %q is not a JSON object", path, status, raw)
+		}
+		return status, h, answer
+	}
+	body := `{"id":"evt_path","type":"invoice.paid"}`
+	signed := ferrytest.SignStripe(stripeSecret, []byte(body), time.Now())
+	for _, path := range []string{"/webhooks/stripe/", "/webhooks//stripe", "//webhooks/stripe", "/webhooks/stripe/x"} {
+		status, h, answer := post(path, signed, body)
+		if status != http.StatusNotFound || h.Get("Location") != "" || answer["error"] != "bad_path" || !strings.Contains(answer["detail"], "/webhooks/{source}") {
+			t.Errorf("POST %s: %d %v (Location %q), want 404 bad_path naming /webhooks/{source}", path, status, answer, h.Get("Location"))
+		}
+	}
+	if status, _, answer := post("/webhooks/stripe", nil, body); status != http.StatusUnauthorized || answer["detail"] != "no Stripe-Signature header" {
+		t.Errorf("unsigned POST: %d %v, want 401 naming Stripe-Signature", status, answer)
+	}
+	if status, _, answer := post("/webhooks/stripe", signed, body); status != http.StatusOK || answer["status"] != "accepted" {
+		t.Errorf("POST /webhooks/stripe: %d %v, want 200 accepted", status, answer)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, _ := testhttp.Get(t, "http://"+p.addr+path); code != http.StatusOK {
+			t.Errorf("GET %s = %d, want 200", path, code)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -118,7 +119,13 @@ SIGHUP stops it gracefully (exit 0).`)
 		}
 		defer aln.Close() // an early return; after Shutdown a no-op
 	}
-	public := newPublicServer(health.Gate(mux, cfg.HTTP.RetryAfter.Duration), log, cfg.HTTP)
+	// Once the receiver is made, its Handler fronts the mux: the mux would
+	// redirect a path under /webhooks with a doubled slash, and providers
+	// follow no redirect. Gate answers deliveries 503 starting until then.
+	var routes atomic.Pointer[http.Handler]
+	routes.Store(new(http.Handler(mux)))
+	front := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*routes.Load()).ServeHTTP(w, r) })
+	public := newPublicServer(health.Gate(front, cfg.HTTP.RetryAfter.Duration), log, cfg.HTTP)
 	servers := []*http.Server{public}
 	served := make(chan error, 2)
 	go func() { served <- public.Serve(ln) }()
@@ -155,6 +162,7 @@ SIGHUP stops it gracefully (exit 0).`)
 			return err
 		}
 		receiver.Register(mux)
+		routes.Store(new(receiver.Handler(mux)))
 		op.watchReceiver(receiver)
 	}
 
