@@ -63,6 +63,7 @@ var (
 	// are not written for: PostgreSQL's default_transaction_isolation above
 	// read committed (set on the role, the database or the URL), under which
 	// claims, completions and a transactional handler's commit fail with
-	// serialization errors. It wraps the setting and the fix.
+	// serialization errors. postgres.Open returns it too, for a URL that
+	// sets such an isolation. It wraps the setting and the fix.
 	ErrMisconfigured = errors.New("ferry: store misconfigured")
 )

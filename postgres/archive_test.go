@@ -834,3 +834,193 @@ func TestArchiveMaintainFinishesADropStoppedAfterTheDetach(t *testing.T) {
 		t.Errorf("done count %d after the run, want 1 (y)", n)
 	}
 }
+
+// detachDayOf runs a drop's first step alone on the day that holds event
+// id, as a run that stops after it leaves the day, and returns the day's
+// name.
+func (b *archiveBundle) detachDayOf(t *testing.T, id int64) string {
+	t.Helper()
+	var day string
+	if err := b.store.Pool().QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM ferry_event_done WHERE id = $1`, id).Scan(&day); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Pool().Exec(b.ctx, `SELECT ferry_archive_detach($1)`, day); err != nil {
+		t.Fatal(err)
+	}
+	return day
+}
+
+// acrossADetach completes x, has write keep a side row of x ("before"),
+// runs a drop's first step alone on x's day three days on, has write keep
+// another ("after"), then lets maintenance finish the drop; it returns what
+// list (one text column, for event $1) reads of x's rows then.
+func (b *archiveBundle) acrossADetach(t *testing.T, write func(x int64, when string), list string) []string {
+	t.Helper()
+	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
+	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	x := b.done(t, "x")
+	write(x, "before")
+	b.clock.Advance(72 * time.Hour)
+	b.detachDayOf(t, x)
+	write(x, "after")
+	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := b.store.Pool().Query(b.ctx, list, x)
+	kept, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kept
+}
+
+// A redelivery with another body of an event whose day a stopped run
+// detached is answered 2xx and keeps its conflict; the next run finishes
+// the drop and deletes the conflict kept before the detach, but keeps that
+// one for the key purge.
+func TestArchiveDropKeepsConflictsKeptAfterTheDetach(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	kept := b.acrossADetach(t, func(_ int64, body string) {
+		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte(body)})
+		if err != nil || res.Outcome != ferry.ReceiveConflict {
+			t.Fatalf("redelivery of x with %q = %+v, %v; want a conflict", body, res, err)
+		}
+	}, `SELECT convert_from(payload, 'UTF8') FROM ferry_conflict WHERE event_id = $1 ORDER BY id`)
+	if len(kept) != 1 || kept[0] != "after" {
+		t.Errorf("x's conflicts after the drop = %q; want the one acknowledged after the detach", kept)
+	}
+}
+
+// A replay (x's body under a new key) acknowledged after a stopped run
+// detached x's day keeps its row too; one kept before the detach goes with
+// the day.
+func TestArchiveDropKeepsReplaysKeptAfterTheDetach(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	kept := b.acrossADetach(t, func(x int64, when string) {
+		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x-" + when, Payload: []byte("x"), ReplayWindow: 96 * time.Hour})
+		if err != nil || res.Outcome != ferry.ReceiveReplay || res.ID != x {
+			t.Fatalf("x-%s with x's body = %+v, %v; want a replay of x", when, res, err)
+		}
+	}, `SELECT claimed_event_id FROM ferry_replay WHERE event_id = $1 ORDER BY id`)
+	if len(kept) != 1 || kept[0] != "x-after" {
+		t.Errorf("x's replays after the drop = %q; want the one acknowledged after the detach", kept)
+	}
+}
+
+// A replay receipt takes its row's id before it commits and locks nothing
+// of the archive: one still open when the detach reads the marks, below a
+// row committed meanwhile, must be committed before the detach is, or be
+// kept. The detach waits for it; then its row went before the detach, and
+// goes with the day.
+func TestArchiveDetachWaitsForSideRowsInFlight(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
+	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	x := b.done(t, "x")
+	b.clock.Advance(72 * time.Hour)
+	y := b.done(t, "y")
+	inFlight, err := b.store.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inFlight.Rollback(b.ctx)
+	const insert = `INSERT INTO ferry_replay (event_id, received_at, claimed_event_id) VALUES ($1, now(), $2)`
+	if _, err := inFlight.Exec(b.ctx, insert, x, "x-in-flight"); err != nil {
+		t.Fatal(err)
+	}
+	var holder int
+	if err := inFlight.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Pool().Exec(b.ctx, insert, y, "y-later"); err != nil { // a higher id, committed
+		t.Fatal(err)
+	}
+	var day string
+	if err := b.store.Pool().QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM ferry_event_done WHERE id = $1`, x).Scan(&day); err != nil {
+		t.Fatal(err)
+	}
+	detached := make(chan error, 1)
+	go func() {
+		_, err := b.store.Pool().Exec(b.ctx, `SELECT ferry_archive_detach($1)`, day)
+		detached <- err
+	}()
+	// The detach ends, or waits for the receipt in flight.
+	waited := false
+	for deadline := time.Now().Add(time.Minute); !waited; time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-detached:
+			detached <- err
+		default:
+			waited = b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%ferry_archive_detach%'`, holder) > 0
+			if time.Now().After(deadline) {
+				t.Fatal("after a minute, the detach neither ended nor waited for the receipt in flight")
+			}
+			continue
+		}
+		break
+	}
+	if err := inFlight.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-detached; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	n := b.count(t, `SELECT count(*) FROM ferry_replay WHERE event_id = $1`, x)
+	switch {
+	case waited && n != 0:
+		t.Errorf("the detach waited for the receipt, but %d of x's replays are left", n)
+	case !waited && n != 1:
+		t.Errorf("a replay committed after the detach was deleted with the day (%d left)", n)
+	}
+	if !waited {
+		t.Error("the detach did not wait for a side row in flight below its mark")
+	}
+}
+
+// A day 007 detached (a run stopped between the steps before 008) has no
+// marks: which side rows came after the detach is unknown, so the drop
+// keeps them all, and the key purge forgets them with the key.
+func TestArchiveDropWithoutMarksLeavesSideRowsToTheKeyPurge(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
+	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	x := b.done(t, "x")
+	if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("other")}); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(72 * time.Hour)
+	day := b.detachDayOf(t, x)
+	if _, err := b.store.Pool().Exec(b.ctx, `UPDATE ferry_event_done_partition SET conflict_mark = NULL, replay_mark = NULL, action_mark = NULL WHERE name = $1`, day); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(to_regclass($1))`, day); n != 0 {
+		t.Errorf("the day detached without marks is still there")
+	}
+	const conflicts = `SELECT count(*) FROM ferry_conflict WHERE event_id = $1`
+	if n := b.count(t, conflicts, x); n != 1 {
+		t.Errorf("%d conflicts of x after a drop without marks, want its one, left to the key purge", n)
+	}
+	b.clock.Advance(30 * 24 * time.Hour)
+	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, conflicts, x); n != 0 {
+		t.Errorf("%d conflicts of x after its key's purge, want none", n)
+	}
+}

@@ -460,12 +460,9 @@ func (s *Store) Ping(ctx context.Context) error {
 		return wrap("ping", fmt.Errorf("%w: the server is a standby (in recovery)", ferry.ErrReadOnly))
 	case readOnly:
 		return wrap("ping", fmt.Errorf("%w: transactions are read-only (default_transaction_read_only)", ferry.ErrReadOnly))
-	case isolation != "read committed":
-		return wrap("ping", fmt.Errorf("%w: sessions run with default_transaction_isolation = %q, and Ferry's claims and completions fail with serialization errors (SQLSTATE 40001) under it; "+
-			"run them read committed: ALTER ROLE ... SET default_transaction_isolation = 'read committed' (or the database's), drop it from the URL (postgres.Open then sets it), or set it in the pool's AfterConnect",
-			ferry.ErrMisconfigured, isolation))
 	}
-	return nil
+	return wrap("ping", isolationRefused(isolation,
+		"ALTER ROLE ... SET default_transaction_isolation = 'read committed' (or the database's), drop it from the URL (postgres.Open then sets it), or set it in the pool's AfterConnect"))
 }
 
 // listByEvent reads the rows query selects for one event's id (its ledger

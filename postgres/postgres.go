@@ -98,8 +98,8 @@ func (s *Store) MaxConns() int { return int(s.pool.Config().MaxConns) }
 // the role or database sets: Ferry's statements are written for it, and
 // under repeatable read or serializable a claim, a completion or a
 // transactional handler's commit fails with a serialization error (SQLSTATE
-// 40001) where read committed waits and rechecks. Ping fails while it is
-// not read committed.
+// 40001) where read committed waits and rechecks. A url that sets another
+// fails Open with ferry.ErrMisconfigured, as Ping would on every call.
 func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 	poolConfig, err := parseURL(url)
 	if err != nil {
@@ -128,6 +128,10 @@ func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 		return nil, wrap("open", err)
 	}
 	if err := durable(ctx, pool); err != nil {
+		pool.Close()
+		return nil, wrap("open", err)
+	}
+	if err := readCommitted(ctx, pool); err != nil {
 		pool.Close()
 		return nil, wrap("open", err)
 	}
@@ -209,6 +213,27 @@ func durable(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("%w: the server runs with fsync off; turn it on in postgresql.conf", ferry.ErrNotDurable)
 	}
 	return nil
+}
+
+// readCommitted checks that a session of the pool runs read committed by
+// default: only a url that sets default_transaction_isolation gets Open a
+// session that does not.
+func readCommitted(ctx context.Context, pool *pgxpool.Pool) error {
+	var isolation string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&isolation); err != nil {
+		return err
+	}
+	return isolationRefused(isolation, "remove default_transaction_isolation from the URL (Open then sets read committed)")
+}
+
+// isolationRefused is ferry.ErrMisconfigured for a session whose default
+// isolation is not read committed, with fix; nil for read committed.
+func isolationRefused(isolation, fix string) error {
+	if isolation == "read committed" {
+		return nil
+	}
+	return fmt.Errorf("%w: sessions run with default_transaction_isolation = %q, and Ferry's claims and completions fail with serialization errors (SQLSTATE 40001) under it; run them read committed: %s",
+		ferry.ErrMisconfigured, isolation, fix)
 }
 
 // Close stops receipt subscriptions, waits for their connections to close,

@@ -473,7 +473,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		}
 	})
 	// A store whose sessions run serializable (here from the URL, which
-	// Open keeps) answers and can write, but claims and completions fail
+	// Open refuses) answers and can write, but claims and completions fail
 	// under it: a fail naming the setting, not "does not answer".
 	t.Run("StoreIsolation", func(t *testing.T) {
 		t.Parallel()

@@ -17,6 +17,11 @@ import (
 	"github.com/ferry-inbox/ferry/internal/config"
 )
 
+// misconfiguredFix is doctor's fix for a store whose sessions run with a
+// setting Ferry's statements fail under, found by Open (set in store.url)
+// or by Ping (set for the role or database).
+const misconfiguredFix = "change the setting the error names, for Ferry's role or in store.url; claims and completions fail meanwhile"
+
 // doctorBacklog is how long a pending event may stay due, unclaimed, before
 // doctor warns that workers are behind or not running. An event waiting out
 // a backoff is not due: one the app keeps failing is not a backlog.
@@ -182,6 +187,10 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		// finding below: exit 4, with the report.
 		return err
 	}
+	if errors.Is(err, ferry.ErrMisconfigured) {
+		fail(misconfiguredFix, "store: answers but is misconfigured: %v", err)
+		return nil
+	}
 	if err != nil {
 		fail("check store.url, that the database runs and that this host can reach it", "store: %v", err)
 		return nil
@@ -196,7 +205,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		fail(fix, "store: answers but cannot write: %v", err)
 		return nil
 	} else if errors.Is(err, ferry.ErrMisconfigured) {
-		fail("change the setting the error names, for Ferry's role or in store.url; claims and completions fail meanwhile", "store: answers but is misconfigured: %v", err)
+		fail(misconfiguredFix, "store: answers but is misconfigured: %v", err)
 		return nil
 	} else if err != nil {
 		fail("check that the database runs and that this host can reach it", "store: does not answer: %v", err)

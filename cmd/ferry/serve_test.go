@@ -717,3 +717,26 @@ func TestServeRefusesAnUnusableSQLitePath(t *testing.T) {
 		}
 	}
 }
+
+// A store.url that sets a default isolation above read committed stops the
+// start (exit 2) naming store.url and the fix, as a non-durable one does:
+// opened, every claim and completion would fail, and /readyz answer 503
+// for ever.
+func TestServeRefusesAStoreURLNotReadCommitted(t *testing.T) {
+	t.Parallel()
+	_, schema := pgtest.Schema(t)
+	cfg := writeConfig(t, pgtest.ConnString(schema)+"&default_transaction_isolation=serializable", "http://127.0.0.1:1", "")
+	// A serve that starts is stopped at a ceiling only a start would reach.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ferryBin, "serve", "--config", cfg)
+	var e strings.Builder
+	cmd.Stderr = &e
+	_ = cmd.Run()
+	code, stderr := cmd.ProcessState.ExitCode(), e.String()
+	for _, want := range []string{"store.url", `default_transaction_isolation = "serializable"`, "remove default_transaction_isolation from the URL"} {
+		if code != 2 || !strings.Contains(stderr, want) {
+			t.Errorf("serve with a serializable store.url: exit %d, stderr %q; want 2 saying %q", code, stderr, want)
+		}
+	}
+}

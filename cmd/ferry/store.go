@@ -188,10 +188,11 @@ func relativeTo(path string) string {
 }
 
 // storeRefused makes a store.url the store refuses (it would lose what it
-// acknowledges, or cannot run as the URL sets it) a config error naming
-// store.url (exit 2); any other failure to open stays as it is.
+// acknowledges, its statements would fail under what it sets, or it cannot
+// run as the URL sets it) a config error naming store.url (exit 2); any
+// other failure to open stays as it is.
 func storeRefused(err error) error {
-	if errors.Is(err, ferry.ErrNotDurable) || errors.Is(err, ferry.ErrInvalidParams) {
+	if errors.Is(err, ferry.ErrNotDurable) || errors.Is(err, ferry.ErrMisconfigured) || errors.Is(err, ferry.ErrInvalidParams) {
 		return fmt.Errorf("%w: store.url: %w", errConfig, err)
 	}
 	return err
