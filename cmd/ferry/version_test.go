@@ -58,10 +58,12 @@ func TestVersionCommand(t *testing.T) {
 	if err != nil {
 		t.Skipf("not in a git checkout: %v", err)
 	}
+	// -race as in TestMain: the dependencies are then already compiled, and
+	// each build is a link (without it, each compiled them all again).
 	goBuild := func(t *testing.T, args ...string) string {
 		t.Helper()
 		bin := filepath.Join(t.TempDir(), "ferry")
-		cmd := exec.Command("go", append(append([]string{"build", "-o", bin}, args...), ".")...)
+		cmd := exec.Command("go", append(append([]string{"build", "-race", "-o", bin}, args...), ".")...)
 		cmd.Env = append(os.Environ(), "GOFLAGS=")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)
