@@ -658,18 +658,7 @@ func TestGitHub(t *testing.T) {
 			b.delivered(t, fmt.Sprintf("g-%03d", i))
 		}
 		b.fake.repeatNext = true
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a ceiling, not a wait
-		defer cancel()
-		_, err := b.runner.Pass(ctx, PassOptions{})
-		if err == nil || !strings.Contains(err.Error(), "was already read in this pass") {
-			t.Fatalf("err = %v, want the repeated page named", err)
-		}
-		if n := len(b.fake.requested()); n != 2 {
-			t.Fatalf("%d requests, want 2: the first page, then the Link's cursor=0 once", n)
-		}
-		if _, ok := checkpoint(t, b.store, "github"); ok {
-			t.Fatal("the checkpoint advanced past a window not listed")
-		}
+		b.wantRepeatedPageFails(t, "was already read in this pass", func() int { return len(b.fake.requested()) })
 	})
 
 	t.Run("NextPageOnAnotherHostIsRefused", func(t *testing.T) {

@@ -449,15 +449,7 @@ func TestRunner(t *testing.T) {
 					"over_limit": {Type: "test", Payload: bytes.Repeat([]byte("o"), tc.limit+1)},
 				})
 				b.runner.MaxBody = tc.maxBody
-				obs := eventCounts{}
-				b.runner.Observer = obs
-				res := b.pass(t, PassOptions{})
-				if res.New != 1 || res.Skipped != 1 || !res.Advanced {
-					t.Fatalf("new=%d skipped=%d advanced=%v, want 1 1 true", res.New, res.Skipped, res.Advanced)
-				}
-				if want := (eventCounts{OutcomeNew: 1, OutcomeSkipped: 1}); !maps.Equal(obs, want) {
-					t.Errorf("observed %v, want %v", obs, want)
-				}
+				b.wantOneNewAndSkipped(t, 1)
 				if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "listed", EventID: "over_limit"}); !errors.Is(err, ferry.ErrNotFound) {
 					t.Fatalf("a payload over the limit was stored: %v", err)
 				}
@@ -478,15 +470,7 @@ func TestRunner(t *testing.T) {
 			"bad_type": {Type: strings.Repeat("t", ferry.MaxEventTypeBytes+1), Payload: []byte(`{}`)},
 			"good":     {Type: "test", Payload: []byte(`{}`)},
 		})
-		obs := eventCounts{}
-		b.runner.Observer = obs
-		res := b.pass(t, PassOptions{})
-		if res.New != 1 || res.Skipped != 2 || !res.Advanced {
-			t.Fatalf("new=%d skipped=%d advanced=%v, want 1 2 true", res.New, res.Skipped, res.Advanced)
-		}
-		if want := (eventCounts{OutcomeNew: 1, OutcomeSkipped: 2}); !maps.Equal(obs, want) {
-			t.Errorf("observed %v, want %v", obs, want)
-		}
+		b.wantOneNewAndSkipped(t, 2)
 		list, err := b.store.EventList(context.Background(), &ferry.EventListParams{})
 		if err != nil || len(list.Events) != 1 || list.Events[0].EventID != "good" {
 			t.Fatalf("stored %v (%v), want only the good event", list, err)
@@ -584,6 +568,21 @@ func setupListed(t *testing.T, l listed) *runBundle {
 	b.start("listed", l, slog.LevelInfo)
 	b.runner.Lookback = time.Hour // one step: the events are listed once
 	return &b
+}
+
+// wantOneNewAndSkipped runs a pass that must store one event, skip
+// skipped others and still advance, reporting each to the Observer.
+func (b *runBundle) wantOneNewAndSkipped(t *testing.T, skipped int) {
+	t.Helper()
+	obs := eventCounts{}
+	b.runner.Observer = obs
+	res := b.pass(t, PassOptions{})
+	if res.New != 1 || res.Skipped != skipped || !res.Advanced {
+		t.Fatalf("new=%d skipped=%d advanced=%v, want 1 %d true", res.New, res.Skipped, res.Advanced, skipped)
+	}
+	if want := (eventCounts{OutcomeNew: 1, OutcomeSkipped: skipped}); !maps.Equal(obs, want) {
+		t.Errorf("observed %v, want %v", obs, want)
+	}
 }
 
 // eventCounts is an Observer that counts events by outcome, as

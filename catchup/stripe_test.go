@@ -215,6 +215,25 @@ func (b *runBundle) outage(t *testing.T, d time.Duration) *Result {
 	return b.pass(t, PassOptions{})
 }
 
+// wantRepeatedPageFails runs a pass on a listing whose second page repeats
+// the first and wants it to fail naming the repeat (want), after exactly
+// those two requests as requests counts them, with no checkpoint written.
+func (b *runBundle) wantRepeatedPageFails(t *testing.T, want string, requests func() int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a ceiling, not a wait
+	defer cancel()
+	_, err := b.runner.Pass(ctx, PassOptions{})
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want the repeated page named", err)
+	}
+	if n := requests(); n != 2 {
+		t.Fatalf("%d requests, want 2: the first page, then the same page again", n)
+	}
+	if _, ok := checkpoint(t, b.store, b.runner.Source); ok {
+		t.Fatal("the checkpoint advanced past a window not listed")
+	}
+}
+
 type stripeBundle struct {
 	runBundle
 	fake *fakeStripe
@@ -507,18 +526,7 @@ func TestStripe(t *testing.T) {
 		b.runner.Lookback = time.Hour // one step: every request is a page
 		b.fake.add(150, base.Add(-30*time.Minute), "a")
 		b.fake.ignoreCursor = true
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a ceiling, not a wait
-		defer cancel()
-		_, err := b.runner.Pass(ctx, PassOptions{})
-		if err == nil || !strings.Contains(err.Error(), "where an earlier page of this listing ended") {
-			t.Fatalf("err = %v, want the repeated cursor named", err)
-		}
-		if n := len(b.fake.requests()); n != 2 {
-			t.Fatalf("%d requests, want 2: the second page repeats the first", n)
-		}
-		if _, ok := checkpoint(t, b.store, "stripe"); ok {
-			t.Fatal("the checkpoint advanced past a window not listed")
-		}
+		b.wantRepeatedPageFails(t, "where an earlier page of this listing ended", func() int { return len(b.fake.requests()) })
 	})
 
 	// Stripe refuses a starting_after it does not know with 400
