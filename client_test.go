@@ -118,16 +118,23 @@ func (b *clientBundle) stopWhileRunning(t *testing.T, source string, policies []
 	}
 }
 
+// event reads the event as the store holds it now.
+func (b *clientBundle) event(t *testing.T, id int64) *ferry.Event {
+	t.Helper()
+	ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
 // waitState polls the store (not the wall clock of the code under test) until
 // the event reaches want, failing after 20 s.
 func (b *clientBundle) waitState(t *testing.T, id int64, want ferry.State) *ferry.Event {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := b.event(t, id)
 		if ev.State == want {
 			return ev
 		}
@@ -260,10 +267,7 @@ func TestClient(t *testing.T) {
 			ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: later})
 			return err == nil && ev.State == ferry.StatePending && ev.Attempt == 1
 		})
-		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: later})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := b.event(t, later)
 		if wait := ev.NextAttemptAt.Sub(b.clock.Now()); wait > ferry.MaxRetryAfter || wait < ferry.MaxRetryAfter-time.Minute {
 			t.Errorf("RetryAfter of a year: next attempt in %v, want %v", wait, ferry.MaxRetryAfter)
 		}
@@ -467,10 +471,7 @@ func TestClient(t *testing.T) {
 			beat := b.clock.Now().Add(ttl / 2)
 			deadline := time.Now().Add(20 * time.Second)
 			for {
-				ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
-				if err != nil {
-					t.Fatal(err)
-				}
+				ev := b.event(t, id)
 				if ev.State != ferry.StateInProgress || ev.Attempt != 1 {
 					t.Fatalf("event is %s at attempt %d while its first handler runs", ev.State, ev.Attempt)
 				}
@@ -509,10 +510,7 @@ func TestClient(t *testing.T) {
 		b.stopWhileRunning(t, "stripe", nil, func(context.Context) error {
 			return errors.New("rpc error: code = Canceled desc = context canceled")
 		})
-		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := b.event(t, id)
 		if ev.State != ferry.StatePending {
 			t.Fatalf("event %s after Stop cut its handler off, want pending (ledger %v)", ev.State, b.outcomes(t, id))
 		}
@@ -526,10 +524,7 @@ func TestClient(t *testing.T) {
 		b.stopWhileRunning(t, "stripe", nil, func(context.Context) error {
 			return ferry.Permanent(errors.New("app answered 404"))
 		})
-		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := b.event(t, id)
 		if ev.State != ferry.StateDead || !strings.Contains(ev.LastError, "app answered 404") {
 			t.Fatalf("event %s (last error %q) after a Permanent verdict at Stop, want dead with it", ev.State, ev.LastError)
 		}
@@ -542,10 +537,7 @@ func TestClient(t *testing.T) {
 	withClient(t, "StopLeavesAHoldHandlerCutOffToLapse", true, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "bank", "evt_1")
 		b.stopWhileRunning(t, "bank", []ferry.SourcePolicy{{Name: "bank", LostLease: ferry.LostLeaseHold}}, context.Context.Err)
-		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := b.event(t, id)
 		if ev.State != ferry.StateInProgress {
 			t.Fatalf("event %s after Stop cut its hold handler off, want still leased (ledger %v)", ev.State, b.outcomes(t, id))
 		}
@@ -585,10 +577,7 @@ func TestClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Stop returned after the handler and its verdict: read, don't wait.
-		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := b.event(t, id)
 		if ev.State != ferry.StateDone {
 			t.Errorf("event %s after Stop, want done (ledger %v)", ev.State, b.outcomes(t, id))
 		}
@@ -621,10 +610,7 @@ func TestClient(t *testing.T) {
 		if err := <-stopped; err != nil {
 			t.Errorf("Stop with a ctx done on entry = %v, want nil: the handler returned within the grace", err)
 		}
-		ev, err := b.store.EventGet(b.ctx, &ferry.EventGetParams{ID: running})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := b.event(t, running)
 		if ev.State != ferry.StateDone {
 			t.Errorf("running event %s after Stop, want done (ledger %v)", ev.State, b.outcomes(t, running))
 		}
