@@ -48,6 +48,18 @@ func (s *faultyStore) EventClaimMany(ctx context.Context, p *ferry.EventClaimMan
 	return s.Store.EventClaimMany(ctx, p)
 }
 
+// startPolling starts a client on store, polling every 100 ms, whose
+// "stripe" handler succeeds at once, and returns when it started: the pace
+// of the claim loop is timed from there.
+func (b *clientBundle) startPolling(t *testing.T, store ferry.Store) (began time.Time) {
+	t.Helper()
+	c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.PollInterval = 100 * time.Millisecond })
+	c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
+	began = time.Now()
+	start(t, c)
+	return began
+}
+
 // strayLost is a store whose heartbeats also report a lease they were not
 // sent as lost, and count themselves.
 type strayLost struct {
@@ -205,10 +217,7 @@ func TestClientFaults(t *testing.T) {
 
 	withClient(t, "ClosedNotificationsFallBackToPolling", false, func(t *testing.T, b *clientBundle) {
 		store := &faultyStore{Store: b.store, closedWake: true}
-		c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.PollInterval = 100 * time.Millisecond })
-		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
-		began := time.Now()
-		start(t, c)
+		began := b.startPolling(t, store)
 		// Polling makes a claim an interval, so twelve claims take 1.1 s (a
 		// busy machine only makes them slower); a loop on the closed
 		// channel makes them as fast as the store answers.
@@ -230,10 +239,7 @@ func TestClientFaults(t *testing.T) {
 	// least five poll intervals (a busy machine only slows them).
 	withClient(t, "FailingClaimsWaitForTheBackoff", false, func(t *testing.T, b *clientBundle) {
 		store := &faultyStore{Store: b.store, failClaims: true}
-		c := b.newClient(t, func(c *ferry.Config) { c.Store = store; c.PollInterval = 100 * time.Millisecond })
-		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
-		began := time.Now()
-		start(t, c)
+		began := b.startPolling(t, store)
 		for i := 0; store.claims.Load() < 6; i++ {
 			if time.Since(began) > time.Minute {
 				t.Fatalf("%d claims in a minute: the claim loop stopped", store.claims.Load())
