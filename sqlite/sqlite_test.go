@@ -152,6 +152,29 @@ func TestPingDoesNotWaitForWriters(t *testing.T) {
 	}
 }
 
+// wantOpenRefused checks that Open(dsn, config) fails with an error that is
+// target and says want.
+func wantOpenRefused(t *testing.T, dsn string, config *sqlite.Config, target error, want string) {
+	t.Helper()
+	s, err := sqlite.Open(dsn, config)
+	if !errors.Is(err, target) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Open(%q) = %v, want %v saying %q", dsn, err, target, want)
+	}
+	if err == nil {
+		s.Close()
+	}
+}
+
+// wantOpens checks that Open(dsn, config) succeeds, and closes the store.
+func wantOpens(t *testing.T, dsn string, config *sqlite.Config) {
+	t.Helper()
+	s, err := sqlite.Open(dsn, config)
+	if err != nil {
+		t.Fatalf("Open(%q) = %v", dsn, err)
+	}
+	s.Close()
+}
+
 func TestOpen(t *testing.T) {
 	t.Parallel()
 
@@ -160,28 +183,16 @@ func TestOpen(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "ferry.db")
+		mustExist := &sqlite.Config{MustExist: true}
 		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(1000)", "file://" + path} {
-			if s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: true}); !errors.Is(err, fs.ErrNotExist) {
-				t.Errorf("Open(%q) of a missing file = %v, want fs.ErrNotExist", dsn, err)
-				if err == nil {
-					s.Close()
-				}
-			}
+			wantOpenRefused(t, dsn, mustExist, fs.ErrNotExist, "")
 		}
 		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("a refused Open left a file behind: %v", err)
 		}
-		s, err := sqlite.Open(path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Close()
+		wantOpens(t, path, nil)
 		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(1000)", "file://" + path, "file://localhost" + path, "file:" + path + "#x"} {
-			s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: true})
-			if err != nil {
-				t.Fatalf("Open(%q) of an existing file = %v", dsn, err)
-			}
-			s.Close()
+			wantOpens(t, dsn, mustExist)
 		}
 	})
 
@@ -205,13 +216,7 @@ func TestOpen(t *testing.T) {
 			filepath.Join(dir, "h.db") + "?_pragma=main.synchronous%3D1":           "synchronous is 1",
 			filepath.Join(dir, "i.db") + "?_pragma=synchronous(FULL)&_sync=NORMAL": "synchronous is 1",
 		} {
-			s, err := sqlite.Open(path, nil)
-			if !errors.Is(err, ferry.ErrNotDurable) || !strings.Contains(err.Error(), want) {
-				t.Errorf("Open(%q) = %v, want ErrNotDurable: %s", path, err, want)
-			}
-			if err == nil {
-				s.Close()
-			}
+			wantOpenRefused(t, path, nil, ferry.ErrNotDurable, want)
 		}
 		// Locks that make connections fail instead of taking turns.
 		for path, want := range map[string]string{
@@ -219,21 +224,11 @@ func TestOpen(t *testing.T) {
 			filepath.Join(dir, "q.db") + "?_pragma=busy_timeout(0)":         "busy_timeout is 0 ms",
 			filepath.Join(dir, "r.db") + "?_pragma=busy_timeout%3D999":      "busy_timeout is 999 ms",
 		} {
-			if s, err := sqlite.Open(path, nil); !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), want) {
-				t.Errorf("Open(%q) = %v, want ErrInvalidParams saying %q", path, err, want)
-				if err == nil {
-					s.Close()
-				}
-			}
+			wantOpenRefused(t, path, nil, ferry.ErrInvalidParams, want)
 		}
 		// Writes that begin deferred would fail on another process's commit.
 		for _, path := range []string{filepath.Join(dir, "m.db") + "?_txlock=deferred", filepath.Join(dir, "n.db") + "?_txlock=DEFERRED"} {
-			if s, err := sqlite.Open(path, nil); !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), "remove the path's _txlock") {
-				t.Errorf("Open(%q) = %v, want ErrInvalidParams naming _txlock", path, err)
-				if err == nil {
-					s.Close()
-				}
-			}
+			wantOpenRefused(t, path, nil, ferry.ErrInvalidParams, "remove the path's _txlock")
 		}
 		// Durable, but not WAL, which the read pool needs.
 		for _, path := range []string{
@@ -241,20 +236,11 @@ func TestOpen(t *testing.T) {
 			filepath.Join(dir, "j.db") + "?_pragma=journal_mode(DELETE)",
 			filepath.Join(dir, "k.db") + "?_pragma=" + url.QueryEscape("main.journal_mode = 'truncate'"),
 		} {
-			if s, err := sqlite.Open(path, nil); !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), "not WAL") {
-				t.Errorf("Open(%q) = %v, want ErrInvalidParams: not WAL", path, err)
-				if err == nil {
-					s.Close()
-				}
-			}
+			wantOpenRefused(t, path, nil, ferry.ErrInvalidParams, "not WAL")
 		}
 		// What keeps WAL and FULL is accepted.
 		path := filepath.Join(dir, "l.db") + "?_pragma=journal_mode(wal)&_pragma=synchronous%3Dextra&_sync=FULL&_txlock=IMMEDIATE"
-		s, err := sqlite.Open(path, nil)
-		if err != nil {
-			t.Fatalf("Open(%q) = %v", path, err)
-		}
-		s.Close()
+		wantOpens(t, path, nil)
 	})
 
 	// A path the store cannot use is ErrInvalidParams with the fix, not
@@ -274,13 +260,7 @@ func TestOpen(t *testing.T) {
 			filepath.Join(dir, "q.db") + "?_pragma=query_only(1)":     "query_only is on",
 			filepath.Join(dir, "r.db") + "?_pragma=query_only%3Dtrue": "query_only is on",
 		} {
-			s, err := sqlite.Open(path, nil)
-			if !errors.Is(err, ferry.ErrInvalidParams) || !strings.Contains(err.Error(), want) {
-				t.Errorf("Open(%q) = %v, want ErrInvalidParams saying %q", path, err, want)
-			}
-			if err == nil {
-				s.Close()
-			}
+			wantOpenRefused(t, path, nil, ferry.ErrInvalidParams, want)
 		}
 	})
 
