@@ -804,8 +804,9 @@ type ArchiveMaintainResult struct {
 	Skipped bool
 	// Created and Dropped count partitions.
 	Created, Dropped int
-	// Events counts the events dropped with their partitions; Keys the
-	// dedupe keys purged.
+	// Events counts the events dropped (with their partitions, on
+	// PostgreSQL); Keys the dedupe keys purged (on SQLite, whose event row
+	// is its own key, each event deleted).
 	Events, Keys int
 }
 

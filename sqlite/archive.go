@@ -41,6 +41,7 @@ func (s *Store) archiveRun(renewEvery int) func(context.Context, *ferry.ArchiveM
 		for _, source := range sources {
 			n, err := s.purgeDone(ctx, source, now, params.Retention, params.KeyRetention, beforeBatch)
 			res.Events += n
+			res.Keys += n // the event row is its own key
 			if err != nil {
 				return err
 			}

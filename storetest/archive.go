@@ -133,11 +133,13 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 	run(t, setup, "KeepsKeysForTheReplayWindow", func(t *testing.T, b *bundle[TX]) {
 		receive(t, b, "stripe", "evt")
 		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
-		maintain := func(p *ferry.ArchiveMaintainParams) {
+		maintain := func(p *ferry.ArchiveMaintainParams) *ferry.ArchiveMaintainResult {
 			t.Helper()
-			if res, err := b.store.ArchiveMaintain(b.ctx, p); err != nil || res.Skipped {
+			res, err := b.store.ArchiveMaintain(b.ctx, p)
+			if err != nil || res.Skipped {
 				t.Fatalf("ArchiveMaintain(%+v) = %+v, %v", p, res, err)
 			}
+			return res
 		}
 		wantOutcome := func(when string, want ferry.ReceiveOutcome) {
 			t.Helper()
@@ -154,7 +156,9 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		maintain(wide)
 		wantOutcome("inside a 96-hour replay window", ferry.ReceiveDuplicate)
 		b.clock.Advance(10 * time.Hour)
-		maintain(wide)
+		if res := maintain(wide); res.Keys != 1 {
+			t.Errorf("maintenance past the replay window purged %d keys, want 1", res.Keys)
+		}
 		wantOutcome("past the replay window", ferry.ReceiveNew)
 	})
 
