@@ -120,9 +120,9 @@ type serveProc struct {
 	stderr bytes.Buffer
 	exited chan struct{}
 	err    error
-	// starting gets the public listener's address at its "starting"
-	// line, serving both addresses at its "serving" line.
-	starting chan string
+	// starting and serving get both listeners' addresses (public, then
+	// admin) at the "starting" and "serving" lines.
+	starting chan [2]string
 	serving  chan [2]string
 }
 
@@ -166,7 +166,7 @@ func launchServe(t *testing.T, bin string, env []string, config string, args ...
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProc{cmd: cmd, exited: make(chan struct{}), starting: make(chan string, 1), serving: make(chan [2]string, 1)}
+	p := &serveProc{cmd: cmd, exited: make(chan struct{}), starting: make(chan [2]string, 1), serving: make(chan [2]string, 1)}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -178,7 +178,7 @@ func launchServe(t *testing.T, bin string, env []string, config string, args ...
 			if json.Unmarshal([]byte(line), &rec) == nil {
 				switch rec.Msg {
 				case "ferry: starting":
-					p.starting <- rec.Listen
+					p.starting <- [2]string{rec.Listen, rec.Admin}
 				case "ferry: serving":
 					p.serving <- [2]string{rec.Listen, rec.Admin}
 				}

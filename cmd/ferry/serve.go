@@ -117,20 +117,31 @@ SIGHUP stops it gracefully (exit 0).`)
 			_ = ln.Close()
 			return fmt.Errorf("admin.listen %s: %w", cfg.Admin.Listen, err)
 		}
-		defer aln.Close() // an early return; after Shutdown a no-op
 	}
 	// Once the receiver is made, its Handler fronts the mux: the mux would
 	// redirect a path under /webhooks with a doubled slash, and providers
 	// follow no redirect. Gate answers deliveries 503 starting until then.
 	var routes atomic.Pointer[http.Handler]
 	routes.Store(new(http.Handler(mux)))
-	front := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*routes.Load()).ServeHTTP(w, r) })
-	public := newPublicServer(health.Gate(front, cfg.HTTP.RetryAfter.Duration), log, cfg.HTTP)
+	public := newPublicServer(health.Gate(swapped(&routes), cfg.HTTP.RetryAfter.Duration), log, cfg.HTTP)
 	servers := []*http.Server{public}
 	served := make(chan error, 2)
 	go func() { served <- public.Serve(ln) }()
 	defer public.Close() // an early return; after Shutdown a no-op
-	log.Info("ferry: starting", "listen", ln.Addr().String())
+	// The admin listener answers 503 starting too (a scrape or the
+	// dashboard gets an answer, not a hang), until the admin handler
+	// serves it at the same moment as the public listener.
+	var adminRoutes atomic.Pointer[http.Handler]
+	adminRoutes.Store(new(http.NotFoundHandler()))
+	adminAddr := ""
+	if aln != nil {
+		adminSrv := newServer(health.Gate(swapped(&adminRoutes), cfg.HTTP.RetryAfter.Duration), log, adminIdleTimeout)
+		servers = append(servers, adminSrv)
+		adminAddr = aln.Addr().String()
+		go func() { served <- adminSrv.Serve(aln) }()
+		defer adminSrv.Close() // an early return; after Shutdown a no-op
+	}
+	log.Info("ferry: starting", "listen", ln.Addr().String(), "admin", adminAddr)
 
 	if *cfg.Store.Migrate && !*noMigrate {
 		err = migrateAtStart(ctx, st)
@@ -194,12 +205,8 @@ SIGHUP stops it gracefully (exit 0).`)
 		_ = stopClient()
 		return err
 	}
-	adminAddr := ""
-	if aln != nil {
-		adminSrv := newServer(op.admin, log, adminIdleTimeout)
-		servers = append(servers, adminSrv)
-		adminAddr = aln.Addr().String()
-		go func() { served <- adminSrv.Serve(aln) }()
+	if op.admin != nil {
+		adminRoutes.Store(&op.admin)
 	}
 	health.Started()
 	kind, _, _ := cfg.StoreKind()
@@ -236,6 +243,11 @@ SIGHUP stops it gracefully (exit 0).`)
 	}
 	log.Info("ferry: stopped")
 	return failed
+}
+
+// swapped serves the handler h holds at each request.
+func swapped(h *atomic.Pointer[http.Handler]) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h.Load()).ServeHTTP(w, r) })
 }
 
 // migrateAtStart is serve's migration, ferry.MigrateRolling: a migration

@@ -276,18 +276,18 @@ func TestServe(t *testing.T) {
 		}
 		_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
 		cfg := writeConfig(t, pgtest.ConnString(schema), appSrv.URL, "")
-		start := func() (*serveProc, string) {
+		start := func() (p *serveProc, addr, admin string) {
 			t.Helper()
-			p := launchServe(t, ferryBin, nil, cfg)
+			p = launchServe(t, ferryBin, nil, cfg)
 			select {
-			case addr := <-p.starting:
-				return p, addr
+			case addrs := <-p.starting:
+				return p, addrs[0], addrs[1]
 			case <-p.exited:
 				t.Fatalf("ferry serve exited at start: %v\n%s", p.err, p.log())
 			case <-time.After(60 * time.Second):
 				t.Fatalf("ferry serve not listening after 60 s:\n%s", p.log())
 			}
-			return nil, ""
+			return nil, "", ""
 		}
 		status := func(addr, path string) int {
 			t.Helper()
@@ -296,7 +296,7 @@ func TestServe(t *testing.T) {
 		}
 
 		lock := hold("ferry_migration")
-		p, addr := start()
+		p, addr, admin := start()
 		if code := status(addr, "/healthz"); code != http.StatusOK {
 			t.Errorf("/healthz while migrating = %d, want 200", code)
 		}
@@ -305,6 +305,17 @@ func TestServe(t *testing.T) {
 		}
 		if code := sendStripe(t, addr, "evt_early"); code != http.StatusServiceUnavailable {
 			t.Errorf("a delivery while migrating = %d, want 503", code)
+		}
+		// The admin listener answers too; a hang is the defect, so the
+		// request has a ceiling only a hang reaches.
+		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		scrape, err := http.NewRequestWithContext(waitCtx, http.MethodGet, "http://"+admin+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := testhttp.Do(t, scrape); code != http.StatusServiceUnavailable {
+			t.Errorf("admin /metrics while migrating = %d, want 503", code)
 		}
 		if err := lock.Commit(ctx); err != nil {
 			t.Fatal(err)
@@ -317,10 +328,13 @@ func TestServe(t *testing.T) {
 		if code := status(addr, "/readyz"); code != http.StatusOK {
 			t.Errorf("/readyz once serving = %d, want 200", code)
 		}
+		if code := status(admin, "/metrics"); code != http.StatusOK {
+			t.Errorf("admin /metrics once serving = %d, want 200", code)
+		}
 		sendStripeOK(t, addr, "evt_late")
 
 		lock = hold("ferry_migration")
-		p, _ = start()
+		p, _, _ = start()
 		p.terminate(t)
 		if p.err != nil {
 			t.Errorf("SIGTERM while migrating: %v, want exit 0\n%s", p.err, p.log())
@@ -336,7 +350,7 @@ func TestServe(t *testing.T) {
 		if err := lock.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
 			t.Fatal(err)
 		}
-		p, _ = start()
+		p, _, _ = start()
 		waitFor(t, 60*time.Second, "the archive pass to wait for the lease", func() bool {
 			var n int
 			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n); err != nil {
