@@ -53,6 +53,16 @@ func (b *archiveBundle) done(t *testing.T, eventID string) int64 {
 	return lease.ID
 }
 
+// maintain runs maintenance with p, failing t on an error.
+func (b *archiveBundle) maintain(t *testing.T, p *ferry.ArchiveMaintainParams) *ferry.ArchiveMaintainResult {
+	t.Helper()
+	res, err := b.store.ArchiveMaintain(b.ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func (b *archiveBundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -92,17 +102,13 @@ func (b *archiveBundle) doneCount(t *testing.T) int {
 // only drops x's day. It returns x's row id.
 func (b *archiveBundle) droppableDay(t *testing.T) int64 {
 	t.Helper()
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour})
 	x := b.done(t, "x")
 	if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("other bytes")}); err != nil {
 		t.Fatal(err)
 	}
 	b.clock.Advance(72 * time.Hour)
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour})
 	return x
 }
 
@@ -171,10 +177,7 @@ func TestArchiveMaintainCreatesAndDrops(t *testing.T) {
 	}
 
 	params := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * time.Hour, Ahead: 48 * time.Hour}
-	res, err := b.store.ArchiveMaintain(b.ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := b.maintain(t, params)
 	// Retention starts on day 0 (now − 30 h), partitions run to day 4.
 	if res.Created != 5 || res.Dropped != 0 {
 		t.Fatalf("first run: %+v, want 5 created, none dropped", res)
@@ -190,10 +193,7 @@ func TestArchiveMaintainCreatesAndDrops(t *testing.T) {
 	}
 
 	b.clock.Advance(24 * time.Hour)
-	res, err = b.store.ArchiveMaintain(b.ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res = b.maintain(t, params)
 	if res.Created != 1 || res.Dropped != 1 || res.Events != 1 || res.Keys != 1 {
 		t.Fatalf("second run: %+v, want 1 created, 1 dropped with 1 event, 1 key purged", res)
 	}
@@ -267,9 +267,7 @@ func TestArchiveMaintainFillsTheDaysAStoppedRunLeft(t *testing.T) {
 		t.Fatalf("%d partitions after the stopped run, want today's alone", n)
 	}
 	exec(`DROP TABLE ferry_event_done_20251226`)
-	if _, err := b.store.ArchiveMaintain(b.ctx, params); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, params)
 	for _, table := range []string{"ferry_event_done_default", "ferry_attempt_done_default"} {
 		if n := b.count(t, `SELECT count(*) FROM `+table); n != 0 {
 			t.Errorf("%d rows left in %s", n, table)
@@ -296,9 +294,7 @@ func TestArchiveMaintainCreatesTodayFirstAmongTheDaysLeft(t *testing.T) {
 	b := archiveSetup(t)
 	params := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour, Ahead: 48 * time.Hour}
 	b.clock.Advance(8 * 24 * time.Hour) // Jan 10: partitions Jan 8 to 12
-	if _, err := b.store.ArchiveMaintain(b.ctx, params); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, params)
 	b.clock.Advance(-6 * 24 * time.Hour) // back to Jan 4, then Jan 5
 	b.done(t, "a")
 	b.clock.Advance(24 * time.Hour)
@@ -488,9 +484,7 @@ func TestArchiveCreateAheadNeverWaitsForCompletions(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
 	params := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour}
-	if _, err := b.store.ArchiveMaintain(b.ctx, params); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, params)
 	lease := b.claimed(t, "e")
 	err := b.store.InTx(b.ctx, func(tx pgx.Tx) error {
 		if err := b.store.EventCompleteTx(b.ctx, tx, &ferry.EventCompleteParams{Lease: lease}); err != nil {
@@ -586,9 +580,7 @@ func TestArchiveKeyPurgeRenewsTheLease(t *testing.T) {
 	}
 	// Drop the events' day, keep their keys.
 	b.clock.Advance(72 * time.Hour)
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 100 * time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 100 * time.Hour})
 	const keys = `SELECT count(*) FROM ferry_event_key`
 	if n := b.count(t, keys); n != 3 {
 		t.Fatalf("%d keys before the run, want 3", n)
@@ -615,14 +607,10 @@ func TestArchiveKeyPurgeForgetsTheConflictsOfGoneEvents(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
 	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
-	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, p)
 	x := b.done(t, "x")
 	b.clock.Advance(72 * time.Hour)
-	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil { // drops x's day, keeps its key
-		t.Fatal(err)
-	}
+	b.maintain(t, p) // drops x's day, keeps its key
 	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("another body")})
 	if err != nil || res.Outcome != ferry.ReceiveConflict {
 		t.Fatalf("redelivery with another body = %+v, %v; want a conflict", res, err)
@@ -758,9 +746,7 @@ func TestArchiveDropDeletesSideRowsWithoutHoldingCompletions(t *testing.T) {
 func TestArchiveMaintainFinishesADropStoppedAfterTheDetach(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Hour})
 	ids := map[string]int64{}
 	for _, key := range []string{"x", "y", "z"} {
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: key, Payload: []byte(key)})
@@ -813,9 +799,7 @@ func TestArchiveMaintainFinishesADropStoppedAfterTheDetach(t *testing.T) {
 	}
 
 	// The operator raised the retention meanwhile: the day is inside it.
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 30 * 24 * time.Hour})
 	if n := b.count(t, `SELECT count(*) FROM ferry_event_done_partition WHERE name = $1`, day); n != 0 {
 		t.Errorf("the detached day is still registered after the next run")
 	}
@@ -857,17 +841,13 @@ func (b *archiveBundle) detachDayOf(t *testing.T, id int64) string {
 func (b *archiveBundle) acrossADetach(t *testing.T, write func(x int64, when string), list string) []string {
 	t.Helper()
 	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
-	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, p)
 	x := b.done(t, "x")
 	write(x, "before")
 	b.clock.Advance(72 * time.Hour)
 	b.detachDayOf(t, x)
 	write(x, "after")
-	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, p)
 	rows, _ := b.store.Pool().Query(b.ctx, list, x)
 	kept, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
@@ -920,9 +900,7 @@ func TestArchiveDetachWaitsForSideRowsInFlight(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
 	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
-	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, p)
 	x := b.done(t, "x")
 	b.clock.Advance(72 * time.Hour)
 	y := b.done(t, "y")
@@ -972,9 +950,7 @@ func TestArchiveDetachWaitsForSideRowsInFlight(t *testing.T) {
 	if err := <-detached; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, p)
 	n := b.count(t, `SELECT count(*) FROM ferry_replay WHERE event_id = $1`, x)
 	switch {
 	case waited && n != 0:
@@ -994,9 +970,7 @@ func TestArchiveDropWithoutMarksLeavesSideRowsToTheKeyPurge(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
 	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
-	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, p)
 	x := b.done(t, "x")
 	if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("other")}); err != nil {
 		t.Fatal(err)
@@ -1006,9 +980,7 @@ func TestArchiveDropWithoutMarksLeavesSideRowsToTheKeyPurge(t *testing.T) {
 	if _, err := b.store.Pool().Exec(b.ctx, `UPDATE ferry_event_done_partition SET conflict_mark = NULL, replay_mark = NULL, action_mark = NULL WHERE name = $1`, day); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, p)
 	if n := b.count(t, `SELECT count(to_regclass($1))`, day); n != 0 {
 		t.Errorf("the day detached without marks is still there")
 	}
@@ -1017,9 +989,7 @@ func TestArchiveDropWithoutMarksLeavesSideRowsToTheKeyPurge(t *testing.T) {
 		t.Errorf("%d conflicts of x after a drop without marks, want its one, left to the key purge", n)
 	}
 	b.clock.Advance(30 * 24 * time.Hour)
-	if _, err := b.store.ArchiveMaintain(b.ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, p)
 	if n := b.count(t, conflicts, x); n != 0 {
 		t.Errorf("%d conflicts of x after its key's purge, want none", n)
 	}
