@@ -24,8 +24,7 @@ import (
 func TestOpenTurnsJITOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, schema := pgtest.Schema(t)
-	url := pgtest.ConnString(schema) + "&jit_above_cost=0"
+	url := pgtest.SchemaURL(t) + "&jit_above_cost=0"
 	open := func(url string) *postgres.Store {
 		t.Helper()
 		s, err := postgres.Open(ctx, url, nil)

@@ -16,8 +16,7 @@ import (
 func TestOpenSizesThePool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, schema := pgtest.Schema(t)
-	url := pgtest.ConnString(schema)
+	url := pgtest.SchemaURL(t)
 	want := ferry.Workload{ReceiveBatches: 2, Workers: 32}.Conns()
 	for _, tc := range []struct {
 		name, url string
@@ -44,8 +43,7 @@ func TestOpenSizesThePool(t *testing.T) {
 func TestOpenRefusesWhatIsNotDurable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, schema := pgtest.Schema(t)
-	url := pgtest.ConnString(schema)
+	url := pgtest.SchemaURL(t)
 	for _, extra := range []string{"&synchronous_commit=off", "&options=-c%20synchronous_commit%3Doff"} {
 		s, err := postgres.Open(ctx, url+extra, nil)
 		if !errors.Is(err, ferry.ErrNotDurable) || !strings.Contains(err.Error(), "synchronous_commit is off") {

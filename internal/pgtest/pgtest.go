@@ -61,6 +61,14 @@ func Schema(t testing.TB) (*pgxpool.Pool, string) {
 	return PoolOn(t, schema, nil), schema
 }
 
+// SchemaURL creates a fresh schema as Schema does and returns its
+// ConnString, for tests that open their own pool or store on it.
+func SchemaURL(t testing.TB) string {
+	t.Helper()
+	_, schema := Schema(t)
+	return ConnString(schema)
+}
+
 // PoolOn opens another pool whose every connection has schema as
 // search_path, after configure (when not nil) has adjusted its config: a
 // larger pool, or one with other session settings. t.Cleanup closes it.

@@ -2,6 +2,7 @@ package pgtest_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,25 @@ func TestSchema(t *testing.T) {
 		}
 		wantSchema(t, other.QueryRow(ctx, "SELECT current_schema()"), schema)
 	})
+}
+
+// SchemaURL's sessions see a schema of their own that exists:
+// current_schema() is NULL (here "") where search_path names none.
+func TestSchemaURL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.SchemaURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var current string
+	if err := conn.QueryRow(ctx, "SELECT coalesce(current_schema(), '')").Scan(&current); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(current, "ferry_test_") {
+		t.Fatalf("current_schema() = %q, want a fresh ferry_test_ schema", current)
+	}
 }
 
 func wantSchema(t *testing.T, row pgx.Row, schema string) {
