@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 	if signal.Ignored(syscall.SIGHUP) {
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	}
+	// A race-built process sleeps 1 s at exit (the race runtime's
+	// atexit_sleep_ms), and these tests run hundreds of them: 50 ms still
+	// lets a late race report print. A GORACE the caller set wins.
+	os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=50 "+os.Getenv("GORACE")))
 	dir, err := os.MkdirTemp("", "ferry-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
