@@ -358,7 +358,7 @@ func (s *Store) purgeDone(ctx context.Context, source string, now int64, retenti
 				return total, err
 			}
 		}
-		var n int64
+		var deleted int64
 		err := s.write(ctx, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, eventPurgeSQL,
 				sql.Named("now", now),
@@ -369,12 +369,15 @@ func (s *Store) purgeDone(ctx context.Context, source string, now int64, retenti
 			if err != nil {
 				return err
 			}
-			n, err = res.RowsAffected()
+			deleted, err = res.RowsAffected()
 			return err
 		})
-		total += int(n)
-		if err != nil || n < PurgeBatch {
+		if err != nil { // nothing of this batch was committed
 			return total, err
+		}
+		total += int(deleted)
+		if deleted < PurgeBatch {
+			return total, nil
 		}
 	}
 }

@@ -193,7 +193,7 @@ func seedMany(t *testing.T, st ferry.Store, n int) {
 	}
 }
 
-// events list --all --json prints every one of 5,000 events, once; without
+// events list --all --json prints every one of 2,000 events, once; without
 // --all a page ends with the cursor of the next, and the pages add up to
 // the same events.
 func TestEventsListAll(t *testing.T) {
