@@ -352,8 +352,7 @@ func TestDoctorConfigAndHealthy(t *testing.T) {
 	// A store that refuses to run as set (here synchronous_commit off, as
 	// a DBA's ALTER ROLE would set it) is a finding with the report, not a
 	// config error without one: monitoring reads doctor --json.
-	_, schema := pgtest.Schema(t)
-	unsafe := writeCLIConfig(t, pgtest.ConnString(schema)+"&options=-c%20synchronous_commit%3Doff", "")
+	unsafe := writeCLIConfig(t, pgtest.SchemaURL(t)+"&options=-c%20synchronous_commit%3Doff", "")
 	stdout, stderr, code := runFerry(t, "doctor", "--config", unsafe, "--json")
 	if code != exitProblems || !strings.Contains(stdout, `"healthy": false`) || !strings.Contains(stdout, "synchronous_commit") {
 		t.Errorf("store refused as set: exit %d, want %d and a report naming synchronous_commit:\n%s%s", code, exitProblems, stdout, stderr)

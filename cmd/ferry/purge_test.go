@@ -89,8 +89,7 @@ func TestPurgerKeepsKeysForTheReplayWindow(t *testing.T) {
 func TestServeMaintainsTheArchiveBeforeServing(t *testing.T) {
 	t.Parallel()
 	_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
-	_, schema := pgtest.Schema(t)
-	p := startServe(t, writeConfig(t, pgtest.ConnString(schema), appSrv.URL, ""))
+	p := startServe(t, writeConfig(t, pgtest.SchemaURL(t), appSrv.URL, ""))
 	log := p.log()
 	maintained := strings.Index(log, `"msg":"ferry: archive maintained"`)
 	if cut := strings.Index(log, `"msg":"ferry: archive maintenance not done before serving`); cut >= 0 && (maintained < 0 || cut < maintained) {

@@ -653,8 +653,7 @@ func TestServeWithoutMigratingNeedsACurrentSchema(t *testing.T) {
 	})
 	t.Run("Postgres", func(t *testing.T) {
 		t.Parallel()
-		_, schema := pgtest.Schema(t)
-		refused(t, writeConfig(t, pgtest.ConnString(schema), "http://127.0.0.1:1/hooks", ""), "drop --no-migrate", "--no-migrate")
+		refused(t, writeConfig(t, pgtest.SchemaURL(t), "http://127.0.0.1:1/hooks", ""), "drop --no-migrate", "--no-migrate")
 	})
 }
 
@@ -738,8 +737,7 @@ func TestServeRefusesAnUnusableSQLitePath(t *testing.T) {
 // for ever.
 func TestServeRefusesAStoreURLNotReadCommitted(t *testing.T) {
 	t.Parallel()
-	_, schema := pgtest.Schema(t)
-	cfg := writeConfig(t, pgtest.ConnString(schema)+"&default_transaction_isolation=serializable", "http://127.0.0.1:1", "")
+	cfg := writeConfig(t, pgtest.SchemaURL(t)+"&default_transaction_isolation=serializable", "http://127.0.0.1:1", "")
 	// A serve that starts is stopped at a ceiling only a start would reach.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -295,8 +295,7 @@ api_base = "http://127.0.0.1:9"
 	}
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
-		_, schema := pgtest.Schema(t)
-		refused(t, writeCLIConfig(t, pgtest.ConnString(schema), caught), "store.url: the store has no ferry schema", "run `ferry migrate`")
+		refused(t, writeCLIConfig(t, pgtest.SchemaURL(t), caught), "store.url: the store has no ferry schema", "run `ferry migrate`")
 	})
 	t.Run("Behind", func(t *testing.T) {
 		t.Parallel()
