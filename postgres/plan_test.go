@@ -60,9 +60,7 @@ func (b *archiveBundle) complete(t *testing.T, source string, id int64) {
 func TestArchiveKeyPurgeTakesOnlyKeysOfGoneEvents(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 7 * 24 * time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 7 * 24 * time.Hour})
 	archived := b.doneOf(t, "s", "archived")
 	live := b.received(t, "u", "live") // never claimed: pending in ferry_event
 	gone := b.doneOf(t, "s", "gone")
@@ -173,9 +171,7 @@ func TestArchiveKeyPurgeLeavesAKeyARedeliveryRewrote(t *testing.T) {
 func TestEventListSinceListsWhatCompletedLater(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 7 * 24 * time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, &ferry.ArchiveMaintainParams{Owner: "m", Retention: 7 * 24 * time.Hour})
 	b.doneOf(t, "old", "old")
 	before := b.received(t, "before", "before")
 	b.clock.Advance(24 * time.Hour)
@@ -228,9 +224,7 @@ func TestEventListSinceListsWhatCompletedLater(t *testing.T) {
 func planSetup(t *testing.T, days, perDay, gone int) *archiveBundle {
 	t.Helper()
 	b := archiveSetup(t)
-	if _, err := b.store.ArchiveMaintain(b.ctx, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Duration(days) * 24 * time.Hour, Ahead: 24 * time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	b.maintain(t, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Duration(days) * 24 * time.Hour, Ahead: 24 * time.Hour})
 	pool := b.store.Pool()
 	now := b.clock.Now()
 	n := days * perDay
