@@ -202,8 +202,7 @@ func TestEventsListAll(t *testing.T) {
 	for _, kind := range cliStores() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
-			storeURL, open := kind.setup(t)
-			cfg := migrateCLI(t, storeURL)
+			cfg, open := kind.migrated(t)
 			s := open(time.Now)
 			seedMany(t, s.store, n)
 			s.close()
@@ -515,8 +514,7 @@ func migrateCLI(t *testing.T, storeURL string) string {
 // seeder open on it, on the wall clock.
 func migratedSQLite(t *testing.T) (cfg string, s seeder) {
 	t.Helper()
-	storeURL, open := cliStores()[0].setup(t)
-	cfg = migrateCLI(t, storeURL)
+	cfg, open := cliStores()[0].migrated(t)
 	return cfg, open(time.Now)
 }
 

@@ -34,8 +34,7 @@ func TestEventsResolve(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			storeURL, open := kind.setup(t)
-			cfg := migrateCLI(t, storeURL)
+			cfg, open := kind.migrated(t)
 			// evt_unknown: its lease lapsed an hour ago on a hold source.
 			s := open(func() time.Time { return time.Now().Add(-time.Hour) })
 			receive := func(id string) {

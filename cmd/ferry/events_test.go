@@ -27,14 +27,23 @@ type seeder struct {
 	close func()
 }
 
-func cliStores() []struct {
+// cliStore is one kind of store the CLI tests run on: setup makes an
+// empty one and returns its URL and an opener of the store itself.
+type cliStore struct {
 	name  string
 	setup func(t *testing.T) (storeURL string, open func(now func() time.Time) seeder)
-} {
-	return []struct {
-		name  string
-		setup func(t *testing.T) (string, func(now func() time.Time) seeder)
-	}{
+}
+
+// migrated sets the store up and migrates it with `ferry migrate`,
+// returning the CLI config on it (migrateCLI) and the opener.
+func (k cliStore) migrated(t *testing.T) (cfg string, open func(now func() time.Time) seeder) {
+	t.Helper()
+	storeURL, open := k.setup(t)
+	return migrateCLI(t, storeURL), open
+}
+
+func cliStores() []cliStore {
+	return []cliStore{
 		{"sqlite", func(t *testing.T) (string, func(func() time.Time) seeder) {
 			path := filepath.Join(t.TempDir(), "ferry.db")
 			return "sqlite:" + path, func(now func() time.Time) seeder {
@@ -184,8 +193,7 @@ func TestEventsCLI(t *testing.T) {
 	for _, kind := range cliStores() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
-			storeURL, open := kind.setup(t)
-			cfg := migrateCLI(t, storeURL)
+			cfg, open := kind.migrated(t)
 			seedScenario(t, open)
 
 			t.Run("ListAll", func(t *testing.T) {
@@ -643,8 +651,7 @@ event_id_header = "X-Partner-Id"
 func TestEventsShowExpiredLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	storeURL, open := cliStores()[0].setup(t)
-	cfg := migrateCLI(t, storeURL)
+	cfg, open := cliStores()[0].migrated(t)
 	claim := func(s seeder, id string, ttl time.Duration) {
 		t.Helper()
 		defer s.close()
@@ -676,8 +683,7 @@ func TestEventsShowExpiredLease(t *testing.T) {
 func TestEventsListUnfinishedAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	storeURL, open := cliStores()[0].setup(t)
-	cfg := migrateCLI(t, storeURL)
+	cfg, open := cliStores()[0].migrated(t)
 	// at runs f on the store with its clock ago back from now.
 	at := func(ago time.Duration, f func(s ferry.Store) error) {
 		t.Helper()
