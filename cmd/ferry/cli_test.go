@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -220,9 +221,9 @@ func TestEventsListAll(t *testing.T) {
 			}
 
 			paged := map[string]bool{}
-			args := []string{"events", "list", "--json", "--config", cfg, "--limit", "1000"}
+			args := []string{"events", "list", "--json", "--config", cfg, "--limit", strconv.Itoa(listPageMax)}
 			for page := 0; ; page++ {
-				if page > n/1000 {
+				if page > n/listPageMax {
 					t.Fatalf("more than %d pages", page)
 				}
 				stdout, stderr, code := runFerry(t, args...)

@@ -36,8 +36,9 @@ func TestMain(m *testing.M) {
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	}
 	// A race-built process sleeps 1 s at exit (the race runtime's
-	// atexit_sleep_ms), and these tests run hundreds of them: 50 ms still
-	// lets a late race report print. A GORACE the caller set wins.
+	// atexit_sleep_ms), and these tests run hundreds of them: 50 ms lets a
+	// report already being written finish (a race detected later than that
+	// in an exiting child goes unreported). A GORACE the caller set wins.
 	os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=50 "+os.Getenv("GORACE")))
 	dir, err := os.MkdirTemp("", "ferry-bin-")
 	if err != nil {

@@ -128,9 +128,10 @@ SIGHUP stops it gracefully (exit 0).`)
 	served := make(chan error, 2)
 	go func() { served <- public.Serve(ln) }()
 	defer public.Close() // an early return; after Shutdown a no-op
-	// The admin listener answers 503 starting too (a scrape or the
-	// dashboard gets an answer, not a hang), until the admin handler
-	// serves it at the same moment as the public listener.
+	// The admin listener's pages and /metrics answer 503 starting too (a
+	// scrape or the dashboard gets an answer, not a hang; Gate passes
+	// /healthz and /readyz, which only the public listener serves), until
+	// the admin handler serves it at the same moment as the public one.
 	var adminRoutes atomic.Pointer[http.Handler]
 	adminRoutes.Store(new(http.NotFoundHandler()))
 	adminAddr := ""
