@@ -80,11 +80,12 @@ due AS (
     -- One probe of the ledger by key per event, whatever the statistics
     -- say about its size: its newest rows backwards, stopping at the first
     -- that was not released (LIMIT 1 keeps the planner from making it a
-    -- join).
+    -- join). An event never claimed (attempt 0) has no ledger: its probe
+    -- is skipped (a one-time filter), which is most claims.
     LEFT JOIN LATERAL (
         SELECT a.attempt, a.outcome
         FROM ferry_attempt a
-        WHERE a.event_id = d.id AND a.outcome <> 'released'
+        WHERE d.attempt > 0 AND a.event_id = d.id AND a.outcome <> 'released'
         ORDER BY a.attempt DESC
         LIMIT 1
     ) r ON true
