@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // run is one scenario in progress.
@@ -27,7 +29,7 @@ type run struct {
 	evs  []*event
 	snd  *sender
 	// lockedPauses counts SIGSTOPs taken back because the process held
-	// the SQLite write lock.
+	// a lock of the SQLite file (see pause).
 	lockedPauses int
 }
 
@@ -264,6 +266,11 @@ func (s *run) zombie(ctx context.Context) error {
 	}
 	z, survivor := s.proc(0), s.proc(1)
 	var leases []ferry.Lease
+	// The survivor's attempts at them take a while (the app answers them
+	// two TTLs late, its heartbeats keeping the lease), so it can be caught
+	// in one even on a loaded machine, where a SQLite pause is often undone
+	// because the survivor holds the write lock.
+	slow := map[string]bool{}
 	for try := 0; try < 200 && len(leases) == 0; try++ {
 		var err error
 		if leases, err = s.leasesOf(ctx, z.pid); err != nil {
@@ -282,10 +289,24 @@ func (s *run) zombie(ctx context.Context) error {
 		}
 		// Leases read before the stop may have completed meanwhile;
 		// read again now that the zombie cannot move.
-		if leases, err = s.leasesOf(ctx, z.pid); err != nil {
+		leases, err = s.leasesOf(ctx, z.pid)
+		clear(slow)
+		for _, l := range leases {
+			if err != nil {
+				break
+			}
+			var ev *ferry.Event
+			if ev, err = s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID}); err == nil {
+				slow[ferry.IdempotencyKey(ev.Source, ev.EventID)] = true
+			}
+		}
+		if err != nil && !(s.lite != nil && sqliteContended(err)) {
 			return err
 		}
-		if len(leases) == 0 {
+		if err != nil || len(leases) == 0 {
+			// A read that SQLite refused means the zombie was stopped
+			// holding a lock of the file: that stop is taken back too.
+			leases = nil
 			_ = z.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}
@@ -297,19 +318,6 @@ func (s *run) zombie(ctx context.Context) error {
 	stoppedAt := time.Now()
 	beforeResume := s.lineCount("lease_lost") + s.lineCount("completion_refused")
 	pr := &zombieProbes{}
-
-	// The survivor's attempts at them take a while (the app answers them
-	// two TTLs late, its heartbeats keeping the lease), so it can be caught
-	// in one even on a loaded machine, where a SQLite pause is often undone
-	// because the survivor holds the write lock.
-	slow := map[string]bool{}
-	for _, l := range leases {
-		ev, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
-		if err != nil {
-			return err
-		}
-		slow[ferry.IdempotencyKey(ev.Source, ev.EventID)] = true
-	}
 	s.sink.setDelay(func(key string) time.Duration {
 		if slow[key] {
 			return 2 * s.opts.TTL
@@ -351,14 +359,21 @@ func (s *run) zombie(ctx context.Context) error {
 	checked := time.Now()
 	for t0 := time.Now(); !txLite && pr.reclaimed == 0 && time.Since(t0) < 30*time.Second && ctx.Err() == nil; {
 		held, err := s.leasesOf(ctx, survivor.pid)
-		if err != nil {
+		if s.lite != nil && err != nil && sqliteContended(err) {
+			pr.busy++ // the stopped zombie holds a lock of the file
+			break
+		} else if err != nil {
 			return err
 		}
 		reclaimed := slices.ContainsFunc(held, func(l ferry.Lease) bool { a, ok := byID[l.ID]; return ok && l.Attempt > a })
 		if !reclaimed {
 			if time.Since(checked) > 100*time.Millisecond {
 				checked = time.Now()
-				if open, err := s.anyOpen(ctx, leases); err != nil {
+				open, err := s.anyOpen(ctx, leases)
+				if s.lite != nil && err != nil && sqliteContended(err) {
+					pr.busy++
+					break
+				} else if err != nil {
 					return err
 				} else if !open {
 					break // every one ended before the survivor could be caught with it
@@ -393,7 +408,7 @@ func (s *run) zombie(ctx context.Context) error {
 		z.pid, stoppedFor.Round(100*time.Millisecond), len(leases), pr.expired, pr.reclaimed, pr.other, pr.refused, pr.accepted, s.lineCount("lease_lost")+s.lineCount("completion_refused")-beforeResume)
 	s.r.detail("zombie probes (lease → event state/attempt when probed): %s", strings.Join(pr.seen, " "))
 	if pr.busy > 0 {
-		s.r.detail("zombie probe rounds given up because another process held the SQLite write lock past the busy timeout: %d", pr.busy)
+		s.r.detail("zombie probe rounds given up because another process held a lock of the SQLite file past SQLite's waits: %d", pr.busy)
 	}
 	// A moment the harness could not arrange is said, not failed: on a
 	// loaded machine a SQLite worker may be caught holding the write lock
@@ -419,14 +434,19 @@ type zombieProbes struct {
 	// progress (refused for that alone, so proving nothing of the fence).
 	expired, reclaimed, other int
 	refused, accepted         int
-	// busy counts probe rounds given up because another process held the
-	// SQLite write lock past the busy timeout: nothing reached the fence.
+	// busy counts rounds given up because SQLite refused the harness a
+	// lock another process held: the write lock past the busy timeout, or
+	// a lock of the WAL index a stopped worker holds.
 	busy int
 	seen []string // the first few, for the report
 }
 
-// uncount takes back a lease counted under kind whose probes never ran.
-func (pr *zombieProbes) uncount(kind string) {
+// giveUp takes back a round whose probes did not all reach the fence or
+// could not be checked: its lease, counted under kind, and its refusals.
+// Accepted stale writes stay counted.
+func (pr *zombieProbes) giveUp(kind string, refusedBefore int) {
+	pr.busy++
+	pr.refused = refusedBefore
 	switch kind {
 	case "expired":
 		pr.expired--
@@ -437,10 +457,21 @@ func (pr *zombieProbes) uncount(kind string) {
 	}
 }
 
-// sqliteBusy reports whether err is SQLite's "database is locked": a write
-// that waited out the busy timeout without the lock.
-func sqliteBusy(err error) bool {
-	return strings.Contains(err.Error(), "SQLITE_BUSY")
+// sqliteContended reports whether err is SQLite giving up on a lock another
+// process holds: SQLITE_BUSY (the write lock, past the busy timeout),
+// SQLITE_LOCKED, or SQLITE_PROTOCOL (a lock on the WAL index held through
+// SQLite's ten seconds of retries, as by a worker the harness stopped
+// while it held one). On a loaded machine a stop can land there.
+func sqliteContended(err error) bool {
+	var e *msqlite.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL:
+		return true
+	}
+	return false
 }
 
 // anyOpen reports whether an event of leases is still pending or in
@@ -465,7 +496,10 @@ func (s *run) anyOpen(ctx context.Context, leases []ferry.Lease) (bool, error) {
 func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes) error {
 	for _, l := range leases {
 		ev, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
-		if err != nil {
+		if s.lite != nil && err != nil && sqliteContended(err) {
+			pr.busy++ // a stopped worker holds a lock of the file
+			return nil
+		} else if err != nil {
 			return fmt.Errorf("zombie probe: %w", err)
 		}
 		kind := "not_in_progress"
@@ -501,14 +535,12 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 			case err == nil:
 				pr.accepted++
 				s.r.note("a stale write with lease %d/%d was accepted while the event was %s under attempt %d (%s)", l.ID, l.Attempt, ev.State, ev.Attempt, kind)
-			case s.lite != nil && sqliteBusy(err) && pr.accepted == acceptedBefore:
+			case s.lite != nil && sqliteContended(err) && pr.accepted == acceptedBefore:
 				// Another process held the write lock past the store's busy
 				// timeout (a loaded machine): the probe never reached the
 				// fence, so this lease's moment is not tested. A stale
 				// write this lease's probes got accepted still fails.
-				pr.busy++
-				pr.refused = refusedBefore
-				pr.uncount(kind)
+				pr.giveUp(kind, refusedBefore)
 				return nil
 			default:
 				return fmt.Errorf("zombie probe: %w", err)
@@ -525,7 +557,11 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 		// the survivor's own heartbeat or completion may land; there the
 		// probes' answers are what count.
 		after, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
-		if err != nil {
+		if s.lite != nil && err != nil && sqliteContended(err) {
+			// Unread, the event's change cannot be checked: not tested.
+			pr.giveUp(kind, refusedBefore)
+			return nil
+		} else if err != nil {
 			return fmt.Errorf("zombie probe: %w", err)
 		}
 		changed := kind == "expired" && after.Attempt == ev.Attempt &&
@@ -545,7 +581,9 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 // pause SIGSTOPs p unless that leaves it holding the SQLite write lock:
 // SQLite has one write lock per file, and a process stopped inside a write
 // transaction stalls every other writer for as long as it sleeps (an
-// availability limit of multi-process SQLite, not a lease question). It
+// availability limit of multi-process SQLite, not a lease question); so
+// does one stopped holding a lock of the WAL index that the check's own
+// read needs, which SQLite reports only after ten seconds of retries. It
 // then resumes p and reports false. The lock is waited for up to wait,
 // which another running writer needs to finish its transaction; with every
 // other child paused, only p can hold it and waiting is pointless.
@@ -576,8 +614,9 @@ func (s *run) pauseWithin(ctx context.Context, p *proc, limit time.Duration) (bo
 	return false, nil
 }
 
-// writeLocked reports whether another process holds the SQLite write lock
-// after waiting up to wait for it (always false on PostgreSQL).
+// writeLocked reports whether another process holds the SQLite write lock,
+// or a WAL-index lock that beginning a write needs, after waiting up to
+// wait for it (always false on PostgreSQL).
 func (s *run) writeLocked(ctx context.Context, wait time.Duration) (bool, error) {
 	if s.lite == nil {
 		return false, nil
@@ -593,7 +632,7 @@ func (s *run) writeLocked(ctx context.Context, wait time.Duration) (bool, error)
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		if sqliteBusy(err) || strings.Contains(err.Error(), "locked") {
+		if sqliteContended(err) {
 			return true, nil
 		}
 		return false, err
