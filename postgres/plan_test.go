@@ -229,9 +229,9 @@ func planSetup(t *testing.T, days, perDay, gone int) *archiveBundle {
 	now := b.clock.Now()
 	n := days * perDay
 	for _, sql := range []string{
-		`INSERT INTO ferry_event_done (id, source, event_id, payload, payload_sha256, state,
+		`INSERT INTO ferry_event_done (id, source, event_id, payload, payload_sha256, state, attempt,
 		                               next_attempt_at, first_delivered_at, last_delivered_at, completed_at)
-		 SELECT i, 's' || i % 4, 'e' || i, '', sha256(int8send(i)), 'done', at, at, at, at
+		 SELECT i, 's' || i % 4, 'e' || i, '', sha256(int8send(i)), 'done', 1, at, at, at, at
 		 FROM generate_series(1, @n::int) i,
 		      LATERAL (SELECT @now::timestamptz - (@n::int - i) * (@days::int * interval '1 day') / @n::int AS at) x`,
 		`INSERT INTO ferry_event_key (source, event_id, id, payload_sha256, received_at)
@@ -396,12 +396,13 @@ func TestEventListPlanLooksLapsedAttemptsUp(t *testing.T) {
 		`INSERT INTO ferry_attempt_done (event_id, attempt, worker, started_at, finished_at, outcome, completed_at)
 		 SELECT id, 1, 'w', completed_at, completed_at, CASE WHEN id % 1000 = 0 THEN 'lease_expired' ELSE 'done' END, completed_at
 		 FROM ferry_event_done`,
-		// As many live events after them, the same way.
+		// As many live events after them, the same way: pending again
+		// after their first attempt.
 		`INSERT INTO ferry_event_key (source, event_id, id, payload_sha256, received_at)
 		 SELECT 's' || i % 4, 'live' || i, i, sha256(int8send(i)), @now::timestamptz
 		 FROM generate_series(100001, 120000) i`,
-		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state, next_attempt_at, first_delivered_at, last_delivered_at)
-		 SELECT id, source, event_id, '', payload_sha256, 'pending', received_at, received_at, received_at
+		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state, attempt, next_attempt_at, first_delivered_at, last_delivered_at)
+		 SELECT id, source, event_id, '', payload_sha256, 'pending', 1, received_at, received_at, received_at
 		 FROM ferry_event_key WHERE id > 100000`,
 		`INSERT INTO ferry_attempt (event_id, attempt, worker, started_at, finished_at, outcome)
 		 SELECT id, 1, 'w', @now::timestamptz, @now::timestamptz, CASE WHEN id % 1000 = 0 THEN 'lease_expired' ELSE 'failed' END
