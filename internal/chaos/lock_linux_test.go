@@ -19,20 +19,32 @@ import (
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
-// holdEnv, set to a -shm file, makes the test binary a lock holder (see
-// TestMain) instead of running the tests.
-const holdEnv = "FERRY_CHAOS_TEST_HOLD_WAL_INDEX"
+// holdEnv, set to "FILE START LEN", makes the test binary a lock holder
+// (see TestMain) instead of running the tests.
+const holdEnv = "FERRY_CHAOS_TEST_HOLD_LOCK"
 
-// TestMain runs the tests, or, with holdEnv set, holds the five read-mark
-// locks of SQLite's WAL index (bytes 123-127 of the -shm file, after the
-// write, checkpoint and recovery locks at 120-122) until its stdin closes:
-// what a worker stopped while it updates a read mark holds, as far as a
-// reader can tell.
+// SQLite's WAL-index locks are bytes of the -shm file: the write lock at
+// 120, then the checkpoint and recovery locks, then the five read marks'
+// locks at 123-127.
+const (
+	walWriteLock = 120
+	walReadLocks = 123
+)
+
+// TestMain runs the tests, or, with holdEnv set, holds an exclusive lock on
+// the bytes it names until its stdin closes, as a stopped worker would.
 func TestMain(m *testing.M) {
-	if shm := os.Getenv(holdEnv); shm != "" {
-		f, err := os.OpenFile(shm, os.O_RDWR, 0)
+	if hold := os.Getenv(holdEnv); hold != "" {
+		var file string
+		var lk syscall.Flock_t
+		_, err := fmt.Sscan(hold, &file, &lk.Start, &lk.Len)
+		var f *os.File
 		if err == nil {
-			err = syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: 123, Len: 5})
+			f, err = os.OpenFile(file, os.O_RDWR, 0)
+		}
+		if err == nil {
+			lk.Type, lk.Whence = syscall.F_WRLCK, io.SeekStart
+			err = syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -45,13 +57,51 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestStoppedLockHolderIsResumed: a worker stopped while it holds a lock of
-// SQLite's WAL index makes every new read of the file fail, after SQLite's
-// ten seconds of retries, with SQLITE_PROTOCOL. The zombie scenario must
-// take such a stop back and give its probe round up, not fail the run: it
-// failed once on a loaded machine with "locking protocol (15)".
+// TestStoppedLockHolderIsResumed: a worker stopped while it holds the
+// WAL-index lock new readers need makes every new read of the file fail,
+// after SQLite's ten seconds of retries, with SQLITE_PROTOCOL. The zombie
+// scenario must take such a stop back and give its probe round up, not
+// fail the run: it failed once on a loaded machine with "locking protocol
+// (15)". Holding all five read-mark locks forces that answer on every read
+// path; a worker stopped between setting the read mark every reader picks
+// and unlocking it holds one, with the same effect.
 func TestStoppedLockHolderIsResumed(t *testing.T) {
 	t.Parallel()
+	s, holder, lease := lockedStore(t, walReadLocks, 5)
+	pr := &zombieProbes{}
+	var probeErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { probeErr = s.probe(t.Context(), []ferry.Lease{lease}, pr) })
+	paused, err := s.pause(t.Context(), &proc{cmd: holder, pid: holder.Process.Pid}, 0)
+	wg.Wait()
+	if err != nil || paused {
+		t.Errorf("pause of the lock holder: paused=%v, %v; want it taken back", paused, err)
+	}
+	if stopped(t, holder.Process.Pid) {
+		t.Errorf("the lock holder was left stopped")
+	}
+	if probeErr != nil || pr.busy != 1 || pr.expired+pr.reclaimed+pr.other != 0 {
+		t.Errorf("probe: %v, %+v; want the round given up (busy=1) and nothing counted as probed", probeErr, pr)
+	}
+}
+
+// TestProbeRefusedTheWriteLockIsNotTested: a stale write whose BEGIN waited
+// out the busy timeout behind another process's write lock never reached
+// the fence: its round is given up, neither a refusal nor a failed run.
+func TestProbeRefusedTheWriteLockIsNotTested(t *testing.T) {
+	t.Parallel()
+	s, _, lease := lockedStore(t, walWriteLock, 1)
+	pr := &zombieProbes{}
+	if err := s.probe(t.Context(), []ferry.Lease{lease}, pr); err != nil || pr.busy != 1 || pr.expired+pr.refused+pr.accepted != 0 {
+		t.Errorf("probe: %v, %+v; want the round given up (busy=1), nothing refused or accepted", err, pr)
+	}
+}
+
+// lockedStore makes a SQLite store holding one event whose lease has
+// expired, and a child process holding n lock bytes of its -shm file from
+// start; it returns a run on the store, the child and the lease.
+func lockedStore(t *testing.T, start, n int) (*run, *exec.Cmd, ferry.Lease) {
+	t.Helper()
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "ferry.db")
 	st, err := sqlite.Open(path, nil)
@@ -72,7 +122,7 @@ func TestStoppedLockHolderIsResumed(t *testing.T) {
 	lease := claims[0].Event.Lease()
 
 	holder := exec.Command(os.Args[0])
-	holder.Env = append(os.Environ(), holdEnv+"="+path+"-shm")
+	holder.Env = append(os.Environ(), fmt.Sprintf("%s=%s-shm %d %d", holdEnv, path, start, n))
 	holder.Stderr = os.Stderr
 	stdin, err := holder.StdinPipe()
 	if err != nil {
@@ -93,28 +143,13 @@ func TestStoppedLockHolderIsResumed(t *testing.T) {
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "held\n" {
 		t.Fatalf("the holder said %q, %v", line, err)
 	}
-
-	s := &run{env: &env{opts: &Options{TTL: time.Second}, dbPath: path, store: st, lite: st}, r: &Result{}}
-	pr := &zombieProbes{}
-	var probeErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { probeErr = s.probe(ctx, []ferry.Lease{lease}, pr) })
-	paused, err := s.pause(ctx, &proc{cmd: holder, pid: holder.Process.Pid}, 0)
-	wg.Wait()
-	if err != nil || paused {
-		t.Errorf("pause of the lock holder: paused=%v, %v; want it taken back", paused, err)
-	}
-	if stopped(t, holder.Process.Pid) {
-		t.Errorf("the lock holder was left stopped")
-	}
-	if probeErr != nil || pr.busy != 1 || pr.expired+pr.reclaimed+pr.other != 0 {
-		t.Errorf("probe: %v, %+v; want the round given up (busy=1) and nothing counted as probed", probeErr, pr)
-	}
+	return &run{env: &env{opts: &Options{TTL: time.Second}, dbPath: path, store: st, lite: st}, r: &Result{}}, holder, lease
 }
 
 // stopped reports whether process pid is stopped by a signal, from its
 // state in /proc/pid/stat.
 func stopped(t *testing.T, pid int) bool {
+	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		t.Fatal(err)

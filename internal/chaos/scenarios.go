@@ -403,12 +403,12 @@ func (s *run) zombie(ctx context.Context) error {
 	stoppedFor := time.Since(stoppedAt)
 	<-done
 	sleep(ctx, s.opts.TTL) // the zombie's heartbeat loop runs at least once more
-	s.r.detail("zombie pauses_retried_because_the_process_held_the_sqlite_write_lock=%d survivor_paused_while_leases_lapsed=%v", s.lockedPauses, survivorPaused)
+	s.r.detail("zombie pauses_retried_because_the_process_held_a_sqlite_lock=%d survivor_paused_while_leases_lapsed=%v", s.lockedPauses, survivorPaused)
 	s.r.detail("zombie pid=%d stopped_for=%v leases_held=%d probes expired_lease=%d reclaimed_under_later_attempt=%d not_in_progress=%d refused=%d accepted=%d zombie_refused_after_wake=%d",
 		z.pid, stoppedFor.Round(100*time.Millisecond), len(leases), pr.expired, pr.reclaimed, pr.other, pr.refused, pr.accepted, s.lineCount("lease_lost")+s.lineCount("completion_refused")-beforeResume)
 	s.r.detail("zombie probes (lease → event state/attempt when probed): %s", strings.Join(pr.seen, " "))
 	if pr.busy > 0 {
-		s.r.detail("zombie probe rounds given up because another process held a lock of the SQLite file past SQLite's waits: %d", pr.busy)
+		s.r.detail("zombie probe rounds or searches given up because another process held a lock of the SQLite file past SQLite's waits: %d", pr.busy)
 	}
 	// A moment the harness could not arrange is said, not failed: on a
 	// loaded machine a SQLite worker may be caught holding the write lock
@@ -434,9 +434,10 @@ type zombieProbes struct {
 	// progress (refused for that alone, so proving nothing of the fence).
 	expired, reclaimed, other int
 	refused, accepted         int
-	// busy counts rounds given up because SQLite refused the harness a
-	// lock another process held: the write lock past the busy timeout, or
-	// a lock of the WAL index a stopped worker holds.
+	// busy counts probe rounds, and searches for the survivor holding a
+	// reclaimed lease, given up because SQLite refused the harness a lock
+	// another process held: the write lock past the busy timeout, or the
+	// WAL-index lock a stopped worker holds.
 	busy int
 	seen []string // the first few, for the report
 }
@@ -458,17 +459,17 @@ func (pr *zombieProbes) giveUp(kind string, refusedBefore int) {
 }
 
 // sqliteContended reports whether err is SQLite giving up on a lock another
-// process holds: SQLITE_BUSY (the write lock, past the busy timeout),
-// SQLITE_LOCKED, or SQLITE_PROTOCOL (a lock on the WAL index held through
+// process holds: SQLITE_BUSY (the write lock, past the busy timeout) or
+// SQLITE_PROTOCOL (the WAL-index lock new readers need, held through
 // SQLite's ten seconds of retries, as by a worker the harness stopped
-// while it held one). On a loaded machine a stop can land there.
+// while it held it). On a loaded machine a stop can land there.
 func sqliteContended(err error) bool {
 	var e *msqlite.Error
 	if !errors.As(err, &e) {
 		return false
 	}
 	switch e.Code() & 0xff {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL:
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_PROTOCOL:
 		return true
 	}
 	return false
@@ -535,19 +536,22 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 			case err == nil:
 				pr.accepted++
 				s.r.note("a stale write with lease %d/%d was accepted while the event was %s under attempt %d (%s)", l.ID, l.Attempt, ev.State, ev.Attempt, kind)
-			case s.lite != nil && sqliteContended(err) && pr.accepted == acceptedBefore:
-				// Another process held the write lock past the store's busy
-				// timeout (a loaded machine): the probe never reached the
-				// fence, so this lease's moment is not tested. A stale
+			case s.lite != nil && sqliteContended(err) && strings.Contains(err.Error(), ": begin: ") && pr.accepted == acceptedBefore:
+				// Another process held a lock the write's BEGIN needs past
+				// SQLite's waits (a loaded machine): the probe never reached
+				// the fence, so this lease's moment is not tested. A stale
 				// write this lease's probes got accepted still fails.
 				pr.giveUp(kind, refusedBefore)
 				return nil
+			case s.lite != nil && sqliteContended(err) && strings.Contains(err.Error(), ": commit: "):
+				// The store commits only what its fence let through (a
+				// refusal rolls back): the fence failed, whatever the commit
+				// did.
+				pr.accepted++
+				s.r.note("a stale write with lease %d/%d passed the fence while the event was %s under attempt %d (%s); its commit then failed: %v", l.ID, l.Attempt, ev.State, ev.Attempt, kind, err)
 			default:
 				return fmt.Errorf("zombie probe: %w", err)
 			}
-		}
-		if len(pr.seen) < 12 {
-			pr.seen = append(pr.seen, fmt.Sprintf("%d/%d→%s/%d(%s)", l.ID, l.Attempt, ev.State, ev.Attempt, kind))
 		}
 		// A change under the probed attempt while its lease had expired is
 		// a stale write that took effect, whatever it answered. Nothing else
@@ -556,23 +560,31 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 		// event to a later attempt mid-probe), and under a later attempt
 		// the survivor's own heartbeat or completion may land; there the
 		// probes' answers are what count.
-		after, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
-		if s.lite != nil && err != nil && sqliteContended(err) {
-			// Unread, the event's change cannot be checked: not tested.
-			pr.giveUp(kind, refusedBefore)
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("zombie probe: %w", err)
+		if kind == "expired" {
+			after, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
+			switch {
+			case s.lite != nil && err != nil && sqliteContended(err) && pr.accepted == acceptedBefore:
+				// Unread, the event's change cannot be checked: not tested.
+				pr.giveUp(kind, refusedBefore)
+				return nil
+			case s.lite != nil && err != nil && sqliteContended(err):
+				// An accepted stale write already fails the run.
+			case err != nil:
+				return fmt.Errorf("zombie probe: %w", err)
+			default:
+				changed := after.Attempt == ev.Attempt && (after.State != ev.State || !after.LeaseExpiresAt.Equal(ev.LeaseExpiresAt))
+				if changed && pr.accepted == acceptedBefore {
+					pr.accepted++
+					s.r.note("stale writes with lease %d/%d were refused but changed the event (%s)", l.ID, l.Attempt, kind)
+				}
+				if changed {
+					s.r.note("lease %d/%d: the event was %s/%d with its lease until %s, and is now %s/%d until %s", l.ID, l.Attempt,
+						ev.State, ev.Attempt, ev.LeaseExpiresAt.Format(time.StampMilli), after.State, after.Attempt, after.LeaseExpiresAt.Format(time.StampMilli))
+				}
+			}
 		}
-		changed := kind == "expired" && after.Attempt == ev.Attempt &&
-			(after.State != ev.State || !after.LeaseExpiresAt.Equal(ev.LeaseExpiresAt))
-		if changed && pr.accepted == acceptedBefore {
-			pr.accepted++
-			s.r.note("stale writes with lease %d/%d were refused but changed the event (%s)", l.ID, l.Attempt, kind)
-		}
-		if changed {
-			s.r.note("lease %d/%d: the event was %s/%d with its lease until %s, and is now %s/%d until %s", l.ID, l.Attempt,
-				ev.State, ev.Attempt, ev.LeaseExpiresAt.Format(time.StampMilli), after.State, after.Attempt, after.LeaseExpiresAt.Format(time.StampMilli))
+		if len(pr.seen) < 12 {
+			pr.seen = append(pr.seen, fmt.Sprintf("%d/%d→%s/%d(%s)", l.ID, l.Attempt, ev.State, ev.Attempt, kind))
 		}
 	}
 	return nil
@@ -582,8 +594,8 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 // SQLite has one write lock per file, and a process stopped inside a write
 // transaction stalls every other writer for as long as it sleeps (an
 // availability limit of multi-process SQLite, not a lease question); so
-// does one stopped holding a lock of the WAL index that the check's own
-// read needs, which SQLite reports only after ten seconds of retries. It
+// does one stopped holding the WAL-index lock the check's own read needs,
+// which SQLite reports only after ten seconds of retries. It
 // then resumes p and reports false. The lock is waited for up to wait,
 // which another running writer needs to finish its transaction; with every
 // other child paused, only p can hold it and waiting is pointless.
@@ -614,9 +626,10 @@ func (s *run) pauseWithin(ctx context.Context, p *proc, limit time.Duration) (bo
 	return false, nil
 }
 
-// writeLocked reports whether another process holds the SQLite write lock,
-// or a WAL-index lock that beginning a write needs, after waiting up to
-// wait for it (always false on PostgreSQL).
+// writeLocked reports whether another process holds the SQLite write lock
+// after waiting up to wait for it, or the WAL-index lock that beginning a
+// write needs (SQLite waits about ten seconds for that one, whatever wait
+// says). Always false on PostgreSQL.
 func (s *run) writeLocked(ctx context.Context, wait time.Duration) (bool, error) {
 	if s.lite == nil {
 		return false, nil
