@@ -270,7 +270,7 @@ func (s *run) zombie(ctx context.Context) error {
 	// two TTLs late, its heartbeats keeping the lease), so it can be caught
 	// in one even on a loaded machine, where a SQLite pause is often undone
 	// because the survivor holds the write lock.
-	slow := map[string]bool{}
+	var slow map[string]bool
 	for try := 0; try < 200 && len(leases) == 0; try++ {
 		var err error
 		if leases, err = s.leasesOf(ctx, z.pid); err != nil {
@@ -290,17 +290,10 @@ func (s *run) zombie(ctx context.Context) error {
 		// Leases read before the stop may have completed meanwhile;
 		// read again now that the zombie cannot move.
 		leases, err = s.leasesOf(ctx, z.pid)
-		clear(slow)
-		for _, l := range leases {
-			if err != nil {
-				break
-			}
-			var ev *ferry.Event
-			if ev, err = s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID}); err == nil {
-				slow[ferry.IdempotencyKey(ev.Source, ev.EventID)] = true
-			}
+		if err == nil {
+			slow, err = s.keysOf(ctx, leases)
 		}
-		if err != nil && !(s.lite != nil && sqliteContended(err)) {
+		if err != nil && !sqliteContended(err) {
 			return err
 		}
 		if err != nil || len(leases) == 0 {
@@ -359,7 +352,7 @@ func (s *run) zombie(ctx context.Context) error {
 	checked := time.Now()
 	for t0 := time.Now(); !txLite && pr.reclaimed == 0 && time.Since(t0) < 30*time.Second && ctx.Err() == nil; {
 		held, err := s.leasesOf(ctx, survivor.pid)
-		if s.lite != nil && err != nil && sqliteContended(err) {
+		if sqliteContended(err) {
 			pr.busy++ // the stopped zombie holds a lock of the file
 			break
 		} else if err != nil {
@@ -370,7 +363,7 @@ func (s *run) zombie(ctx context.Context) error {
 			if time.Since(checked) > 100*time.Millisecond {
 				checked = time.Now()
 				open, err := s.anyOpen(ctx, leases)
-				if s.lite != nil && err != nil && sqliteContended(err) {
+				if sqliteContended(err) {
 					pr.busy++
 					break
 				} else if err != nil {
@@ -458,8 +451,8 @@ func (pr *zombieProbes) giveUp(kind string, refusedBefore int) {
 	}
 }
 
-// sqliteContended reports whether err is SQLite giving up on a lock another
-// process holds: SQLITE_BUSY (the write lock, past the busy timeout) or
+// sqliteContended reports whether err is SQLite (never PostgreSQL, never
+// nil) giving up on a lock another process holds: SQLITE_BUSY (the write lock, past the busy timeout) or
 // SQLITE_PROTOCOL (the WAL-index lock new readers need, held through
 // SQLite's ten seconds of retries, as by a worker the harness stopped
 // while it held it). On a loaded machine a stop can land there.
@@ -473,6 +466,19 @@ func sqliteContended(err error) bool {
 		return true
 	}
 	return false
+}
+
+// keysOf reads the idempotency keys of the leases' events.
+func (s *run) keysOf(ctx context.Context, leases []ferry.Lease) (map[string]bool, error) {
+	keys := map[string]bool{}
+	for _, l := range leases {
+		ev, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
+		if err != nil {
+			return nil, err
+		}
+		keys[ferry.IdempotencyKey(ev.Source, ev.EventID)] = true
+	}
+	return keys, nil
 }
 
 // anyOpen reports whether an event of leases is still pending or in
@@ -497,7 +503,7 @@ func (s *run) anyOpen(ctx context.Context, leases []ferry.Lease) (bool, error) {
 func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes) error {
 	for _, l := range leases {
 		ev, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
-		if s.lite != nil && err != nil && sqliteContended(err) {
+		if sqliteContended(err) {
 			pr.busy++ // a stopped worker holds a lock of the file
 			return nil
 		} else if err != nil {
@@ -536,14 +542,14 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 			case err == nil:
 				pr.accepted++
 				s.r.note("a stale write with lease %d/%d was accepted while the event was %s under attempt %d (%s)", l.ID, l.Attempt, ev.State, ev.Attempt, kind)
-			case s.lite != nil && sqliteContended(err) && strings.Contains(err.Error(), ": begin: ") && pr.accepted == acceptedBefore:
+			case sqliteContended(err) && strings.Contains(err.Error(), ": begin: ") && pr.accepted == acceptedBefore:
 				// Another process held a lock the write's BEGIN needs past
 				// SQLite's waits (a loaded machine): the probe never reached
 				// the fence, so this lease's moment is not tested. A stale
 				// write this lease's probes got accepted still fails.
 				pr.giveUp(kind, refusedBefore)
 				return nil
-			case s.lite != nil && sqliteContended(err) && strings.Contains(err.Error(), ": commit: "):
+			case sqliteContended(err) && strings.Contains(err.Error(), ": commit: "):
 				// The store commits only what its fence let through (a
 				// refusal rolls back): the fence failed, whatever the commit
 				// did.
@@ -563,11 +569,11 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 		if kind == "expired" {
 			after, err := s.store.EventGet(ctx, &ferry.EventGetParams{ID: l.ID})
 			switch {
-			case s.lite != nil && err != nil && sqliteContended(err) && pr.accepted == acceptedBefore:
+			case sqliteContended(err) && pr.accepted == acceptedBefore:
 				// Unread, the event's change cannot be checked: not tested.
 				pr.giveUp(kind, refusedBefore)
 				return nil
-			case s.lite != nil && err != nil && sqliteContended(err):
+			case sqliteContended(err):
 				// An accepted stale write already fails the run.
 			case err != nil:
 				return fmt.Errorf("zombie probe: %w", err)
