@@ -58,16 +58,21 @@ func commands() []command {
 }
 
 func main() {
-	// SIGHUP too: a closed terminal or a stray reload stops ferry as
-	// SIGTERM does, releasing what it holds, not as the default kill. Not
-	// when it starts ignored (nohup): Notify would undo that.
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals()...)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:]))
+}
+
+// stopSignals are the signals that stop ferry gracefully. SIGHUP too: a
+// closed terminal or a stray reload stops ferry as SIGTERM does, releasing
+// what it holds, not as the default kill. Not when it starts ignored
+// (nohup): Notify would undo that.
+func stopSignals() []os.Signal {
 	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
 	if !signal.Ignored(syscall.SIGHUP) {
 		sigs = append(sigs, syscall.SIGHUP)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:]))
+	return sigs
 }
 
 // Exit codes, as docs/operations.md lists them.

@@ -253,10 +253,16 @@ func (p *serveProc) stop(t *testing.T, sig os.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
+	p.wait(t)
+}
+
+// wait waits, 60 s at the most, for the process to exit.
+func (p *serveProc) wait(t *testing.T) {
+	t.Helper()
 	select {
 	case <-p.exited:
 	case <-time.After(60 * time.Second):
-		t.Fatalf("ferry serve did not exit within 60 s of %v", sig)
+		t.Fatalf("ferry serve did not exit within 60 s")
 	}
 }
 

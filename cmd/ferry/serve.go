@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -224,16 +225,32 @@ SIGHUP stops it gracefully (exit 0).`)
 	}
 	stopBackground() // as a signal would
 
-	// Shut down: fail readiness and answer 503 to new deliveries (providers
-	// retry), let handlers finish within the grace period and release the
-	// rest, then close the listener.
-	log.Info("ferry: shutting down")
-	health.Stopping()
-	if receiver != nil {
-		receiver.Drain()
+	// Shut down: fail readiness, let handlers finish within the grace
+	// period and release the rest while the receiver still stores
+	// deliveries, for http.shutdown_delay at least (a load balancer stops
+	// sending here meanwhile), then answer 503 (providers retry) and close
+	// the listeners. A second signal ends the delay.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, stopSignals()...)
+	defer signal.Stop(again)
+	delay := cfg.HTTP.ShutdownDelay.Duration
+	if failed != nil {
+		delay = 0 // nothing reaches a listener that failed
 	}
+	log.Info("ferry: shutting down", "shutdown_delay", delay.String())
+	health.Stopping()
+	delayed := time.NewTimer(delay)
+	defer delayed.Stop()
 	if err := stopClient(); err != nil {
 		log.Warn("ferry: workers did not stop in time; what they hold is taken again when its lease lapses", "waited", stopBudget.String())
+	}
+	select {
+	case <-delayed.C:
+	case <-again:
+		log.Info("ferry: a second signal; closing the listeners now")
+	}
+	if receiver != nil {
+		receiver.Drain()
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

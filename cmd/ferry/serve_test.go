@@ -230,7 +230,14 @@ func TestServe(t *testing.T) {
 		p := startServe(t, cfg)
 		sendStripeOK(t, p.addr, "evt_term")
 		<-handling
-		p.terminate(t)
+		// While the workers stop, the receiver still stores: /readyz
+		// fails, so traffic moves away, but what arrives is kept.
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		waitReadyzFails(t, p)
+		sendStripeOK(t, p.addr, "evt_term_late")
+		p.wait(t)
 		var exitErr *exec.ExitError
 		if errors.As(p.err, &exitErr) {
 			t.Fatalf("exit code %d after SIGTERM, want 0", exitErr.ExitCode())
@@ -239,10 +246,15 @@ func TestServe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(claims) != 1 || claims[0].Event.EventID != "evt_term" {
-			t.Fatalf("released event not claimable at once: %d claims", len(claims))
+		var ids []string
+		for _, c := range claims {
+			ids = append(ids, c.Event.EventID)
 		}
-		ledger := outcomes(t, st, claims[0].Event.ID)
+		if slices.Sort(ids); !slices.Equal(ids, []string{"evt_term", "evt_term_late"}) {
+			t.Fatalf("claimable at once: %v, want the released event and the one stored while stopping", ids)
+		}
+		term := claims[slices.IndexFunc(claims, func(c *ferry.Claim) bool { return c.Event.EventID == "evt_term" })]
+		ledger := outcomes(t, st, term.Event.ID)
 		if !strings.HasPrefix(ledger[0], "released@") {
 			t.Errorf("ledger = %v, want the first attempt released", ledger)
 		}
@@ -390,6 +402,29 @@ func TestServe(t *testing.T) {
 		}
 		if n := held(); n != 0 {
 			t.Errorf("the alerts lease is still held after a clean stop (%d rows)", n)
+		}
+	})
+
+	// After a stop signal, http.shutdown_delay keeps the receiver storing
+	// deliveries while /readyz fails, so a load balancer moves traffic away
+	// before the listener closes; a second signal ends the delay. A
+	// receiver has no workers whose stop would hold the listener open.
+	t.Run("StoresThroughTheShutdownDelay", func(t *testing.T) {
+		t.Parallel()
+		dbPath := filepath.Join(t.TempDir(), "ferry.db")
+		cfg := writeServeConfigHTTP(t, "sqlite:"+dbPath, `shutdown_delay = "10m"`, fmt.Sprintf("[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [%q]\n", stripeSecret))
+		p := startServe(t, cfg, "--role", "receiver")
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		waitReadyzFails(t, p)
+		sendStripeOK(t, p.addr, "evt_after_sigterm")
+		p.stop(t, syscall.SIGTERM) // 60 s at the most, against a 10 m delay
+		if p.err != nil || !strings.Contains(p.log(), "a second signal") {
+			t.Fatalf("exit after the second signal: %v, want 0 and the delay cut short\n%s", p.err, p.log())
+		}
+		if ev := eventState(t, teststore.OpenSQLite(t, dbPath, nil), "evt_after_sigterm"); ev == nil {
+			t.Fatal("the delivery answered 200 during the delay is not stored")
 		}
 	})
 
@@ -591,6 +626,20 @@ func TestServeAdminSurface(t *testing.T) {
 		if code := status("/metrics", "adm1n-s3cret-0123456789"); code != 200 {
 			t.Errorf("/metrics with the token: %d", code)
 		}
+	})
+}
+
+// waitReadyzFails waits, 30 s at the most, until p's /readyz answers 503,
+// as it does from a stop signal on; the listener must still answer.
+func waitReadyzFails(t *testing.T, p *serveProc) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "/readyz to fail", func() bool {
+		resp, err := http.Get("http://" + p.addr + "/readyz")
+		if err != nil {
+			t.Fatalf("/readyz while stopping: %v\n%s", err, p.log())
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
 	})
 }
 

@@ -63,6 +63,12 @@ type HTTP struct {
 	// headers have (ferryhttp.ReceiverOptions.BodyTimeout). Defaults to
 	// ferryhttp.DefaultBodyTimeout, 10s.
 	BodyTimeout Duration `toml:"body_timeout"`
+	// ShutdownDelay is how long serve keeps storing deliveries after a stop
+	// signal while /readyz fails, so a load balancer (a Kubernetes Service,
+	// whose endpoints change after the signal) stops sending before the
+	// listener closes. Defaults to 0: the listener closes once the workers
+	// have stopped.
+	ShutdownDelay Duration `toml:"shutdown_delay"`
 }
 
 // Worker tunes the engine; see ferry.Config for each default.
@@ -372,6 +378,7 @@ func (c *Config) validate() error {
 	atLeast("http.store_timeout", c.HTTP.StoreTimeout, MinStoreTimeout, DefaultStoreTimeout, "a receive waits for a commit to reach the disk, and below that every delivery would get 503 store_timeout")
 	nonNegative("http.retry_after", c.HTTP.RetryAfter, DefaultRetryAfter)
 	nonNegative("http.body_timeout", c.HTTP.BodyTimeout, ferryhttp.DefaultBodyTimeout)
+	nonNegative("http.shutdown_delay", c.HTTP.ShutdownDelay, "0s (no delay)")
 	w := c.Worker
 	nonNegative("worker.poll_interval", w.PollInterval, ferry.DefaultPollInterval)
 	nonNegative("worker.shutdown_grace", w.ShutdownGrace, ferry.DefaultShutdownGrace)
