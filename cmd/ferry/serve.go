@@ -234,8 +234,8 @@ SIGHUP stops it gracefully (exit 0).`)
 	signal.Notify(again, stopSignals()...)
 	defer signal.Stop(again)
 	delay := cfg.HTTP.ShutdownDelay.Duration
-	if failed != nil {
-		delay = 0 // nothing reaches a listener that failed
+	if failed != nil || receiver == nil {
+		delay = 0 // nothing to store, or nothing reaches a failed listener
 	}
 	log.Info("ferry: shutting down", "shutdown_delay", delay.String())
 	health.Stopping()
@@ -248,6 +248,11 @@ SIGHUP stops it gracefully (exit 0).`)
 	case <-delayed.C:
 	case <-again:
 		log.Info("ferry: a second signal; closing the listeners now")
+	case err := <-served:
+		if failed == nil {
+			failed = fmt.Errorf("http server: %w", err)
+			log.Error("ferry: a listener failed while stopping", "err", err)
+		}
 	}
 	if receiver != nil {
 		receiver.Drain()

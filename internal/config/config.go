@@ -67,7 +67,7 @@ type HTTP struct {
 	// signal while /readyz fails, so a load balancer (a Kubernetes Service,
 	// whose endpoints change after the signal) stops sending before the
 	// listener closes. Defaults to 0: the listener closes once the workers
-	// have stopped.
+	// have stopped. A worker-only process has none.
 	ShutdownDelay Duration `toml:"shutdown_delay"`
 }
 
