@@ -58,10 +58,21 @@ func commands() []command {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), stopSignals()...)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, stopSignals()...)
+	go func() {
+		<-sigs
+		cancel()
+		<-sigs
+		close(secondSignal)
+	}()
 	os.Exit(run(ctx, os.Args[1:]))
 }
+
+// secondSignal is closed by a second stop signal: serve then ends its
+// shutdown delay at once.
+var secondSignal = make(chan struct{})
 
 // stopSignals are the signals that stop ferry gracefully. SIGHUP too: a
 // closed terminal or a stray reload stops ferry as SIGTERM does, releasing

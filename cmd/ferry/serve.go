@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -230,9 +229,6 @@ SIGHUP stops it gracefully (exit 0).`)
 	// deliveries, for http.shutdown_delay at least (a load balancer stops
 	// sending here meanwhile), then answer 503 (providers retry) and close
 	// the listeners. A second signal ends the delay.
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, stopSignals()...)
-	defer signal.Stop(again)
 	delay := cfg.HTTP.ShutdownDelay.Duration
 	if failed != nil || receiver == nil {
 		delay = 0 // nothing to store, or nothing reaches a failed listener
@@ -246,7 +242,7 @@ SIGHUP stops it gracefully (exit 0).`)
 	}
 	select {
 	case <-delayed.C:
-	case <-again:
+	case <-secondSignal:
 		log.Info("ferry: a second signal; closing the listeners now")
 	case err := <-served:
 		if failed == nil {
