@@ -56,6 +56,9 @@ func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operato
 	if !cfg.AdminServed() {
 		return op, nil
 	}
+	if cfg.AdminCleartext() {
+		log.Warn("ferry: the admin listener is reachable from other hosts and admin.public_url is not https: the session cookie is not Secure, and credentials travel in the clear unless TLS stands in front; put TLS in front and set admin.public_url to the https URL operators open", "listen", cfg.Admin.Listen)
+	}
 	opts := ferryhttp.AdminOptions{
 		Token: cfg.Admin.Token, TokenName: cfg.Admin.TokenName, User: cfg.Admin.User, Password: cfg.Admin.Password,
 		PublicURL: cfg.Admin.PublicURL, SessionTTL: cfg.Admin.SessionTTL.Duration, Logger: log,

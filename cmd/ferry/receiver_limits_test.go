@@ -73,9 +73,9 @@ func TestServeReceiverLimits(t *testing.T) {
 	})
 	t.Run("BodyTimeout", func(t *testing.T) {
 		t.Parallel()
-		p := startReceiver(t, "body_timeout = \"300ms\"")
+		p := startReceiver(t, "body_timeout = \"1s\"")
 		conn := sendHead(t, p.addr, 1024, 10)
-		// Thirty times the configured 300ms, and short of the 10s default:
+		// Nine times the configured 1s, and short of the 10s default:
 		// only a body_timeout that never reached the receiver passes it.
 		_ = conn.SetDeadline(time.Now().Add(9 * time.Second))
 		if code, body := answer(t, conn); code != http.StatusRequestTimeout || !strings.Contains(body, "body_timeout") {

@@ -605,6 +605,9 @@ func TestServeAdminSurface(t *testing.T) {
 		withToken := filepath.Join(t.TempDir(), "token.toml")
 		writeFile(t, withToken, strings.Replace(exposed, "[admin]\n", "[admin]\ntoken = \"${FERRY_ADMIN_TOKEN}\"\ntoken_name = \"oncall\"\n", 1))
 		p := startServeWith(t, ferryBin, []string{"FERRY_ADMIN_TOKEN=adm1n-s3cret-0123456789"}, withToken, "--role", "receiver", "--listen", "0.0.0.0:0")
+		if !strings.Contains(p.log(), "admin.public_url is not https") {
+			t.Errorf("admin on 0.0.0.0 with no https public_url: no warning that it runs in the clear\n%s", p.log())
+		}
 		_, port, err := net.SplitHostPort(p.admin)
 		if err != nil {
 			t.Fatal(err)

@@ -214,6 +214,11 @@ const (
 	// and more under load; below a second deliveries get 503 store_timeout
 	// until the provider gives up.
 	MinStoreTimeout = time.Second
+	// MinBodyTimeout is the least http.body_timeout: a body that comes in
+	// more than one packet takes a round trip or more to arrive, and below
+	// a second a distant provider's larger deliveries get 408 body_timeout
+	// (GitHub does not retry them).
+	MinBodyTimeout = time.Second
 	// MinForwardTimeout is the least forward.timeout: below a second an
 	// app's ordinary answer (a round trip and its work) times out and every
 	// attempt fails until the event dies.
@@ -378,6 +383,7 @@ func (c *Config) validate() error {
 	atLeast("http.store_timeout", c.HTTP.StoreTimeout, MinStoreTimeout, DefaultStoreTimeout, "a receive waits for a commit to reach the disk, and below that every delivery would get 503 store_timeout")
 	nonNegative("http.retry_after", c.HTTP.RetryAfter, DefaultRetryAfter)
 	nonNegative("http.body_timeout", c.HTTP.BodyTimeout, ferryhttp.DefaultBodyTimeout)
+	atLeast("http.body_timeout", c.HTTP.BodyTimeout, MinBodyTimeout, ferryhttp.DefaultBodyTimeout, "a body sent in several packets takes a round trip or more, and below that a distant provider's larger deliveries would get 408 body_timeout")
 	nonNegative("http.shutdown_delay", c.HTTP.ShutdownDelay, "0s (no delay)")
 	w := c.Worker
 	nonNegative("worker.poll_interval", w.PollInterval, ferry.DefaultPollInterval)

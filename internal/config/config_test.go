@@ -98,6 +98,7 @@ func TestParseRejects(t *testing.T) {
 		{"tolerance below a minute", `replay_window = "72h"`, `replay_window = "72h"` + "\ntolerance = \"1ns\"", "source[0] (stripe).tolerance: is 1ns", "use at least 1m (the default is 5m0s)"},
 		{"forward port past 65535", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:99999/x"`, "source[0] (stripe).forward.url", "port from 1 to 65535"},
 		{"store_timeout below a second", `[http]`, "[http]\nstore_timeout = \"1ns\"", "http.store_timeout: is 1ns", "use at least 1s (the default is 10s)"},
+		{"body_timeout below a second", `[http]`, "[http]\nbody_timeout = \"300ms\"", "http.body_timeout: is 300ms", "use at least 1s (the default is 10s)"},
 		{"forward timeout below a second", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\ntimeout = \"999ms\"", "source[0] (stripe).forward.timeout: is 999ms", "use at least 1s (the default is 10s)"},
 		{"replay_window below an hour", `replay_window = "72h"`, `replay_window = "59m"`, "source[0] (stripe).replay_window: is 59m0s", "use at least 1h0m0s (the default is 72h0m0s)"},
 		{"poll_interval below 10ms", `[http]`, "[worker]\npoll_interval = \"1ns\"\n[http]", "worker.poll_interval: is 1ns", "use at least 10ms"},

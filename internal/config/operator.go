@@ -166,28 +166,22 @@ func (c *Config) validateAdmin() []error {
 	if (a.User == "") != (a.Password == "") {
 		bad("admin.password", "admin.user and admin.password go together: set both (password as \"${FERRY_ADMIN_PASSWORD}\"), or neither")
 	}
-	exposed := false // reachable from other hosts
+	if strings.Contains(a.User, ":") {
+		bad("admin.user", "%q holds a colon: basic auth ends the user at the first colon (RFC 7617), so scrapes and scripts would be refused; use a user without one", a.User)
+	}
 	if err := checkListen(a.Listen); err != nil {
 		bad("admin.listen", "%q %v: write it like %q", a.Listen, err, DefaultAdminListen)
-	} else {
-		exposed = c.AdminServed() && !isLoopback(a.Listen)
-		if listensOverlap(a.Listen, c.HTTP.Listen) {
-			bad("admin.listen", "%s is also http.listen (%s): both take the same port on a shared address; the admin surface needs a listener of its own; use %s", a.Listen, c.HTTP.Listen, DefaultAdminListen)
-		} else if exposed && !c.AdminAuth() {
-			bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, DefaultAdminListen)
-		}
+	} else if listensOverlap(a.Listen, c.HTTP.Listen) {
+		bad("admin.listen", "%s is also http.listen (%s): both take the same port on a shared address; the admin surface needs a listener of its own; use %s", a.Listen, c.HTTP.Listen, DefaultAdminListen)
+	} else if c.adminListenExposed() && !c.AdminAuth() {
+		bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, DefaultAdminListen)
 	}
-	if a.PublicURL != "" {
-		u, err := url.Parse(a.PublicURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", RedactURL(a.PublicURL))
-		} else if offHost := c.AdminServed() && !isLoopbackHost(u.Hostname()); offHost {
-			exposed = true
-			if !c.AdminAuth() {
-				bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", RedactURL(a.PublicURL))
-			}
-		}
+	if _, ok := adminURL(a.PublicURL); a.PublicURL != "" && !ok {
+		bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", RedactURL(a.PublicURL))
+	} else if c.adminURLExposed() && !c.AdminAuth() {
+		bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", RedactURL(a.PublicURL))
 	}
+	exposed := c.AdminExposed()
 	// Anyone who reaches the listener may guess as fast as it answers: a
 	// credential that short is found.
 	for _, s := range []struct{ key, secret string }{{"admin.token", a.Token}, {"admin.password", a.Password}} {
@@ -209,6 +203,35 @@ func (c *Config) AdminServed() bool { return *c.UI.Enabled || *c.Metrics.Enabled
 
 // AdminAuth reports whether the admin listener has credentials configured.
 func (c *Config) AdminAuth() bool { return c.Admin.Token != "" || c.Admin.User != "" }
+
+// AdminExposed reports whether the admin listener is reachable from other
+// hosts: it is served and listens off loopback, or admin.public_url names
+// another host.
+func (c *Config) AdminExposed() bool { return c.adminListenExposed() || c.adminURLExposed() }
+
+// AdminCleartext reports whether the admin listener is exposed with no https
+// admin.public_url: its session cookie is not Secure, and credentials travel
+// in the clear unless TLS stands in front.
+func (c *Config) AdminCleartext() bool {
+	u, ok := adminURL(c.Admin.PublicURL)
+	return c.AdminExposed() && !(ok && u.Scheme == "https")
+}
+
+func (c *Config) adminListenExposed() bool {
+	return c.AdminServed() && checkListen(c.Admin.Listen) == nil && !isLoopback(c.Admin.Listen)
+}
+
+func (c *Config) adminURLExposed() bool {
+	u, ok := adminURL(c.Admin.PublicURL)
+	return ok && c.AdminServed() && !isLoopbackHost(u.Hostname())
+}
+
+// adminURL parses admin.public_url; ok is false unless it is an http(s)
+// URL with a host.
+func adminURL(raw string) (u *url.URL, ok bool) {
+	u, err := url.Parse(raw)
+	return u, err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
 
 // MinAdminSecret is the fewest characters admin.token and admin.password
 // may have when the admin listener is reachable from other hosts.

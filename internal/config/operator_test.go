@@ -34,6 +34,7 @@ func TestOperatorRejects(t *testing.T) {
 		{"admin everywhere at the public port", "[admin]\nlisten = \":8080\"\ntoken = \"0123456789abcdef0\"\n", "admin.listen", "a listener of its own"},
 		{"admin port past 65535", "[admin]\nlisten = \"127.0.0.1:99999\"\n", "admin.listen", "no port from 0 to 65535"},
 		{"user without password", "[admin]\nuser = \"ops\"\n", "admin.password", "set both"},
+		{"user with a colon", "[admin]\nuser = \"ops:team\"\npassword = \"pw\"\n", "admin.user", "without one"},
 		{"token from unset env", "[admin]\nlisten = \"0.0.0.0:8081\"\ntoken = \"${MISSING_TOKEN}\"\n", "admin.token", "export it"},
 		{"public url not a url", "[admin]\npublic_url = \"ferry-admin\"\n", "admin.public_url", "https://ferry-admin.example.com"},
 		{"public url off host without credentials", "[admin]\npublic_url = \"https://ferry-admin.example.com\"\n", "admin.public_url", `admin.token = "${FERRY_ADMIN_TOKEN}"`},
@@ -97,5 +98,36 @@ func TestAdminDefaults(t *testing.T) {
 	}
 	if c.Admin.Listen != "127.0.0.1:8081" || c.Admin.TokenName != "token" || c.Admin.SessionTTL.Duration != 12*time.Hour || c.AdminAuth() {
 		t.Errorf("admin defaults: %+v", c.Admin)
+	}
+}
+
+// TestAdminCleartext: serve warns at start when the admin listener is
+// reachable from other hosts and no https URL says TLS stands in front.
+func TestAdminCleartext(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "TOKEN": "s3cret-0123456789ab"})
+	for name, tc := range map[string]struct {
+		admin string
+		want  bool
+	}{
+		"loopback":                         {"", false},
+		"off loopback, no public url":      {"listen = \"0.0.0.0:8081\"\ntoken = \"${TOKEN}\"\n", true},
+		"off loopback, http public url":    {"listen = \"0.0.0.0:8081\"\npublic_url = \"http://ferry-admin.example.com\"\ntoken = \"${TOKEN}\"\n", true},
+		"off loopback, https public url":   {"listen = \"0.0.0.0:8081\"\npublic_url = \"https://ferry-admin.example.com\"\ntoken = \"${TOKEN}\"\n", false},
+		"loopback behind an http proxy":    {"public_url = \"http://ferry-admin.example.com\"\ntoken = \"${TOKEN}\"\n", true},
+		"loopback behind an https proxy":   {"public_url = \"https://ferry-admin.example.com\"\ntoken = \"${TOKEN}\"\n", false},
+		"off loopback, nothing served":     {"listen = \":8081\"\n[ui]\nenabled = false\n[metrics]\nenabled = false\n", false},
+		"loopback public url, not exposed": {"public_url = \"http://127.0.0.1:8081\"\n", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Parse([]byte(good+"[admin]\n"+tc.admin), vars)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.AdminCleartext(); got != tc.want {
+				t.Errorf("AdminCleartext() = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
