@@ -606,7 +606,8 @@ func maxInterval(kept, retention, overlap, settle time.Duration) (time.Duration,
 // Run starts a pass at once and then every interval, until ctx is done. In
 // a cluster only the instance holding the lease CheckpointName(Source)
 // runs passes; owner names this instance. A failed pass is logged and
-// retried at the next interval. An interval past MaxInterval (with the
+// its lease released: whichever instance's interval comes next, this one
+// or another, tries again. An interval past MaxInterval (with the
 // Runner's own Overlap and Settle) is refused: an instance that crashed
 // holding the lease could keep an event from every pass until it aged out.
 func (r *Runner) Run(ctx context.Context, interval time.Duration, owner string) error {
@@ -624,11 +625,7 @@ func (r *Runner) Run(ctx context.Context, interval time.Duration, owner string) 
 	// interval, and the holder renews it before every pass.
 	passTimeout := max(interval, minPassTimeout)
 	lease := &ferry.LeaseAcquireParams{Name: CheckpointName(r.Source), Owner: owner, TTL: passTimeout + interval}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = r.Store.LeaseRelease(ctx, &ferry.LeaseReleaseParams{Name: lease.Name, Owner: owner})
-	}()
+	defer r.release(ctx, lease)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -640,6 +637,13 @@ func (r *Runner) Run(ctx context.Context, interval time.Duration, owner string) 
 		r.runOnce(ctx, lease, passTimeout)
 		timer.Reset(interval)
 	}
+}
+
+// release gives up lease if this instance holds it, even once ctx is done.
+func (r *Runner) release(ctx context.Context, lease *ferry.LeaseAcquireParams) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = r.Store.LeaseRelease(ctx, &ferry.LeaseReleaseParams{Name: lease.Name, Owner: lease.Owner})
 }
 
 func (r *Runner) observePass(outcome string) {
@@ -665,7 +669,11 @@ func (r *Runner) runOnce(ctx context.Context, lease *ferry.LeaseAcquireParams, t
 	res, err := r.Pass(passCtx, PassOptions{Owner: lease.Owner})
 	if err != nil {
 		if ctx.Err() == nil { // not a stop
-			r.log().Error("catchup: pass failed; retrying next interval", "source", r.Source, "error", err.Error())
+			// Released, so that an instance which can reach the provider
+			// (this one's route or proxy may be what fails) takes the next
+			// pass; renewing it would keep every other instance out.
+			r.release(ctx, lease)
+			r.log().Error("catchup: pass failed; lease released for any instance's next interval", "source", r.Source, "lease", lease.Name, "error", err.Error())
 			r.observePass(PassFailed)
 		}
 		return

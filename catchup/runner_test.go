@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -399,6 +400,40 @@ func TestRunner(t *testing.T) {
 		}
 		if held, err := b.store.LeaseAcquire(context.Background(), lease); err != nil || !held {
 			t.Fatalf("a stopped but b cannot take the lease: %v %v", held, err)
+		}
+	})
+
+	// A failed pass gives the lease up: an instance whose route to the
+	// provider is broken must not keep renewing it while another could
+	// fetch. A pass that ends ok keeps it (OneInstanceAtATime).
+	t.Run("FailedPassLetsAnotherInstanceTry", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.add(5, base.Add(-time.Hour), "a")
+		var unreachable atomic.Bool // from instance a only
+		unreachable.Store(true)
+		b.fake.fail = func(_ int, w http.ResponseWriter, _ *http.Request) bool {
+			down := unreachable.Load()
+			if down {
+				w.WriteHeader(http.StatusBadGateway)
+			}
+			return down
+		}
+		ctx := context.Background()
+		a := &ferry.LeaseAcquireParams{Name: CheckpointName("stripe"), Owner: "instance-a", TTL: time.Hour}
+		b.runner.runOnce(ctx, a, time.Minute)
+		if !strings.Contains(b.logs.String(), "pass failed") {
+			t.Fatalf("instance a's pass did not fail:\n%s", b.logs.String())
+		}
+		unreachable.Store(false) // instance b reaches the provider
+		other := *a
+		other.Owner = "instance-b"
+		b.runner.runOnce(ctx, &other, time.Minute)
+		if cp, ok := checkpoint(t, b.store, "stripe"); !ok || !cp.Equal(b.now.Add(-DefaultSettle)) {
+			t.Fatalf("instance b did not take over after a's failed pass: checkpoint %v %v", cp, ok)
+		}
+		if held, err := b.store.LeaseAcquire(ctx, a); err != nil || held {
+			t.Fatalf("instance a took the lease back from b, whose pass ended ok: %v %v", held, err)
 		}
 	})
 
