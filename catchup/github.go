@@ -106,7 +106,7 @@ func NewGitHub(opts GitHubOptions) (*GitHub, error) {
 	}
 	g := &GitHub{opts: opts, base: base, hook: hook}
 	switch {
-	case opts.Token != "" && opts.AppID == "":
+	case opts.Token != "" && opts.AppID == "" && opts.PrivateKey == "" && opts.InstallationID == "":
 		if hook == "app/hook" { // GitHub lists an App's own deliveries to its JWT only
 			return nil, fmt.Errorf("%w: github: hook \"app/hook\" is read with the App's credentials: set app_id and private_key instead of token", ErrConfig)
 		}

@@ -183,6 +183,9 @@ events show'; ferry_attempts_unfinished counts them).`)
 	}
 	if *since != "" {
 		if d, err := time.ParseDuration(*since); err == nil {
+			if d < 0 { // a time ahead of now: an empty list that says nothing
+				return usagef("--since %v: use a positive duration back from now, like 24h", d)
+			}
 			params.Since = time.Now().Add(-d)
 		} else if t, err := time.Parse(time.RFC3339, *since); err == nil {
 			params.Since = t

@@ -264,6 +264,7 @@ func TestEventsCLI(t *testing.T) {
 			t.Run("Usage", func(t *testing.T) {
 				for _, args := range [][]string{
 					{"events", "list", "--config", cfg, "--state", "stuck"},
+					{"events", "list", "--config", cfg, "--since", "-24h"}, // ahead of now: it listed nothing
 					{"events", "show", "--config", cfg, "stripe"},
 					{"events", "replay", "--config", cfg, "--state", "dead"},
 					{"events", "frobnicate"},

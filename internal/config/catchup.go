@@ -120,8 +120,8 @@ func (s *Source) Reconciler() (catchup.Reconciler, error) {
 	}
 	switch s.Provider {
 	case "stripe":
-		if c.Token != "" || c.AppID != "" || c.Hook != "" {
-			return nil, fmt.Errorf("catchup: token, app_id and hook are GitHub's; Stripe takes api_key")
+		if c.Token != "" || c.AppID != "" || c.PrivateKey != "" || c.InstallationID != "" || c.Hook != "" {
+			return nil, fmt.Errorf("catchup: token, app_id, private_key, installation_id and hook are GitHub's; Stripe takes api_key")
 		}
 		return catchup.NewStripe(catchup.StripeOptions{APIKey: c.APIKey, APIBase: c.APIBase, Types: c.Types, OnlyFailed: c.OnlyFailed, Rate: c.Rate})
 	case "github":

@@ -89,6 +89,7 @@ func TestCatchup(t *testing.T) {
 		{"only lookback", "lookback = \"24h\"", "source[0] (stripe).catchup.api_key", "missing, but lookback set"},
 		{"only interval", "interval = \"30m\"", "source[0] (stripe).catchup.api_key", "missing, but interval set"},
 		{"github keys on stripe", "token = \"t\"\nhook = \"repos/a/b/hooks/1\"", "catchup", "Stripe takes api_key"},
+		{"github app keys on stripe", stripeKey + "\nprivate_key = \"k\"\ninstallation_id = \"1\"", "catchup", "Stripe takes api_key"},
 		{"no types", "api_key = \"k\"", "source[0] (stripe).catchup.types", "missing: Stripe's events API lists every event of the account"},
 		{"star with other types", "api_key = \"k\"\ntypes = [\"*\", \"invoice.paid\"]", "source[0] (stripe).catchup.types", `write ["*"] alone`},
 		{"missing env", "api_key = \"${NOPE}\"", "catchup.api_key", "export it"},
@@ -118,6 +119,16 @@ func TestCatchup(t *testing.T) {
 			}
 			wantInvalid(t, err, "source[0] (stripe).catchup.interval", want, "") // the source keeps good's name
 		}
+	})
+
+	// A token beside the App's keys is refused, not read as the token
+	// alone: which one the operator meant is theirs to say.
+	t.Run("Rejects/GitHubTokenAndAppKeys", func(t *testing.T) {
+		t.Parallel()
+		raw := strings.Replace(good, `provider = "stripe"`, `provider = "github"`, 1) +
+			"[source.catchup]\ntoken = \"t\"\nhook = \"repos/a/b/hooks/1\"\nprivate_key = \"k\"\ninstallation_id = \"1\"\n"
+		_, err := Parse([]byte(raw), vars)
+		wantInvalid(t, err, "source[0] (stripe).catchup", "not both", "")
 	})
 
 	t.Run("Rejects/ShopifyHasNoAPI", func(t *testing.T) {
