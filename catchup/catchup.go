@@ -206,6 +206,27 @@ type Result struct {
 // the same name.
 func CheckpointName(source string) string { return "catchup:" + source }
 
+// ReadCheckpoint reads the source's checkpoint and the time it holds: how
+// far the source's passes have looked. It returns an error wrapping
+// ferry.ErrNotFound until a pass has moved it.
+func ReadCheckpoint(ctx context.Context, st ferry.Store, source string) (*ferry.Checkpoint, time.Time, error) {
+	cp, err := st.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: CheckpointName(source)})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("catchup %s: read checkpoint: %w", source, err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, cp.Value)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("catchup %s: checkpoint %q: %w", source, cp.Value, err)
+	}
+	return cp, at, nil
+}
+
+// FailingAfter is the checkpoint age that says a source's passes fail, or
+// none runs: three intervals and ten minutes, past the settle and a pass
+// or two that a restart or a slow provider may cost. FerryCatchupFailing
+// (docs/alerts.yml) and ferry doctor both use it.
+func FailingAfter(interval time.Duration) time.Duration { return 3*interval + 10*time.Minute }
+
 // ErrConfig is wrapped by errors in a Runner's or a Reconciler's settings.
 var ErrConfig = errors.New("catchup: invalid settings")
 
@@ -306,14 +327,12 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 
 	name := CheckpointName(r.Source)
 	var checkpoint time.Time
-	switch cp, err := r.Store.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: name}); {
+	switch cp, at, err := ReadCheckpoint(ctx, r.Store, r.Source); {
 	case errors.Is(err, ferry.ErrNotFound):
 	case err != nil:
-		return nil, false, fmt.Errorf("catchup %s: read checkpoint: %w", r.Source, err)
+		return nil, false, err
 	default:
-		if checkpoint, err = time.Parse(time.RFC3339Nano, cp.Value); err != nil {
-			return nil, false, fmt.Errorf("catchup %s: checkpoint %q: %w", r.Source, cp.Value, err)
-		}
+		checkpoint = at
 		// The value is the writer's clock, UpdatedAt the store's: a host
 		// whose clock ran ahead would have later passes skip what lies
 		// between.

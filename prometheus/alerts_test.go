@@ -8,11 +8,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/catchup"
 	"github.com/ferry-inbox/ferry/prometheus"
 )
 
@@ -91,6 +93,21 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	}
 	if exprs == 0 {
 		t.Fatal("docs/alerts.yml has no expr")
+	}
+}
+
+// FerryCatchupFailing fires at the checkpoint age catchup.FailingAfter
+// gives, the one ferry doctor fails at: one rule, two readers.
+func TestAlertCatchupFailingIsFailingAfter(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../docs/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	per, floor := catchup.FailingAfter(time.Second)-catchup.FailingAfter(0), catchup.FailingAfter(0)
+	want := fmt.Sprintf("max by (source) (ferry_catchup_checkpoint_age_seconds) > %d * max by (source) (ferry_catchup_interval_seconds) + %d", per/time.Second, floor/time.Second)
+	if !strings.Contains(string(raw), want) {
+		t.Fatalf("docs/alerts.yml has no FerryCatchupFailing threshold %q (catchup.FailingAfter)", want)
 	}
 }
 

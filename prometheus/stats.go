@@ -207,11 +207,7 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 func (c *StatsCollector) readCheckpoints(ctx context.Context) map[string]time.Time {
 	out := map[string]time.Time{}
 	for _, source := range c.opts.CatchupSources {
-		cp, err := c.opts.Store.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: catchup.CheckpointName(source)})
-		if err != nil {
-			continue
-		}
-		if at, err := time.Parse(time.RFC3339Nano, cp.Value); err == nil {
+		if _, at, err := catchup.ReadCheckpoint(ctx, c.opts.Store, source); err == nil {
 			out[source] = at
 		}
 	}

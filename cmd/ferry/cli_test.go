@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/catchup"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
@@ -300,10 +301,10 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	}()
 	// The app's URL carries a token, which doctor's report must not print.
 	forward := fmt.Sprintf("[source.forward]\nurl = \"http://%s/hook?token=SEKRET\"\nsecret = %q\n", app.Addr(), forwardSecret)
-	setup := func(t *testing.T) (string, string) {
+	setup := func(t *testing.T, more ...string) (string, string) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "ferry.db")
-		cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nreplay_window = \"72h\"\nlost_lease = \"hold\"\n%s", "sqlite:"+path, forward))
+		cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\nreplay_window = \"72h\"\nlost_lease = \"hold\"\n%s%s", "sqlite:"+path, forward, strings.Join(more, "")))
 		if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
 			t.Fatalf("migrate: %d %s", code, stderr)
 		}
@@ -430,6 +431,30 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		receive(t, past, "evt_due")
 		if r, _ := doctorJSON(t, cfg); !hasFinding(r, "warn", "a pending event has been due for 1h") {
 			t.Errorf("an event due for an hour: report %+v; want a backlog warning", r)
+		}
+	})
+	// Catch-up that has not moved its checkpoint for three intervals and
+	// 10m (FerryCatchupFailing's age) needs a human; none yet is a warning.
+	t.Run("CatchupBehind", func(t *testing.T) {
+		t.Parallel()
+		path, cfg := setup(t, "[source.catchup]\napi_key = \"sk_test_x\"\ntypes = [\"*\"]\ninterval = \"15m\"\n")
+		st := teststore.OpenSQLite(t, path, nil)
+		if r, code := doctorJSON(t, cfg); code != 0 || !hasFinding(r, "warn", "source stripe: catch-up has no checkpoint") {
+			t.Errorf("no checkpoint: exit %d, report %+v; want 0 and a warning", code, r)
+		}
+		put := func(age time.Duration) {
+			at := time.Now().Add(-age).UTC().Format(time.RFC3339Nano)
+			if err := st.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: catchup.CheckpointName("stripe"), Value: at}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put(56 * time.Minute) // past 3 × 15m + 10m
+		if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", "source stripe: catch-up checkpoint 56m") {
+			t.Errorf("checkpoint 56m old: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
+		}
+		put(20 * time.Minute)
+		if r, code := doctorJSON(t, cfg); code != 0 || !hasFinding(r, "ok", "source stripe: catch-up checkpoint 20m") {
+			t.Errorf("checkpoint 20m old: exit %d, report %+v; want 0 and ok", code, r)
 		}
 	})
 	t.Run("AppUnreachable", func(t *testing.T) {

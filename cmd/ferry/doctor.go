@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/catchup"
 	"github.com/ferry-inbox/ferry/internal/config"
 )
 
@@ -279,6 +280,26 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		}
 		summary("source %s: %d pending, %d in progress, %d done, %d dead, %d unknown", s.Source,
 			s.States[ferry.StatePending], s.States[ferry.StateInProgress], s.States[ferry.StateDone], s.States[ferry.StateDead], s.States[ferry.StateUnknown])
+	}
+	for _, s := range cfg.Sources {
+		every := s.Catchup.LoopInterval()
+		if every == 0 {
+			continue
+		}
+		reconcile := "ferry reconcile --source " + s.Name + " --dry-run prints why a pass fails (a revoked key, a missing scope); serve's 'catchup: pass failed' names the instance"
+		_, at, err := catchup.ReadCheckpoint(pctx, st, s.Name)
+		switch age := stats.Now.Sub(at).Round(time.Second); {
+		case errors.Is(err, ferry.ErrNotFound):
+			warn("serve runs a pass at start and every interval; if one runs, "+reconcile,
+				"source %s: catch-up has no checkpoint: no pass has ended ok yet", s.Name)
+		case err != nil:
+			warn(reconcile, "source %s: catch-up checkpoint unreadable: %v", s.Name, err)
+		case age > catchup.FailingAfter(every):
+			fail(reconcile+"; events the provider never delivered are not fetched meanwhile",
+				"source %s: catch-up checkpoint %s old, past %s (three intervals and 10m): its passes fail or none runs", s.Name, age, catchup.FailingAfter(every))
+		default:
+			ok("source %s: catch-up checkpoint %s old", s.Name, age)
+		}
 	}
 	isAtRisk := atRiskFunc(cfg, stats.Now)
 	for _, e := range stats.AtRisk {
