@@ -57,8 +57,8 @@ type ForwarderOptions struct {
 // Idempotency-Key, Ferry-Event-Id, Ferry-Event-Type, Ferry-Source and
 // Ferry-Attempt, until the app answers 2xx.
 //
-// 408, 409, 425, 429, 5xx and network errors are retried (a Retry-After is
-// honoured, up to ferry.MaxRetryAfter); any other answer is permanent and
+// 407, 408, 409, 425, 429, 5xx and network errors are retried (a Retry-After
+// is honoured, up to ferry.MaxRetryAfter); any other answer is permanent and
 // the event goes dead with the status and the start of the response
 // recorded. Every answer's status and
 // first ferry.ResponseLimit bytes go to the attempt ledger
@@ -208,7 +208,8 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 
 func retryable(status int) bool {
 	switch status {
-	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests,
+		http.StatusProxyAuthRequired: // a proxy's answer, not the app's: fixed there, the next attempt gets through
 		return true
 	}
 	return status >= 500

@@ -286,7 +286,7 @@ func TestForwarderStatus(t *testing.T) {
 		permanent bool
 	}{
 		{codes: []int{200, 201, 202, 204, 299}},
-		{codes: []int{408, 409, 425, 429, 500, 502, 503, 504, 599}, err: true},
+		{codes: []int{407, 408, 409, 425, 429, 500, 502, 503, 504, 599}, err: true},
 		{codes: []int{400, 401, 403, 404, 405, 410, 413, 422, 451, 301, 302, 303, 304, 307, 308}, err: true, permanent: true},
 	}
 	for _, tc := range cases {

@@ -25,10 +25,10 @@ type Telemetry struct {
 	// ServiceName is service.name in every span's resource. Defaults to
 	// OTEL_SERVICE_NAME, else "ferry".
 	ServiceName string `toml:"service_name"`
-	// SamplingRatio is the share of new traces recorded, from 0 to 1; a
-	// receipt whose provider sent a traceparent follows that trace's
-	// sampled flag instead, and an attempt follows its receipt's. Defaults
-	// to OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, else 1.
+	// SamplingRatio is the share of receipts traced, from 0 to 1; a
+	// sender's traceparent is only linked to, never followed, and an
+	// attempt follows its receipt's. Defaults to OTEL_TRACES_SAMPLER and
+	// OTEL_TRACES_SAMPLER_ARG, else 1.
 	SamplingRatio *float64 `toml:"sampling_ratio"`
 }
 
