@@ -68,7 +68,8 @@ type Config struct {
 	MaxPageCount int
 
 	// MustExist makes Open fail, with an error that is fs.ErrNotExist,
-	// where the file is not there, rather than create it: for a tool that
+	// where the file is not there (ferry.ErrInvalidParams where its
+	// directory is not either), rather than create it: for a tool that
 	// reads or changes a store in use, to which a mistyped path would
 	// otherwise show an empty one. Defaults to false: Open creates the file.
 	MustExist bool
@@ -111,6 +112,9 @@ func Open(path string, config *Config) (*Store, error) {
 	}
 	if config.MustExist {
 		if _, err := os.Stat(filePath(path)); err != nil {
+			if perr := pathRefused(path); perr != nil { // no Open would make it
+				err = perr
+			}
 			return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
 		}
 	}
@@ -224,12 +228,8 @@ func durable(db *sql.DB) error {
 // process may not open or that is not a database. Any other failure stays
 // as it is.
 func unopenable(path string, err error) error {
-	file := filePath(path)
-	if fi, statErr := os.Stat(file); statErr == nil && fi.IsDir() {
-		return fmt.Errorf("%w: %s is a directory: name a file in it, like %s", ferry.ErrInvalidParams, file, filepath.Join(file, "ferry.db"))
-	}
-	if dir := filepath.Dir(file); !dirExists(dir) {
-		return fmt.Errorf("%w: the directory %s does not exist: create it (the store makes its file, not the directories above it), or fix the path", ferry.ErrInvalidParams, dir)
+	if perr := pathRefused(path); perr != nil {
+		return perr
 	}
 	var e *msqlite.Error
 	if errors.As(err, &e) {
@@ -241,6 +241,20 @@ func unopenable(path string, err error) error {
 		}
 	}
 	return err
+}
+
+// pathRefused is the fix, as ferry.ErrInvalidParams, when the file path
+// names can never be a store: a directory, or a file in a directory that
+// is not there. Nil otherwise.
+func pathRefused(path string) error {
+	file := filePath(path)
+	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
+		return fmt.Errorf("%w: %s is a directory: name a file in it, like %s", ferry.ErrInvalidParams, file, filepath.Join(file, "ferry.db"))
+	}
+	if dir := filepath.Dir(file); !dirExists(dir) {
+		return fmt.Errorf("%w: the directory %s does not exist: create it (the store makes its file, not the directories above it), or fix the path", ferry.ErrInvalidParams, dir)
+	}
+	return nil
 }
 
 // dirExists reports whether dir is a directory, or may be one: a failure

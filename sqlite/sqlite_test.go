@@ -190,6 +190,8 @@ func TestOpen(t *testing.T) {
 		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("a refused Open left a file behind: %v", err)
 		}
+		// No Open could make a file in a directory that is not there.
+		wantOpenRefused(t, filepath.Join(dir, "no", "ferry.db"), mustExist, ferry.ErrInvalidParams, "does not exist: create it")
 		wantOpens(t, path, nil)
 		for _, dsn := range []string{path, "file:" + path + "?_pragma=busy_timeout(1000)", "file://" + path, "file://localhost" + path, "file:" + path + "#x"} {
 			wantOpens(t, dsn, mustExist)

@@ -132,6 +132,15 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 		!strings.Contains(stdout, "001_initial: ") || !strings.Contains(stdout, fmt.Sprintf("ferry: %d migration(s) pending", len(shipped))) {
 		t.Errorf("migrate --dry-run: exit %d, want 0 listing every migration\n%s%s", code, stdout, stderr)
 	}
+	// In a directory that is not there, the dry run refuses as migrate
+	// would, rather than promise a file migrate cannot make.
+	noDir := writeCLIConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "no", "ferry.db"), "")
+	for _, args := range [][]string{{"migrate", "--dry-run"}, {"migrate"}, {"doctor"}, {"events", "list"}} {
+		stdout, stderr, code := runFerry(t, append(args, "--config", noDir)...)
+		if code != exitUsage || !strings.Contains(stderr, "store.url: ") || !strings.Contains(stderr, "does not exist: create it") || strings.Contains(stdout, "creates it") {
+			t.Errorf("%v in a missing directory: exit %d, want %d naming store.url and the fix\n%s%s", args, code, exitUsage, stdout, stderr)
+		}
+	}
 	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("after the refusals, %s: %v; want no file", path, err)
 	}

@@ -181,11 +181,13 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, closeStore, err := openStore(pctx, cfg, nil, existingStore)
-	if errors.Is(err, errConfig) && errors.Is(err, fs.ErrNotExist) {
-		// A store.url naming no SQLite file: the config error, key and
-		// fix, every command gives (exit 2). A store refused as set (fsync
-		// or synchronous_commit off, often the server's doing) stays a
-		// finding below: exit 4, with the report.
+	kind, _, _ := cfg.StoreKind()
+	if errors.Is(err, errConfig) && (errors.Is(err, fs.ErrNotExist) || kind == "sqlite" && errors.Is(err, ferry.ErrInvalidParams)) {
+		// A store.url naming no SQLite file, or a path no SQLite file can
+		// be at: the config error, key and fix, every command gives (exit
+		// 2). A store refused as set (fsync or synchronous_commit off,
+		// often the server's doing) stays a finding below: exit 4, with the
+		// report.
 		return err
 	}
 	if errors.Is(err, ferry.ErrMisconfigured) {
@@ -197,7 +199,6 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		return nil
 	}
 	defer closeStore()
-	kind, _, _ := cfg.StoreKind()
 	if err := st.Ping(pctx); errors.Is(err, ferry.ErrReadOnly) {
 		fix := "point store.url at the primary: the database is read-only (a standby after failover?), and every delivery gets 503"
 		if kind == "sqlite" {
