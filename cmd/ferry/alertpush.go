@@ -391,7 +391,11 @@ func (p *alertPusher) text(rule alertRule, msg *alertMessage) string {
 	if rule.notices == nil {
 		text += fmt.Sprintf(" (%d in all)", msg.Total)
 	}
-	ids := slackEscape.Replace(strings.Join(msg.EventIDs, ", "))
+	quoted := make([]string, len(msg.EventIDs))
+	for i, id := range msg.EventIDs {
+		quoted[i] = slackCode(id)
+	}
+	ids := strings.Join(quoted, ", ")
 	if msg.New > len(msg.EventIDs) {
 		ids += fmt.Sprintf(" and %d more", msg.New-len(msg.EventIDs))
 	}
@@ -402,8 +406,14 @@ func (p *alertPusher) text(rule alertRule, msg *alertMessage) string {
 	return text
 }
 
-// slackEscape keeps provider-chosen ids from forming Slack markup.
-var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+// slackCode quotes a provider-chosen id as inline code, so that it forms
+// no Slack markup: no link, mention, bold or list of its own ("a, b and 40
+// more"). A backtick in it, which would end the code, becomes a quote.
+func slackCode(id string) string {
+	return "`" + slackEscape.Replace(id) + "`"
+}
+
+var slackEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "`", "'")
 
 // dashboardLink is the event's page when a message names one event, else
 // the source's list in the kind's state.

@@ -614,3 +614,16 @@ func TestAlertNoticeGraceOutlastsTheStoreTimeout(t *testing.T) {
 		}
 	}
 }
+
+// Event ids are the provider's, unsigned on some: in an alert each is
+// inline code, forming no link, mention or formatting of its own.
+func TestAlertTextQuotesEventIDs(t *testing.T) {
+	t.Parallel()
+	p := &alertPusher{}
+	msg := &alertMessage{Source: "github", New: 3, Total: 3, EventIDs: []string{"https://evil.example/reset *URGENT* _now_", "x`, <!channel> & y"}}
+	text := p.text(alertRules[1], msg)
+	want := ": `https://evil.example/reset *URGENT* _now_`, `x', &lt;!channel&gt; &amp; y` and 1 more"
+	if !strings.HasSuffix(text, want) {
+		t.Fatalf("text = %q, want it to end %q", text, want)
+	}
+}

@@ -25,6 +25,7 @@ type alertWatcher struct {
 	log    *slog.Logger
 
 	atRisk  map[int64]bool // warned, and still at risk
+	beyond  int            // at risk past the list at the last check, counted only
 	unknown map[int64]int  // warned, at this attempt
 }
 
@@ -69,7 +70,11 @@ func (w *alertWatcher) check(ctx context.Context) {
 		total += s.AtRisk
 	}
 	seen := map[int64]bool{}
-	logged, suppressed := 0, total-len(stats.AtRisk) // beyond the list: never seen, counted
+	// Beyond the list, events are counted, not seen: what grew since the
+	// last check is new, so a steady overflow is not logged every check.
+	beyond := total - len(stats.AtRisk)
+	logged, suppressed := 0, max(beyond-w.beyond, 0)
+	w.beyond = beyond
 	for _, e := range stats.AtRisk {
 		seen[e.ID] = true
 		if w.atRisk[e.ID] {
@@ -98,6 +103,9 @@ func (w *alertWatcher) check(ctx context.Context) {
 
 	res, err := w.store.EventList(ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateUnknown}, Limit: 1000})
 	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("ferry: alert check could not list unknown events", "alert", "stats_unavailable", "err", err)
+		}
 		return
 	}
 	current := map[int64]bool{}

@@ -131,6 +131,55 @@ func TestAlertWatcher(t *testing.T) {
 	}
 }
 
+// Events at risk past the watcher's list are counted, not seen: the
+// summary says how many more came, once, not on every check.
+func TestAlertWatcherBeyondTheList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	store := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	receive := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: fmt.Sprintf("evt_%d", clock.Now().UnixNano()), Payload: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(time.Second)
+		}
+	}
+	receive(6)
+	var buf bytes.Buffer
+	w := newAlertWatcher(store, &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"stripe": 60 * time.Hour}}, slog.New(slog.NewJSONHandler(&buf, nil)))
+	w.params.AtRiskLimit = 3 // 1000 in serve
+	summaries := func() []string {
+		t.Helper()
+		var out []string
+		for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err == nil && m["more"] != nil {
+				out = append(out, fmt.Sprintf("more=%v total=%v", m["more"], m["at_risk_total"]))
+			}
+		}
+		buf.Reset()
+		return out
+	}
+	clock.Advance(61 * time.Hour)
+	w.check(ctx)
+	if got := summaries(); len(got) != 1 || got[0] != "more=3 total=6" {
+		t.Fatalf("first check: summaries %v, want one, more=3 total=6", got)
+	}
+	w.check(ctx)
+	if got := summaries(); len(got) != 0 {
+		t.Fatalf("second check, nothing new: summaries %v, want none", got)
+	}
+	receive(1)
+	clock.Advance(61 * time.Hour)
+	w.check(ctx)
+	if got := summaries(); len(got) != 1 || got[0] != "more=1 total=7" {
+		t.Fatalf("one more at risk past the list: summaries %v, want more=1 total=7", got)
+	}
+}
+
 // runEvery runs its function at once, again on every tick, and returns when
 // the context ends: the watcher, the pusher and the purger rely on all three.
 func TestRunEvery(t *testing.T) {
