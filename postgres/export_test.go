@@ -37,10 +37,12 @@ func StatsArgs(s *Store, params *ferry.EventStatsParams) pgx.NamedArgs { return 
 // PurgeKeys is one batch of the dedupe keys' purge, of one source or all.
 var PurgeKeys = (*Store).purgeKeys
 
-// ArchiveKeysPurgeSQL, EventClaimManySQL and EventListSQL are the
-// statements whose plans plan_test.go reads.
+// ArchiveKeysPurgeSQL, EventClaimManySQL, EventListSQL and the requeue's
+// two are the statements whose plans plan_test.go reads.
 var (
-	ArchiveKeysPurgeSQL = archiveKeysPurgeSQL
-	EventClaimManySQL   = eventClaimManySQL
-	EventListSQL        = eventListSQL
+	ArchiveKeysPurgeSQL  = archiveKeysPurgeSQL
+	EventClaimManySQL    = eventClaimManySQL
+	EventListSQL         = eventListSQL
+	EventRequeueSQL      = eventRequeueSQL
+	EventRequeueCountSQL = eventRequeueCountSQL
 )

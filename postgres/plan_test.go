@@ -381,6 +381,33 @@ func TestEventListPlanPrunesTheDaysBeforeSince(t *testing.T) {
 	}
 }
 
+// A bulk replay of done events since a time, and its dry run's count, never
+// read the archive's days before it.
+func TestEventRequeuePlanPrunesTheDaysBeforeSince(t *testing.T) {
+	t.Parallel()
+	const days = 8
+	b := planSetup(t, days, 200, 0)
+	since := b.clock.Now().Add(-2 * 24 * time.Hour)
+	first := "ferry_event_done_" + since.UTC().Format("20060102")
+	args := pgx.NamedArgs{
+		"now": b.clock.Now(), "states": []string{"done"}, "ids": []int64{}, "source": "", "type": "",
+		"since": since, "until": nil, "event_id_like": "", "before": int64(0), "action": "replay", "actor": "op",
+	}
+	for name, sql := range map[string]string{"requeue": postgres.EventRequeueSQL, "dry run": postgres.EventRequeueCountSQL} {
+		plan := b.explain(t, sql, args)
+		var read []string
+		plan.walk(func(n planNode, _ []planNode) {
+			if strings.HasPrefix(n.Relation, "ferry_event_done_2") && !slices.Contains(read, n.Relation) {
+				read = append(read, n.Relation)
+			}
+		})
+		slices.Sort(read)
+		if len(read) == 0 || read[0] != first {
+			t.Errorf("%s: since %s reads partitions %v, want %s the oldest:\n%s", name, since, read, first, plan)
+		}
+	}
+}
+
 // EventList with LapsedAttempts reads the lapsed attempts through the
 // ledgers' partial indexes and looks their events up by id, in the hot
 // table and in every archive partition: never a read of the events until a

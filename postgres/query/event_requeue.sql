@@ -32,6 +32,9 @@ unarchived AS (
     DELETE FROM ferry_event_done
     -- The archive is read only when done events are asked for.
     WHERE 'done' = ANY(@states::text[]) AND /* event_requeue_match.sql */
+      -- Prunes the days before it: an event first delivered since @since
+      -- completed since then too.
+      AND completed_at >= coalesce(@since::timestamptz, '-infinity')
     RETURNING *
 ),
 restored AS (

@@ -5,4 +5,7 @@
 SELECT (SELECT count(*) FROM ferry_event WHERE /* event_requeue_match.sql */)
      + (SELECT count(*) FROM ferry_event_done
         -- The archive is read only when done events are asked for.
-        WHERE 'done' = ANY(@states::text[]) AND /* event_requeue_match.sql */);
+        WHERE 'done' = ANY(@states::text[]) AND /* event_requeue_match.sql */
+          -- Prunes the days before it: an event first delivered since @since
+          -- completed since then too.
+          AND completed_at >= coalesce(@since::timestamptz, '-infinity'));
