@@ -358,7 +358,6 @@ func TestEventListPlanPrunesTheDaysBeforeSince(t *testing.T) {
 	const days = 8
 	b := planSetup(t, days, 200, 0)
 	since := b.clock.Now().Add(-2 * 24 * time.Hour)
-	first := "ferry_event_done_" + since.UTC().Format("20060102")
 	for _, p := range []struct {
 		name string
 		args pgx.NamedArgs
@@ -367,17 +366,23 @@ func TestEventListPlanPrunesTheDaysBeforeSince(t *testing.T) {
 		{"paging up", pgx.NamedArgs{"after": int64(5)}},
 	} {
 		p.args["since"] = since
-		plan := b.explain(t, postgres.EventListSQL, eventListArgs(p.args))
-		var read []string
-		plan.walk(func(n planNode, _ []planNode) {
-			if strings.HasPrefix(n.Relation, "ferry_event_done_2") {
-				read = append(read, n.Relation)
-			}
-		})
-		slices.Sort(read)
-		if len(read) == 0 || read[0] != first {
-			t.Errorf("%s: the list since %s reads partitions %v, want %s the oldest:\n%s", p.name, since, read, first, plan)
+		wantPrunedBefore(t, "the list, "+p.name, since, b.explain(t, postgres.EventListSQL, eventListArgs(p.args)))
+	}
+}
+
+// wantPrunedBefore fails the test unless the oldest archive day plan reads
+// is since's.
+func wantPrunedBefore(t *testing.T, name string, since time.Time, plan planNode) {
+	t.Helper()
+	var read []string
+	plan.walk(func(n planNode, _ []planNode) {
+		if strings.HasPrefix(n.Relation, "ferry_event_done_2") && !slices.Contains(read, n.Relation) {
+			read = append(read, n.Relation)
 		}
+	})
+	slices.Sort(read)
+	if first := "ferry_event_done_" + since.UTC().Format("20060102"); len(read) == 0 || read[0] != first {
+		t.Errorf("%s: since %s reads partitions %v, want %s the oldest:\n%s", name, since, read, first, plan)
 	}
 }
 
@@ -388,23 +393,12 @@ func TestEventRequeuePlanPrunesTheDaysBeforeSince(t *testing.T) {
 	const days = 8
 	b := planSetup(t, days, 200, 0)
 	since := b.clock.Now().Add(-2 * 24 * time.Hour)
-	first := "ferry_event_done_" + since.UTC().Format("20060102")
 	args := pgx.NamedArgs{
 		"now": b.clock.Now(), "states": []string{"done"}, "ids": []int64{}, "source": "", "type": "",
 		"since": since, "until": nil, "event_id_like": "", "before": int64(0), "action": "replay", "actor": "op",
 	}
 	for name, sql := range map[string]string{"requeue": postgres.EventRequeueSQL, "dry run": postgres.EventRequeueCountSQL} {
-		plan := b.explain(t, sql, args)
-		var read []string
-		plan.walk(func(n planNode, _ []planNode) {
-			if strings.HasPrefix(n.Relation, "ferry_event_done_2") && !slices.Contains(read, n.Relation) {
-				read = append(read, n.Relation)
-			}
-		})
-		slices.Sort(read)
-		if len(read) == 0 || read[0] != first {
-			t.Errorf("%s: since %s reads partitions %v, want %s the oldest:\n%s", name, since, read, first, plan)
-		}
+		wantPrunedBefore(t, name, since, b.explain(t, sql, args))
 	}
 }
 
