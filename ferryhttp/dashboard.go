@@ -244,11 +244,14 @@ func (f filter) times() (since, until time.Time, err error) {
 	return since, until, nil
 }
 
+// states is the chosen state, or none (every state). A state that is not
+// one is passed on for the store's filter rule to refuse (400), never
+// dropped: a list or a replay of every state is not what the link asked for.
 func (f filter) states() []ferry.State {
-	if st := ferry.State(f.State); st.Valid() {
-		return []ferry.State{st}
+	if f.State == "" {
+		return nil
 	}
-	return nil
+	return []ferry.State{ferry.State(f.State)}
 }
 
 // requeue is the bulk requeue of what the filter selects. Without a state

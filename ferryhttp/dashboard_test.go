@@ -168,6 +168,11 @@ func TestDashboardPages(t *testing.T) {
 	if code, _ := testhttp.Get(t, b.server.URL+"/ui/?q=%ff"); code != http.StatusBadRequest {
 		t.Errorf("a filter no stored id matches (not UTF-8): %d, want 400", code)
 	}
+	for _, path := range []string{"/ui/?state=bogus", "/ui/replay?source=stripe&state=bogus"} {
+		if code, body := testhttp.Get(t, b.server.URL+path); code != http.StatusBadRequest || !strings.Contains(body, "unknown state") {
+			t.Errorf("%s (a state that is none): %d, want 400 naming the unknown state", path, code)
+		}
+	}
 
 	code, body = testhttp.Get(t, b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"]))
 	if code != 200 {
