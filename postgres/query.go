@@ -43,8 +43,10 @@ var (
 	conflictListSQL string
 	//go:embed query/event_claim_many.sql
 	eventClaimManySQL string
+	//go:embed query/event_archive_done.sql
+	eventArchiveDoneSQL string
 	//go:embed query/event_complete_many.sql
-	eventCompleteManySQL string
+	eventCompleteManyFile string
 	//go:embed query/event_fail.sql
 	eventFailSQL string
 	//go:embed query/event_fail_many.sql
@@ -80,7 +82,7 @@ var (
 	//go:embed query/event_requeue_match.sql
 	eventRequeueMatchSQL string
 	//go:embed query/event_resolve.sql
-	eventResolveSQL string
+	eventResolveFile string
 	//go:embed query/event_retry_now.sql
 	eventRetryNowSQL string
 	//go:embed query/event_stats.sql
@@ -125,4 +127,11 @@ var (
 var (
 	eventRequeueSQL      = sqlfile.Splice(eventRequeueFile, "event_requeue_match.sql", eventRequeueMatchSQL)
 	eventRequeueCountSQL = sqlfile.Splice(eventRequeueCountFile, "event_requeue_match.sql", eventRequeueMatchSQL)
+)
+
+// An event completed and one resolved by hand are archived as one row, by
+// event_archive_done.sql.
+var (
+	eventCompleteManySQL = sqlfile.Splice(eventCompleteManyFile, "event_archive_done.sql", eventArchiveDoneSQL)
+	eventResolveSQL      = sqlfile.Splice(eventResolveFile, "event_archive_done.sql", eventArchiveDoneSQL)
 )

@@ -15,24 +15,13 @@ locked AS (
     ORDER BY id
     FOR UPDATE
 ),
-resolved AS (
+finished AS (
     DELETE FROM ferry_event e
     USING locked
     WHERE e.id = locked.id
     RETURNING e.*
 ),
-archived AS (
-    INSERT INTO ferry_event_done (id, source, event_id, type, payload, headers, payload_sha256, state,
-                                  attempt, attempt_base, lease_owner, lease_expires_at, next_attempt_at,
-                                  first_delivered_at, last_delivered_at, deliveries, conflicts, claimed_at,
-                                  completed_at, last_error, requeued_at, origin, traceparent, tracestate, replays)
-    SELECT id, source, event_id, type, payload, headers, payload_sha256, 'done',
-           attempt, attempt_base, NULL, NULL, next_attempt_at,
-           first_delivered_at, last_delivered_at, deliveries, conflicts, claimed_at,
-           (SELECT now FROM clock), last_error, requeued_at, origin, traceparent, tracestate, replays
-    FROM resolved
-    RETURNING id, source, completed_at
-),
+archived AS /* event_archive_done.sql */,
 counted AS (
     SELECT ferry_done_count_add(array_agg(source), array_agg(completed_at), 1) FROM archived
 ),
