@@ -225,10 +225,9 @@ func planSetup(t *testing.T, days, perDay, gone int) *archiveBundle {
 	t.Helper()
 	b := archiveSetup(t)
 	b.maintain(t, &ferry.ArchiveMaintainParams{Owner: "m", Retention: time.Duration(days) * 24 * time.Hour, Ahead: 24 * time.Hour})
-	pool := b.store.Pool()
 	now := b.clock.Now()
 	n := days * perDay
-	for _, sql := range []string{
+	b.exec(t, pgx.NamedArgs{"now": now, "n": n, "days": days, "gone": gone},
 		`INSERT INTO ferry_event_done (id, source, event_id, payload, payload_sha256, state, attempt,
 		                               next_attempt_at, first_delivered_at, last_delivered_at, completed_at)
 		 SELECT i, 's' || i % 4, 'e' || i, '', sha256(int8send(i)), 'done', 1, at, at, at, at
@@ -241,12 +240,18 @@ func planSetup(t *testing.T, days, perDay, gone int) *archiveBundle {
 		        @now::timestamptz - @days::int * interval '1 day' - i * interval '1 second'
 		 FROM generate_series(1, @gone::int) i`,
 		`ANALYZE ferry_event_key, ferry_event, ferry_event_done`,
-	} {
-		if _, err := pool.Exec(b.ctx, sql, pgx.NamedArgs{"now": now, "n": n, "days": days, "gone": gone}); err != nil {
+	)
+	return b
+}
+
+// exec runs each statement with args, in order, on the store's pool.
+func (b *archiveBundle) exec(t *testing.T, args pgx.NamedArgs, statements ...string) {
+	t.Helper()
+	for _, sql := range statements {
+		if _, err := b.store.Pool().Exec(b.ctx, sql, args); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return b
 }
 
 // planNode is one node of EXPLAIN (FORMAT JSON).
@@ -258,6 +263,10 @@ type planNode struct {
 	Relationship string     `json:"Parent Relationship"`
 	Subplan      string     `json:"Subplan Name"`
 	Plans        []planNode `json:"Plans"`
+	// Set by EXPLAIN ANALYZE, per loop.
+	ActualRows      float64 `json:"Actual Rows"`
+	ActualLoops     float64 `json:"Actual Loops"`
+	RemovedByFilter float64 `json:"Rows Removed by Filter"`
 }
 
 // explain returns the plan of sql with args, as the store would run it
@@ -412,7 +421,7 @@ func TestEventListPlanLooksLapsedAttemptsUp(t *testing.T) {
 	const days = 8
 	b := planSetup(t, days, 2500, 0)
 	pool := b.store.Pool()
-	for _, sql := range []string{
+	b.exec(t, pgx.NamedArgs{"now": b.clock.Now()},
 		// Every archived event has an attempt; one in a thousand lapsed.
 		`INSERT INTO ferry_attempt_done (event_id, attempt, worker, started_at, finished_at, outcome, completed_at)
 		 SELECT id, 1, 'w', completed_at, completed_at, CASE WHEN id % 1000 = 0 THEN 'lease_expired' ELSE 'done' END, completed_at
@@ -429,11 +438,7 @@ func TestEventListPlanLooksLapsedAttemptsUp(t *testing.T) {
 		 SELECT id, 1, 'w', @now::timestamptz, @now::timestamptz, CASE WHEN id % 1000 = 0 THEN 'lease_expired' ELSE 'failed' END
 		 FROM ferry_event`,
 		`ANALYZE ferry_event, ferry_attempt, ferry_attempt_done`,
-	} {
-		if _, err := pool.Exec(b.ctx, sql, pgx.NamedArgs{"now": b.clock.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	// The partitions that hold most of a day: a scan reads the clock's
 	// day, 3 hours of it, whole, as it should.
 	rows, _ := pool.Query(b.ctx, `
@@ -487,9 +492,8 @@ func TestEventListPlanLooksLapsedAttemptsUp(t *testing.T) {
 func TestClaimPlanProbesTheLedgerPerEvent(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
-	pool := b.store.Pool()
 	now := b.clock.Now()
-	for _, sql := range []string{
+	b.exec(t, pgx.NamedArgs{"now": now},
 		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state, attempt,
 		                          next_attempt_at, first_delivered_at, last_delivered_at)
 		 SELECT i, 's' || i % 4, 'e' || i, '', sha256(int8send(i)), 'pending', 5,
@@ -499,11 +503,7 @@ func TestClaimPlanProbesTheLedgerPerEvent(t *testing.T) {
 		 SELECT i, a, 'w', @now, @now, CASE WHEN a = 1 THEN 'lease_expired' ELSE 'released' END
 		 FROM generate_series(1, 20000) i, generate_series(1, 5) a`,
 		`ANALYZE ferry_event, ferry_attempt`,
-	} {
-		if _, err := pool.Exec(b.ctx, sql, pgx.NamedArgs{"now": now}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	for _, limit := range []int{1, 100} {
 		plan := b.explain(t, postgres.EventClaimManySQL, pgx.NamedArgs{
 			"now": now, "owner": "w", "limit": limit, "ttl_us": time.Minute.Microseconds(),
@@ -537,6 +537,69 @@ func TestClaimPlanProbesTheLedgerPerEvent(t *testing.T) {
 		})
 		if probes == 0 {
 			t.Errorf("limit %d: the claim never reads the ledger:\n%s", limit, plan)
+		}
+	}
+}
+
+// A claim reads its own sources' due events and no other's: a backlog of a
+// source it does not claim (one taken out of the config, or one whose
+// instance is down), older than everything it claims, adds nothing to what
+// each claim reads. Without sources it reads each source's oldest.
+func TestClaimPlanReadsOnlyItsSourcesDueEvents(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	pool := b.store.Pool()
+	now := b.clock.Now()
+	b.exec(t, pgx.NamedArgs{"now": now},
+		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state,
+		                          next_attempt_at, first_delivered_at, last_delivered_at)
+		 SELECT i, CASE WHEN i <= 20000 THEN 'other' ELSE 's1' END, 'e' || i, '', sha256(int8send(i)), 'pending',
+		        @now::timestamptz - (22000 - i) * interval '1 second', @now, @now
+		 FROM generate_series(1, 22000) i`,
+		`ANALYZE ferry_event`,
+	)
+	const limit = 10
+	for _, sources := range [][]string{{"s1"}, {"s1", "s2"}, {}} {
+		tx, err := pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		err = tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+postgres.EventClaimManySQL, pgx.NamedArgs{
+			"now": now, "owner": "w", "limit": limit, "ttl_us": time.Minute.Microseconds(),
+			"sources": sources, "hold_sources": []string{}, "max_bytes": int64(0),
+		}).Scan(&out)
+		if rerr := tx.Rollback(b.ctx); err == nil {
+			err = rerr
+		}
+		var plans []struct {
+			Plan planNode `json:"Plan"`
+		}
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &plans)
+		}
+		if err != nil || len(plans) != 1 {
+			t.Fatalf("EXPLAIN ANALYZE of sources %v: %q, %v", sources, out, err)
+		}
+		read := 0.0
+		plans[0].Plan.walk(func(n planNode, ancestors []planNode) {
+			if n.Relation != "ferry_event" || !slices.ContainsFunc(ancestors, func(a planNode) bool { return a.Subplan == "CTE pending_due" }) {
+				return
+			}
+			read += (n.ActualRows + n.RemovedByFilter) * n.ActualLoops
+		})
+		// Each source with due events read up to limit, whatever the backlog.
+		if most := float64(limit * 2); read == 0 || read > most {
+			t.Errorf("sources %v: the claim's pending scan read %v rows of ferry_event, want 1 to %v:\n%s", sources, read, most, plans[0].Plan)
+		}
+	}
+	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: limit, TTL: time.Minute, Sources: []string{"s1"}})
+	if err != nil || len(claims) != limit {
+		t.Fatalf("claim of s1: %d claims, %v", len(claims), err)
+	}
+	for i, c := range claims {
+		if want := int64(20001 + i); c.Event.Source != "s1" || c.Event.ID != want {
+			t.Errorf("claim %d is %s/%d, want s1/%d, oldest due first", i, c.Event.Source, c.Event.ID, want)
 		}
 	}
 }

@@ -128,7 +128,8 @@ func TestMaintenanceRenewsTheLease(t *testing.T) {
 // The claim's plan reads the partial indexes of pending and in_progress
 // events, in due order, never the table nor every pending row: done history
 // and a backlog do not slow it, with statistics (ANALYZE) or without, as a
-// store runs.
+// store runs. Pending events are searched by source, so one source's
+// backlog is not read by the claims of another.
 func TestClaimPlanIgnoresHistory(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -138,17 +139,19 @@ func TestClaimPlanIgnoresHistory(t *testing.T) {
 
 func wantClaimPlan(t *testing.T, b *testBundle, when string) {
 	t.Helper()
-	plan := queryPlan(t, b, sqlite.ClaimDueSQL(),
-		sql.Named("now", 0), sql.Named("sources", "[]"), sql.Named("limit", 10), sql.Named("max_bytes", 0))
-	text := strings.Join(plan, "\n")
-	for _, index := range []string{"ferry_event_pending_due", "ferry_event_lease_expiry"} {
-		if !strings.Contains(text, index) {
-			t.Errorf("%s, the claim plan does not use %s:\n%s", when, index, text)
+	for _, sources := range []string{`[]`, `["s1"]`} {
+		plan := queryPlan(t, b, sqlite.ClaimDueSQL(),
+			sql.Named("now", 0), sql.Named("sources", sources), sql.Named("limit", 10), sql.Named("max_bytes", 0))
+		text := strings.Join(plan, "\n")
+		for _, index := range []string{"ferry_event_pending_due_source (source=? AND next_attempt_at<?)", "ferry_event_lease_expiry"} {
+			if !strings.Contains(text, index) {
+				t.Errorf("%s, sources %s: the claim plan does not use %s:\n%s", when, sources, index, text)
+			}
 		}
-	}
-	for _, line := range plan {
-		if strings.HasPrefix(line, "SCAN ferry_event") && !strings.Contains(line, "INDEX") {
-			t.Errorf("%s, the claim plan scans the table: %s", when, line)
+		for _, line := range plan {
+			if strings.HasPrefix(line, "SCAN ferry_event") && !strings.Contains(line, "INDEX") {
+				t.Errorf("%s, sources %s: the claim plan scans the table: %s", when, sources, line)
+			}
 		}
 	}
 }

@@ -8,7 +8,7 @@
 -- attempt that was not released (a released attempt never ran its handler,
 -- or gave it up) is running or lease_expired: a release or a requeue in
 -- between does not hide a lapse.
-WITH clock AS (
+WITH RECURSIVE clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
 -- Rows are locked in id order, as completions lock them, and a row
@@ -36,17 +36,41 @@ held_ledger AS (
     FROM held
     WHERE a.event_id = held.id AND a.attempt = held.attempt AND a.outcome = 'running'
 ),
--- Two index scans, each stopping at @limit, rather than one sort of every
--- due event; together they lock at most twice @limit rows for this statement.
+-- The sources claimed: @sources, or when it is empty every source with a
+-- pending event, found by one index probe each (a loose scan).
+every_source AS (
+    (SELECT source FROM ferry_event
+     WHERE cardinality(@sources::text[]) = 0 AND state = 'pending'
+     ORDER BY source LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.source FROM ferry_event e
+            WHERE e.state = 'pending' AND e.source > every_source.source
+            ORDER BY e.source LIMIT 1)
+    FROM every_source
+    WHERE every_source.source IS NOT NULL
+),
+pending_sources AS (
+    SELECT DISTINCT source FROM unnest(@sources::text[]) AS s(source)
+    UNION ALL
+    SELECT source FROM every_source WHERE source IS NOT NULL
+),
+-- Index scans that stop at @limit, one per source, rather than one sort of
+-- every due event or a pass over other sources' due events; with the
+-- expired ones below they lock at most @limit rows a source and @limit
+-- more for this statement.
 pending_due AS MATERIALIZED (
-    SELECT id, attempt, next_attempt_at AS due_at, octet_length(payload) AS size
-    FROM ferry_event
-    WHERE state = 'pending'
-      AND next_attempt_at <= (SELECT now FROM clock)
-      AND (cardinality(@sources::text[]) = 0 OR source = ANY(@sources::text[]))
-    ORDER BY next_attempt_at, id
-    LIMIT @limit::int
-    FOR UPDATE SKIP LOCKED
+    SELECT p.*
+    FROM pending_sources s
+    CROSS JOIN LATERAL (
+        SELECT id, attempt, next_attempt_at AS due_at, octet_length(payload) AS size
+        FROM ferry_event
+        WHERE state = 'pending'
+          AND source = s.source
+          AND next_attempt_at <= (SELECT now FROM clock)
+        ORDER BY next_attempt_at, id
+        LIMIT @limit::int
+        FOR UPDATE SKIP LOCKED
+    ) p
 ),
 -- An expired lease is as old as the moment its event first became due
 -- (next_attempt_at, which a claim leaves alone), so a dead worker's events go
