@@ -100,7 +100,7 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	mux.HandleFunc("GET /ui/{$}", d.overview)
 	mux.HandleFunc("GET /ui/live", d.overview)
 	mux.HandleFunc("GET /ui/events/{id}", d.event)
-	mux.HandleFunc("POST /ui/events/{id}/replay", d.oneEvent("replay", "replayed", "replayed", "not_replayed", "", d.replayOne))
+	mux.HandleFunc("POST /ui/events/{id}/replay", d.oneEvent("replay", "replayed", "replayed", "not_replayed", "replay_not_confirmed", d.replayOne))
 	mux.HandleFunc("POST /ui/events/{id}/retry", d.oneEvent("retry now", "changed", "due", "not_due", "", d.retryNow))
 	mux.HandleFunc("POST /ui/events/{id}/resolve", d.oneEvent("resolve", "resolved", "resolved", "not_resolved", "not_confirmed", d.resolve))
 	mux.HandleFunc("GET /ui/replay", d.replayConfirm)
@@ -511,13 +511,14 @@ func prettyPayload(payload []byte, limit int) (string, bool) {
 // page never prints text from its URL, so a link cannot put words of its
 // own on an operator's screen.
 var flashes = map[string]string{
-	"replayed":      "replayed: the event is pending and a worker will take it",
-	"not_replayed":  "not replayed: the event is already pending or running",
-	"due":           "due now: a worker will take it at once",
-	"not_due":       "not changed: the event is not waiting for a retry",
-	"resolved":      "resolved: the event is done and will not run again",
-	"not_resolved":  "not resolved: only a dead or unknown event can be",
-	"not_confirmed": "not resolved: tick the box first, to confirm its effect happened or it is to be discarded",
+	"replayed":             "replayed: the event is pending and a worker will take it",
+	"not_replayed":         "not replayed: the event is already pending or running",
+	"due":                  "due now: a worker will take it at once",
+	"not_due":              "not changed: the event is not waiting for a retry",
+	"resolved":             "resolved: the event is done and will not run again",
+	"not_resolved":         "not resolved: only a dead or unknown event can be",
+	"not_confirmed":        "not resolved: tick the box first, to confirm its effect happened or it is to be discarded",
+	"replay_not_confirmed": "not replayed: tick the box first, to confirm it is to run again",
 }
 
 // flashOf is the message q's flash code names, or "".
@@ -535,8 +536,8 @@ func flashOf(q url.Values) string {
 // was (changed false); what it counted is logged under key. The event's
 // page comes back with the flash yes or no. With unconfirmed set, act runs
 // only when the form has confirm=yes, the box an operator ticks beside an
-// action that closes an event unrun; otherwise the page comes back
-// unchanged with the flash unconfirmed.
+// action that closes an event unrun or runs its effect again; otherwise the
+// page comes back unchanged with the flash unconfirmed.
 func (d *Dashboard) oneEvent(what, key, yes, no, unconfirmed string, act func(ctx context.Context, id int64, actor string) (count any, changed bool, err error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)

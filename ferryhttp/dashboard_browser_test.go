@@ -71,6 +71,7 @@ func TestDashboardBrowser(t *testing.T) {
 	followLink(t, ctx, "#event-table a.event-link", "#replay", "open the dead event")
 	err = chromedp.Do(ctx,
 		chromedp.WaitVisible(`#event-state [data-state="dead"]`),
+		chromedp.Click(`#replay-box`),
 		chromedp.Click(`#replay`),
 		chromedp.WaitVisible(`#flash`),
 	)

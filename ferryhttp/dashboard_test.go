@@ -235,11 +235,17 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 		t.Fatalf("a refused POST changed the event to %s", e.State)
 	}
 
-	req = newReq(t, "POST", replay, nil)
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	code, body := testhttp.Do(t, req)
-	if code != 200 || !strings.Contains(body, "replayed") || !strings.Contains(body, `data-state="pending"`) {
-		t.Errorf("same-origin replay: %d\n%s", code, body)
+	// Replay runs the event's effect again: only with the box ticked (a
+	// POST not from the page changes nothing).
+	if body := postAction(t, b, b.ids["evt_dead"], "replay", ""); !strings.Contains(body, `id="replay-box" required`) || !strings.Contains(body, "not replayed: tick the box first") {
+		t.Errorf("an unconfirmed replay:\n%s", body)
+	}
+	if e, _ := b.store.EventGet(context.Background(), &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StateDead {
+		t.Fatalf("an unconfirmed replay changed the event to %s", e.State)
+	}
+	body := postAction(t, b, b.ids["evt_dead"], "replay", "confirm=yes")
+	if !strings.Contains(body, "replayed") || !strings.Contains(body, `data-state="pending"`) {
+		t.Errorf("same-origin replay:\n%s", body)
 	}
 	// Who did it is kept with the event and on its page.
 	if _, actions, _ := strings.Cut(body, `id="actions"`); !strings.Contains(actions, "<td>replay</td><td>anonymous</td>") {
@@ -408,10 +414,18 @@ func TestAdminAuth(t *testing.T) {
 		if strings.Contains(c.Value, "s3cret-token") || strings.Contains(c.Raw, "s3cret") {
 			t.Fatalf("the cookie carries the token: %s", c.Raw)
 		}
+		// A POST is a form with its box ticked.
 		withCookie := func(method, url string, c *http.Cookie) *http.Request {
-			req := newReq(t, method, url, nil)
+			var form io.Reader
+			if method == "POST" {
+				form = strings.NewReader("confirm=yes")
+			}
+			req := newReq(t, method, url, form)
 			req.AddCookie(c)
 			req.Header.Set("Sec-Fetch-Site", "same-origin")
+			if form != nil {
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			}
 			return req
 		}
 		if code, body := testhttp.Do(t, withCookie("GET", b.server.URL+"/ui/", c)); code != 200 || !strings.Contains(body, `id="actor">ci-bot<`) || !strings.Contains(body, `id="sign-out"`) {
@@ -505,8 +519,9 @@ func TestAdminSessionExpiresAndSecure(t *testing.T) {
 	}
 	// A POST whose only proof of origin is the Origin header of the public
 	// URL (a browser without Sec-Fetch-Site, through the proxy) is trusted.
-	req = newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"])+"/replay", nil)
+	req = newReq(t, "POST", b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"])+"/replay", strings.NewReader("confirm=yes"))
 	req.AddCookie(c)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "https://ferry-admin.example.com")
 	if res := do(t, req); res.StatusCode != http.StatusSeeOther {
 		t.Errorf("replay from the public origin: %d, want 303", res.StatusCode)
