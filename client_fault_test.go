@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/testlog"
 )
 
 // faultyStore wraps a real store and breaks one behaviour at a time.
@@ -20,6 +23,7 @@ type faultyStore struct {
 	hangHeartbeats bool         // EventHeartbeatMany blocks until its context ends
 	closedWake     bool         // ReceiptSubscribe returns a closed channel
 	failClaims     bool         // EventClaimMany fails
+	failCompletes  bool         // EventCompleteMany fails
 	claims         atomic.Int64 // EventClaimMany calls
 }
 
@@ -46,6 +50,13 @@ func (s *faultyStore) EventClaimMany(ctx context.Context, p *ferry.EventClaimMan
 		return nil, errors.New("ferry-test: claim failed")
 	}
 	return s.Store.EventClaimMany(ctx, p)
+}
+
+func (s *faultyStore) EventCompleteMany(ctx context.Context, p *ferry.EventCompleteManyParams) ([]ferry.Lease, error) {
+	if s.failCompletes {
+		return nil, errors.New("ferry-test: complete failed")
+	}
+	return s.Store.EventCompleteMany(ctx, p)
 }
 
 // startPolling starts a client on store, polling every 100 ms, whose
@@ -139,6 +150,36 @@ func TestClientFaults(t *testing.T) {
 		start(t, c)
 		wantCancelledByLostLease(t, cause)
 	})
+
+	// A completion the store never records leaves the lease to lapse, and
+	// the warning says what comes of the event then: a retry, or for a hold
+	// source (its effect ran) a person's decision.
+	for _, tc := range []struct {
+		policy ferry.LostLeasePolicy
+		then   string
+	}{{ferry.LostLeaseRetry, "then=retried"}, {ferry.LostLeaseHold, `then="held as unknown"`}} {
+		withClient(t, "CompletionNotRecordedSaysWhatFollows/"+string(tc.policy), false, func(t *testing.T, b *clientBundle) {
+			b.receive(t, "stripe", "evt_1")
+			var logs testlog.Buffer
+			c := b.newClient(t, func(c *ferry.Config) {
+				c.Store, c.LeaseTTL = &faultyStore{Store: b.store, failCompletes: true}, time.Second
+				c.Sources = []ferry.SourcePolicy{{Name: "stripe", LostLease: tc.policy}}
+				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
+			start(t, c)
+			for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), "could not record completion"); {
+				if time.Now().After(deadline) {
+					t.Fatalf("no warning that the completion was not recorded:\n%s", logs.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			line, _, _ := strings.Cut(logs.String()[strings.Index(logs.String(), "could not record completion"):], "\n")
+			if !strings.Contains(line, "the lease will lapse") || !strings.Contains(line, tc.then) {
+				t.Errorf("the warning does not say %s: %s", tc.then, line)
+			}
+		})
+	}
 
 	withClient(t, "StopReturnsWhenItsContextEnds", false, func(t *testing.T, b *clientBundle) {
 		b.receive(t, "stripe", "evt_1")

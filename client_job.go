@@ -135,7 +135,11 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 			return err
 		}); werr != nil {
 			outcome = OutcomeLeaseExpired
-			log.Warn("ferry: could not record completion; the event will be retried", "err", werr)
+			then := "retried"
+			if policy.LostLease == LostLeaseHold {
+				then = "held as unknown" // as for any lapsed lease of a hold source
+			}
+			log.Warn("ferry: could not record completion; the lease will lapse", "then", then, "err", werr)
 		}
 	case cutOff(ctx, err):
 		if policy.LostLease == LostLeaseHold {

@@ -307,7 +307,7 @@ func (e *env) countLine(p *proc, msg string, rec map[string]any) {
 		key = "heartbeat_failed"
 	case "ferry: claim failed":
 		key = "claim_failed"
-	case "ferry: could not record completion; the event will be retried":
+	case "ferry: could not record completion; the lease will lapse":
 		key = "completion_refused"
 	}
 	if key == "" {
