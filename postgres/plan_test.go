@@ -583,13 +583,15 @@ func TestClaimPlanReadsOnlyItsSourcesDueEvents(t *testing.T) {
 		}
 		read := 0.0
 		plans[0].Plan.walk(func(n planNode, ancestors []planNode) {
-			if n.Relation != "ferry_event" || !slices.ContainsFunc(ancestors, func(a planNode) bool { return a.Subplan == "CTE pending_due" }) {
+			if n.Relation != "ferry_event" || !slices.ContainsFunc(ancestors, func(a planNode) bool { return a.Subplan == "CTE pending_due" || a.Subplan == "CTE sharing" }) {
 				return
 			}
 			read += (n.ActualRows + n.RemovedByFilter) * n.ActualLoops
 		})
-		// Each source with due events read up to limit, whatever the backlog.
-		if most := float64(limit * 2); read == 0 || read > most {
+		// Each source with due events read up to 2 × limit (which sources
+		// share the oldest), then up to limit (the lock), whatever the
+		// backlog.
+		if most := float64(2 * (2*limit + limit)); read == 0 || read > most {
 			t.Errorf("sources %v: the claim's pending scan read %v rows of ferry_event, want 1 to %v:\n%s", sources, read, most, plans[0].Plan)
 		}
 	}
@@ -601,5 +603,56 @@ func TestClaimPlanReadsOnlyItsSourcesDueEvents(t *testing.T) {
 		if want := int64(20001 + i); c.Event.Source != "s1" || c.Event.ID != want {
 			t.Errorf("claim %d is %s/%d, want s1/%d, oldest due first", i, c.Event.Source, c.Event.ID, want)
 		}
+	}
+}
+
+// A claim locks only the sources that hold the oldest due events, so a
+// claim beside it (another worker's, or the next of this one's) takes what
+// it leaves: the due events of a source it does not take from, and the
+// next source in line when it holds the oldest of one.
+func TestClaimBesideAClaimTakesWhatItLeaves(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	now := b.clock.Now()
+	// y: 15 due, the oldest; x: 50 due after them; acme: 5, the newest.
+	b.exec(t, pgx.NamedArgs{"now": now},
+		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state,
+		                          next_attempt_at, first_delivered_at, last_delivered_at)
+		 SELECT i, CASE WHEN i <= 15 THEN 'y' WHEN i <= 65 THEN 'x' ELSE 'acme' END, 'e' || i, '',
+		        sha256(int8send(i)), 'pending', @now::timestamptz - (100 - i) * interval '1 second', @now, @now
+		 FROM generate_series(1, 70) i`,
+		`ANALYZE ferry_event`)
+	// The first claim's transaction stays open, and what it locked locked.
+	tx, err := b.store.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	rows, _ := tx.Query(b.ctx, postgres.EventClaimManySQL, pgx.NamedArgs{
+		"now": now, "owner": "a", "limit": 10, "ttl_us": time.Minute.Microseconds(),
+		"sources": []string{"acme", "x", "y"}, "hold_sources": []string{}, "max_bytes": int64(0),
+	})
+	first, err := pgx.CollectRows(rows, pgx.RowToMap)
+	if err != nil || len(first) != 10 || first[0]["id"] != int64(1) || first[9]["id"] != int64(10) {
+		t.Fatalf("first claim: %d rows (%v), %v; want y's 10 oldest", len(first), first, err)
+	}
+	claim := func(limit int, sources ...string) []*ferry.Claim {
+		t.Helper()
+		claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "b", Limit: limit, TTL: time.Minute, Sources: sources})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return claims
+	}
+	if got := claim(5, "acme"); len(got) != 5 {
+		t.Errorf("acme beside the first claim: %d claims, want its 5 due", len(got))
+	}
+	got := claim(10, "x", "y")
+	if len(got) != 10 || got[0].Event.ID != 11 || got[4].Event.ID != 15 || got[5].Event.Source != "x" {
+		var ids []int64
+		for _, c := range got {
+			ids = append(ids, c.Event.ID)
+		}
+		t.Errorf("x and y beside the first claim: %v; want y's last 5 (11 to 15), then 5 of x", ids)
 	}
 }

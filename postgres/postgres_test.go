@@ -561,6 +561,19 @@ func TestStatsSourcesInByteOrderUnderICU(t *testing.T) {
 	}
 }
 
+// An instance older than 009, running beside a newer one that migrated the
+// store (a rolling upgrade), claims by ferry_event_pending_due: with the
+// index gone each of its claims would sort every pending event of its
+// sources.
+func TestOlderClaimsIndexStays(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var n int
+	if err := s.Pool().QueryRow(t.Context(), `SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'ferry_event_pending_due'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("ferry_event_pending_due after Migrate: %d, %v; want it kept for older instances", n, err)
+	}
+}
+
 // A migration that landed is never edited: a store that applied it records
 // its version only, and would keep the old text while Migrate calls it up to
 // date. 003 was, in place, while on main; stores migrated then lack what
@@ -576,6 +589,6 @@ func TestMigrationsUnchanged(t *testing.T) {
 		6: "d6af204f4762d377491517f035fd58a547890fd7d4a948050b8344116ff87209",
 		7: "593705df239590753350cf6dffaa07023230f3faded8608675ff1cde1c6f0981",
 		8: "0297ccfce90f7d5a562e33c6bed484067f9737677d6107514f88fbb723b39fe0",
-		9: "052e984158c1926f8514be53979705c297c799dfcf3b8bb6011aa6c72d0deb9c",
+		9: "e9df8859250781ba5ca9a2d999b6474ffad353edbb589768f13ca2afc9850218",
 	})
 }

@@ -503,6 +503,18 @@ func TestInTxPanicReleasesTheWriter(t *testing.T) {
 	}
 }
 
+// An instance older than 004, running beside a newer one that migrated the
+// file (a rolling upgrade), claims with INDEXED BY ferry_event_pending_due:
+// with the index gone its every claim would fail.
+func TestOlderClaimsIndexStays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var n int
+	if err := b.store.DB().QueryRowContext(t.Context(), `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'ferry_event_pending_due'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("ferry_event_pending_due after Migrate: %d, %v; want it kept for older instances", n, err)
+	}
+}
+
 // A migration that landed is never edited: a store that applied it records
 // its version only, and would keep the old text while Migrate calls it up to
 // date.
@@ -512,6 +524,6 @@ func TestMigrationsUnchanged(t *testing.T) {
 		1: "e3d3079a5235fac43ea3f10a031433e467433fb71c13018cbb30c8953c3c7785",
 		2: "95a2d8082b2f2d40c5635cbe0e9e558c1faeb919290c0c36499499725dbfb0cd",
 		3: "68f38094990169021756bb3b2925371c08a48adf67c630bde47c18d2dc25014c",
-		4: "052e984158c1926f8514be53979705c297c799dfcf3b8bb6011aa6c72d0deb9c",
+		4: "e9df8859250781ba5ca9a2d999b6474ffad353edbb589768f13ca2afc9850218",
 	})
 }

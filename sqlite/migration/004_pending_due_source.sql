@@ -1,10 +1,12 @@
--- A claim names the sources its worker runs, and read their due events from
+-- A claim names the sources its worker runs, but read their due events from
 -- an index of all pending events, oldest due first, passing over the other
 -- sources' as it went: a million due events of a source no worker runs (one
 -- taken out of the config) cost every other claim a read of that million.
 -- The index now leads with the source, so a claim reads each of its
 -- sources' oldest due events and no other's. The build reads the pending
 -- events, with writes waiting meanwhile.
+-- ferry_event_pending_due stays for instances older than this one, whose
+-- claim names it (INDEXED BY), beside this one in a rolling upgrade; a
+-- later release drops it.
 CREATE INDEX IF NOT EXISTS ferry_event_pending_due_source ON ferry_event (source, next_attempt_at, id)
     WHERE state = 'pending';
-DROP INDEX IF EXISTS ferry_event_pending_due;
