@@ -58,9 +58,9 @@ pending_sources AS (
 -- every due event or a pass over other sources' due events. Each source's
 -- scan locks what it reads, so with several sources due a claim locks up
 -- to @limit of each and keeps the oldest @limit in all; a claim beside it
--- skips the rest until it ends (one statement) and takes the next. Finding
--- first, without locks, which sources hold the oldest @limit halved the
--- work rate at 1000 workers (it reads each range twice).
+-- skips the rest until it ends (one statement) and takes the next; a
+-- first pass without locks, to lock only what is kept, reads each range
+-- twice.
 pending_due AS MATERIALIZED (
     SELECT p.*
     FROM pending_sources s
