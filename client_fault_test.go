@@ -168,12 +168,9 @@ func TestClientFaults(t *testing.T) {
 			})
 			c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
 			start(t, c)
-			for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), "could not record completion"); {
-				if time.Now().After(deadline) {
-					t.Fatalf("no warning that the completion was not recorded:\n%s", logs.String())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitFor(t, "a warning that the completion was not recorded", func() bool {
+				return strings.Contains(logs.String(), "could not record completion")
+			})
 			line, _, _ := strings.Cut(logs.String()[strings.Index(logs.String(), "could not record completion"):], "\n")
 			if !strings.Contains(line, "the lease will lapse") || !strings.Contains(line, tc.then) {
 				t.Errorf("the warning does not say %s: %s", tc.then, line)
