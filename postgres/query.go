@@ -48,7 +48,7 @@ var (
 	//go:embed query/event_complete_many.sql
 	eventCompleteManyFile string
 	//go:embed query/event_fail.sql
-	eventFailSQL string
+	eventFailFile string
 	//go:embed query/event_fail_many.sql
 	eventFailManySQL string
 	//go:embed query/event_get_by_id.sql
@@ -56,9 +56,11 @@ var (
 	//go:embed query/event_get_by_key.sql
 	eventGetByKeySQL string
 	//go:embed query/event_heartbeat.sql
-	eventHeartbeatSQL string
+	eventHeartbeatFile string
 	//go:embed query/event_heartbeat_many.sql
 	eventHeartbeatManySQL string
+	//go:embed query/event_lease_held.sql
+	eventLeaseHeldSQL string
 	//go:embed query/event_list.sql
 	eventListSQL string
 	//go:embed query/event_list_at_risk.sql
@@ -74,7 +76,7 @@ var (
 	//go:embed query/event_redeliver.sql
 	eventRedeliverSQL string
 	//go:embed query/event_release.sql
-	eventReleaseSQL string
+	eventReleaseFile string
 	//go:embed query/event_requeue.sql
 	eventRequeueFile string
 	//go:embed query/event_requeue_count.sql
@@ -134,4 +136,12 @@ var (
 var (
 	eventCompleteManySQL = sqlfile.Splice(eventCompleteManyFile, "event_archive_done.sql", eventArchiveDoneSQL)
 	eventResolveSQL      = sqlfile.Splice(eventResolveFile, "event_archive_done.sql", eventArchiveDoneSQL)
+)
+
+// A heartbeat, a failure and a release are fenced by one rule,
+// event_lease_held.sql, put where each statement names it.
+var (
+	eventFailSQL      = sqlfile.Splice(eventFailFile, "event_lease_held.sql", eventLeaseHeldSQL)
+	eventHeartbeatSQL = sqlfile.Splice(eventHeartbeatFile, "event_lease_held.sql", eventLeaseHeldSQL)
+	eventReleaseSQL   = sqlfile.Splice(eventReleaseFile, "event_lease_held.sql", eventLeaseHeldSQL)
 )

@@ -42,13 +42,13 @@ var (
 	//go:embed query/event_claim_many_previous.sql
 	eventClaimManyPreviousSQL string
 	//go:embed query/event_complete_many.sql
-	eventCompleteManySQL string
+	eventCompleteManyFile string
 	//go:embed query/event_complete_many_attempt.sql
 	eventCompleteManyAttemptSQL string
 	//go:embed query/event_fail.sql
-	eventFailSQL string
+	eventFailFile string
 	//go:embed query/event_fail_many.sql
-	eventFailManySQL string
+	eventFailManyFile string
 	//go:embed query/event_fail_many_attempt.sql
 	eventFailManyAttemptSQL string
 	//go:embed query/event_get_by_id.sql
@@ -56,9 +56,11 @@ var (
 	//go:embed query/event_get_by_key.sql
 	eventGetByKeySQL string
 	//go:embed query/event_heartbeat.sql
-	eventHeartbeatSQL string
+	eventHeartbeatFile string
 	//go:embed query/event_heartbeat_many.sql
-	eventHeartbeatManySQL string
+	eventHeartbeatManyFile string
+	//go:embed query/event_lease_held.sql
+	eventLeaseHeldSQL string
 	//go:embed query/event_list.sql
 	eventListSQL string
 	//go:embed query/event_list_at_risk.sql
@@ -78,7 +80,7 @@ var (
 	//go:embed query/event_receive_replay_record.sql
 	eventReceiveReplayRecordSQL string
 	//go:embed query/event_release.sql
-	eventReleaseSQL string
+	eventReleaseFile string
 	//go:embed query/event_requeue.sql
 	eventRequeueFile string
 	//go:embed query/event_requeue_count.sql
@@ -127,4 +129,15 @@ var (
 var (
 	eventRequeueSQL      = sqlfile.Splice(eventRequeueFile, "event_requeue_match.sql", eventRequeueMatchSQL)
 	eventRequeueCountSQL = sqlfile.Splice(eventRequeueCountFile, "event_requeue_match.sql", eventRequeueMatchSQL)
+)
+
+// Every write after a claim is fenced by one rule, event_lease_held.sql,
+// put where each statement names it.
+var (
+	eventCompleteManySQL  = sqlfile.Splice(eventCompleteManyFile, "event_lease_held.sql", eventLeaseHeldSQL)
+	eventFailSQL          = sqlfile.Splice(eventFailFile, "event_lease_held.sql", eventLeaseHeldSQL)
+	eventFailManySQL      = sqlfile.Splice(eventFailManyFile, "event_lease_held.sql", eventLeaseHeldSQL)
+	eventHeartbeatSQL     = sqlfile.Splice(eventHeartbeatFile, "event_lease_held.sql", eventLeaseHeldSQL)
+	eventHeartbeatManySQL = sqlfile.Splice(eventHeartbeatManyFile, "event_lease_held.sql", eventLeaseHeldSQL)
+	eventReleaseSQL       = sqlfile.Splice(eventReleaseFile, "event_lease_held.sql", eventLeaseHeldSQL)
 )

@@ -21,8 +21,7 @@ failed AS (
         lease_expires_at = NULL
     WHERE id = @id::bigint
       AND attempt = @attempt::int
-      AND state = 'in_progress'
-      AND lease_expires_at > (SELECT now FROM clock)
+      AND /* event_lease_held.sql */
     RETURNING id, attempt, state
 ),
 ledger AS (

@@ -6,6 +6,5 @@ UPDATE ferry_event
 SET lease_expires_at = (SELECT now FROM clock) + @ttl_us::bigint * interval '1 microsecond'
 WHERE id = @id::bigint
   AND attempt = @attempt::int
-  AND state = 'in_progress'
-  AND lease_expires_at > (SELECT now FROM clock)
+  AND /* event_lease_held.sql */
 RETURNING lease_expires_at;

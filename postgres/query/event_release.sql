@@ -10,8 +10,7 @@ released AS (
         lease_owner = NULL, lease_expires_at = NULL
     WHERE id = @id::bigint
       AND attempt = @attempt::int
-      AND state = 'in_progress'
-      AND lease_expires_at > (SELECT now FROM clock)
+      AND /* event_lease_held.sql */
     RETURNING id, attempt
 ),
 ledger AS (

@@ -7,6 +7,5 @@ SET state = 'done',
     lease_owner = NULL,
     lease_expires_at = NULL
 WHERE (id, attempt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:leases))
-  AND state = 'in_progress'
-  AND lease_expires_at > :now
+  AND /* event_lease_held.sql */
 RETURNING id, attempt

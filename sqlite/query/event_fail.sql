@@ -17,6 +17,5 @@ SET state = CASE
     lease_expires_at = NULL
 WHERE id = :id
   AND attempt = :attempt
-  AND state = 'in_progress'
-  AND lease_expires_at > :now
+  AND /* event_lease_held.sql */
 RETURNING state

@@ -23,6 +23,5 @@ FROM (
 ) AS f
 WHERE e.id = f.id
   AND e.attempt = f.attempt
-  AND e.state = 'in_progress'
-  AND e.lease_expires_at > :now
+  AND /* event_lease_held.sql */
 RETURNING id, attempt, state

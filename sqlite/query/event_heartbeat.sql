@@ -3,6 +3,5 @@ UPDATE ferry_event
 SET lease_expires_at = :now + :ttl_us
 WHERE id = :id
   AND attempt = :attempt
-  AND state = 'in_progress'
-  AND lease_expires_at > :now
+  AND /* event_lease_held.sql */
 RETURNING lease_expires_at

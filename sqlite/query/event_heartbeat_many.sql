@@ -4,6 +4,5 @@
 UPDATE ferry_event
 SET lease_expires_at = :now + :ttl_us
 WHERE (id, attempt) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:leases))
-  AND state = 'in_progress'
-  AND lease_expires_at > :now
+  AND /* event_lease_held.sql */
 RETURNING id, attempt

@@ -7,5 +7,4 @@ SET state = 'pending',
     lease_expires_at = NULL
 WHERE id = :id
   AND attempt = :attempt
-  AND state = 'in_progress'
-  AND lease_expires_at > :now
+  AND /* event_lease_held.sql */
