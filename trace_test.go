@@ -16,21 +16,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/testtrace"
 )
 
-// A receipt's trace context as a traced receiver stores it: sampled, with a
-// vendor's tracestate.
-const (
-	receiptTraceID     = "4bf92f3577b34da6a3ce929d0e0e4736"
-	receiptSpanID      = "00f067aa0ba902b7"
-	receiptTraceparent = "00-" + receiptTraceID + "-" + receiptSpanID + "-01"
-	receiptTracestate  = "rojo=00f067aa0ba902b7"
-)
-
-func newRecorder() (*tracetest.SpanRecorder, trace.TracerProvider) {
-	rec := tracetest.NewSpanRecorder()
-	return rec, sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-}
+// A receipt's trace context as a traced receiver stores it is
+// testtrace.Traceparent (sampled) with this vendor's tracestate.
+const receiptTracestate = "rojo=00f067aa0ba902b7"
 
 // waitSpans polls the recorder until n spans have ended: a span ends just
 // after its verdict is committed, so the store's state comes first.
@@ -66,12 +57,12 @@ func TestClientTracing(t *testing.T) {
 	withClient(t, "AttemptIsAChildOfTheReceiptAndLinksToIt", false, func(t *testing.T, b *clientBundle) {
 		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{
 			Source: "stripe", EventID: "evt_1", Type: "invoice.paid", Payload: []byte(`{"secret_payload":1}`),
-			Traceparent: receiptTraceparent, Tracestate: receiptTracestate,
+			Traceparent: testtrace.Traceparent, Tracestate: receiptTracestate,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, tp := newRecorder()
+		rec, tp := testtrace.NewRecorder()
 		var (
 			mu      sync.Mutex
 			inSpans []trace.SpanContext
@@ -93,7 +84,7 @@ func TestClientTracing(t *testing.T) {
 			t.Fatalf("%d spans, want 2 (one per attempt)", len(spans))
 		}
 
-		receipt := trace.SpanContextFromContext(tracedContext(t, receiptTraceparent, receiptTracestate))
+		receipt := trace.SpanContextFromContext(tracedContext(t, testtrace.Traceparent, receiptTracestate))
 		mu.Lock()
 		defer mu.Unlock()
 		for i, s := range spans {
@@ -137,7 +128,7 @@ func TestClientTracing(t *testing.T) {
 	// root, not a child of whatever span the caller of Start was in.
 	withClient(t, "UntracedReceiptStartsARoot", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
-		rec, tp := newRecorder()
+		rec, tp := testtrace.NewRecorder()
 		c := b.newClient(t, func(c *ferry.Config) { c.TracerProvider = tp })
 		c.Handle("stripe", func(context.Context, *ferry.Delivery) error { return nil })
 		callerCtx, callerSpan := tp.Tracer("caller").Start(context.Background(), "caller")
@@ -156,7 +147,7 @@ func TestClientTracing(t *testing.T) {
 	// Without a TracerProvider the stored trace context is not used: the
 	// handler's context holds no span.
 	withClient(t, "OffMakesNoSpan", false, func(t *testing.T, b *clientBundle) {
-		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(`{}`), Traceparent: receiptTraceparent})
+		res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(`{}`), Traceparent: testtrace.Traceparent})
 		if err != nil {
 			t.Fatal(err)
 		}

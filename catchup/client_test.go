@@ -109,7 +109,7 @@ func TestAPIClient(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "more than 2m0s") {
 			t.Fatalf("err = %v, want the pass failed on a 3m wait", err)
 		}
-		if n := len(b.fake.requests()); n != 1 {
+		if n := len(b.fake.requests.all()); n != 1 {
 			t.Fatalf("%d requests, want 1: a wait past 2m is not waited", n)
 		}
 		if most := clock.longest(); most >= maxWait {

@@ -33,8 +33,8 @@ type fakeGitHub struct {
 	hook     string
 	auth     func(r *http.Request) bool
 	mu       sync.Mutex
-	attempts []ghAttempt // oldest first
-	paths    []string    // every request, path and query
+	attempts []ghAttempt        // oldest first
+	requests requestLog[string] // path and query
 	// onFetch, when set, runs before a delivery is answered.
 	onFetch func(guid string)
 	// nextHost, when set, is the host the Link header points to.
@@ -73,15 +73,9 @@ func (f *fakeGitHub) add(guid, event string, at time.Time, statuses ...int) {
 	}
 }
 
-func (f *fakeGitHub) requested() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.paths)
-}
-
 func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.requests.record(r.URL.RequestURI())
 	f.mu.Lock()
-	f.paths = append(f.paths, r.URL.RequestURI())
 	attempts := slices.Clone(f.attempts)
 	f.mu.Unlock()
 	setDate(w, f.date)
@@ -252,7 +246,7 @@ func TestGitHub(t *testing.T) {
 				return true
 			}
 			res, err := b.runner.Pass(context.Background(), PassOptions{})
-			requests := len(b.fake.requested())
+			requests := len(b.fake.requests.all())
 			if limited == nil {
 				if err == nil || requests != 1 {
 					t.Fatalf("a 403 without rate-limit headers: err %v after %d requests, want a failed pass after 1", err, requests)
@@ -383,7 +377,7 @@ func TestGitHub(t *testing.T) {
 		wantCounts(t, res, 210, 60, 150)
 
 		var lists, fetches int
-		for _, p := range b.fake.requested() {
+		for _, p := range b.fake.requests.all() {
 			if strings.Contains(p, "/deliveries?") {
 				lists++
 				if !strings.Contains(p, "per_page=100") {
@@ -491,7 +485,7 @@ func TestGitHub(t *testing.T) {
 			b.fake.add(fmt.Sprintf("new-%03d", i), "push", base.Add(-time.Hour), 500)
 		}
 		wantCounts(t, b.pass(t, PassOptions{}), 50, 50, 0)
-		if n := len(b.fake.requested()); n != 51 {
+		if n := len(b.fake.requests.all()); n != 51 {
 			t.Fatalf("%d requests, want one page and 50 fetches: the older pages must not be read", n)
 		}
 	})
@@ -506,7 +500,7 @@ func TestGitHub(t *testing.T) {
 			b.delivered(t, fmt.Sprintf("g-%03d", i))
 		}
 		wantCounts(t, b.pass(t, PassOptions{}), 300, 0, 300)
-		if n := len(b.fake.requested()); n != 3 {
+		if n := len(b.fake.requests.all()); n != 3 {
 			t.Fatalf("%d requests for a 72h window of 300 deliveries, want 3 pages of 100", n)
 		}
 	})
@@ -544,10 +538,10 @@ func TestGitHub(t *testing.T) {
 			t.Fatal("the checkpoint advanced past a window not listed whole")
 		}
 		broken.Store(false)
-		before := len(b.fake.requested())
+		before := len(b.fake.requests.all())
 		wantCounts(t, b.pass(t, PassOptions{}), 250, 50, 200)
 		fetches := 0
-		for _, p := range b.fake.requested()[before:] {
+		for _, p := range b.fake.requests.all()[before:] {
 			if !strings.Contains(p, "/deliveries?") {
 				fetches++
 			}
@@ -658,7 +652,7 @@ func TestGitHub(t *testing.T) {
 			b.delivered(t, fmt.Sprintf("g-%03d", i))
 		}
 		b.fake.repeatNext = true
-		b.wantRepeatedPageFails(t, "was already read in this pass", func() int { return len(b.fake.requested()) })
+		b.wantRepeatedPageFails(t, "was already read in this pass", func() int { return len(b.fake.requests.all()) })
 	})
 
 	t.Run("NextPageOnAnotherHostIsRefused", func(t *testing.T) {

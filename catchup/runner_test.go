@@ -388,10 +388,10 @@ func TestRunner(t *testing.T) {
 		if held, err := b.store.LeaseAcquire(context.Background(), lease); err != nil || held {
 			t.Fatalf("instance b took the lease while a runs: %v %v", held, err)
 		}
-		before := len(b.fake.requests())
+		before := len(b.fake.requests.all())
 		b2 := &Runner{Source: b.runner.Source, Reconciler: b.runner.Reconciler, Store: b.runner.Store, Logger: b.runner.Logger, Now: b.runner.Now}
 		b2.runOnce(context.Background(), lease, time.Minute)
-		if after := len(b.fake.requests()); after != before {
+		if after := len(b.fake.requests.all()); after != before {
 			t.Fatalf("instance b ran a pass (%d requests) while a holds the lease", after-before)
 		}
 		cancel()

@@ -32,12 +32,12 @@ var base = time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
 // Stripe's filters and paging. fail, when set, may answer a request
 // instead (return true once it has written a response).
 type fakeStripe struct {
-	t      *testing.T
-	key    string
-	mu     sync.Mutex
-	events []stripeEvent // any order
-	reqs   []stripeRequest
-	fail   func(n int, w http.ResponseWriter, r *http.Request) bool
+	t        *testing.T
+	key      string
+	mu       sync.Mutex
+	events   []stripeEvent // any order
+	requests requestLog[stripeRequest]
+	fail     func(n int, w http.ResponseWriter, r *http.Request) bool
 	// delay, when set, is slept per event a page lists: a slow API.
 	delay time.Duration
 	// ignoreCursor, when set, serves every page as the first: a cache or
@@ -80,16 +80,9 @@ func (f *fakeStripe) addType(id, typ string, created time.Time) {
 	f.events = append(f.events, stripeEvent{ID: id, Object: "event", Type: typ, Created: created.Unix()})
 }
 
-func (f *fakeStripe) requests() []stripeRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.reqs)
-}
-
 func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := f.requests.record(stripeRequest{at: time.Now(), query: r.URL.Query()})
 	f.mu.Lock()
-	f.reqs = append(f.reqs, stripeRequest{at: time.Now(), query: r.URL.Query()})
-	n := len(f.reqs)
 	events := slices.Clone(f.events)
 	delay, ignoreCursor := f.delay, f.ignoreCursor
 	f.mu.Unlock()
@@ -181,6 +174,28 @@ func (b *runBundle) start(source string, r Reconciler, level slog.Level) {
 		Logger: slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: level})),
 		Now:    func() time.Time { return b.now },
 	}
+}
+
+// requestLog keeps the requests a fake provider was sent, in order, for
+// the test to read while the server's goroutines add to it.
+type requestLog[T any] struct {
+	mu   sync.Mutex
+	reqs []T
+}
+
+// record adds req and returns how many requests there have been.
+func (l *requestLog[T]) record(req T) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reqs = append(l.reqs, req)
+	return len(l.reqs)
+}
+
+// all returns a copy of the requests so far.
+func (l *requestLog[T]) all() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs)
 }
 
 // setDate sets the Date header from date, as a provider's clock; nil
@@ -297,7 +312,7 @@ func TestStripe(t *testing.T) {
 		ids := b.fake.add(250, base.Add(-time.Hour), "a")
 		res := b.pass(t, PassOptions{})
 		wantCounts(t, res, 250, 250, 0)
-		reqs := b.fake.requests()
+		reqs := b.fake.requests.all()
 		if len(reqs) != 3 {
 			t.Fatalf("%d requests, want 3 pages of 100", len(reqs))
 		}
@@ -330,7 +345,7 @@ func TestStripe(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{Types: []string{"invoice.paid", "charge.refunded"}, OnlyFailed: true})
 		b.pass(t, PassOptions{})
-		q := b.fake.requests()[0].query
+		q := b.fake.requests.all()[0].query
 		if !slices.Equal(q["types[]"], []string{"invoice.paid", "charge.refunded"}) || q.Get("delivery_success") != "false" {
 			t.Fatalf("query %v: want types[] and delivery_success=false", q)
 		}
@@ -358,7 +373,7 @@ func TestStripe(t *testing.T) {
 		b.fake.add(3, base.Add(-time.Hour), "a")
 		b.fake.addType("evt_other", "customer.created", base.Add(-time.Hour))
 		wantCounts(t, b.pass(t, PassOptions{}), 4, 4, 0)
-		for i, r := range b.fake.requests() {
+		for i, r := range b.fake.requests.all() {
 			if _, ok := r.query["types[]"]; ok {
 				t.Fatalf("request %d sent types[] = %v, want none", i, r.query["types[]"])
 			}
@@ -420,13 +435,11 @@ func TestStripe(t *testing.T) {
 			t.Fatal("the checkpoint moved past a step whose last group of types failed")
 		}
 		broken.Store(false)
-		b.fake.mu.Lock()
-		b.fake.reqs = nil
-		b.fake.mu.Unlock()
+		before := len(b.fake.requests.all())
 		res := b.pass(t, PassOptions{})
 		wantCounts(t, res, 4, 1, 3) // the first groups' events were received by the failed pass
 		var sent [][]string
-		for _, r := range b.fake.requests() {
+		for _, r := range b.fake.requests.all()[before:] {
 			sent = append(sent, r.query["types[]"])
 		}
 		if want := [][]string{types[:20], types[20:40], types[40:]}; !slices.EqualFunc(sent, want, slices.Equal) {
@@ -472,7 +485,7 @@ func TestStripe(t *testing.T) {
 				return true
 			}
 			wantCounts(t, b.pass(t, PassOptions{}), 150, 150, 0)
-			reqs := b.fake.requests()
+			reqs := b.fake.requests.all()
 			if len(reqs) != 3 {
 				t.Fatalf("%d requests, want 3 (page 1, %d, page 2 again)", len(reqs), status)
 			}
@@ -499,7 +512,7 @@ func TestStripe(t *testing.T) {
 		if err == nil {
 			t.Fatal("a pass whose page 2 always fails succeeded")
 		}
-		if tries := len(b.fake.requests()) - 1; tries != maxTries {
+		if tries := len(b.fake.requests.all()) - 1; tries != maxTries {
 			t.Errorf("page 2 was tried %d times, want %d (5xx is retried)", tries, maxTries)
 		}
 		if _, ok := checkpoint(t, b.store, "stripe"); ok {
@@ -512,7 +525,7 @@ func TestStripe(t *testing.T) {
 		b.now = b.now.Add(DefaultInterval)
 		res = b.pass(t, PassOptions{})
 		wantCounts(t, res, 250, 150, 100)
-		if q := b.fake.requests()[len(b.fake.requests())-3].query.Get("created[gte]"); q != strconv.FormatInt(b.now.Add(-time.Hour).Unix(), 10) {
+		if q := b.fake.requests.all()[len(b.fake.requests.all())-3].query.Get("created[gte]"); q != strconv.FormatInt(b.now.Add(-time.Hour).Unix(), 10) {
 			t.Fatalf("the retry pass starts at %s, want now - lookback: no checkpoint was written", q)
 		}
 	})
@@ -526,7 +539,7 @@ func TestStripe(t *testing.T) {
 		b.runner.Lookback = time.Hour // one step: every request is a page
 		b.fake.add(150, base.Add(-30*time.Minute), "a")
 		b.fake.ignoreCursor = true
-		b.wantRepeatedPageFails(t, "where an earlier page of this listing ended", func() int { return len(b.fake.requests()) })
+		b.wantRepeatedPageFails(t, "where an earlier page of this listing ended", func() int { return len(b.fake.requests.all()) })
 	})
 
 	// Stripe refuses a starting_after it does not know with 400

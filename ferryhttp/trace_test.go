@@ -17,20 +17,12 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/internal/testtrace"
 )
 
-// The provider's own trace context, as it would send it.
-const (
-	providerTraceID     = "4bf92f3577b34da6a3ce929d0e0e4736"
-	providerSpanID      = "00f067aa0ba902b7"
-	providerTraceparent = "00-" + providerTraceID + "-" + providerSpanID + "-01"
-	providerTracestate  = "congo=t61rcWkgMzE"
-)
-
-func newRecorder() (*tracetest.SpanRecorder, trace.TracerProvider) {
-	rec := tracetest.NewSpanRecorder()
-	return rec, sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-}
+// The provider's own trace context, as it would send it, is
+// testtrace.Traceparent with this vendor's tracestate.
+const providerTracestate = "congo=t61rcWkgMzE"
 
 func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	out := map[attribute.Key]string{}
@@ -96,8 +88,8 @@ func wantSenderLink(t *testing.T, s sdktrace.ReadOnlySpan) {
 	if len(links) != 1 {
 		t.Fatalf("%d links, want one to the sender's span", len(links))
 	}
-	if l := links[0].SpanContext; l.TraceID().String() != providerTraceID || l.SpanID().String() != providerSpanID || l.TraceState().Len() != 0 {
-		t.Errorf("link to %v, want the sender's span %s-%s without its tracestate", l, providerTraceID, providerSpanID)
+	if l := links[0].SpanContext; l.TraceID().String() != testtrace.TraceID || l.SpanID().String() != testtrace.SpanID || l.TraceState().Len() != 0 {
+		t.Errorf("link to %v, want the sender's span %s-%s without its tracestate", l, testtrace.TraceID, testtrace.SpanID)
 	}
 }
 
@@ -105,7 +97,7 @@ func TestReceiverTracing(t *testing.T) {
 	t.Parallel()
 
 	traced := func(t *testing.T, st ferry.Store) (*bundle, *tracetest.SpanRecorder) {
-		rec, tp := newRecorder()
+		rec, tp := testtrace.NewRecorder()
 		return setup(t, st, func(o *ferryhttp.ReceiverOptions) { o.TracerProvider = tp }), rec
 	}
 
@@ -117,7 +109,7 @@ func TestReceiverTracing(t *testing.T) {
 		t.Parallel()
 		b, rec := traced(t, teststore.SQLite(t, nil))
 		d := stripe(`{"id":"evt_traced","type":"invoice.paid","marker":"BODY-MARKER-5e1"}`).
-			with("Traceparent", providerTraceparent).with("Tracestate", providerTracestate)
+			with("Traceparent", testtrace.Traceparent).with("Tracestate", providerTracestate)
 		if r := b.send(t, d); r.status != http.StatusOK {
 			t.Fatalf("answered %d %s", r.status, r.raw)
 		}
@@ -126,7 +118,7 @@ func TestReceiverTracing(t *testing.T) {
 			t.Errorf("span %q kind %v", s.Name(), s.SpanKind())
 		}
 		sc := s.SpanContext()
-		if p := s.Parent(); p.IsValid() || sc.TraceID().String() == providerTraceID {
+		if p := s.Parent(); p.IsValid() || sc.TraceID().String() == testtrace.TraceID {
 			t.Errorf("parent %v, trace %s: want a new root in a trace of its own", p, sc.TraceID())
 		}
 		wantSenderLink(t, s)
@@ -163,7 +155,7 @@ func TestReceiverTracing(t *testing.T) {
 			if forged {
 				d, want = stripeAt("whsec_wrong", `{"id":"`+id+`"}`, testNow), http.StatusUnauthorized
 			}
-			d = d.with("Traceparent", "00-"+providerTraceID+"-"+providerSpanID+"-"+flags).with("Tracestate", providerTracestate)
+			d = d.with("Traceparent", "00-"+testtrace.TraceID+"-"+testtrace.SpanID+"-"+flags).with("Tracestate", providerTracestate)
 			if r := b.send(t, d); r.status != want {
 				t.Fatalf("answered %d %s, want %d", r.status, r.raw, want)
 			}
@@ -177,12 +169,12 @@ func TestReceiverTracing(t *testing.T) {
 			if spans := exp.GetSpans(); len(spans) != 0 {
 				t.Errorf("forged %v: ratio 0 exported %d spans, the first in trace %s", forged, len(spans), spans[0].SpanContext.TraceID())
 			}
-			if ev := event(t, b.store, "stripe", "evt_ratio0"); !forged && (ev == nil || strings.Contains(ev.Traceparent, providerTraceID) || !strings.HasSuffix(ev.Traceparent, "-00") || ev.Tracestate != "") {
+			if ev := event(t, b.store, "stripe", "evt_ratio0"); !forged && (ev == nil || strings.Contains(ev.Traceparent, testtrace.TraceID) || !strings.HasSuffix(ev.Traceparent, "-00") || ev.Tracestate != "") {
 				t.Errorf("stored %+v, want a traceparent of Ferry's own, unsampled, and no tracestate", ev)
 			}
 		}
 		exp, _ := sampledByFerry(t, sdktrace.ParentBased(sdktrace.AlwaysSample()), "00", "evt_always", false)
-		if spans := exp.GetSpans(); len(spans) != 1 || spans[0].SpanContext.TraceID().String() == providerTraceID {
+		if spans := exp.GetSpans(); len(spans) != 1 || spans[0].SpanContext.TraceID().String() == testtrace.TraceID {
 			t.Errorf("always on, unsampled traceparent: exported %d spans, want 1 in a trace of its own", len(spans))
 		}
 	})
@@ -193,7 +185,7 @@ func TestReceiverTracing(t *testing.T) {
 	// delivery stored, with its traceparent.
 	t.Run("ChildOfTheProgramsSpan", func(t *testing.T) {
 		t.Parallel()
-		rec, tp := newRecorder()
+		rec, tp := testtrace.NewRecorder()
 		st := teststore.SQLite(t, nil)
 		recv, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{Store: st, Sources: sources(t), TracerProvider: tp})
 		if err != nil {
@@ -217,7 +209,7 @@ func TestReceiverTracing(t *testing.T) {
 		}))
 		t.Cleanup(srv.Close)
 		b := &bundle{store: st, srv: srv}
-		if r := b.send(t, stripe(`{"id":"evt_program"}`).with("Traceparent", providerTraceparent)); r.status != http.StatusOK {
+		if r := b.send(t, stripe(`{"id":"evt_program"}`).with("Traceparent", testtrace.Traceparent)); r.status != http.StatusOK {
 			t.Fatalf("answered %d %s", r.status, r.raw)
 		}
 		s := oneSpan(t, rec)
@@ -297,7 +289,7 @@ func TestReceiverTracing(t *testing.T) {
 	t.Run("OffStoresNoTraceContext", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, teststore.SQLite(t, nil), nil)
-		d := stripe(`{"id":"evt_off"}`).with("Traceparent", providerTraceparent)
+		d := stripe(`{"id":"evt_off"}`).with("Traceparent", testtrace.Traceparent)
 		if r := b.send(t, d); r.status != http.StatusOK {
 			t.Fatalf("answered %d", r.status)
 		}
@@ -327,7 +319,7 @@ func TestForwarderTracing(t *testing.T) {
 	t.Run("ClientSpanAndTraceparentToTheApp", func(t *testing.T) {
 		t.Parallel()
 		srv, got := app(t, nil)
-		rec, tp := newRecorder()
+		rec, tp := testtrace.NewRecorder()
 		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "/hooks?token=APP-TOKEN-9d", TracerProvider: tp})
 		ctx, attempt := parent(t, tp)
 		if err := f.Handle(ctx, testDelivery()); err != nil {
@@ -367,7 +359,7 @@ func TestForwarderTracing(t *testing.T) {
 	t.Run("AppErrorIsAnError", func(t *testing.T) {
 		t.Parallel()
 		srv, _ := app(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
-		rec, tp := newRecorder()
+		rec, tp := testtrace.NewRecorder()
 		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL, TracerProvider: tp})
 		if err := f.Handle(context.Background(), testDelivery()); err == nil {
 			t.Fatal("a 502 forwarded without error")
@@ -384,7 +376,7 @@ func TestForwarderTracing(t *testing.T) {
 	t.Run("OffSendsNoTraceparent", func(t *testing.T) {
 		t.Parallel()
 		srv, got := app(t, nil)
-		_, tp := newRecorder()
+		_, tp := testtrace.NewRecorder()
 		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL})
 		ctx, span := parent(t, tp)
 		defer span.End()
