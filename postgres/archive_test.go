@@ -63,6 +63,17 @@ func (b *archiveBundle) maintain(t *testing.T, p *ferry.ArchiveMaintainParams) *
 	return res
 }
 
+// doneKeyKept creates partitions ahead with maintenance that keeps events a
+// day and keys 30 days, and completes x in today's partition: a run three
+// days on drops x's day and keeps its key. It returns that maintenance and
+// x's id.
+func (b *archiveBundle) doneKeyKept(t *testing.T) (*ferry.ArchiveMaintainParams, int64) {
+	t.Helper()
+	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
+	b.maintain(t, p)
+	return p, b.done(t, "x")
+}
+
 func (b *archiveBundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -606,9 +617,7 @@ func TestArchiveKeyPurgeRenewsTheLease(t *testing.T) {
 func TestArchiveKeyPurgeForgetsTheConflictsOfGoneEvents(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
-	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
-	b.maintain(t, p)
-	x := b.done(t, "x")
+	p, x := b.doneKeyKept(t)
 	b.clock.Advance(72 * time.Hour)
 	b.maintain(t, p) // drops x's day, keeps its key
 	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("another body")})
@@ -819,15 +828,22 @@ func TestArchiveMaintainFinishesADropStoppedAfterTheDetach(t *testing.T) {
 	}
 }
 
-// detachDayOf runs a drop's first step alone on the day that holds event
-// id, as a run that stops after it leaves the day, and returns the day's
-// name.
-func (b *archiveBundle) detachDayOf(t *testing.T, id int64) string {
+// dayOf names the partition that holds done event id.
+func (b *archiveBundle) dayOf(t *testing.T, id int64) string {
 	t.Helper()
 	var day string
 	if err := b.store.Pool().QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM ferry_event_done WHERE id = $1`, id).Scan(&day); err != nil {
 		t.Fatal(err)
 	}
+	return day
+}
+
+// detachDayOf runs a drop's first step alone on the day that holds event
+// id, as a run that stops after it leaves the day, and returns the day's
+// name.
+func (b *archiveBundle) detachDayOf(t *testing.T, id int64) string {
+	t.Helper()
+	day := b.dayOf(t, id)
 	if _, err := b.store.Pool().Exec(b.ctx, `SELECT ferry_archive_detach($1)`, day); err != nil {
 		t.Fatal(err)
 	}
@@ -840,9 +856,7 @@ func (b *archiveBundle) detachDayOf(t *testing.T, id int64) string {
 // list (one text column, for event $1) reads of x's rows then.
 func (b *archiveBundle) acrossADetach(t *testing.T, write func(x int64, when string), list string) []string {
 	t.Helper()
-	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
-	b.maintain(t, p)
-	x := b.done(t, "x")
+	p, x := b.doneKeyKept(t)
 	write(x, "before")
 	b.clock.Advance(72 * time.Hour)
 	b.detachDayOf(t, x)
@@ -899,9 +913,7 @@ func TestArchiveDropKeepsReplaysKeptAfterTheDetach(t *testing.T) {
 func TestArchiveDetachWaitsForSideRowsInFlight(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
-	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
-	b.maintain(t, p)
-	x := b.done(t, "x")
+	p, x := b.doneKeyKept(t)
 	b.clock.Advance(72 * time.Hour)
 	y := b.done(t, "y")
 	inFlight, err := b.store.Pool().Begin(b.ctx)
@@ -920,10 +932,7 @@ func TestArchiveDetachWaitsForSideRowsInFlight(t *testing.T) {
 	if _, err := b.store.Pool().Exec(b.ctx, insert, y, "y-later"); err != nil { // a higher id, committed
 		t.Fatal(err)
 	}
-	var day string
-	if err := b.store.Pool().QueryRow(b.ctx, `SELECT tableoid::regclass::text FROM ferry_event_done WHERE id = $1`, x).Scan(&day); err != nil {
-		t.Fatal(err)
-	}
+	day := b.dayOf(t, x)
 	detached := make(chan error, 1)
 	go func() {
 		_, err := b.store.Pool().Exec(b.ctx, `SELECT ferry_archive_detach($1)`, day)
@@ -969,9 +978,7 @@ func TestArchiveDetachWaitsForSideRowsInFlight(t *testing.T) {
 func TestArchiveDropWithoutMarksLeavesSideRowsToTheKeyPurge(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
-	p := &ferry.ArchiveMaintainParams{Owner: "m", Retention: 24 * time.Hour, KeyRetention: 30 * 24 * time.Hour}
-	b.maintain(t, p)
-	x := b.done(t, "x")
+	p, x := b.doneKeyKept(t)
 	if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("other")}); err != nil {
 		t.Fatal(err)
 	}

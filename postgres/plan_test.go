@@ -254,6 +254,30 @@ func (b *archiveBundle) exec(t *testing.T, args pgx.NamedArgs, statements ...str
 	}
 }
 
+// duePending inserts n pending events, ids 1 to n, due a second apart in id
+// order up to now: the first split of source older, the rest of newer. It
+// analyzes them, for the planner.
+func (b *archiveBundle) duePending(t *testing.T, now time.Time, n, split int, older, newer string) {
+	t.Helper()
+	b.exec(t, pgx.NamedArgs{"now": now, "n": n, "split": split, "older": older, "newer": newer},
+		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state,
+		                          next_attempt_at, first_delivered_at, last_delivered_at)
+		 SELECT i, CASE WHEN i <= @split::int THEN @older::text ELSE @newer::text END, 'e' || i, '', sha256(int8send(i)), 'pending',
+		        @now::timestamptz - (@n::int - i) * interval '1 second', @now, @now
+		 FROM generate_series(1, @n::int) i`,
+		`ANALYZE ferry_event`,
+	)
+}
+
+// claimArgs are EventClaimManySQL's arguments for a claim of sources (every
+// source when empty) with a minute's lease, no hold sources and no byte cap.
+func claimArgs(now time.Time, owner string, limit int, sources []string) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"now": now, "owner": owner, "limit": limit, "ttl_us": time.Minute.Microseconds(),
+		"sources": sources, "hold_sources": []string{}, "max_bytes": int64(0),
+	}
+}
+
 // planNode is one node of EXPLAIN (FORMAT JSON).
 type planNode struct {
 	NodeType     string     `json:"Node Type"`
@@ -523,10 +547,7 @@ func TestClaimPlanProbesTheLedgerPerEvent(t *testing.T) {
 		`ANALYZE ferry_event, ferry_attempt`,
 	)
 	for _, limit := range []int{1, 100} {
-		plan := b.explain(t, postgres.EventClaimManySQL, pgx.NamedArgs{
-			"now": now, "owner": "w", "limit": limit, "ttl_us": time.Minute.Microseconds(),
-			"sources": []string{}, "hold_sources": []string{}, "max_bytes": int64(0),
-		})
+		plan := b.explain(t, postgres.EventClaimManySQL, claimArgs(now, "w", limit, []string{}))
 		probes := 0
 		plan.walk(func(n planNode, ancestors []planNode) {
 			if n.Relation != "ferry_attempt" && n.Index != "ferry_attempt_pkey" {
@@ -567,20 +588,10 @@ func TestClaimPlanReadsOnlyItsSourcesDueEvents(t *testing.T) {
 	t.Parallel()
 	b := archiveSetup(t)
 	now := b.clock.Now()
-	b.exec(t, pgx.NamedArgs{"now": now},
-		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state,
-		                          next_attempt_at, first_delivered_at, last_delivered_at)
-		 SELECT i, CASE WHEN i <= 20000 THEN 'other' ELSE 's1' END, 'e' || i, '', sha256(int8send(i)), 'pending',
-		        @now::timestamptz - (22000 - i) * interval '1 second', @now, @now
-		 FROM generate_series(1, 22000) i`,
-		`ANALYZE ferry_event`,
-	)
+	b.duePending(t, now, 22000, 20000, "other", "s1")
 	const limit = 10
 	for _, sources := range [][]string{{"s1"}, {"s1", "s2"}, {}} {
-		plan := b.explainAnalyze(t, postgres.EventClaimManySQL, pgx.NamedArgs{
-			"now": now, "owner": "w", "limit": limit, "ttl_us": time.Minute.Microseconds(),
-			"sources": sources, "hold_sources": []string{}, "max_bytes": int64(0),
-		})
+		plan := b.explainAnalyze(t, postgres.EventClaimManySQL, claimArgs(now, "w", limit, sources))
 		read := 0.0
 		plan.walk(func(n planNode, ancestors []planNode) {
 			if n.Relation != "ferry_event" || !slices.ContainsFunc(ancestors, func(a planNode) bool { return a.Subplan == "CTE pending_due" }) {
@@ -613,23 +624,14 @@ func TestClaimBesideAClaimTakesTheNextDueEvents(t *testing.T) {
 	b := archiveSetup(t)
 	now := b.clock.Now()
 	// y: 15 due, the oldest; x: 50 due after them.
-	b.exec(t, pgx.NamedArgs{"now": now},
-		`INSERT INTO ferry_event (id, source, event_id, payload, payload_sha256, state,
-		                          next_attempt_at, first_delivered_at, last_delivered_at)
-		 SELECT i, CASE WHEN i <= 15 THEN 'y' ELSE 'x' END, 'e' || i, '',
-		        sha256(int8send(i)), 'pending', @now::timestamptz - (100 - i) * interval '1 second', @now, @now
-		 FROM generate_series(1, 65) i`,
-		`ANALYZE ferry_event`)
+	b.duePending(t, now, 65, 15, "y", "x")
 	// The first claim's transaction stays open, and what it locked locked.
 	tx, err := b.store.Pool().Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(b.ctx) }()
-	rows, _ := tx.Query(b.ctx, postgres.EventClaimManySQL, pgx.NamedArgs{
-		"now": now, "owner": "a", "limit": 10, "ttl_us": time.Minute.Microseconds(),
-		"sources": []string{"x", "y"}, "hold_sources": []string{}, "max_bytes": int64(0),
-	})
+	rows, _ := tx.Query(b.ctx, postgres.EventClaimManySQL, claimArgs(now, "a", 10, []string{"x", "y"}))
 	first, err := pgx.CollectRows(rows, pgx.RowToMap)
 	if err != nil || len(first) != 10 || first[0]["id"] != int64(1) || first[9]["id"] != int64(10) {
 		t.Fatalf("first claim: %d rows, %v; want y's 10 oldest", len(first), err)
