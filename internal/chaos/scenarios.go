@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
@@ -300,7 +299,7 @@ func (s *run) zombie(ctx context.Context) error {
 			// A read that SQLite refused means the zombie was stopped
 			// holding a lock of the file: that stop is taken back too.
 			leases = nil
-			_ = z.cmd.Process.Signal(syscall.SIGCONT)
+			_ = z.sigcont()
 		}
 	}
 	if len(leases) == 0 {
@@ -330,15 +329,16 @@ func (s *run) zombie(ctx context.Context) error {
 			return err
 		}
 	}
-	resumedAt := time.Now()
 	if survivorPaused {
-		if err := survivor.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		if err := survivor.sigcont(); err != nil {
 			return err
 		}
 	}
-	// The survivor's pause is the harness's doing: reclaim time counts
-	// from one TTL before the survivor could move again.
-	z.markKilled(resumedAt.Add(-s.opts.TTL))
+	// Reclaim time counts from the stop, less the time the harness held
+	// the survivor stopped too (check subtracts it): when the leases lapsed
+	// during that pause, what is left is how soon the survivor took them
+	// once it could move.
+	z.markKilled(stoppedAt)
 
 	// 2. The survivor reclaims them: pause it while it runs one under a
 	// later attempt, so only the attempt refuses the zombie's writes.
@@ -381,7 +381,7 @@ func (s *run) zombie(ctx context.Context) error {
 			continue
 		}
 		err = s.probe(ctx, leases, pr)
-		if cerr := survivor.cmd.Process.Signal(syscall.SIGCONT); err == nil {
+		if cerr := survivor.sigcont(); err == nil {
 			err = cerr
 		}
 		if err != nil {
@@ -390,7 +390,7 @@ func (s *run) zombie(ctx context.Context) error {
 	}
 	s.sink.setDelay(nil)
 	s.r.StaleWritesAccepted += pr.accepted
-	if err := z.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := z.sigcont(); err != nil {
 		return err
 	}
 	stoppedFor := time.Since(stoppedAt)
@@ -606,14 +606,14 @@ func (s *run) probe(ctx context.Context, leases []ferry.Lease, pr *zombieProbes)
 // which another running writer needs to finish its transaction; with every
 // other child paused, only p can hold it and waiting is pointless.
 func (s *run) pause(ctx context.Context, p *proc, wait time.Duration) (bool, error) {
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.sigstop(); err != nil {
 		return false, err
 	}
 	locked, err := s.writeLocked(ctx, wait)
 	if err == nil && !locked {
 		return true, nil
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.sigcont()
 	if locked {
 		s.lockedPauses++
 		sleep(ctx, 10*time.Millisecond)
