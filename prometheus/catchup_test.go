@@ -14,8 +14,6 @@ import (
 	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/prometheus"
-	"github.com/ferry-inbox/ferry/sqlite"
-	"github.com/ferry-inbox/ferry/storetest"
 )
 
 func TestCatchupMetrics(t *testing.T) {
@@ -62,8 +60,7 @@ func TestCatchupMetrics(t *testing.T) {
 func TestCatchupCheckpointAge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := storetest.NewClock()
-	store := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	store, clock := teststore.SQLiteOnClock(t)
 	at := clock.Now().Add(-17 * time.Minute)
 	if err := store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: catchup.CheckpointName("stripe"), Value: at.Format(time.RFC3339Nano)}); err != nil {
 		t.Fatal(err)

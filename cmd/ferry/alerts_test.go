@@ -12,8 +12,6 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/teststore"
-	"github.com/ferry-inbox/ferry/sqlite"
-	"github.com/ferry-inbox/ferry/storetest"
 )
 
 // An event pushed past its replay window is logged once as at risk, bursts
@@ -21,8 +19,7 @@ import (
 func TestAlertWatcher(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := storetest.NewClock()
-	store := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	store, clock := teststore.SQLiteOnClock(t)
 	for i := range alertBurst + 2 {
 		if _, err := store.EventReceive(ctx, &ferry.EventReceiveParams{
 			Source: "stripe", EventID: fmt.Sprintf("evt_%02d", i), Payload: []byte(`{"secret_field":"pii"}`),
@@ -136,8 +133,7 @@ func TestAlertWatcher(t *testing.T) {
 func TestAlertWatcherBeyondTheList(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := storetest.NewClock()
-	store := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	store, clock := teststore.SQLiteOnClock(t)
 	receive := func(n int) {
 		t.Helper()
 		for range n {

@@ -210,60 +210,56 @@ func seedMany(t *testing.T, st ferry.Store, n int) {
 func TestEventsListAll(t *testing.T) {
 	t.Parallel()
 	const n = 2 * listPageMax // full pages: --all and --before must read past a full page and stop at the end
-	for _, kind := range cliStores() {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			cfg, open := kind.migrated(t)
-			s := open(time.Now)
-			seedMany(t, s.store, n)
-			s.close()
+	onEachCLIStore(t, func(t *testing.T, cfg string, open func(now func() time.Time) seeder) {
+		s := open(time.Now)
+		seedMany(t, s.store, n)
+		s.close()
 
-			lines := listJSON(t, "--config", cfg, "--all")
-			seen := map[string]bool{}
-			for _, l := range lines {
-				seen[l.EventID] = true
-			}
-			if len(lines) != n || len(seen) != n {
-				t.Fatalf("--all --json: %d lines, %d distinct events; want %d", len(lines), len(seen), n)
-			}
-			if got := len(listJSON(t, "--config", cfg)); got != 100 {
-				t.Errorf("without --all: %d events, want the default page of 100", got)
-			}
+		lines := listJSON(t, "--config", cfg, "--all")
+		seen := map[string]bool{}
+		for _, l := range lines {
+			seen[l.EventID] = true
+		}
+		if len(lines) != n || len(seen) != n {
+			t.Fatalf("--all --json: %d lines, %d distinct events; want %d", len(lines), len(seen), n)
+		}
+		if got := len(listJSON(t, "--config", cfg)); got != 100 {
+			t.Errorf("without --all: %d events, want the default page of 100", got)
+		}
 
-			paged := map[string]bool{}
-			args := []string{"events", "list", "--json", "--config", cfg, "--limit", strconv.Itoa(listPageMax)}
-			for page := 0; ; page++ {
-				if page > n/listPageMax {
-					t.Fatalf("more than %d pages", page)
-				}
-				stdout, stderr, code := runFerry(t, args...)
-				if code != 0 {
-					t.Fatalf("page %d: exit %d: %s", page, code, stderr)
-				}
-				for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
-					var l eventLine
-					if err := json.Unmarshal([]byte(line), &l); err != nil {
-						t.Fatalf("page %d: %q: %v", page, line, err)
-					}
-					if paged[l.EventID] {
-						t.Fatalf("page %d repeats %s", page, l.EventID)
-					}
-					paged[l.EventID] = true
-				}
-				m := regexp.MustCompile(`^next: --before (\d+)\n$`).FindStringSubmatch(stderr)
-				if m == nil {
-					if stderr != "" {
-						t.Fatalf("page %d: stderr %q", page, stderr)
-					}
-					break
-				}
-				args = append(args[:7], "--before", m[1])
+		paged := map[string]bool{}
+		args := []string{"events", "list", "--json", "--config", cfg, "--limit", strconv.Itoa(listPageMax)}
+		for page := 0; ; page++ {
+			if page > n/listPageMax {
+				t.Fatalf("more than %d pages", page)
 			}
-			if len(paged) != n {
-				t.Errorf("paging with --before: %d events, want %d", len(paged), n)
+			stdout, stderr, code := runFerry(t, args...)
+			if code != 0 {
+				t.Fatalf("page %d: exit %d: %s", page, code, stderr)
 			}
-		})
-	}
+			for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+				var l eventLine
+				if err := json.Unmarshal([]byte(line), &l); err != nil {
+					t.Fatalf("page %d: %q: %v", page, line, err)
+				}
+				if paged[l.EventID] {
+					t.Fatalf("page %d repeats %s", page, l.EventID)
+				}
+				paged[l.EventID] = true
+			}
+			m := regexp.MustCompile(`^next: --before (\d+)\n$`).FindStringSubmatch(stderr)
+			if m == nil {
+				if stderr != "" {
+					t.Fatalf("page %d: stderr %q", page, stderr)
+				}
+				break
+			}
+			args = append(args[:7], "--before", m[1])
+		}
+		if len(paged) != n {
+			t.Errorf("paging with --before: %d events, want %d", len(paged), n)
+		}
+	})
 }
 
 // doctorJSON runs doctor --json and decodes its report.

@@ -559,23 +559,17 @@ and the conflicting ones. Exits 3 when the event does not exist.`)
 			return err
 		}
 	}
-	if len(d.Replays) > 0 {
-		title := keptTitle("replays (this body under other ids, not processed", len(d.Replays), e.Replays)
-		if err := writeSection(out, title, "RECEIVED\tCLAIMED ID\tCLAIMED TYPE\tHEADERS", len(d.Replays), func(tw io.Writer, i int) {
-			r := d.Replays[i]
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.ReceivedAt.Format(time.RFC3339), oneLine(r.ClaimedEventID, 80), oneLine(r.ClaimedType, 80), headerLine(r.Headers))
-		}); err != nil {
-			return err
-		}
+	if err := writeKeptSection(out, "replays (this body under other ids, not processed", "RECEIVED\tCLAIMED ID\tCLAIMED TYPE\tHEADERS", len(d.Replays), e.Replays, func(tw io.Writer, i int) {
+		r := d.Replays[i]
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.ReceivedAt.Format(time.RFC3339), oneLine(r.ClaimedEventID, 80), oneLine(r.ClaimedType, 80), headerLine(r.Headers))
+	}); err != nil {
+		return err
 	}
-	if len(d.ConflictsKept) > 0 {
-		title := keptTitle("conflicts (deliveries of this id with another payload, not processed", len(d.ConflictsKept), e.Conflicts)
-		if err := writeSection(out, title, "RECEIVED\tBYTES\tPAYLOAD SHA256", len(d.ConflictsKept), func(tw io.Writer, i int) {
-			c := d.ConflictsKept[i]
-			fmt.Fprintf(tw, "  %s\t%d\t%s\n", c.ReceivedAt.Format(time.RFC3339), c.PayloadBytes, c.PayloadSHA256)
-		}); err != nil {
-			return err
-		}
+	if err := writeKeptSection(out, "conflicts (deliveries of this id with another payload, not processed", "RECEIVED\tBYTES\tPAYLOAD SHA256", len(d.ConflictsKept), e.Conflicts, func(tw io.Writer, i int) {
+		c := d.ConflictsKept[i]
+		fmt.Fprintf(tw, "  %s\t%d\t%s\n", c.ReceivedAt.Format(time.RFC3339), c.PayloadBytes, c.PayloadSHA256)
+	}); err != nil {
+		return err
 	}
 	if *payload {
 		fmt.Fprintf(out, "\npayload:\n%s\n", e.Payload)
@@ -595,13 +589,18 @@ func shownPayload(p []byte) (asJSON json.RawMessage, asText string) {
 	return nil, string(p)
 }
 
-// keptTitle closes a section's title (open is up to its parenthesis) with
-// how many of the counted a store kept, when it kept fewer.
-func keptTitle(open string, kept, counted int) string {
-	if counted > kept {
-		return fmt.Sprintf("%s; the first %d of %d are kept)", open, kept, counted)
+// writeKeptSection writes the section (writeSection) of the rows a store
+// kept of those it counted, when it kept any; the title (open is up to its
+// parenthesis) says how many were kept when it kept fewer.
+func writeKeptSection(out io.Writer, open, header string, kept, counted int, row func(tw io.Writer, i int)) error {
+	if kept == 0 {
+		return nil
 	}
-	return open + ")"
+	title := open + ")"
+	if counted > kept {
+		title = fmt.Sprintf("%s; the first %d of %d are kept)", open, kept, counted)
+	}
+	return writeSection(out, title, header, kept, row)
 }
 
 // writeSection writes a titled, tab-aligned table of n rows to out after a

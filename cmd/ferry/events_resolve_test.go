@@ -30,73 +30,69 @@ func showJSON(t *testing.T, cfg, source, eventID string, flags ...string) eventD
 // fails on them.
 func TestEventsResolve(t *testing.T) {
 	t.Parallel()
-	for _, kind := range cliStores() {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			cfg, open := kind.migrated(t)
-			// evt_unknown: its lease lapsed an hour ago on a hold source.
-			s := open(func() time.Time { return time.Now().Add(-time.Hour) })
-			receive := func(id string) {
-				t.Helper()
-				if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`)}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			receive("evt_unknown")
-			if c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute}); err != nil || len(c) != 1 {
-				t.Fatalf("claim: %v, %v", c, err)
-			}
-			s.close()
-			s = open(time.Now)
-			defer s.close()
-			if _, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute, HoldSources: []string{"stripe"}}); err != nil {
+	onEachCLIStore(t, func(t *testing.T, cfg string, open func(now func() time.Time) seeder) {
+		ctx := context.Background()
+		// evt_unknown: its lease lapsed an hour ago on a hold source.
+		s := open(func() time.Time { return time.Now().Add(-time.Hour) })
+		receive := func(id string) {
+			t.Helper()
+			if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`)}); err != nil {
 				t.Fatal(err)
 			}
-			receive("evt_dead")
-			c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
-			if err != nil || len(c) != 1 {
-				t.Fatalf("claim: %v, %v", c, err)
-			}
-			if _, err := s.store.EventFail(ctx, &ferry.EventFailParams{Lease: c[0].Event.Lease(), Error: "poison", Dead: true}); err != nil {
-				t.Fatal(err)
-			}
-			receive("evt_pending")
-			if d := showJSON(t, cfg, "stripe", "evt_unknown"); d.State != "unknown" {
-				t.Fatalf("seeded evt_unknown is %s", d.State)
-			}
+		}
+		receive("evt_unknown")
+		if c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute}); err != nil || len(c) != 1 {
+			t.Fatalf("claim: %v, %v", c, err)
+		}
+		s.close()
+		s = open(time.Now)
+		defer s.close()
+		if _, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute, HoldSources: []string{"stripe"}}); err != nil {
+			t.Fatal(err)
+		}
+		receive("evt_dead")
+		c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+		if err != nil || len(c) != 1 {
+			t.Fatalf("claim: %v, %v", c, err)
+		}
+		if _, err := s.store.EventFail(ctx, &ferry.EventFailParams{Lease: c[0].Event.Lease(), Error: "poison", Dead: true}); err != nil {
+			t.Fatal(err)
+		}
+		receive("evt_pending")
+		if d := showJSON(t, cfg, "stripe", "evt_unknown"); d.State != "unknown" {
+			t.Fatalf("seeded evt_unknown is %s", d.State)
+		}
 
-			stdout, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "alice", "stripe", "evt_dead", "evt_unknown", "evt_pending", "evt_nope")
-			if code != exitNotFound || stderr != "ferry events resolve: stripe evt_nope: no such event\n" ||
-				!strings.Contains(stdout, "resolved stripe evt_dead\nresolved stripe evt_unknown\n") ||
-				!strings.Contains(stdout, "not resolved, only dead or unknown events can be: evt_pending (pending)") {
-				t.Errorf("resolve: exit %d, want %d\n%s%s", code, exitNotFound, stdout, stderr)
+		stdout, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "alice", "stripe", "evt_dead", "evt_unknown", "evt_pending", "evt_nope")
+		if code != exitNotFound || stderr != "ferry events resolve: stripe evt_nope: no such event\n" ||
+			!strings.Contains(stdout, "resolved stripe evt_dead\nresolved stripe evt_unknown\n") ||
+			!strings.Contains(stdout, "not resolved, only dead or unknown events can be: evt_pending (pending)") {
+			t.Errorf("resolve: exit %d, want %d\n%s%s", code, exitNotFound, stdout, stderr)
+		}
+		for _, id := range []string{"evt_dead", "evt_unknown"} {
+			d := showJSON(t, cfg, "stripe", id)
+			if d.State != "done" || len(d.Actions) != 1 || d.Actions[0].Action != ferry.ActionResolve || d.Actions[0].Actor != "alice" || d.Actions[0].At.IsZero() {
+				t.Errorf("%s after resolve: state %s, actions %+v; want done, one resolve by alice", id, d.State, d.Actions)
 			}
-			for _, id := range []string{"evt_dead", "evt_unknown"} {
-				d := showJSON(t, cfg, "stripe", id)
-				if d.State != "done" || len(d.Actions) != 1 || d.Actions[0].Action != ferry.ActionResolve || d.Actions[0].Actor != "alice" || d.Actions[0].At.IsZero() {
-					t.Errorf("%s after resolve: state %s, actions %+v; want done, one resolve by alice", id, d.State, d.Actions)
-				}
-				if len(d.Attempts) != 1 || d.Attempts[0].Outcome == "done" {
-					t.Errorf("%s ledger after resolve = %+v, want its one attempt as it was", id, d.Attempts)
-				}
-				text, _, _ := runFerry(t, "events", "show", "--config", cfg, "stripe", id)
-				if !strings.Contains(text, "resolve") || !strings.Contains(text, "alice") {
-					t.Errorf("text show of %s lacks the resolve:\n%s", id, text)
-				}
+			if len(d.Attempts) != 1 || d.Attempts[0].Outcome == "done" {
+				t.Errorf("%s ledger after resolve = %+v, want its one attempt as it was", id, d.Attempts)
 			}
-			if d := showJSON(t, cfg, "stripe", "evt_pending"); d.State != "pending" || len(d.Actions) != 0 {
-				t.Errorf("evt_pending after resolve: %s, actions %+v", d.State, d.Actions)
+			text, _, _ := runFerry(t, "events", "show", "--config", cfg, "stripe", id)
+			if !strings.Contains(text, "resolve") || !strings.Contains(text, "alice") {
+				t.Errorf("text show of %s lacks the resolve:\n%s", id, text)
 			}
-			out, _, _ := runFerry(t, "doctor", "--config", cfg)
-			if strings.Contains(out, "dead event") || strings.Contains(out, "held as unknown") {
-				t.Errorf("doctor after resolving every dead and unknown event:\n%s", out)
-			}
-			if _, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "", "stripe", "evt_pending"); code != exitUsage || !strings.Contains(stderr, "--actor") {
-				t.Errorf("resolve --actor '': exit %d, %q; want %d", code, stderr, exitUsage)
-			}
-		})
-	}
+		}
+		if d := showJSON(t, cfg, "stripe", "evt_pending"); d.State != "pending" || len(d.Actions) != 0 {
+			t.Errorf("evt_pending after resolve: %s, actions %+v", d.State, d.Actions)
+		}
+		out, _, _ := runFerry(t, "doctor", "--config", cfg)
+		if strings.Contains(out, "dead event") || strings.Contains(out, "held as unknown") {
+			t.Errorf("doctor after resolving every dead and unknown event:\n%s", out)
+		}
+		if _, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "", "stripe", "evt_pending"); code != exitUsage || !strings.Contains(stderr, "--actor") {
+			t.Errorf("resolve --actor '': exit %d, %q; want %d", code, stderr, exitUsage)
+		}
+	})
 }
 
 // retry-now makes a pending event in backoff due now, keeping its budget,

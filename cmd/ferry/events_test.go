@@ -64,6 +64,19 @@ func cliStores() []cliStore {
 	}
 }
 
+// onEachCLIStore runs test as a parallel subtest on each kind of store,
+// migrated (cliStore.migrated): cfg is the CLI config on it, open opens the
+// store itself.
+func onEachCLIStore(t *testing.T, test func(t *testing.T, cfg string, open func(now func() time.Time) seeder)) {
+	for _, kind := range cliStores() {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, open := kind.migrated(t)
+			test(t, cfg, open)
+		})
+	}
+}
+
 // writeCLIConfig writes a config for storeURL with sources stripe and github.
 func writeCLIConfig(t *testing.T, storeURL, extra string) string {
 	t.Helper()
@@ -190,149 +203,145 @@ func eventIDs(lines []eventLine) []string {
 
 func TestEventsCLI(t *testing.T) {
 	t.Parallel()
-	for _, kind := range cliStores() {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			cfg, open := kind.migrated(t)
-			seedScenario(t, open)
+	onEachCLIStore(t, func(t *testing.T, cfg string, open func(now func() time.Time) seeder) {
+		seedScenario(t, open)
 
-			t.Run("ListAll", func(t *testing.T) {
-				lines := listJSON(t, "--config", cfg)
-				if got := strings.Join(eventIDs(lines), " "); got != "github/gh_fresh stripe/evt_dead stripe/evt_done stripe/evt_old" {
-					t.Fatalf("list = %s, want newest first", got)
-				}
-				byID := map[string]eventLine{}
-				for _, l := range lines {
-					byID[l.EventID] = l
-				}
-				if d := byID["evt_dead"]; d.State != "dead" || d.LastError != "card declined" || d.Attempt != 1 || d.Deliveries != 1 || d.Type != "invoice.paid" || d.ReceivedAt.IsZero() {
-					t.Errorf("evt_dead = %+v", d)
-				}
-				if !byID["evt_old"].AtRisk || byID["gh_fresh"].AtRisk || byID["evt_dead"].AtRisk {
-					t.Errorf("at_risk: old %v, fresh %v, dead %v; want only evt_old", byID["evt_old"].AtRisk, byID["gh_fresh"].AtRisk, byID["evt_dead"].AtRisk)
-				}
-			})
-			t.Run("Filters", func(t *testing.T) {
-				if got := eventIDs(listJSON(t, "--config", cfg, "--state", "dead")); len(got) != 1 || got[0] != "stripe/evt_dead" {
-					t.Errorf("--state dead = %v", got)
-				}
-				if got := eventIDs(listJSON(t, "--config", cfg, "--source", "github")); len(got) != 1 || got[0] != "github/gh_fresh" {
-					t.Errorf("--source github = %v", got)
-				}
-				if got := eventIDs(listJSON(t, "--config", cfg, "--since", "1h")); len(got) != 3 {
-					t.Errorf("--since 1h = %v, want the three recent events", got)
-				}
-				if got := eventIDs(listJSON(t, "--config", cfg, "--at-risk")); len(got) != 1 || got[0] != "stripe/evt_old" {
-					t.Errorf("--at-risk = %v, want stripe/evt_old", got)
-				}
-			})
-			t.Run("Text", func(t *testing.T) {
-				stdout, _, code := runFerry(t, "events", "list", "--config", cfg, "--source", "stripe")
-				if code != 0 || !strings.Contains(stdout, "pending (AT RISK)") || !strings.Contains(stdout, "card declined") {
-					t.Errorf("text list (exit %d):\n%s", code, stdout)
-				}
-			})
-			t.Run("Show", func(t *testing.T) {
-				d := showJSON(t, cfg, "stripe", "evt_dead", "--payload")
-				var payload bytes.Buffer
-				json.Compact(&payload, d.Payload)
-				if d.State != "dead" || len(d.Attempts) != 1 || d.Attempts[0].Outcome != "dead" || d.Attempts[0].Error != "card declined" ||
-					payload.String() != `{"id":"evt_dead","amount":4200}` || d.Headers["Content-Type"][0] != "application/json" {
-					t.Errorf("show = %+v", d)
-				}
-				stdout, _, _ := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_dead")
-				if strings.Contains(stdout, "4200") || !strings.Contains(stdout, "card declined") {
-					t.Errorf("show without --payload printed the payload, or no error:\n%s", stdout)
-				}
-			})
-			t.Run("ShowReplays", func(t *testing.T) {
-				d := showJSON(t, cfg, "github", "gh_fresh")
-				if len(d.Replays) != 1 || d.Replays[0].ClaimedEventID != "gh_forged" || d.Replays[0].ClaimedType != "delete" || d.Replays[0].ReceivedAt.IsZero() {
-					t.Errorf("show replays = %+v, want gh_forged/delete", d.Replays)
-				}
-				stdout, _, _ := runFerry(t, "events", "show", "--config", cfg, "github", "gh_fresh")
-				if !strings.Contains(stdout, "SUSPECTED REPLAY") || !strings.Contains(stdout, "gh_forged") {
-					t.Errorf("text show does not flag the replay:\n%s", stdout)
-				}
-			})
-			t.Run("NotFound", func(t *testing.T) {
-				_, stderr, code := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_nope")
-				if code != exitNotFound || stderr != "ferry events show: stripe evt_nope: no such event\n" {
-					t.Errorf("show missing: exit %d, stderr %q; want %d", code, stderr, exitNotFound)
-				}
-			})
-			t.Run("Usage", func(t *testing.T) {
-				for _, args := range [][]string{
-					{"events", "list", "--config", cfg, "--state", "stuck"},
-					{"events", "list", "--config", cfg, "--since", "-24h"}, // ahead of now: it listed nothing
-					{"events", "show", "--config", cfg, "stripe"},
-					{"events", "replay", "--config", cfg, "--state", "dead"},
-					{"events", "frobnicate"},
-				} {
-					if _, stderr, code := runFerry(t, args...); code != 2 || stderr == "" {
-						t.Errorf("%v: exit %d, stderr %q; want 2 with a hint", args, code, stderr)
-					}
-				}
-			})
-			t.Run("Doctor", func(t *testing.T) {
-				stdout, stderr, code := runFerry(t, "doctor", "--config", cfg)
-				if code != exitProblems {
-					t.Errorf("doctor: exit %d, want %d (an event is at risk)", code, exitProblems)
-				}
-				for _, want := range []string{"FAIL  source stripe: 1 event at risk", "at risk: stripe evt_old", "FAIL  source stripe: 1 dead event\n", "ferry events replay --state dead --source stripe", "ferry events retry-now stripe ID", "store: "} {
-					if !strings.Contains(stdout, want) {
-						t.Errorf("doctor output lacks %q:\n%s\n%s", want, stdout, stderr)
-					}
-				}
-			})
-			// Replay last: it changes the states the other subtests read.
-			t.Run("Replay", func(t *testing.T) {
-				// A dry run says what would be replayed and changes nothing.
-				stdout, stderr, code := runFerry(t, "events", "replay", "--config", cfg, "--dry-run", "--state", "dead", "--source", "stripe")
-				if code != 0 || stdout != "would replay 1 dead event of stripe (dry run: nothing changed)\n" {
-					t.Errorf("bulk replay --dry-run: exit %d\n%s\n%s", code, stdout, stderr)
-				}
-				stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--dry-run", "stripe", "evt_done")
-				if code != 0 || stdout != "would replay stripe evt_done\n" {
-					t.Errorf("replay --dry-run evt_done: exit %d\n%s\n%s", code, stdout, stderr)
-				}
-				if got := listJSON(t, "--config", cfg, "--state", "dead"); len(got) != 1 {
-					t.Errorf("after bulk replay --dry-run, dead = %v, want the one still dead", eventIDs(got))
-				}
-				if d := showJSON(t, cfg, "stripe", "evt_done"); d.State != "done" {
-					t.Errorf("after replay --dry-run, evt_done is %s, want done", d.State)
-				}
-				stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--actor", "alice", "stripe", "evt_done", "evt_nope")
-				if code != exitNotFound || !strings.Contains(stdout, "replayed stripe evt_done") || stderr != "ferry events replay: stripe evt_nope: no such event\n" {
-					t.Errorf("replay one + missing: exit %d\n%s\n%s", code, stdout, stderr)
-				}
-				stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--state", "dead", "--source", "stripe")
-				if code != 0 || stdout != "replayed 1 dead event of stripe\n" {
-					t.Errorf("bulk replay: exit %d\n%s\n%s", code, stdout, stderr)
-				}
-				if got := listJSON(t, "--config", cfg, "--state", "dead"); len(got) != 0 {
-					t.Errorf("after bulk replay, dead = %v", eventIDs(got))
-				}
-				if got := listJSON(t, "--config", cfg, "--state", "pending", "--source", "stripe"); len(got) != 3 {
-					t.Errorf("after replays, stripe pending = %v, want 3", eventIDs(got))
-				}
-				// Who did each is kept with the event and shown.
-				for _, tc := range []struct{ id, action, actor string }{
-					{"evt_done", "replay", "alice"},
-					{"evt_dead", "requeue", "cli"}, // --actor defaults to cli:$USER, or cli
-				} {
-					d := showJSON(t, cfg, "stripe", tc.id)
-					if len(d.Actions) != 1 || d.Actions[0].Action != tc.action || !strings.HasPrefix(d.Actions[0].Actor, tc.actor) || d.Actions[0].At.IsZero() {
-						t.Errorf("%s actions = %+v, want one %s by %s", tc.id, d.Actions, tc.action, tc.actor)
-					}
-					text, _, _ := runFerry(t, "events", "show", "stripe", tc.id, "--config", cfg)
-					if !strings.Contains(text, "actions:") || !strings.Contains(text, tc.actor) {
-						t.Errorf("text show lacks the action:\n%s", text)
-					}
-				}
-			})
+		t.Run("ListAll", func(t *testing.T) {
+			lines := listJSON(t, "--config", cfg)
+			if got := strings.Join(eventIDs(lines), " "); got != "github/gh_fresh stripe/evt_dead stripe/evt_done stripe/evt_old" {
+				t.Fatalf("list = %s, want newest first", got)
+			}
+			byID := map[string]eventLine{}
+			for _, l := range lines {
+				byID[l.EventID] = l
+			}
+			if d := byID["evt_dead"]; d.State != "dead" || d.LastError != "card declined" || d.Attempt != 1 || d.Deliveries != 1 || d.Type != "invoice.paid" || d.ReceivedAt.IsZero() {
+				t.Errorf("evt_dead = %+v", d)
+			}
+			if !byID["evt_old"].AtRisk || byID["gh_fresh"].AtRisk || byID["evt_dead"].AtRisk {
+				t.Errorf("at_risk: old %v, fresh %v, dead %v; want only evt_old", byID["evt_old"].AtRisk, byID["gh_fresh"].AtRisk, byID["evt_dead"].AtRisk)
+			}
 		})
-	}
+		t.Run("Filters", func(t *testing.T) {
+			if got := eventIDs(listJSON(t, "--config", cfg, "--state", "dead")); len(got) != 1 || got[0] != "stripe/evt_dead" {
+				t.Errorf("--state dead = %v", got)
+			}
+			if got := eventIDs(listJSON(t, "--config", cfg, "--source", "github")); len(got) != 1 || got[0] != "github/gh_fresh" {
+				t.Errorf("--source github = %v", got)
+			}
+			if got := eventIDs(listJSON(t, "--config", cfg, "--since", "1h")); len(got) != 3 {
+				t.Errorf("--since 1h = %v, want the three recent events", got)
+			}
+			if got := eventIDs(listJSON(t, "--config", cfg, "--at-risk")); len(got) != 1 || got[0] != "stripe/evt_old" {
+				t.Errorf("--at-risk = %v, want stripe/evt_old", got)
+			}
+		})
+		t.Run("Text", func(t *testing.T) {
+			stdout, _, code := runFerry(t, "events", "list", "--config", cfg, "--source", "stripe")
+			if code != 0 || !strings.Contains(stdout, "pending (AT RISK)") || !strings.Contains(stdout, "card declined") {
+				t.Errorf("text list (exit %d):\n%s", code, stdout)
+			}
+		})
+		t.Run("Show", func(t *testing.T) {
+			d := showJSON(t, cfg, "stripe", "evt_dead", "--payload")
+			var payload bytes.Buffer
+			json.Compact(&payload, d.Payload)
+			if d.State != "dead" || len(d.Attempts) != 1 || d.Attempts[0].Outcome != "dead" || d.Attempts[0].Error != "card declined" ||
+				payload.String() != `{"id":"evt_dead","amount":4200}` || d.Headers["Content-Type"][0] != "application/json" {
+				t.Errorf("show = %+v", d)
+			}
+			stdout, _, _ := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_dead")
+			if strings.Contains(stdout, "4200") || !strings.Contains(stdout, "card declined") {
+				t.Errorf("show without --payload printed the payload, or no error:\n%s", stdout)
+			}
+		})
+		t.Run("ShowReplays", func(t *testing.T) {
+			d := showJSON(t, cfg, "github", "gh_fresh")
+			if len(d.Replays) != 1 || d.Replays[0].ClaimedEventID != "gh_forged" || d.Replays[0].ClaimedType != "delete" || d.Replays[0].ReceivedAt.IsZero() {
+				t.Errorf("show replays = %+v, want gh_forged/delete", d.Replays)
+			}
+			stdout, _, _ := runFerry(t, "events", "show", "--config", cfg, "github", "gh_fresh")
+			if !strings.Contains(stdout, "SUSPECTED REPLAY") || !strings.Contains(stdout, "gh_forged") {
+				t.Errorf("text show does not flag the replay:\n%s", stdout)
+			}
+		})
+		t.Run("NotFound", func(t *testing.T) {
+			_, stderr, code := runFerry(t, "events", "show", "--config", cfg, "stripe", "evt_nope")
+			if code != exitNotFound || stderr != "ferry events show: stripe evt_nope: no such event\n" {
+				t.Errorf("show missing: exit %d, stderr %q; want %d", code, stderr, exitNotFound)
+			}
+		})
+		t.Run("Usage", func(t *testing.T) {
+			for _, args := range [][]string{
+				{"events", "list", "--config", cfg, "--state", "stuck"},
+				{"events", "list", "--config", cfg, "--since", "-24h"}, // ahead of now: it listed nothing
+				{"events", "show", "--config", cfg, "stripe"},
+				{"events", "replay", "--config", cfg, "--state", "dead"},
+				{"events", "frobnicate"},
+			} {
+				if _, stderr, code := runFerry(t, args...); code != 2 || stderr == "" {
+					t.Errorf("%v: exit %d, stderr %q; want 2 with a hint", args, code, stderr)
+				}
+			}
+		})
+		t.Run("Doctor", func(t *testing.T) {
+			stdout, stderr, code := runFerry(t, "doctor", "--config", cfg)
+			if code != exitProblems {
+				t.Errorf("doctor: exit %d, want %d (an event is at risk)", code, exitProblems)
+			}
+			for _, want := range []string{"FAIL  source stripe: 1 event at risk", "at risk: stripe evt_old", "FAIL  source stripe: 1 dead event\n", "ferry events replay --state dead --source stripe", "ferry events retry-now stripe ID", "store: "} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("doctor output lacks %q:\n%s\n%s", want, stdout, stderr)
+				}
+			}
+		})
+		// Replay last: it changes the states the other subtests read.
+		t.Run("Replay", func(t *testing.T) {
+			// A dry run says what would be replayed and changes nothing.
+			stdout, stderr, code := runFerry(t, "events", "replay", "--config", cfg, "--dry-run", "--state", "dead", "--source", "stripe")
+			if code != 0 || stdout != "would replay 1 dead event of stripe (dry run: nothing changed)\n" {
+				t.Errorf("bulk replay --dry-run: exit %d\n%s\n%s", code, stdout, stderr)
+			}
+			stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--dry-run", "stripe", "evt_done")
+			if code != 0 || stdout != "would replay stripe evt_done\n" {
+				t.Errorf("replay --dry-run evt_done: exit %d\n%s\n%s", code, stdout, stderr)
+			}
+			if got := listJSON(t, "--config", cfg, "--state", "dead"); len(got) != 1 {
+				t.Errorf("after bulk replay --dry-run, dead = %v, want the one still dead", eventIDs(got))
+			}
+			if d := showJSON(t, cfg, "stripe", "evt_done"); d.State != "done" {
+				t.Errorf("after replay --dry-run, evt_done is %s, want done", d.State)
+			}
+			stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--actor", "alice", "stripe", "evt_done", "evt_nope")
+			if code != exitNotFound || !strings.Contains(stdout, "replayed stripe evt_done") || stderr != "ferry events replay: stripe evt_nope: no such event\n" {
+				t.Errorf("replay one + missing: exit %d\n%s\n%s", code, stdout, stderr)
+			}
+			stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--state", "dead", "--source", "stripe")
+			if code != 0 || stdout != "replayed 1 dead event of stripe\n" {
+				t.Errorf("bulk replay: exit %d\n%s\n%s", code, stdout, stderr)
+			}
+			if got := listJSON(t, "--config", cfg, "--state", "dead"); len(got) != 0 {
+				t.Errorf("after bulk replay, dead = %v", eventIDs(got))
+			}
+			if got := listJSON(t, "--config", cfg, "--state", "pending", "--source", "stripe"); len(got) != 3 {
+				t.Errorf("after replays, stripe pending = %v, want 3", eventIDs(got))
+			}
+			// Who did each is kept with the event and shown.
+			for _, tc := range []struct{ id, action, actor string }{
+				{"evt_done", "replay", "alice"},
+				{"evt_dead", "requeue", "cli"}, // --actor defaults to cli:$USER, or cli
+			} {
+				d := showJSON(t, cfg, "stripe", tc.id)
+				if len(d.Actions) != 1 || d.Actions[0].Action != tc.action || !strings.HasPrefix(d.Actions[0].Actor, tc.actor) || d.Actions[0].At.IsZero() {
+					t.Errorf("%s actions = %+v, want one %s by %s", tc.id, d.Actions, tc.action, tc.actor)
+				}
+				text, _, _ := runFerry(t, "events", "show", "stripe", tc.id, "--config", cfg)
+				if !strings.Contains(text, "actions:") || !strings.Contains(text, tc.actor) {
+					t.Errorf("text show lacks the action:\n%s", text)
+				}
+			}
+		})
+	})
 }
 
 // A config that does not load exits 2 with the key and the fix; doctor on

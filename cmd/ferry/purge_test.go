@@ -15,8 +15,6 @@ import (
 	"github.com/ferry-inbox/ferry/internal/config"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/teststore"
-	"github.com/ferry-inbox/ferry/sqlite"
-	"github.com/ferry-inbox/ferry/storetest"
 )
 
 // doneEvent receives, claims and completes a Stripe event in st.
@@ -43,8 +41,7 @@ var retention144h = config.Source{Name: "stripe", ReplayWindow: config.Duration{
 func TestPurgerKeepsRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := storetest.NewClock()
-	st := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	st, clock := teststore.SQLiteOnClock(t)
 	old := doneEvent(t, st, "evt_old")
 	clock.Advance(100 * time.Hour)
 	young := doneEvent(t, st, "evt_young")
@@ -67,8 +64,7 @@ func TestPurgerKeepsRetention(t *testing.T) {
 func TestPurgerKeepsKeysForTheReplayWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := storetest.NewClock()
-	st := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	st, clock := teststore.SQLiteOnClock(t)
 	doneEvent(t, st, "evt_old")
 	clock.Advance(120 * time.Hour)
 
@@ -105,8 +101,7 @@ func TestServeMaintainsTheArchiveBeforeServing(t *testing.T) {
 // background at once, not an interval later.
 func TestPurgerCutFirstPassGoesOnAtOnce(t *testing.T) {
 	t.Parallel()
-	clock := storetest.NewClock()
-	st := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	st, clock := teststore.SQLiteOnClock(t)
 	old := doneEvent(t, st, "evt_old")
 	clock.Advance(150 * time.Hour)
 

@@ -13,6 +13,7 @@ import (
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/sqlite"
+	"github.com/ferry-inbox/ferry/storetest"
 )
 
 // SQLite returns a migrated store in a fresh file under t.TempDir().
@@ -20,6 +21,15 @@ import (
 func SQLite(t testing.TB, config *sqlite.Config) *sqlite.Store {
 	t.Helper()
 	return SQLiteAt(t, filepath.Join(t.TempDir(), "ferry.db"), config)
+}
+
+// SQLiteOnClock returns a migrated store in a fresh file under t.TempDir()
+// whose time is a new storetest.Clock, and the clock, for a test that moves
+// time by hand.
+func SQLiteOnClock(t testing.TB) (*sqlite.Store, *storetest.Clock) {
+	t.Helper()
+	clock := storetest.NewClock()
+	return SQLite(t, &sqlite.Config{Now: clock.Now}), clock
 }
 
 // SQLiteAt opens the store at path, creating the file if need be, and
