@@ -24,8 +24,6 @@ import (
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/prometheus"
 	"github.com/ferry-inbox/ferry/provider"
-	"github.com/ferry-inbox/ferry/sqlite"
-	"github.com/ferry-inbox/ferry/storetest"
 )
 
 const secret = "whsec_metrics_test"
@@ -35,8 +33,7 @@ const secret = "whsec_metrics_test"
 func TestScriptedRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := storetest.NewClock()
-	store := teststore.SQLite(t, &sqlite.Config{Now: clock.Now})
+	store, clock := teststore.SQLiteOnClock(t)
 
 	reg := prom.NewRegistry()
 	sources := []string{"stripe", "github"}
