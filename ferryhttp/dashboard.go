@@ -192,12 +192,16 @@ type overviewData struct {
 // it. Times are UTC, in the datetime-local input's format.
 type filter struct {
 	State, Source, Type, Q, From, To string
+	// Unfinished keeps the events with an attempt that ended without a
+	// verdict (EventListParams.LapsedAttempts), as unfinished=1.
+	Unfinished bool
 }
 
 const filterTime = "2006-01-02T15:04"
 
 func filterOf(v url.Values) filter {
-	return filter{State: v.Get("state"), Source: v.Get("source"), Type: v.Get("type"), Q: v.Get("q"), From: v.Get("from"), To: v.Get("to")}
+	return filter{State: v.Get("state"), Source: v.Get("source"), Type: v.Get("type"), Q: v.Get("q"), From: v.Get("from"), To: v.Get("to"),
+		Unfinished: v.Get("unfinished") == "1"}
 }
 
 // values is the filter as a query string's values, empty fields left out.
@@ -207,6 +211,9 @@ func (f filter) values() url.Values {
 		if x != "" {
 			v.Set(k, x)
 		}
+	}
+	if f.Unfinished {
+		v.Set("unfinished", "1")
 	}
 	return v
 }
@@ -255,8 +262,13 @@ func (f filter) states() []ferry.State {
 }
 
 // requeue is the bulk requeue of what the filter selects. Without a state
-// it takes EventRequeue's default, dead and unknown.
+// it takes EventRequeue's default, dead and unknown. Events with an
+// unfinished attempt are refused: each one's effect may have run, so each
+// is the operator's call, on its own page.
 func (f filter) requeue() (*ferry.EventRequeueParams, error) {
+	if f.Unfinished {
+		return nil, errors.New("a bulk replay does not take the unfinished-attempts filter: the effect of each such event may have run; open each one")
+	}
 	since, until, err := f.times()
 	if err != nil {
 		return nil, err
@@ -272,7 +284,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		data.Refresh = d.opts.Refresh.Milliseconds()
 	}
 	params := &ferry.EventListParams{Source: data.Filter.Source, Type: data.Filter.Type, EventIDContains: data.Filter.Q,
-		States: data.Filter.states(), Limit: d.opts.PageSize}
+		States: data.Filter.states(), LapsedAttempts: data.Filter.Unfinished, Limit: d.opts.PageSize}
 	var err error
 	if params.Since, params.Until, err = data.Filter.times(); err != nil {
 		data.Error = err.Error()

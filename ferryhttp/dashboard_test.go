@@ -722,6 +722,67 @@ func TestDashboardFilters(t *testing.T) {
 	}
 }
 
+// TestDashboardUnfinishedAttempts: the unfinished-attempts filter lists the
+// events an attempt of which ended without a verdict (lease_expired), as
+// `ferry events list --unfinished-attempts` does, and offers no bulk
+// replay of them: a replay confirmation or POST with it is refused 400
+// and changes nothing.
+func TestDashboardUnfinishedAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	// A worker claims gh_1 for a minute and dies. Two minutes on (a store
+	// whose clock is that far ahead), the next claim takes it back,
+	// closing the first attempt as lease_expired.
+	later, err := sqlite.Open(b.path, &sqlite.Config{Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Close()
+	for _, s := range []*sqlite.Store{b.store, later} {
+		claims, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 10, TTL: time.Minute, Sources: []string{"github"}})
+		if err != nil || len(claims) != 1 || claims[0].Event.EventID != "gh_1" {
+			t.Fatalf("claim = %v, %v; want gh_1", claims, err)
+		}
+		if s == later {
+			if err := s.EventRelease(ctx, &ferry.EventReleaseParams{Lease: claims[0].Event.Lease()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"unfinished=1", []string{"gh_1"}},
+		{"unfinished=1&source=stripe", nil},
+		{"source=github", []string{"gh_1"}},
+	} {
+		if got := listed(page(t, b, "/ui/?"+tc.query)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s lists %v, want %v", tc.query, got, tc.want)
+		}
+	}
+	body := page(t, b, "/ui/?unfinished=1")
+	if !strings.Contains(body, `id="filter-unfinished" checked`) {
+		t.Error("the unfinished-attempts box is not ticked on its own page")
+	}
+	if link(body, "replay-filter") != "" {
+		t.Error("the unfinished-attempts list offers a bulk replay")
+	}
+	if code, text := testhttp.Get(t, b.server.URL+"/ui/replay?unfinished=1&state=done"); code != http.StatusBadRequest || !strings.Contains(text, "unfinished") {
+		t.Errorf("replay confirmation of the unfinished filter: %d %s, want 400 naming it", code, text)
+	}
+	req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("unfinished=1&state=dead&upto=1000"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	if code, text := testhttp.Do(t, req); code != http.StatusBadRequest || !strings.Contains(text, "unfinished") {
+		t.Errorf("bulk replay POST of the unfinished filter: %d %s, want 400 naming it", code, text)
+	}
+	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StateDead {
+		t.Errorf("a refused bulk replay changed evt_dead to %s", e.State)
+	}
+}
+
 // The command the event page gives for a payload cut short quotes the id,
 // which the sender chooses: pasted, it runs ferry and nothing else.
 func TestDashboardPayloadCommandIsQuoted(t *testing.T) {
