@@ -360,8 +360,6 @@ func (e *env) stopAll() {
 	wg.Wait()
 }
 
-// killTimes maps each gone child's pid to when the harness killed or
-// stopped it (or it crashed on purpose).
 // allStopped is when the harness held every child stopped at once: no
 // worker could take a lease back then.
 func (e *env) allStopped() []span {
@@ -377,6 +375,8 @@ func (e *env) allStopped() []span {
 	return stoppedTogether(workers)
 }
 
+// killTimes maps each gone child's pid to when the harness killed or
+// stopped it (or it crashed on purpose).
 func (e *env) killTimes() map[int]time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()

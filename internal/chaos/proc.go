@@ -200,6 +200,16 @@ func (p *proc) sigcont() error {
 	return err
 }
 
+// lastStopped is when the harness last stopped the child, or zero.
+func (p *proc) lastStopped() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.stopped); n > 0 {
+		return p.stopped[n-1].from
+	}
+	return time.Time{}
+}
+
 func (p *proc) stoppedSpans() []span {
 	p.mu.Lock()
 	defer p.mu.Unlock()

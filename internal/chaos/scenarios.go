@@ -334,11 +334,9 @@ func (s *run) zombie(ctx context.Context) error {
 			return err
 		}
 	}
-	// Reclaim time counts from the stop, less the time the harness held
-	// the survivor stopped too (check subtracts it): when the leases lapsed
-	// during that pause, what is left is how soon the survivor took them
-	// once it could move.
-	z.markKilled(stoppedAt)
+	// Reclaim time counts from the SIGSTOP, less the time the harness held
+	// the survivor stopped too (check subtracts it).
+	z.markKilled(z.lastStopped())
 
 	// 2. The survivor reclaims them: pause it while it runs one under a
 	// later attempt, so only the attempt refuses the zombie's writes.
