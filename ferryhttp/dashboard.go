@@ -574,7 +574,13 @@ func (d *Dashboard) oneEvent(what, key, yes, no, unconfirmed string, act func(ct
 		if !changed {
 			flash = no
 		}
-		d.opts.Logger.Info("ferry: dashboard "+what, "id", id, key, count, "actor", actor)
+		attrs := []any{"id", id, key, count, "actor", actor}
+		// The provider's id too, which is what on-call searches the log
+		// for; the action is done, so a failed read only shortens the line.
+		if e, err := d.opts.Store.EventGet(r.Context(), &ferry.EventGetParams{ID: id}); err == nil {
+			attrs = append(attrs, "source", e.Source, "event_id", e.EventID)
+		}
+		d.opts.Logger.Info("ferry: dashboard "+what, attrs...)
 		http.Redirect(w, r, fmt.Sprintf("/ui/events/%d?flash=%s", id, flash), http.StatusSeeOther)
 	}
 }

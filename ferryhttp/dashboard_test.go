@@ -442,7 +442,7 @@ func TestAdminAuth(t *testing.T) {
 		if code, _ := testhttp.Do(t, withCookie("POST", event+"/replay", c)); code != 200 {
 			t.Fatalf("replay with a session: %d", code)
 		}
-		if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard replay" id=`+itoa(b.ids["evt_dead"])+` replayed=1 actor=ci-bot`) {
+		if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard replay" id=`+itoa(b.ids["evt_dead"])+` replayed=1 actor=ci-bot source=stripe event_id=evt_dead`) {
 			t.Errorf("the replay's log line must name the token's actor:\n%s", logs)
 		}
 		actions, err := b.store.ActionList(context.Background(), &ferry.ActionListParams{ID: b.ids["evt_dead"]})
@@ -909,7 +909,7 @@ func TestDashboardRetryNow(t *testing.T) {
 	if _, actions, _ := strings.Cut(body, `id="actions"`); !strings.Contains(actions, "<td>retry_now</td><td>anonymous</td>") {
 		t.Errorf("the event's actions do not say who retried it:\n%s", actions)
 	}
-	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard retry now" id=`+itoa(id)+` changed=true actor=anonymous`) {
+	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard retry now" id=`+itoa(id)+` changed=true actor=anonymous source=github event_id=gh_1`) {
 		t.Errorf("retry now's log line:\n%s", logs)
 	}
 }
@@ -968,7 +968,7 @@ func TestDashboardResolve(t *testing.T) {
 	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: pending}); e.State != ferry.StatePending {
 		t.Errorf("a refused resolve changed the event to %s", e.State)
 	}
-	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard resolve" id=`+itoa(dead)+` resolved=1 actor=anonymous`) {
+	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard resolve" id=`+itoa(dead)+` resolved=1 actor=anonymous source=stripe event_id=evt_dead`) {
 		t.Errorf("resolve's log line:\n%s", logs)
 	}
 }
