@@ -22,16 +22,16 @@ type observed struct {
 	ledger     map[string][]*ferry.Attempt
 	effects    []effect // every 2xx the sink answered, or every chaos_effect row
 	kills      map[int]time.Time
-	allStopped []span // when the harness held every worker stopped at once
 	tx         bool
-	// reclaim: measure max_reclaim_ms (kill and zombie, where a worker
-	// survives to take the lease back; in crashloop none does).
+	// reclaim: measure max_reclaim_ms (kill, where a worker survives to
+	// take the lease back; in crashloop none does, and zombie's pauses
+	// would make it measure the harness).
 	reclaim bool
 }
 
 // collect reads the store and the effects after the drain.
 func (e *env) collect(ctx context.Context, evs []*event) (*observed, error) {
-	o := &observed{events: evs, stored: map[string]*ferry.Event{}, payloadSHA: map[string]string{}, ledger: map[string][]*ferry.Attempt{}, kills: e.killTimes(), allStopped: e.allStopped(), tx: e.opts.Handler == "tx",
+	o := &observed{events: evs, stored: map[string]*ferry.Event{}, payloadSHA: map[string]string{}, ledger: map[string][]*ferry.Attempt{}, kills: e.killTimes(), tx: e.opts.Handler == "tx",
 		reclaim: e.measureReclaim}
 	var before int64
 	for {
@@ -130,8 +130,7 @@ func scanEffects(next func() bool, scan func(...any) error, rowsErr func() error
 //     attempt had started, a second done, or (tx) an effect committed by an
 //     attempt that is not the one that completed the event;
 //   - max_reclaim_ms: from the kill (or stop) of a worker holding a lease to
-//     the next attempt's start, less the time the harness held every worker
-//     stopped at once; the slowest.
+//     the next attempt's start, the slowest.
 func check(o *observed, r *Result) {
 	sent := map[string]*event{}
 	for _, ev := range o.events {
@@ -219,7 +218,7 @@ func check(o *observed, r *Result) {
 				}
 				if a.Outcome == ferry.OutcomeLeaseExpired && o.reclaim {
 					if kill, ok := o.kills[pidOf(a.Worker)]; ok && !kill.Before(a.StartedAt.Add(-time.Millisecond)) && !kill.After(next.StartedAt) {
-						r.MaxReclaimMS = max(r.MaxReclaimMS, reclaimTime(kill, next.StartedAt, o.allStopped).Milliseconds())
+						r.MaxReclaimMS = max(r.MaxReclaimMS, next.StartedAt.Sub(kill).Milliseconds())
 					}
 				}
 			}
@@ -274,11 +273,4 @@ func (r *Result) note(format string, args ...any) {
 	if len(r.Notes) < 10 {
 		r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
 	}
-}
-
-// reclaimTime is how long a lease of a worker killed (or stopped) at kill
-// waited for the attempt started at next, less the time the harness held
-// every worker stopped: no worker could take it back then.
-func reclaimTime(kill, next time.Time, allStopped []span) time.Duration {
-	return next.Sub(kill) - overlap(allStopped, kill, next)
 }

@@ -62,27 +62,3 @@ func TestVerdictReclaimCeiling(t *testing.T) {
 		}
 	}
 }
-
-// TestReclaimTimeLessTheHarnessPause: time the harness held every worker
-// stopped (the zombie scenario pauses the survivor to probe) is not
-// counted as waiting for a reclaim; time any worker could run is.
-func TestReclaimTimeLessTheHarnessPause(t *testing.T) {
-	t.Parallel()
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	zombie := []span{{at(0), at(45)}}
-	for _, tc := range []struct {
-		name    string
-		workers [][]span
-		want    time.Duration
-	}{
-		{"no pause", [][]span{zombie, nil}, 40 * time.Second},
-		{"survivor paused 20 s", [][]span{zombie, {{at(5), at(25)}}}, 20 * time.Second},
-		{"survivor paused twice, once still", [][]span{zombie, {{at(5), at(25)}, {at(30), time.Time{}}}}, 10 * time.Second},
-		{"a third worker ran", [][]span{zombie, {{at(5), at(25)}}, nil}, 40 * time.Second},
-	} {
-		if got := reclaimTime(at(0), at(40), stoppedTogether(tc.workers)); got != tc.want {
-			t.Errorf("%s: reclaim %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}

@@ -360,21 +360,6 @@ func (e *env) stopAll() {
 	wg.Wait()
 }
 
-// allStopped is when the harness held every child stopped at once: no
-// worker could take a lease back then.
-func (e *env) allStopped() []span {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var workers [][]span
-	for _, p := range e.exited {
-		workers = append(workers, p.stoppedSpans())
-	}
-	for _, p := range e.procs {
-		workers = append(workers, p.stoppedSpans())
-	}
-	return stoppedTogether(workers)
-}
-
 // killTimes maps each gone child's pid to when the harness killed or
 // stopped it (or it crashed on purpose).
 func (e *env) killTimes() map[int]time.Time {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,61 +29,6 @@ type proc struct {
 	mu       sync.Mutex
 	tail     []string
 	killedAt time.Time // SIGKILL or SIGSTOP sent by the harness, or the crash line read
-	stopped  []span    // each time the harness held it stopped (SIGSTOP to SIGCONT)
-}
-
-// span is a stretch of time; an open one has a zero end.
-type span struct{ from, to time.Time }
-
-// stoppedTogether is when every one of workers was stopped at once.
-func stoppedTogether(workers [][]span) []span {
-	if len(workers) == 0 {
-		return nil
-	}
-	out := workers[0]
-	for _, w := range workers[1:] {
-		out = intersect(out, w)
-	}
-	return out
-}
-
-// intersect is the stretches both a and b cover.
-func intersect(a, b []span) []span {
-	var out []span
-	for _, x := range a {
-		for _, y := range b {
-			from, to := x.from, x.to
-			if y.from.After(from) {
-				from = y.from
-			}
-			if to.IsZero() || (!y.to.IsZero() && y.to.Before(to)) {
-				to = y.to
-			}
-			if to.IsZero() || to.After(from) {
-				out = append(out, span{from, to})
-			}
-		}
-	}
-	return out
-}
-
-// overlap is how much of [from, to] the spans cover, an open span up to to.
-func overlap(spans []span, from, to time.Time) time.Duration {
-	var d time.Duration
-	for _, s := range spans {
-		end := s.to
-		if end.IsZero() || end.After(to) {
-			end = to
-		}
-		begin := s.from
-		if begin.Before(from) {
-			begin = from
-		}
-		if end.After(begin) {
-			d += end.Sub(begin)
-		}
-	}
-	return d
 }
 
 // lineCounter is told of every line a child logs.
@@ -178,44 +122,6 @@ func (p *proc) killTime() time.Time {
 	return p.killedAt
 }
 
-// sigstop stops the child, and records when.
-func (p *proc) sigstop() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return err
-	}
-	p.stopped = append(p.stopped, span{from: time.Now()})
-	return nil
-}
-
-// sigcont resumes the child, and records when.
-func (p *proc) sigcont() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	err := p.cmd.Process.Signal(syscall.SIGCONT)
-	if n := len(p.stopped); n > 0 && p.stopped[n-1].to.IsZero() {
-		p.stopped[n-1].to = time.Now()
-	}
-	return err
-}
-
-// lastStopped is when the harness last stopped the child, or zero.
-func (p *proc) lastStopped() time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := len(p.stopped); n > 0 {
-		return p.stopped[n-1].from
-	}
-	return time.Time{}
-}
-
-func (p *proc) stoppedSpans() []span {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.stopped)
-}
-
 // kill SIGKILLs the child and waits for it to be gone.
 func (p *proc) kill() {
 	if p.alive() {
@@ -231,7 +137,7 @@ func (p *proc) stop(limit time.Duration) {
 	if !p.alive() {
 		return
 	}
-	_ = p.sigcont() // a stopped child cannot handle SIGTERM
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a stopped child cannot handle SIGTERM
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
