@@ -129,8 +129,8 @@ func scanEffects(next func() bool, scan func(...any) error, rowsErr func() error
 //   - stale_writes_accepted: an attempt that reported an end after a later
 //     attempt had started, a second done, or (tx) an effect committed by an
 //     attempt that is not the one that completed the event;
-//   - max_reclaim_ms: from the kill (or stop) of a worker holding a lease to
-//     the next attempt's start, the slowest.
+//   - max_reclaim_ms: from the kill of a worker holding a lease to the next
+//     attempt's start, the slowest (kill only).
 func check(o *observed, r *Result) {
 	sent := map[string]*event{}
 	for _, ev := range o.events {

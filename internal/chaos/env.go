@@ -360,8 +360,8 @@ func (e *env) stopAll() {
 	wg.Wait()
 }
 
-// killTimes maps each gone child's pid to when the harness killed or
-// stopped it (or it crashed on purpose).
+// killTimes maps each gone child's pid to when the harness killed it (or
+// it crashed on purpose).
 func (e *env) killTimes() map[int]time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()

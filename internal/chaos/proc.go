@@ -28,7 +28,7 @@ type proc struct {
 
 	mu       sync.Mutex
 	tail     []string
-	killedAt time.Time // SIGKILL or SIGSTOP sent by the harness, or the crash line read
+	killedAt time.Time // SIGKILL sent by the harness, or the crash line read
 }
 
 // lineCounter is told of every line a child logs.
