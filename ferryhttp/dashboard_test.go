@@ -257,10 +257,7 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 	}
 
 	// upto past every event the test made.
-	req = newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe&upto=1000000"))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	if code, body := testhttp.Do(t, req); code != 200 || !strings.Contains(body, "replayed 0 events") {
+	if code, body := postBulkReplay(t, b, "source=stripe&upto=1000000"); code != 200 || !strings.Contains(body, "replayed 0 events") {
 		t.Errorf("bulk replay: %d\n%s", code, body)
 	}
 	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard bulk replay" filter="source=stripe" replayed=0 actor=anonymous`) {
@@ -772,10 +769,7 @@ func TestDashboardUnfinishedAttempts(t *testing.T) {
 	if code, text := testhttp.Get(t, b.server.URL+"/ui/replay?unfinished=1&state=done"); code != http.StatusBadRequest || !strings.Contains(text, "unfinished") {
 		t.Errorf("replay confirmation of the unfinished filter: %d %s, want 400 naming it", code, text)
 	}
-	req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("unfinished=1&state=dead&upto=1000"))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	if code, text := testhttp.Do(t, req); code != http.StatusBadRequest || !strings.Contains(text, "unfinished") {
+	if code, text := postBulkReplay(t, b, "unfinished=1&state=dead&upto=1000"); code != http.StatusBadRequest || !strings.Contains(text, "unfinished") {
 		t.Errorf("bulk replay POST of the unfinished filter: %d %s, want 400 naming it", code, text)
 	}
 	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StateDead {
@@ -841,10 +835,7 @@ func TestDashboardBulkReplay(t *testing.T) {
 		}
 	}
 
-	req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader("source=stripe&state=dead&upto="+upto))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	if code, body := testhttp.Do(t, req); code != 200 || !strings.Contains(body, "replayed 1 events") {
+	if code, body := postBulkReplay(t, b, "source=stripe&state=dead&upto="+upto); code != 200 || !strings.Contains(body, "replayed 1 events") {
 		t.Fatalf("bulk replay: %d\n%s", code, body)
 	}
 	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: b.ids["evt_dead"]}); e.State != ferry.StatePending {
@@ -865,10 +856,7 @@ func TestDashboardBulkReplayNeedsUpto(t *testing.T) {
 	t.Parallel()
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
 	for _, form := range []string{"source=stripe&state=dead", "source=stripe&state=dead&upto=", "source=stripe&state=dead&upto=x", "source=stripe&state=dead&upto=0", "source=stripe&state=dead&upto=-1"} {
-		req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader(form))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("Sec-Fetch-Site", "same-origin")
-		if code, body := testhttp.Do(t, req); code != http.StatusBadRequest || !strings.Contains(body, "upto") {
+		if code, body := postBulkReplay(t, b, form); code != http.StatusBadRequest || !strings.Contains(body, "upto") {
 			t.Errorf("%s: %d %s, want 400 naming upto", form, code, body)
 		}
 	}
@@ -912,6 +900,16 @@ func TestDashboardRetryNow(t *testing.T) {
 	if logs := b.logs.String(); !strings.Contains(logs, `msg="ferry: dashboard retry now" id=`+itoa(id)+` changed=true actor=anonymous source=github event_id=gh_1`) {
 		t.Errorf("retry now's log line:\n%s", logs)
 	}
+}
+
+// postBulkReplay posts form to /ui/replay as the confirmation page does
+// (same-origin), and returns the answer.
+func postBulkReplay(t *testing.T, b *dashBundle, form string) (int, string) {
+	t.Helper()
+	req := newReq(t, "POST", b.server.URL+"/ui/replay", strings.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	return testhttp.Do(t, req)
 }
 
 // postAction posts a same-origin action (replay, retry, resolve) on the

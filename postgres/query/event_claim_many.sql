@@ -54,7 +54,7 @@ pending_sources AS (
     UNION ALL
     SELECT source FROM every_source WHERE source IS NOT NULL
 ),
--- An index scan a source that stops at @limit, rather than one sort of
+-- An index scan per source that stops at @limit, rather than one sort of
 -- every due event or a pass over other sources' due events. Each source's
 -- scan locks what it reads, so with several sources due a claim locks up
 -- to @limit of each and keeps the oldest @limit in all; a claim beside it
