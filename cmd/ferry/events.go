@@ -620,8 +620,8 @@ func runEventsReplay(ctx context.Context, args []string, out io.Writer) error {
 		`Puts done, dead or unknown events back to pending, due now, with a fresh attempt
 budget: named ones, or every dead (or unknown) event of a source. Events queued or
 running are left as they are. --dry-run says what would be replayed and changes
-nothing. Exits 3 when a named event does not exist (the others are still
-replayed).`)
+nothing. Exits 3 when a named event does not exist, 5 when one is left as it is
+(the others are still replayed).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	state := fs.String("state", "", "bulk: replay every event in this `state` (dead or unknown) of --source")
 	source := fs.String("source", "", "bulk: the `source` whose events to replay (required with --state)")
@@ -681,9 +681,10 @@ replayed).`)
 // eachNamed runs act on each event named by positional (SOURCE EVENT_ID...),
 // one at a time, and prints "DONE SOURCE EVENT_ID" for each it changed
 // (done is the past tense: "replayed"); verb names the step in errors.
-// The events act leaves as they are are listed after refused, with their
-// state; the ones that do not exist are the error (exit 3), after the
-// others are done.
+// After the others are done, the ones that do not exist are the error
+// (exit 3), and the ones act left as they are, named with their state after
+// refusedText, are the error or its tail (exit 5 when none is missing): a
+// script that asked for an event to change learns it did not.
 func eachNamed(ctx context.Context, st ferry.Store, out io.Writer, verb, done, refusedText string, positional []string, act func(*ferry.Event) (bool, error)) error {
 	src := positional[0]
 	var missing, refused []string
@@ -705,11 +706,17 @@ func eachNamed(ctx context.Context, st ferry.Store, out io.Writer, verb, done, r
 		}
 		fmt.Fprintf(out, "%s %s %s\n", done, src, id)
 	}
+	var left string
 	if len(refused) > 0 {
-		fmt.Fprintf(out, "%s: %s\n", refusedText, strings.Join(refused, ", "))
+		left = fmt.Sprintf("%s %s: %s", src, strings.Join(refused, ", "), refusedText)
 	}
-	if len(missing) > 0 {
+	switch {
+	case len(missing) > 0 && left != "":
+		return fmt.Errorf("%s %s: %w; %s", src, strings.Join(missing, ", "), errEventNotFound, left)
+	case len(missing) > 0:
 		return fmt.Errorf("%s %s: %w", src, strings.Join(missing, ", "), errEventNotFound)
+	case left != "":
+		return &exitError{exitLeft, errors.New(left)}
 	}
 	return nil
 }
@@ -765,7 +772,7 @@ var eventsRetryNow = namedAction{
 them at once, as the dashboard's "retry now" does. The attempt budget is not
 reset (that is replay's, for done, dead or unknown events); events that are not
 pending, or already due, are left as they are. Exits 3 when a named event does
-not exist (the others are still retried).`,
+not exist, 5 when one is left as it is (the others are still retried).`,
 	what: "asks", verb: "retry now", done: "retried",
 	refused: "not retried, not pending in a backoff (running, finished, or already due)",
 	act: func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error) {
@@ -780,8 +787,8 @@ event whose effect you have confirmed did happen, or a dead one you decide to
 discard. Each is recorded with --actor (ferry events show lists who resolved it,
 and when); the attempt ledger is kept as it was. Events in any other state are
 left as they are. A source no longer in the config is accepted: nothing needs
-to run. Exits 3 when a named event does not exist (the others are still
-resolved).`,
+to run. Exits 3 when a named event does not exist, 5 when one is left as it is
+(the others are still resolved).`,
 	what: "resolves", verb: "resolve", done: "resolved",
 	refused: "not resolved, only dead or unknown events can be",
 	retired: true,

@@ -64,10 +64,14 @@ func TestEventsResolve(t *testing.T) {
 		}
 
 		stdout, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "alice", "stripe", "evt_dead", "evt_unknown", "evt_pending", "evt_nope")
-		if code != exitNotFound || stderr != "ferry events resolve: stripe evt_nope: no such event\n" ||
-			!strings.Contains(stdout, "resolved stripe evt_dead\nresolved stripe evt_unknown\n") ||
-			!strings.Contains(stdout, "not resolved, only dead or unknown events can be: evt_pending (pending)") {
+		if code != exitNotFound || stderr != "ferry events resolve: stripe evt_nope: no such event; stripe evt_pending (pending): not resolved, only dead or unknown events can be\n" ||
+			stdout != "resolved stripe evt_dead\nresolved stripe evt_unknown\n" {
 			t.Errorf("resolve: exit %d, want %d\n%s%s", code, exitNotFound, stdout, stderr)
+		}
+		// An event left as it is, with none missing, fails on its own.
+		if stdout, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "alice", "stripe", "evt_pending"); code != exitLeft ||
+			stderr != "ferry events resolve: stripe evt_pending (pending): not resolved, only dead or unknown events can be\n" || stdout != "" {
+			t.Errorf("resolve a pending event: exit %d, want %d\n%s%s", code, exitLeft, stdout, stderr)
 		}
 		for _, id := range []string{"evt_dead", "evt_unknown"} {
 			d := showJSON(t, cfg, "stripe", id)
@@ -117,9 +121,13 @@ func TestEventsRetryNow(t *testing.T) {
 	before := showJSON(t, cfg, "stripe", "evt_backoff")
 
 	stdout, stderr, code := runFerry(t, "events", "retry-now", "--config", cfg, "--actor", "alice", "stripe", "evt_backoff", "evt_due", "evt_nope")
-	if code != exitNotFound || stderr != "ferry events retry-now: stripe evt_nope: no such event\n" || !strings.Contains(stdout, "retried stripe evt_backoff\n") ||
-		!strings.Contains(stdout, "not retried, not pending in a backoff (running, finished, or already due): evt_due (pending)") {
+	if code != exitNotFound || stdout != "retried stripe evt_backoff\n" ||
+		stderr != "ferry events retry-now: stripe evt_nope: no such event; stripe evt_due (pending): not retried, not pending in a backoff (running, finished, or already due)\n" {
 		t.Errorf("retry-now: exit %d, want %d\n%s%s", code, exitNotFound, stdout, stderr)
+	}
+	if stdout, stderr, code := runFerry(t, "events", "retry-now", "--config", cfg, "--actor", "alice", "stripe", "evt_due"); code != exitLeft ||
+		stderr != "ferry events retry-now: stripe evt_due (pending): not retried, not pending in a backoff (running, finished, or already due)\n" || stdout != "" {
+		t.Errorf("retry-now a due event: exit %d, want %d\n%s%s", code, exitLeft, stdout, stderr)
 	}
 	after := showJSON(t, cfg, "stripe", "evt_backoff")
 	if after.State != "pending" || after.NextAttemptAt == nil || !after.NextAttemptAt.Before(*before.NextAttemptAt) || after.Attempt != 1 {

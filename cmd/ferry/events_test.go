@@ -312,6 +312,18 @@ func TestEventsCLI(t *testing.T) {
 			if d := showJSON(t, cfg, "stripe", "evt_done"); d.State != "done" {
 				t.Errorf("after replay --dry-run, evt_done is %s, want done", d.State)
 			}
+			// A queued event is left as it is, and the exit code says so,
+			// in a dry run too.
+			for _, dry := range []string{"--dry-run=true", "--dry-run=false"} {
+				want := "ferry events replay: stripe evt_old (pending): not replayed, already queued or running\n"
+				if dry == "--dry-run=true" {
+					want = "ferry events replay: stripe evt_old (pending): would not replay, already queued or running\n"
+				}
+				stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, dry, "stripe", "evt_old")
+				if code != exitLeft || stdout != "" || stderr != want {
+					t.Errorf("replay %s of a pending event: exit %d, want %d\n%s%s", dry, code, exitLeft, stdout, stderr)
+				}
+			}
 			stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--actor", "alice", "stripe", "evt_done", "evt_nope")
 			if code != exitNotFound || !strings.Contains(stdout, "replayed stripe evt_done") || stderr != "ferry events replay: stripe evt_nope: no such event\n" {
 				t.Errorf("replay one + missing: exit %d\n%s\n%s", code, stdout, stderr)

@@ -93,6 +93,7 @@ const (
 	exitUsage    = 2 // bad usage or config
 	exitNotFound = 3 // an event named does not exist
 	exitProblems = 4 // doctor found something that needs a human
+	exitLeft     = 5 // an event named is in a state the action does not take
 )
 
 // exitError carries an exit code of its own to run. A nil err means the
