@@ -80,7 +80,7 @@ func (c *Client) runHandler(ctx context.Context, j *job, cl *Claim) (completed b
 	started := time.Now()
 	h := c.handlerFor(ev)
 	if h == nil {
-		return false, 0, Permanent(fmt.Errorf("ferry: no handler for source %q type %q", ev.Source, ev.Type))
+		return false, 0, Permanent(notRunError{fmt.Errorf("ferry: no handler for source %q type %q", ev.Source, ev.Type)})
 	}
 	completed, err = runSafely(ctx, h, d)
 	j.response = d.Response()
@@ -98,8 +98,15 @@ func budgetSpent(cl *Claim, p SourcePolicy) error {
 	if !cl.Reclaimed || ev.Attempt-ev.AttemptBase <= p.MaxAttempts {
 		return nil
 	}
-	return Permanent(fmt.Errorf("ferry: not run: the budget of %d attempts is spent, the last by an attempt that never finished (its worker died, or its handler outlived the lease)", p.MaxAttempts))
+	return Permanent(notRunError{fmt.Errorf("ferry: not run: the budget of %d attempts is spent, the last by an attempt that never finished (its worker died, or its handler outlived the lease)", p.MaxAttempts)})
 }
+
+// notRunError is an attempt's error given before any handler ran: its
+// ledger row is closed as released (EventFailParams.NotRun), so a replay's
+// PreviousUnfinished still sees the lapsed attempt before it.
+type notRunError struct{ error }
+
+func (e notRunError) Unwrap() error { return e.error }
 
 // cutOff reports whether a handler that failed was cut off by Stop at the
 // end of the grace. Cancellation comes back in many forms (ctx.Err(), its
@@ -166,7 +173,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 			state, e = c.failures.Do(wctx, EventFailParams{
 				Lease: j.lease, Error: storableText(err.Error()), RetryDelay: delay,
 				MaxAttempts: policy.MaxAttempts, MaxAge: policy.ReplayWindow, Dead: IsPermanent(err),
-				Response: j.response,
+				NotRun: errors.As(err, new(notRunError)), Response: j.response,
 			})
 			return e
 		})

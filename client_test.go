@@ -370,12 +370,35 @@ func TestClient(t *testing.T) {
 		if !strings.Contains(ev.LastError, "budget of 3 attempts is spent") {
 			t.Errorf("last error %q does not say the budget is spent", ev.LastError)
 		}
-		b.wantLedger(t, spent, "[lease_expired lease_expired lease_expired dead]")
+		// Its verdict is dead, but no handler ran: the ledger says released.
+		b.wantLedger(t, spent, "[lease_expired lease_expired lease_expired released]")
 		if a, ok := ran.Load("evt_spent"); ok {
 			t.Errorf("the handler ran attempt %v of an event past its budget", a)
 		}
 		b.waitState(t, left, ferry.StateDone) // its last attempt of the budget still runs
 		b.wantLedger(t, left, "[lease_expired lease_expired done]")
+		// Replayed, it runs with a fresh budget, and its handler hears that
+		// the last attempt that ran never finished.
+		if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{spent}, Actor: "op"}); err != nil {
+			t.Fatal(err)
+		}
+		b.waitState(t, spent, ferry.StateDone)
+		if u, _ := unfinished.Load("evt_spent"); u != true {
+			t.Errorf("the replay of an event dead by its budget: PreviousUnfinished = %v, want true", u)
+		}
+	})
+
+	// An event of a type no handler takes goes dead without running, and
+	// the ledger says no handler ran.
+	withClient(t, "NoHandlerForTheTypeIsDeadNotRun", false, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "stripe", "evt_1") // of type "test"
+		c := b.newClient(t, nil)
+		c.HandleType("stripe", "invoice.paid", func(context.Context, *ferry.Delivery) error { return nil })
+		start(t, c)
+		if ev := b.waitState(t, id, ferry.StateDead); !strings.Contains(ev.LastError, `no handler for source "stripe" type "test"`) {
+			t.Errorf("last error %q does not say no handler takes the type", ev.LastError)
+		}
+		b.wantLedger(t, id, "[released]")
 	})
 
 	withClient(t, "PanicIsAFailedAttempt", false, func(t *testing.T, b *clientBundle) {

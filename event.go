@@ -138,7 +138,9 @@ const (
 	// OutcomeDead: the attempt failed and the event went dead.
 	OutcomeDead Outcome = "dead"
 	// OutcomeReleased: the worker gave the event back at shutdown, unworked
-	// or with its handler cut off at the end of the grace.
+	// or with its handler cut off at the end of the grace; or the event went
+	// dead without a handler running (EventFailParams.NotRun), which the
+	// attempt's error says.
 	OutcomeReleased Outcome = "released"
 	// OutcomeLeaseExpired: the lease lapsed before the attempt reported; the
 	// event was taken back (or held as unknown). Its effect may or may not have

@@ -438,6 +438,12 @@ type EventFailParams struct {
 	MaxAge time.Duration
 	// Dead sends the event to dead whatever its budget (a permanent error).
 	Dead bool
+	// NotRun says no handler ran in this attempt (its budget was spent by
+	// attempts that never finished, or no handler takes its type): the
+	// ledger row is closed as released, with Error, whatever the event's
+	// new state, so the next claim's PreviousUnfinished looks past it to
+	// the attempt before, as it looks past any release.
+	NotRun bool
 	// Response is what the handler's downstream answered, kept in the
 	// attempt's ledger row. Optional.
 	Response AttemptResponse

@@ -123,6 +123,7 @@ func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (f
 	args["max_attempts"] = params.MaxAttempts
 	args["max_age_us"] = micros(params.MaxAge)
 	args["dead"] = params.Dead
+	args["not_run"] = params.NotRun
 	args["http_status"] = params.Response.HTTPStatus
 	args["response"] = params.Response.Body
 	var state string
@@ -152,13 +153,14 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 		maxAttempts = make([]int32, n)
 		maxAges     = make([]int64, n)
 		dead        = make([]bool, n)
+		notRun      = make([]bool, n)
 		statuses    = make([]int32, n)
 		responses   = make([]string, n)
 	)
 	for i, f := range params.Failures {
 		ids[i], attempts[i] = f.Lease.ID, int32(f.Lease.Attempt)
 		errs[i], delays[i] = f.Error, micros(f.RetryDelay)
-		maxAttempts[i], maxAges[i], dead[i] = int32(f.MaxAttempts), micros(f.MaxAge), f.Dead
+		maxAttempts[i], maxAges[i], dead[i], notRun[i] = int32(f.MaxAttempts), micros(f.MaxAge), f.Dead, f.NotRun
 		statuses[i], responses[i] = int32(f.Response.HTTPStatus), f.Response.Body
 	}
 	rows, _ := s.pool.Query(ctx, eventFailManySQL, pgx.NamedArgs{
@@ -170,6 +172,7 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 		"max_attempts":    maxAttempts,
 		"max_ages_us":     maxAges,
 		"dead":            dead,
+		"not_run":         notRun,
 		"http_statuses":   statuses,
 		"responses":       responses,
 	})

@@ -152,11 +152,7 @@ func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (f
 		if err != nil {
 			return err
 		}
-		outcome := ferry.OutcomeFailed
-		if state == ferry.StateDead {
-			outcome = ferry.OutcomeDead
-		}
-		return finishAttempt(ctx, tx, params.Lease, now, outcome, params.Error, params.Response)
+		return finishAttempt(ctx, tx, params.Lease, now, failOutcome(state, params.NotRun), params.Error, params.Response)
 	})
 	if err != nil {
 		return "", err
@@ -201,12 +197,8 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 				return [6]any{}, err
 			}
 			closed[l] = state
-			outcome := ferry.OutcomeFailed
-			if state == ferry.StateDead {
-				outcome = ferry.OutcomeDead
-			}
 			f := byLease[l]
-			return [6]any{l.ID, l.Attempt, string(outcome), f.Error, f.Response.HTTPStatus, f.Response.Body}, nil
+			return [6]any{l.ID, l.Attempt, string(failOutcome(state, f.NotRun)), f.Error, f.Response.HTTPStatus, f.Response.Body}, nil
 		}, sql.Named("now", now), sql.Named("failures", jsonArg(failures)))
 		if err != nil || len(ledger) == 0 {
 			return err
@@ -227,6 +219,19 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 		s.broadcast()
 	}
 	return out, nil
+}
+
+// failOutcome is the ledger outcome of a failed attempt whose event is now
+// in state: released when no handler ran, else dead or failed by the state.
+// The same rule as postgres/query/event_fail.sql's ledger step.
+func failOutcome(state ferry.State, notRun bool) ferry.Outcome {
+	switch {
+	case notRun:
+		return ferry.OutcomeReleased
+	case state == ferry.StateDead:
+		return ferry.OutcomeDead
+	}
+	return ferry.OutcomeFailed
 }
 
 // EventRelease gives a leased event back, pending and due now.

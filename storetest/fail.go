@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -72,6 +73,59 @@ func testFail[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 		wantOutcomes(t, b, id, ferry.OutcomeDead)
 	})
+
+	// A fail no handler ran in (NotRun) leaves a released ledger row, so
+	// the replay's first claim still hears of the lapse before it; a dead
+	// verdict a handler gave is an end, and the replay's claim does not.
+	for _, way := range []string{"Fail", "FailMany"} {
+		run(t, setup, "NotRunIsReleasedAndTheReplaySeesTheLapse"+way, func(t *testing.T, b *bundle[TX]) {
+			notRun, ran := receive(t, b, "stripe", "evt_not_run"), receive(t, b, "stripe", "evt_ran")
+			claim(t, b, "crashed", 2)
+			b.clock.Advance(ttl)
+			leases := map[int64]ferry.Lease{}
+			for _, c := range claim(t, b, "w1", 2) {
+				leases[c.Event.ID] = c.Event.Lease()
+			}
+			failures := []ferry.EventFailParams{
+				{Lease: leases[notRun], Error: "not run: budget spent", Dead: true, NotRun: true},
+				{Lease: leases[ran], Error: "404", Dead: true},
+			}
+			fail := b.store.EventFailMany
+			if way == "Fail" {
+				fail = func(ctx context.Context, p *ferry.EventFailManyParams) ([]ferry.State, error) {
+					states := make([]ferry.State, len(p.Failures))
+					for i := range p.Failures {
+						var err error
+						if states[i], err = b.store.EventFail(ctx, &p.Failures[i]); err != nil {
+							return nil, err
+						}
+					}
+					return states, nil
+				}
+			}
+			if states, err := fail(b.ctx, &ferry.EventFailManyParams{Failures: failures}); err != nil || !slices.Equal(states, []ferry.State{ferry.StateDead, ferry.StateDead}) {
+				t.Fatalf("%s = %v, %v; want both dead", way, states, err)
+			}
+			wantState(t, b, notRun, ferry.StateDead)
+			wantOutcomes(t, b, notRun, ferry.OutcomeLeaseExpired, ferry.OutcomeReleased)
+			if a := attempts(t, b, notRun); a[1].Error != "not run: budget spent" || !a[1].FinishedAt.Equal(b.clock.Now()) {
+				t.Errorf("not-run row = %+v, want its error, closed now", a[1])
+			}
+			wantOutcomes(t, b, ran, ferry.OutcomeLeaseExpired, ferry.OutcomeDead)
+			if _, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{notRun, ran}, Actor: "op"}); err != nil {
+				t.Fatal(err)
+			}
+			replayed := claim(t, b, "w2", 2)
+			if len(replayed) != 2 {
+				t.Fatalf("claimed %d replayed events, want 2", len(replayed))
+			}
+			for _, c := range replayed {
+				if want := c.Event.ID == notRun; c.PreviousUnfinished != want || c.Reclaimed {
+					t.Errorf("replayed %s: previous unfinished %v reclaimed %v; want %v, false", c.Event.EventID, c.PreviousUnfinished, c.Reclaimed, want)
+				}
+			}
+		})
+	}
 
 	t.Run("FailRules", func(t *testing.T) {
 		t.Parallel()

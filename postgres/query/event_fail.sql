@@ -2,7 +2,9 @@
 -- budget since the last requeue is spent, or when the event is older than
 -- @max_age_us (from its first delivery or last requeue); pending again after
 -- the retry delay otherwise, which wakes the workers. The same rule as
--- sqlite/query/event_fail.sql. No row back means the lease was lost.
+-- sqlite/query/event_fail.sql. The ledger row says released when no handler
+-- ran (@not_run), else dead or failed by the new state (sqlite/fenced.go's
+-- failOutcome). No row back means the lease was lost.
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
@@ -26,7 +28,8 @@ failed AS (
 ),
 ledger AS (
     UPDATE ferry_attempt a
-    SET outcome = CASE WHEN failed.state = 'dead' THEN 'dead' ELSE 'failed' END,
+    SET outcome = CASE WHEN @not_run::boolean THEN 'released'
+                       WHEN failed.state = 'dead' THEN 'dead' ELSE 'failed' END,
         finished_at = (SELECT now FROM clock),
         error = @error::text,
         http_status = nullif(@http_status::int, 0), response = nullif(@response::text, '')

@@ -11,9 +11,9 @@ WITH clock AS (
 failures AS (
     SELECT *
     FROM unnest(@ids::bigint[], @attempts::int[], @errors::text[], @retry_delays_us::bigint[],
-                @max_attempts::int[], @max_ages_us::bigint[], @dead::boolean[],
+                @max_attempts::int[], @max_ages_us::bigint[], @dead::boolean[], @not_run::boolean[],
                 @http_statuses::int[], @responses::text[])
-        AS f(id, attempt, error, retry_delay_us, max_attempts, max_age_us, dead, http_status, response)
+        AS f(id, attempt, error, retry_delay_us, max_attempts, max_age_us, dead, not_run, http_status, response)
 ),
 held AS (
     SELECT id, attempt FROM ferry_event_lock_held(@ids::bigint[], @attempts::int[], (SELECT now FROM clock))
@@ -34,11 +34,12 @@ failed AS (
     FROM held
     JOIN failures f ON f.id = held.id AND f.attempt = held.attempt
     WHERE e.id = held.id
-    RETURNING e.id, e.attempt, e.state, f.error, f.http_status, f.response
+    RETURNING e.id, e.attempt, e.state, f.error, f.not_run, f.http_status, f.response
 ),
 ledger AS (
     UPDATE ferry_attempt a
-    SET outcome = CASE WHEN failed.state = 'dead' THEN 'dead' ELSE 'failed' END,
+    SET outcome = CASE WHEN failed.not_run THEN 'released'
+                       WHEN failed.state = 'dead' THEN 'dead' ELSE 'failed' END,
         finished_at = (SELECT now FROM clock),
         error = failed.error,
         http_status = nullif(failed.http_status, 0), response = nullif(failed.response, '')
