@@ -79,7 +79,8 @@ const eventsUsage = `usage:
 
 Every subcommand takes --config FILE (default ferry.toml); 'ferry events list -h'
 says what each does and lists its flags.
-Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 event not found.
+Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 event not found,
+5 an event named was left as it is (replay, retry-now, resolve).
 `
 
 // eventLine is one event as list --json prints it, one object a line.

@@ -11,7 +11,7 @@
 //	ferry version                       print the version, commit, Go version and build date
 //
 // Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was
-// not found, 4 doctor found a problem.
+// not found, 4 doctor found a problem, 5 an event named was left as it is.
 package main
 
 import (
@@ -175,7 +175,7 @@ func printUsage() {
 		fmt.Fprintf(os.Stderr, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(os.Stderr, "\nRun 'ferry COMMAND -h' for what a command does and its flags.")
-	fmt.Fprintln(os.Stderr, "Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was not found, 4 doctor found a problem.")
+	fmt.Fprintln(os.Stderr, "Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was not found, 4 doctor found a problem, 5 an event named was left as it is.")
 }
 
 // flagSet is a subcommand's flags with its help: -h prints the usage line,
