@@ -142,6 +142,8 @@ func testFail[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			{"BudgetLeft", ferry.EventFailParams{MaxAttempts: 2}, 0, ferry.StatePending},
 			{"TooOld", ferry.EventFailParams{MaxAge: time.Hour}, time.Hour, ferry.StateDead},
 			{"YoungEnough", ferry.EventFailParams{MaxAge: time.Hour}, 59 * time.Minute, ferry.StatePending},
+			{"NotRunRetry", ferry.EventFailParams{RetryDelay: time.Second, NotRun: true}, 0, ferry.StatePending},
+			{"NotRunDead", ferry.EventFailParams{Dead: true, NotRun: true}, 0, ferry.StateDead},
 			{"JustYoungEnough", ferry.EventFailParams{MaxAge: time.Hour}, time.Hour - time.Second, ferry.StatePending},
 		} {
 			run(t, setup, tc.name, func(t *testing.T, b *bundle[TX]) {
@@ -159,6 +161,9 @@ func testFail[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 					t.Errorf("failed event: error %q owner %q expiry %v", ev.LastError, ev.LeaseOwner, ev.LeaseExpiresAt)
 				}
 				outcome := map[ferry.State]ferry.Outcome{ferry.StatePending: ferry.OutcomeFailed, ferry.StateDead: ferry.OutcomeDead}[tc.want]
+				if params.NotRun {
+					outcome = ferry.OutcomeReleased
+				}
 				ledger := attempts(t, b, id)
 				if len(ledger) != 1 || ledger[0].Outcome != outcome || ledger[0].Error != "boom" || !ledger[0].FinishedAt.Equal(now) {
 					t.Fatalf("ledger = %+v, want one %s attempt finished now", ledger, outcome)
