@@ -27,9 +27,9 @@ type modelEvent struct {
 	nextAt     time.Time
 	firstAt    time.Time // first delivery
 	requeuedAt time.Time // zero until requeued
-	// lapsed: the newest ended attempt that was not released (a release
-	// ran nothing) lapsed. With an expired lease in progress, it is what
-	// the next claim's PreviousUnfinished says, across releases and
+	// lapsed: the newest ended attempt that ran a handler (not a release,
+	// nor a fail with NotRun) lapsed. With an expired lease in progress, it
+	// is what the next claim's PreviousUnfinished says, across releases and
 	// requeues.
 	lapsed bool
 }
@@ -211,7 +211,8 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				delay := time.Duration(rapid.IntRange(0, 40).Draw(rt, "delay_s")) * time.Second
 				maxAttempts := rapid.IntRange(0, 3).Draw(rt, "max_attempts")
 				maxAge := rapid.SampledFrom([]time.Duration{0, 20 * time.Second, time.Minute}).Draw(rt, "max_age")
-				state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "e", RetryDelay: delay, MaxAttempts: maxAttempts, MaxAge: maxAge})
+				notRun := rapid.Bool().Draw(rt, "not_run")
+				state, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Error: "e", RetryDelay: delay, MaxAttempts: maxAttempts, MaxAge: maxAge, NotRun: notRun})
 				if !fenced(rt, "fail", ev, lease, err) {
 					return
 				}
@@ -222,7 +223,10 @@ func testModel[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				if state != want {
 					rt.Fatalf("fail -> %s, want %s", state, want)
 				}
-				ev.state, ev.nextAt, ev.lapsed = want, b.clock.Now().Add(delay), false
+				ev.state, ev.nextAt = want, b.clock.Now().Add(delay)
+				if !notRun { // an attempt that ran no handler is passed over, as a release is
+					ev.lapsed = false
+				}
 			},
 			"release": func(rt *rapid.T) {
 				lease, ev := pickLease(rt)
