@@ -278,8 +278,12 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 	for _, override := range overrides {
 		override(&c)
 	}
+	zeros := writtenZeros(md, &c)
 	c.applyDefaults()
 	c.applyOperatorDefaults()
+	if errs := zeroMeansDefault(zeros); len(errs) > 0 {
+		return nil, fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(errs))
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}

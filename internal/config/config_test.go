@@ -443,3 +443,60 @@ func TestParseRejectsPaddedCredentials(t *testing.T) {
 		})
 	}
 }
+
+// A key written as zero that ferry would take for its default is refused,
+// naming the key and the default; a zero that is the default, or off, is
+// kept.
+func TestParseRejectsZeroThatMeansTheDefault(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})
+	for _, tc := range []struct{ name, edit, key, def string }{
+		{"ShutdownGrace", "[worker]\nshutdown_grace = \"0s\"", "worker.shutdown_grace", "10s"},
+		{"Workers", "[worker]\nworkers = 0", "worker.workers", "128"},
+		{"StoreTimeout", "[http]\nlisten = \"127.0.0.1:8080\"\nstore_timeout = \"0s\"", "http.store_timeout", "10s"},
+		{"MaxAttempts", "max_attempts = 0", "source[0] (stripe).max_attempts", "25"},
+		{"LostLease", "lost_lease = \"\"", "source[0] (stripe).lost_lease", `"retry"`},
+		{"ForwardTimeout", "[source.forward]\nurl = \"http://127.0.0.1:3000/\"\ntimeout = \"0s\"", "source[0] (stripe).forward.timeout", "10s"},
+		{"AtRiskMargin", "[alerts]\nat_risk_margin = \"0s\"", "alerts.at_risk_margin", "the source's replay_window / 6"},
+		{"Tolerance", "tolerance = \"0s\"", "source[0] (stripe).tolerance", "5m0s"},
+		{"RetryCap", "[worker]\nretry_cap = \"0s\"", "worker.retry_cap", "1h0m0s"},
+		{"SessionTTL", "[admin]\nsession_ttl = \"0s\"", "admin.session_ttl", "12h0m0s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(zeroConfig(tc.edit)), vars)
+			wantInvalid(t, err, tc.key+": is written as zero, which means the default, "+tc.def+": leave the key out", "", "")
+		})
+	}
+	// The second source's zero is named as the second source's.
+	raw := zeroConfig("") + "[[source]]\nname = \"github\"\nprovider = \"github\"\nsecrets = [\"s\"]\nmax_attempts = 0\n[source.forward]\nurl = \"http://127.0.0.1:3000/\"\n"
+	_, err := Parse([]byte(raw), vars)
+	wantInvalid(t, err, "source[1] (github).max_attempts: is written as zero", "", "")
+	if strings.Contains(err.Error(), "source[0]") {
+		t.Errorf("err = %v, names the first source", err)
+	}
+	for name, edit := range map[string]string{
+		"ShutdownDelay":    "[http]\nshutdown_delay = \"0s\"",
+		"CatchupOff":       "[source.catchup]\n" + stripeKey + "\ninterval = \"0\"",
+		"SamplingRatio":    "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\nsampling_ratio = 0.0",
+		"DetectReplaysOff": "detect_replays = false",
+	} {
+		if _, err := Parse([]byte(zeroConfig(edit)), vars); err != nil {
+			t.Errorf("%s: a zero that is the default or off was refused: %v", name, err)
+		}
+	}
+}
+
+// zeroConfig is a one-source config with edit in place: keys of the source
+// itself, or tables that follow it.
+func zeroConfig(edit string) string {
+	return `
+[store]
+url = "sqlite:ferry.db"
+[[source]]
+name = "stripe"
+provider = "stripe"
+secrets = ["${STRIPE_WEBHOOK_SECRET}"]
+` + edit + `
+`
+}
