@@ -63,16 +63,12 @@ func TestEventsResolve(t *testing.T) {
 			t.Fatalf("seeded evt_unknown is %s", d.State)
 		}
 
-		stdout, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "alice", "stripe", "evt_dead", "evt_unknown", "evt_pending", "evt_nope")
-		if code != exitNotFound || stderr != "ferry events resolve: stripe evt_nope: no such event; stripe evt_pending (pending): not resolved, only dead or unknown events can be\n" ||
-			stdout != "resolved stripe evt_dead\nresolved stripe evt_unknown\n" {
-			t.Errorf("resolve: exit %d, want %d\n%s%s", code, exitNotFound, stdout, stderr)
-		}
+		wantFerry(t, exitNotFound, "resolved stripe evt_dead\nresolved stripe evt_unknown\n",
+			"ferry events resolve: stripe evt_nope: no such event; stripe evt_pending (pending): not resolved, only dead or unknown events can be\n",
+			"events", "resolve", "--config", cfg, "--actor", "alice", "stripe", "evt_dead", "evt_unknown", "evt_pending", "evt_nope")
 		// An event left as it is, with none missing, fails on its own.
-		if stdout, stderr, code := runFerry(t, "events", "resolve", "--config", cfg, "--actor", "alice", "stripe", "evt_pending"); code != exitLeft ||
-			stderr != "ferry events resolve: stripe evt_pending (pending): not resolved, only dead or unknown events can be\n" || stdout != "" {
-			t.Errorf("resolve a pending event: exit %d, want %d\n%s%s", code, exitLeft, stdout, stderr)
-		}
+		wantFerry(t, exitLeft, "", "ferry events resolve: stripe evt_pending (pending): not resolved, only dead or unknown events can be\n",
+			"events", "resolve", "--config", cfg, "--actor", "alice", "stripe", "evt_pending")
 		for _, id := range []string{"evt_dead", "evt_unknown"} {
 			d := showJSON(t, cfg, "stripe", id)
 			if d.State != "done" || len(d.Actions) != 1 || d.Actions[0].Action != ferry.ActionResolve || d.Actions[0].Actor != "alice" || d.Actions[0].At.IsZero() {
@@ -120,15 +116,10 @@ func TestEventsRetryNow(t *testing.T) {
 	s.close()
 	before := showJSON(t, cfg, "stripe", "evt_backoff")
 
-	stdout, stderr, code := runFerry(t, "events", "retry-now", "--config", cfg, "--actor", "alice", "stripe", "evt_backoff", "evt_due", "evt_nope")
-	if code != exitNotFound || stdout != "retried stripe evt_backoff\n" ||
-		stderr != "ferry events retry-now: stripe evt_nope: no such event; stripe evt_due (pending): not retried, not pending in a backoff (running, finished, or already due)\n" {
-		t.Errorf("retry-now: exit %d, want %d\n%s%s", code, exitNotFound, stdout, stderr)
-	}
-	if stdout, stderr, code := runFerry(t, "events", "retry-now", "--config", cfg, "--actor", "alice", "stripe", "evt_due"); code != exitLeft ||
-		stderr != "ferry events retry-now: stripe evt_due (pending): not retried, not pending in a backoff (running, finished, or already due)\n" || stdout != "" {
-		t.Errorf("retry-now a due event: exit %d, want %d\n%s%s", code, exitLeft, stdout, stderr)
-	}
+	const notRetried = "stripe evt_due (pending): not retried, not pending in a backoff (running, finished, or already due)\n"
+	wantFerry(t, exitNotFound, "retried stripe evt_backoff\n", "ferry events retry-now: stripe evt_nope: no such event; "+notRetried,
+		"events", "retry-now", "--config", cfg, "--actor", "alice", "stripe", "evt_backoff", "evt_due", "evt_nope")
+	wantFerry(t, exitLeft, "", "ferry events retry-now: "+notRetried, "events", "retry-now", "--config", cfg, "--actor", "alice", "stripe", "evt_due")
 	after := showJSON(t, cfg, "stripe", "evt_backoff")
 	if after.State != "pending" || after.NextAttemptAt == nil || !after.NextAttemptAt.Before(*before.NextAttemptAt) || after.Attempt != 1 {
 		t.Errorf("after retry-now: %+v; was next attempt %v", after, before.NextAttemptAt)

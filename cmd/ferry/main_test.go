@@ -304,6 +304,15 @@ func runFerry(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return runBin(t, ferryBin, args...)
 }
 
+// wantFerry runs ferry with args and checks its exit code, stdout and
+// stderr, each exactly.
+func wantFerry(t *testing.T, code int, stdout, stderr string, args ...string) {
+	t.Helper()
+	if gotOut, gotErr, gotCode := runFerry(t, args...); gotCode != code || gotOut != stdout || gotErr != stderr {
+		t.Errorf("ferry %s: exit %d, want %d\nstdout %q\n  want %q\nstderr %q\n  want %q", strings.Join(args, " "), gotCode, code, gotOut, stdout, gotErr, stderr)
+	}
+}
+
 func runBin(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
