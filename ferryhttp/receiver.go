@@ -383,6 +383,8 @@ var verifyAnswers = []struct {
 	{ferry.ErrBadSignature, answer{http.StatusUnauthorized, "rejected", "bad_signature", ""}},
 	{ferry.ErrNoEventID, answerNoEventID},
 	{ferry.ErrBadPayload, answer{http.StatusBadRequest, "rejected", "bad_payload", ""}},
+	{ferry.ErrBadEventID, answerBadEventID},
+	{ferry.ErrBadEventType, answerBadType},
 }
 
 // verifyAnswer is err's answer, with the detail of a ferry.VerifyError,

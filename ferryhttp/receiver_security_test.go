@@ -101,24 +101,34 @@ func TestReceiverUnstorableIdentity(t *testing.T) {
 			name   string
 			d      delivery
 			reason string
+			detail string // the body field a verifier names, if any
 		}{
-			{"stripe id 3000 bytes", stripe(stripeEvent(long(3000), "invoice.paid")), "bad_event_id"},
-			{"stripe id 9000 bytes", stripe(stripeEvent(long(9000), "invoice.paid")), "bad_event_id"},
-			{"stripe id with NUL", stripe(stripeEvent(marker+"\x00", "invoice.paid")), "bad_event_id"},
-			{"stripe id with a line break", stripe(stripeEvent(marker+"\nlevel=ERROR", "invoice.paid")), "bad_event_id"},
-			{"github id 3000 bytes", github(githubSecret, long(3000), `{}`), "bad_event_id"},
-			{"github id 9000 bytes", github(githubSecret, long(9000), `{}`), "bad_event_id"},
-			{"github id invalid UTF-8", github(githubSecret, marker+"\xff\xfe", `{}`), "bad_event_id"},
-			{"shopify id invalid UTF-8", shopify(shopifySecret, marker+"\xc3", `{}`), "bad_event_id"},
-			{"standardwebhooks id 3000 bytes", standardWebhooks(swSecret, long(3000), `{}`, testNow), "bad_event_id"},
-			{"hmac id 9000 bytes", hmacDelivery(hmacSecret, long(9000), `{}`), "bad_event_id"},
-			{"stripe type with NUL", stripe(stripeEvent("evt_badtype", marker+"\x00")), "bad_event_type"},
-			{"stripe type 3000 bytes", stripe(stripeEvent("evt_badtype", long(3000))), "bad_event_type"},
-			{"github type invalid UTF-8", github(githubSecret, "gh-badtype", `{}`).with("X-GitHub-Event", marker+"\xff"), "bad_event_type"},
+			{"stripe id 3000 bytes", stripe(stripeEvent(long(3000), "invoice.paid")), "bad_event_id", ""},
+			{"stripe id 9000 bytes", stripe(stripeEvent(long(9000), "invoice.paid")), "bad_event_id", ""},
+			{"stripe id with NUL", stripe(stripeEvent(marker+"\x00", "invoice.paid")), "bad_event_id", ""},
+			{"stripe id with a line break", stripe(stripeEvent(marker+"\nlevel=ERROR", "invoice.paid")), "bad_event_id", ""},
+			// Written by hand: json.Marshal would mend the bytes. Two ids
+			// that Go's decoder alone would make one ("IDMARK\uFFFD\uFFFD").
+			{"stripe body id invalid UTF-8", stripe(`{"id":"` + marker + "\xff\xfe" + `","type":"invoice.paid"}`), "bad_event_id", `body field "id" is not UTF-8 text`},
+			{"stripe body id other invalid UTF-8", stripe(`{"id":"` + marker + "\xfe\xfd" + `","type":"invoice.paid"}`), "bad_event_id", `body field "id" is not UTF-8 text`},
+			{"github id 3000 bytes", github(githubSecret, long(3000), `{}`), "bad_event_id", ""},
+			{"github id 9000 bytes", github(githubSecret, long(9000), `{}`), "bad_event_id", ""},
+			{"github id invalid UTF-8", github(githubSecret, marker+"\xff\xfe", `{}`), "bad_event_id", ""},
+			{"shopify id invalid UTF-8", shopify(shopifySecret, marker+"\xc3", `{}`), "bad_event_id", ""},
+			{"standardwebhooks id 3000 bytes", standardWebhooks(swSecret, long(3000), `{}`, testNow), "bad_event_id", ""},
+			{"hmac id 9000 bytes", hmacDelivery(hmacSecret, long(9000), `{}`), "bad_event_id", ""},
+			{"stripe type with NUL", stripe(stripeEvent("evt_badtype", marker+"\x00")), "bad_event_type", ""},
+			{"stripe type 3000 bytes", stripe(stripeEvent("evt_badtype", long(3000))), "bad_event_type", ""},
+			{"stripe body type invalid UTF-8", stripe(`{"id":"evt_badtype","type":"` + marker + "\xff" + `"}`), "bad_event_type", `body field "type" is not UTF-8 text`},
+			{"github type invalid UTF-8", github(githubSecret, "gh-badtype", `{}`).with("X-GitHub-Event", marker+"\xff"), "bad_event_type", ""},
 		}
 		for _, tc := range cases {
 			r := b.send(t, tc.d)
-			if r.status != 400 || !maps.Equal(r.body, rejected(tc.reason)) {
+			want := rejected(tc.reason)
+			if tc.detail != "" {
+				want = rejectedWith(tc.reason, tc.detail)
+			}
+			if r.status != 400 || !maps.Equal(r.body, want) {
 				t.Errorf("%s: %d %s, want 400 %s", tc.name, r.status, r.raw, tc.reason)
 			}
 		}
@@ -147,8 +157,8 @@ func TestReceiverUnstorableIdentity(t *testing.T) {
 		if logs := b.logs.String(); strings.Contains(logs, marker) {
 			t.Errorf("the log quotes a rejected id or type:\n%.2000s", logs)
 		}
-		if n := strings.Count(b.logs.String(), `"reason":"bad_event_id"`); n != 10 {
-			t.Errorf("%d log lines with reason bad_event_id, want 10", n)
+		if n := strings.Count(b.logs.String(), `"reason":"bad_event_id"`); n != 12 {
+			t.Errorf("%d log lines with reason bad_event_id, want 12", n)
 		}
 		counted := map[string]float64{}
 		for _, source := range []string{"stripe", "github", "shopify", "standardwebhooks", "hmac"} {
@@ -157,9 +167,9 @@ func TestReceiverUnstorableIdentity(t *testing.T) {
 			}
 		}
 		want := map[string]float64{
-			"stripe/bad_event_id": 4, "github/bad_event_id": 3, "shopify/bad_event_id": 1,
+			"stripe/bad_event_id": 6, "github/bad_event_id": 3, "shopify/bad_event_id": 1,
 			"standardwebhooks/bad_event_id": 1, "hmac/bad_event_id": 1,
-			"stripe/bad_event_type": 2, "github/bad_event_type": 1,
+			"stripe/bad_event_type": 3, "github/bad_event_type": 1,
 		}
 		for k, n := range counted {
 			if n != want[k] {

@@ -213,6 +213,9 @@ func (v *HMAC) Verify(header http.Header, body []byte) (*ferry.Verified, error) 
 	} else if v.opts.TypeField != "" {
 		verified.Type, _ = scalarField(fields, v.opts.TypeField)
 	}
+	if err := v.identityAsSent(body, verified); err != nil {
+		return nil, err
+	}
 	return verified, nil
 }
 
@@ -243,7 +246,23 @@ func (v *HMAC) verifyIDTimestamp(header http.Header, mac, body []byte) (*ferry.V
 		_ = json.Unmarshal(body, &fields) // the type is optional; a non-JSON body has none
 		verified.Type, _ = scalarField(fields, v.opts.TypeField)
 	}
+	if err := v.identityAsSent(body, verified); err != nil {
+		return nil, err
+	}
 	return verified, nil
+}
+
+// identityAsSent is identityAsSent for the fields this verifier reads from
+// the body rather than from a header.
+func (v *HMAC) identityAsSent(body []byte, verified *ferry.Verified) error {
+	var idField, typeField string
+	if v.opts.EventIDHeader == "" {
+		idField = v.opts.EventIDField
+	}
+	if v.opts.TypeHeader == "" {
+		typeField = v.opts.TypeField
+	}
+	return identityAsSent("hmac", body, verified, idField, typeField)
 }
 
 // noEventID is the reason of a delivery without an event id: where the id

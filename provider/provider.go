@@ -10,7 +10,9 @@
 // length, the configured prefix, never a secret, a signature, a header's
 // value or a payload byte.
 //
-// Identity errors (ferry.ErrNoEventID, ferry.ErrBadPayload) are returned only
+// Identity errors (ferry.ErrNoEventID, ferry.ErrBadPayload, and
+// ferry.ErrBadEventID or ErrBadEventType for an id or type in a JSON body
+// that is not UTF-8 text as sent) are returned only
 // for deliveries whose signature checked out, so a forgery is always answered
 // as a signature failure, never as a bad request.
 //

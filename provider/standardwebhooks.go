@@ -105,7 +105,11 @@ func (s *StandardWebhooks) Verify(header http.Header, body []byte) (*ferry.Verif
 		Type string `json:"type"`
 	}
 	_ = json.Unmarshal(body, &event) // the type is optional; a non-JSON body has none
-	return &ferry.Verified{EventID: id, Type: event.Type}, nil
+	verified := &ferry.Verified{EventID: id, Type: event.Type}
+	if err := identityAsSent("standardwebhooks", body, verified, "", "type"); err != nil {
+		return nil, err
+	}
+	return verified, nil
 }
 
 // parseStandardWebhooksSignatures returns the v1 MACs of a signature list,

@@ -63,7 +63,11 @@ func (s *Stripe) Verify(header http.Header, body []byte) (*ferry.Verified, error
 	if event.ID == "" {
 		return nil, verifyErr("stripe", ferry.ErrNoEventID, `body has no "id" field`)
 	}
-	return &ferry.Verified{EventID: event.ID, Type: event.Type}, nil
+	verified := &ferry.Verified{EventID: event.ID, Type: event.Type}
+	if err := identityAsSent("stripe", body, verified, "id", "type"); err != nil {
+		return nil, err
+	}
+	return verified, nil
 }
 
 // stripeSignature is a parsed Stripe-Signature header.
