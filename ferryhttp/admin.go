@@ -254,7 +254,9 @@ func relayHeader(r *http.Request) string {
 // session cookie.
 func (a *Admin) authenticate(r *http.Request) (principal, bool) {
 	if a.opts.Token != "" {
-		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(bearer, a.opts.Token) {
+		// The scheme's name is case-insensitive (RFC 9110 11.1), as
+		// Request.BasicAuth reads "Basic".
+		if scheme, bearer, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") && equal(bearer, a.opts.Token) {
 			return principal{actor: a.opts.TokenName}, true
 		}
 	}

@@ -367,12 +367,14 @@ func TestAdminAuth(t *testing.T) {
 
 	t.Run("BearerAndBasic", func(t *testing.T) {
 		for _, path := range []string{"/ui/", "/metrics"} {
-			req := newReq(t, "GET", b.server.URL+path, nil)
-			req.Header.Set("Authorization", "Bearer s3cret-token")
-			if res := do(t, req); res.StatusCode != 200 {
-				t.Errorf("bearer %s: %d", path, res.StatusCode)
+			for _, scheme := range []string{"Bearer", "bearer"} { // the scheme's name is case-insensitive
+				req := newReq(t, "GET", b.server.URL+path, nil)
+				req.Header.Set("Authorization", scheme+" s3cret-token")
+				if res := do(t, req); res.StatusCode != 200 {
+					t.Errorf("%s %s: %d", scheme, path, res.StatusCode)
+				}
 			}
-			req = newReq(t, "GET", b.server.URL+path, nil)
+			req := newReq(t, "GET", b.server.URL+path, nil)
 			req.SetBasicAuth("ops", "pw")
 			if res := do(t, req); res.StatusCode != 200 {
 				t.Errorf("basic %s: %d", path, res.StatusCode)
@@ -380,6 +382,8 @@ func TestAdminAuth(t *testing.T) {
 		}
 		for _, bad := range []func(*http.Request){
 			func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") },
+			func(r *http.Request) { r.Header.Set("Authorization", "Bearers3cret-token") },
+			func(r *http.Request) { r.Header.Set("Authorization", "Token s3cret-token") },
 			func(r *http.Request) { r.SetBasicAuth("ops", "wrong") },
 			func(r *http.Request) { r.SetBasicAuth("ci-bot", "s3cret-token") },
 		} {
