@@ -252,8 +252,8 @@ func (v *HMAC) verifyIDTimestamp(header http.Header, mac, body []byte) (*ferry.V
 	return verified, nil
 }
 
-// identityAsSent is identityAsSent for the fields this verifier reads from
-// the body rather than from a header.
+// identityAsSent checks, by the package's identityAsSent, the fields this
+// verifier reads from the body rather than from a header.
 func (v *HMAC) identityAsSent(body []byte, verified *ferry.Verified) error {
 	var idField, typeField string
 	if v.opts.EventIDHeader == "" {
