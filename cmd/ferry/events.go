@@ -711,12 +711,14 @@ func eachNamed(ctx context.Context, st ferry.Store, out io.Writer, verb, done, r
 	if len(refused) > 0 {
 		left = fmt.Sprintf("%s %s: %s", src, strings.Join(refused, ", "), refusedText)
 	}
-	switch {
-	case len(missing) > 0 && left != "":
-		return fmt.Errorf("%s %s: %w; %s", src, strings.Join(missing, ", "), errEventNotFound, left)
-	case len(missing) > 0:
-		return fmt.Errorf("%s %s: %w", src, strings.Join(missing, ", "), errEventNotFound)
-	case left != "":
+	if len(missing) > 0 {
+		err := fmt.Errorf("%s %s: %w", src, strings.Join(missing, ", "), errEventNotFound)
+		if left != "" {
+			err = fmt.Errorf("%w; %s", err, left)
+		}
+		return err
+	}
+	if left != "" {
 		return &exitError{exitLeft, errors.New(left)}
 	}
 	return nil
