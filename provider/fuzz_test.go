@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferrytest"
@@ -16,17 +17,25 @@ import (
 
 // The verify fuzzers check two things for any input: the verifier returns
 // an event id or a ferry sentinel (and never panics), and a body the signer
-// signed verifies unless its identity is missing or unparseable.
+// signed verifies unless its identity is missing, unparseable, or text it
+// cannot store as sent.
 
 const fuzzSecret = "whsec_ZnV6ei1zZWNyZXQ="
 
-var fuzzBodies = []string{`{"id":"evt_1","type":"t"}`, `{}`, `not json`, `{"id":7}`, ``, `{"id":"\u0000"}`}
+var fuzzBodies = []string{`{"id":"evt_1","type":"t"}`, `{}`, `not json`, `{"id":7}`, ``, `{"id":"\u0000"}`, "{\"id\":\"e\xff\",\"type\":\"t\xfe\"}", `{"id":"\ud800","type":"\udc00"}`}
 
 // signedOK fails unless a genuinely signed delivery verified or failed only
-// for its identity.
-func signedOK(t *testing.T, err error) {
+// for its identity: missing, unparseable, or (bad_event_id, bad_event_type)
+// text the body cannot carry exactly as sent.
+func signedOK(t *testing.T, body []byte, err error) {
 	t.Helper()
-	if err != nil && !errors.Is(err, ferry.ErrNoEventID) && !errors.Is(err, ferry.ErrBadPayload) {
+	switch {
+	case err == nil, errors.Is(err, ferry.ErrNoEventID), errors.Is(err, ferry.ErrBadPayload):
+	case errors.Is(err, ferry.ErrBadEventID), errors.Is(err, ferry.ErrBadEventType):
+		if utf8.Valid(body) && !bytes.Contains(bytes.ToLower(body), []byte(`\ud`)) {
+			t.Fatalf("signed delivery with UTF-8 text and no surrogate escape refused: %v", err)
+		}
+	default:
 		t.Fatalf("signed delivery refused: %v", err)
 	}
 }
@@ -60,7 +69,7 @@ func FuzzStripeVerify(f *testing.F) {
 		checkOutcome(t, got, err)
 		at := now.Add(time.Duration(skew%300) * time.Second)
 		_, err = v.Verify(ferrytest.SignStripe(fuzzSecret, body, at), body)
-		signedOK(t, err)
+		signedOK(t, body, err)
 	})
 }
 
@@ -93,7 +102,7 @@ func fuzzBodyHMAC[V ferry.Verifier](f *testing.F, newVerifier func(provider.Opti
 		got, err := v.Verify(http.Header{http.CanonicalHeaderKey(sigHeader): {sig}, http.CanonicalHeaderKey(idHeader): {id}}, body)
 		checkOutcome(t, got, err)
 		_, err = v.Verify(sign(id, body), body)
-		signedOK(t, err)
+		signedOK(t, body, err)
 	})
 }
 
@@ -168,7 +177,7 @@ func FuzzStandardWebhooksVerify(f *testing.F) {
 			t.Fatal(err)
 		}
 		_, err = v.Verify(signed, body)
-		signedOK(t, err)
+		signedOK(t, body, err)
 	})
 }
 
@@ -194,7 +203,7 @@ func FuzzHMACVerify(f *testing.F) {
 			t.Fatal(err)
 		}
 		_, err = v.Verify(signed, body)
-		signedOK(t, err)
+		signedOK(t, body, err)
 	})
 }
 
@@ -223,7 +232,7 @@ func FuzzHMACIDTimestampVerify(f *testing.F) {
 			t.Fatal(err)
 		}
 		got, err = v.Verify(signed, body)
-		signedOK(t, err)
+		signedOK(t, body, err)
 		if err == nil && got.EventID != id {
 			t.Fatalf("EventID = %q, want %q", got.EventID, id)
 		}

@@ -76,6 +76,7 @@ func with(h http.Header, name, value string) http.Header {
 var sentinels = []error{
 	ferry.ErrNoSignature, ferry.ErrMalformedSignature, ferry.ErrBadSignature,
 	ferry.ErrStaleTimestamp, ferry.ErrNoEventID, ferry.ErrBadPayload,
+	ferry.ErrBadEventID, ferry.ErrBadEventType,
 }
 
 // checkOutcome fails unless a verification either succeeded with an event id
