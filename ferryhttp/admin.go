@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,7 +68,8 @@ type AdminOptions struct {
 // serve it only on loopback, and behind no proxy (the ferry binary refuses
 // a non-loopback listener or public_url at start). Then it answers only
 // requests addressed to an IP literal or localhost and carrying no header a
-// proxy adds (Forwarded, X-Forwarded-*, X-Real-Ip, Via), so a web page on a
+// proxy or CDN adds (Forwarded, X-Forwarded-*, Via, X-Real-Ip,
+// True-Client-Ip, Cf-Connecting-Ip and the like), so a web page on a
 // DNS name rebound to 127.0.0.1, or a proxy, cannot read it; those checks
 // only ever refuse.
 //
@@ -235,20 +237,26 @@ func (a *Admin) addressedDirectly(r *http.Request) bool {
 	return net.ParseIP(host) != nil || host == "localhost"
 }
 
-// relayHeader names a header r carries that proxies add to what they relay
-// (Forwarded, X-Forwarded-*, X-Real-Ip, Via), or "". Like
+// relayHeader names a header r carries that proxies and CDNs add to what
+// they relay (Forwarded, X-Forwarded-*, Via, or one of clientIPHeaders), or
+// "". Like
 // addressedDirectly it only refuses, and catches only a proxy configured
 // to add one: nginx's plain proxy_pass adds none and sends the upstream's
 // loopback Host, so an admin behind a proxy needs credentials.
 func relayHeader(r *http.Request) string {
 	for h := range r.Header {
 		switch {
-		case h == "Forwarded", h == "X-Real-Ip", h == "Via", strings.HasPrefix(h, "X-Forwarded-"):
+		case h == "Forwarded", h == "Via", strings.HasPrefix(h, "X-Forwarded-"), slices.Contains(clientIPHeaders, h):
 			return h
 		}
 	}
 	return ""
 }
+
+// clientIPHeaders are the headers, in canonical form, in which proxies and
+// CDNs (nginx, Cloudflare, Akamai, Fastly) pass on the address they were
+// reached from.
+var clientIPHeaders = []string{"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip"}
 
 // authenticate checks, in order, a bearer token, basic auth and the
 // session cookie.

@@ -301,7 +301,10 @@ func TestAdminRefusesRebinding(t *testing.T) {
 	}
 	// A proxy that rewrites Host to the listener's address still marks what
 	// it relays; without credentials that is refused too.
-	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Prefix", "X-Real-Ip", "Via"} {
+	for _, h := range []string{
+		"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Prefix", "Via",
+		"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip",
+	} {
 		req := newReq(t, "GET", b.server.URL+"/ui/events/"+itoa(b.ids["evt_dead"]), nil)
 		req.Header.Set(h, "127.0.0.1")
 		if code, body := testhttp.Do(t, req); code != http.StatusForbidden || strings.Contains(body, "Ada") || !strings.Contains(body, h) {
