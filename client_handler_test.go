@@ -5,12 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/testlog"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
@@ -86,6 +89,42 @@ func TestHandleTx(t *testing.T) {
 		}
 	})
 
+	// A lease that lapsed while the handler ran, unseen by its heartbeats,
+	// is found by EventCompleteTx's fence: the writes roll back and the
+	// attempt is a lost lease, left to the next claim, not a failure that a
+	// fenced write could never record.
+	withClient(t, "ALeaseLapsedAtCompletionIsALostLease", true, func(t *testing.T, b *clientBundle) {
+		if _, err := b.store.DB().ExecContext(b.ctx, `CREATE TABLE effect (event_id TEXT NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		id := b.receive(t, "stripe", "evt_1")
+		var logs testlog.Buffer
+		var runs atomic.Int32
+		c := b.newClient(t, func(cfg *ferry.Config) { cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+		ferry.HandleTx(c, b.store, "stripe", "", func(ctx context.Context, tx *sql.Tx, d *ferry.Delivery) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO effect (event_id) VALUES (?)`, d.Event.EventID); err != nil {
+				return err
+			}
+			if runs.Add(1) == 1 {
+				b.clock.Advance(time.Minute) // past the 30 s lease
+			}
+			return nil
+		})
+		start(t, c)
+		b.waitState(t, id, ferry.StateDone)
+		b.wantLedger(t, id, "[lease_expired done]")
+		if strings.Contains(logs.String(), "could not record failure") || !strings.Contains(logs.String(), "lease lost; this attempt's verdict was not recorded") {
+			t.Errorf("want the attempt logged as a lost lease, not as a failure:\n%s", logs.String())
+		}
+		var effects int
+		if err := b.store.DB().QueryRowContext(b.ctx, `SELECT count(*) FROM effect`).Scan(&effects); err != nil {
+			t.Fatal(err)
+		}
+		if effects != 1 {
+			t.Errorf("%d effects, want 1: the lapsed attempt's rolled back", effects)
+		}
+	})
+
 	withClient(t, "TheClientsOwnStoreWorks", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		c := b.newClient(t, nil)
@@ -97,6 +136,64 @@ func TestHandleTx(t *testing.T) {
 		b.waitState(t, id, ferry.StateDone)
 		b.wantLedger(t, id, "[done]")
 	})
+}
+
+// Only the store's ErrTxDone and ErrLeaseLost mean a transactional handler
+// ended tx or the event's lease lapsed. The same sentinels in a handler's own
+// error (from its own store calls: another lease's CheckpointPut) are an
+// ordinary failure, of either kind of handler: rolled back, recorded,
+// retried (or dead, if Permanent).
+func TestTheHandlersOwnSentinelsAreFailures(t *testing.T) {
+	t.Parallel()
+	b := setupClient(t, false)
+	if _, err := b.store.DB().ExecContext(b.ctx, `CREATE TABLE effect (event_id TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	fails := map[string]error{
+		"evt_tx_done":    fmt.Errorf("its own tx: %w", ferry.ErrTxDone),
+		"evt_lease_lost": fmt.Errorf("checkpoint: %w", ferry.ErrLeaseLost),
+		"evt_permanent":  ferry.Permanent(fmt.Errorf("checkpoint: %w", ferry.ErrLeaseLost)),
+	}
+	want := map[string]ferry.State{"evt_tx_done": ferry.StateDone, "evt_lease_lost": ferry.StateDone, "evt_permanent": ferry.StateDead}
+	type event struct{ source, id string }
+	ids := map[event]int64{}
+	for _, source := range []string{"stripe", "github"} {
+		for id := range fails {
+			ids[event{source, id}] = b.receive(t, source, id)
+		}
+	}
+	var tried sync.Map
+	failFirst := func(d *ferry.Delivery) error {
+		if _, again := tried.LoadOrStore(event{d.Event.Source, d.Event.EventID}, true); again {
+			return nil
+		}
+		return fails[d.Event.EventID]
+	}
+	c := b.newClient(t, func(cfg *ferry.Config) {
+		cfg.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 2}, {Name: "github", MaxAttempts: 2}}
+	})
+	ferry.HandleTx(c, b.store, "stripe", "", func(ctx context.Context, tx *sql.Tx, d *ferry.Delivery) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO effect (event_id) VALUES (?)`, d.Event.EventID); err != nil {
+			return err
+		}
+		return failFirst(d)
+	})
+	c.Handle("github", func(_ context.Context, d *ferry.Delivery) error { return failFirst(d) })
+	start(t, c)
+	for e, id := range ids {
+		ev := b.waitState(t, id, want[e.id])
+		b.wantLedger(t, ev.ID, map[ferry.State]string{ferry.StateDone: "[failed done]", ferry.StateDead: "[dead]"}[ev.State])
+		if e.source != "stripe" {
+			continue
+		}
+		var effects int
+		if err := b.store.DB().QueryRowContext(b.ctx, `SELECT count(*) FROM effect WHERE event_id = ?`, e.id).Scan(&effects); err != nil {
+			t.Fatal(err)
+		}
+		if wantEffects := map[ferry.State]int{ferry.StateDone: 1, ferry.StateDead: 0}[ev.State]; effects != wantEffects {
+			t.Errorf("%s: %d effects, want %d (the failed attempt's rolled back)", e.id, effects, wantEffects)
+		}
+	}
 }
 
 // What would silently not do what was asked is refused: a policy for a

@@ -132,7 +132,9 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 	leftToLapse := false
 	switch {
 	case completed:
-	case j.lost.Load() || errors.Is(err, ErrLeaseLost):
+	case j.lost.Load() || errors.As(err, new(leaseLostAtCompletion)):
+		// Not errors.Is(err, ErrLeaseLost): a handler's own error may wrap
+		// it (another lease's CheckpointPut), and that is a failure.
 		outcome = OutcomeLeaseExpired
 	case err == nil:
 		// Shared with the completions of other jobs that finish meanwhile;

@@ -63,9 +63,11 @@ func IdempotencyKey(source, eventID string) string {
 
 // HandlerFunc works one delivery. A nil error completes the event; an error
 // fails the attempt and schedules a retry with backoff, unless it is
-// Permanent. The context is cancelled the moment the lease is lost or the
-// client stops for good; a handler should return promptly then. A panic is
-// a failed attempt, not a dead worker.
+// Permanent, whatever it wraps: ErrLeaseLost or ErrTxDone from the
+// handler's own calls (another lease's CheckpointPut) is a failure too. The
+// context is cancelled the moment the lease is lost or the client stops for
+// good; a handler should return promptly then. A panic is a failed attempt,
+// not a dead worker.
 type HandlerFunc func(ctx context.Context, d *Delivery) error
 
 // TxHandlerFunc works one delivery inside tx, the transaction in which Ferry
@@ -147,19 +149,40 @@ type txHandler[TX any] struct {
 func (txHandler[TX]) transactional() bool { return true }
 
 func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
+	var fnErr error
 	err := h.store.InTx(ctx, func(tx TX) error {
-		if err := h.fn(ctx, tx, d); err != nil {
-			return err
+		if fnErr = h.fn(ctx, tx, d); fnErr != nil {
+			return opaqueError{fnErr}
 		}
 		return h.store.EventCompleteTx(ctx, tx, &EventCompleteParams{Lease: d.Event.Lease(), Response: d.Response()})
 	})
-	if errors.Is(err, ErrTxDone) {
-		// Its writes may have committed, whatever it returned: a retry could
-		// repeat them.
-		err = Permanent(fmt.Errorf("ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx): dead, not retried, since its writes may have committed without the event's done: %w", err))
+	switch {
+	case errors.Is(err, ErrTxDone):
+		// InTx or EventCompleteTx found tx ended: its writes may have
+		// committed, whatever it returned, and a retry could repeat them.
+		return false, Permanent(fmt.Errorf("ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx): dead, not retried, since its writes may have committed without the event's done: %w", err))
+	case fnErr != nil:
+		return false, fnErr
+	case errors.Is(err, ErrLeaseLost):
+		return false, leaseLostAtCompletion{err}
 	}
 	return err == nil, err
 }
+
+// opaqueError carries a transactional handler's own error through InTx
+// without unwrapping, so that only the store's words count as ErrTxDone or
+// ErrLeaseLost: a handler may well pass up either from a call of its own
+// (another lease's CheckpointPut), which is an ordinary failure.
+type opaqueError struct{ err error }
+
+func (e opaqueError) Error() string { return e.err.Error() }
+
+// leaseLostAtCompletion is ErrLeaseLost from EventCompleteTx: the event's
+// lease lapsed before its done could commit, so the attempt's verdict is
+// the next claim's, as for a lease its heartbeats lost.
+type leaseLostAtCompletion struct{ error }
+
+func (e leaseLostAtCompletion) Unwrap() error { return e.error }
 
 func panicError(p any) error {
 	return fmt.Errorf("ferry: handler panicked: %v", p)
