@@ -89,7 +89,9 @@ func (c *Client) ID() string { return c.cfg.ID }
 // say) to the client's work, never its end: cancelling ctx stops nothing,
 // so that a signal context does not cut running handlers short without the
 // grace and the releases Stop gives them. A client starts once: after Stop,
-// make a new one.
+// make a new one. Migrate the store first: a client started on a
+// PostgreSQL schema not there yet polls for good, without the receipt
+// notifications that wake it at once.
 //
 // Start returns an error wrapping ErrInvalidParams for what would not work
 // as asked: a second Start, a Start after Stop, no handler, a HandleTx on
@@ -168,8 +170,9 @@ func (c *Client) checkRegistered() error {
 // ignore their context, so that their leases lapse, logs how many events
 // are still held, and returns ctx.Err(). Those handlers may still be
 // running: a store closed under them cannot record their verdicts, and their
-// events run again once their leases lapse. A Stop while another runs waits
-// the same way.
+// events run again once their leases lapse. A HandleTx handler among them
+// holds a store connection, and postgres.Store.Close waits for it. A Stop
+// while another runs waits the same way.
 //
 // A ctx already cancelled when Stop is called (the signal context a
 // program waited on: <-ctx.Done(); client.Stop(ctx)) sets no deadline:

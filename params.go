@@ -316,8 +316,8 @@ func (p *EventPurgeParams) Validate() error {
 // ValidateTraceContext accepts. (HTTP carries no NUL in a header.)
 func (p *EventReceiveParams) Validate() error {
 	switch {
-	case p.Source == "" || p.EventID == "":
-		return invalid("source and event id are required")
+	case p.Source == "":
+		return invalid("source is required")
 	case !storable(p.Source):
 		return invalid("source is not UTF-8 text without NUL")
 	case p.ReplayWindow < 0:

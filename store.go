@@ -18,7 +18,7 @@ import (
 //
 // Every method first checks its params with their Validate or Normalize
 // method (params.go) and returns ErrInvalidParams, changing nothing, when
-// they fail. Every error is prefixed with the store and the method
+// they fail. Params must not be nil. Every error is prefixed with the store and the method
 // ("postgres: event claim many: …") and keeps its sentinel for errors.Is.
 type Store interface {
 	// ActionList returns the operator actions on one event (requeues,
@@ -224,7 +224,8 @@ type Store interface {
 	// alone would pass a store that answers every delivery 503. One whose
 	// sessions run with a setting the store's statements fail under
 	// (postgres.Store: an isolation above read committed) gives
-	// ErrMisconfigured.
+	// ErrMisconfigured. It does not read the schema: Migrate before
+	// answering readiness with it.
 	Ping(ctx context.Context) error
 
 	// ReplayList returns the suspected replays kept on one event

@@ -237,7 +237,9 @@ func isolationRefused(isolation, fix string) error {
 }
 
 // Close stops receipt subscriptions, waits for their connections to close,
-// and closes the pool if Open created it.
+// and closes the pool if Open created it, which waits for every connection
+// in use: a HandleTx handler still running after Client.Stop returned holds
+// one, so Close returns when that handler does.
 func (s *Store) Close() {
 	s.close()
 	s.listeners.Wait()

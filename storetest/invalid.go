@@ -129,6 +129,9 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}},
 		{"EventReceive/NoEventID", func() error {
 			_, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe"})
+			if !errors.Is(err, ferry.ErrBadEventID) {
+				return fmt.Errorf("not ErrBadEventID: %v", err)
+			}
 			return err
 		}},
 		// The receiver refuses these first; the store refuses them too, the
