@@ -89,9 +89,9 @@ func (c *Client) ID() string { return c.cfg.ID }
 // say) to the client's work, never its end: cancelling ctx stops nothing,
 // so that a signal context does not cut running handlers short without the
 // grace and the releases Stop gives them. A client starts once: after Stop,
-// make a new one. Migrate the store first: a client started on a
-// PostgreSQL schema not there yet polls for good, without the receipt
-// notifications that wake it at once.
+// make a new one. A client whose store cannot notify it of receipts yet (a
+// database down, a PostgreSQL schema not migrated) polls, and subscribes
+// once it can, trying from PollInterval (at most 1s) up to every 30s.
 //
 // Start returns an error wrapping ErrInvalidParams for what would not work
 // as asked: a second Start, a Start after Stop, no handler, a HandleTx on
@@ -276,12 +276,19 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 	// cancel it. The first claim runs after it, so nothing received before
 	// is missed.
 	wake, err := c.store.ReceiptSubscribe(ctx)
+	var resubscribed chan (<-chan struct{}) // while nil, none is on its way
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
-		c.log.Warn("ferry: receipt notifications unavailable; polling only", "err", err)
-		wake = nil
+		c.log.Warn("ferry: receipt notifications unavailable; polling until a subscription succeeds", "err", err)
+		resubscribed = make(chan (<-chan struct{}), 1)
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			c.resubscribe(ctx, resubscribed)
+		}()
 	}
 	sources, hold, retry := c.sources()
 	poll := time.NewTimer(0)
@@ -397,10 +404,42 @@ func (c *Client) claimLoop(ctx, handlerCtx context.Context) {
 			if !ok {
 				wake = nil // the store closed its notifications: poll only
 			}
+		case w := <-resubscribed:
+			c.log.Info("ferry: receipt notifications subscribed")
+			// Receipts may have come meanwhile, and a store that answers
+			// again may take claims again: one claim now.
+			wake, resubscribed = w, nil
+			dry = false
+			signals++
 		case <-poll.C:
 			dry, pollArmed = false, false
 			signals++
 		case <-c.slotFree:
+		}
+	}
+}
+
+// resubscribeMax bounds the wait between tries of a receipt subscription
+// that failed at start.
+const resubscribeMax = 30 * time.Second
+
+// resubscribe tries ReceiptSubscribe again, from PollInterval (at most a
+// second) doubling to resubscribeMax, until it succeeds or ctx ends: a
+// client started while its database was down or not yet migrated would
+// otherwise poll for good.
+func (c *Client) resubscribe(ctx context.Context, out chan<- (<-chan struct{})) {
+	wait := time.NewTimer(0)
+	defer wait.Stop()
+	for delay := min(c.cfg.PollInterval, time.Second); ; delay = min(2*delay, resubscribeMax) {
+		resetTimer(wait, delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-wait.C:
+		}
+		if wake, err := c.store.ReceiptSubscribe(ctx); err == nil {
+			out <- wake
+			return
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/testlog"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/storetest"
@@ -243,5 +244,47 @@ func TestClientTxHandlerExactlyOnceUnderZombie(t *testing.T) {
 		if c.N != 1 {
 			t.Errorf("%s has %d effects, want exactly 1", c.ID, c.N)
 		}
+	}
+}
+
+// A client started before its schema exists (or while its database is
+// down) polls, and subscribes to receipts once it can: with a poll of an
+// hour, only the subscription made after Migrate can bring this event in.
+func TestClientSubscribesOnceTheStoreCanNotify(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := pgtest.Schema(t)
+	st := postgres.New(pgtest.PoolOn(t, schema, nil), nil)
+	t.Cleanup(st.Close)
+	var logs testlog.Buffer
+	c, err := ferry.NewClient(&ferry.Config{Store: st, PollInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan string, 1)
+	c.Handle("stripe", func(_ context.Context, d *ferry.Delivery) error {
+		handled <- d.Event.EventID
+		return nil
+	})
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(ctx) })
+	waitFor(t, "the first subscription to fail", func() bool {
+		return strings.Contains(logs.String(), "receipt notifications unavailable")
+	})
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Type: "t", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-handled:
+		if id != "evt_1" {
+			t.Fatalf("handled %s, want evt_1", id)
+		}
+	case <-time.After(2 * time.Minute): // the retries' cap is 30 s
+		t.Fatal("the event was not handled: the client never subscribed to receipts")
 	}
 }
