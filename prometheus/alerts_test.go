@@ -67,13 +67,8 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exprs := 0
-	for _, line := range strings.Split(string(raw), "\n") {
-		_, expr, ok := strings.Cut(line, "expr:")
-		if !ok {
-			continue
-		}
-		exprs++
+	exprs := ruleExprs(string(raw))
+	for _, expr := range exprs {
 		for _, sel := range selector.FindAllStringSubmatch(expr, -1) {
 			name := sel[1]
 			known, ok := labels[name]
@@ -91,9 +86,35 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	if exprs == 0 {
+	if len(exprs) == 0 {
 		t.Fatal("docs/alerts.yml has no expr")
 	}
+}
+
+// ruleExprs returns the expr of every rule in a rules file: one on its
+// line, or a block scalar (expr: >-) on the lines indented below it.
+func ruleExprs(rules string) []string {
+	var exprs []string
+	lines := strings.Split(rules, "\n")
+	for i, line := range lines {
+		head, expr, ok := strings.Cut(line, "expr:")
+		if !ok {
+			continue
+		}
+		if v := strings.TrimSpace(expr); v != "" && v[0] != '>' && v[0] != '|' {
+			exprs = append(exprs, expr)
+			continue
+		}
+		var block []string
+		for _, next := range lines[i+1:] {
+			if indent := len(next) - len(strings.TrimLeft(next, " ")); strings.TrimSpace(next) != "" && indent <= len(head) {
+				break
+			}
+			block = append(block, next)
+		}
+		exprs = append(exprs, strings.Join(block, "\n"))
+	}
+	return exprs
 }
 
 // FerryCatchupFailing fires at the checkpoint age catchup.FailingAfter
