@@ -417,26 +417,27 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		name, named = sourceName(req.URL)
 	}
 	req, span := r.startReceipt(req, name)
-	var countedOnly bool
+	var stored ferry.EventReceiveResult
 	a, eventID, storeErr := answerBadPath, "", error(nil)
 	if named {
-		a, eventID, storeErr = r.receive(w, req, name, &countedOnly)
+		a, eventID, storeErr = r.receive(w, req, name, &stored)
 	}
 	r.reply(w, a)
 	endReceipt(span, a, eventID)
 
 	latency := time.Since(start)
-	r.log(req.Context(), name, eventID, a, countedOnly, latency, storeErr)
+	r.log(req.Context(), name, eventID, a, &stored, latency, storeErr)
 	if r.opts.Observer != nil {
 		r.opts.Observer.ObserveReceive(name, a.outcome, a.reason, latency)
 	}
 }
 
 // log writes the delivery's line, building it only if the logger keeps it.
-// countedOnly is a conflict or replay the store counted without keeping it
-// (ferry.EventReceiveResult.CountedOnly): no alert.
-func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, countedOnly bool, latency time.Duration, storeErr error) {
+// stored is what the store answered, zero if it was not asked: a conflict
+// or replay it counted without keeping (CountedOnly) raises no alert.
+func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, stored *ferry.EventReceiveResult, latency time.Duration, storeErr error) {
 	level := slog.LevelInfo
+	countedOnly := stored.CountedOnly
 	alert := (a.outcome == "conflict" || a.outcome == "replay") && !countedOnly
 	if alert || a.outcome == "unavailable" {
 		level = slog.LevelWarn
@@ -465,9 +466,10 @@ func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, coun
 	case alert && a.outcome == "conflict":
 		attrs = append(attrs, slog.String("alert", "conflicting_duplicate"))
 	case alert:
-		// The event id logged is the one the delivery claimed; the stored
-		// event whose body it carried lists it (events show, the dashboard).
-		attrs = append(attrs, slog.String("alert", "suspected_replay"))
+		// The event id logged is the one the delivery claimed, never
+		// stored; stored_id is the row of the stored event whose body it
+		// carried, which lists it (the dashboard's /ui/events/N, events show).
+		attrs = append(attrs, slog.String("alert", "suspected_replay"), slog.Int64("stored_id", stored.ID))
 	}
 	if storeErr != nil {
 		// Ferry's stores' errors name the operation and the database's
@@ -480,8 +482,8 @@ func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, coun
 
 // receive runs the checks in order and stores the delivery. It returns the
 // answer, the event id once verified, and the store's error when it failed;
-// *countedOnly is set as the store's result says.
-func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string, countedOnly *bool) (answer, string, error) {
+// *stored is set to the store's result.
+func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string, stored *ferry.EventReceiveResult) (answer, string, error) {
 	src, ok := r.sources[name]
 	if !ok {
 		return answerNoSource, "", nil
@@ -554,7 +556,7 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 		return answerUnavailable, v.EventID, err
 	}
 	r.receiptPhase(req.Context(), "stored")
-	*countedOnly = res.CountedOnly
+	*stored = *res
 	switch res.Outcome {
 	case ferry.ReceiveDuplicate:
 		return answerDuplicate, v.EventID, nil

@@ -20,7 +20,7 @@ import (
 // verifies. With replay detection on, each is answered 200 replay, stored
 // on the first event and never as an event of its own, counted in
 // ferry_received_total{outcome="replay"} and logged as one warning without
-// the payload.
+// the payload, naming the stored event's row (stored_id).
 func TestReceiverReplayedBody(t *testing.T) {
 	t.Parallel()
 	const window = 72 * time.Hour
@@ -36,6 +36,7 @@ func TestReceiverReplayedBody(t *testing.T) {
 			}
 		})
 		const body = `{"BODYMARK":"captured","action":"opened"}`
+		storedID := map[string]int64{} // source → the original's row
 		for _, tc := range []struct {
 			source, originalType string
 			original             delivery
@@ -67,6 +68,7 @@ func TestReceiverReplayedBody(t *testing.T) {
 			if len(list.Events) != 1 || list.Events[0].Type != tc.originalType || list.Events[0].Replays != 5 {
 				t.Fatalf("%s: %d events stored, want the original alone (%s) with 5 replays: %+v", tc.source, len(list.Events), tc.originalType, list.Events)
 			}
+			storedID[tc.source] = list.Events[0].ID
 			replays, err := b.store.ReplayList(t.Context(), &ferry.ReplayListParams{ID: list.Events[0].ID})
 			if err != nil || len(replays) != 5 {
 				t.Fatalf("%s: %d replays kept, %v; want 5", tc.source, len(replays), err)
@@ -99,8 +101,9 @@ func TestReceiverReplayedBody(t *testing.T) {
 			}
 			if rec["alert"] == "suspected_replay" {
 				warnings++
-				if rec["level"] != "WARN" || rec["outcome"] != "replay" {
-					t.Errorf("replay logged as %v", rec)
+				source, _ := rec["source"].(string)
+				if rec["level"] != "WARN" || rec["outcome"] != "replay" || rec["stored_id"] != float64(storedID[source]) {
+					t.Errorf("replay logged as %v, want WARN naming stored_id %d", rec, storedID[source])
 				}
 			}
 		}

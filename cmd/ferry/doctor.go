@@ -256,7 +256,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		}
 		found := len(r.Findings)
 		if s.AtRisk > 0 {
-			fail(fmt.Sprintf("make them succeed before the provider's replay window ends: ferry events list --at-risk --source %s; fix the handler or app, then ferry events retry-now %s ID... (or wait for their next attempt)", s.Source, s.Source),
+			fail(fmt.Sprintf("make them succeed before the provider's replay window ends: ferry events list --at-risk --source %s; fix the handler or app, then ferry events retry-now %s ID... (or wait for their next attempt); an unknown one: check the downstream, then ferry events replay or resolve it", s.Source, s.Source),
 				"source %s: %s at risk, oldest received %s ago, unfinished and close to outliving the replay window", s.Source, countOf(s.AtRisk, "event"), age(s.OldestAtRisk))
 		}
 		if n := s.States[ferry.StateDead]; n > 0 {

@@ -777,7 +777,7 @@ reset (that is replay's, for done, dead or unknown events); events that are not
 pending, or already due, are left as they are. Exits 3 when a named event does
 not exist, 5 when one is left as it is (the others are still retried).`,
 	what: "asks", verb: "retry now", done: "retried",
-	refused: "not retried, not pending in a backoff (running, finished, or already due)",
+	refused: "not retried, not pending in a backoff (running, finished, or already due; a dead or unknown one: ferry events replay or resolve)",
 	act: func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error) {
 		return st.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: e.ID, Actor: actor})
 	},

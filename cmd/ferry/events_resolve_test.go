@@ -116,7 +116,7 @@ func TestEventsRetryNow(t *testing.T) {
 	s.close()
 	before := showJSON(t, cfg, "stripe", "evt_backoff")
 
-	const notRetried = "stripe evt_due (pending): not retried, not pending in a backoff (running, finished, or already due)\n"
+	const notRetried = "stripe evt_due (pending): not retried, not pending in a backoff (running, finished, or already due; a dead or unknown one: ferry events replay or resolve)\n"
 	wantFerry(t, exitNotFound, "retried stripe evt_backoff\n", "ferry events retry-now: stripe evt_nope: no such event; "+notRetried,
 		"events", "retry-now", "--config", cfg, "--actor", "alice", "stripe", "evt_backoff", "evt_due", "evt_nope")
 	wantFerry(t, exitLeft, "", "ferry events retry-now: "+notRetried, "events", "retry-now", "--config", cfg, "--actor", "alice", "stripe", "evt_due")
