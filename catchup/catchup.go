@@ -692,7 +692,7 @@ func (r *Runner) runOnce(ctx context.Context, lease *ferry.LeaseAcquireParams, t
 			// (this one's route or proxy may be what fails) takes the next
 			// pass; renewing it would keep every other instance out.
 			r.release(ctx, lease)
-			r.log().Error("catchup: pass failed; lease released for any instance's next interval", "source", r.Source, "lease", lease.Name, "error", err.Error())
+			r.log().Error("catchup: pass failed; lease released for any instance's next interval", "source", r.Source, "lease", lease.Name, "owner", lease.Owner, "error", err.Error())
 			r.observePass(PassFailed)
 		}
 		return

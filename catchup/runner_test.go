@@ -425,6 +425,9 @@ func TestRunner(t *testing.T) {
 		if !strings.Contains(b.logs.String(), "pass failed") {
 			t.Fatalf("instance a's pass did not fail:\n%s", b.logs.String())
 		}
+		if !strings.Contains(b.logs.String(), `"owner":"instance-a"`) {
+			t.Errorf("the failed pass's line does not name its instance (owner instance-a):\n%s", b.logs.String())
+		}
 		unreachable.Store(false) // instance b reaches the provider
 		other := *a
 		other.Owner = "instance-b"

@@ -31,7 +31,7 @@ and advances the checkpoint when the window covers it.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	source := fs.String("source", "", "the source `name` to catch up (required)")
 	since := fs.Duration("since", 0, "look back this far instead of from the checkpoint (e.g. 24h)")
-	dryRun := fs.Bool("dry-run", false, "list and count, but receive nothing and leave the checkpoint")
+	dryRun := fs.Bool("dry-run", false, "list and count by id, but fetch and receive nothing and leave the checkpoint (so skipped stays 0: what a pass would skip counts as new)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
