@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -161,6 +162,43 @@ func TestMigrateDryRunOnUnreachablePostgres(t *testing.T) {
 	stdout, stderr, code := runFerry(t, "migrate", "--dry-run", "--config", cfg)
 	if code != exitFailed || strings.Contains(stdout, "pending") || !strings.Contains(stderr, "no such file") || strings.Contains(stdout+stderr, "sekrit") {
 		t.Errorf("migrate --dry-run on a missing socket: exit %d, want %d with the error and no plan or password\n%s%s", code, exitFailed, stdout, stderr)
+	}
+}
+
+// A PostgreSQL (or a proxy in front of it) that takes the connection and
+// never answers fails a command after storeOpenTimeout, saying so, rather
+// than holding it for as long as TCP lets it.
+func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		var held []net.Conn // accepted, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	cfg := writeCLIConfig(t, "postgres://ferry:sekrit@"+ln.Addr().String()+"/test?sslmode=disable", "")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a ceiling only a hang reaches
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ferryBin, "events", "list", "--config", cfg)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailed || !strings.Contains(stderr.String(), "the server did not answer within 15s") || strings.Contains(stderr.String(), "sekrit") {
+		t.Errorf("events list on a server that never answers: %v, want exit %d saying it did not answer within 15s, without the password:\n%s", err, exitFailed, stderr.String())
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -140,6 +141,11 @@ const (
 	creatingStore
 )
 
+// storeOpenTimeout bounds connecting to PostgreSQL and Open's first checks:
+// a server (or proxy) that takes the connection and never answers would
+// otherwise hold a command, or serve's start, for as long as TCP lets it.
+const storeOpenTimeout = 15 * time.Second
+
 // openStore opens the configured store, its PostgreSQL pool sized for work
 // (nil: the driver's default, enough for a command's few queries); close
 // releases it.
@@ -166,7 +172,12 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 		if work != nil {
 			pgConfig.MaxConns = work.Conns()
 		}
-		s, err := postgres.Open(ctx, dsn, pgConfig)
+		octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+		defer cancel()
+		s, err := postgres.Open(octx, dsn, pgConfig)
+		if err != nil && octx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w (the server did not answer within %s)", err, storeOpenTimeout)
+		}
 		if err != nil {
 			return nil, nil, storeRefused(err) // "postgres: open: ..."
 		}
