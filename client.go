@@ -171,8 +171,8 @@ func (c *Client) checkRegistered() error {
 // are still held, and returns ctx.Err(). Those handlers may still be
 // running: a store closed under them cannot record their verdicts, and their
 // events run again once their leases lapse. A HandleTx handler among them
-// holds a store connection, and postgres.Store.Close waits for it. A Stop
-// while another runs waits the same way.
+// holds a store connection: Close of a postgres.Store that Open made waits
+// for it. A Stop while another runs waits the same way.
 //
 // A ctx already cancelled when Stop is called (the signal context a
 // program waited on: <-ctx.Done(); client.Stop(ctx)) sets no deadline:

@@ -113,7 +113,11 @@ func TestHandleTx(t *testing.T) {
 		start(t, c)
 		b.waitState(t, id, ferry.StateDone)
 		b.wantLedger(t, id, "[lease_expired done]")
-		if strings.Contains(logs.String(), "could not record failure") || !strings.Contains(logs.String(), "lease lost; this attempt's verdict was not recorded") {
+		// Attempt 1 records after its rollback, which attempt 2 may outrun.
+		waitFor(t, "attempt 1's lost lease logged", func() bool {
+			return strings.Contains(logs.String(), "lease lost; this attempt's verdict was not recorded")
+		})
+		if strings.Contains(logs.String(), "could not record failure") {
 			t.Errorf("want the attempt logged as a lost lease, not as a failure:\n%s", logs.String())
 		}
 		var effects int
@@ -122,6 +126,29 @@ func TestHandleTx(t *testing.T) {
 		}
 		if effects != 1 {
 			t.Errorf("%d effects, want 1: the lapsed attempt's rolled back", effects)
+		}
+	})
+
+	// Dead for ending tx, the handler's error still goes to the log through
+	// its Redacted: a downstream's answer may echo the payload.
+	withClient(t, "AnEndedTxKeepsTheHandlersRedaction", false, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "stripe", "evt_1")
+		var logs testlog.Buffer
+		c := b.newClient(t, func(cfg *ferry.Config) { cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+		ferry.HandleTx(c, b.store, "stripe", "", func(_ context.Context, tx *sql.Tx, _ *ferry.Delivery) error {
+			if err := tx.Commit(); err != nil {
+				return err
+			}
+			return redactedError{"downstream said: PAYLOADMARK", "downstream said: [redacted]"}
+		})
+		start(t, c)
+		ev := b.waitState(t, id, ferry.StateDead)
+		if !strings.Contains(ev.LastError, "PAYLOADMARK") {
+			t.Errorf("last error %q, want the handler's whole error stored", ev.LastError)
+		}
+		waitFor(t, "the dead event's log line", func() bool { return strings.Contains(logs.String(), "event dead") })
+		if strings.Contains(logs.String(), "PAYLOADMARK") || !strings.Contains(logs.String(), "[redacted]") {
+			t.Errorf("the log line is not the handler's Redacted:\n%s", logs.String())
 		}
 	})
 
@@ -137,6 +164,12 @@ func TestHandleTx(t *testing.T) {
 		b.wantLedger(t, id, "[done]")
 	})
 }
+
+// redactedError is an error whose full text must not be logged.
+type redactedError struct{ full, redacted string }
+
+func (e redactedError) Error() string    { return e.full }
+func (e redactedError) Redacted() string { return e.redacted }
 
 // Only the store's ErrTxDone and ErrLeaseLost mean a transactional handler
 // ended tx or the event's lease lapsed. The same sentinels in a handler's own

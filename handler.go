@@ -160,6 +160,11 @@ func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
 	case errors.Is(err, ErrTxDone):
 		// InTx or EventCompleteTx found tx ended: its writes may have
 		// committed, whatever it returned, and a retry could repeat them.
+		// The handler's own error is wrapped as it is, so that logSafe
+		// still finds its Redacted.
+		if fnErr != nil {
+			err = fmt.Errorf("%w: %w", ErrTxDone, fnErr)
+		}
 		return false, Permanent(fmt.Errorf("ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx): dead, not retried, since its writes may have committed without the event's done: %w", err))
 	case fnErr != nil:
 		return false, fnErr
