@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
@@ -33,6 +34,31 @@ func TestOpenSizesThePool(t *testing.T) {
 		s.Close()
 		if got != tc.want {
 			t.Errorf("%s: pool of %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Open bounds each connection's startup by Config.ConnectTimeout, unless
+// the URL sets connect_timeout: the operator's word wins.
+func TestOpenBoundsTheConnect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.SchemaURL(t)
+	for _, tc := range []struct {
+		name, url string
+		want      time.Duration
+	}{
+		{"FromTheConfig", url, 7 * time.Second},
+		{"TheURLWins", url + "&connect_timeout=3", 3 * time.Second},
+	} {
+		s, err := postgres.Open(ctx, tc.url, &postgres.Config{ConnectTimeout: 7 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.Pool().Config().ConnConfig.ConnectTimeout
+		s.Close()
+		if got != tc.want {
+			t.Errorf("%s: connect timeout %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }

@@ -42,6 +42,13 @@ type Config struct {
 	// (ferry.Workload.Conns). Zero keeps pgx's default, max(4, CPUs), which
 	// a receiver and a client together outgrow.
 	MaxConns int
+
+	// ConnectTimeout is the connect_timeout Open uses when the URL (or
+	// PGCONNECT_TIMEOUT) sets none: it bounds each new connection's dial
+	// and startup, per host, so that a server or proxy that takes the
+	// connection and never answers fails it instead of holding it for as
+	// long as TCP lets it. Zero keeps pgx's default: no bound.
+	ConnectTimeout time.Duration
 }
 
 // Store is a ferry.TxStore on a pgx pool. It is safe for concurrent use.
@@ -122,6 +129,9 @@ func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 	}
 	if config != nil && config.MaxConns > 0 && !strings.Contains(url, "pool_max_conns") {
 		poolConfig.MaxConns = int32(config.MaxConns)
+	}
+	if config != nil && config.ConnectTimeout > 0 && poolConfig.ConnConfig.ConnectTimeout == 0 && !strings.Contains(url, "connect_timeout") {
+		poolConfig.ConnConfig.ConnectTimeout = config.ConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {

@@ -197,8 +197,8 @@ func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	err = cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailed || !strings.Contains(stderr.String(), "the server did not answer within 15s") || strings.Contains(stderr.String(), "sekrit") {
-		t.Errorf("events list on a server that never answers: %v, want exit %d saying it did not answer within 15s, without the password:\n%s", err, exitFailed, stderr.String())
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailed || !strings.Contains(stderr.String(), "the server did not answer within store.url's connect_timeout, 15s unless it sets one") || strings.Contains(stderr.String(), "sekrit") {
+		t.Errorf("events list on a server that never answers: %v, want exit %d saying it did not answer within the connect timeout, without the password:\n%s", err, exitFailed, stderr.String())
 	}
 }
 

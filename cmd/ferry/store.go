@@ -141,10 +141,11 @@ const (
 	creatingStore
 )
 
-// storeOpenTimeout bounds connecting to PostgreSQL and Open's first checks:
-// a server (or proxy) that takes the connection and never answers would
-// otherwise hold a command, or serve's start, for as long as TCP lets it.
-const storeOpenTimeout = 15 * time.Second
+// storeConnectTimeout is every command's PostgreSQL connect_timeout where
+// store.url sets none: a server (or proxy) that takes the connection and
+// never answers would otherwise hold a command, or serve, for as long as
+// TCP lets it.
+const storeConnectTimeout = 15 * time.Second
 
 // openStore opens the configured store, its PostgreSQL pool sized for work
 // (nil: the driver's default, enough for a command's few queries); close
@@ -168,15 +169,13 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 		}
 		return s, func() { _ = s.Close() }, nil
 	default:
-		pgConfig := &postgres.Config{}
+		pgConfig := &postgres.Config{ConnectTimeout: storeConnectTimeout}
 		if work != nil {
 			pgConfig.MaxConns = work.Conns()
 		}
-		octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
-		defer cancel()
-		s, err := postgres.Open(octx, dsn, pgConfig)
-		if err != nil && octx.Err() != nil && ctx.Err() == nil {
-			err = fmt.Errorf("%w (the server did not answer within %s)", err, storeOpenTimeout)
+		s, err := postgres.Open(ctx, dsn, pgConfig)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("%w (the server did not answer within store.url's connect_timeout, %s unless it sets one)", err, storeConnectTimeout)
 		}
 		if err != nil {
 			return nil, nil, storeRefused(err) // "postgres: open: ..."
