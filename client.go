@@ -426,7 +426,9 @@ const resubscribeMax = 30 * time.Second
 // resubscribe tries ReceiptSubscribe again, from PollInterval (at most a
 // second) doubling to resubscribeMax, until it succeeds or ctx ends: a
 // client started while its database was down or not yet migrated would
-// otherwise poll for good.
+// otherwise poll for good. A subscription that began and then broke is the
+// store's to mend (postgres reconnects its own); this is for one that never
+// began, which the Store contract answers with an error.
 func (c *Client) resubscribe(ctx context.Context, out chan<- (<-chan struct{})) {
 	wait := time.NewTimer(0)
 	defer wait.Stop()
