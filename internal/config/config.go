@@ -265,15 +265,19 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 	if err != nil {
 		return nil, decodeError(err)
 	}
+	// Every mistake in one error, so that one edit fixes them all; only
+	// references that did not expand stop it early, since what validation
+	// would say of their values is noise.
+	var errs []error
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		keys := make([]string, len(undecoded))
 		for i, k := range undecoded {
 			keys[i] = k.String()
 		}
-		return nil, fmt.Errorf("%w: unknown key %s: check its spelling against docs/configuration.md", ErrInvalid, strings.Join(keys, ", "))
+		errs = append(errs, fmt.Errorf("unknown key %s: check its spelling against docs/configuration.md", strings.Join(keys, ", ")))
 	}
-	if errs := expand(reflect.ValueOf(&c).Elem(), "", lookup); len(errs) > 0 {
-		return nil, fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(errs))
+	if xerrs := expand(reflect.ValueOf(&c).Elem(), "", lookup); len(xerrs) > 0 {
+		return nil, fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(append(errs, xerrs...)))
 	}
 	for _, override := range overrides {
 		override(&c)
@@ -281,11 +285,10 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 	zeros := writtenZeros(md, &c)
 	c.applyDefaults()
 	c.applyOperatorDefaults()
-	if errs := zeroMeansDefault(zeros); len(errs) > 0 {
+	errs = append(errs, zeroMeansDefault(zeros)...)
+	errs = append(errs, c.validate()...)
+	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(errs))
-	}
-	if err := c.validate(); err != nil {
-		return nil, err
 	}
 	return &c, nil
 }
@@ -355,7 +358,7 @@ func (c *Config) applyDefaults() {
 	}
 }
 
-func (c *Config) validate() error {
+func (c *Config) validate() []error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
@@ -489,11 +492,7 @@ func (c *Config) validate() error {
 		errs = append(errs, s.Catchup.validate(key, &s)...)
 	}
 	errs = append(errs, c.validateOperator()...)
-	errs = append(errs, c.validateTelemetry()...)
-	if len(errs) > 0 {
-		return fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(errs))
-	}
-	return nil
+	return append(errs, c.validateTelemetry()...)
 }
 
 // padded refuses a credential with whitespace at either end, which no

@@ -489,6 +489,22 @@ func TestParseRejectsZeroThatMeansTheDefault(t *testing.T) {
 
 // zeroConfig is a one-source config with edit in place: keys of the source
 // itself, or tables that follow it.
+// One start names every mistake in the file, whatever kind: an unknown key,
+// a zero that means the default, and bad values, each on a line.
+func TestParseListsEveryMistakeAtOnce(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})
+	_, err := Parse([]byte(zeroConfig("bogus = 1\nmax_attempts = 0\nmax_body = -1\n[worker]\nlease_ttl = \"-1s\"")), vars)
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("err = %v, want ErrInvalid", err)
+	}
+	for _, want := range []string{"unknown key source.bogus", "source[0] (stripe).max_attempts: is written as zero", "source[0] (stripe).max_body", "worker.lease_ttl"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v\nwant %q among the lines", err, want)
+		}
+	}
+}
+
 func zeroConfig(edit string) string {
 	return `
 [store]
