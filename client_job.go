@@ -173,7 +173,7 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 		werr := retryWrite(wctx, func() error {
 			var e error
 			state, e = c.failures.Do(wctx, EventFailParams{
-				Lease: j.lease, Error: storableText(err.Error()), RetryDelay: delay,
+				Lease: j.lease, Error: StorableText(err.Error()), RetryDelay: delay,
 				MaxAttempts: policy.MaxAttempts, MaxAge: policy.ReplayWindow, Dead: IsPermanent(err),
 				NotRun: errors.As(err, new(notRunError)), Response: j.response,
 			})

@@ -186,7 +186,7 @@ func NewAttemptResponse(status int, body []byte) AttemptResponse {
 	if status < 100 || status > 599 {
 		status = 0
 	}
-	s := storableText(string(body))
+	s := StorableText(string(body))
 	if len(s) > ResponseLimit {
 		cut := ResponseLimit
 		for cut > 0 && !utf8.RuneStart(s[cut]) {

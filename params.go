@@ -61,8 +61,9 @@ func requiredText(what, s string) error {
 	return nil
 }
 
-// storableText makes any text storable: invalid bytes and NUL become U+FFFD.
-func storableText(s string) string {
+// StorableText makes any text storable as a last error or a checkpoint
+// value: invalid bytes and NUL become U+FFFD.
+func StorableText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 

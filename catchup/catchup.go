@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
@@ -205,6 +206,35 @@ type Result struct {
 // CheckpointName is the store key of the source's checkpoint; its lease has
 // the same name.
 func CheckpointName(source string) string { return "catchup:" + source }
+
+// FailureName is the store key under which the runner keeps why the
+// source's last pass failed, until a pass ends ok (ReadFailure).
+func FailureName(source string) string { return "catchup-failure:" + source }
+
+// maxFailureBytes bounds the error a failed pass keeps.
+const maxFailureBytes = 1000
+
+// ReadFailure returns why the source's last pass failed and when, by the
+// database's clock; "" when the last pass ended ok, none failed, or the
+// checkpoint moved since (ferry reconcile). ferry doctor reads it: a
+// source whose every pass fails from the start has no checkpoint to age.
+func ReadFailure(ctx context.Context, st ferry.Store, source string) (string, time.Time, error) {
+	f, err := st.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: FailureName(source)})
+	if errors.Is(err, ferry.ErrNotFound) || err == nil && f.Value == "" {
+		return "", time.Time{}, nil
+	}
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("catchup %s: read the last failure: %w", source, err)
+	}
+	cp, err := st.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: CheckpointName(source)})
+	switch {
+	case err == nil && !f.UpdatedAt.After(cp.UpdatedAt):
+		return "", time.Time{}, nil
+	case err != nil && !errors.Is(err, ferry.ErrNotFound):
+		return "", time.Time{}, fmt.Errorf("catchup %s: read checkpoint: %w", source, err)
+	}
+	return f.Value, f.UpdatedAt, nil
+}
 
 // ReadCheckpoint reads the source's checkpoint and the time it holds: how
 // far the source's passes have looked. It returns an error wrapping
@@ -665,6 +695,23 @@ func (r *Runner) release(ctx context.Context, lease *ferry.LeaseAcquireParams) {
 	_ = r.Store.LeaseRelease(ctx, &ferry.LeaseReleaseParams{Name: lease.Name, Owner: lease.Owner})
 }
 
+// keepFailure records why the pass under lease failed (FailureName), or
+// clears it after one that ended ok, fenced by the lease. A write that
+// fails is logged, not retried: the next pass writes again.
+func (r *Runner) keepFailure(ctx context.Context, lease *ferry.LeaseAcquireParams, failed error) {
+	var text string
+	if failed != nil {
+		text = ferry.StorableText(failed.Error())
+		if len(text) > maxFailureBytes {
+			text = strings.ToValidUTF8(text[:maxFailureBytes], "")
+		}
+	}
+	err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: FailureName(r.Source), Value: text, Lease: lease.Name, Owner: lease.Owner})
+	if err != nil && ctx.Err() == nil {
+		r.log().Warn("catchup: could not record the pass's outcome for ferry doctor", "source", r.Source, "error", err.Error())
+	}
+}
+
 func (r *Runner) observePass(outcome string) {
 	if r.Observer != nil {
 		r.Observer.CatchupPass(r.Source, outcome)
@@ -691,12 +738,14 @@ func (r *Runner) runOnce(ctx context.Context, lease *ferry.LeaseAcquireParams, t
 			// Released, so that an instance which can reach the provider
 			// (this one's route or proxy may be what fails) takes the next
 			// pass; renewing it would keep every other instance out.
+			r.keepFailure(ctx, lease, err)
 			r.release(ctx, lease)
 			r.log().Error("catchup: pass failed; lease released for any instance's next interval", "source", r.Source, "lease", lease.Name, "owner", lease.Owner, "error", err.Error())
 			r.observePass(PassFailed)
 		}
 		return
 	}
+	r.keepFailure(ctx, lease, nil)
 	r.observePass(PassOK)
 	r.log().Info("catchup: pass", "source", r.Source, "from", res.From, "to", res.To,
 		"fetched", res.Fetched, "new", res.New, "known", res.Known, "skipped", res.Skipped, "advanced", res.Advanced)

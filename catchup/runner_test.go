@@ -425,6 +425,9 @@ func TestRunner(t *testing.T) {
 		if !strings.Contains(b.logs.String(), "pass failed") {
 			t.Fatalf("instance a's pass did not fail:\n%s", b.logs.String())
 		}
+		if text, _, err := ReadFailure(ctx, b.store, "stripe"); err != nil || !strings.Contains(text, "HTTP 502") {
+			t.Errorf("the kept failure after a's pass: %q, %v; want the error", text, err)
+		}
 		if !strings.Contains(b.logs.String(), `"owner":"instance-a"`) {
 			t.Errorf("the failed pass's line does not name its instance (owner instance-a):\n%s", b.logs.String())
 		}
@@ -434,6 +437,9 @@ func TestRunner(t *testing.T) {
 		b.runner.runOnce(ctx, &other, time.Minute)
 		if cp, ok := checkpoint(t, b.store, "stripe"); !ok || !cp.Equal(b.now.Add(-DefaultSettle)) {
 			t.Fatalf("instance b did not take over after a's failed pass: checkpoint %v %v", cp, ok)
+		}
+		if text, _, err := ReadFailure(ctx, b.store, "stripe"); err != nil || text != "" {
+			t.Errorf("the kept failure after b's pass ended ok: %q, %v; want none", text, err)
 		}
 		if held, err := b.store.LeaseAcquire(ctx, a); err != nil || held {
 			t.Fatalf("instance a took the lease back from b, whose pass ended ok: %v %v", held, err)

@@ -485,6 +485,17 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		if r, code := doctorJSON(t, cfg); code != 0 || !hasFinding(r, "warn", "source stripe: catch-up has no checkpoint") {
 			t.Errorf("no checkpoint: exit %d, report %+v; want 0 and a warning", code, r)
 		}
+		failed := func() {
+			if err := st.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: catchup.FailureName("stripe"), Value: "GET /v1/events: HTTP 401\x1b[2J"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Every pass has failed since the start (a wrong key): no checkpoint
+		// to age, so the kept failure says it.
+		failed()
+		if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", `source stripe: catch-up has not ended a pass ok yet; the last failed`) || !hasFinding(r, "fail", `HTTP 401\x1b[2J`) {
+			t.Errorf("failing from the start: exit %d, report %+v; want %d and a fail with the error, its escape shown", code, r, exitProblems)
+		}
 		put := func(age time.Duration) {
 			at := time.Now().Add(-age).UTC().Format(time.RFC3339Nano)
 			if err := st.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: catchup.CheckpointName("stripe"), Value: at}); err != nil {
@@ -498,6 +509,10 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		put(20 * time.Minute)
 		if r, code := doctorJSON(t, cfg); code != 0 || !hasFinding(r, "ok", "source stripe: catch-up checkpoint 20m") {
 			t.Errorf("checkpoint 20m old: exit %d, report %+v; want 0 and ok", code, r)
+		}
+		failed() // since the checkpoint moved
+		if r, code := doctorJSON(t, cfg); code != 0 || !hasFinding(r, "warn", "source stripe: catch-up checkpoint 20m") || !hasFinding(r, "warn", "the last pass failed") {
+			t.Errorf("a pass failed after the checkpoint moved: exit %d, report %+v; want 0 and a warning", code, r)
 		}
 	})
 	t.Run("AppUnreachable", func(t *testing.T) {

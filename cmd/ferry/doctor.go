@@ -289,7 +289,14 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		}
 		reconcile := "ferry reconcile --source " + s.Name + " --dry-run prints why a pass fails (a revoked key, a missing scope); serve's 'catchup: pass failed' names the instance"
 		_, at, err := catchup.ReadCheckpoint(pctx, st, s.Name)
+		failure, failedAt, ferr := catchup.ReadFailure(pctx, st, s.Name)
+		if ferr != nil {
+			warn(reconcile, "source %s: catch-up's last failure unreadable: %v", s.Name, ferr)
+		}
 		switch age := stats.Now.Sub(at).Round(time.Second); {
+		case errors.Is(err, ferry.ErrNotFound) && failure != "":
+			fail(reconcile+"; events the provider never delivered are not fetched meanwhile",
+				"source %s: catch-up has not ended a pass ok yet; the last failed %s ago: %s", s.Name, stats.Now.Sub(failedAt).Round(time.Second), oneLine(failure, 300))
 		case errors.Is(err, ferry.ErrNotFound):
 			warn("serve runs a pass at start and every interval; if one runs, "+reconcile,
 				"source %s: catch-up has no checkpoint: no pass has ended ok yet", s.Name)
@@ -298,6 +305,8 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		case age > catchup.FailingAfter(every):
 			fail(reconcile+"; events the provider never delivered are not fetched meanwhile",
 				"source %s: catch-up checkpoint %s old, past %s (three intervals and 10m): its passes fail or none runs", s.Name, age, catchup.FailingAfter(every))
+		case failure != "":
+			warn(reconcile, "source %s: catch-up checkpoint %s old; the last pass failed %s ago: %s", s.Name, age, stats.Now.Sub(failedAt).Round(time.Second), oneLine(failure, 300))
 		default:
 			ok("source %s: catch-up checkpoint %s old", s.Name, age)
 		}
