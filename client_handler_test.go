@@ -147,8 +147,8 @@ func TestHandleTx(t *testing.T) {
 			t.Errorf("last error %q, want the handler's whole error stored", ev.LastError)
 		}
 		waitFor(t, "the dead event's log line", func() bool { return strings.Contains(logs.String(), "event dead") })
-		if strings.Contains(logs.String(), "PAYLOADMARK") || !strings.Contains(logs.String(), "[redacted]") {
-			t.Errorf("the log line is not the handler's Redacted:\n%s", logs.String())
+		if strings.Contains(logs.String(), "PAYLOADMARK") || !strings.Contains(logs.String(), "committed or rolled back Ferry's transaction itself") || !strings.Contains(logs.String(), "downstream said: [redacted]") {
+			t.Errorf("the log line is not Ferry's explanation with the handler's Redacted:\n%s", logs.String())
 		}
 	})
 

@@ -160,12 +160,12 @@ func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
 	case errors.Is(err, ErrTxDone):
 		// InTx or EventCompleteTx found tx ended: its writes may have
 		// committed, whatever it returned, and a retry could repeat them.
-		// The handler's own error is wrapped as it is, so that logSafe
-		// still finds its Redacted.
+		// The handler's own error is wrapped as it is, so that its
+		// Redacted still serves the log.
 		if fnErr != nil {
 			err = fmt.Errorf("%w: %w", ErrTxDone, fnErr)
 		}
-		return false, Permanent(fmt.Errorf("ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx): dead, not retried, since its writes may have committed without the event's done: %w", err))
+		return false, Permanent(txEndedError{err})
 	case fnErr != nil:
 		return false, fnErr
 	case errors.Is(err, ErrLeaseLost):
@@ -173,6 +173,17 @@ func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
 	}
 	return err == nil, err
 }
+
+// txEndedError is the verdict on a transactional handler that ended
+// Ferry's transaction itself. Its Redacted keeps the explanation and takes
+// the rest from the handler's own Redacted, if it has one.
+type txEndedError struct{ err error }
+
+const txEndedText = "ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx): dead, not retried, since its writes may have committed without the event's done: "
+
+func (e txEndedError) Error() string    { return txEndedText + e.err.Error() }
+func (e txEndedError) Unwrap() error    { return e.err }
+func (e txEndedError) Redacted() string { return txEndedText + logSafe(e.err) }
 
 // opaqueError carries a transactional handler's own error through InTx
 // without unwrapping, so that only the store's words count as ErrTxDone or

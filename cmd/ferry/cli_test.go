@@ -166,7 +166,7 @@ func TestMigrateDryRunOnUnreachablePostgres(t *testing.T) {
 }
 
 // A PostgreSQL (or a proxy in front of it) that takes the connection and
-// never answers fails a command after storeOpenTimeout, saying so, rather
+// never answers fails a command after storeConnectTimeout, saying so, rather
 // than holding it for as long as TCP lets it.
 func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
 	t.Parallel()

@@ -487,8 +487,6 @@ func TestParseRejectsZeroThatMeansTheDefault(t *testing.T) {
 	}
 }
 
-// zeroConfig is a one-source config with edit in place: keys of the source
-// itself, or tables that follow it.
 // One start names every mistake in the file, whatever kind: an unknown key,
 // a zero that means the default, and bad values, each on a line.
 func TestParseListsEveryMistakeAtOnce(t *testing.T) {
@@ -505,6 +503,8 @@ func TestParseListsEveryMistakeAtOnce(t *testing.T) {
 	}
 }
 
+// zeroConfig is a one-source config with edit in place: keys of the source
+// itself, or tables that follow it.
 func zeroConfig(edit string) string {
 	return `
 [store]
