@@ -211,29 +211,54 @@ func CheckpointName(source string) string { return "catchup:" + source }
 // source's last pass failed, until a pass ends ok (ReadFailure).
 func FailureName(source string) string { return "catchup-failure:" + source }
 
+// FailingSinceName is the store key whose time (UpdatedAt) is the first
+// failed pass since one ended ok: the runner writes it when a failure
+// follows an ok pass, or none.
+func FailingSinceName(source string) string { return "catchup-failing-since:" + source }
+
 // maxFailureBytes bounds the error a failed pass keeps.
 const maxFailureBytes = 1000
 
-// ReadFailure returns why the source's last pass failed and when, by the
-// database's clock; "" when the last pass ended ok, none failed, or the
-// checkpoint moved since (ferry reconcile). ferry doctor reads it: a
-// source whose every pass fails from the start has no checkpoint to age.
-func ReadFailure(ctx context.Context, st ferry.Store, source string) (string, time.Time, error) {
-	f, err := st.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: FailureName(source)})
-	if errors.Is(err, ferry.ErrNotFound) || err == nil && f.Value == "" {
-		return "", time.Time{}, nil
+// Failure is why a source's passes fail, as the runner kept it.
+type Failure struct {
+	Err string
+	// At is the last failed pass, Since the first since one ended ok:
+	// the database's times.
+	At, Since time.Time
+}
+
+// ReadFailure returns why the source's last pass failed, or nil when the
+// last pass ended ok, none failed, or the checkpoint moved since (ferry
+// reconcile). ferry doctor reads it: a source whose every pass fails from
+// the start has no checkpoint to age.
+func ReadFailure(ctx context.Context, st ferry.Store, source string) (*Failure, error) {
+	get := func(name string) (*ferry.Checkpoint, error) {
+		cp, err := st.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: name})
+		if errors.Is(err, ferry.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("catchup %s: read %s: %w", source, name, err)
+		}
+		return cp, nil
 	}
+	f, err := get(FailureName(source))
+	if f == nil || f.Value == "" {
+		return nil, err
+	}
+	cp, err := get(CheckpointName(source))
+	if err != nil || cp != nil && !f.UpdatedAt.After(cp.UpdatedAt) {
+		return nil, err
+	}
+	since, err := get(FailingSinceName(source))
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("catchup %s: read the last failure: %w", source, err)
+		return nil, err
 	}
-	cp, err := st.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: CheckpointName(source)})
-	switch {
-	case err == nil && !f.UpdatedAt.After(cp.UpdatedAt):
-		return "", time.Time{}, nil
-	case err != nil && !errors.Is(err, ferry.ErrNotFound):
-		return "", time.Time{}, fmt.Errorf("catchup %s: read checkpoint: %w", source, err)
+	failure := &Failure{Err: f.Value, At: f.UpdatedAt, Since: f.UpdatedAt}
+	if since != nil && since.UpdatedAt.Before(f.UpdatedAt) {
+		failure.Since = since.UpdatedAt
 	}
-	return f.Value, f.UpdatedAt, nil
+	return failure, nil
 }
 
 // ReadCheckpoint reads the source's checkpoint and the time it holds: how
@@ -695,19 +720,32 @@ func (r *Runner) release(ctx context.Context, lease *ferry.LeaseAcquireParams) {
 	_ = r.Store.LeaseRelease(ctx, &ferry.LeaseReleaseParams{Name: lease.Name, Owner: lease.Owner})
 }
 
-// keepFailure records why the pass under lease failed (FailureName), or
-// clears it after one that ended ok, fenced by the lease. A write that
-// fails is logged, not retried: the next pass writes again.
+// keepFailure records why the pass under lease failed (FailureName, and
+// FailingSinceName after an ok pass), or clears it after one that ended
+// ok, fenced by the lease and bounded in time: the store's trouble may be
+// why the pass failed. A write that fails is not retried: the next pass
+// writes again.
 func (r *Runner) keepFailure(ctx context.Context, lease *ferry.LeaseAcquireParams, failed error) {
-	var text string
-	if failed != nil {
-		text = ferry.StorableText(failed.Error())
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	put := func(name, value string) error {
+		return r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: name, Value: value, Lease: lease.Name, Owner: lease.Owner})
+	}
+	var err error
+	if failed == nil {
+		err = put(FailureName(r.Source), "")
+	} else {
+		text := ferry.StorableText(failed.Error())
 		if len(text) > maxFailureBytes {
 			text = strings.ToValidUTF8(text[:maxFailureBytes], "")
 		}
+		prev, gerr := r.Store.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: FailureName(r.Source)})
+		if errors.Is(gerr, ferry.ErrNotFound) || gerr == nil && prev.Value == "" {
+			err = put(FailingSinceName(r.Source), "")
+		}
+		err = cmp.Or(err, put(FailureName(r.Source), text))
 	}
-	err := r.Store.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: FailureName(r.Source), Value: text, Lease: lease.Name, Owner: lease.Owner})
-	if err != nil && ctx.Err() == nil {
+	if err != nil && !errors.Is(err, ferry.ErrLeaseLost) { // lost: the pass's own line says so
 		r.log().Warn("catchup: could not record the pass's outcome for ferry doctor", "source", r.Source, "error", err.Error())
 	}
 }
@@ -738,15 +776,15 @@ func (r *Runner) runOnce(ctx context.Context, lease *ferry.LeaseAcquireParams, t
 			// Released, so that an instance which can reach the provider
 			// (this one's route or proxy may be what fails) takes the next
 			// pass; renewing it would keep every other instance out.
-			r.keepFailure(ctx, lease, err)
-			r.release(ctx, lease)
 			r.log().Error("catchup: pass failed; lease released for any instance's next interval", "source", r.Source, "lease", lease.Name, "owner", lease.Owner, "error", err.Error())
 			r.observePass(PassFailed)
+			r.keepFailure(ctx, lease, err) // while the lease fences it
+			r.release(ctx, lease)
 		}
 		return
 	}
-	r.keepFailure(ctx, lease, nil)
 	r.observePass(PassOK)
 	r.log().Info("catchup: pass", "source", r.Source, "from", res.From, "to", res.To,
 		"fetched", res.Fetched, "new", res.New, "known", res.Known, "skipped", res.Skipped, "advanced", res.Advanced)
+	r.keepFailure(ctx, lease, nil)
 }

@@ -197,7 +197,7 @@ func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	err = cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailed || !strings.Contains(stderr.String(), "the server did not answer within store.url's connect_timeout, 15s unless it sets one") || strings.Contains(stderr.String(), "sekrit") {
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailed || !strings.Contains(stderr.String(), "the server did not answer within the connect timeout: store.url's connect_timeout or PGCONNECT_TIMEOUT, else 15s") || strings.Contains(stderr.String(), "sekrit") {
 		t.Errorf("events list on a server that never answers: %v, want exit %d saying it did not answer within the connect timeout, without the password:\n%s", err, exitFailed, stderr.String())
 	}
 }
@@ -491,10 +491,18 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 			}
 		}
 		// Every pass has failed since the start (a wrong key): no checkpoint
-		// to age, so the kept failure says it.
+		// to age, so the kept failure says it, a warning until the passes
+		// have failed for FailingAfter, then a fail.
 		failed()
-		if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", `source stripe: catch-up has not ended a pass ok yet; the last failed`) || !hasFinding(r, "fail", `HTTP 401\x1b[2J`) {
-			t.Errorf("failing from the start: exit %d, report %+v; want %d and a fail with the error, its escape shown", code, r, exitProblems)
+		if r, code := doctorJSON(t, cfg); code != 0 || !hasFinding(r, "warn", `source stripe: catch-up has not ended a pass ok yet; the last pass failed`) || !hasFinding(r, "warn", `HTTP 401\x1b[2J`) {
+			t.Errorf("failing since just now: exit %d, report %+v; want 0 and a warning with the error, its escape shown", code, r)
+		}
+		longAgo := teststore.OpenSQLite(t, path, &sqlite.Config{Now: func() time.Time { return time.Now().Add(-70 * time.Minute) }})
+		if err := longAgo.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: catchup.FailingSinceName("stripe")}); err != nil {
+			t.Fatal(err)
+		}
+		if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", `source stripe: catch-up has not ended a pass ok yet, and its passes have failed for 1h10m`) || !hasFinding(r, "fail", `HTTP 401\x1b[2J`) {
+			t.Errorf("failing for 70m: exit %d, report %+v; want %d and a fail with the error", code, r, exitProblems)
 		}
 		put := func(age time.Duration) {
 			at := time.Now().Add(-age).UTC().Format(time.RFC3339Nano)
@@ -503,8 +511,12 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 			}
 		}
 		put(56 * time.Minute) // past 3 × 15m + 10m
-		if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", "source stripe: catch-up checkpoint 56m") {
-			t.Errorf("checkpoint 56m old: exit %d, report %+v; want %d and a fail", code, r, exitProblems)
+		if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", "source stripe: catch-up checkpoint 56m") || hasFinding(r, "fail", "the last pass failed") {
+			t.Errorf("checkpoint 56m old: exit %d, report %+v; want %d and a fail, the failure before it not shown", code, r, exitProblems)
+		}
+		failed() // a key revoked later: the age fails, and says why
+		if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", "source stripe: catch-up checkpoint 56m") || !hasFinding(r, "fail", "the last pass failed") {
+			t.Errorf("checkpoint 56m old, passes failing: exit %d, report %+v; want %d and a fail with the error", code, r, exitProblems)
 		}
 		put(20 * time.Minute)
 		if r, code := doctorJSON(t, cfg); code != 0 || !hasFinding(r, "ok", "source stripe: catch-up checkpoint 20m") {

@@ -289,14 +289,20 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		}
 		reconcile := "ferry reconcile --source " + s.Name + " --dry-run prints why a pass fails (a revoked key, a missing scope); serve's 'catchup: pass failed' names the instance"
 		_, at, err := catchup.ReadCheckpoint(pctx, st, s.Name)
-		failure, failedAt, ferr := catchup.ReadFailure(pctx, st, s.Name)
+		failure, ferr := catchup.ReadFailure(pctx, st, s.Name)
 		if ferr != nil {
 			warn(reconcile, "source %s: catch-up's last failure unreadable: %v", s.Name, ferr)
 		}
+		lastFailed := "" // "; the last pass failed ... ago: ERROR"
+		if failure != nil {
+			lastFailed = fmt.Sprintf("; the last pass failed %s ago: %s", stats.Now.Sub(failure.At).Round(time.Second), oneLine(failure.Err, 300))
+		}
 		switch age := stats.Now.Sub(at).Round(time.Second); {
-		case errors.Is(err, ferry.ErrNotFound) && failure != "":
+		case errors.Is(err, ferry.ErrNotFound) && failure != nil && stats.Now.Sub(failure.Since) > catchup.FailingAfter(every):
 			fail(reconcile+"; events the provider never delivered are not fetched meanwhile",
-				"source %s: catch-up has not ended a pass ok yet; the last failed %s ago: %s", s.Name, stats.Now.Sub(failedAt).Round(time.Second), oneLine(failure, 300))
+				"source %s: catch-up has not ended a pass ok yet, and its passes have failed for %s, past %s (three intervals and 10m)%s", s.Name, stats.Now.Sub(failure.Since).Round(time.Second), catchup.FailingAfter(every), lastFailed)
+		case errors.Is(err, ferry.ErrNotFound) && failure != nil:
+			warn(reconcile, "source %s: catch-up has not ended a pass ok yet%s", s.Name, lastFailed)
 		case errors.Is(err, ferry.ErrNotFound):
 			warn("serve runs a pass at start and every interval; if one runs, "+reconcile,
 				"source %s: catch-up has no checkpoint: no pass has ended ok yet", s.Name)
@@ -304,9 +310,9 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 			warn(reconcile, "source %s: catch-up checkpoint unreadable: %v", s.Name, err)
 		case age > catchup.FailingAfter(every):
 			fail(reconcile+"; events the provider never delivered are not fetched meanwhile",
-				"source %s: catch-up checkpoint %s old, past %s (three intervals and 10m): its passes fail or none runs", s.Name, age, catchup.FailingAfter(every))
-		case failure != "":
-			warn(reconcile, "source %s: catch-up checkpoint %s old; the last pass failed %s ago: %s", s.Name, age, stats.Now.Sub(failedAt).Round(time.Second), oneLine(failure, 300))
+				"source %s: catch-up checkpoint %s old, past %s (three intervals and 10m): its passes fail or none runs%s", s.Name, age, catchup.FailingAfter(every), lastFailed)
+		case failure != nil:
+			warn(reconcile, "source %s: catch-up checkpoint %s old%s", s.Name, age, lastFailed)
 		default:
 			ok("source %s: catch-up checkpoint %s old", s.Name, age)
 		}

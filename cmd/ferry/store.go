@@ -175,7 +175,7 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 		}
 		s, err := postgres.Open(ctx, dsn, pgConfig)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("%w (the server did not answer within store.url's connect_timeout, %s unless it sets one)", err, storeConnectTimeout)
+			err = fmt.Errorf("%w (the server did not answer within the connect timeout: store.url's connect_timeout or PGCONNECT_TIMEOUT, else %s)", err, storeConnectTimeout)
 		}
 		if err != nil {
 			return nil, nil, storeRefused(err) // "postgres: open: ..."
