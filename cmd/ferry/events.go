@@ -311,13 +311,14 @@ func containsState(states []ferry.State, s ferry.State) bool {
 }
 
 // oneLine fits stored text (an error, an actor, a header) on one table
-// row: whitespace runs become one space, any other control character its
-// Go escape (an app's status line must not move the cursor or retitle the
-// terminal), and text over max characters is cut with "…".
+// row: whitespace runs become one space, any other control or bidi control
+// character its Go escape (an app's status line must not move the cursor,
+// retitle the terminal or reorder what follows), and text over max
+// characters is cut with "…".
 func oneLine(s string, max int) string {
 	var b strings.Builder
 	for _, r := range strings.Join(strings.Fields(s), " ") {
-		if unicode.IsControl(r) {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
 			q := strconv.QuoteRune(r)
 			b.WriteString(q[1 : len(q)-1])
 			continue
