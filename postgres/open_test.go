@@ -12,53 +12,31 @@ import (
 	"github.com/ferry-inbox/ferry/postgres"
 )
 
-// Open sizes the pool from Config.MaxConns, unless the URL sets
-// pool_max_conns: the operator's word wins.
-func TestOpenSizesThePool(t *testing.T) {
+// Open sizes the pool from Config.MaxConns and bounds each connection's
+// startup by Config.ConnectTimeout, unless the URL sets pool_max_conns or
+// connect_timeout: the operator's word wins.
+func TestOpenTakesPoolSettingsUnlessTheURLSetsThem(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.SchemaURL(t)
-	want := ferry.Workload{ReceiveBatches: 2, Workers: 32}.Conns()
+	conns := ferry.Workload{ReceiveBatches: 2, Workers: 32}.Conns()
+	config := &postgres.Config{MaxConns: conns, ConnectTimeout: 7 * time.Second}
 	for _, tc := range []struct {
 		name, url string
-		want      int32
+		conns     int32
+		timeout   time.Duration
 	}{
-		{"FromTheWorkload", url, int32(want)},
-		{"TheURLWins", url + "&pool_max_conns=3", 3},
+		{"FromTheConfig", url, int32(conns), 7 * time.Second},
+		{"TheURLWins", url + "&pool_max_conns=3&connect_timeout=3", 3, 3 * time.Second},
 	} {
-		s, err := postgres.Open(ctx, tc.url, &postgres.Config{MaxConns: want})
+		s, err := postgres.Open(ctx, tc.url, config)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := s.Pool().Config().MaxConns
+		got := s.Pool().Config()
 		s.Close()
-		if got != tc.want {
-			t.Errorf("%s: pool of %d, want %d", tc.name, got, tc.want)
-		}
-	}
-}
-
-// Open bounds each connection's startup by Config.ConnectTimeout, unless
-// the URL sets connect_timeout: the operator's word wins.
-func TestOpenBoundsTheConnect(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	url := pgtest.SchemaURL(t)
-	for _, tc := range []struct {
-		name, url string
-		want      time.Duration
-	}{
-		{"FromTheConfig", url, 7 * time.Second},
-		{"TheURLWins", url + "&connect_timeout=3", 3 * time.Second},
-	} {
-		s, err := postgres.Open(ctx, tc.url, &postgres.Config{ConnectTimeout: 7 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := s.Pool().Config().ConnConfig.ConnectTimeout
-		s.Close()
-		if got != tc.want {
-			t.Errorf("%s: connect timeout %s, want %s", tc.name, got, tc.want)
+		if got.MaxConns != tc.conns || got.ConnConfig.ConnectTimeout != tc.timeout {
+			t.Errorf("%s: pool of %d, connect timeout %s; want %d, %s", tc.name, got.MaxConns, got.ConnConfig.ConnectTimeout, tc.conns, tc.timeout)
 		}
 	}
 }
