@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -309,6 +310,21 @@ func TestAdminRefusesRebinding(t *testing.T) {
 		req.Header.Set(h, "127.0.0.1")
 		if code, body := testhttp.Do(t, req); code != http.StatusForbidden || strings.Contains(body, "Ada") || !strings.Contains(body, h) {
 			t.Errorf("relayed with %s: %d, want 403 naming it:\n%s", h, code, body)
+		}
+	}
+}
+
+// docs/security.md names every client-address header the credential-less
+// admin refuses: the list is written twice, here and there.
+func TestSecurityDocNamesTheRefusedHeaders(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range ferryhttp.ClientIPHeaders {
+		if !strings.Contains(string(doc), "`"+h+"`") {
+			t.Errorf("docs/security.md does not name %s, which the credential-less admin refuses", h)
 		}
 	}
 }

@@ -19,3 +19,7 @@ func (a *Admin) EndRefusalWindow() {
 		a.refusalWindowEnd()
 	}
 }
+
+// ClientIPHeaders are the client-address headers a credential-less admin
+// refuses, for the test that docs/security.md names them all.
+var ClientIPHeaders = clientIPHeaders
