@@ -430,14 +430,11 @@ const resubscribeMax = 30 * time.Second
 // store's to mend (postgres reconnects its own); this is for one that never
 // began, which the Store contract answers with an error.
 func (c *Client) resubscribe(ctx context.Context, out chan<- (<-chan struct{})) {
-	wait := time.NewTimer(0)
-	defer wait.Stop()
 	for delay := min(c.cfg.PollInterval, time.Second); ; delay = min(2*delay, resubscribeMax) {
-		resetTimer(wait, delay)
 		select {
 		case <-ctx.Done():
 			return
-		case <-wait.C:
+		case <-time.After(delay):
 		}
 		if wake, err := c.store.ReceiptSubscribe(ctx); err == nil {
 			out <- wake
