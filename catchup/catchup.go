@@ -302,7 +302,7 @@ var ErrUnfetchable = errors.New("catchup: the provider cannot return the event")
 var ErrRefusedForNow = errors.New("catchup: the provider refused the event for now")
 
 // errOverMaxBody is a payload over Runner.MaxBody: the runner skips it.
-var errOverMaxBody = errors.New("payload over the source's max body")
+var errOverMaxBody = errors.New("payload over the source's max_body")
 
 func (r *Runner) check() error {
 	if r.Source == "" || r.Reconciler == nil || r.Store == nil {
@@ -625,7 +625,7 @@ func (r *Runner) take(ctx context.Context, c *Candidate, dryRun bool) (known boo
 		return false, fmt.Errorf("fetch %s: %w", c.ID, err)
 	}
 	if limit := cmp.Or(r.MaxBody, ferryhttp.DefaultMaxBodyBytes); int64(len(ev.Payload)) > limit {
-		return false, fmt.Errorf("%s: %w: %d bytes, the limit %d", c.ID, errOverMaxBody, len(ev.Payload), limit)
+		return false, fmt.Errorf("%s: %w: %d bytes, the limit %d (raise max_body, restart, and reconcile from before the event)", c.ID, errOverMaxBody, len(ev.Payload), limit)
 	}
 	res, err := r.Store.EventReceive(ctx, &ferry.EventReceiveParams{
 		Source: r.Source, EventID: c.ID, Type: ev.Type, Payload: ev.Payload, Headers: ev.Headers,

@@ -503,8 +503,8 @@ func TestRunner(t *testing.T) {
 				if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "listed", EventID: "over_limit"}); !errors.Is(err, ferry.ErrNotFound) {
 					t.Fatalf("a payload over the limit was stored: %v", err)
 				}
-				if !strings.Contains(b.logsText(), "skipped an event") || strings.Contains(b.logsText(), "ooooo") {
-					t.Fatalf("want the skip logged without the payload:\n%.2000s", b.logsText())
+				if !strings.Contains(b.logsText(), "skipped an event") || !strings.Contains(b.logsText(), "raise max_body") || strings.Contains(b.logsText(), "ooooo") {
+					t.Fatalf("want the skip logged, naming the key to raise, without the payload:\n%.2000s", b.logsText())
 				}
 			})
 		}
