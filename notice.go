@@ -32,19 +32,27 @@ type NoticeListParams struct {
 	// AfterID is the cursor: only notices with a larger ID. Zero starts at
 	// the first.
 	AfterID int64
-	// Limit is the page size. Defaults to 100; at most 1000.
+	// Limit is the page size. Defaults to noticePageDefault, 100; at most
+	// noticeListMax, 1000.
 	Limit int
 }
 
-// Normalize fills Limit's default and checks Source.
+// noticePageDefault is NoticeListParams.Limit's default.
+const noticePageDefault = 100
+
+// Normalize fills Limit's default and caps it. It requires a Source of
+// UTF-8 text without NUL and refuses a negative Limit.
 func (p *NoticeListParams) Normalize() error {
-	if p.Source == "" {
-		return invalid("source is required")
+	if err := requiredText("source", p.Source); err != nil {
+		return err
 	}
-	if p.Limit <= 0 {
-		p.Limit = 100
+	if p.Limit < 0 {
+		return invalid("limit must not be negative, got %d", p.Limit)
 	}
-	p.Limit = min(p.Limit, 1000)
+	if p.Limit == 0 {
+		p.Limit = noticePageDefault
+	}
+	p.Limit = min(p.Limit, noticeListMax)
 	return nil
 }
 

@@ -291,9 +291,10 @@ func (p *EventListParams) Normalize() (*EventListParams, error) {
 	return &out, nil
 }
 
-// Validate requires a Source, a positive ReplayWindow and a Retention at
-// least as long as it (ErrRetentionTooShort otherwise): SQLite's event row
-// is its own dedupe key, so an event purged is a key forgotten. A zero
+// Validate requires a Source (UTF-8 text without NUL), a positive
+// ReplayWindow and a Retention at least as long as it
+// (ErrRetentionTooShort otherwise): SQLite's event row is its own dedupe
+// key, so an event purged is a key forgotten. A zero
 // window is refused, not read as "none": params built without it would
 // purge done events at once, and the next redelivery would run the work
 // again.
@@ -301,6 +302,8 @@ func (p *EventPurgeParams) Validate() error {
 	switch {
 	case p.Source == "":
 		return invalid("source is required: retention is per source")
+	case !storable(p.Source):
+		return invalid("source %q is not UTF-8 text without NUL", p.Source)
 	case p.ReplayWindow <= 0:
 		return invalid("replay window must be positive, got %s: it is how long the provider may redeliver (DefaultReplayWindow is %s)", p.ReplayWindow, DefaultReplayWindow)
 	case p.Retention < 0:
@@ -459,7 +462,8 @@ func (p *EventRequeueParams) Action() string {
 }
 
 // Normalize returns a copy of p with AtRiskLimit capped at
-// EventListLimitMax. It refuses a negative age or limit.
+// EventListLimitMax. It refuses a negative age or limit, and a source
+// in AtRiskAfter that is not UTF-8 text without NUL.
 func (p *EventStatsParams) Normalize() (*EventStatsParams, error) {
 	if p.AtRiskLimit < 0 {
 		return nil, invalid("at-risk limit must not be negative, got %d", p.AtRiskLimit)
@@ -468,6 +472,9 @@ func (p *EventStatsParams) Normalize() (*EventStatsParams, error) {
 		return nil, invalid("default at-risk age must not be negative, got %s", p.DefaultAtRiskAfter)
 	}
 	for source, d := range p.AtRiskAfter {
+		if !storable(source) {
+			return nil, invalid("at-risk age's source %q is not UTF-8 text without NUL", source)
+		}
 		if d < 0 {
 			return nil, invalid("at-risk age of %s must not be negative, got %s", source, d)
 		}
@@ -484,16 +491,18 @@ const (
 )
 
 // Normalize returns a copy of p with ReplayWindow, KeyRetention, Ahead and
-// KeyBatch defaulted. It requires an Owner and a positive Retention, and
-// refuses a KeyRetention shorter than ReplayWindow (ErrRetentionTooShort):
+// KeyBatch defaulted. It requires an Owner (UTF-8 text without NUL) and a
+// positive Retention, and refuses a KeyRetention shorter than ReplayWindow
+// (ErrRetentionTooShort):
 // a key forgotten inside the window lets a redelivery run the work again.
 // Retention alone may be shorter: both stores keep a key for KeyRetention
 // whatever becomes of its event (PostgreSQL in ferry_event_key; SQLite
 // keeps the event row, its key, that long).
 func (p *ArchiveMaintainParams) Normalize() (*ArchiveMaintainParams, error) {
+	if err := requiredText("owner", p.Owner); err != nil {
+		return nil, err
+	}
 	switch {
-	case p.Owner == "":
-		return nil, invalid("owner is required")
 	case p.Retention <= 0:
 		return nil, invalid("retention must be positive, got %s", p.Retention)
 	case p.ReplayWindow < 0 || p.KeyRetention < 0 || p.Ahead < 0 || p.KeyBatch < 0:

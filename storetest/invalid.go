@@ -270,6 +270,30 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		{"EventRetryNow/NoActor", func() error { _, err := s.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: id}); return err }},
 		{"EventRetryNow/BadID", func() error { _, err := s.EventRetryNow(ctx, &ferry.EventRetryNowParams{Actor: "ops"}); return err }},
 		{"EventStats", func() error { _, err := s.EventStats(ctx, &ferry.EventStatsParams{AtRiskLimit: -1}); return err }},
+		// PostgreSQL's text cannot hold these; SQLite's can. Refused the
+		// same way on both, not a driver error on one and nothing on the
+		// other.
+		{"EventStats/AtRiskSourceWithNUL", func() error {
+			_, err := s.EventStats(ctx, &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"a\x00": time.Hour}})
+			return err
+		}},
+		{"EventPurge/SourceNotUTF8", func() error {
+			_, err := s.EventPurge(ctx, &ferry.EventPurgeParams{Source: "s\xff", Retention: time.Hour, ReplayWindow: time.Hour})
+			return err
+		}},
+		{"ConflictNoticeList/SourceWithNUL", func() error {
+			_, err := s.ConflictNoticeList(ctx, &ferry.NoticeListParams{Source: "a\x00"})
+			return err
+		}},
+		{"ReplayNoticeList/NoSource", func() error { _, err := s.ReplayNoticeList(ctx, &ferry.NoticeListParams{}); return err }},
+		{"ReplayNoticeList/NegativeLimit", func() error {
+			_, err := s.ReplayNoticeList(ctx, &ferry.NoticeListParams{Source: "stripe", Limit: -5})
+			return err
+		}},
+		{"ArchiveMaintain/OwnerWithNUL", func() error {
+			_, err := s.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: "m\x00", Retention: time.Hour})
+			return err
+		}},
 	}
 	// PostgreSQL keeps attempts, budgets and limits in 32 bits: past them,
 	// the same refusal on every store, not a truncated fence. Only a 64-bit
