@@ -26,6 +26,10 @@ import (
 // AdminOptions.SessionTTL says otherwise.
 const DefaultSessionTTL = 12 * time.Hour
 
+// DefaultTokenName is AdminOptions.TokenName's default: the actor the
+// ledger names for what is done with the token.
+const DefaultTokenName = "token"
+
 // AnonymousActor is the actor of requests to an Admin without credentials:
 // anyone who can reach its (loopback) listener.
 const AnonymousActor = "anonymous"
@@ -40,7 +44,8 @@ type AdminOptions struct {
 	// Token, if set, is accepted as "Authorization: Bearer TOKEN" and on
 	// the login form.
 	Token string
-	// TokenName is the actor of what is done with Token. Defaults to "token".
+	// TokenName is the actor of what is done with Token. Defaults to
+	// DefaultTokenName.
 	TokenName string
 	// User and Password, if set, are accepted as HTTP basic auth and on the
 	// login form; User is the actor.
@@ -112,7 +117,7 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 		return nil, errors.New("ferryhttp: admin basic auth needs both User and Password")
 	}
 	if opts.TokenName == "" {
-		opts.TokenName = "token"
+		opts.TokenName = DefaultTokenName
 	}
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = DefaultSessionTTL

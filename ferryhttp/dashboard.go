@@ -37,7 +37,8 @@ type DashboardOptions struct {
 	// PayloadLimit caps the payload shown on an event page. Defaults to
 	// DefaultPayloadLimit (64 KiB).
 	PayloadLimit int
-	// PageSize is the number of events a page lists. Defaults to 50.
+	// PageSize is the number of events a page lists. Defaults to
+	// ferry.EventListLimitDefault, 50.
 	PageSize int
 	// Refresh is how often the overview reloads its counts, at-risk panel
 	// and list (paused while a filter is being edited). Defaults to
@@ -81,7 +82,7 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 		opts.PayloadLimit = DefaultPayloadLimit
 	}
 	if opts.PageSize <= 0 {
-		opts.PageSize = 50
+		opts.PageSize = ferry.EventListLimitDefault
 	}
 	if opts.Refresh == 0 {
 		opts.Refresh = DefaultRefresh

@@ -27,7 +27,7 @@ type ForwarderOptions struct {
 	// Secret, if set, signs each request the Standard Webhooks way
 	// ("whsec_" + base64), so the app can verify it came from Ferry.
 	Secret string
-	// Timeout bounds one request. Defaults to 10 seconds.
+	// Timeout bounds one request. Defaults to DefaultForwardTimeout.
 	Timeout time.Duration
 	// Client sends the requests. It never follows a redirect (a redirect is
 	// a permanent failure, reported, not silently followed): a Client of
@@ -105,6 +105,10 @@ func CheckForwardURL(rawURL string) error {
 	return nil
 }
 
+// DefaultForwardTimeout is ForwarderOptions.Timeout's default, 10 seconds:
+// an app's answer is a round trip and its work.
+const DefaultForwardTimeout = 10 * time.Second
+
 // NewForwarder checks opts and fills in defaults. An error wraps
 // ferry.ErrInvalidParams.
 func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
@@ -113,7 +117,7 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 	}
 	f := &Forwarder{opts: opts}
 	if f.opts.Timeout <= 0 {
-		f.opts.Timeout = 10 * time.Second
+		f.opts.Timeout = DefaultForwardTimeout
 	}
 	if f.opts.Client == nil {
 		conns := cmp.Or(opts.Connections, ferry.DefaultWorkers)

@@ -26,7 +26,7 @@ type StatsOptions struct {
 	CatchupSources []string
 	// CacheTTL is how long one read of the store answers scrapes: several
 	// Prometheus servers, or a fast scrape interval, cost one aggregate query
-	// per TTL. Defaults to 10 seconds.
+	// per TTL. Defaults to DefaultCacheTTL.
 	CacheTTL time.Duration
 	// Timeout bounds one read of the store. Defaults to 5 seconds.
 	Timeout time.Duration
@@ -52,10 +52,13 @@ type StatsCollector struct {
 	hasRead     bool
 }
 
+// DefaultCacheTTL is StatsOptions.CacheTTL's default, 10 seconds.
+const DefaultCacheTTL = 10 * time.Second
+
 // NewStatsCollector returns a collector to register on the caller's registry.
 func NewStatsCollector(opts StatsOptions) *StatsCollector {
 	if opts.CacheTTL <= 0 {
-		opts.CacheTTL = 10 * time.Second
+		opts.CacheTTL = DefaultCacheTTL
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second

@@ -26,7 +26,7 @@ const alertLease = "alerts"
 // alertListLimit is the most events or notices one check reads per kind and
 // source; more events are counted, and more notices left for the next
 // message.
-const alertListLimit = 1000
+const alertListLimit = ferry.EventListLimitMax
 
 // alertNoticeGrace is how far behind the store's now a notice cursor
 // stays at least. PostgreSQL takes a notice's id at insert, not at commit,

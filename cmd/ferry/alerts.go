@@ -31,7 +31,7 @@ type alertWatcher struct {
 
 func newAlertWatcher(store ferry.Store, params *ferry.EventStatsParams, log *slog.Logger) *alertWatcher {
 	p := *params
-	p.AtRiskLimit = 1000
+	p.AtRiskLimit = ferry.EventListLimitMax
 	return &alertWatcher{store: store, params: &p, log: log, atRisk: map[int64]bool{}, unknown: map[int64]int{}}
 }
 
@@ -101,7 +101,7 @@ func (w *alertWatcher) check(ctx context.Context) {
 		w.log.Warn("ferry: more events at risk than logged", "alert", "at_risk", "more", suppressed, "at_risk_total", total)
 	}
 
-	res, err := w.store.EventList(ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateUnknown}, Limit: 1000})
+	res, err := w.store.EventList(ctx, &ferry.EventListParams{States: []ferry.State{ferry.StateUnknown}, Limit: ferry.EventListLimitMax})
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("ferry: alert check could not list unknown events", "alert", "stats_unavailable", "err", err)

@@ -130,7 +130,7 @@ func newEventLine(e *ferry.Event, atRisk bool) eventLine {
 
 // listPageMax is the most events one store read returns; --all reads
 // page after page of it.
-const listPageMax = 1000
+const listPageMax = ferry.EventListLimitMax
 
 func runEventsList(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := newFlags("events list", "[flags]",

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/ferry-inbox/ferry/internal/config"
 )
 
 // runHealthcheck probes a running ferry over HTTP and exits 0 on a 2xx, 1
@@ -14,7 +16,7 @@ func runHealthcheck(ctx context.Context, args []string) error {
 	fs := newFlags("healthcheck", "[--url URL] [--timeout 3s]",
 		`Probes a running ferry over HTTP: exits 0 when --url answers 2xx, 1 otherwise.
 The container image has no curl or wget; its HEALTHCHECK runs this.`)
-	url := fs.String("url", "http://127.0.0.1:8080/readyz", "the `URL` to probe: ferry's /readyz (or /healthz for liveness only)")
+	url := fs.String("url", "http://"+config.DefaultListen+"/readyz", "the `URL` to probe: ferry's /readyz (or /healthz for liveness only)")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
 	positional, err := fs.parse(args)
 	if err != nil {

@@ -194,7 +194,7 @@ const (
 	DefaultMaxBody      = ferryhttp.DefaultMaxBodyBytes
 	DefaultStoreTimeout = ferryhttp.DefaultStoreTimeout
 	DefaultRetryAfter   = ferryhttp.DefaultRetryAfter
-	DefaultForwardTime  = 10 * time.Second
+	DefaultForwardTime  = ferryhttp.DefaultForwardTimeout
 )
 
 // MinPollInterval is the least worker.poll_interval: each look is a store
@@ -398,7 +398,7 @@ func (c *Config) validate() []error {
 	nonNegative("worker.retry_base", w.RetryBase, "the default")
 	nonNegative("worker.retry_cap", w.RetryCap, "the default")
 	if w.PollInterval.Duration > 0 && w.PollInterval.Duration < MinPollInterval {
-		bad("worker.poll_interval", "is %v: use at least 10ms (the default is %v): each look is a store query, and below that the worker spins a CPU", w.PollInterval.Duration, ferry.DefaultPollInterval)
+		bad("worker.poll_interval", "is %v: use at least %v (the default is %v): each look is a store query, and below that the worker spins a CPU", w.PollInterval.Duration, MinPollInterval, ferry.DefaultPollInterval)
 	}
 	if base, retryCap := cmp.Or(w.RetryBase.Duration, ferry.DefaultRetryBase), cmp.Or(w.RetryCap.Duration, ferry.DefaultRetryCap); base > 0 && retryCap > 0 && base > retryCap {
 		if w.RetryBase.Duration == 0 { // the file set only the cap
@@ -435,7 +435,7 @@ func (c *Config) validate() []error {
 		seen[s.Name] = true
 		nonNegative(key+".tolerance", s.Tolerance, provider.DefaultTolerance)
 		if s.Tolerance.Duration > 0 && s.Tolerance.Duration < MinTolerance {
-			bad(key+".tolerance", "is %v: use at least 1m (the default is %v): a delivery's signed time is seconds old when it arrives, and the two clocks differ, so every delivery would get 401 stale_timestamp", s.Tolerance.Duration, provider.DefaultTolerance)
+			bad(key+".tolerance", "is %v: use at least %v (the default is %v): a delivery's signed time is seconds old when it arrives, and the two clocks differ, so every delivery would get 401 stale_timestamp", s.Tolerance.Duration, MinTolerance, provider.DefaultTolerance)
 		}
 		nonNegative(key+".replay_window", s.ReplayWindow, ferry.DefaultReplayWindow)
 		atLeast(key+".replay_window", s.ReplayWindow, MinReplayWindow, ferry.DefaultReplayWindow, "an event that fails when older goes dead, and retries wait up to retry_cap (1h by default), so a shorter window kills events over a brief outage of the app")

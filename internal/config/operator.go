@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/prometheus"
 )
 
 // Admin is the operators' listener: the dashboard (/ui), its actions and
@@ -83,9 +85,9 @@ type Alerts struct {
 // Defaults of the operator surface.
 const (
 	DefaultAdminListen        = "127.0.0.1:8081"
-	DefaultAdminTokenName     = "token"
-	DefaultSessionTTL         = 12 * time.Hour
-	DefaultMetricsCache       = 10 * time.Second
+	DefaultAdminTokenName     = ferryhttp.DefaultTokenName
+	DefaultSessionTTL         = ferryhttp.DefaultSessionTTL
+	DefaultMetricsCache       = prometheus.DefaultCacheTTL
 	DefaultAlertCheckInterval = 30 * time.Second
 	DefaultAlertInterval      = 10 * time.Minute
 )
