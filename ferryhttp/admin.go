@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ferry-inbox/ferry"
 )
 
 // DefaultSessionTTL is how long a dashboard login lasts unless
@@ -111,10 +113,11 @@ type refusal struct{ peer, path string }
 // carry a few fields.
 const adminBodyLimit = 64 << 10
 
-// NewAdmin checks opts and builds the handler.
+// NewAdmin checks opts and builds the handler. What it refuses in opts is
+// an error wrapping ferry.ErrInvalidParams.
 func NewAdmin(opts AdminOptions) (*Admin, error) {
 	if (opts.User == "") != (opts.Password == "") {
-		return nil, errors.New("ferryhttp: admin basic auth needs both User and Password")
+		return nil, fmt.Errorf("%w: ferryhttp: admin basic auth needs both User and Password", ferry.ErrInvalidParams)
 	}
 	if opts.TokenName == "" {
 		opts.TokenName = DefaultTokenName
@@ -140,11 +143,11 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 	if opts.PublicURL != "" {
 		u, err := url.Parse(opts.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("ferryhttp: AdminOptions.PublicURL %q is not an http(s) URL", opts.PublicURL)
+			return nil, fmt.Errorf("%w: ferryhttp: AdminOptions.PublicURL %q is not an http(s) URL", ferry.ErrInvalidParams, opts.PublicURL)
 		}
 		// Browsers send the origin's host in lower case.
 		if err := cop.AddTrustedOrigin(u.Scheme + "://" + strings.ToLower(u.Host)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: ferryhttp: AdminOptions.PublicURL: %w", ferry.ErrInvalidParams, err)
 		}
 		a.secureCookie = u.Scheme == "https" // url.Parse lowers the scheme
 	}

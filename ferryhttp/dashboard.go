@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/typednil"
 )
 
 // DefaultPayloadLimit is how much of a payload the event page shows.
@@ -73,10 +74,11 @@ type Dashboard struct {
 //go:embed ui
 var uiFS embed.FS
 
-// NewDashboard checks opts and parses the pages.
+// NewDashboard checks opts and parses the pages. What it refuses is an
+// error wrapping ferry.ErrInvalidParams.
 func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
-	if opts.Store == nil {
-		return nil, errors.New("ferryhttp: DashboardOptions.Store is required")
+	if typednil.Is(opts.Store) {
+		return nil, fmt.Errorf("%w: ferryhttp: DashboardOptions.Store is required", ferry.ErrInvalidParams)
 	}
 	if opts.PayloadLimit <= 0 {
 		opts.PayloadLimit = DefaultPayloadLimit

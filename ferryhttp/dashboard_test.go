@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -133,6 +134,30 @@ func newReq(t *testing.T, method, url string, body io.Reader) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// TestAdminConstructorsRefuseWithErrInvalidParams: NewDashboard and
+// NewAdmin refuse what NewReceiver and NewForwarder would, the same way, a
+// typed nil store included (it would panic at the first request).
+func TestAdminConstructorsRefuseWithErrInvalidParams(t *testing.T) {
+	t.Parallel()
+	var typedNil *sqlite.Store
+	for name, build := range map[string]func() error{
+		"dashboard without a store": func() error { _, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{}); return err },
+		"dashboard on a typed nil store": func() error {
+			_, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{Store: typedNil})
+			return err
+		},
+		"admin with a user, no password": func() error { _, err := ferryhttp.NewAdmin(ferryhttp.AdminOptions{User: "ops"}); return err },
+		"admin with a public URL not http": func() error {
+			_, err := ferryhttp.NewAdmin(ferryhttp.AdminOptions{PublicURL: "ftp://ops.example"})
+			return err
+		},
+	} {
+		if err := build(); !errors.Is(err, ferry.ErrInvalidParams) {
+			t.Errorf("%s: err = %v, want ErrInvalidParams", name, err)
+		}
+	}
 }
 
 func TestDashboardPages(t *testing.T) {
