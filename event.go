@@ -49,6 +49,13 @@ func (s State) Terminal() bool {
 	return s == StateDone || s == StateDead || s == StateUnknown
 }
 
+// Unfinished reports whether an event in state s still waits for an
+// attempt or a verdict: pending, in_progress or unknown. Only such an
+// event can outlive the provider's replay window unprocessed (at risk).
+func (s State) Unfinished() bool {
+	return s == StatePending || s == StateInProgress || s == StateUnknown
+}
+
 // Event is one webhook event, keyed by (Source, EventID), with everything the
 // inbox knows of it.
 type Event struct {

@@ -484,6 +484,24 @@ func (p *EventStatsParams) Normalize() (*EventStatsParams, error) {
 	return &out, nil
 }
 
+// AtRiskAge is the age from first delivery past which source's unfinished
+// events are at risk: its AtRiskAfter, or DefaultAtRiskAfter when it is not
+// listed. Zero: never.
+func (p *EventStatsParams) AtRiskAge(source string) time.Duration {
+	if d, ok := p.AtRiskAfter[source]; ok {
+		return d
+	}
+	return p.DefaultAtRiskAfter
+}
+
+// AtRisk reports whether e is at risk at now, the store's clock
+// (EventStats.Now), as EventStats counts it: unfinished, and first
+// delivered at least its source's AtRiskAge ago.
+func (p *EventStatsParams) AtRisk(e *Event, now time.Time) bool {
+	age := p.AtRiskAge(e.Source)
+	return age > 0 && e.State.Unfinished() && !e.FirstDeliveredAt.After(now.Add(-age))
+}
+
 // Archive maintenance defaults.
 const (
 	ArchiveAheadDefault    = 7 * 24 * time.Hour

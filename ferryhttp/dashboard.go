@@ -351,11 +351,8 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 
 // atRisk says whether e is at risk at now, as EventStats counts it.
 func (d *Dashboard) atRisk(now time.Time) func(*ferry.Event) bool {
-	return func(e *ferry.Event) bool {
-		after := d.opts.AtRiskAfter[e.Source]
-		unfinished := e.State == ferry.StatePending || e.State == ferry.StateInProgress || e.State == ferry.StateUnknown
-		return after > 0 && unfinished && !e.FirstDeliveredAt.After(now.Add(-after))
-	}
+	params := &ferry.EventStatsParams{AtRiskAfter: d.opts.AtRiskAfter}
+	return func(e *ferry.Event) bool { return params.AtRisk(e, now) }
 }
 
 // header is one stored header as the event page shows it.

@@ -222,6 +222,26 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if len(ids) != 2 || ids[0] != oldA || ids[1] != oldC {
 			t.Errorf("at-risk list = %v, want [%d %d] (oldest first)", ids, oldA, oldC)
 		}
+		// The root's predicate, which the dashboard and the CLI mark events
+		// with, says what the store's query says, event by event; b's old
+		// event is exactly 2h old, at risk at 2h.
+		all, err := b.store.EventList(b.ctx, &ferry.EventListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		edge := &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"a": time.Hour, "b": 2 * time.Hour}, AtRiskLimit: 10}
+		for _, p := range []*ferry.EventStatsParams{params, edge} {
+			listed := statsOf(t, b, p)
+			for _, e := range all.Events {
+				want := slices.ContainsFunc(listed.AtRisk, func(r *ferry.Event) bool { return r.ID == e.ID })
+				if got := p.AtRisk(e, listed.Now); got != want {
+					t.Errorf("EventStatsParams%v.AtRisk(%s/%s, %s) = %v, but the store lists it: %v", *p, e.Source, e.EventID, e.State, got, want)
+				}
+			}
+		}
+		if !slices.ContainsFunc(statsOf(t, b, edge).AtRisk, func(r *ferry.Event) bool { return r.ID == oldB }) {
+			t.Errorf("an event exactly its source's at-risk age old is not listed at risk")
+		}
 
 		// The limit caps the list, not the counts; no default means
 		// unlisted sources are never at risk; zero for a source means never.
@@ -231,7 +251,6 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if got["a"].AtRisk != 1 || got["b"].AtRisk != 0 || got["c"].AtRisk != 0 || len(stats.AtRisk) != 1 {
 			t.Errorf("narrowed: a %d, b %d, c %d, listed %d; want 1, 0, 0, 1", got["a"].AtRisk, got["b"].AtRisk, got["c"].AtRisk, len(stats.AtRisk))
 		}
-		_ = oldB
 
 		// Finishing the event takes it off the list.
 		cl := claim(t, b, "w", 1, "a")

@@ -362,11 +362,7 @@ func (p *alertPusher) current(ctx context.Context, rule alertRule, source string
 		}
 		// A list over every source would be the oldest there, and could
 		// hold none of this one's: ask for this source alone.
-		age, ok := p.params.AtRiskAfter[source]
-		if !ok {
-			age = p.params.DefaultAtRiskAfter
-		}
-		own, err := p.store.EventStats(ctx, &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{source: age}, AtRiskLimit: p.listLimit})
+		own, err := p.store.EventStats(ctx, &ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{source: p.params.AtRiskAge(source)}, AtRiskLimit: p.listLimit})
 		if err != nil {
 			return nil, 0, err
 		}

@@ -102,15 +102,8 @@ type eventLine struct {
 
 // atRiskFunc says whether an event is at risk at the store's now.
 func atRiskFunc(cfg *config.Config, now time.Time) func(*ferry.Event) bool {
-	after := cfg.AtRiskAfter()
-	return func(e *ferry.Event) bool {
-		d, ok := after[e.Source]
-		if !ok || d <= 0 {
-			return false
-		}
-		unfinished := e.State == ferry.StatePending || e.State == ferry.StateInProgress || e.State == ferry.StateUnknown
-		return unfinished && !e.FirstDeliveredAt.After(now.Add(-d))
-	}
+	params := cfg.StatsParams(0)
+	return func(e *ferry.Event) bool { return params.AtRisk(e, now) }
 }
 
 func newEventLine(e *ferry.Event, atRisk bool) eventLine {

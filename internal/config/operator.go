@@ -152,7 +152,7 @@ func (c *Config) validateOperator() []error {
 	} else if m > 0 {
 		for i, s := range c.Sources {
 			if s.ReplayWindow.Duration > 0 && m >= s.ReplayWindow.Duration { // a negative window is reported as such
-				bad("alerts.at_risk_margin", "%v must be shorter than source[%d] (%s).replay_window %v: events would be at risk as soon as they arrive; use e.g. %v", m, i, s.Name, s.ReplayWindow.Duration, s.ReplayWindow.Duration/6)
+				bad("alerts.at_risk_margin", "%v must be shorter than source[%d] (%s).replay_window %v: events would be at risk as soon as they arrive; use e.g. %v", m, i, s.Name, s.ReplayWindow.Duration, defaultAtRiskMargin(s.ReplayWindow.Duration))
 			}
 		}
 	}
@@ -293,6 +293,11 @@ func isLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// defaultAtRiskMargin is alerts.at_risk_margin's default for a source: a
+// sixth of its replay window (12h of Stripe's 72h), time to act before the
+// provider's last redelivery.
+func defaultAtRiskMargin(replayWindow time.Duration) time.Duration { return replayWindow / 6 }
+
 // AtRiskAfter returns, per source, the age from first delivery past which an
 // unfinished event is at risk: its replay window minus the margin.
 func (c *Config) AtRiskAfter() map[string]time.Duration {
@@ -300,7 +305,7 @@ func (c *Config) AtRiskAfter() map[string]time.Duration {
 	for _, s := range c.Sources {
 		margin := c.Alerts.AtRiskMargin.Duration
 		if margin == 0 {
-			margin = s.ReplayWindow.Duration / 6
+			margin = defaultAtRiskMargin(s.ReplayWindow.Duration)
 		}
 		out[s.Name] = s.ReplayWindow.Duration - margin
 	}
