@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -64,5 +65,41 @@ func TestOpenRefusesWhatIsNotDurable(t *testing.T) {
 			continue
 		}
 		s.Close()
+	}
+}
+
+// A login the server refuses (a role or database it does not have, a wrong
+// password) is ErrMisconfigured, naming the user, the database and the
+// fix: trying again changes nothing, so ferry exits 2 naming store.url.
+func TestOpenNamesARefusedLogin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	base, err := url.Parse(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	noRole, noDB := *base, *base
+	noRole.User = url.User("ferry_no_such_role")
+	noDB.Path = "/ferry_no_such_database"
+	for _, tc := range []struct {
+		url  *url.URL
+		want []string
+	}{
+		{&noRole, []string{`user "ferry_no_such_role"`, "28000", "pg_hba.conf"}},
+		{&noDB, []string{`database "ferry_no_such_database"`, "3D000", "create the database"}},
+	} {
+		s, err := postgres.Open(ctx, tc.url.String(), nil)
+		if err == nil {
+			s.Close()
+			t.Fatalf("Open(%s) opened a store", tc.url.Redacted())
+		}
+		if !errors.Is(err, ferry.ErrMisconfigured) {
+			t.Errorf("Open(%s) = %v, want ErrMisconfigured", tc.url.Redacted(), err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("Open(%s) = %v, want it to say %q", tc.url.Redacted(), err, w)
+			}
+		}
 	}
 }

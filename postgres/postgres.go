@@ -139,7 +139,7 @@ func Open(ctx context.Context, url string, config *Config) (*Store, error) {
 	}
 	if err := durable(ctx, pool); err != nil {
 		pool.Close()
-		return nil, wrap("open", err)
+		return nil, wrap("open", loginRefused(err))
 	}
 	if err := readCommitted(ctx, pool); err != nil {
 		pool.Close()
@@ -223,6 +223,31 @@ func durable(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("%w: the server runs with fsync off; turn it on in postgresql.conf", ferry.ErrNotDurable)
 	}
 	return nil
+}
+
+// loginRefused makes err ferry.ErrMisconfigured when the server refused
+// the connection's login: a wrong password, a role or database it does not
+// have, no pg_hba.conf entry, no CONNECT privilege. Trying again changes
+// none of these; the URL or the server's config must.
+func loginRefused(err error) error {
+	var connErr *pgconn.ConnectError
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &connErr) || !errors.As(err, &pgErr) {
+		return err
+	}
+	var fix string
+	switch pgErr.Code {
+	case "28P01", "28000": // invalid_password, invalid_authorization_specification
+		fix = "check the user and password in the URL (percent-encoded) and the server's pg_hba.conf"
+	case "3D000": // invalid_catalog_name
+		fix = "check the database name in the URL, or create the database"
+	case "42501": // insufficient_privilege
+		fix = "GRANT CONNECT ON DATABASE to the URL's user"
+	default:
+		return err
+	}
+	return fmt.Errorf("%w: the server at %s:%d refused the login of user %q to database %q: %s (SQLSTATE %s); %s",
+		ferry.ErrMisconfigured, connErr.Config.Host, connErr.Config.Port, connErr.Config.User, connErr.Config.Database, pgErr.Message, pgErr.Code, fix)
 }
 
 // readCommitted checks that a session of the pool runs read committed by

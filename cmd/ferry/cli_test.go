@@ -579,10 +579,29 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		r, code := doctorJSON(t, cfg)
 		found := false
 		for _, f := range r.Findings {
-			found = found || f.Level == "fail" && strings.Contains(f.Message, "misconfigured") && strings.Contains(f.Message, "default_transaction_isolation") && strings.Contains(f.Fix, "change the setting")
+			found = found || f.Level == "fail" && strings.Contains(f.Message, "misconfigured") && strings.Contains(f.Message, "default_transaction_isolation") && strings.Contains(f.Fix, "do what the error says")
 		}
 		if code != exitProblems || r.Healthy || !found {
 			t.Errorf("serializable store: exit %d, report %+v; want %d and a fail naming the setting", code, r, exitProblems)
+		}
+	})
+	// A login the server refuses is a fail naming the user and the fix,
+	// as serve's exit 2 does, not "does not answer".
+	t.Run("StoreRefusesTheLogin", func(t *testing.T) {
+		t.Parallel()
+		u, err := url.Parse(pgtest.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User("ferry_no_such_role")
+		cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s", u.String(), forward))
+		r, code := doctorJSON(t, cfg)
+		found := false
+		for _, f := range r.Findings {
+			found = found || f.Level == "fail" && strings.Contains(f.Message, `refused the login of user "ferry_no_such_role"`) && strings.Contains(f.Fix, "do what the error says")
+		}
+		if code != exitProblems || r.Healthy || !found {
+			t.Errorf("login refused: exit %d, report %+v; want %d and a fail naming the user", code, r, exitProblems)
 		}
 	})
 	t.Run("StoreUnreachable", func(t *testing.T) {

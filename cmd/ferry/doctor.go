@@ -19,8 +19,8 @@ import (
 )
 
 // misconfiguredFix is doctor's fix for a store whose sessions run with a
-// setting Ferry's statements fail under, found by Open (set in store.url)
-// or by Ping (set for the role or database).
+// setting Ferry's statements fail under, found by Ping (set for the role or
+// database while serve runs).
 const misconfiguredFix = "change the setting the error names, for Ferry's role or in store.url; claims and completions fail meanwhile"
 
 // doctorBacklog is how long a pending event may stay due, unclaimed, before
@@ -190,8 +190,8 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		// report.
 		return err
 	}
-	if errors.Is(err, ferry.ErrMisconfigured) {
-		fail(misconfiguredFix, "store: answers but is misconfigured: %v", err)
+	if errors.Is(err, ferry.ErrMisconfigured) { // found by Open: serve would not start either
+		fail("do what the error says, in store.url or on the server; ferry serve and every command refuse the store until then", "store: %v", err)
 		return nil
 	}
 	if err != nil {
