@@ -176,7 +176,7 @@ func (c *Config) validateAdmin() []error {
 	} else if listensOverlap(a.Listen, c.HTTP.Listen) {
 		bad("admin.listen", "%s is also http.listen (%s): both take the same port on a shared address; the admin surface needs a listener of its own; use %s", a.Listen, c.HTTP.Listen, DefaultAdminListen)
 	} else if c.adminListenExposed() && !c.AdminAuth() {
-		bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, DefaultAdminListen)
+		bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, loopbackOf(a.Listen))
 	}
 	if _, ok := adminURL(a.PublicURL); a.PublicURL != "" && !ok {
 		bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", RedactURL(a.PublicURL))
@@ -291,6 +291,16 @@ func isLoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackOf is addr's port on 127.0.0.1: the address to suggest in place
+// of one exposed. DefaultAdminListen when addr has no port.
+func loopbackOf(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return DefaultAdminListen
+	}
+	return net.JoinHostPort("127.0.0.1", port)
 }
 
 // defaultAtRiskMargin is alerts.at_risk_margin's default for a source: a

@@ -28,6 +28,7 @@ func TestOperatorRejects(t *testing.T) {
 		{"admin off loopback without credentials", "[admin]\nlisten = \"0.0.0.0:8081\"\n", "admin.listen", `admin.token = "${FERRY_ADMIN_TOKEN}"`},
 		{"admin on every address without credentials", "[admin]\nlisten = \":8081\"\n", "admin.listen", "not a loopback address"},
 		{"admin on a name without credentials", "[admin]\nlisten = \"ferry.internal:8081\"\n", "admin.listen", "or listen on 127.0.0.1:8081"},
+		{"admin on another port without credentials", "[admin]\nlisten = \"0.0.0.0:18081\"\n", "admin.listen", "or listen on 127.0.0.1:18081"},
 		{"admin shares the public listener", "[admin]\nlisten = \"127.0.0.1:8080\"\n", "admin.listen", "a listener of its own"},
 		{"admin listen not host:port", "[admin]\nlisten = \"8081\"\n", "admin.listen", "not host:port"},
 		{"admin on localhost at the public port", "[admin]\nlisten = \"localhost:8080\"\n", "admin.listen", "a listener of its own"},
