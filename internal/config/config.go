@@ -258,6 +258,21 @@ func Load(path string, overrides ...func(*Config)) (*Config, error) {
 	return Parse(raw, os.LookupEnv, overrides...)
 }
 
+// unknownKeys names each undecoded key once, in file order, leaving out
+// the keys of a table itself unknown: a misspelled [source.foward] is one
+// mistake, whatever it holds and however many sources have it.
+func unknownKeys(undecoded []toml.Key) []string {
+	var keys []string
+	for _, k := range undecoded {
+		name := k.String()
+		if slices.Contains(keys, name) || slices.ContainsFunc(keys, func(table string) bool { return strings.HasPrefix(name, table+".") }) {
+			continue
+		}
+		keys = append(keys, name)
+	}
+	return keys
+}
+
 // Parse is Load on bytes, with lookup resolving ${NAME} references.
 func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Config)) (*Config, error) {
 	var c Config
@@ -269,11 +284,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 	// references that did not expand stop it early, since what validation
 	// would say of their values is noise.
 	var errs []error
-	if undecoded := md.Undecoded(); len(undecoded) > 0 {
-		keys := make([]string, len(undecoded))
-		for i, k := range undecoded {
-			keys[i] = k.String()
-		}
+	if keys := unknownKeys(md.Undecoded()); len(keys) > 0 {
 		errs = append(errs, fmt.Errorf("unknown key %s: check its spelling against docs/configuration.md", strings.Join(keys, ", ")))
 	}
 	if xerrs := expand(reflect.ValueOf(&c).Elem(), "", lookup); len(xerrs) > 0 {

@@ -88,6 +88,7 @@ func TestParseRejects(t *testing.T) {
 		{"an empty secret", `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = ["${STRIPE_WEBHOOK_SECRET}", ""]`, "source[0] (stripe).secrets[1]: is empty", "the signing secret"},
 		{"bad standard webhooks secret", "provider = \"stripe\"\nsecrets = [\"${STRIPE_WEBHOOK_SECRET}\"]", "provider = \"standardwebhooks\"\nsecrets = [\"whsec_SEKRET!\"]", "source[0] (stripe).secrets[0]: not whsec_", `"whsec_" followed by base64`},
 		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
+		{"unknown table, named once", "[source.forward]", "[source.foward]", "unknown key source.foward: check its spelling", "spelling"},
 		{"bad store", `url = "sqlite:ferry.db"`, `url = "mysql://x"`, "store.url", "sqlite:PATH"},
 		{"listen port past 65535", `listen = "127.0.0.1:8080"`, `listen = "127.0.0.1:99999"`, "http.listen", "no port from 0 to 65535"},
 		{"listen everywhere at the admin port", `listen = "127.0.0.1:8080"`, `listen = ":8081"`, "admin.listen", "a listener of its own"},
