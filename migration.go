@@ -151,14 +151,25 @@ func MigrateRolling(ctx context.Context, st Store) error {
 	if err != nil {
 		return err
 	}
-	if !FreshSchema(steps) {
-		for _, step := range steps {
-			if step.Exclusive != "" {
-				return fmt.Errorf("%w: %03d_%s needs every older instance stopped (%s)", ErrMigrationExclusive, step.Version, step.Name, step.Exclusive)
-			}
-		}
+	if step := ExclusiveStep(steps); step != nil {
+		return fmt.Errorf("%w: %03d_%s needs every older instance stopped (%s)", ErrMigrationExclusive, step.Version, step.Name, step.Exclusive)
 	}
 	return st.Migrate(ctx)
+}
+
+// ExclusiveStep is the first of steps, a MigratePlan, that needs every
+// older instance stopped; nil when none does, or when the store is new
+// (FreshSchema): no older instance runs on it.
+func ExclusiveStep(steps []MigrationStep) *MigrationStep {
+	if FreshSchema(steps) {
+		return nil
+	}
+	for i := range steps {
+		if steps[i].Exclusive != "" {
+			return &steps[i]
+		}
+	}
+	return nil
 }
 
 // FreshSchema reports whether steps, a MigratePlan, are every migration: a

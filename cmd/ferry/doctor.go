@@ -218,7 +218,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 	// A migration in progress holds the plan back until it commits: a
 	// warning, with time left for the checks below.
 	planCtx, cancelPlan := context.WithTimeout(pctx, 2*time.Second)
-	_, err = st.MigratePlan(planCtx)
+	steps, err := st.MigratePlan(planCtx)
 	cancelPlan()
 	switch {
 	case errors.Is(err, ferry.ErrSchemaNewer):
@@ -229,8 +229,11 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 	}
 	stats, err := st.EventStats(pctx, cfg.StatsParams(5))
 	if err != nil {
-		fail("run: ferry migrate --config "+configPath, "store: cannot read events (schema missing or out of date?): %v", err)
+		fail(migrateFix(steps, "ferry migrate --config "+configPath), "store: cannot read events (schema missing or out of date?): %v", err)
 		return nil
+	}
+	if len(steps) > 0 {
+		warn(migrateFix(steps, "ferry migrate --config "+configPath), "store: %s", lacking(steps))
 	}
 	ok("store: schema readable, database clock %s", stats.Now.Format(time.RFC3339))
 

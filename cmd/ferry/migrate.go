@@ -108,6 +108,15 @@ func lacking(steps []ferry.MigrationStep) string {
 	return fmt.Sprintf("the store's schema lacks %d migration(s) (%s)", len(steps), strings.Join(stepNames(steps), ", "))
 }
 
+// migrateFix is the fix for a schema that lacks steps: run command (ferry
+// migrate), once every older instance is stopped if a step needs that.
+func migrateFix(steps []ferry.MigrationStep, command string) string {
+	if step := ferry.ExclusiveStep(steps); step != nil {
+		return fmt.Sprintf("stop every older ferry first (%03d_%s: %s), then run `%s`", step.Version, step.Name, step.Exclusive, command)
+	}
+	return "run `" + command + "`"
+}
+
 // stepNames names each migration step as its file does: 003_archive.
 func stepNames(steps []ferry.MigrationStep) []string {
 	names := make([]string, len(steps))

@@ -92,7 +92,7 @@ func requireCurrentSchema(ctx context.Context, st ferry.Store) error {
 	case ferry.FreshSchema(steps):
 		return fmt.Errorf("%w: store.url: the store has no ferry schema: check store.url, or run `ferry migrate` to make a new store", errConfig)
 	}
-	return fmt.Errorf("%w: %s: run `ferry migrate`", errConfig, lacking(steps))
+	return fmt.Errorf("%w: %s: %s", errConfig, lacking(steps), migrateFix(steps, "ferry migrate"))
 }
 
 // listable checks a --source to list by: a configured source, or one the

@@ -309,6 +309,25 @@ api_base = "http://127.0.0.1:9"
 		}
 		refused(t, cfg, "the store's schema lacks 1 migration(s) (006_stats_due): run `ferry migrate`")
 	})
+	// A lacking migration older instances cannot run beside: the fix says
+	// to stop them first, and doctor says it too.
+	t.Run("BehindAnExclusiveMigration", func(t *testing.T) {
+		t.Parallel()
+		pool, schema := pgtest.Schema(t)
+		cfg := writeCLIConfig(t, pgtest.ConnString(schema), caught)
+		if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+			t.Fatalf("migrate: exit %d: %s", code, stderr)
+		}
+		if _, err := pool.Exec(ctx, `DELETE FROM ferry_migration WHERE version = 3`); err != nil {
+			t.Fatal(err)
+		}
+		const fix = "stop every older ferry first (003_archive: "
+		refused(t, cfg, "lacks 1 migration(s) (003_archive): "+fix)
+		r, _ := doctorJSON(t, cfg)
+		if !hasFinding(r, "warn", "lacks 1 migration(s) (003_archive)") || !slices.ContainsFunc(r.Findings, func(f finding) bool { return strings.HasPrefix(f.Fix, fix) }) {
+			t.Errorf("doctor: %+v; want a warning whose fix is to stop older instances first", r.Findings)
+		}
+	})
 }
 
 // doctor beside a migration in progress warns, and still reads the store,
