@@ -297,37 +297,36 @@ api_base = "http://127.0.0.1:9"
 		t.Parallel()
 		refused(t, writeCLIConfig(t, pgtest.SchemaURL(t), caught), "store.url: the store has no ferry schema", "run `ferry migrate`")
 	})
-	t.Run("Behind", func(t *testing.T) {
-		t.Parallel()
-		pool, schema := pgtest.Schema(t)
-		cfg := writeCLIConfig(t, pgtest.ConnString(schema), caught)
-		if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
-			t.Fatalf("migrate: exit %d: %s", code, stderr)
-		}
-		if _, err := pool.Exec(ctx, `DELETE FROM ferry_migration WHERE version = 6`); err != nil {
-			t.Fatal(err)
-		}
-		refused(t, cfg, "the store's schema lacks 1 migration(s) (006_stats_due): run `ferry migrate`")
-	})
-	// A lacking migration older instances cannot run beside: the fix says
-	// to stop them first, and doctor says it too.
-	t.Run("BehindAnExclusiveMigration", func(t *testing.T) {
-		t.Parallel()
-		pool, schema := pgtest.Schema(t)
-		cfg := writeCLIConfig(t, pgtest.ConnString(schema), caught)
-		if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
-			t.Fatalf("migrate: exit %d: %s", code, stderr)
-		}
-		if _, err := pool.Exec(ctx, `DELETE FROM ferry_migration WHERE version = 3`); err != nil {
-			t.Fatal(err)
-		}
-		const fix = "stop every older ferry first (003_archive: "
-		refused(t, cfg, "lacks 1 migration(s) (003_archive): "+fix)
-		r, _ := doctorJSON(t, cfg)
-		if !hasFinding(r, "warn", "lacks 1 migration(s) (003_archive)") || !slices.ContainsFunc(r.Findings, func(f finding) bool { return strings.HasPrefix(f.Fix, fix) }) {
-			t.Errorf("doctor: %+v; want a warning whose fix is to stop older instances first", r.Findings)
-		}
-	})
+	// A schema behind by one migration: the fix is to run ferry migrate,
+	// after stopping older instances when they cannot run beside it (003);
+	// doctor warns with the same fix.
+	for _, tc := range []struct {
+		name    string
+		version int
+		lacks   string
+		fix     string
+	}{
+		{"Behind", 6, "006_stats_due", "run `ferry migrate"},
+		{"BehindAnExclusiveMigration", 3, "003_archive", "stop every older ferry first (003_archive: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool, schema := pgtest.Schema(t)
+			cfg := writeCLIConfig(t, pgtest.ConnString(schema), caught)
+			if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+				t.Fatalf("migrate: exit %d: %s", code, stderr)
+			}
+			if _, err := pool.Exec(ctx, `DELETE FROM ferry_migration WHERE version = $1`, tc.version); err != nil {
+				t.Fatal(err)
+			}
+			lacks := "the store's schema lacks 1 migration(s) (" + tc.lacks + ")"
+			refused(t, cfg, lacks+": "+tc.fix)
+			r, _ := doctorJSON(t, cfg)
+			if !hasFinding(r, "warn", lacks) || !slices.ContainsFunc(r.Findings, func(f finding) bool { return strings.HasPrefix(f.Fix, tc.fix) }) {
+				t.Errorf("doctor: %+v; want a warning that the store lacks %s, fix %q", r.Findings, tc.lacks, tc.fix)
+			}
+		})
+	}
 }
 
 // doctor beside a migration in progress warns, and still reads the store,
