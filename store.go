@@ -820,7 +820,12 @@ type ArchiveMaintainResult struct {
 // ArchiveInfo describes the archive's ranged partitions. A store that keeps
 // done events in one table (sqlite.Store) reports none.
 type ArchiveInfo struct {
-	Partitions int
+	// Partitioned says the store keeps done events in time partitions that
+	// ArchiveMaintain must create ahead of now (postgres.Store); false for
+	// a store without partitions (sqlite.Store), whose other fields but Now
+	// are zero.
+	Partitioned bool
+	Partitions  int
 	// Oldest is the start of the oldest partition; zero when there is none.
 	Oldest time.Time
 	// End is the end of the newest partition: ArchiveMaintain keeps it

@@ -174,5 +174,6 @@ func (s *Store) ArchiveInfo(ctx context.Context) (*ferry.ArchiveInfo, error) {
 		return nil, wrap("archive info", err)
 	}
 	info.Oldest, info.End, info.Now = utc(oldest), utc(newest), info.Now.UTC()
+	info.Partitioned = true
 	return &info, nil
 }

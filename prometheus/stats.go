@@ -85,7 +85,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive; 0 on a store without partitions (SQLite)."),
 		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),
 		checkpointAge:    desc("catchup_checkpoint_age_seconds", "How far behind the store's now the source's catch-up checkpoint is: the settle time (2m) plus up to an interval while passes end ok, growing while they fail or none runs. Absent before the first pass moves it.", "source"),
-		archiveAhead:     desc("archive_ahead_seconds", "How far past now the archive's newest partition ends: maintenance keeps it about 7 days; under 6 days, maintenance has not run for a day; at 0, completions land in the default partition. 0 when there is no partition."),
+		archiveAhead:     desc("archive_ahead_seconds", "How far past now the archive's newest partition ends: maintenance keeps it about 7 days; under 6 days, maintenance has not run for a day; at 0, completions land in the default partition (as when maintenance never made one). Absent on a store without partitions (SQLite)."),
 	}
 }
 
@@ -145,11 +145,13 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 			oldest = max(0, a.Now.Sub(a.Oldest).Seconds())
 		}
 		gauge(c.oldestPartition, oldest)
-		ahead := 0.0
-		if !a.End.IsZero() {
-			ahead = max(0, a.End.Sub(a.Now).Seconds())
+		if a.Partitioned { // 0 on a store without partitions would read as maintenance stopped
+			ahead := 0.0
+			if !a.End.IsZero() {
+				ahead = max(0, a.End.Sub(a.Now).Seconds())
+			}
+			gauge(c.archiveAhead, ahead)
 		}
-		gauge(c.archiveAhead, ahead)
 	}
 	for source, at := range c.checkpoints {
 		gauge(c.checkpointAge, age(at), source)

@@ -186,6 +186,8 @@ func testArchive[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Errorf("ArchiveInfo.Now = %v, want the store's clock %v", info.Now, b.clock.Now())
 		}
 		switch {
+		case !info.Partitioned && (info.Partitions != 0 || !info.End.IsZero()):
+			t.Errorf("not partitioned, but %d partitions ending %v", info.Partitions, info.End)
 		case info.Partitions < 0:
 			t.Errorf("ArchiveInfo.Partitions = %d", info.Partitions)
 		case info.Partitions == 0 && !info.Oldest.IsZero():

@@ -585,6 +585,30 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 			t.Errorf("serializable store: exit %d, report %+v; want %d and a fail naming the setting", code, r, exitProblems)
 		}
 	})
+	// An archive whose partitions end within days: maintenance has not
+	// succeeded for a day, a fail that says where to look; kept 7 days
+	// ahead, as maintenance keeps it, an ok.
+	t.Run("ArchiveBehind", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			ahead time.Duration
+			level string
+			text  string
+		}{
+			{time.Hour, "fail", "no run has succeeded for a day"},
+			{ferry.ArchiveAheadDefault, "ok", "archive: "},
+		} {
+			pool, schema := pgtest.Schema(t)
+			st := teststore.PostgresOn(t, pool, nil)
+			if _, err := st.ArchiveMaintain(context.Background(), &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour, Ahead: tc.ahead}); err != nil {
+				t.Fatal(err)
+			}
+			cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s", pgtest.ConnString(schema), forward))
+			if r, _ := doctorJSON(t, cfg); !hasFinding(r, tc.level, tc.text) {
+				t.Errorf("partitions %s ahead: report %+v; want a %s finding %q", tc.ahead, r.Findings, tc.level, tc.text)
+			}
+		}
+	})
 	// A login the server refuses is a fail naming the user and the fix,
 	// as serve's exit 2 does, not "does not answer".
 	t.Run("StoreRefusesTheLogin", func(t *testing.T) {

@@ -236,6 +236,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		warn(migrateFix(steps, "ferry migrate --config "+configPath), "store: %s", lacking(steps))
 	}
 	ok("store: schema readable, database clock %s", stats.Now.Format(time.RFC3339))
+	checkArchive(pctx, st, ok, warn, fail)
 
 	configured := map[string]bool{}
 	for _, s := range cfg.Sources {
@@ -325,4 +326,30 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		r.AtRisk = append(r.AtRisk, newEventLine(e, isAtRisk(e)))
 	}
 	return nil
+}
+
+// archiveBehind is how far short of ArchiveMaintainParams.Ahead's default
+// the archive's reach may fall before doctor fails it: a day of hourly
+// runs without one success, as FerryArchiveMaintenanceStopped's 6 days.
+const archiveBehind = 24 * time.Hour
+
+// checkArchive reports a partitioned archive that maintenance no longer
+// keeps ahead: once its partitions run out, completions land in the
+// default partition and retention drops no day.
+func checkArchive(ctx context.Context, st ferry.Store, ok func(format string, args ...any), warn, fail func(fix, format string, args ...any)) {
+	info, err := st.ArchiveInfo(ctx)
+	const why = "serve's WARN 'archive maintenance failed' says why (permission denied: run as the role that owns Ferry's tables); no instance with a worker (serve --role worker or all) means no run"
+	switch {
+	case err != nil:
+		warn("check again; "+why, "archive: cannot read its partitions: %v", err)
+	case !info.Partitioned:
+	case info.Partitions == 0:
+		warn("start serve, whose archive maintenance makes them at start and hourly; if it has run, "+why,
+			"archive: no partition yet; completions land in the default partition")
+	case info.End.Sub(info.Now) < ferry.ArchiveAheadDefault-archiveBehind:
+		fail(why, "archive: its partitions end %s ahead (maintenance keeps %s): no run has succeeded for a day",
+			max(0, info.End.Sub(info.Now)).Round(time.Minute), ferry.ArchiveAheadDefault)
+	default:
+		ok("archive: %d partitions, ending %s ahead", info.Partitions, info.End.Sub(info.Now).Round(time.Hour))
+	}
 }
