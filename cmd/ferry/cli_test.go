@@ -567,22 +567,29 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 			t.Errorf("read-only store: exit %d, report %+v; want %d and a fail with the fix", code, r, exitProblems)
 		}
 	})
-	// A store whose sessions run serializable (here from the URL, which
-	// Open refuses) answers and can write, but claims and completions fail
-	// under it: a fail naming the setting, not "does not answer".
-	t.Run("StoreIsolation", func(t *testing.T) {
+	// A store whose sessions would run serializable, or without
+	// synchronous commits (here from the URL, which Open refuses) answers
+	// and can write, but claims fail, or receipts are not durable: a fail
+	// naming the setting and pointing at the error's own fix, not "does
+	// not answer".
+	t.Run("StoreRefusedAsSet", func(t *testing.T) {
 		t.Parallel()
 		pool, schema := pgtest.Schema(t)
 		teststore.PostgresOn(t, pool, nil)
-		cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s",
-			pgtest.ConnString(schema)+"&default_transaction_isolation=serializable", forward))
-		r, code := doctorJSON(t, cfg)
-		found := false
-		for _, f := range r.Findings {
-			found = found || f.Level == "fail" && strings.Contains(f.Message, "misconfigured") && strings.Contains(f.Message, "default_transaction_isolation") && strings.Contains(f.Fix, "do what the error says")
-		}
-		if code != exitProblems || r.Healthy || !found {
-			t.Errorf("serializable store: exit %d, report %+v; want %d and a fail naming the setting", code, r, exitProblems)
+		for extra, setting := range map[string]string{
+			"&default_transaction_isolation=serializable": "default_transaction_isolation",
+			"&synchronous_commit=off":                     "synchronous_commit is off",
+		} {
+			cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s",
+				pgtest.ConnString(schema)+extra, forward))
+			r, code := doctorJSON(t, cfg)
+			found := false
+			for _, f := range r.Findings {
+				found = found || f.Level == "fail" && strings.Contains(f.Message, setting) && strings.Contains(f.Fix, "do what the error says")
+			}
+			if code != exitProblems || r.Healthy || !found {
+				t.Errorf("%s: exit %d, report %+v; want %d and a fail naming the setting", extra, code, r, exitProblems)
+			}
 		}
 	})
 	// An archive whose partitions end within days: maintenance has not

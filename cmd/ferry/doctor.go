@@ -190,7 +190,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		// report.
 		return err
 	}
-	if errors.Is(err, ferry.ErrMisconfigured) { // found by Open: serve would not start either
+	if errors.Is(err, ferry.ErrMisconfigured) || errors.Is(err, ferry.ErrNotDurable) { // found by Open: serve would not start either
 		fail("do what the error says, in store.url or on the server; ferry serve and every command refuse the store until then", "store: %v", err)
 		return nil
 	}
