@@ -291,6 +291,27 @@ func (p *EventListParams) Normalize() (*EventListParams, error) {
 	return &out, nil
 }
 
+// Page is the EventListResult of listed, what a store read for normalized
+// p: up to Limit+1 events in the cursor's order (oldest first after an
+// After cursor, else newest first), the one past Limit saying a next page
+// exists. The page holds Limit at most, newest first, with the cursor to
+// the next one.
+func (p *EventListParams) Page(listed []*Event) *EventListResult {
+	res := &EventListResult{Events: listed[:min(len(listed), p.Limit)]}
+	if len(listed) > p.Limit {
+		last := res.Events[p.Limit-1].ID
+		if p.After > 0 {
+			res.NextAfter = last
+		} else {
+			res.NextBefore = last
+		}
+	}
+	if p.After > 0 {
+		slices.Reverse(res.Events) // listed oldest first; shown newest first
+	}
+	return res
+}
+
 // Validate requires a Source (UTF-8 text without NUL), a positive
 // ReplayWindow and a Retention at least as long as it
 // (ErrRetentionTooShort otherwise): SQLite's event row is its own dedupe

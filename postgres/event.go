@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -82,7 +81,6 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 	if err != nil {
 		return nil, wrap("event list", err)
 	}
-	limit := params.Limit
 	rows, _ := s.pool.Query(ctx, eventListSQL, pgx.NamedArgs{
 		"source":        params.Source,
 		"type":          params.Type,
@@ -93,31 +91,19 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 		"lapsed":        params.LapsedAttempts,
 		"before":        params.Before,
 		"after":         params.After,
-		"limit":         limit + 1, // one more tells whether a next page exists
+		"limit":         params.Limit + 1, // one more tells whether a next page exists
 	})
 	listed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[eventRow])
 	if err != nil {
 		return nil, wrap("event list", err)
 	}
-	result := &ferry.EventListResult{Events: make([]*ferry.Event, 0, min(len(listed), limit))}
-	for _, row := range listed[:min(len(listed), limit)] {
-		event, err := row.event()
-		if err != nil {
+	events := make([]*ferry.Event, len(listed))
+	for i, row := range listed {
+		if events[i], err = row.event(); err != nil {
 			return nil, wrap("event list", err)
 		}
-		result.Events = append(result.Events, event)
 	}
-	if len(listed) > limit {
-		if params.After > 0 {
-			result.NextAfter = result.Events[limit-1].ID
-		} else {
-			result.NextBefore = result.Events[limit-1].ID
-		}
-	}
-	if params.After > 0 {
-		slices.Reverse(result.Events) // listed oldest first; shown newest first
-	}
-	return result, nil
+	return params.Page(events), nil
 }
 
 // timeArg is NULL for the zero time, which the queries read as unbounded.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -125,25 +124,12 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 	if err != nil {
 		return nil, wrap("event list", err)
 	}
-	limit := params.Limit
 	query, args := eventListQuery(params)
 	events, err := collectRows(ctx, s.readDB, query, scanEvent, args...)
 	if err != nil {
 		return nil, wrap("event list", err)
 	}
-	result := &ferry.EventListResult{Events: events}
-	if len(events) > limit {
-		result.Events = events[:limit]
-		if params.After > 0 {
-			result.NextAfter = events[limit-1].ID
-		} else {
-			result.NextBefore = events[limit-1].ID
-		}
-	}
-	if params.After > 0 {
-		slices.Reverse(result.Events) // listed oldest first; shown newest first
-	}
-	return result, nil
+	return params.Page(events), nil
 }
 
 // eventListQuery is EventList's statement for normalized params, and its
