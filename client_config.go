@@ -159,7 +159,7 @@ func NewClient(cfg *Config) (*Client, error) {
 	}
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
-	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseTTL/3)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, MaxHeartbeat(c.LeaseTTL))
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
 	c.Prefetch = cmp.Or(c.Prefetch, max(1, c.Workers/2))
@@ -169,8 +169,8 @@ func NewClient(cfg *Config) (*Client, error) {
 	if c.Workers < 0 || c.Prefetch < 0 || c.MaxHeldBytes < 0 || c.LeaseTTL < 0 || c.PollInterval < 0 || c.ShutdownGrace < 0 || c.RetryBase < 0 || c.RetryCap < 0 {
 		return nil, fmt.Errorf("%w: Config durations, Workers, Prefetch and MaxHeldBytes may not be negative", ErrInvalidParams)
 	}
-	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.LeaseTTL/3 {
-		return nil, fmt.Errorf("%w: HeartbeatInterval %v must be positive and at most LeaseTTL/3 (%v)", ErrInvalidParams, c.HeartbeatInterval, c.LeaseTTL/3)
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > MaxHeartbeat(c.LeaseTTL) {
+		return nil, fmt.Errorf("%w: HeartbeatInterval %v must be positive and at most LeaseTTL/3 (%v)", ErrInvalidParams, c.HeartbeatInterval, MaxHeartbeat(c.LeaseTTL))
 	}
 	if c.ID == "" {
 		c.ID = workerID()
@@ -224,11 +224,7 @@ func NewClient(cfg *Config) (*Client, error) {
 		if p.ReplayWindow < 0 {
 			return nil, fmt.Errorf("%w: source %q: ReplayWindow %v is negative", ErrInvalidParams, p.Name, p.ReplayWindow)
 		}
-		p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
-		p.ReplayWindow = cmp.Or(p.ReplayWindow, DefaultReplayWindow)
-		if p.LostLease == "" {
-			p.LostLease = LostLeaseRetry
-		}
+		p = p.withDefaults()
 		if p.LostLease != LostLeaseRetry && p.LostLease != LostLeaseHold {
 			return nil, fmt.Errorf("%w: source %q: LostLease %q is neither %q nor %q", ErrInvalidParams, p.Name, p.LostLease, LostLeaseRetry, LostLeaseHold)
 		}
@@ -237,11 +233,24 @@ func NewClient(cfg *Config) (*Client, error) {
 	return cl, nil
 }
 
+// MaxHeartbeat is the longest HeartbeatInterval a LeaseTTL allows, and
+// its default: a third, so that a living worker's lease outlasts two
+// missed beats.
+func MaxHeartbeat(leaseTTL time.Duration) time.Duration { return leaseTTL / 3 }
+
 func (c *Client) policy(source string) SourcePolicy {
 	if p, ok := c.policies[source]; ok {
 		return p
 	}
-	return SourcePolicy{Name: source, MaxAttempts: DefaultMaxAttempts, ReplayWindow: DefaultReplayWindow, LostLease: LostLeaseRetry}
+	return SourcePolicy{Name: source}.withDefaults()
+}
+
+// withDefaults is p with its zero fields at their documented defaults.
+func (p SourcePolicy) withDefaults() SourcePolicy {
+	p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
+	p.ReplayWindow = cmp.Or(p.ReplayWindow, DefaultReplayWindow)
+	p.LostLease = cmp.Or(p.LostLease, LostLeaseRetry)
+	return p
 }
 
 func workerID() string {

@@ -328,7 +328,7 @@ func (c *Config) applyDefaults() {
 		c.Worker.LeaseTTL.Duration = ferry.DefaultLeaseTTL
 	}
 	if c.Worker.Heartbeat.Duration == 0 && c.Worker.LeaseTTL.Duration > 0 {
-		c.Worker.Heartbeat.Duration = c.Worker.LeaseTTL.Duration / 3
+		c.Worker.Heartbeat.Duration = ferry.MaxHeartbeat(c.Worker.LeaseTTL.Duration)
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]
@@ -426,8 +426,8 @@ func (c *Config) validate() []error {
 	// third of the TTL, and a bound derived from a bad one says nothing.
 	if w.LeaseTTL.Duration < time.Second {
 		bad("worker.lease_ttl", "is %v: use at least 1s (the default is %v)", w.LeaseTTL.Duration, ferry.DefaultLeaseTTL)
-	} else if w.Heartbeat.Duration >= 0 && w.Heartbeat.Duration > w.LeaseTTL.Duration/3 { // 3 × heartbeat may overflow
-		bad("worker.heartbeat", "is %v but lease_ttl is %v: the TTL must be at least 3 × heartbeat so a living worker survives two missed beats; use heartbeat ≤ %v", w.Heartbeat.Duration, w.LeaseTTL.Duration, w.LeaseTTL.Duration/3)
+	} else if most := ferry.MaxHeartbeat(w.LeaseTTL.Duration); w.Heartbeat.Duration >= 0 && w.Heartbeat.Duration > most { // 3 × heartbeat may overflow
+		bad("worker.heartbeat", "is %v but lease_ttl is %v: the TTL must be at least 3 × heartbeat so a living worker survives two missed beats; use heartbeat ≤ %v", w.Heartbeat.Duration, w.LeaseTTL.Duration, most)
 	}
 	if len(c.Sources) == 0 {
 		bad("source", "none configured: add a [[source]] table with name, provider and secrets")
