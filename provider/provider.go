@@ -27,6 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -116,7 +118,7 @@ func asVerifier[T ferry.Verifier](v T, err error) (ferry.Verifier, error) {
 
 // Names returns the provider names New accepts, sorted.
 func Names() []string {
-	return []string{"github", "hmac", "shopify", "standardwebhooks", "stripe"}
+	return slices.Sorted(maps.Keys(constructors))
 }
 
 // New builds the verifier of the named provider, so a configuration file can
