@@ -101,6 +101,7 @@ func TestStandardWebhooks(t *testing.T) {
 		// The reference libraries skip entries they cannot read and accept
 		// when any v1 entry matches, wherever it stands in the list.
 		{name: "ForgedBesideValid", header: h("v1,Zm9yZ2Vk " + sig), body: body, wantID: "msg_1"},
+		{name: "WrongBeforeValid", header: h("v1," + wrongSig + " " + sig), body: body, wantID: "msg_1"},
 		{name: "ValidBeforeUnreadable", header: h(sig + " v1,!!! nocomma v1, ,"), body: body, wantID: "msg_1"},
 		{name: "UnreadableBesideValid", header: h("v1,!!!  v1,  nocomma v1,Zm9yZ2Vk\t" + sig), body: body, wantID: "msg_1"},
 		{name: "OnlyUnreadable", header: h("v1,Zm9yZ2Vk v1,!!! nocomma v2," + sig[3:]), body: body, want: ferry.ErrMalformedSignature},

@@ -29,6 +29,9 @@ func TestStripe(t *testing.T) {
 		{name: "Valid", header: signed, body: body, wantID: "evt_1", wantType: "invoice.paid"},
 		{name: "OldSecret", header: h(oldSig), body: body, wantID: "evt_1"},
 		{name: "SecondV1Matches", header: h(oldSig + ",v1=" + sig[len("t=1700000000,v1="):]), body: body, wantID: "evt_1"},
+		// During a rotation Stripe signs with each secret; the one held
+		// may be any of them, after a readable one that does not match.
+		{name: "WrongV1BeforeValid", header: h("t=1700000000,v1=" + hex64 + ",v1=" + sig[len("t=1700000000,v1="):]), body: body, wantID: "evt_1"},
 		{name: "V0Ignored", header: h(sig + ",v0=nothex"), body: body, wantID: "evt_1"},
 		{name: "UnreadableV1BeforeValid", header: h("t=1700000000,v1=zz," + sig[len("t=1700000000,"):]), body: body, wantID: "evt_1"},
 		{name: "UnreadableV1AfterValid", header: h(sig + ",v1=" + hex64[:62]), body: body, wantID: "evt_1"},
@@ -36,6 +39,7 @@ func TestStripe(t *testing.T) {
 		{name: "MissingHeader", header: http.Header{}, body: body, want: ferry.ErrNoSignature},
 		{name: "Garbage", header: h("garbage"), body: body, want: ferry.ErrMalformedSignature},
 		{name: "NoTimestamp", header: h("v1=" + sig[len("t=1700000000,v1="):]), body: body, want: ferry.ErrMalformedSignature},
+		{name: "TwoTimestamps", header: h("t=1700000000," + sig), body: body, want: ferry.ErrMalformedSignature},
 		{name: "BadTimestamp", header: h("t=soon,v1=" + sig[len("t=1700000000,v1="):]), body: body, want: ferry.ErrMalformedSignature},
 		{name: "NoV1", header: h("t=1700000000,v0=abcd"), body: body, want: ferry.ErrMalformedSignature},
 		{name: "V1NotHex", header: h("t=1700000000,v1=zz"), body: body, want: ferry.ErrMalformedSignature},
