@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
@@ -448,6 +449,55 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// The kept failure says when the failing began: the first failed pass
+	// after an ok one (or ever), however many fail after it, and cut to
+	// maxFailureBytes of UTF-8 however long the error. Doctor fails a
+	// source failing from the start for long enough by it.
+	t.Run("KeptFailureSaysWhenTheFailingBegan", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		store, clock := teststore.SQLiteOnClock(t)
+		b.store, b.runner.Store = store, store
+		b.fake.add(1, base.Add(-time.Hour), "a")
+		up := b.runner.Reconciler
+		down := failingReconciler{up, errors.New("HTTP 502")}
+		ctx := context.Background()
+		lease := &ferry.LeaseAcquireParams{Name: CheckpointName("stripe"), Owner: "instance-a", TTL: time.Hour}
+		pass := func() *Failure {
+			t.Helper()
+			b.runner.runOnce(ctx, lease, time.Minute)
+			f, err := ReadFailure(ctx, store, "stripe")
+			if err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(20 * time.Minute)
+			return f
+		}
+		b.runner.Reconciler = down
+		first := pass()
+		if first == nil || !first.Since.Equal(first.At) {
+			t.Fatalf("after the first failed pass: %+v; want a failure failing since it", first)
+		}
+		if again := pass(); again == nil || !again.At.After(first.At) || !again.Since.Equal(first.At) {
+			t.Fatalf("after a second failed pass: %+v; want it failing since the first, %v", again, first.At)
+		}
+		b.runner.Reconciler = up
+		if f := pass(); f != nil {
+			t.Fatalf("after an ok pass: %+v; want no kept failure", f)
+		}
+		b.runner.Reconciler = down
+		if f := pass(); f == nil || !f.Since.Equal(f.At) || !f.Since.After(first.At) {
+			t.Fatalf("a failure after an ok pass: %+v; want it failing since itself", f)
+		}
+		// é is 2 bytes: with one pad or the other, the cut falls inside one.
+		for _, pad := range []string{"", " "} {
+			b.runner.Reconciler = failingReconciler{up, errors.New("HTTP 502:" + pad + strings.Repeat("é", maxFailureBytes))}
+			if f := pass(); f == nil || len(f.Err) > maxFailureBytes || !utf8.ValidString(f.Err) || !strings.Contains(f.Err, "HTTP 502:"+pad+"éé") {
+				t.Errorf("a long error kept as %+v; want at most %d bytes of UTF-8 naming the 502", f, maxFailureBytes)
+			}
+		}
+	})
+
 	// A pass whose lease passed to another instance mid-pass (it paused
 	// past the lease's TTL) moves no checkpoint: its write could move back
 	// the new holder's.
@@ -643,3 +693,11 @@ type eventCounts map[string]int
 func (o eventCounts) CatchupEvent(_, outcome string) { o[outcome]++ }
 
 func (eventCounts) CatchupPass(string, string) {}
+
+// failingReconciler is a Reconciler whose every List fails with err.
+type failingReconciler struct {
+	Reconciler
+	err error
+}
+
+func (f failingReconciler) List(context.Context, Window, func(*Candidate) error) error { return f.err }
