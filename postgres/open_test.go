@@ -29,6 +29,7 @@ func TestOpenTakesPoolSettingsUnlessTheURLSetsThem(t *testing.T) {
 	}{
 		{"FromTheConfig", url, int32(conns), 7 * time.Second},
 		{"TheURLWins", url + "&pool_max_conns=3&connect_timeout=3", 3, 3 * time.Second},
+		{"TheURLsNoBoundWins", url + "&connect_timeout=0", int32(conns), 0},
 	} {
 		s, err := postgres.Open(ctx, tc.url, config)
 		if err != nil {
@@ -39,6 +40,22 @@ func TestOpenTakesPoolSettingsUnlessTheURLSetsThem(t *testing.T) {
 		if got.MaxConns != tc.conns || got.ConnConfig.ConnectTimeout != tc.timeout {
 			t.Errorf("%s: pool of %d, connect timeout %s; want %d, %s", tc.name, got.MaxConns, got.ConnConfig.ConnectTimeout, tc.conns, tc.timeout)
 		}
+	}
+}
+
+// PGCONNECT_TIMEOUT is the operator's word too: Config.ConnectTimeout
+// applies only where neither it nor the URL sets one. Not parallel:
+// t.Setenv.
+func TestOpenKeepsPGCONNECT_TIMEOUT(t *testing.T) {
+	url := pgtest.SchemaURL(t)
+	t.Setenv("PGCONNECT_TIMEOUT", "3")
+	s, err := postgres.Open(context.Background(), url, &postgres.Config{ConnectTimeout: 7 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.Pool().Config().ConnConfig.ConnectTimeout; got != 3*time.Second {
+		t.Errorf("connect timeout %s with PGCONNECT_TIMEOUT=3, want 3s", got)
 	}
 }
 

@@ -502,6 +502,14 @@ func TestParseListsEveryMistakeAtOnce(t *testing.T) {
 			t.Errorf("err = %v\nwant %q among the lines", err, want)
 		}
 	}
+	// A reference that does not expand stops the checks of values, not
+	// the unknown keys found before it.
+	_, err = Parse([]byte(zeroConfig("bogus = 1")), env(map[string]string{}))
+	for _, want := range []string{"unknown key source.bogus", "STRIPE_WEBHOOK_SECRET"} {
+		if !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("with a variable unset: err = %v\nwant %q among the lines", err, want)
+		}
+	}
 }
 
 // zeroConfig is a one-source config with edit in place: keys of the source
