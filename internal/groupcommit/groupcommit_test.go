@@ -124,6 +124,59 @@ func TestCommitter(t *testing.T) {
 	})
 }
 
+// A batch runs for as long as its longest-lived caller waits: the first
+// caller giving up (a provider hanging up) cancels neither the batch nor
+// the others' writes, and its deadline is not the batch's.
+func TestCommitterBatchOutlivesOneCaller(t *testing.T) {
+	t.Parallel()
+	started, release := make(chan struct{}), make(chan struct{})
+	running, proceed := make(chan time.Time), make(chan struct{})
+	c := &groupcommit.Committer[int, int]{MaxConcurrent: 1, Run: func(ctx context.Context, reqs []int) []groupcommit.Result[int] {
+		out := make([]groupcommit.Result[int], len(reqs))
+		if slices.Contains(reqs, 1) {
+			close(started)
+			<-release // hold the only slot while 2 and 3 queue
+			return out
+		}
+		deadline, _ := ctx.Deadline()
+		running <- deadline
+		<-proceed
+		for i := range out {
+			out[i].Err = ctx.Err() // cancelled with caller 2: every write fails
+		}
+		return out
+	}}
+	first := make(chan error, 1)
+	go func() { _, err := c.Do(context.Background(), 1); first <- err }()
+	<-started
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel2()
+	go func() { _, _ = c.Do(ctx2, 2) }()
+	for c.Queued() < 1 { // 2 first in the next batch
+		runtime.Gosched()
+	}
+	ctx3, cancel3 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel3()
+	third := make(chan error, 1)
+	go func() { _, err := c.Do(ctx3, 3); third <- err }()
+	for c.Queued() < 2 {
+		runtime.Gosched()
+	}
+	close(release)
+	deadline := <-running
+	cancel2() // cancels at once whatever context derives from ctx2
+	close(proceed)
+	if err := <-third; err != nil {
+		t.Errorf("caller 3's write failed when caller 2 gave up: %v", err)
+	}
+	if left := time.Until(deadline); left < 30*time.Minute {
+		t.Errorf("the batch's deadline is %s away, want caller 3's hour", left.Round(time.Second))
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCommitterRetainsNoFinishedRequest pins that the queue lets go of a
 // request once its call returns, run or withdrawn: the receiver's requests
 // carry whole bodies, and one kept reachable from the queue's spare
