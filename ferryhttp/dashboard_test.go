@@ -618,25 +618,32 @@ func TestAdminRefusalsAreCountedInTheLog(t *testing.T) {
 	if got := lines(); len(got) != 1 || !strings.HasSuffix(got[0], " refused=1") {
 		t.Fatalf("within the first window: %q, want the first refusal alone", got)
 	}
-	b.admin.SetRefusalWindow(10 * time.Millisecond)
 	b.admin.EndRefusalWindow()
 	if got := lines(); len(got) != 2 || !strings.HasSuffix(got[1], " refused=3") {
 		t.Fatalf("at the window's end: %q, want the three since", got)
 	}
-	// The windows' own timers: every refusal is logged, once.
+	// A window that logged refusals opens the next: a guess in it waits
+	// for its end, not logged at once.
 	guess("GET", "/metrics", "guess-5", http.StatusUnauthorized)
+	if got := lines(); len(got) != 2 {
+		t.Fatalf("in the window after a busy one: %q, want the refusal counted, not logged yet", got)
+	}
+	// The windows' own timers: every refusal is logged, once.
+	b.admin.SetRefusalWindow(10 * time.Millisecond)
+	b.admin.EndRefusalWindow()
 	guess("GET", "/metrics", "guess-6", http.StatusUnauthorized)
+	guess("GET", "/metrics", "guess-7", http.StatusUnauthorized)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		sum := 0
 		for _, line := range lines() {
 			n, _ := strconv.Atoi(line[strings.LastIndex(line, "=")+1:])
 			sum += n
 		}
-		if sum == 6 {
+		if sum == 7 {
 			break
 		}
-		if sum > 6 || time.Now().After(deadline) {
-			t.Fatalf("the lines count %d refusals, want 6: %q", sum, lines())
+		if sum > 7 || time.Now().After(deadline) {
+			t.Fatalf("the lines count %d refusals, want 7: %q", sum, lines())
 		}
 	}
 	if strings.Contains(b.logs.String(), "guess-") {
