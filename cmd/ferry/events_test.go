@@ -442,7 +442,7 @@ func TestEventsPrintControlCharactersEscaped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cfg, s := migratedSQLite(t)
-	hostile := "forward: app answered 500 \x1b]0;PWNED\x07\x1b[31mInternal\x1b[0m \u202egnp.exe"
+	hostile := "forward: app answered 500 \x1b]0;PWNED\x07\x1b[31mInternal\x1b[0m \u202egnp.exe \u2066isolate\u2069 \u200fmark"
 	if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_esc", Payload: []byte(`{}`),
 		Headers: http.Header{"X-Note": {"a\x1b[2Jb"}}}); err != nil {
 		t.Fatal(err)
@@ -471,7 +471,7 @@ func TestEventsPrintControlCharactersEscaped(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("events %v: exit %d: %s", args, code, stderr)
 		}
-		if strings.ContainsAny(stdout, "\x1b\x07\u202e") || !strings.Contains(stdout, `500 \x1b]0;PWNED\a\x1b[31mInternal`) {
+		if strings.ContainsAny(stdout, "\x1b\x07\u202e\u2066\u2069\u200f") || !strings.Contains(stdout, `500 \x1b]0;PWNED\a\x1b[31mInternal`) {
 			t.Errorf("events %v prints control characters raw, or not escaped:\n%q", args, stdout)
 		}
 		if !utf8.ValidString(stdout) || (args[0] == "show" && !strings.Contains(stdout, "é…")) {
