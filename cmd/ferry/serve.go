@@ -104,7 +104,7 @@ SIGHUP stops it gracefully (exit 0).`)
 	health := &ferryhttp.Health{Store: st}
 	health.Starting()
 	health.Register(mux)
-	ln, err := listenAsWritten(cfg.HTTP.Listen)
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
@@ -113,7 +113,7 @@ SIGHUP stops it gracefully (exit 0).`)
 	// have taken (and then released) every due event.
 	var aln net.Listener
 	if cfg.AdminServed() {
-		if aln, err = listenAsWritten(cfg.Admin.Listen); err != nil {
+		if aln, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
 			_ = ln.Close()
 			return fmt.Errorf("admin.listen %s: %w", cfg.Admin.Listen, err)
 		}
@@ -447,17 +447,4 @@ func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.O
 		client.Handle(s.Name, fwd.Handle)
 	}
 	return client, nil
-}
-
-// listenAsWritten binds addr as written: an IPv4 address, 0.0.0.0 included, on
-// IPv4 alone. Go's "tcp" binds 0.0.0.0 on every IPv6 address too, which a
-// firewall written for the addresses the config names would leave open.
-func listenAsWritten(addr string) (net.Listener, error) {
-	network := "tcp"
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		if ip := net.ParseIP(host); ip != nil && ip.To4() != nil {
-			network = "tcp4"
-		}
-	}
-	return net.Listen(network, addr)
 }

@@ -817,39 +817,3 @@ func TestServeRefusesAStoreURLNotReadCommitted(t *testing.T) {
 		}
 	}
 }
-
-// An IPv4 address, 0.0.0.0 included, is bound on IPv4 alone: Go's "tcp"
-// would bind 0.0.0.0 on every IPv6 address too, past a firewall written
-// for the IPv4 the config names. An IPv6 address is bound as Go binds it.
-func TestListenBindsTheAddressAsWritten(t *testing.T) {
-	t.Parallel()
-	if ln, err := net.Listen("tcp6", "[::1]:0"); err != nil {
-		t.Fatalf("this test needs IPv6 loopback: %v", err)
-	} else {
-		ln.Close()
-	}
-	for _, tc := range []struct {
-		addr   string
-		v4, v6 bool // reachable on 127.0.0.1, on ::1
-	}{
-		{"0.0.0.0:0", true, false},
-		{"127.0.0.1:0", true, false},
-		{"[::1]:0", false, true},
-	} {
-		ln, err := listenAsWritten(tc.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		for host, want := range map[string]bool{"127.0.0.1": tc.v4, "::1": tc.v6} {
-			conn, err := net.DialTimeout("tcp", net.JoinHostPort(host, port), 5*time.Second)
-			if err == nil {
-				conn.Close()
-			}
-			if got := err == nil; got != want {
-				t.Errorf("listenAsWritten(%s): reachable on %s: %v, want %v", tc.addr, host, got, want)
-			}
-		}
-		ln.Close()
-	}
-}
