@@ -88,6 +88,7 @@ func TestOpenRefusesWhatIsNotDurable(t *testing.T) {
 // A login the server refuses (a role or database it does not have, a wrong
 // password) is ErrMisconfigured, naming the user, the database and the
 // fix: trying again changes nothing, so ferry exits 2 naming store.url.
+// A refusal that trying again may get past is not.
 func TestOpenNamesARefusedLogin(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -98,6 +99,17 @@ func TestOpenNamesARefusedLogin(t *testing.T) {
 	noRole, noDB := *base, *base
 	noRole.User = url.User("ferry_no_such_role")
 	noDB.Path = "/ferry_no_such_database"
+	// Of several hosts, another may be the one to reach: not a mistake.
+	severalHosts := noRole
+	severalHosts.Host = "127.0.0.1:1," + base.Host
+	s, err := postgres.Open(ctx, severalHosts.String(), nil)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open with several hosts opened a store")
+	}
+	if errors.Is(err, ferry.ErrMisconfigured) {
+		t.Errorf("Open(%s) = %v: a refusal by one of several hosts is not ErrMisconfigured", severalHosts.Redacted(), err)
+	}
 	for _, tc := range []struct {
 		url  *url.URL
 		want []string

@@ -226,23 +226,30 @@ func durable(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // loginRefused makes err ferry.ErrMisconfigured when the server refused
-// the connection's login: a wrong password, a role or database it does not
-// have, no pg_hba.conf entry, no CONNECT privilege. Trying again changes
-// none of these; the URL or the server's config must.
+// the connection's login for a reason only the URL or the server's config
+// can change: a wrong password, a role or database it does not have, no
+// pg_hba.conf entry, no CONNECT privilege. A refusal that may pass (an
+// LDAP or Kerberos server it could not reach is 28000 too), or one of
+// several hosts (another may be the primary), stays as it is: trying again
+// may succeed.
 func loginRefused(err error) error {
 	var connErr *pgconn.ConnectError
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &connErr) || !errors.As(err, &pgErr) {
+	if !errors.As(err, &connErr) || !errors.As(err, &pgErr) || len(connErr.Config.Fallbacks) > 0 {
 		return err
 	}
 	var fix string
-	switch pgErr.Code {
-	case "28P01", "28000": // invalid_password, invalid_authorization_specification
-		fix = "check the user and password in the URL (percent-encoded) and the server's pg_hba.conf"
-	case "3D000": // invalid_catalog_name
+	switch msg := pgErr.Message; {
+	case pgErr.Code == "28P01": // invalid_password
+		fix = "check the user and password in the URL (percent-encoded)"
+	case pgErr.Code == "28000" && (strings.Contains(msg, "does not exist") || strings.Contains(msg, "no pg_hba.conf entry") || strings.Contains(msg, "not permitted to log in")):
+		fix = "check the user in the URL, and the server's roles and pg_hba.conf"
+	case pgErr.Code == "3D000": // invalid_catalog_name
 		fix = "check the database name in the URL, or create the database"
-	case "42501": // insufficient_privilege
+	case pgErr.Code == "42501" && strings.HasPrefix(msg, "permission denied for database"):
 		fix = "GRANT CONNECT ON DATABASE to the URL's user"
+	case pgErr.Code == "42501" && strings.HasPrefix(msg, "permission denied to set parameter"):
+		fix = "remove the setting from the URL, or run as a role that may set it"
 	default:
 		return err
 	}
