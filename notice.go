@@ -46,14 +46,7 @@ func (p *NoticeListParams) Normalize() error {
 	if err := requiredText("source", p.Source); err != nil {
 		return err
 	}
-	if p.Limit < 0 {
-		return invalid("limit must not be negative, got %d", p.Limit)
-	}
-	if p.Limit == 0 {
-		p.Limit = noticePageDefault
-	}
-	p.Limit = min(p.Limit, noticeListMax)
-	return nil
+	return noticeLimit(&p.Limit, noticePageDefault)
 }
 
 // Notice is one conflicting delivery or suspected replay, without payload

@@ -92,21 +92,26 @@ func (p *ConflictListParams) Validate() error { return validNoticeList(p.ID, p.L
 // Normalize checks p and fills Limit's default.
 func (p *ConflictListParams) Normalize() error { return normalizeNoticeList(p.ID, &p.Limit) }
 
-func validNoticeList(id int64, limit int) error {
-	if limit < 0 {
-		return invalid("limit must not be negative, got %d", limit)
-	}
-	return validID(id)
-}
+// validNoticeList is normalizeNoticeList's check, on a copy of limit.
+func validNoticeList(id int64, limit int) error { return normalizeNoticeList(id, &limit) }
 
 // normalizeNoticeList checks a ReplayList or ConflictList's params and sets
 // *limit to its default, NoticeKeep, when zero, and within noticeListMax.
 func normalizeNoticeList(id int64, limit *int) error {
-	if err := validNoticeList(id, *limit); err != nil {
+	if err := validID(id); err != nil {
 		return err
 	}
+	return noticeLimit(limit, NoticeKeep)
+}
+
+// noticeLimit refuses a negative *limit, and sets it to def when zero and
+// within noticeListMax.
+func noticeLimit(limit *int, def int) error {
+	if *limit < 0 {
+		return invalid("limit must not be negative, got %d", *limit)
+	}
 	if *limit == 0 {
-		*limit = NoticeKeep
+		*limit = def
 	}
 	*limit = min(*limit, noticeListMax)
 	return nil
@@ -291,15 +296,19 @@ func (p *EventListParams) Normalize() (*EventListParams, error) {
 	return &out, nil
 }
 
-// Page is the EventListResult of listed, what a store read for normalized
-// p: up to Limit+1 events in the cursor's order (oldest first after an
-// After cursor, else newest first), the one past Limit saying a next page
-// exists. The page holds Limit at most, newest first, with the cursor to
-// the next one.
+// Page is the EventListResult of listed, what a store read for p (as
+// Normalize returns it): up to Limit+1 events in the cursor's order (oldest
+// first after an After cursor, else newest first), the one past Limit
+// saying a next page exists. The page holds Limit at most, newest first,
+// with the cursor to the next one. A Limit not above zero is the default.
 func (p *EventListParams) Page(listed []*Event) *EventListResult {
-	res := &EventListResult{Events: listed[:min(len(listed), p.Limit)]}
-	if len(listed) > p.Limit {
-		last := res.Events[p.Limit-1].ID
+	limit := p.Limit
+	if limit <= 0 {
+		limit = EventListLimitDefault
+	}
+	res := &EventListResult{Events: listed[:min(len(listed), limit)]}
+	if len(listed) > limit {
+		last := res.Events[limit-1].ID
 		if p.After > 0 {
 			res.NextAfter = last
 		} else {

@@ -285,13 +285,19 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 			_, err := s.ConflictNoticeList(ctx, &ferry.NoticeListParams{Source: "a\x00"})
 			return err
 		}},
-		{"ReplayNoticeList/NoSource", func() error { _, err := s.ReplayNoticeList(ctx, &ferry.NoticeListParams{}); return err }},
+		{"ReplayNoticeList/SourceNotUTF8", func() error {
+			_, err := s.ReplayNoticeList(ctx, &ferry.NoticeListParams{Source: "s\xff"})
+			return err
+		}},
 		{"ReplayNoticeList/NegativeLimit", func() error {
 			_, err := s.ReplayNoticeList(ctx, &ferry.NoticeListParams{Source: "stripe", Limit: -5})
 			return err
 		}},
 		{"ArchiveMaintain/OwnerWithNUL", func() error {
 			_, err := s.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: "m\x00", Retention: time.Hour})
+			if err != nil && strings.Contains(err.Error(), "lease acquire") {
+				return fmt.Errorf("refused late, by the lease: %v", err)
+			}
 			return err
 		}},
 	}

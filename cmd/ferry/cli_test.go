@@ -597,18 +597,30 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	// ahead, as maintenance keeps it, an ok.
 	t.Run("ArchiveBehind", func(t *testing.T) {
 		t.Parallel()
+		// doctor fails the reach FerryArchiveMaintenanceStopped fires at.
+		rules, err := os.ReadFile(filepath.Join("..", "..", "docs", "alerts.yml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`max\(ferry_archive_ahead_seconds\) < (\d+) \* 86400`).FindSubmatch(rules)
+		if m == nil || string(m[1]) != strconv.Itoa(int((ferry.ArchiveAheadDefault-archiveBehind)/(24*time.Hour))) {
+			t.Errorf("FerryArchiveMaintenanceStopped's reach is %q days; doctor fails under %s", m, ferry.ArchiveAheadDefault-archiveBehind)
+		}
 		for _, tc := range []struct {
 			ahead time.Duration
 			level string
 			text  string
 		}{
+			{0, "warn", "no partition yet"}, // migrated, never served
 			{time.Hour, "fail", "no run has succeeded for a day"},
 			{ferry.ArchiveAheadDefault, "ok", "archive: "},
 		} {
 			pool, schema := pgtest.Schema(t)
 			st := teststore.PostgresOn(t, pool, nil)
-			if _, err := st.ArchiveMaintain(context.Background(), &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour, Ahead: tc.ahead}); err != nil {
-				t.Fatal(err)
+			if tc.ahead > 0 {
+				if _, err := st.ArchiveMaintain(context.Background(), &ferry.ArchiveMaintainParams{Owner: "m", Retention: 48 * time.Hour, Ahead: tc.ahead}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			cfg := writeTempFile(t, "ferry.toml", fmt.Sprintf("[store]\nurl = %q\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n%s", pgtest.ConnString(schema), forward))
 			if r, _ := doctorJSON(t, cfg); !hasFinding(r, tc.level, tc.text) {
