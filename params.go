@@ -329,11 +329,10 @@ func (p *EventListParams) Page(listed []*Event) *EventListResult {
 // purge done events at once, and the next redelivery would run the work
 // again.
 func (p *EventPurgeParams) Validate() error {
+	if err := requiredText("source (retention is per source)", p.Source); err != nil {
+		return err
+	}
 	switch {
-	case p.Source == "":
-		return invalid("source is required: retention is per source")
-	case !storable(p.Source):
-		return invalid("source %q is not UTF-8 text without NUL", p.Source)
 	case p.ReplayWindow <= 0:
 		return invalid("replay window must be positive, got %s: it is how long the provider may redeliver (DefaultReplayWindow is %s)", p.ReplayWindow, DefaultReplayWindow)
 	case p.Retention < 0:
