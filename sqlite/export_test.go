@@ -24,3 +24,7 @@ func EventListQuery(params *ferry.EventListParams) (string, []any) {
 // ClaimPreviousSQL is the claim's query of which events' last attempt that
 // ran never ended, for plan checks.
 var ClaimPreviousSQL = eventClaimManyPreviousSQL
+
+// Durable is durable, the read-back check behind Open's refusals, for a
+// test on a connection Open did not set up.
+var Durable = durable

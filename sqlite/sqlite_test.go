@@ -527,3 +527,32 @@ func TestMigrationsUnchanged(t *testing.T) {
 		4: "e9df8859250781ba5ca9a2d999b6474ffad353edbb589768f13ca2afc9850218",
 	})
 }
+
+// Open reads back synchronous and journal_mode after the driver applied
+// the path's query: whatever set them below FULL or off WAL, by a spelling
+// the query check missed, the read-back refuses. Here the connection is
+// set by hand, past any query check.
+func TestDurableReadsBackTheSettings(t *testing.T) {
+	t.Parallel()
+	for setting, want := range map[string]error{
+		"PRAGMA synchronous = FULL":    nil,
+		"PRAGMA synchronous = OFF":     ferry.ErrNotDurable,
+		"PRAGMA synchronous = NORMAL":  ferry.ErrNotDurable,
+		"PRAGMA journal_mode = DELETE": ferry.ErrInvalidParams, // readers need WAL
+	} {
+		db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "ferry.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1) // the settings are the connection's
+		for _, stmt := range []string{"PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", setting} {
+			if _, err := db.Exec(stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := sqlite.Durable(db); !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Errorf("after %s: %v, want %v", setting, err, want)
+		}
+		db.Close()
+	}
+}
