@@ -111,26 +111,20 @@ func (s *Store) completeMany(ctx context.Context, q querier, params *ferry.Event
 	})
 }
 
-// EventFail ends the attempt as failed; event_fail.sql decides whether the
-// event goes dead or back to pending. See ferry.Store.
+// EventFail is a batch of one, so one statement, event_fail_many.sql,
+// holds the failure rule. See ferry.Store.
 func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
 	if err := params.Validate(); err != nil {
 		return "", wrap("event fail", err)
 	}
-	args := leaseArgs(s, params.Lease)
-	args["error"] = params.Error
-	args["retry_delay_us"] = micros(params.RetryDelay)
-	args["max_attempts"] = params.MaxAttempts
-	args["max_age_us"] = micros(params.MaxAge)
-	args["dead"] = params.Dead
-	args["not_run"] = params.NotRun
-	args["http_status"] = params.Response.HTTPStatus
-	args["response"] = params.Response.Body
-	var state string
-	if err := s.pool.QueryRow(ctx, eventFailSQL, args).Scan(&state); err != nil {
-		return "", fenceError("event fail", err)
+	states, err := s.failMany(ctx, []ferry.EventFailParams{*params})
+	if err == nil && states[0] == "" {
+		err = ferry.ErrLeaseLost
 	}
-	return ferry.State(state), nil
+	if err != nil {
+		return "", wrap("event fail", err)
+	}
+	return states[0], nil
 }
 
 // EventFailMany closes every failure whose lease still holds in one
@@ -141,7 +135,14 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 	if err := params.Validate(); err != nil {
 		return nil, wrap("event fail many", err)
 	}
-	n := len(params.Failures)
+	states, err := s.failMany(ctx, params.Failures)
+	return states, wrap("event fail many", err)
+}
+
+// failMany closes failures, validated, and returns each one's new state:
+// empty where its lease was lost.
+func (s *Store) failMany(ctx context.Context, failures []ferry.EventFailParams) ([]ferry.State, error) {
+	n := len(failures)
 	if n == 0 {
 		return nil, nil
 	}
@@ -157,7 +158,7 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 		statuses    = make([]int32, n)
 		responses   = make([]string, n)
 	)
-	for i, f := range params.Failures {
+	for i, f := range failures {
 		ids[i], attempts[i] = f.Lease.ID, int32(f.Lease.Attempt)
 		errs[i], delays[i] = f.Error, micros(f.RetryDelay)
 		maxAttempts[i], maxAges[i], dead[i], notRun[i] = int32(f.MaxAttempts), micros(f.MaxAge), f.Dead, f.NotRun
@@ -186,10 +187,10 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 		return nil
 	})
 	if err != nil {
-		return nil, wrap("event fail many", err)
+		return nil, err
 	}
 	out := make([]ferry.State, n)
-	for i, f := range params.Failures {
+	for i, f := range failures {
 		out[i] = closed[f.Lease]
 	}
 	return out, nil

@@ -47,8 +47,6 @@ var (
 	eventArchiveDoneSQL string
 	//go:embed query/event_complete_many.sql
 	eventCompleteManyFile string
-	//go:embed query/event_fail.sql
-	eventFailFile string
 	//go:embed query/event_fail_many.sql
 	eventFailManySQL string
 	//go:embed query/event_get_by_id.sql
@@ -141,7 +139,6 @@ var (
 // A heartbeat, a failure and a release are fenced by one rule,
 // event_lease_held.sql, put where each statement names it.
 var (
-	eventFailSQL      = sqlfile.Splice(eventFailFile, "event_lease_held.sql", eventLeaseHeldSQL)
 	eventHeartbeatSQL = sqlfile.Splice(eventHeartbeatFile, "event_lease_held.sql", eventLeaseHeldSQL)
 	eventReleaseSQL   = sqlfile.Splice(eventReleaseFile, "event_lease_held.sql", eventLeaseHeldSQL)
 )

@@ -130,37 +130,20 @@ func (s *Store) completeMany(ctx context.Context, tx *sql.Tx, params *ferry.Even
 	return lostOf(params.Leases, done), nil
 }
 
-// EventFail ends the attempt as failed; event_fail.sql decides whether the
-// event goes dead or back to pending.
+// EventFail is a batch of one, so one statement, event_fail_many.sql,
+// holds the failure rule.
 func (s *Store) EventFail(ctx context.Context, params *ferry.EventFailParams) (ferry.State, error) {
 	if err := params.Validate(); err != nil {
 		return "", wrap("event fail", err)
 	}
-	var state ferry.State
-	err := s.writeTx(ctx, "event fail", func(tx *sql.Tx) error {
-		now := s.nowTime()
-		err := tx.QueryRowContext(ctx, eventFailSQL, append(fenceArgs(params.Lease, now),
-			sql.Named("dead", params.Dead),
-			sql.Named("max_attempts", params.MaxAttempts),
-			sql.Named("max_age_us", params.MaxAge.Microseconds()),
-			sql.Named("retry_delay_us", params.RetryDelay.Microseconds()),
-			sql.Named("error", params.Error),
-		)...).Scan(&state)
-		if errors.Is(err, sql.ErrNoRows) {
-			return ferry.ErrLeaseLost
-		}
-		if err != nil {
-			return err
-		}
-		return finishAttempt(ctx, tx, params.Lease, now, failOutcome(state, params.NotRun), params.Error, params.Response)
-	})
-	if err != nil {
+	states, err := s.failMany(ctx, "event fail", []ferry.EventFailParams{*params})
+	switch {
+	case err != nil:
 		return "", err
+	case states[0] == "":
+		return "", wrap("event fail", ferry.ErrLeaseLost)
 	}
-	if state == ferry.StatePending {
-		s.broadcast()
-	}
-	return state, nil
+	return states[0], nil
 }
 
 // EventFailMany closes every failure whose lease still holds in one write
@@ -171,22 +154,28 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 	if err := params.Validate(); err != nil {
 		return nil, wrap("event fail many", err)
 	}
-	if len(params.Failures) == 0 {
+	return s.failMany(ctx, "event fail many", params.Failures)
+}
+
+// failMany closes failures, validated, in op's write transaction, and
+// returns each one's new state: empty where its lease was lost.
+func (s *Store) failMany(ctx context.Context, op string, failures []ferry.EventFailParams) ([]ferry.State, error) {
+	if len(failures) == 0 {
 		return nil, nil
 	}
-	byLease := make(map[ferry.Lease]*ferry.EventFailParams, len(params.Failures))
-	failures := make([][7]any, len(params.Failures))
-	for i, f := range params.Failures {
+	byLease := make(map[ferry.Lease]*ferry.EventFailParams, len(failures))
+	rows := make([][7]any, len(failures))
+	for i, f := range failures {
 		dead := 0
 		if f.Dead {
 			dead = 1
 		}
-		failures[i] = [7]any{f.Lease.ID, f.Lease.Attempt, f.Error, f.RetryDelay.Microseconds(),
+		rows[i] = [7]any{f.Lease.ID, f.Lease.Attempt, f.Error, f.RetryDelay.Microseconds(),
 			f.MaxAttempts, f.MaxAge.Microseconds(), dead}
-		byLease[f.Lease] = &params.Failures[i]
+		byLease[f.Lease] = &failures[i]
 	}
-	closed := make(map[ferry.Lease]ferry.State, len(params.Failures))
-	err := s.writeTx(ctx, "event fail many", func(tx *sql.Tx) error {
+	closed := make(map[ferry.Lease]ferry.State, len(failures))
+	err := s.writeTx(ctx, op, func(tx *sql.Tx) error {
 		now := s.nowMicros()
 		ledger, err := collectRows(ctx, tx, eventFailManySQL, func(row scanner) ([6]any, error) {
 			var (
@@ -199,7 +188,7 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 			closed[l] = state
 			f := byLease[l]
 			return [6]any{l.ID, l.Attempt, string(failOutcome(state, f.NotRun)), f.Error, f.Response.HTTPStatus, f.Response.Body}, nil
-		}, sql.Named("now", now), sql.Named("failures", jsonArg(failures)))
+		}, sql.Named("now", now), sql.Named("failures", jsonArg(rows)))
 		if err != nil || len(ledger) == 0 {
 			return err
 		}
@@ -209,9 +198,9 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ferry.State, len(params.Failures))
+	out := make([]ferry.State, len(failures))
 	pending := false
-	for i, f := range params.Failures {
+	for i, f := range failures {
 		out[i] = closed[f.Lease]
 		pending = pending || out[i] == ferry.StatePending
 	}
@@ -223,7 +212,7 @@ func (s *Store) EventFailMany(ctx context.Context, params *ferry.EventFailManyPa
 
 // failOutcome is the ledger outcome of a failed attempt whose event is now
 // in state: released when no handler ran, else dead or failed by the state.
-// The same rule as postgres/query/event_fail.sql's ledger step.
+// The same rule as postgres/query/event_fail_many.sql's ledger step.
 func failOutcome(state ferry.State, notRun bool) ferry.Outcome {
 	switch {
 	case notRun:

@@ -45,8 +45,6 @@ var (
 	eventCompleteManyFile string
 	//go:embed query/event_complete_many_attempt.sql
 	eventCompleteManyAttemptSQL string
-	//go:embed query/event_fail.sql
-	eventFailFile string
 	//go:embed query/event_fail_many.sql
 	eventFailManyFile string
 	//go:embed query/event_fail_many_attempt.sql
@@ -135,7 +133,6 @@ var (
 // put where each statement names it.
 var (
 	eventCompleteManySQL  = sqlfile.Splice(eventCompleteManyFile, "event_lease_held.sql", eventLeaseHeldSQL)
-	eventFailSQL          = sqlfile.Splice(eventFailFile, "event_lease_held.sql", eventLeaseHeldSQL)
 	eventFailManySQL      = sqlfile.Splice(eventFailManyFile, "event_lease_held.sql", eventLeaseHeldSQL)
 	eventHeartbeatSQL     = sqlfile.Splice(eventHeartbeatFile, "event_lease_held.sql", eventLeaseHeldSQL)
 	eventHeartbeatManySQL = sqlfile.Splice(eventHeartbeatManyFile, "event_lease_held.sql", eventLeaseHeldSQL)

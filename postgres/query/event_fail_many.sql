@@ -1,7 +1,12 @@
--- Closes many leased attempts as failed in one statement, each by
--- EventFail's rule with its own error, delay, budget and age (the same rule
--- as postgres/query/event_fail.sql and sqlite/query/event_fail_many.sql),
--- and returns the id, attempt and new state of each one whose lease held.
+-- Closes many leased attempts as failed in one statement (EventFail is a
+-- batch of one), each with its own error, delay, budget and age (the same
+-- rule as sqlite/query/event_fail_many.sql): dead when told so, when the
+-- attempt budget since the last requeue is spent, or when the event is
+-- older than its max age (from its first delivery or last requeue);
+-- pending again after the retry delay otherwise. The ledger row says
+-- released when no handler ran, else dead or failed by the new state
+-- (sqlite/fenced.go's failOutcome). Returns the id, attempt and new state
+-- of each one whose lease held.
 -- Rows are locked in id order first, so that two batches sharing events wait
 -- on each other instead of deadlocking. Wakes the workers once if any event
 -- went back to pending.

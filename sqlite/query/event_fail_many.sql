@@ -1,8 +1,11 @@
 -- Closes as failed every attempt of :failures (a JSON array of [id, attempt,
 -- error, retry_delay_us, max_attempts, max_age_us, dead] arrays) whose lease
--- still holds, each by EventFail's rule with its own fields (the same rule as
--- sqlite/query/event_fail.sql and postgres/query/event_fail_many.sql), and
--- returns the id, attempt and new state of each.
+-- still holds (EventFail is a batch of one), each with its own fields (the
+-- same rule as postgres/query/event_fail_many.sql): dead when told so, when
+-- the attempt budget since the last requeue is spent, or when the event is
+-- older than max_age_us (from its first delivery or last requeue); pending
+-- again after the retry delay otherwise. Returns the id, attempt and new
+-- state of each.
 UPDATE ferry_event AS e
 SET state = CASE
         WHEN f.dead
