@@ -46,3 +46,6 @@ var (
 	EventRequeueSQL      = eventRequeueSQL
 	EventRequeueCountSQL = eventRequeueCountSQL
 )
+
+// LoginFix is loginFix, for the table of refusals no retry can pass.
+var LoginFix = loginFix

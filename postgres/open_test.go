@@ -110,11 +110,18 @@ func TestOpenNamesARefusedLogin(t *testing.T) {
 	if errors.Is(err, ferry.ErrMisconfigured) {
 		t.Errorf("Open(%s) = %v: a refusal by one of several hosts is not ErrMisconfigured", severalHosts.Redacted(), err)
 	}
+	// Without sslmode the driver tries TLS, then the same server without:
+	// one host still.
+	noRolePrefer := noRole
+	query := noRolePrefer.Query()
+	query.Del("sslmode")
+	noRolePrefer.RawQuery = query.Encode()
 	for _, tc := range []struct {
 		url  *url.URL
 		want []string
 	}{
 		{&noRole, []string{`user "ferry_no_such_role"`, "28000", "pg_hba.conf"}},
+		{&noRolePrefer, []string{`user "ferry_no_such_role"`, "28000"}},
 		{&noDB, []string{`database "ferry_no_such_database"`, "3D000", "create the database"}},
 	} {
 		s, err := postgres.Open(ctx, tc.url.String(), nil)
@@ -129,6 +136,33 @@ func TestOpenNamesARefusedLogin(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("Open(%s) = %v, want it to say %q", tc.url.Redacted(), err, w)
 			}
+		}
+	}
+}
+
+// Only a refusal no retry can pass has a fix (and is ErrMisconfigured): an
+// authentication server out of reach is 28000 too.
+func TestLoginFixOnlyForPermanentRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code, msg string
+		fixed     bool
+	}{
+		{"28P01", `password authentication failed for user "ferry"`, true},
+		{"28000", `role "ferry" does not exist`, true},
+		{"28000", `no pg_hba.conf entry for host "10.0.0.5", user "ferry", database "ferry", no encryption`, true},
+		{"28000", `pg_hba.conf rejects connection for host "10.0.0.5", user "ferry", database "ferry"`, true},
+		{"28000", `role "ferry" is not permitted to log in`, true},
+		{"28000", `LDAP authentication failed for user "ferry"`, false},
+		{"28000", `GSSAPI authentication failed for user "ferry"`, false},
+		{"3D000", `database "ferry" does not exist`, true},
+		{"42501", `permission denied for database "ferry"`, true},
+		{"42501", `permission denied to set parameter "log_statement"`, true},
+		{"42501", `permission denied for table ferry_event`, false},
+		{"53300", `sorry, too many clients already`, false},
+	} {
+		if got := postgres.LoginFix(tc.code, tc.msg) != ""; got != tc.fixed {
+			t.Errorf("%s %q: a fix %v, want %v", tc.code, tc.msg, got, tc.fixed)
 		}
 	}
 }

@@ -235,26 +235,47 @@ func durable(ctx context.Context, pool *pgxpool.Pool) error {
 func loginRefused(err error) error {
 	var connErr *pgconn.ConnectError
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &connErr) || !errors.As(err, &pgErr) || len(connErr.Config.Fallbacks) > 0 {
+	if !errors.As(err, &connErr) || !errors.As(err, &pgErr) || severalHosts(connErr.Config) {
 		return err
 	}
-	var fix string
-	switch msg := pgErr.Message; {
-	case pgErr.Code == "28P01": // invalid_password
-		fix = "check the user and password in the URL (percent-encoded)"
-	case pgErr.Code == "28000" && (strings.Contains(msg, "does not exist") || strings.Contains(msg, "no pg_hba.conf entry") || strings.Contains(msg, "not permitted to log in")):
-		fix = "check the user in the URL, and the server's roles and pg_hba.conf"
-	case pgErr.Code == "3D000": // invalid_catalog_name
-		fix = "check the database name in the URL, or create the database"
-	case pgErr.Code == "42501" && strings.HasPrefix(msg, "permission denied for database"):
-		fix = "GRANT CONNECT ON DATABASE to the URL's user"
-	case pgErr.Code == "42501" && strings.HasPrefix(msg, "permission denied to set parameter"):
-		fix = "remove the setting from the URL, or run as a role that may set it"
-	default:
+	fix := loginFix(pgErr.Code, pgErr.Message)
+	if fix == "" {
 		return err
 	}
 	return fmt.Errorf("%w: the server at %s:%d refused the login of user %q to database %q: %s (SQLSTATE %s); %s",
 		ferry.ErrMisconfigured, connErr.Config.Host, connErr.Config.Port, connErr.Config.User, connErr.Config.Database, pgErr.Message, pgErr.Code, fix)
+}
+
+// severalHosts reports whether config names more than one server: pgx's
+// fallbacks also hold the same server again without TLS (sslmode=prefer,
+// the default, and allow).
+func severalHosts(config *pgconn.Config) bool {
+	for _, f := range config.Fallbacks {
+		if f.Host != config.Host || f.Port != config.Port {
+			return true
+		}
+	}
+	return false
+}
+
+// loginFix is the fix for a login refusal no retry can pass, by its
+// SQLSTATE and message; empty for any other. The messages are the server's
+// in English (lc_messages): in another language the 28000 and 42501 cases
+// stay errors a retry may pass.
+func loginFix(code, msg string) string {
+	switch {
+	case code == "28P01": // invalid_password
+		return "check the user and password in the URL (percent-encoded)"
+	case code == "28000" && (strings.Contains(msg, "does not exist") || strings.Contains(msg, "pg_hba.conf") || strings.Contains(msg, "not permitted to log in")):
+		return "check the user in the URL, and the server's roles and pg_hba.conf"
+	case code == "3D000": // invalid_catalog_name
+		return "check the database name in the URL, or create the database"
+	case code == "42501" && strings.HasPrefix(msg, "permission denied for database"):
+		return "GRANT CONNECT ON DATABASE to the URL's user"
+	case code == "42501" && strings.HasPrefix(msg, "permission denied to set parameter"):
+		return "remove the setting from the URL, or run as a role that may set it"
+	}
+	return ""
 }
 
 // readCommitted checks that a session of the pool runs read committed by

@@ -136,7 +136,7 @@ var (
 	eventResolveSQL      = sqlfile.Splice(eventResolveFile, "event_archive_done.sql", eventArchiveDoneSQL)
 )
 
-// A heartbeat, a failure and a release are fenced by one rule,
+// A heartbeat and a release are fenced by one rule,
 // event_lease_held.sql, put where each statement names it.
 var (
 	eventHeartbeatSQL = sqlfile.Splice(eventHeartbeatFile, "event_lease_held.sql", eventLeaseHeldSQL)

@@ -233,7 +233,8 @@ func (s *Store) EventRelease(ctx context.Context, params *ferry.EventReleasePara
 		if err := execFenced(ctx, tx, eventReleaseSQL, params.Lease, now); err != nil {
 			return err
 		}
-		return finishAttempt(ctx, tx, params.Lease, now, ferry.OutcomeReleased, "", ferry.AttemptResponse{})
+		_, err := tx.ExecContext(ctx, attemptReleaseSQL, fenceArgs(params.Lease, now)...)
+		return err
 	})
 	if err != nil {
 		return err
@@ -267,21 +268,6 @@ func execFenced(ctx context.Context, tx *sql.Tx, query string, lease ferry.Lease
 		return ferry.ErrLeaseLost
 	}
 	return nil
-}
-
-// finishAttempt closes the ledger row of the lease's attempt.
-func finishAttempt(ctx context.Context, tx *sql.Tx, lease ferry.Lease, now time.Time, outcome ferry.Outcome, errText string, resp ferry.AttemptResponse) error {
-	var errArg any // NULL unless the attempt failed
-	if errText != "" {
-		errArg = errText
-	}
-	_, err := tx.ExecContext(ctx, attemptFinishSQL, append(fenceArgs(lease, now),
-		sql.Named("outcome", string(outcome)),
-		sql.Named("error", errArg),
-		sql.Named("http_status", resp.HTTPStatus),
-		sql.Named("response", resp.Body),
-	)...)
-	return err
 }
 
 // scanLease reads a row of (id, attempt): the leases a fenced batch

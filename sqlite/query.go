@@ -21,8 +21,8 @@ var migrations embed.FS
 var (
 	//go:embed query/action_list.sql
 	actionListSQL string
-	//go:embed query/attempt_finish.sql
-	attemptFinishSQL string
+	//go:embed query/attempt_release.sql
+	attemptReleaseSQL string
 	//go:embed query/attempt_list.sql
 	attemptListSQL string
 	//go:embed query/conflict_list.sql

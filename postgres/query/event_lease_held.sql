@@ -1,4 +1,4 @@
--- The fence of a write after a claim (heartbeat, fail, release): the
+-- The fence of a write after a claim (heartbeat, release): the
 -- event's lease is in progress and has not expired by the statement's
 -- clock. A condition on a row of ferry_event, not a statement; each
 -- statement matches its own id and attempt, and query.go puts this where it
