@@ -177,17 +177,17 @@ func (s *Store) failMany(ctx context.Context, op string, failures []ferry.EventF
 	closed := make(map[ferry.Lease]ferry.State, len(failures))
 	err := s.writeTx(ctx, op, func(tx *sql.Tx) error {
 		now := s.nowMicros()
-		ledger, err := collectRows(ctx, tx, eventFailManySQL, func(row scanner) ([6]any, error) {
+		ledger, err := collectRows(ctx, tx, eventFailManySQL, func(row scanner) ([7]any, error) {
 			var (
 				l     ferry.Lease
 				state ferry.State
 			)
 			if err := row.Scan(&l.ID, &l.Attempt, &state); err != nil {
-				return [6]any{}, err
+				return [7]any{}, err
 			}
 			closed[l] = state
 			f := byLease[l]
-			return [6]any{l.ID, l.Attempt, string(failOutcome(state, f.NotRun)), f.Error, f.Response.HTTPStatus, f.Response.Body}, nil
+			return [7]any{l.ID, l.Attempt, state, f.NotRun, f.Error, f.Response.HTTPStatus, f.Response.Body}, nil
 		}, sql.Named("now", now), sql.Named("failures", jsonArg(rows)))
 		if err != nil || len(ledger) == 0 {
 			return err
@@ -208,19 +208,6 @@ func (s *Store) failMany(ctx context.Context, op string, failures []ferry.EventF
 		s.broadcast()
 	}
 	return out, nil
-}
-
-// failOutcome is the ledger outcome of a failed attempt whose event is now
-// in state: released when no handler ran, else dead or failed by the state.
-// The same rule as postgres/query/event_fail_many.sql's ledger step.
-func failOutcome(state ferry.State, notRun bool) ferry.Outcome {
-	switch {
-	case notRun:
-		return ferry.OutcomeReleased
-	case state == ferry.StateDead:
-		return ferry.OutcomeDead
-	}
-	return ferry.OutcomeFailed
 }
 
 // EventRelease gives a leased event back, pending and due now.
