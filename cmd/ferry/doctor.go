@@ -233,7 +233,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 		return nil
 	}
 	if len(steps) > 0 {
-		warn(migrateFix(steps, "ferry migrate --config "+configPath), "store: %s", lacking(steps))
+		warn(migrateFix(steps, "ferry migrate --config "+configPath), "%s", lacking(steps))
 	}
 	ok("store: schema readable, database clock %s", stats.Now.Format(time.RFC3339))
 	checkArchive(pctx, st, ok, warn, fail)
