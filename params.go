@@ -324,10 +324,9 @@ func (p *EventListParams) Page(listed []*Event) *EventListResult {
 // Validate requires a Source (UTF-8 text without NUL), a positive
 // ReplayWindow and a Retention at least as long as it
 // (ErrRetentionTooShort otherwise): SQLite's event row is its own dedupe
-// key, so an event purged is a key forgotten. A zero
-// window is refused, not read as "none": params built without it would
-// purge done events at once, and the next redelivery would run the work
-// again.
+// key, so an event purged is a key forgotten. A zero window is refused,
+// not read as "none": params built without it would purge done events at
+// once, and the next redelivery would run the work again.
 func (p *EventPurgeParams) Validate() error {
 	if err := requiredText("source (retention is per source)", p.Source); err != nil {
 		return err
@@ -540,8 +539,8 @@ const (
 // Normalize returns a copy of p with ReplayWindow, KeyRetention, Ahead and
 // KeyBatch defaulted. It requires an Owner (UTF-8 text without NUL) and a
 // positive Retention, and refuses a KeyRetention shorter than ReplayWindow
-// (ErrRetentionTooShort):
-// a key forgotten inside the window lets a redelivery run the work again.
+// (ErrRetentionTooShort): a key forgotten inside the window lets a
+// redelivery run the work again.
 // Retention alone may be shorter: both stores keep a key for KeyRetention
 // whatever becomes of its event (PostgreSQL in ferry_event_key; SQLite
 // keeps the event row, its key, that long).

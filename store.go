@@ -18,8 +18,9 @@ import (
 //
 // Every method first checks its params with their Validate or Normalize
 // method (params.go) and returns ErrInvalidParams, changing nothing, when
-// they fail. Params must not be nil. Every error is prefixed with the store and the method
-// ("postgres: event claim many: …") and keeps its sentinel for errors.Is.
+// they fail. Params must not be nil. Every error is prefixed with the store
+// and the method ("postgres: event claim many: …") and keeps its sentinel
+// for errors.Is.
 type Store interface {
 	// ActionList returns the operator actions on one event (requeues,
 	// replays, retries now, resolves), oldest first, with who did each and when.

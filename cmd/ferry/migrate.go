@@ -112,7 +112,7 @@ func lacking(steps []ferry.MigrationStep) string {
 // migrate), once every older instance is stopped if a step needs that.
 func migrateFix(steps []ferry.MigrationStep, command string) string {
 	if step := ferry.ExclusiveStep(steps); step != nil {
-		return fmt.Sprintf("stop every older ferry first (%03d_%s: %s), then run `%s`", step.Version, step.Name, step.Exclusive, command)
+		return fmt.Sprintf("stop every older ferry first (%s: %s), then run `%s`", stepNames([]ferry.MigrationStep{*step})[0], step.Exclusive, command)
 	}
 	return "run `" + command + "`"
 }

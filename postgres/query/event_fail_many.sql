@@ -4,9 +4,9 @@
 -- attempt budget since the last requeue is spent, or when the event is
 -- older than its max age (from its first delivery or last requeue);
 -- pending again after the retry delay otherwise. The ledger row says
--- released when no handler ran, else dead or failed by the new state
--- (sqlite/fenced.go's failOutcome). Returns the id, attempt and new state
--- of each one whose lease held.
+-- released when no handler ran, else dead or failed by the new state (as
+-- sqlite/query/event_fail_many_attempt.sql). Returns the id, attempt and
+-- new state of each one whose lease held.
 -- Rows are locked in id order first, so that two batches sharing events wait
 -- on each other instead of deadlocking. Wakes the workers once if any event
 -- went back to pending.
