@@ -611,14 +611,14 @@ func writeSection(out io.Writer, title, header string, n int, row func(tw io.Wri
 }
 
 func runEventsReplay(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("events replay", "SOURCE EVENT_ID... | --state dead|unknown --source X [--dry-run]",
+	fs := newFlags("events replay", "SOURCE EVENT_ID... | --state done|dead|unknown --source X [--dry-run]",
 		`Puts done, dead or unknown events back to pending, due now, with a fresh attempt
-budget: named ones, or every dead (or unknown) event of a source. Events queued or
-running are left as they are. --dry-run says what would be replayed and changes
-nothing. Exits 3 when a named event does not exist, 5 when one is left as it is
-(the others are still replayed).`)
+budget: named ones, or every event of a source in one of those states. Events
+queued or running are left as they are. --dry-run says what would be replayed and
+changes nothing. Exits 3 when a named event does not exist, 5 when one is left as
+it is (the others are still replayed).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
-	state := fs.String("state", "", "bulk: replay every event in this `state` (dead or unknown) of --source")
+	state := fs.String("state", "", "bulk: replay every event in this `state` (done, dead or unknown) of --source")
 	source := fs.String("source", "", "bulk: the `source` whose events to replay (required with --state)")
 	actor := fs.String("actor", defaultActor(), "who asks (a `name`), kept with each replayed event; ferry events show lists it")
 	dryRun := fs.Bool("dry-run", false, "count or list what would be replayed; change nothing")
@@ -631,9 +631,9 @@ nothing. Exits 3 when a named event does not exist, 5 when one is left as it is
 	case bulk && len(positional) > 0:
 		return usagef("give SOURCE EVENT_ID... or --state and --source, not both")
 	case bulk && (*state == "" || *source == ""):
-		return usagef("a bulk replay needs both --state (dead or unknown) and --source")
-	case bulk && *state != string(ferry.StateDead) && *state != string(ferry.StateUnknown):
-		return usagef("--state %q: bulk replay takes dead or unknown (replay done events one by one)", *state)
+		return usagef("a bulk replay needs both --state (done, dead or unknown) and --source")
+	case bulk && !ferry.State(*state).Terminal():
+		return usagef("--state %q: bulk replay takes done, dead or unknown (queued and running events are left as they are)", *state)
 	case !bulk && len(positional) < 2:
 		return usagef("want SOURCE EVENT_ID..., or --state dead --source X")
 	case *actor == "":

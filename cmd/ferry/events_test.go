@@ -302,6 +302,14 @@ func TestEventsCLI(t *testing.T) {
 			if code != 0 || stdout != "would replay 1 dead event of stripe (dry run: nothing changed)\n" {
 				t.Errorf("bulk replay --dry-run: exit %d\n%s\n%s", code, stdout, stderr)
 			}
+			// Bulk replay takes what EventRequeue takes: done events too,
+			// never queued or running ones.
+			stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--dry-run", "--state", "done", "--source", "stripe")
+			if code != 0 || stdout != "would replay 1 done event of stripe (dry run: nothing changed)\n" {
+				t.Errorf("bulk replay --state done --dry-run: exit %d\n%s\n%s", code, stdout, stderr)
+			}
+			wantFerry(t, exitUsage, "", "ferry events replay: --state \"pending\": bulk replay takes done, dead or unknown (queued and running events are left as they are)\n",
+				"events", "replay", "--config", cfg, "--dry-run", "--state", "pending", "--source", "stripe")
 			stdout, stderr, code = runFerry(t, "events", "replay", "--config", cfg, "--dry-run", "stripe", "evt_done")
 			if code != 0 || stdout != "would replay stripe evt_done\n" {
 				t.Errorf("replay --dry-run evt_done: exit %d\n%s\n%s", code, stdout, stderr)
