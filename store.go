@@ -223,10 +223,11 @@ type Store interface {
 	// readiness checks and doctor; it writes nothing. A database that
 	// answers but refuses writes gives an error that is ErrReadOnly: reads
 	// alone would pass a store that answers every delivery 503. One whose
-	// sessions run with a setting the store's statements fail under
-	// (postgres.Store: an isolation above read committed) gives
-	// ErrMisconfigured. It does not read the schema: Migrate before
-	// answering readiness with it.
+	// sessions run with a setting the store's statements fail under, or
+	// as a role that may not write its tables (postgres.Store: an
+	// isolation above read committed, a missing GRANT), gives
+	// ErrMisconfigured. It does not check the schema is current: Migrate
+	// before answering readiness with it.
 	Ping(ctx context.Context) error
 
 	// ReplayList returns the suspected replays kept on one event

@@ -433,12 +433,13 @@ func deref(s *string) string {
 
 // Ping checks that the database answers and that a session of the pool
 // can write: not a standby, not read-only by default (ferry.ErrReadOnly);
-// and that it runs read committed by default (ferry.ErrMisconfigured), which
-// Open sets but a pool passed to New may not.
+// that it runs read committed by default, which Open sets but a pool passed
+// to New may not, and that its role may read and write Ferry's tables
+// (ferry.ErrMisconfigured, naming what it lacks and the GRANT).
 func (s *Store) Ping(ctx context.Context) error {
 	var standby, readOnly bool
-	var isolation string
-	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly, &isolation); err != nil {
+	var isolation, lacking, role, schema string
+	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly, &isolation, &lacking, &role, &schema); err != nil {
 		return wrap("ping", err)
 	}
 	switch {
@@ -446,6 +447,9 @@ func (s *Store) Ping(ctx context.Context) error {
 		return wrap("ping", fmt.Errorf("%w: the server is a standby (in recovery)", ferry.ErrReadOnly))
 	case readOnly:
 		return wrap("ping", fmt.Errorf("%w: transactions are read-only (default_transaction_read_only)", ferry.ErrReadOnly))
+	case lacking != "":
+		return wrap("ping", fmt.Errorf("%[1]w: the role %[2]s lacks %[4]s, and the statements that need them fail with permission denied; run ferry as the role that owns its tables, or GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %[3]s TO %[2]s; GRANT USAGE ON ALL SEQUENCES IN SCHEMA %[3]s TO %[2]s",
+			ferry.ErrMisconfigured, role, schema, lacking))
 	}
 	return wrap("ping", isolationRefused(isolation,
 		"ALTER ROLE ... SET default_transaction_isolation = 'read committed' (or the database's), drop it from the URL (postgres.Open then sets it), or set it in the pool's AfterConnect"))

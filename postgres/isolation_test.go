@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -46,28 +45,10 @@ func showIsolation(t *testing.T, pool *pgxpool.Pool) string {
 func TestOpenRunsReadCommitted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := pgtest.Schema(t)
-	role := "ferry_test_rr_" + strings.TrimPrefix(schema, "ferry_test_")
-	for _, sql := range []string{
-		`CREATE ROLE ` + role + ` LOGIN`,
-		`ALTER ROLE ` + role + ` SET default_transaction_isolation = 'repeatable read'`,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), `DROP ROLE `+role); err != nil {
-			t.Errorf("drop role: %v", err)
-		}
-	})
-	u, err := url.Parse(pgtest.ConnString(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
+	_, schema := pgtest.Schema(t)
+	storeURL, _ := pgtest.Role(t, schema, "rr", `ALTER ROLE %s SET default_transaction_isolation = 'repeatable read'`)
 	// The role's setting holds where nothing sets another.
-	conn, err := pgx.Connect(ctx, u.String())
+	conn, err := pgx.Connect(ctx, storeURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +59,7 @@ func TestOpenRunsReadCommitted(t *testing.T) {
 		t.Fatalf("the role's session runs %q (%v), want repeatable read: the test sets nothing", plain, err)
 	}
 
-	s, err := postgres.Open(ctx, u.String(), nil)
+	s, err := postgres.Open(ctx, storeURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +69,7 @@ func TestOpenRunsReadCommitted(t *testing.T) {
 	}
 
 	// The URL's word is kept, so Open refuses it, naming the fix.
-	kept, err := postgres.Open(ctx, u.String()+"&default_transaction_isolation=serializable", nil)
+	kept, err := postgres.Open(ctx, storeURL+"&default_transaction_isolation=serializable", nil)
 	if !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), `"serializable"`) || !strings.Contains(err.Error(), "remove default_transaction_isolation from the URL") {
 		t.Errorf("Open with serializable in the URL = %v, want ErrMisconfigured naming it and the fix", err)
 	}

@@ -20,8 +20,10 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/postgres"
 	"github.com/ferry-inbox/ferry/prometheus"
 	"github.com/ferry-inbox/ferry/provider"
 )
@@ -227,6 +229,28 @@ func TestStoreWritable(t *testing.T) {
 	got := scrape(t, server.URL)
 	if got["ferry_stats_up"] != 1 || got["ferry_store_writable"] != 0 {
 		t.Errorf("read-only store: stats_up %v, store_writable %v; want 1 and 0", got["ferry_stats_up"], got["ferry_store_writable"])
+	}
+}
+
+// So does a PostgreSQL store whose role may read Ferry's tables but not
+// write them (Ping: ferry.ErrMisconfigured): /readyz fails on every
+// instance, as for a standby.
+func TestStoreWritableWithoutGrants(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Schema(t)
+	teststore.PostgresOn(t, pool, nil)
+	storeURL, _ := pgtest.ReaderRole(t, schema, "metrics")
+	store, err := postgres.Open(context.Background(), storeURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: store, Sources: []string{"stripe"}}))
+	server := httptest.NewServer(prometheus.Handler(reg))
+	t.Cleanup(server.Close)
+	if got := scrape(t, server.URL); got["ferry_stats_up"] != 1 || got["ferry_store_writable"] != 0 {
+		t.Errorf("role without GRANTs: stats_up %v, store_writable %v; want 1 and 0", got["ferry_stats_up"], got["ferry_store_writable"])
 	}
 }
 

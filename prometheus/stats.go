@@ -81,7 +81,7 @@ func NewStatsCollector(opts StatsOptions) *StatsCollector {
 		oldestAtRisk:     desc("oldest_at_risk_age_seconds", "Age of the oldest at-risk event; 0 when none.", "source"),
 		replays:          desc("replays_suspected", "Deliveries of a stored event's body under another event id, answered and never processed (suspected replays).", "source"),
 		up:               desc("stats_up", "1 if the last read of the store's stats succeeded, 0 if not."),
-		writable:         desc("store_writable", "0 if the store said it is read-only (Store.Ping: ferry.ErrReadOnly) or answered nothing at the last read, else 1: a standby after failover reads fine and refuses every delivery."),
+		writable:         desc("store_writable", "0 if the store said it is read-only or misconfigured (Store.Ping: ferry.ErrReadOnly, ferry.ErrMisconfigured) or answered nothing at the last read, else 1: a standby after failover, or a role without GRANTs, reads fine and refuses every delivery."),
 		partitions:       desc("archive_partitions", "Ranged partitions of the done-event archive; 0 on a store without partitions (SQLite)."),
 		oldestPartition:  desc("archive_oldest_partition_age_seconds", "Age of the start of the archive's oldest partition; 0 when none. Growing past retention plus a day means maintenance stopped."),
 		checkpointAge:    desc("catchup_checkpoint_age_seconds", "How far behind the store's now the source's catch-up checkpoint is: the settle time (2m) plus up to an interval while passes end ok, growing while they fail or none runs. Absent before the first pass moves it.", "source"),
@@ -219,11 +219,12 @@ func (c *StatsCollector) readCheckpoints(ctx context.Context) map[string]time.Ti
 	return out
 }
 
-// storeWritable is what the last read says of writes: not if the store said it
-// is read-only, or answered nothing at all; a Ping that only failed while
-// the stats read worked (a timeout) is no "cannot write" to page on.
+// storeWritable is what the last read says of writes: not if the store said
+// it is read-only or misconfigured, or answered nothing at all; a Ping that
+// only failed while the stats read worked (a timeout) is no "cannot write"
+// to page on.
 func (c *StatsCollector) storeWritable() bool {
-	if errors.Is(c.pingErr, ferry.ErrReadOnly) {
+	if errors.Is(c.pingErr, ferry.ErrReadOnly) || errors.Is(c.pingErr, ferry.ErrMisconfigured) {
 		return false
 	}
 	return c.pingErr == nil || c.err == nil

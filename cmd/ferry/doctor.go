@@ -19,9 +19,9 @@ import (
 )
 
 // misconfiguredFix is doctor's fix for a store whose sessions run with a
-// setting Ferry's statements fail under, found by Ping (set for the role or
-// database while serve runs).
-const misconfiguredFix = "change the setting the error names, for Ferry's role or in store.url; claims and completions fail meanwhile"
+// setting Ferry's statements fail under, or as a role that may not write
+// its tables, found by Ping (set or revoked while serve runs).
+const misconfiguredFix = "do what the error says, for Ferry's role or in store.url; the statements it names fail meanwhile, and ferry serve does not start"
 
 // doctorBacklog is how long a pending event may stay due, unclaimed, before
 // doctor warns that workers are behind or not running. An event waiting out

@@ -155,6 +155,12 @@ SIGHUP stops it gracefully (exit 0).`)
 		}
 		return err
 	}
+	// A role that may not write Ferry's tables would pass the start and
+	// answer every delivery 503: like a store.url the store refuses, it
+	// stops the start. Ping's other errors are /readyz's to report.
+	if err := st.Ping(ctx); errors.Is(err, ferry.ErrMisconfigured) {
+		return storeRefused(err)
+	}
 
 	op, err := newOperator(cfg, st, log)
 	if err != nil {

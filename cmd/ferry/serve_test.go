@@ -683,14 +683,7 @@ func TestServeWithoutMigratingNeedsACurrentSchema(t *testing.T) {
 	t.Parallel()
 	refused := func(t *testing.T, cfg string, fix string, args ...string) {
 		t.Helper()
-		// A serve that starts is stopped after a while: it did not refuse.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var out strings.Builder
-		cmd := exec.CommandContext(ctx, ferryBin, append([]string{"serve", "--config", cfg}, args...)...)
-		cmd.Stderr = &out
-		_ = cmd.Run()
-		stderr, code := out.String(), cmd.ProcessState.ExitCode()
+		stderr, code := serveRefused(t, cfg, args...)
 		if code != exitUsage || !strings.Contains(stderr, "the store's schema lacks ") || !strings.Contains(stderr, "(001_initial, ") ||
 			!strings.Contains(stderr, "run `ferry migrate`, or "+fix+"\n") || strings.Contains(stderr, "ferry: serving") {
 			t.Errorf("serve %v on an empty store: exit %d, stderr:\n%s\nwant %d, the pending migrations and %q, before serving", args, code, stderr, exitUsage, fix)
@@ -720,6 +713,48 @@ func TestServeWithoutMigratingNeedsACurrentSchema(t *testing.T) {
 		t.Parallel()
 		refused(t, writeConfig(t, pgtest.SchemaURL(t), "http://127.0.0.1:1/hooks", ""), "drop --no-migrate", "--no-migrate")
 	})
+}
+
+// serveRefused runs `ferry serve --config cfg args...` and returns its
+// stderr and exit code. A serve that starts is stopped after 30s: it did
+// not refuse, and its code is then -1.
+func serveRefused(t *testing.T, cfg string, args ...string) (stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out strings.Builder
+	cmd := exec.CommandContext(ctx, ferryBin, append([]string{"serve", "--config", cfg}, args...)...)
+	cmd.Stderr = &out
+	_ = cmd.Run()
+	return out.String(), cmd.ProcessState.ExitCode()
+}
+
+// A role that may read Ferry's tables but not write them stops serve at
+// start (exit 2, naming store.url, what it lacks and the GRANT) and is a
+// doctor fail with that fix: before, /readyz and doctor passed it while
+// every delivery got 503. With the GRANT, serve starts.
+func TestServeRefusesARoleThatCannotWrite(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Schema(t)
+	teststore.PostgresOn(t, pool, nil)
+	storeURL, role := pgtest.ReaderRole(t, schema, "serve")
+	// The owner migrates; the role only serves.
+	cfg := writeConfig(t, storeURL, "http://127.0.0.1:1/hooks", "")
+	writeFile(t, cfg, strings.Replace(readFile(t, cfg), "[store]\n", "[store]\nmigrate = false\n", 1))
+	grant := "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + schema + " TO " + role
+	stderr, code := serveRefused(t, cfg)
+	if code != exitUsage || !strings.Contains(stderr, "store.url: ") || !strings.Contains(stderr, "lacks INSERT on ferry_action") ||
+		!strings.Contains(stderr, grant) || strings.Contains(stderr, "ferry: serving") {
+		t.Errorf("serve as a role with SELECT alone: exit %d, stderr:\n%s\nwant %d naming store.url, INSERT on ferry_action and %q, before serving", code, stderr, exitUsage, grant)
+	}
+	if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", "lacks INSERT on ferry_action") {
+		t.Errorf("doctor as a role with SELECT alone: exit %d, findings %+v; want %d and a fail naming what it lacks", code, r.Findings, exitProblems)
+	}
+
+	if _, err := pool.Exec(context.Background(), grant+"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA "+schema+" TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	startServe(t, cfg).terminate(t)
 }
 
 // The public listener's timeouts outlast the longest receipt the config

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -103,6 +104,43 @@ func ConnString(schema string) string {
 	// libpq reads "+" literally, so spaces must be %20.
 	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String()
+}
+
+// Role creates a login role of the test's own for schema (named
+// ferry_test_<what>_ and the schema's suffix), runs each of setup as the
+// URL()'s user with the role's name for %s ("GRANT USAGE ON SCHEMA x TO
+// %s"), and returns ConnString(schema) as that role, and the role.
+// t.Cleanup takes back what was granted and drops it.
+func Role(t testing.TB, schema, what string, setup ...string) (storeURL, role string) {
+	t.Helper()
+	ctx := context.Background()
+	role = "ferry_test_" + what + "_" + strings.TrimPrefix(schema, "ferry_test_")
+	for _, sql := range append([]string{"CREATE ROLE %s LOGIN"}, setup...) {
+		if err := adminExec(ctx, fmt.Sprintf(sql, role)); err != nil {
+			t.Fatalf("pgtest: role %s: %v", role, err)
+		}
+	}
+	t.Cleanup(func() {
+		// DROP OWNED takes back what was granted, which DROP ROLE needs.
+		if err := adminExec(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role); err != nil {
+			t.Errorf("pgtest: drop role %s: %v", role, err)
+		}
+	})
+	u, err := url.Parse(ConnString(schema))
+	if err != nil || u.Scheme == "" {
+		t.Fatalf("pgtest: Role needs TEST_DATABASE_URL as a URL, not key=value: %s", URL())
+	}
+	u.User = url.User(role)
+	return u.String(), role
+}
+
+// ReaderRole is a Role that may read every table of schema, as it is now,
+// and write none: what a reporting role, or one whose GRANTs were revoked,
+// may do.
+func ReaderRole(t testing.TB, schema, what string) (storeURL, role string) {
+	t.Helper()
+	s := pgx.Identifier{schema}.Sanitize()
+	return Role(t, schema, what, "GRANT USAGE ON SCHEMA "+s+" TO %s", "GRANT SELECT ON ALL TABLES IN SCHEMA "+s+" TO %s")
 }
 
 // requireServer checks once per process that a server answers, then fails
