@@ -79,8 +79,17 @@ func (s *Store) migrateOnce(ctx context.Context, all []ferry.Migration) error {
 		if _, err := tx.Exec(ctx, migrationLockTimeoutSQL, pgx.NamedArgs{"timeout_ms": s.migrateLockTimeout.Milliseconds()}); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, migrationTableSQL); err != nil {
+		// Created only where missing: CREATE TABLE IF NOT EXISTS needs
+		// CREATE on the schema even when the table exists, which a role
+		// granted only the rows lacks, and serve migrates at every start.
+		var exists bool
+		if err := tx.QueryRow(ctx, migrationExistsSQL).Scan(&exists); err != nil {
 			return err
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, migrationTableSQL); err != nil {
+				return err
+			}
 		}
 		rows, _ := tx.Query(ctx, migrationAppliedSQL)
 		applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
