@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/sqlfile"
 )
 
 // EventClaimMany leases due events in one write transaction; see
@@ -135,47 +136,12 @@ func (s *Store) EventList(ctx context.Context, params *ferry.EventListParams) (*
 // eventListQuery is EventList's statement for normalized params, and its
 // arguments.
 func eventListQuery(params *ferry.EventListParams) (string, []any) {
-	// Only the filters in use go into the WHERE clause, so SQLite can pick
-	// the (source, id) or (state, id) index.
-	var where []string
-	var args []any
-	if params.Source != "" {
-		where = append(where, "source = :source")
-		args = append(args, sql.Named("source", params.Source))
-	}
-	if params.Type != "" {
-		where = append(where, "type = :type")
-		args = append(args, sql.Named("type", params.Type))
-	}
-	if len(params.States) > 0 {
-		states := make([]string, len(params.States))
-		for i, st := range params.States {
-			states[i] = string(st)
-		}
-		where = append(where, "state IN (SELECT value FROM json_each(:states))")
-		args = append(args, sql.Named("states", jsonArray(states)))
-	}
-	if !params.Since.IsZero() {
-		where = append(where, "first_delivered_at >= :since")
-		args = append(args, sql.Named("since", params.Since.UnixMicro()))
-	}
-	if !params.Until.IsZero() {
-		where = append(where, "first_delivered_at < :until")
-		args = append(args, sql.Named("until", params.Until.UnixMicro()))
-	}
-	if params.EventIDContains != "" {
-		where = append(where, "instr(event_id, :contains) > 0")
-		args = append(args, sql.Named("contains", params.EventIDContains))
-	}
+	where, args := eventFilter(params.Source, params.Type, params.States, params.Since, params.Until, params.EventIDContains, params.Before)
 	if params.LapsedAttempts {
 		// The ids come from the ledger's partial index of lapsed attempts,
 		// few, and each is looked up by rowid, in id order: never a read of
 		// the events until a page matches.
 		where = append(where, "id IN (SELECT a.event_id FROM ferry_attempt a WHERE a.outcome = 'lease_expired')")
-	}
-	if params.Before > 0 {
-		where = append(where, "id < :before")
-		args = append(args, sql.Named("before", params.Before))
 	}
 	order := "DESC"
 	if params.After > 0 { // a newer page: the lowest ids above the cursor
@@ -192,6 +158,42 @@ func eventListQuery(params *ferry.EventListParams) (string, []any) {
 	return query, args
 }
 
+// eventFilter is the condition EventList and a bulk EventRequeue select
+// events by (PostgreSQL's ferry_event_filter, with the states), and its
+// arguments: only the filters in use go into it, so SQLite can pick the
+// (source, id) or (state, id) index. Empty values match all.
+func eventFilter(source, typ string, states []ferry.State, since, until time.Time, contains string, before int64) (where []string, args []any) {
+	if source != "" {
+		where = append(where, "source = :source")
+		args = append(args, sql.Named("source", source))
+	}
+	if typ != "" {
+		where = append(where, "type = :type")
+		args = append(args, sql.Named("type", typ))
+	}
+	if len(states) > 0 {
+		where = append(where, "state IN (SELECT value FROM json_each(:states))")
+		args = append(args, sql.Named("states", jsonArray(states)))
+	}
+	if !since.IsZero() {
+		where = append(where, "first_delivered_at >= :since")
+		args = append(args, sql.Named("since", since.UnixMicro()))
+	}
+	if !until.IsZero() {
+		where = append(where, "first_delivered_at < :until")
+		args = append(args, sql.Named("until", until.UnixMicro()))
+	}
+	if contains != "" {
+		where = append(where, "instr(event_id, :contains) > 0")
+		args = append(args, sql.Named("contains", contains))
+	}
+	if before > 0 {
+		where = append(where, "id < :before")
+		args = append(args, sql.Named("before", before))
+	}
+	return where, args
+}
+
 // EventRequeue puts done, dead or unknown events back to pending, due now,
 // with a fresh attempt budget.
 func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeueParams) (int, error) {
@@ -202,30 +204,24 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	if len(params.States) == 0 {
 		return 0, nil
 	}
-	// The rule's arguments (event_requeue_match.sql), the same for the
-	// requeue and its dry run's count.
-	match := []any{
-		sql.Named("states", jsonArray(params.States)),
-		sql.Named("ids", jsonArray(params.IDs)),
-		sql.Named("source", params.Source),
-		sql.Named("type", params.Type),
-		sql.Named("since", microsOrNil(params.Since)),
-		sql.Named("until", microsOrNil(params.Until)),
-		sql.Named("contains", params.EventIDContains),
-		sql.Named("before", params.Before),
-	}
+	// The rule (event_requeue_match.sql, with EventList's filter), the
+	// same for the requeue and its dry run's count. Normalize cleared the
+	// filters where IDs name the events.
+	where, match := eventFilter(params.Source, params.Type, params.States, params.Since, params.Until, params.EventIDContains, params.Before)
+	filter := strings.Join(where, "\nAND ")
+	match = append(match, sql.Named("ids", jsonArray(params.IDs)))
 	var n int
 	if params.DryRun {
 		// A dry run counts by the requeue's own rule and only reads, on a
 		// read connection: the requeue rolled back would hold the one write
 		// connection, and every receipt behind it, while it rewrote each
 		// event it counts.
-		err = s.readDB.QueryRowContext(ctx, eventRequeueCountSQL, match...).Scan(&n)
+		err = s.readDB.QueryRowContext(ctx, sqlfile.Splice(eventRequeueCountSQL, eventFilterMarker, filter), match...).Scan(&n)
 		return n, wrap("event requeue", err)
 	}
 	err = s.writeTx(ctx, "event requeue", func(tx *sql.Tx) error {
 		now := s.nowMicros()
-		ids, err := collectRows(ctx, tx, eventRequeueSQL, scanValue[int64],
+		ids, err := collectRows(ctx, tx, sqlfile.Splice(eventRequeueSQL, eventFilterMarker, filter), scanValue[int64],
 			append(match, sql.Named("now", now))...)
 		if err != nil || len(ids) == 0 {
 			return err
@@ -246,15 +242,6 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 		s.broadcast()
 	}
 	return n, nil
-}
-
-// microsOrNil is NULL for the zero time, which the queries read as
-// unbounded.
-func microsOrNil(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMicro()
 }
 
 // EventResolve closes dead or unknown events as done and records who

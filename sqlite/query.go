@@ -124,6 +124,9 @@ var (
 // A requeue and its dry run's count take their events by one rule,
 // event_requeue_match.sql, put where each statement names it: a count
 // that matched otherwise would confirm what the requeue does not take.
+// Its filter, EventList's, goes in at eventFilterMarker at run time.
+const eventFilterMarker = "eventFilter"
+
 var (
 	eventRequeueSQL      = sqlfile.Splice(eventRequeueFile, "event_requeue_match.sql", eventRequeueMatchSQL)
 	eventRequeueCountSQL = sqlfile.Splice(eventRequeueCountFile, "event_requeue_match.sql", eventRequeueMatchSQL)

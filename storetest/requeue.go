@@ -225,6 +225,13 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], readO
 		testDryRunOnlyReads(t, setup, readOnly)
 	})
 
+	// A bulk requeue takes, by each filter, the events EventList shows in
+	// the states the requeue takes: one rule, however each store writes
+	// it. Event ids hold LIKE's wildcards and differ in case only.
+	run(t, setup, "BulkTakesWhatTheListShows", func(t *testing.T, b *bundle[TX]) {
+		testRequeueMatchesList(t, b)
+	})
+
 	// EventRetryNow makes a pending event in backoff due at once, and
 	// nothing else: not a live or terminal one, nor one already due.
 	run(t, setup, "RetryNow", func(t *testing.T, b *bundle[TX]) {
@@ -411,4 +418,82 @@ func makeDryRunEvents[TX any](t *testing.T, b *bundle[TX]) dryRunEvents {
 	claimOne(t, b, "w1")
 	e.pending = receive(t, b, "stripe", "pending")
 	return e
+}
+
+func testRequeueMatchesList[TX any](t *testing.T, b *bundle[TX]) {
+	unknown := makeUnknown(t, b, "a_unknown") // before any pending event: its claim would take them
+	start := b.clock.Now()
+	var ids []int64
+	for i, e := range []struct{ source, typ, eventID string }{
+		{"stripe", "charge.failed", "a_1"}, {"stripe", "invoice.paid", "ab1"}, {"github", "charge.failed", "a%1"},
+		{"stripe", "charge.failed", "A_1"}, {"github", "push", "xa_1"}, {"stripe", "charge.failed", "b_1"},
+		{"stripe", "invoice.paid", "a_2"}, {"github", "charge.failed", "ab2"},
+	} {
+		b.clock.Advance(time.Second)
+		res := receiveWith(t, b, &ferry.EventReceiveParams{Source: e.source, EventID: e.eventID, Type: e.typ, Payload: []byte(`{}`)})
+		ids = append(ids, res.ID)
+		lease := claimOne(t, b, "w1").Event.Lease()
+		if i%3 == 0 {
+			mustComplete(t, b, lease)
+		} else if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.clock.Advance(time.Second)
+	receive(t, b, "stripe", "a_run")
+	claimOne(t, b, "w1")
+	receive(t, b, "stripe", "a_pending")
+	receive(t, b, "github", "a_pending")
+
+	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }
+	all := ferry.States
+	combined := ferry.EventRequeueParams{Source: "stripe", Type: "charge.failed", EventIDContains: "_", States: all, Since: at(1), Until: at(7), Before: ids[5]}
+	for _, f := range []ferry.EventRequeueParams{
+		{}, {States: all}, {States: []ferry.State{ferry.StateDone}},
+		{Source: "github"}, {Source: "github", States: all}, {Type: "charge.failed", States: all},
+		{EventIDContains: "a_", States: all}, {EventIDContains: "%", States: all}, {EventIDContains: "A_", States: all},
+		{EventIDContains: "a_"}, {Since: at(3), States: all}, {Until: at(5), States: all}, {Since: at(2), Until: at(6), States: all},
+		{Before: ids[4], States: all}, {Before: unknown}, combined,
+	} {
+		f.Actor = "op"
+		normal, err := f.Normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := b.store.EventList(b.ctx, &ferry.EventListParams{
+			Source: f.Source, Type: f.Type, EventIDContains: f.EventIDContains, States: normal.States,
+			Since: f.Since, Until: f.Until, Before: f.Before, Limit: ferry.EventListLimitMax,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dry := f
+		dry.DryRun = true
+		if n, err := b.store.EventRequeue(b.ctx, &dry); err != nil || n != len(page.Events) {
+			t.Errorf("requeue dry run of %+v = %d, %v; the list shows %d: %v", f, n, err, len(page.Events), eventIDsOf(page.Events))
+		}
+	}
+
+	// The requeue itself takes the very events the list shows.
+	page, err := b.store.EventList(b.ctx, &ferry.EventListParams{Source: combined.Source, Type: combined.Type, EventIDContains: combined.EventIDContains,
+		States: []ferry.State{ferry.StateDone, ferry.StateDead, ferry.StateUnknown}, Since: combined.Since, Until: combined.Until, Before: combined.Before})
+	if err != nil || len(page.Events) < 2 {
+		t.Fatalf("the combined filter lists %d events (%v): the test wants at least 2", len(page.Events), err)
+	}
+	combined.Actor = "op"
+	if n, err := b.store.EventRequeue(b.ctx, &combined); err != nil || n != len(page.Events) {
+		t.Fatalf("requeue = %d, %v; want %d", n, err, len(page.Events))
+	}
+	for _, e := range page.Events {
+		wantState(t, b, e.ID, ferry.StatePending)
+	}
+}
+
+// eventIDsOf is each event's EventID, for messages.
+func eventIDsOf(events []*ferry.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.EventID
+	}
+	return out
 }
