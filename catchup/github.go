@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -210,8 +211,10 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 	return nil
 }
 
-// nextPage returns the Link header's rel="next" URL, which must stay on
-// the API's host: the token goes wherever it points.
+// nextPage returns the next page of deliveries: the Link header's
+// rel="next" query (its cursor) on the deliveries URL of api_base. Only the
+// query is taken: the token goes wherever the URL points, and GitHub's Link
+// names GitHub's own host, which a proxy in api_base does not rewrite.
 func (g *GitHub) nextPage(link string) (string, error) {
 	for part := range strings.SplitSeq(link, ",") {
 		target, params, ok := strings.Cut(strings.TrimSpace(part), ";")
@@ -219,11 +222,13 @@ func (g *GitHub) nextPage(link string) (string, error) {
 			continue
 		}
 		target = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(target), "<"), ">")
-		u, err := g.base.Parse(target)
-		if err != nil || u.Scheme != g.base.Scheme || u.Host != g.base.Host {
-			return "", fmt.Errorf("github: list deliveries: next page %q is not on %s", target, g.base.Host)
+		u, err := url.Parse(target)
+		if err != nil {
+			return "", fmt.Errorf("github: list deliveries: the Link header's next page %q: %w", target, err)
 		}
-		return u.String(), nil
+		next := g.base.JoinPath(g.hook, "deliveries")
+		next.RawQuery = u.RawQuery
+		return next.String(), nil
 	}
 	return "", nil
 }
@@ -260,18 +265,34 @@ func (g *GitHub) fetch(ctx context.Context, id int64, at time.Time) (*Event, err
 	if len(d.Request.Payload) == 0 || string(d.Request.Payload) == "null" {
 		return nil, fmt.Errorf("github: get delivery %d: %w: it has no payload", id, ErrUnfetchable)
 	}
-	// The API returns the payload as JSON whatever the hook's content type,
-	// so the stored body is JSON. Identity headers are kept as the receiver
-	// keeps them; signature headers never are.
-	headers := http.Header{"Content-Type": {"application/json"}}
+	// Identity headers are kept as the receiver keeps them; signature
+	// headers never are.
+	headers := http.Header{}
+	contentType := ""
 	for name, v := range d.Request.Headers {
 		switch http.CanonicalHeaderKey(name) {
 		case "X-Github-Event", "X-Github-Delivery", "X-Github-Hook-Id", "User-Agent":
 			headers.Set(name, v)
+		case "Content-Type":
+			contentType = v
 		}
 	}
-	return &Event{Type: d.Event, Payload: d.Request.Payload, Headers: headers}, nil
+	payload := []byte(d.Request.Payload)
+	// The API returns the payload as JSON whatever the hook's content type.
+	// A form-encoded hook's deliveries carry it as the field payload, and
+	// so does the body stored here: the app gets one format from both.
+	if media, _, _ := mime.ParseMediaType(contentType); media == githubFormType {
+		payload = []byte(url.Values{"payload": {string(payload)}}.Encode())
+		headers.Set("Content-Type", githubFormType)
+	} else {
+		headers.Set("Content-Type", "application/json")
+	}
+	return &Event{Type: d.Event, Payload: payload, Headers: headers}, nil
 }
+
+// githubFormType is the content type of a hook set to deliver
+// application/x-www-form-urlencoded: the JSON in a form field, payload.
+const githubFormType = "application/x-www-form-urlencoded"
 
 // refused reports whether GitHub answered a delivery's fetch with a status
 // an expired delivery gets (404, 410, 422), which a live one may get too:

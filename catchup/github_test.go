@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,9 @@ type fakeGitHub struct {
 	onFetch func(guid string)
 	// nextHost, when set, is the host the Link header points to.
 	nextHost string
+	// form, when set, is a hook that delivers form-encoded bodies: its
+	// deliveries' request headers say so.
+	form bool
 	// repeatNext, when set, has every Link point to the first page: a
 	// cache or proxy that drops the cursor.
 	repeatNext bool
@@ -130,12 +134,16 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.onFetch != nil {
 			f.onFetch(a.GUID)
 		}
+		contentType := "application/json"
+		if f.form {
+			contentType = "application/x-www-form-urlencoded"
+		}
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"id": a.ID, "guid": a.GUID, "event": a.Event,
 			"request": map[string]any{
 				"headers": map[string]string{
 					"X-GitHub-Event": a.Event, "X-GitHub-Delivery": a.GUID, "X-Hub-Signature-256": "sha256=deadbeef",
-					"Content-Type": "application/x-www-form-urlencoded",
+					"Content-Type": contentType,
 				},
 				"payload": map[string]any{"action": "opened", "guid": a.GUID},
 			},
@@ -430,6 +438,25 @@ func TestGitHub(t *testing.T) {
 		}
 	})
 
+	// A hook set to deliver form-encoded bodies sends the JSON as the form
+	// field payload; GitHub's API returns it as JSON. The stored body is
+	// what the live delivery would have been, so the app parses one format.
+	t.Run("FormEncodedHookStoresTheFormBody", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		b.fake.form = true
+		b.fake.add("form-1", "push", base.Add(-time.Hour), 500)
+		wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
+		ev, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "form-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live := url.Values{"payload": {`{"action":"opened","guid":"form-1"}`}}.Encode() // as GitHub posts it
+		if string(ev.Payload) != live || ev.Headers.Get("Content-Type") != "application/x-www-form-urlencoded" {
+			t.Fatalf("stored %q as %q; want the live body %q as application/x-www-form-urlencoded", ev.Payload, ev.Headers.Get("Content-Type"), live)
+		}
+	})
+
 	// A delivery the receiver held as a suspected replay (its body matched
 	// an earlier event's) is stored and sent on once GitHub's own list
 	// shows its GUID: the list and the payload come from GitHub's API, so
@@ -655,30 +682,27 @@ func TestGitHub(t *testing.T) {
 		b.wantRepeatedPageFails(t, "was already read in this pass", func() int { return len(b.fake.requests.all()) })
 	})
 
-	t.Run("NextPageOnAnotherHostIsRefused", func(t *testing.T) {
+	// The Link header names GitHub's host, which a proxy in api_base does
+	// not rewrite (here another server's): the next page is its cursor on
+	// api_base, and the token never goes to the host the Link names.
+	t.Run("NextPageIsReadFromTheAPIBase", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
 		var stolen sync.Map
-		attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			stolen.Store(r.Header.Get("Authorization"), true)
 			_, _ = w.Write([]byte("[]"))
 		}))
-		t.Cleanup(attacker.Close)
-		b.fake.nextHost = attacker.URL
+		t.Cleanup(elsewhere.Close)
+		b.fake.nextHost = elsewhere.URL
 		for i := range 150 {
 			b.fake.add(fmt.Sprintf("g-%03d", i), "push", base.Add(-time.Hour), 500)
 		}
-		_, err := b.runner.Pass(context.Background(), PassOptions{})
-		if err == nil || !strings.Contains(err.Error(), "is not on") {
-			t.Fatalf("err = %v, want the foreign next page refused", err)
-		}
+		wantCounts(t, b.pass(t, PassOptions{}), 150, 150, 0)
 		stolen.Range(func(k, _ any) bool {
-			t.Fatalf("a request went to another host, with Authorization %q", k)
+			t.Fatalf("a request went to the host the Link names, with Authorization %q", k)
 			return false
 		})
-		if _, ok := checkpoint(t, b.store, "github"); ok {
-			t.Fatal("checkpoint advanced")
-		}
 	})
 
 	t.Run("TokenNeverInErrorsOrLogs", func(t *testing.T) {
