@@ -85,3 +85,29 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 		t.Fatalf("EventComplete after the GRANT: %v", err)
 	}
 }
+
+// With a search_path of two schemas whose second holds another migrated
+// inbox, Migrate migrates the first, where CREATE puts the tables, and its
+// plan lists every migration: it does not take the other inbox's ledger
+// for this schema's.
+func TestMigrateTheFirstSchemaOfTheSearchPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	other, otherSchema := pgtest.Schema(t)
+	teststore.PostgresOn(t, other, nil)
+	_, schema := pgtest.Schema(t)
+	s := postgres.New(pgtest.PoolOn(t, schema+","+otherSchema, nil), nil)
+	t.Cleanup(s.Close)
+
+	steps, err := s.MigratePlan(ctx)
+	if err != nil || len(steps) == 0 || steps[0].Version != 1 {
+		t.Fatalf("MigratePlan = %+v, %v; want every migration from the first: the schema first on the path has none", steps, err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var tables int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename IN ('ferry_migration', 'ferry_event')`, schema).Scan(&tables); err != nil || tables != 2 {
+		t.Fatalf("%s holds %d of ferry_migration and ferry_event (%v), want both: Migrate took the other schema's", schema, tables, err)
+	}
+}
