@@ -60,10 +60,13 @@ var (
 
 	// ErrMisconfigured is returned by Store.Ping when the database answers
 	// and can write, but its sessions run with a setting Ferry's statements
-	// are not written for: PostgreSQL's default_transaction_isolation above
-	// read committed (set on the role, the database or the URL), under which
-	// claims, completions and a transactional handler's commit fail with
-	// serialization errors. postgres.Open returns it too, for a URL that
-	// sets such an isolation. It wraps the setting and the fix.
+	// are not written for, or as a role that may not do what they do:
+	// PostgreSQL's default_transaction_isolation above read committed (set
+	// on the role, the database or the URL), under which claims,
+	// completions and a transactional handler's commit fail with
+	// serialization errors; a missing GRANT on Ferry's tables, id sequence
+	// or functions. postgres.Open returns it too, for a URL that sets such
+	// an isolation or a login the server refuses. It wraps the cause and
+	// the fix.
 	ErrMisconfigured = errors.New("ferry: store misconfigured")
 )

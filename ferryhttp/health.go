@@ -75,7 +75,8 @@ func (h *Health) Register(mux *http.ServeMux) {
 		// delivery here would get 503, and an instance still pointed at it
 		// should lose its traffic to one that can write.
 		// So does one whose sessions run with a setting Ferry's
-		// statements fail under (ferry.ErrMisconfigured).
+		// statements fail under, or as a role without the GRANTs they
+		// need (ferry.ErrMisconfigured).
 		if err := h.Store.Ping(ctx); errors.Is(err, ferry.ErrReadOnly) {
 			http.Error(w, "store read-only", http.StatusServiceUnavailable)
 			return

@@ -434,12 +434,13 @@ func deref(s *string) string {
 // Ping checks that the database answers and that a session of the pool
 // can write: not a standby, not read-only by default (ferry.ErrReadOnly);
 // that it runs read committed by default, which Open sets but a pool passed
-// to New may not, and that its role may read and write Ferry's tables
-// (ferry.ErrMisconfigured, naming what it lacks and the GRANT).
+// to New may not, and that its role may do what Ferry's statements do to
+// its tables, id sequence and functions (ferry.ErrMisconfigured, naming
+// what it lacks and the GRANTs).
 func (s *Store) Ping(ctx context.Context) error {
 	var standby, readOnly bool
-	var isolation, lacking, role, schema string
-	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly, &isolation, &lacking, &role, &schema); err != nil {
+	var isolation, lacking, grants, role string
+	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly, &isolation, &lacking, &grants, &role); err != nil {
 		return wrap("ping", err)
 	}
 	switch {
@@ -448,8 +449,8 @@ func (s *Store) Ping(ctx context.Context) error {
 	case readOnly:
 		return wrap("ping", fmt.Errorf("%w: transactions are read-only (default_transaction_read_only)", ferry.ErrReadOnly))
 	case lacking != "":
-		return wrap("ping", fmt.Errorf("%[1]w: the role %[2]s lacks %[4]s, and the statements that need them fail with permission denied; run ferry as the role that owns its tables, or GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %[3]s TO %[2]s; GRANT USAGE ON ALL SEQUENCES IN SCHEMA %[3]s TO %[2]s",
-			ferry.ErrMisconfigured, role, schema, lacking))
+		return wrap("ping", fmt.Errorf("%w: the role %s lacks %s, which Ferry's statements use: run ferry as the role that owns its tables, or %s",
+			ferry.ErrMisconfigured, role, lacking, grants))
 	}
 	return wrap("ping", isolationRefused(isolation,
 		"ALTER ROLE ... SET default_transaction_isolation = 'read committed' (or the database's), drop it from the URL (postgres.Open then sets it), or set it in the pool's AfterConnect"))

@@ -14,10 +14,10 @@ import (
 )
 
 // A role that may read Ferry's tables but not write them fails Ping with
-// ErrMisconfigured, naming what it lacks and the GRANT: /readyz and doctor
-// passed it while every delivery got 503. The GRANT it names is enough for
-// the work: after it, the role receives, claims and completes an event,
-// and a Migrate with nothing to do (serve's at every start) needs no
+// ErrMisconfigured, naming what it lacks and the GRANTs: /readyz and doctor
+// passed it while every delivery got 503. The GRANTs it prints are enough
+// for the work: after them, the role receives, claims and completes an
+// event, and a Migrate with nothing to do (serve's at every start) needs no
 // CREATE on the schema.
 func TestPingNamesAMissingGrant(t *testing.T) {
 	t.Parallel()
@@ -26,6 +26,17 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 	pool := owner.Pool()
 	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
 	storeURL, role := pgtest.ReaderRole(t, schema, "grant")
+	// Not Ferry's: a table of the app's beside them, and archive
+	// partitions, attached and detached, written through their parents.
+	for _, sql := range []string{
+		`CREATE TABLE ferry_reports_daily (day date)`,
+		`CREATE TABLE ferry_event_done_20990101 PARTITION OF ferry_event_done FOR VALUES FROM ('2099-01-01') TO ('2099-01-02')`,
+		`CREATE TABLE ferry_event_done_20990102 (LIKE ferry_event_done)`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err := postgres.Open(ctx, storeURL, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -36,53 +47,69 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 		t.Fatal("EventReceive as a role with SELECT alone succeeded: the test grants too much")
 	}
 	err = s.Ping(ctx)
-	grant := "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + schema + " TO " + role +
-		"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA " + schema + " TO " + role
-	if !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), "the role "+role+" lacks INSERT on ferry_action, UPDATE on ferry_action") ||
-		!strings.Contains(err.Error(), "USAGE on ferry_event_id_seq") ||
-		!strings.HasSuffix(err.Error(), grant) {
-		t.Fatalf("Ping as a role with SELECT alone = %v, want ErrMisconfigured naming what it lacks and ending %q", err, grant)
+	if !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), "the role "+role+" lacks INSERT on ferry_event, UPDATE on ferry_event, DELETE on ferry_event, USAGE on ferry_event_id_seq, ") {
+		t.Fatalf("Ping as a role with SELECT alone = %v, want ErrMisconfigured naming what it lacks", err)
 	}
-	// Not SELECT, which it has; not ferry_migration, which only a
-	// migration writes; not the archive's default partitions, written
-	// through their parents.
-	for _, wrong := range []string{"SELECT on", "ferry_migration", "_default"} {
+	// Not SELECT, which it has; not what only a migration or the archive's
+	// maintenance touches; not UPDATE where no statement updates.
+	for _, wrong := range []string{"SELECT on", "ferry_migration", "ferry_event_done_partition", "_default", "2099", "ferry_reports_daily", "UPDATE on ferry_action", "DELETE on ferry_checkpoint"} {
 		if strings.Contains(err.Error(), wrong) {
 			t.Errorf("Ping names %q: %v", wrong, err)
 		}
 	}
-	// An archive partition is written through its parent, and a detached
-	// one is about to be dropped: the role needs nothing on either.
-	for _, sql := range []string{
-		`CREATE TABLE ferry_event_done_20990101 PARTITION OF ferry_event_done FOR VALUES FROM ('2099-01-01') TO ('2099-01-02')`,
-		`CREATE TABLE ferry_event_done_20990102 (LIKE ferry_event_done)`,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
+	_, grants, ok := strings.Cut(err.Error(), "run ferry as the role that owns its tables, or ")
+	if !ok || !strings.HasPrefix(grants, "GRANT INSERT, UPDATE, DELETE ON TABLE "+schema+".ferry_event TO "+role+"; GRANT USAGE ON SEQUENCE ") {
+		t.Fatalf("Ping's GRANTs = %q", grants)
 	}
-	if err := s.Ping(ctx); err == nil || strings.Contains(err.Error(), "2099") {
-		t.Errorf("Ping with partitions the role was not granted = %v, want the same error, naming neither", err)
-	}
-
-	if _, err := pool.Exec(ctx, grant); err != nil {
-		t.Fatal(err)
+	if _, err := pool.Exec(ctx, grants); err != nil {
+		t.Fatalf("the GRANTs Ping printed do not run: %v", err)
 	}
 	if err := s.Ping(ctx); err != nil {
-		t.Fatalf("Ping after %s = %v, want nil", grant, err)
+		t.Fatalf("Ping after %s = %v, want nil", grants, err)
 	}
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate of an up-to-date schema as a role without CREATE: %v", err)
 	}
 	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte(`{}`)}); err != nil {
-		t.Fatalf("EventReceive after the GRANT: %v", err)
+		t.Fatalf("EventReceive after the GRANTs: %v", err)
 	}
 	claims, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
 	if err != nil || len(claims) != 1 {
-		t.Fatalf("EventClaimMany after the GRANT: %d claims, %v", len(claims), err)
+		t.Fatalf("EventClaimMany after the GRANTs: %d claims, %v", len(claims), err)
 	}
 	if err := s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
-		t.Fatalf("EventComplete after the GRANT: %v", err)
+		t.Fatalf("EventComplete after the GRANTs: %v", err)
+	}
+
+	// A function revoked from PUBLIC (a hardening step) fails the
+	// statements that call it: Ping names it, with its GRANT.
+	if _, err := pool.Exec(ctx, `REVOKE EXECUTE ON FUNCTION ferry_event_find(bigint) FROM PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), "EXECUTE on ferry_event_find") ||
+		!strings.HasSuffix(err.Error(), "GRANT EXECUTE ON FUNCTION ferry_event_find(bigint) TO "+role) {
+		t.Errorf("Ping with ferry_event_find revoked = %v, want it named with its GRANT", err)
+	}
+}
+
+// PostgreSQL's predefined pg_read_all_data and pg_write_all_data (14+) give
+// a role every table and sequence: Ping passes it, and it works.
+func TestPingPassesTheAllDataRoles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner := teststore.Postgres(t, nil)
+	schema := owner.Pool().Config().ConnConfig.RuntimeParams["search_path"]
+	storeURL, _ := pgtest.Role(t, schema, "alldata", "GRANT pg_read_all_data, pg_write_all_data TO %s")
+	s, err := postgres.Open(ctx, storeURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping as pg_read_all_data and pg_write_all_data = %v, want nil", err)
+	}
+	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte(`{}`)}); err != nil {
+		t.Fatalf("EventReceive as pg_read_all_data and pg_write_all_data: %v", err)
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 // misconfiguredFix is doctor's fix for a store whose sessions run with a
 // setting Ferry's statements fail under, or as a role that may not write
 // its tables, found by Ping (set or revoked while serve runs).
-const misconfiguredFix = "do what the error says, for Ferry's role or in store.url; the statements it names fail meanwhile, and ferry serve does not start"
+const misconfiguredFix = "do what the error says, for Ferry's role or in store.url; what it names fails meanwhile, and ferry serve refuses to start until then"
 
 // doctorBacklog is how long a pending event may stay due, unclaimed, before
 // doctor warns that workers are behind or not running. An event waiting out

@@ -741,17 +741,18 @@ func TestServeRefusesARoleThatCannotWrite(t *testing.T) {
 	// The owner migrates; the role only serves.
 	cfg := writeConfig(t, storeURL, "http://127.0.0.1:1/hooks", "")
 	writeFile(t, cfg, strings.Replace(readFile(t, cfg), "[store]\n", "[store]\nmigrate = false\n", 1))
-	grant := "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + schema + " TO " + role
+	grant := "GRANT INSERT, UPDATE, DELETE ON TABLE " + schema + ".ferry_event TO " + role
 	stderr, code := serveRefused(t, cfg)
-	if code != exitUsage || !strings.Contains(stderr, "store.url: ") || !strings.Contains(stderr, "lacks INSERT on ferry_action") ||
+	if code != exitUsage || !strings.Contains(stderr, "store.url: ") || !strings.Contains(stderr, "lacks INSERT on ferry_event") ||
 		!strings.Contains(stderr, grant) || strings.Contains(stderr, "ferry: serving") {
-		t.Errorf("serve as a role with SELECT alone: exit %d, stderr:\n%s\nwant %d naming store.url, INSERT on ferry_action and %q, before serving", code, stderr, exitUsage, grant)
+		t.Errorf("serve as a role with SELECT alone: exit %d, stderr:\n%s\nwant %d naming store.url, INSERT on ferry_event and %q, before serving", code, stderr, exitUsage, grant)
 	}
-	if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", "lacks INSERT on ferry_action") {
+	if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", "lacks INSERT on ferry_event") {
 		t.Errorf("doctor as a role with SELECT alone: exit %d, findings %+v; want %d and a fail naming what it lacks", code, r.Findings, exitProblems)
 	}
 
-	if _, err := pool.Exec(context.Background(), grant+"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA "+schema+" TO "+role); err != nil {
+	if _, err := pool.Exec(context.Background(), "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "+schema+" TO "+role+
+		"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA "+schema+" TO "+role); err != nil {
 		t.Fatal(err)
 	}
 	startServe(t, cfg).terminate(t)

@@ -2,27 +2,67 @@
 -- the store's address on one), not in a session read-only by default
 -- (default_transaction_read_only, set on the database or the role); the
 -- session's default isolation, which Ferry's statements need read committed;
--- and the privileges the session's role lacks on Ferry's tables and their
--- id sequences ("INSERT on ferry_event, ..."; empty for none, and before the
--- first migration), with the role and the tables' schema for the fix. The
--- tables are those beside ferry_event but ferry_migration, which only a
--- migration writes, and the archive's partitions, reached through their
--- parents (a detached one, about to be dropped, keeps its _YYYYMMDD name).
+-- and what the session's role may not do that Ferry's statements do ("INSERT
+-- on ferry_event, ..."; empty for nothing, and before the first migration),
+-- with the GRANTs that would let it. needed is that list, read off the
+-- statements in query/ and the functions they call: receipts, claims,
+-- verdicts, operator actions and purges. Not migrations or the archive's
+-- partition maintenance, which need the owner (docs/deploy.md); nextval
+-- takes USAGE or UPDATE on the sequence.
 WITH home AS (
-    SELECT relnamespace FROM pg_class WHERE oid = to_regclass('ferry_event')
+    SELECT relnamespace AS nsp FROM pg_class WHERE oid = to_regclass('ferry_event')
+),
+needed (ord, kind, name, privilege) AS (
+    VALUES (1, 'TABLE', 'ferry_event', 'SELECT'), (2, 'TABLE', 'ferry_event', 'INSERT'),
+           (3, 'TABLE', 'ferry_event', 'UPDATE'), (4, 'TABLE', 'ferry_event', 'DELETE'),
+           (5, 'SEQUENCE', 'ferry_event_id_seq', 'USAGE'),
+           (6, 'TABLE', 'ferry_event_key', 'SELECT'), (7, 'TABLE', 'ferry_event_key', 'INSERT'),
+           (8, 'TABLE', 'ferry_event_key', 'UPDATE'), (9, 'TABLE', 'ferry_event_key', 'DELETE'),
+           (10, 'TABLE', 'ferry_attempt', 'SELECT'), (11, 'TABLE', 'ferry_attempt', 'INSERT'),
+           (12, 'TABLE', 'ferry_attempt', 'UPDATE'), (13, 'TABLE', 'ferry_attempt', 'DELETE'),
+           (14, 'TABLE', 'ferry_event_done', 'SELECT'), (15, 'TABLE', 'ferry_event_done', 'INSERT'),
+           (16, 'TABLE', 'ferry_event_done', 'UPDATE'), (17, 'TABLE', 'ferry_event_done', 'DELETE'),
+           (18, 'TABLE', 'ferry_attempt_done', 'SELECT'), (19, 'TABLE', 'ferry_attempt_done', 'INSERT'),
+           (20, 'TABLE', 'ferry_attempt_done', 'DELETE'),
+           (21, 'TABLE', 'ferry_done_count', 'SELECT'), (22, 'TABLE', 'ferry_done_count', 'INSERT'),
+           (23, 'TABLE', 'ferry_done_count', 'UPDATE'),
+           (24, 'TABLE', 'ferry_conflict', 'SELECT'), (25, 'TABLE', 'ferry_conflict', 'INSERT'),
+           (26, 'TABLE', 'ferry_conflict', 'DELETE'),
+           (27, 'TABLE', 'ferry_replay', 'SELECT'), (28, 'TABLE', 'ferry_replay', 'INSERT'),
+           (29, 'TABLE', 'ferry_replay', 'DELETE'),
+           (30, 'TABLE', 'ferry_action', 'SELECT'), (31, 'TABLE', 'ferry_action', 'INSERT'),
+           (32, 'TABLE', 'ferry_action', 'DELETE'),
+           (33, 'TABLE', 'ferry_lease', 'SELECT'), (34, 'TABLE', 'ferry_lease', 'INSERT'),
+           (35, 'TABLE', 'ferry_lease', 'UPDATE'), (36, 'TABLE', 'ferry_lease', 'DELETE'),
+           (37, 'TABLE', 'ferry_checkpoint', 'SELECT'), (38, 'TABLE', 'ferry_checkpoint', 'INSERT'),
+           (39, 'TABLE', 'ferry_checkpoint', 'UPDATE'),
+           (40, 'FUNCTION', 'ferry_event_filter', 'EXECUTE'), (41, 'FUNCTION', 'ferry_event_find', 'EXECUTE'),
+           (42, 'FUNCTION', 'ferry_event_lock_held', 'EXECUTE'), (43, 'FUNCTION', 'ferry_event_done_redeliver', 'EXECUTE'),
+           (44, 'FUNCTION', 'ferry_done_count_add', 'EXECUTE'), (45, 'FUNCTION', 'ferry_done_forget', 'EXECUTE'),
+           (46, 'FUNCTION', 'ferry_receipt_channel', 'EXECUTE')
+),
+objects (kind, name, oid, object) AS (
+    SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, c.relname, c.oid,
+           quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.relnamespace = (SELECT nsp FROM home) AND c.relkind IN ('r', 'p', 'S')
+    UNION ALL
+    SELECT 'FUNCTION', p.proname, p.oid, p.oid::regprocedure::text
+      FROM pg_proc p
+     WHERE p.pronamespace = (SELECT nsp FROM home)
+),
+lacking AS (
+    SELECT d.ord, d.kind, d.privilege, o.name, o.object
+      FROM needed d JOIN objects o ON o.kind = d.kind AND o.name = d.name
+     -- Each kind's function gets only its own kind's objects.
+     WHERE NOT CASE o.kind WHEN 'TABLE' THEN has_table_privilege(o.oid, d.privilege)
+                           WHEN 'SEQUENCE' THEN has_sequence_privilege(o.oid, 'USAGE, UPDATE')
+                           ELSE has_function_privilege(o.oid, 'EXECUTE') END
 )
 SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on',
        current_setting('default_transaction_isolation'),
-       coalesce((SELECT string_agg(p.privilege || ' on ' || c.relname, ', ' ORDER BY c.relname, p.n)
-                   FROM pg_class c,
-                        (VALUES (1, 'SELECT'), (2, 'INSERT'), (3, 'UPDATE'), (4, 'DELETE'), (5, 'USAGE')) AS p (n, privilege)
-                  WHERE c.relnamespace = (SELECT relnamespace FROM home)
-                    AND c.relname LIKE 'ferry\_%' AND c.relname <> 'ferry_migration' AND c.relname !~ '_[0-9]{8}$'
-                    AND c.relkind IN ('r', 'p', 'S') AND NOT c.relispartition
-                    -- Tables take the first four, sequences USAGE; the
-                    -- CASE keeps each function off the other's kind.
-                    AND NOT CASE WHEN (c.relkind = 'S') <> (p.privilege = 'USAGE') THEN true
-                                 WHEN c.relkind = 'S' THEN has_sequence_privilege(c.oid, 'USAGE')
-                                 ELSE has_table_privilege(c.oid, p.privilege) END), ''),
-       quote_ident(current_user),
-       coalesce((SELECT quote_ident(nspname) FROM pg_namespace WHERE oid = (SELECT relnamespace FROM home)), '')
+       coalesce((SELECT string_agg(privilege || ' on ' || name, ', ' ORDER BY ord) FROM lacking), ''),
+       coalesce((SELECT string_agg(format('GRANT %s ON %s %s TO %I', privileges, kind, object, current_user), '; ' ORDER BY first)
+                   FROM (SELECT kind, object, string_agg(privilege, ', ' ORDER BY ord) AS privileges, min(ord) AS first
+                           FROM lacking GROUP BY kind, object) AS g), ''),
+       quote_ident(current_user)
