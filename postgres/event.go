@@ -432,7 +432,9 @@ func deref(s *string) string {
 }
 
 // Ping checks that the database answers and that a session of the pool
-// can write: not a standby, not read-only by default (ferry.ErrReadOnly);
+// can write: not a standby, not read-only by default (ferry.ErrReadOnly,
+// after which a pool Open made is reset, so that new sessions find the
+// primary or the setting fixed);
 // that it runs read committed by default, which Open sets but a pool passed
 // to New may not, and that its role may do what Ferry's statements do to
 // its tables, id sequence and functions (ferry.ErrMisconfigured, naming
@@ -442,6 +444,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	var isolation, lacking, grants, role string
 	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly, &isolation, &lacking, &grants, &role); err != nil {
 		return wrap("ping", err)
+	}
+	if (standby || readOnly) && s.ownsPool {
+		// A session keeps the server it reached and the settings it began
+		// with: once the address leads to the primary again, or the setting
+		// is reset, only new sessions see it. Without this an instance
+		// would answer 503 until it restarts.
+		s.pool.Reset()
 	}
 	switch {
 	case standby:

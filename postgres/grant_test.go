@@ -138,3 +138,34 @@ func TestMigrateTheFirstSchemaOfTheSearchPath(t *testing.T) {
 		t.Fatalf("%s holds %d of ferry_migration and ferry_event (%v), want both: Migrate took the other schema's", schema, tables, err)
 	}
 }
+
+// A role set read-only by default, then reset: Ping says read-only, and
+// once the setting is reset, says writable on the next call, with no
+// restart. Pooled sessions keep the setting they began with, so Ping
+// resets the pool Open made when it finds one read-only.
+func TestPingRecoversOnceTheStoreCanWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner := teststore.Postgres(t, nil)
+	pool := owner.Pool()
+	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
+	storeURL, role := pgtest.Role(t, schema, "ro",
+		"GRANT pg_read_all_data, pg_write_all_data TO %s", "ALTER ROLE %s SET default_transaction_read_only = on")
+	s, err := postgres.Open(ctx, storeURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(ctx); !errors.Is(err, ferry.ErrReadOnly) {
+		t.Fatalf("Ping as a role read-only by default = %v, want ErrReadOnly", err)
+	}
+	if _, err := pool.Exec(ctx, "ALTER ROLE "+role+" RESET default_transaction_read_only"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping once the setting is reset = %v, want nil", err)
+	}
+	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte(`{}`)}); err != nil {
+		t.Fatalf("EventReceive once the setting is reset: %v", err)
+	}
+}

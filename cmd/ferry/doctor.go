@@ -200,7 +200,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 	}
 	defer closeStore()
 	if err := st.Ping(pctx); errors.Is(err, ferry.ErrReadOnly) {
-		fix := "point store.url at the primary: the database is read-only (a standby after failover?), and every delivery gets 503"
+		fix := "point store.url at the primary (a standby after failover?), or reset default_transaction_read_only for Ferry's role or database, as the error says; every delivery gets 503 meanwhile"
 		if kind == "sqlite" {
 			fix = "make the database file and its directory writable by the user ferry runs as (this check ran as doctor's user: run doctor as ferry's); every delivery gets 503 meanwhile"
 		}
