@@ -22,9 +22,8 @@ import (
 func TestPingNamesAMissingGrant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	owner := teststore.Postgres(t, nil)
-	pool := owner.Pool()
-	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
+	pool, schema := pgtest.Schema(t)
+	teststore.PostgresOn(t, pool, nil)
 	storeURL, role := pgtest.ReaderRole(t, schema, "grant")
 	// Not Ferry's: a table of the app's beside them, and archive
 	// partitions, attached and detached, written through their parents.
@@ -37,16 +36,12 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := postgres.Open(ctx, storeURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openAs(t, storeURL)
 
 	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "refused", Payload: []byte(`{}`)}); err == nil {
 		t.Fatal("EventReceive as a role with SELECT alone succeeded: the test grants too much")
 	}
-	err = s.Ping(ctx)
+	err := s.Ping(ctx)
 	if !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), "the role "+role+" lacks INSERT on ferry_event, UPDATE on ferry_event, DELETE on ferry_event, USAGE on ferry_event_id_seq, ") {
 		t.Fatalf("Ping as a role with SELECT alone = %v, want ErrMisconfigured naming what it lacks", err)
 	}
@@ -97,14 +92,10 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 func TestPingPassesTheAllDataRoles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	owner := teststore.Postgres(t, nil)
-	schema := owner.Pool().Config().ConnConfig.RuntimeParams["search_path"]
+	pool, schema := pgtest.Schema(t)
+	teststore.PostgresOn(t, pool, nil)
 	storeURL, _ := pgtest.Role(t, schema, "alldata", "GRANT pg_read_all_data, pg_write_all_data TO %s")
-	s, err := postgres.Open(ctx, storeURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openAs(t, storeURL)
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping as pg_read_all_data and pg_write_all_data = %v, want nil", err)
 	}
@@ -146,16 +137,11 @@ func TestMigrateTheFirstSchemaOfTheSearchPath(t *testing.T) {
 func TestPingRecoversOnceTheStoreCanWrite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	owner := teststore.Postgres(t, nil)
-	pool := owner.Pool()
-	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
+	pool, schema := pgtest.Schema(t)
+	teststore.PostgresOn(t, pool, nil)
 	storeURL, role := pgtest.Role(t, schema, "ro",
 		"GRANT pg_read_all_data, pg_write_all_data TO %s", "ALTER ROLE %s SET default_transaction_read_only = on")
-	s, err := postgres.Open(ctx, storeURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openAs(t, storeURL)
 	if err := s.Ping(ctx); !errors.Is(err, ferry.ErrReadOnly) {
 		t.Fatalf("Ping as a role read-only by default = %v, want ErrReadOnly", err)
 	}
@@ -168,4 +154,16 @@ func TestPingRecoversOnceTheStoreCanWrite(t *testing.T) {
 	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte(`{}`)}); err != nil {
 		t.Fatalf("EventReceive once the setting is reset: %v", err)
 	}
+}
+
+// openAs opens a store on storeURL (a role's, from pgtest.Role); t.Cleanup
+// closes it.
+func openAs(t *testing.T, storeURL string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), storeURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
 }
