@@ -150,6 +150,7 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 
 // Handle forwards one delivery; it is a ferry.HandlerFunc.
 func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
+	attempt := ctx
 	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
 	defer cancel()
 	ev := d.Event
@@ -186,6 +187,9 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 		// the URL.
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
+		}
+		if ctx.Err() != nil && attempt.Err() == nil { // the app's time ran out, not the attempt's
+			return fmt.Errorf("forward: POST: no answer within the forward timeout, %s: %w", f.opts.Timeout, err)
 		}
 		return fmt.Errorf("forward: POST: %w", err)
 	}
