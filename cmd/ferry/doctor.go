@@ -268,7 +268,7 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok,
 				"source %s: %s", s.Source, countOf(n, "dead event"))
 		}
 		if n := s.States[ferry.StateUnknown]; n > 0 {
-			fail(fmt.Sprintf("check the app for each (ferry events show %s ID), then replay the ones that did not happen and resolve the ones that did (ferry events resolve %s ID...)", s.Source, s.Source),
+			fail(fmt.Sprintf("check the app for each (ferry events show %s ID), then replay the ones that did not happen (ferry events replay %s ID...) and resolve the ones that did (ferry events resolve %s ID...)", s.Source, s.Source, s.Source),
 				"source %s: %s held as unknown: a lease was lost while their effect may have run", s.Source, countOf(n, "event"))
 		}
 		if s.LeaseExpired > 0 {

@@ -73,7 +73,7 @@ const eventsUsage = `usage:
   ferry events list   [--state S] [--source X] [--since 24h|RFC3339] [--id SUBSTR] [--at-risk | --unfinished-attempts] [--limit N] [--before ID | --all] [--json]
   ferry events show   SOURCE EVENT_ID [--payload] [--json]
   ferry events replay SOURCE EVENT_ID... [--dry-run]
-  ferry events replay --state dead --source X [--dry-run]
+  ferry events replay --state done|dead|unknown --source X [--dry-run]
   ferry events retry-now SOURCE EVENT_ID...
   ferry events resolve   SOURCE EVENT_ID...
 
