@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/teststore"
@@ -22,9 +24,7 @@ import (
 func TestPingNamesAMissingGrant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := pgtest.Schema(t)
-	teststore.PostgresOn(t, pool, nil)
-	storeURL, role := pgtest.ReaderRole(t, schema, "grant")
+	s, pool, schema, role := asRole(t, "grant", pgtest.ReaderRole)
 	// Not Ferry's: a table of the app's beside them, and archive
 	// partitions, attached and detached, written through their parents.
 	for _, sql := range []string{
@@ -36,7 +36,6 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := openAs(t, storeURL)
 
 	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "refused", Payload: []byte(`{}`)}); err == nil {
 		t.Fatal("EventReceive as a role with SELECT alone succeeded: the test grants too much")
@@ -92,10 +91,7 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 func TestPingPassesTheAllDataRoles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := pgtest.Schema(t)
-	teststore.PostgresOn(t, pool, nil)
-	storeURL, _ := pgtest.Role(t, schema, "alldata", "GRANT pg_read_all_data, pg_write_all_data TO %s")
-	s := openAs(t, storeURL)
+	s, _, _, _ := asRole(t, "alldata", withSetup("GRANT pg_read_all_data, pg_write_all_data TO %s"))
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping as pg_read_all_data and pg_write_all_data = %v, want nil", err)
 	}
@@ -137,11 +133,8 @@ func TestMigrateTheFirstSchemaOfTheSearchPath(t *testing.T) {
 func TestPingRecoversOnceTheStoreCanWrite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := pgtest.Schema(t)
-	teststore.PostgresOn(t, pool, nil)
-	storeURL, role := pgtest.Role(t, schema, "ro",
-		"GRANT pg_read_all_data, pg_write_all_data TO %s", "ALTER ROLE %s SET default_transaction_read_only = on")
-	s := openAs(t, storeURL)
+	s, pool, _, role := asRole(t, "ro",
+		withSetup("GRANT pg_read_all_data, pg_write_all_data TO %s", "ALTER ROLE %s SET default_transaction_read_only = on"))
 	if err := s.Ping(ctx); !errors.Is(err, ferry.ErrReadOnly) {
 		t.Fatalf("Ping as a role read-only by default = %v, want ErrReadOnly", err)
 	}
@@ -156,14 +149,26 @@ func TestPingRecoversOnceTheStoreCanWrite(t *testing.T) {
 	}
 }
 
-// openAs opens a store on storeURL (a role's, from pgtest.Role); t.Cleanup
-// closes it.
-func openAs(t *testing.T, storeURL string) *postgres.Store {
+// asRole migrates a schema of its own as the test's user and returns a
+// store on it as a role that role makes (pgtest.Role's arguments, what
+// naming it), the owner's pool, the schema and the role. t.Cleanup closes
+// the store.
+func asRole(t *testing.T, what string, role func(t testing.TB, schema, what string) (string, string)) (*postgres.Store, *pgxpool.Pool, string, string) {
 	t.Helper()
+	pool, schema := pgtest.Schema(t)
+	teststore.PostgresOn(t, pool, nil)
+	storeURL, name := role(t, schema, what)
 	s, err := postgres.Open(context.Background(), storeURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return s
+	return s, pool, schema, name
+}
+
+// withSetup is pgtest.Role with setup, for asRole.
+func withSetup(setup ...string) func(t testing.TB, schema, what string) (string, string) {
+	return func(t testing.TB, schema, what string) (string, string) {
+		return pgtest.Role(t, schema, what, setup...)
+	}
 }
