@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-inbox/ferry"
@@ -15,16 +16,18 @@ import (
 	"github.com/ferry-inbox/ferry/postgres"
 )
 
-// A role that may read Ferry's tables but not write them fails Ping with
+// A role that may use the schema and nothing in it fails Ping with
 // ErrMisconfigured, naming what it lacks and the GRANTs: /readyz and doctor
-// passed it while every delivery got 503. The GRANTs it prints are enough
-// for the work: after them, the role receives, claims and completes an
-// event, and a Migrate with nothing to do (serve's at every start) needs no
-// CREATE on the schema.
+// passed such a role while every delivery got 503. The GRANTs it prints,
+// run as printed by the owner in a session of another search_path, are
+// all the role is given: with them it plans and runs a migration with
+// nothing to do (serve's at every start, which needs no CREATE on the
+// schema), reads the archive for /metrics, and receives, claims and
+// completes an event.
 func TestPingNamesAMissingGrant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, pool, schema, role := asRole(t, "grant", pgtest.ReaderRole)
+	s, pool, schema, role := asRole(t, "grant", usageOnly)
 	// Not Ferry's: a table of the app's beside them, and archive
 	// partitions, attached and detached, written through their parents.
 	for _, sql := range []string{
@@ -38,31 +41,33 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 	}
 
 	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "refused", Payload: []byte(`{}`)}); err == nil {
-		t.Fatal("EventReceive as a role with SELECT alone succeeded: the test grants too much")
+		t.Fatal("EventReceive as a role with no GRANT succeeded: the test grants too much")
 	}
 	err := s.Ping(ctx)
-	if !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), "the role "+role+" lacks INSERT on ferry_event, UPDATE on ferry_event, DELETE on ferry_event, USAGE on ferry_event_id_seq, ") {
-		t.Fatalf("Ping as a role with SELECT alone = %v, want ErrMisconfigured naming what it lacks", err)
+	if !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), "the role "+role+" lacks SELECT on ferry_event, INSERT on ferry_event, UPDATE on ferry_event, DELETE on ferry_event, USAGE on ferry_event_id_seq, ") ||
+		!strings.Contains(err.Error(), "SELECT on ferry_migration, SELECT on ferry_event_done_partition") {
+		t.Fatalf("Ping as a role with no GRANT = %v, want ErrMisconfigured naming what it lacks", err)
 	}
-	// Not SELECT, which it has; not what only a migration or the archive's
-	// maintenance touches; not UPDATE where no statement updates.
-	for _, wrong := range []string{"SELECT on", "ferry_migration", "ferry_event_done_partition", "_default", "2099", "ferry_reports_daily", "UPDATE on ferry_action", "DELETE on ferry_checkpoint"} {
+	// Not what only a migration or the archive's maintenance does; not
+	// UPDATE where no statement updates; not what is not Ferry's.
+	for _, wrong := range []string{"INSERT on ferry_migration", "INSERT on ferry_event_done_partition", "_default", "2099", "ferry_reports_daily", "UPDATE on ferry_action", "DELETE on ferry_checkpoint", "EXECUTE"} {
 		if strings.Contains(err.Error(), wrong) {
 			t.Errorf("Ping names %q: %v", wrong, err)
 		}
 	}
 	_, grants, ok := strings.Cut(err.Error(), "run ferry as the role that owns its tables, or ")
-	if !ok || !strings.HasPrefix(grants, "GRANT INSERT, UPDATE, DELETE ON TABLE "+schema+".ferry_event TO "+role+"; GRANT USAGE ON SEQUENCE ") {
+	if !ok || !strings.HasPrefix(grants, "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+schema+".ferry_event TO "+role+"; GRANT USAGE ON SEQUENCE ") {
 		t.Fatalf("Ping's GRANTs = %q", grants)
 	}
-	if _, err := pool.Exec(ctx, grants); err != nil {
-		t.Fatalf("the GRANTs Ping printed do not run: %v", err)
-	}
+	asOwner(t, grants)
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping after %s = %v, want nil", grants, err)
 	}
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate of an up-to-date schema as a role without CREATE: %v", err)
+	}
+	if _, err := s.ArchiveInfo(ctx); err != nil {
+		t.Fatalf("ArchiveInfo after the GRANTs: %v", err)
 	}
 	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte(`{}`)}); err != nil {
 		t.Fatalf("EventReceive after the GRANTs: %v", err)
@@ -76,13 +81,36 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 	}
 
 	// A function revoked from PUBLIC (a hardening step) fails the
-	// statements that call it: Ping names it, with its GRANT.
+	// statements that call it: Ping names it, with its GRANT, which runs.
 	if _, err := pool.Exec(ctx, `REVOKE EXECUTE ON FUNCTION ferry_event_find(bigint) FROM PUBLIC`); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Ping(ctx); !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), "EXECUTE on ferry_event_find") ||
-		!strings.HasSuffix(err.Error(), "GRANT EXECUTE ON FUNCTION ferry_event_find(bigint) TO "+role) {
-		t.Errorf("Ping with ferry_event_find revoked = %v, want it named with its GRANT", err)
+	grant := "GRANT EXECUTE ON FUNCTION " + schema + ".ferry_event_find(event_row_id bigint) TO " + role
+	if err := s.Ping(ctx); !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), "EXECUTE on ferry_event_find") || !strings.HasSuffix(err.Error(), grant) {
+		t.Fatalf("Ping with ferry_event_find revoked = %v, want it named with %q", err, grant)
+	}
+	asOwner(t, grant)
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping after %s = %v, want nil", grant, err)
+	}
+}
+
+// usageOnly is a pgtest.Role that may use the schema and nothing in it.
+func usageOnly(t testing.TB, schema, what string) (string, string) {
+	return pgtest.Role(t, schema, what, "GRANT USAGE ON SCHEMA "+schema+" TO %s")
+}
+
+// asOwner runs sql as the test's user in a session of the server's default
+// search_path, as an operator pastes what an error printed.
+func asOwner(t *testing.T, sql string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
 }
 
@@ -146,6 +174,28 @@ func TestPingRecoversOnceTheStoreCanWrite(t *testing.T) {
 	}
 	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte(`{}`)}); err != nil {
 		t.Fatalf("EventReceive once the setting is reset: %v", err)
+	}
+}
+
+// A schema whose name has capitals migrates, and then plans nothing: the
+// ledger is looked for by the name as it is, not read again as an
+// identifier (which folds it to lower case).
+func TestMigrateAMixedCaseSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, base := pgtest.Schema(t) // a name of the test's own, and a schema dropped after it
+	schema := "Mixed_" + base
+	asOwner(t, `CREATE SCHEMA "`+schema+`"`)
+	t.Cleanup(func() { asOwner(t, `DROP SCHEMA "`+schema+`" CASCADE`) })
+	s := postgres.New(pgtest.PoolOn(t, `"`+schema+`"`, nil), nil)
+	t.Cleanup(s.Close)
+	for range 2 {
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate of %q: %v", schema, err)
+		}
+	}
+	if steps, err := s.MigratePlan(ctx); err != nil || len(steps) != 0 {
+		t.Fatalf("MigratePlan after Migrate = %+v, %v; want nothing", steps, err)
 	}
 }
 

@@ -144,6 +144,13 @@ SIGHUP stops it gracefully (exit 0).`)
 	}
 	log.Info("ferry: starting", "listen", ln.Addr().String(), "admin", adminAddr)
 
+	// A role that may not do what Ferry's statements do would pass the
+	// start and answer every delivery 503 (or fail reading the migration
+	// ledger, exit 1): like a store.url the store refuses, it stops the
+	// start, with the GRANTs. Ping's other errors are /readyz's to report.
+	if err := st.Ping(ctx); errors.Is(err, ferry.ErrMisconfigured) {
+		return storeRefused(err)
+	}
 	if *cfg.Store.Migrate && !*noMigrate {
 		err = migrateAtStart(ctx, st)
 	} else {
@@ -154,12 +161,6 @@ SIGHUP stops it gracefully (exit 0).`)
 			return nil // stopped while starting
 		}
 		return err
-	}
-	// A role that may not write Ferry's tables would pass the start and
-	// answer every delivery 503: like a store.url the store refuses, it
-	// stops the start. Ping's other errors are /readyz's to report.
-	if err := st.Ping(ctx); errors.Is(err, ferry.ErrMisconfigured) {
-		return storeRefused(err)
 	}
 
 	op, err := newOperator(cfg, st, log)

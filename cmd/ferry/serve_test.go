@@ -729,26 +729,28 @@ func serveRefused(t *testing.T, cfg string, args ...string) (stderr string, code
 	return out.String(), cmd.ProcessState.ExitCode()
 }
 
-// A role that may read Ferry's tables but not write them stops serve at
-// start (exit 2, naming store.url, what it lacks and the GRANT) and is a
-// doctor fail with that fix: before, /readyz and doctor passed it while
-// every delivery got 503. With the GRANT, serve starts.
+// A role that may use Ferry's schema but not its tables stops serve at
+// start, before it migrates (exit 2, naming store.url, what it lacks and
+// the GRANTs), and is a doctor fail with that fix: before, it exited 1 on
+// the migration ledger, and a role that could read but not write passed
+// /readyz and doctor while every delivery got 503. With the GRANTs, serve
+// starts.
 func TestServeRefusesARoleThatCannotWrite(t *testing.T) {
 	t.Parallel()
 	pool, schema := pgtest.Schema(t)
 	teststore.PostgresOn(t, pool, nil)
-	storeURL, role := pgtest.ReaderRole(t, schema, "serve")
-	// The owner migrates; the role only serves.
+	storeURL, role := pgtest.Role(t, schema, "serve", "GRANT USAGE ON SCHEMA "+schema+" TO %s")
+	// The owner migrated; the role serves, and migrates at start as serve
+	// does by default: Ping's check comes first.
 	cfg := writeConfig(t, storeURL, "http://127.0.0.1:1/hooks", "")
-	writeFile(t, cfg, strings.Replace(readFile(t, cfg), "[store]\n", "[store]\nmigrate = false\n", 1))
-	grant := "GRANT INSERT, UPDATE, DELETE ON TABLE " + schema + ".ferry_event TO " + role
+	grant := "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE " + schema + ".ferry_event TO " + role
 	stderr, code := serveRefused(t, cfg)
-	if code != exitUsage || !strings.Contains(stderr, "store.url: ") || !strings.Contains(stderr, "lacks INSERT on ferry_event") ||
+	if code != exitUsage || !strings.Contains(stderr, "store.url: ") || !strings.Contains(stderr, "lacks SELECT on ferry_event, INSERT on ferry_event") ||
 		!strings.Contains(stderr, grant) || strings.Contains(stderr, "ferry: serving") {
-		t.Errorf("serve as a role with SELECT alone: exit %d, stderr:\n%s\nwant %d naming store.url, INSERT on ferry_event and %q, before serving", code, stderr, exitUsage, grant)
+		t.Errorf("serve as a role with no GRANT: exit %d, stderr:\n%s\nwant %d naming store.url, INSERT on ferry_event and %q, before serving", code, stderr, exitUsage, grant)
 	}
-	if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", "lacks INSERT on ferry_event") {
-		t.Errorf("doctor as a role with SELECT alone: exit %d, findings %+v; want %d and a fail naming what it lacks", code, r.Findings, exitProblems)
+	if r, code := doctorJSON(t, cfg); code != exitProblems || !hasFinding(r, "fail", "lacks SELECT on ferry_event, INSERT on ferry_event") {
+		t.Errorf("doctor as a role with no GRANT: exit %d, findings %+v; want %d and a fail naming what it lacks", code, r.Findings, exitProblems)
 	}
 
 	if _, err := pool.Exec(context.Background(), "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "+schema+" TO "+role+

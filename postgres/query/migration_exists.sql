@@ -1,8 +1,9 @@
 -- Whether the migration ledger exists in the schema Migrate creates it in,
 -- current_schema(): to_regclass would also find another inbox's ledger
 -- further along a search_path of several schemas, and take its schema for
--- this one's.
+-- this one's. (The name is compared as it is: a cast to regnamespace would
+-- read it again as an identifier, folding a mixed-case name.)
 SELECT EXISTS (
-    SELECT FROM pg_class
-     WHERE relname = 'ferry_migration' AND relnamespace = current_schema()::regnamespace
+    SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.relname = 'ferry_migration' AND n.nspname = current_schema()
 );

@@ -6,9 +6,10 @@
 -- on ferry_event, ..."; empty for nothing, and before the first migration),
 -- with the GRANTs that would let it. needed is that list, read off the
 -- statements in query/ and the functions they call: receipts, claims,
--- verdicts, operator actions and purges. Not migrations or the archive's
--- partition maintenance, which need the owner (docs/deploy.md); nextval
--- takes USAGE or UPDATE on the sequence.
+-- verdicts, operator actions, purges, stats and the migration plan every
+-- start reads. Not migrations or the archive's partition maintenance,
+-- which need the owner (docs/deploy.md); nextval takes USAGE or UPDATE on
+-- the sequence.
 WITH home AS (
     SELECT relnamespace AS nsp FROM pg_class WHERE oid = to_regclass('ferry_event')
 ),
@@ -36,10 +37,11 @@ needed (ord, kind, name, privilege) AS (
            (35, 'TABLE', 'ferry_lease', 'UPDATE'), (36, 'TABLE', 'ferry_lease', 'DELETE'),
            (37, 'TABLE', 'ferry_checkpoint', 'SELECT'), (38, 'TABLE', 'ferry_checkpoint', 'INSERT'),
            (39, 'TABLE', 'ferry_checkpoint', 'UPDATE'),
-           (40, 'FUNCTION', 'ferry_event_filter', 'EXECUTE'), (41, 'FUNCTION', 'ferry_event_find', 'EXECUTE'),
-           (42, 'FUNCTION', 'ferry_event_lock_held', 'EXECUTE'), (43, 'FUNCTION', 'ferry_event_done_redeliver', 'EXECUTE'),
-           (44, 'FUNCTION', 'ferry_done_count_add', 'EXECUTE'), (45, 'FUNCTION', 'ferry_done_forget', 'EXECUTE'),
-           (46, 'FUNCTION', 'ferry_receipt_channel', 'EXECUTE')
+           (40, 'TABLE', 'ferry_migration', 'SELECT'), (41, 'TABLE', 'ferry_event_done_partition', 'SELECT'),
+           (42, 'FUNCTION', 'ferry_event_filter', 'EXECUTE'), (43, 'FUNCTION', 'ferry_event_find', 'EXECUTE'),
+           (44, 'FUNCTION', 'ferry_event_lock_held', 'EXECUTE'), (45, 'FUNCTION', 'ferry_event_done_redeliver', 'EXECUTE'),
+           (46, 'FUNCTION', 'ferry_done_count_add', 'EXECUTE'), (47, 'FUNCTION', 'ferry_done_forget', 'EXECUTE'),
+           (48, 'FUNCTION', 'ferry_receipt_channel', 'EXECUTE')
 ),
 objects (kind, name, oid, object) AS (
     SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, c.relname, c.oid,
@@ -47,8 +49,9 @@ objects (kind, name, oid, object) AS (
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
      WHERE c.relnamespace = (SELECT nsp FROM home) AND c.relkind IN ('r', 'p', 'S')
     UNION ALL
-    SELECT 'FUNCTION', p.proname, p.oid, p.oid::regprocedure::text
-      FROM pg_proc p
+    SELECT 'FUNCTION', p.proname, p.oid,
+           quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+      FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
      WHERE p.pronamespace = (SELECT nsp FROM home)
 ),
 lacking AS (
