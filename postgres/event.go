@@ -434,11 +434,10 @@ func deref(s *string) string {
 // Ping checks that the database answers and that a session of the pool
 // can write: not a standby, not read-only by default (ferry.ErrReadOnly,
 // after which a pool Open made is reset, so that new sessions find the
-// primary or the setting fixed);
-// that it runs read committed by default, which Open sets but a pool passed
-// to New may not, and that its role may do what Ferry's statements do to
-// its tables, id sequence and functions (ferry.ErrMisconfigured, naming
-// what it lacks and the GRANTs).
+// primary or the setting fixed); that it runs read committed by default,
+// which Open sets but a pool passed to New may not; and that its role may
+// do what Ferry's statements do to its tables, id sequence and functions
+// (ferry.ErrMisconfigured, naming what it lacks and the GRANTs).
 func (s *Store) Ping(ctx context.Context) error {
 	var standby, readOnly bool
 	var isolation, lacking, grants, role string
