@@ -13,7 +13,8 @@
 WITH home AS (
     SELECT relnamespace AS nsp FROM pg_class WHERE oid = to_regclass('ferry_event')
 ),
--- One row an object, in the order the error names them.
+-- One row an object, in the order the error names them; the objects are
+-- looked up by these names, through the catalogs' name indexes.
 listed (object_ord, kind, name, privileges) AS (
     VALUES (1, 'TABLE', 'ferry_event', '{SELECT,INSERT,UPDATE,DELETE}'::text[]),
            (2, 'SEQUENCE', 'ferry_event_id_seq', '{USAGE}'),
@@ -45,12 +46,13 @@ objects (kind, name, oid, object) AS (
     SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, c.relname, c.oid,
            quote_ident(n.nspname) || '.' || quote_ident(c.relname)
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-     WHERE c.relnamespace = (SELECT nsp FROM home) AND c.relkind IN ('r', 'p', 'S')
+     WHERE c.relname IN (SELECT name FROM listed) AND c.relnamespace = (SELECT nsp FROM home)
+       AND c.relkind IN ('r', 'p', 'S')
     UNION ALL
     SELECT 'FUNCTION', p.proname, p.oid,
            quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '(' || pg_get_function_identity_arguments(p.oid) || ')'
       FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-     WHERE p.pronamespace = (SELECT nsp FROM home)
+     WHERE p.proname IN (SELECT name FROM listed) AND p.pronamespace = (SELECT nsp FROM home)
 ),
 lacking AS (
     SELECT d.ord, d.kind, d.privilege, o.name, o.object
