@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,15 @@ type StripeOptions struct {
 	// Stripe never tried to send (an endpoint that was disabled) is missed.
 	// Defaults to false: every event, the known ones skipped by a look-up.
 	OnlyFailed bool
+	// APIVersion is the Stripe API version the webhook endpoint is sent
+	// events in: its own api_version if it has one, else the account's
+	// default. The events API gives each event as the account's version
+	// of the time rendered it; one in another version is a body the
+	// endpoint is never sent, so it is skipped with a warning (Stripe's
+	// retries, or a resend from its dashboard, deliver it in the
+	// endpoint's version). Like "2024-06-20" or "2025-03-31.basil".
+	// Defaults to "": every version is taken.
+	APIVersion string
 	// Rate is requests a second. Defaults to DefaultRate.
 	Rate float64
 	// HTTPClient defaults to a client with a 30s timeout.
@@ -65,18 +75,23 @@ type Stripe struct {
 
 var _ Reconciler = (*Stripe)(nil)
 
-// TypesError is NewStripe's error for Types it refuses; it wraps ErrConfig.
-// Problem says what is wrong and what to write without naming the setting,
-// so that a config file can name its own key.
-type TypesError struct{ Problem string }
+// OptionError is NewStripe's error for an option it refuses; it wraps
+// ErrConfig. Option is the setting as a config file names it ("types",
+// "api_version"); Problem says what is wrong and what to write without
+// naming it, so that a config file can name its own key.
+type OptionError struct{ Option, Problem string }
 
-// Error names ErrConfig and the problem.
-func (e *TypesError) Error() string {
-	return fmt.Sprintf("%v: stripe: types: %s", ErrConfig, e.Problem)
+// Error names ErrConfig, the option and the problem.
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("%v: stripe: %s: %s", ErrConfig, e.Option, e.Problem)
 }
 
 // Unwrap makes errors.Is(err, ErrConfig) true.
-func (e *TypesError) Unwrap() error { return ErrConfig }
+func (e *OptionError) Unwrap() error { return ErrConfig }
+
+// stripeVersion is the form of a Stripe API version: a date, then a
+// release's name since 2024-09-30.
+var stripeVersion = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}(\.[a-z]+)?$`)
 
 // NewStripe checks opts and returns the reconciler.
 func NewStripe(opts StripeOptions) (*Stripe, error) {
@@ -85,9 +100,12 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 	}
 	switch {
 	case len(opts.Types) == 0:
-		return nil, &TypesError{`missing: Stripe's events API lists every event of the account, including types this endpoint is not subscribed to and events for its other endpoints, and catch-up would send each to the app as new; list the types this endpoint is subscribed to (its enabled_events in the Stripe dashboard), or ["*"] for every type the API lists (more than Stripe's own "*" subscription gets)`}
+		return nil, &OptionError{"types", `missing: Stripe's events API lists every event of the account, including types this endpoint is not subscribed to and events for its other endpoints, and catch-up would send each to the app as new; list the types this endpoint is subscribed to (its enabled_events in the Stripe dashboard), or ["*"] for every type the API lists (more than Stripe's own "*" subscription gets)`}
 	case len(opts.Types) > 1 && slices.Contains(opts.Types, "*"):
-		return nil, &TypesError{`lists "*" with other types: "*" is every type; write ["*"] alone, or only the types`}
+		return nil, &OptionError{"types", `lists "*" with other types: "*" is every type; write ["*"] alone, or only the types`}
+	}
+	if v := opts.APIVersion; v != "" && !stripeVersion.MatchString(v) {
+		return nil, &OptionError{"api_version", fmt.Sprintf(`%q is not a Stripe API version: write it as the webhook endpoint's "API version" in Stripe's dashboard shows it, like "2024-06-20" or "2025-03-31.basil", or leave it out to take every version`, v)}
 	}
 	opts.Types = slices.Clone(opts.Types) // a caller's later change would slip past the checks
 	base, err := parseBase(opts.APIBase, DefaultStripeAPI)
@@ -155,15 +173,15 @@ func (s *Stripe) list(ctx context.Context, w Window, types []string, found func(
 		var last string
 		for _, raw := range page.Data {
 			var head struct {
-				ID      string `json:"id"`
-				Type    string `json:"type"`
-				Created int64  `json:"created"`
+				ID         string `json:"id"`
+				Type       string `json:"type"`
+				Created    int64  `json:"created"`
+				APIVersion string `json:"api_version"`
 			}
 			if err := json.Unmarshal(raw, &head); err != nil || head.ID == "" {
 				return fmt.Errorf("stripe: list events: an event without an id")
 			}
-			ev := &Event{Type: head.Type, Payload: raw, Headers: http.Header{"Content-Type": {"application/json; charset=utf-8"}}}
-			c := &Candidate{ID: head.ID, Fetch: func(context.Context) (*Event, error) { return ev, nil }}
+			c := &Candidate{ID: head.ID, Fetch: s.fetch(raw, head.Type, head.APIVersion)}
 			if head.Created > 0 {
 				c.Created = time.Unix(head.Created, 0).UTC()
 			}
@@ -183,6 +201,18 @@ func (s *Stripe) list(ctx context.Context, w Window, types []string, found func(
 		}
 		used[last] = true
 		q.Set("starting_after", last)
+	}
+}
+
+// fetch returns a listed event's Fetch: the event as listed, or
+// ErrUnfetchable when it is rendered in another version than the
+// endpoint's.
+func (s *Stripe) fetch(raw json.RawMessage, typ, version string) func(context.Context) (*Event, error) {
+	return func(context.Context) (*Event, error) {
+		if want := s.opts.APIVersion; want != "" && version != want {
+			return nil, fmt.Errorf("%w: stripe: the events API renders it in API version %q, the endpoint is sent %q (api_version); Stripe's retries, or a resend from its dashboard, deliver it in the endpoint's version", ErrUnfetchable, version, want)
+		}
+		return &Event{Type: typ, Payload: raw, Headers: http.Header{"Content-Type": {"application/json; charset=utf-8"}}}, nil
 	}
 }
 

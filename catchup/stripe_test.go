@@ -49,11 +49,12 @@ type fakeStripe struct {
 }
 
 type stripeEvent struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Type    string `json:"type"`
-	Created int64  `json:"created"`
-	Failed  bool   `json:"-"`
+	ID         string `json:"id"`
+	Object     string `json:"object"`
+	APIVersion string `json:"api_version,omitempty"`
+	Type       string `json:"type"`
+	Created    int64  `json:"created"`
+	Failed     bool   `json:"-"`
 }
 
 type stripeRequest struct {
@@ -78,6 +79,13 @@ func (f *fakeStripe) addType(id, typ string, created time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.events = append(f.events, stripeEvent{ID: id, Object: "event", Type: typ, Created: created.Unix()})
+}
+
+// addVersion adds one invoice.paid event rendered in API version v.
+func (f *fakeStripe) addVersion(id, v string, created time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, stripeEvent{ID: id, Object: "event", APIVersion: v, Type: "invoice.paid", Created: created.Unix()})
 }
 
 func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -380,6 +388,60 @@ func TestStripe(t *testing.T) {
 		}
 	})
 
+	// An endpoint pinned to an API version is never sent an event the API
+	// renders in another: catch-up skips it, naming both, and takes the
+	// rest. One already stored stays known.
+	t.Run("SkipsAnotherAPIVersion", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{APIVersion: "2024-06-20"})
+		at := base.Add(-time.Hour)
+		b.fake.addVersion("evt_same", "2024-06-20", at)
+		b.fake.addVersion("evt_other", "2023-10-16", at)
+		b.fake.addVersion("evt_unversioned", "", at)
+		b.fake.addVersion("evt_live", "2023-10-16", at)
+		if _, err := b.store.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_live", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		res := b.pass(t, PassOptions{})
+		wantCounts(t, res, 4, 1, 1)
+		if res.Skipped != 2 || !res.Advanced {
+			t.Fatalf("skipped=%d advanced=%v, want 2 true", res.Skipped, res.Advanced)
+		}
+		for id, want := range map[string]error{"evt_same": nil, "evt_other": ferry.ErrNotFound, "evt_unversioned": ferry.ErrNotFound} {
+			if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: id}); !errors.Is(err, want) {
+				t.Errorf("%s: err = %v, want %v", id, err, want)
+			}
+		}
+		if logs := b.logsText(); !strings.Contains(logs, `evt_other`) || !strings.Contains(logs, `API version \"2023-10-16\", the endpoint is sent \"2024-06-20\"`) {
+			t.Errorf("the warning does not name the event and both versions:\n%s", logs)
+		}
+	})
+
+	// Without api_version every version is taken.
+	t.Run("TakesEveryAPIVersionByDefault", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.addVersion("evt_a", "2024-06-20", base.Add(-time.Hour))
+		b.fake.addVersion("evt_b", "2023-10-16", base.Add(-time.Hour))
+		wantCounts(t, b.pass(t, PassOptions{}), 2, 2, 0)
+	})
+
+	t.Run("RejectsAPIVersion", func(t *testing.T) {
+		t.Parallel()
+		for _, v := range []string{"2024-6-20", "june 2024", "2024-06-20.", "2024-06-20.Basil", " 2024-06-20"} {
+			_, err := NewStripe(StripeOptions{APIKey: "sk_test_x", Types: []string{"*"}, APIVersion: v})
+			var oe *OptionError
+			if !errors.As(err, &oe) || oe.Option != "api_version" || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "2025-03-31.basil") {
+				t.Errorf("%q: err = %v, want an api_version OptionError", v, err)
+			}
+		}
+		for _, v := range []string{"2024-06-20", "2025-03-31.basil"} {
+			if _, err := NewStripe(StripeOptions{APIKey: "sk_test_x", Types: []string{"*"}, APIVersion: v}); err != nil {
+				t.Errorf("%q: %v", v, err)
+			}
+		}
+	})
+
 	t.Run("RejectsTypes", func(t *testing.T) {
 		t.Parallel()
 		for name, tc := range map[string]struct {
@@ -392,9 +454,9 @@ func TestStripe(t *testing.T) {
 			"OtherWithStar": {[]string{"invoice.paid", "*"}, `write ["*"] alone`},
 		} {
 			_, err := NewStripe(StripeOptions{APIKey: "sk_test_x", Types: tc.types})
-			var te *TypesError
-			if !errors.Is(err, ErrConfig) || !errors.As(err, &te) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("%s: err = %v, want ErrConfig, a TypesError and %q", name, err, tc.want)
+			var oe *OptionError
+			if !errors.Is(err, ErrConfig) || !errors.As(err, &oe) || oe.Option != "types" || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: err = %v, want ErrConfig, a types OptionError and %q", name, err, tc.want)
 			}
 		}
 		for _, types := range [][]string{{"*"}, slices.Repeat([]string{"invoice.paid"}, 20), slices.Repeat([]string{"invoice.paid"}, 45)} {

@@ -48,6 +48,10 @@ type Catchup struct {
 	// OnlyFailed lists only Stripe events whose delivery failed. Defaults
 	// to false.
 	OnlyFailed bool `toml:"only_failed"`
+	// APIVersion is the Stripe API version the endpoint is sent events in;
+	// an event the API renders in another is skipped. Defaults to "":
+	// every version is taken. See catchup.StripeOptions.
+	APIVersion string `toml:"api_version"`
 	// Rate is API requests a second, from minRate to maxRate. Defaults to
 	// 5.
 	Rate float64 `toml:"rate"`
@@ -83,7 +87,7 @@ func (c *Catchup) written() []string {
 	var keys []string
 	for k, set := range map[string]bool{
 		"hook": c.Hook != "", "api_base": c.APIBase != "", "types": len(c.Types) > 0,
-		"installation_id": c.InstallationID != "", "only_failed": c.OnlyFailed, "rate": c.Rate != 0,
+		"installation_id": c.InstallationID != "", "only_failed": c.OnlyFailed, "api_version": c.APIVersion != "", "rate": c.Rate != 0,
 		"lookback": c.Lookback.Duration != 0, "interval": c.Interval != nil,
 	} {
 		if set {
@@ -123,10 +127,10 @@ func (s *Source) Reconciler() (catchup.Reconciler, error) {
 		if c.Token != "" || c.AppID != "" || c.PrivateKey != "" || c.InstallationID != "" || c.Hook != "" {
 			return nil, fmt.Errorf("catchup: token, app_id, private_key, installation_id and hook are GitHub's; Stripe takes api_key")
 		}
-		return catchup.NewStripe(catchup.StripeOptions{APIKey: c.APIKey, APIBase: c.APIBase, Types: c.Types, OnlyFailed: c.OnlyFailed, Rate: c.Rate})
+		return catchup.NewStripe(catchup.StripeOptions{APIKey: c.APIKey, APIBase: c.APIBase, Types: c.Types, OnlyFailed: c.OnlyFailed, APIVersion: c.APIVersion, Rate: c.Rate})
 	case "github":
-		if c.APIKey != "" || len(c.Types) > 0 || c.OnlyFailed {
-			return nil, fmt.Errorf("catchup: api_key, types and only_failed are Stripe's; GitHub takes token (or app_id, private_key, installation_id) and hook")
+		if c.APIKey != "" || len(c.Types) > 0 || c.OnlyFailed || c.APIVersion != "" {
+			return nil, fmt.Errorf("catchup: api_key, types, only_failed and api_version are Stripe's; GitHub takes token (or app_id, private_key, installation_id) and hook")
 		}
 		return catchup.NewGitHub(catchup.GitHubOptions{
 			Hook: c.Hook, Token: c.Token, AppID: c.AppID, PrivateKey: c.PrivateKey, InstallationID: c.InstallationID,
@@ -169,11 +173,11 @@ func (c *Catchup) validate(key string, s *Source) []error {
 			return errs
 		}
 	}
-	var typesErr *catchup.TypesError
+	var optErr *catchup.OptionError
 	rec, err := s.Reconciler()
 	switch {
-	case errors.As(err, &typesErr):
-		bad("types", "%s", typesErr.Problem)
+	case errors.As(err, &optErr):
+		bad(optErr.Option, "%s", optErr.Problem)
 	case err != nil:
 		errs = append(errs, fmt.Errorf("%s.%v", key, err))
 	case c.Interval.Duration > 0:

@@ -93,6 +93,9 @@ func TestCatchup(t *testing.T) {
 		{"no types", "api_key = \"k\"", "source[0] (stripe).catchup.types", "missing: Stripe's events API lists every event of the account"},
 		{"star with other types", "api_key = \"k\"\ntypes = [\"*\", \"invoice.paid\"]", "source[0] (stripe).catchup.types", `write ["*"] alone`},
 		{"missing env", "api_key = \"${NOPE}\"", "catchup.api_key", "export it"},
+		// The form is NewStripe's rule: refused here, the value reached it.
+		{"bad api_version", stripeKey + "\napi_version = \"2024-6-20\"", "source[0] (stripe).catchup.api_version", `"2024-6-20" is not a Stripe API version`},
+		{"only api_version", "api_version = \"2024-06-20\"", "source[0] (stripe).catchup.api_key", "missing, but api_version set"},
 	} {
 		t.Run("Rejects/"+tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -122,14 +125,20 @@ func TestCatchup(t *testing.T) {
 	})
 
 	// A token beside the App's keys is refused, not read as the token
-	// alone: which one the operator meant is theirs to say.
-	t.Run("Rejects/GitHubTokenAndAppKeys", func(t *testing.T) {
-		t.Parallel()
-		raw := strings.Replace(good, `provider = "stripe"`, `provider = "github"`, 1) +
-			"[source.catchup]\ntoken = \"t\"\nhook = \"repos/a/b/hooks/1\"\nprivate_key = \"k\"\ninstallation_id = \"1\"\n"
-		_, err := Parse([]byte(raw), vars)
-		wantInvalid(t, err, "source[0] (stripe).catchup", "not both", "")
-	})
+	// alone: which one the operator meant is theirs to say. Stripe's keys
+	// are refused on a GitHub source.
+	for name, tc := range map[string]struct{ keys, want string }{
+		"GitHubTokenAndAppKeys": {"private_key = \"k\"\ninstallation_id = \"1\"", "not both"},
+		"StripeKeysOnGitHub":    {"api_version = \"2024-06-20\"", "api_version are Stripe's"},
+	} {
+		t.Run("Rejects/"+name, func(t *testing.T) {
+			t.Parallel()
+			raw := strings.Replace(good, `provider = "stripe"`, `provider = "github"`, 1) +
+				"[source.catchup]\ntoken = \"t\"\nhook = \"repos/a/b/hooks/1\"\n" + tc.keys + "\n"
+			_, err := Parse([]byte(raw), vars)
+			wantInvalid(t, err, "source[0] (stripe).catchup", tc.want, "")
+		})
+	}
 
 	t.Run("Rejects/ShopifyHasNoAPI", func(t *testing.T) {
 		t.Parallel()
