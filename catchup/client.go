@@ -55,6 +55,12 @@ type apiClient struct {
 	limitWait time.Duration
 	// authorize sets the request's credentials.
 	authorize func(ctx context.Context, req *http.Request) error
+	// dated, when set, is given the Date of every answer that has one.
+	dated func(date time.Time)
+	// reauthorize, when set, is asked after a 401 whether the request may
+	// pass if sent again at once (a credential it has renewed); it is
+	// asked once a request.
+	reauthorize func() bool
 	// now and pause are the clock the rate, backoff and waits run on:
 	// time.Now and sleep, or a test's fake clock.
 	now   func() time.Time
@@ -198,6 +204,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 		return nil, nil, fmt.Errorf("api url: %w", err)
 	}
 	path := u.Path
+	asked := false // reauthorize, after a 401
 	for try := 1; ; try++ {
 		if err := c.wait(ctx); err != nil {
 			return nil, nil, err
@@ -221,7 +228,12 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 		resp, err := c.http.Do(req)
 		var retryAfter time.Duration
 		if err == nil {
-			observeDate(ctx, resp.Header)
+			if date, dateErr := http.ParseTime(resp.Header.Get("Date")); dateErr == nil {
+				observeDate(ctx, date)
+				if c.dated != nil {
+					c.dated(date)
+				}
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -244,6 +256,9 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				return data, resp.Header, nil
 			case readErr != nil:
 				err = fmt.Errorf("%s %s: read: %w", method, path, readErr)
+			case resp.StatusCode == http.StatusUnauthorized && !asked && c.reauthorize != nil && c.reauthorize():
+				asked = true
+				continue
 			default:
 				again, wait := retryable(resp, data, c.now(), c.limitWait<<(try-1))
 				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data),
@@ -321,15 +336,11 @@ func withProviderClock(ctx context.Context, pc *providerClock) context.Context {
 	return context.WithValue(ctx, providerClockKey{}, pc)
 }
 
-// observeDate records h's Date in ctx's providerClock, if it has none yet;
-// a missing or unparsable Date is passed over.
-func observeDate(ctx context.Context, h http.Header) {
+// observeDate records an answer's Date in ctx's providerClock, if it has
+// none yet.
+func observeDate(ctx context.Context, date time.Time) {
 	pc, _ := ctx.Value(providerClockKey{}).(*providerClock)
 	if pc == nil {
-		return
-	}
-	date, err := http.ParseTime(h.Get("Date"))
-	if err != nil {
 		return
 	}
 	pc.mu.Lock()

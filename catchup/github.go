@@ -64,7 +64,9 @@ type GitHubOptions struct {
 	Rate float64
 	// HTTPClient defaults to a client with a 30s timeout.
 	HTTPClient *http.Client
-	// Now defaults to time.Now; it dates the App's JWT.
+	// Now defaults to time.Now. Moved by the offset of GitHub's clock that
+	// its answers' Date shows, it dates the App's JWT and judges when the
+	// installation token expires.
 	Now func() time.Time
 }
 
@@ -84,12 +86,19 @@ type GitHub struct {
 	key    *rsa.PrivateKey
 	client *apiClient
 
-	mu          sync.Mutex
-	jwt         string
-	jwtExpiry   time.Time
-	token       string
-	tokenExpiry time.Time
+	mu sync.Mutex
+	// offset is GitHub's clock less the host's, as the latest answer's
+	// Date showed it; jwtOffset, the one the cached JWT was dated with.
+	offset, jwtOffset time.Duration
+	jwt               string
+	jwtExpiry         time.Time
+	token             string
+	tokenExpiry       time.Time
 }
+
+// jwtSlack is the JWT's iat margin: it is issued this long before GitHub's
+// now, as GitHub recommends, so a clock that drifts less is never refused.
+const jwtSlack = time.Minute
 
 var _ Reconciler = (*GitHub)(nil)
 
@@ -124,6 +133,8 @@ func NewGitHub(opts GitHubOptions) (*GitHub, error) {
 	g.client = newAPIClient(opts.HTTPClient, opts.Rate, opts.Token, opts.PrivateKey)
 	g.client.limitWait = githubLimitWait
 	g.client.authorize = g.authorize
+	g.client.dated = g.dated
+	g.client.reauthorize = g.misdated
 	return g, nil
 }
 
@@ -331,19 +342,46 @@ func (g *GitHub) now() time.Time {
 	return time.Now()
 }
 
+// githubNow is GitHub's time: the host's moved by the offset its answers
+// show. The caller holds g.mu.
+func (g *GitHub) githubNow() time.Time { return g.now().Add(g.offset) }
+
+// dated takes an answer's Date as GitHub's now. A host clock a minute
+// ahead of GitHub's, or nine behind, would otherwise date every JWT
+// outside what GitHub takes, and each pass would fail with a 401.
+func (g *GitHub) dated(date time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.offset = date.Sub(g.now())
+}
+
+// misdated reports, after a 401, whether the cached JWT was dated by a
+// clock further from GitHub's than its slack, as the 401's own Date shows;
+// it is then signed anew before the request is sent again. Any other 401
+// is the credentials'.
+func (g *GitHub) misdated() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.jwt == "" || (g.offset-g.jwtOffset).Abs() < jwtSlack/2 {
+		return false
+	}
+	g.jwtExpiry = time.Time{}
+	return true
+}
+
 // appJWT returns the App's RS256 JWT, signed anew when the cached one
-// expires within the minute: issued a minute in the past against clock
-// drift, as GitHub recommends, and valid for nine minutes after.
+// expires within the minute: issued jwtSlack before GitHub's now and
+// valid for nine minutes after.
 func (g *GitHub) appJWT() (string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := g.now()
+	now := g.githubNow()
 	if g.jwt != "" && now.Add(time.Minute).Before(g.jwtExpiry) {
 		return g.jwt, nil
 	}
 	header := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256","typ":"JWT"}`))
 	exp := now.Add(9 * time.Minute)
-	claims, err := json.Marshal(map[string]any{"iat": now.Add(-time.Minute).Unix(), "exp": exp.Unix(), "iss": g.opts.AppID})
+	claims, err := json.Marshal(map[string]any{"iat": now.Add(-jwtSlack).Unix(), "exp": exp.Unix(), "iss": g.opts.AppID})
 	if err != nil {
 		return "", err
 	}
@@ -355,7 +393,7 @@ func (g *GitHub) appJWT() (string, error) {
 	}
 	jwt := signing + "." + base64.RawURLEncoding.EncodeToString(sig)
 	g.client.replaceSecret(g.jwt, jwt)
-	g.jwt, g.jwtExpiry = jwt, exp
+	g.jwt, g.jwtExpiry, g.jwtOffset = jwt, exp, g.offset
 	return jwt, nil
 }
 
@@ -363,7 +401,7 @@ func (g *GitHub) appJWT() (string, error) {
 // when it expires within the minute.
 func (g *GitHub) installationToken(ctx context.Context) (string, error) {
 	g.mu.Lock()
-	if g.token != "" && g.now().Add(time.Minute).Before(g.tokenExpiry) {
+	if g.token != "" && g.githubNow().Add(time.Minute).Before(g.tokenExpiry) {
 		defer g.mu.Unlock()
 		return g.token, nil
 	}

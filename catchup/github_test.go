@@ -178,6 +178,9 @@ func setupGitHub(t *testing.T, opts GitHubOptions) *githubBundle {
 	}
 	opts.APIBase = b.srv.URL
 	opts.Rate = 1000
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return b.now } // the host's clock agrees with GitHub's
+	}
 	r, err := NewGitHub(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -732,32 +735,43 @@ func TestGitHub(t *testing.T) {
 	t.Run("AppJWTThenInstallationToken", func(t *testing.T) {
 		t.Parallel()
 		key, pemKey := appKey(t)
-		const instToken = "ghs_INSTALLATIONtoken987"
-		var mu sync.Mutex
-		var exchanges int
 		b := setupGitHub(t, GitHubOptions{AppID: "12345", PrivateKey: pemKey, InstallationID: "678"})
-		wrapped := b.fake
-		b.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/app/installations/678/access_tokens" {
-				if r.Method != http.MethodPost || !validJWT(t, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), &key.PublicKey, "12345") {
-					w.WriteHeader(http.StatusUnauthorized)
-					return
-				}
-				mu.Lock()
-				exchanges++
-				mu.Unlock()
-				fmt.Fprintf(w, `{"token":%q,"expires_at":%q}`, instToken, time.Now().Add(time.Hour).Format(time.RFC3339))
-				return
-			}
-			wrapped.ServeHTTP(w, r)
-		})
-		wrapped.auth = func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer "+instToken }
+		ex := b.appExchange(&key.PublicKey)
 		for i := range 3 {
 			b.fake.add(fmt.Sprintf("g-%d", i), "push", base.Add(-time.Hour), 500)
 		}
 		wantCounts(t, b.pass(t, PassOptions{}), 3, 3, 0)
-		if exchanges != 1 {
-			t.Fatalf("%d token exchanges, want 1 (the token is cached)", exchanges)
+		if n, refused := ex.counts(); n != 1 || refused != 0 {
+			t.Fatalf("%d token exchanges, %d refused; want 1 (the token is cached), none refused", n, refused)
+		}
+	})
+
+	// A host clock ahead of GitHub's by more than the JWT's minute of
+	// slack, or behind it by more than its nine minutes, dates every JWT
+	// outside what GitHub takes. The 401's Date shows GitHub's clock: the
+	// JWT is signed anew by it and sent again once, and the installation
+	// token's expiry is judged by it too.
+	t.Run("AppCredentialsFollowGitHubsClock", func(t *testing.T) {
+		t.Parallel()
+		for _, skew := range []time.Duration{2 * time.Minute, -15 * time.Minute} {
+			key, pemKey := appKey(t)
+			var b *githubBundle
+			b = setupGitHub(t, GitHubOptions{AppID: "12345", PrivateKey: pemKey, InstallationID: "678",
+				Now: func() time.Time { return b.now.Add(skew) }})
+			ex := b.appExchange(&key.PublicKey)
+			b.fake.add("g-1", "push", base.Add(-time.Hour), 500)
+			wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
+			if n, refused := ex.counts(); n != 1 || refused != 1 {
+				t.Fatalf("host clock %v off: %d token exchanges, %d refused; want the misdated JWT refused once, then one exchange", skew, n, refused)
+			}
+			// The token lasts an hour by GitHub's clock: past it, a new one
+			// is asked for, whatever the host's clock says.
+			b.now = b.now.Add(61 * time.Minute)
+			b.fake.add("g-2", "push", b.now.Add(-5*time.Minute), 500)
+			wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
+			if n, refused := ex.counts(); n != 2 || refused != 1 {
+				t.Fatalf("host clock %v off: %d token exchanges, %d refused after the token's hour; want 2, 1", skew, n, refused)
+			}
 		}
 	})
 
@@ -821,7 +835,7 @@ func TestGitHub(t *testing.T) {
 		b := setupGitHub(t, GitHubOptions{Hook: "app/hook", AppID: "99", PrivateKey: string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))})
 		b.fake.hook = "app/hook"
 		b.fake.auth = func(r *http.Request) bool {
-			return validJWT(t, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), &key.PublicKey, "99")
+			return validJWT(r, &key.PublicKey, "99", b.now)
 		}
 		b.fake.add("g-1", "installation", base.Add(-time.Hour), 500)
 		wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
@@ -850,9 +864,10 @@ func appKey(t *testing.T) (*rsa.PrivateKey, string) {
 	return key, string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
 }
 
-// validJWT checks an RS256 JWT as GitHub does: signature, issuer, and an
-// expiry at most ten minutes ahead.
-func validJWT(t *testing.T, jwt string, pub *rsa.PublicKey, iss string) bool {
+// validJWT checks r's RS256 JWT as GitHub does at now: signature, issuer,
+// issued in the past, and an expiry at most ten minutes ahead.
+func validJWT(r *http.Request, pub *rsa.PublicKey, iss string, now time.Time) bool {
+	jwt := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	parts := strings.Split(jwt, ".")
 	if len(parts) != 3 {
 		return false
@@ -875,6 +890,53 @@ func validJWT(t *testing.T, jwt string, pub *rsa.PublicKey, iss string) bool {
 	if json.Unmarshal(raw, &claims) != nil {
 		return false
 	}
-	now := time.Now().Unix()
-	return claims.Iss == iss && claims.Iat <= now && claims.Exp > now && claims.Exp-now <= 600
+	at := now.Unix()
+	return claims.Iss == iss && claims.Iat <= at && claims.Exp > at && claims.Exp-at <= 600
+}
+
+// exchange is a fake of GitHub's installation-token exchange.
+type exchange struct {
+	mu         sync.Mutex
+	n, refused int
+}
+
+func (e *exchange) counts() (n, refused int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n, e.refused
+}
+
+// appExchange has b's fake exchange the App's JWT for installation 678's
+// token as GitHub would at b.now, its clock: the token lasts an hour, and
+// the deliveries take only a token not yet expired.
+func (b *githubBundle) appExchange(pub *rsa.PublicKey) *exchange {
+	ex := &exchange{}
+	expiry := map[string]time.Time{}
+	wrapped := b.fake
+	b.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/app/installations/678/access_tokens" {
+			wrapped.ServeHTTP(w, r)
+			return
+		}
+		setDate(w, wrapped.date)
+		ex.mu.Lock()
+		defer ex.mu.Unlock()
+		if r.Method != http.MethodPost || !validJWT(r, pub, "12345", b.now) {
+			ex.refused++
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"message":"'Issued at' claim ('iat') must be an Integer representing a time in the past"}`)
+			return
+		}
+		ex.n++
+		token := fmt.Sprintf("ghs_INSTALLATIONtoken%03d", ex.n)
+		expiry[token] = b.now.Add(time.Hour)
+		fmt.Fprintf(w, `{"token":%q,"expires_at":%q}`, token, expiry[token].Format(time.RFC3339))
+	})
+	wrapped.auth = func(r *http.Request) bool {
+		ex.mu.Lock()
+		defer ex.mu.Unlock()
+		exp, ok := expiry[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+		return ok && b.now.Before(exp)
+	}
+	return ex
 }
