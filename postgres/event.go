@@ -437,11 +437,12 @@ func deref(s *string) string {
 // primary or the setting fixed); that it runs read committed by default,
 // which Open sets but a pool passed to New may not; and that its role may
 // do what Ferry's statements do to its tables, id sequence and functions
-// (ferry.ErrMisconfigured, naming what it lacks and the GRANTs).
+// (ferry.ErrMisconfigured, naming what it lacks and the GRANTs), in a
+// schema its search_path names (ferry.ErrMisconfigured otherwise).
 func (s *Store) Ping(ctx context.Context) error {
-	var standby, readOnly bool
-	var isolation, lacking, grants, role string
-	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly, &isolation, &lacking, &grants, &role); err != nil {
+	var standby, readOnly, noSchema bool
+	var isolation, lacking, grants, role, searchPath string
+	if err := s.pool.QueryRow(ctx, pingSQL).Scan(&standby, &readOnly, &isolation, &lacking, &grants, &role, &noSchema, &searchPath); err != nil {
 		return wrap("ping", err)
 	}
 	if (standby || readOnly) && s.ownsPool {
@@ -456,6 +457,8 @@ func (s *Store) Ping(ctx context.Context) error {
 		return wrap("ping", fmt.Errorf("%w: the server is a standby (in recovery)", ferry.ErrReadOnly))
 	case readOnly:
 		return wrap("ping", fmt.Errorf("%w: transactions are read-only (default_transaction_read_only)", ferry.ErrReadOnly))
+	case noSchema:
+		return wrap("ping", errNoSchema(searchPath))
 	case lacking != "":
 		return wrap("ping", fmt.Errorf("%w: the role %s lacks %s, which Ferry's statements use: run ferry as the role that owns its tables, or %s",
 			ferry.ErrMisconfigured, role, lacking, grants))

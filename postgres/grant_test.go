@@ -154,6 +154,23 @@ func TestMigrateTheFirstSchemaOfTheSearchPath(t *testing.T) {
 	}
 }
 
+// A search_path naming no schema that exists leaves nowhere to create the
+// tables: Ping, the plan and Migrate each say so (ErrMisconfigured, naming
+// the search_path), rather than PostgreSQL's "no schema has been selected
+// to create in", or a plan of every migration.
+func TestNoSchemaIsMisconfigured(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := postgres.New(pgtest.PoolOn(t, "ferry_no_such_schema", nil), nil)
+	t.Cleanup(s.Close)
+	_, err := s.MigratePlan(ctx)
+	for name, err := range map[string]error{"Ping": s.Ping(ctx), "MigratePlan": err, "Migrate": s.Migrate(ctx)} {
+		if !errors.Is(err, ferry.ErrMisconfigured) || !strings.Contains(err.Error(), "the search_path (ferry_no_such_schema) names no schema that exists") {
+			t.Errorf("%s = %v, want ErrMisconfigured naming the search_path", name, err)
+		}
+	}
+}
+
 // A role set read-only by default, then reset: Ping says read-only, and
 // once the setting is reset, says writable on the next call, with no
 // restart. Pooled sessions keep the setting they began with, so Ping

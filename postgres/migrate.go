@@ -82,8 +82,8 @@ func (s *Store) migrateOnce(ctx context.Context, all []ferry.Migration) error {
 		// Created only where missing: CREATE TABLE IF NOT EXISTS needs
 		// CREATE on the schema even when the table exists, which a role
 		// granted only the rows lacks, and serve migrates at every start.
-		var exists bool
-		if err := tx.QueryRow(ctx, migrationExistsSQL).Scan(&exists); err != nil {
+		exists, err := migrationExists(ctx, tx)
+		if err != nil {
 			return err
 		}
 		if !exists {
@@ -110,6 +110,29 @@ func (s *Store) migrateOnce(ctx context.Context, all []ferry.Migration) error {
 		}
 		return nil
 	})
+}
+
+// migrationExists reports whether the migration ledger exists in the
+// schema Migrate creates it in; errNoSchema without one.
+func migrationExists(ctx context.Context, tx pgx.Tx) (bool, error) {
+	var schema, exists bool
+	var searchPath string
+	if err := tx.QueryRow(ctx, migrationExistsSQL).Scan(&schema, &searchPath, &exists); err != nil {
+		return false, err
+	}
+	if !schema {
+		return false, errNoSchema(searchPath)
+	}
+	return exists, nil
+}
+
+// errNoSchema is ferry.ErrMisconfigured for a session whose search_path
+// names no schema that exists and the role may use: Migrate has nowhere
+// to create the tables (PostgreSQL's "no schema has been selected to
+// create in") and nothing else finds them.
+func errNoSchema(searchPath string) error {
+	return fmt.Errorf("%w: the search_path (%s) names no schema that exists and this role has USAGE on: create it (CREATE SCHEMA name AUTHORIZATION role), or set search_path in the URL's query to the schema Ferry's tables are in",
+		ferry.ErrMisconfigured, searchPath)
 }
 
 // lockTimedOut reports whether err is PostgreSQL's lock_not_available
@@ -148,8 +171,8 @@ func (s *Store) MigratePlan(ctx context.Context) ([]ferry.MigrationStep, error) 
 			return err
 		}
 		var applied []int
-		var exists bool
-		if err := tx.QueryRow(ctx, migrationExistsSQL).Scan(&exists); err != nil {
+		exists, err := migrationExists(ctx, tx)
+		if err != nil {
 			return err
 		}
 		if exists {

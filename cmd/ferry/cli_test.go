@@ -165,6 +165,28 @@ func TestMigrateDryRunOnUnreachablePostgres(t *testing.T) {
 	}
 }
 
+// A search_path naming no schema that exists is store.url's to fix: migrate,
+// its dry run and serve stop with exit 2 naming it (migrate exited 1 with
+// PostgreSQL's "no schema has been selected to create in", and the dry run
+// planned every migration).
+func TestNoSchemaStopsEveryCommand(t *testing.T) {
+	t.Parallel()
+	cfg := writeCLIConfig(t, pgtest.ConnString("ferry_no_such_schema"), "")
+	want := func(what, stdout, stderr string, code int) {
+		t.Helper()
+		if code != exitUsage || !strings.Contains(stderr, "store.url: ") || !strings.Contains(stderr, "the search_path (ferry_no_such_schema) names no schema that exists") ||
+			strings.Contains(stdout, "pending") {
+			t.Errorf("%s: exit %d, want %d naming store.url and the search_path\n%s%s", what, code, exitUsage, stdout, stderr)
+		}
+	}
+	for _, args := range [][]string{{"migrate", "--dry-run"}, {"migrate"}} {
+		stdout, stderr, code := runFerry(t, append(args, "--config", cfg)...)
+		want(strings.Join(args, " "), stdout, stderr, code)
+	}
+	stderr, code := serveRefused(t, cfg, "--role", "receiver", "--listen", "127.0.0.1:0")
+	want("serve", "", stderr, code)
+}
+
 // A PostgreSQL (or a proxy in front of it) that takes the connection and
 // never answers fails a command after storeConnectTimeout, saying so, rather
 // than holding it for as long as TCP lets it.

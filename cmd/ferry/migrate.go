@@ -44,7 +44,7 @@ will do.`)
 	if *dryRun {
 		steps, err := st.MigratePlan(ctx)
 		if err != nil {
-			return err
+			return storeRefused(err)
 		}
 		printPlan(steps)
 		return nil
@@ -54,7 +54,7 @@ will do.`)
 	// message plain; Migrate reports what is wrong.
 	pending, planErr := st.MigratePlan(ctx)
 	if err := st.Migrate(ctx); err != nil {
-		return err
+		return storeRefused(err) // a search_path naming no schema: store.url's to fix
 	}
 	if planErr == nil && len(pending) > 0 {
 		fmt.Printf("ferry: applied %d migration(s): %s; schema up to date\n", len(pending), strings.Join(stepNames(pending), ", "))

@@ -9,7 +9,8 @@
 -- verdicts, operator actions, purges, stats and the migration plan every
 -- start reads. Not migrations or the archive's partition maintenance,
 -- which need the owner (docs/deploy.md); nextval takes USAGE or UPDATE on
--- the sequence.
+-- the sequence. And whether the search_path names no schema that exists
+-- and the role may use, with the search_path.
 WITH home AS (
     SELECT relnamespace AS nsp FROM pg_class WHERE oid = to_regclass('ferry_event')
 ),
@@ -68,4 +69,5 @@ SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on',
        coalesce((SELECT string_agg(format('GRANT %s ON %s %s TO %I', privileges, kind, object, current_user), '; ' ORDER BY first)
                    FROM (SELECT kind, object, string_agg(privilege, ', ' ORDER BY ord) AS privileges, min(ord) AS first
                            FROM lacking GROUP BY kind, object) AS g), ''),
-       quote_ident(current_user)
+       quote_ident(current_user),
+       current_schema() IS NULL, current_setting('search_path')
