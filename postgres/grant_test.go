@@ -118,13 +118,19 @@ func asOwner(t *testing.T, sql string) {
 // a role every table and sequence: Ping passes it, and it works.
 func TestPingPassesTheAllDataRoles(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s, _, _, _ := asRole(t, "alldata", withSetup("GRANT pg_read_all_data, pg_write_all_data TO %s"))
+	wantWritable(t, s, "as pg_read_all_data and pg_write_all_data")
+}
+
+// wantWritable wants Ping to pass and a receipt to be stored.
+func wantWritable(t *testing.T, s *postgres.Store, when string) {
+	t.Helper()
+	ctx := context.Background()
 	if err := s.Ping(ctx); err != nil {
-		t.Fatalf("Ping as pg_read_all_data and pg_write_all_data = %v, want nil", err)
+		t.Fatalf("Ping %s = %v, want nil", when, err)
 	}
 	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte(`{}`)}); err != nil {
-		t.Fatalf("EventReceive as pg_read_all_data and pg_write_all_data: %v", err)
+		t.Fatalf("EventReceive %s: %v", when, err)
 	}
 }
 
@@ -186,12 +192,7 @@ func TestPingRecoversOnceTheStoreCanWrite(t *testing.T) {
 	if _, err := pool.Exec(ctx, "ALTER ROLE "+role+" RESET default_transaction_read_only"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Ping(ctx); err != nil {
-		t.Fatalf("Ping once the setting is reset = %v, want nil", err)
-	}
-	if _, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e", Payload: []byte(`{}`)}); err != nil {
-		t.Fatalf("EventReceive once the setting is reset: %v", err)
-	}
+	wantWritable(t, s, "once the setting is reset")
 }
 
 // A schema whose name has capitals migrates, and then plans nothing: the
