@@ -55,12 +55,13 @@ type apiClient struct {
 	limitWait time.Duration
 	// authorize sets the request's credentials.
 	authorize func(ctx context.Context, req *http.Request) error
-	// dated, when set, is given the Date of every answer that has one.
+	// dated, when set, is given the Date of every answer that has one and
+	// is the API's own (JSON, not a 5xx).
 	dated func(date time.Time)
-	// reauthorize, when set, is asked after a 401 whether the request may
+	// reauthorize, when set, is asked after a 401 to req whether it may
 	// pass if sent again at once (a credential it has renewed); it is
 	// asked once a request.
-	reauthorize func() bool
+	reauthorize func(req *http.Request) bool
 	// now and pause are the clock the rate, backoff and waits run on:
 	// time.Now and sleep, or a test's fake clock.
 	now   func() time.Time
@@ -227,12 +228,11 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 		}
 		resp, err := c.http.Do(req)
 		var retryAfter time.Duration
+		var date time.Time // the answer's Date; zero without one
 		if err == nil {
-			if date, dateErr := http.ParseTime(resp.Header.Get("Date")); dateErr == nil {
+			if d, dateErr := http.ParseTime(resp.Header.Get("Date")); dateErr == nil {
+				date = d
 				observeDate(ctx, date)
-				if c.dated != nil {
-					c.dated(date)
-				}
 			}
 		}
 		if err != nil {
@@ -246,6 +246,9 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 		} else {
 			data, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 			resp.Body.Close()
+			if c.dated != nil && !date.IsZero() && resp.StatusCode < 500 && readErr == nil && json.Valid(data) {
+				c.dated(date) // the API's own answer: not a proxy's or gateway's page
+			}
 			switch {
 			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil && len(data) > maxBody:
 				return nil, nil, fmt.Errorf("%s %s: %w", method, path, errTooLarge)
@@ -256,7 +259,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				return data, resp.Header, nil
 			case readErr != nil:
 				err = fmt.Errorf("%s %s: read: %w", method, path, readErr)
-			case resp.StatusCode == http.StatusUnauthorized && !asked && c.reauthorize != nil && c.reauthorize():
+			case resp.StatusCode == http.StatusUnauthorized && !asked && c.reauthorize != nil && c.reauthorize(req):
 				asked = true
 				continue
 			default:
@@ -270,7 +273,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				retryAfter = wait
 			}
 		}
-		if try == maxTries {
+		if try >= maxTries { // >=: a resend after a 401 counts as a try
 			return nil, nil, fmt.Errorf("after %d tries: %w", try, err)
 		}
 		delay := retryAfter

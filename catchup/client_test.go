@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -44,6 +45,16 @@ func (f *fakeAPIClock) longest() time.Duration {
 		most = max(most, d)
 	}
 	return most
+}
+
+// threeEventsOnFakeClock is a Stripe bundle that lists three events, its
+// API client on a fake clock.
+func threeEventsOnFakeClock(t *testing.T) (*stripeBundle, *apiClient, *fakeAPIClock) {
+	t.Helper()
+	b := setupStripe(t, StripeOptions{})
+	b.fake.add(3, base.Add(-30*time.Minute), "a")
+	client := b.runner.Reconciler.(*Stripe).client
+	return b, client, useFakeClock(client)
 }
 
 func TestAPIClient(t *testing.T) {
@@ -94,9 +105,7 @@ func TestAPIClient(t *testing.T) {
 	// which the next interval retries, rather than hold it.
 	t.Run("WaitPastMaxWaitFailsThePass", func(t *testing.T) {
 		t.Parallel()
-		b := setupStripe(t, StripeOptions{})
-		b.fake.add(3, base.Add(-30*time.Minute), "a")
-		clock := useFakeClock(b.runner.Reconciler.(*Stripe).client)
+		b, _, clock := threeEventsOnFakeClock(t)
 		b.fake.fail = func(n int, w http.ResponseWriter, _ *http.Request) bool {
 			if n > 1 {
 				return false
@@ -114,6 +123,61 @@ func TestAPIClient(t *testing.T) {
 		}
 		if most := clock.longest(); most >= maxWait {
 			t.Fatalf("the client waited %v", most)
+		}
+	})
+
+	// A resend after a 401 (reauthorize: a JWT signed anew) counts as a
+	// try: a 401 on the last try, then rate limits, still end the request
+	// after maxTries + 1 sends, rather than retry until the pass times out.
+	t.Run("ResendAfter401CountsAsATry", func(t *testing.T) {
+		t.Parallel()
+		b, client, _ := threeEventsOnFakeClock(t)
+		client.reauthorize = func(*http.Request) bool { return true }
+		b.fake.fail = func(n int, w http.ResponseWriter, _ *http.Request) bool {
+			switch {
+			case n < maxTries:
+				w.WriteHeader(http.StatusInternalServerError)
+			case n == maxTries:
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"error":{"message":"expired"}}`))
+			default:
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+			}
+			return true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a backstop: the bug retried until it
+		defer cancel()
+		_, err := b.runner.Pass(ctx, PassOptions{})
+		if n := len(b.fake.requests.all()); err == nil || n != maxTries+1 || !strings.Contains(err.Error(), "HTTP 429") {
+			t.Fatalf("%d requests, err = %v; want %d, failing on the 429", n, err, maxTries+1)
+		}
+	})
+
+	// Only the API's own answers tell its clock: a gateway's 5xx page, or
+	// a page that is not JSON, may carry its own host's Date.
+	t.Run("DatedOnlyByTheAPIsAnswers", func(t *testing.T) {
+		t.Parallel()
+		b, client, _ := threeEventsOnFakeClock(t)
+		var mu sync.Mutex
+		var dates []time.Time
+		client.dated = func(d time.Time) { mu.Lock(); defer mu.Unlock(); dates = append(dates, d) }
+		gateway := base.Add(time.Hour)
+		b.fake.fail = func(n int, w http.ResponseWriter, _ *http.Request) bool {
+			if n > 2 {
+				return false
+			}
+			w.Header().Set("Date", gateway.Format(http.TimeFormat))
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader([]int{http.StatusBadGateway, http.StatusTooManyRequests}[n-1])
+			_, _ = w.Write([]byte("<html>gateway</html>"))
+			return true
+		}
+		b.pass(t, PassOptions{})
+		mu.Lock()
+		defer mu.Unlock()
+		if len(dates) == 0 || slices.ContainsFunc(dates, func(d time.Time) bool { return d.Equal(gateway) }) {
+			t.Fatalf("dated by %v; want the API's answers' Dates only, not the gateway's %v", dates, gateway)
 		}
 	})
 

@@ -355,14 +355,14 @@ func (g *GitHub) dated(date time.Time) {
 	g.offset = date.Sub(g.now())
 }
 
-// misdated reports, after a 401, whether the cached JWT was dated by a
-// clock further from GitHub's than its slack, as the 401's own Date shows;
-// it is then signed anew before the request is sent again. Any other 401
-// is the credentials'.
-func (g *GitHub) misdated() bool {
+// misdated reports, after a 401 to req, whether req carried the cached JWT
+// and it was dated by a clock further from GitHub's than half its slack,
+// as the 401's own Date shows; it is then signed anew before req is sent
+// again. Any other 401 is the credentials'.
+func (g *GitHub) misdated(req *http.Request) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.jwt == "" || (g.offset-g.jwtOffset).Abs() < jwtSlack/2 {
+	if g.jwt == "" || req.Header.Get("Authorization") != "Bearer "+g.jwt || (g.offset-g.jwtOffset).Abs() < jwtSlack/2 {
 		return false
 	}
 	g.jwtExpiry = time.Time{}

@@ -775,6 +775,27 @@ func TestGitHub(t *testing.T) {
 		}
 	})
 
+	// A 401 to a request that carried the installation token, not the
+	// JWT, is the token's: it is not sent again, however far GitHub's
+	// clock has moved since the JWT was signed.
+	t.Run("AppTokenRefusedIsNotResent", func(t *testing.T) {
+		t.Parallel()
+		key, pemKey := appKey(t)
+		b := setupGitHub(t, GitHubOptions{AppID: "12345", PrivateKey: pemKey, InstallationID: "678",
+			Now: func() time.Time { return base }}) // the host's clock stays
+		b.appExchange(&key.PublicKey)
+		b.pass(t, PassOptions{})
+		b.now = b.now.Add(45 * time.Second) // GitHub's clock moves on, the host's stays
+		b.fake.auth = func(*http.Request) bool { return false }
+		before := len(b.fake.requests.all())
+		if _, err := b.runner.Pass(context.Background(), PassOptions{}); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			t.Fatalf("err = %v, want the 401", err)
+		}
+		if n := len(b.fake.requests.all()) - before; n != 1 {
+			t.Fatalf("%d requests after the token was refused, want 1: not sent again", n)
+		}
+	})
+
 	// The App's JWT and installation token are reused until they near
 	// expiry, and each new one replaces its predecessor among the secrets
 	// scrubbed from errors: the list stays short however long serve runs.
