@@ -416,9 +416,11 @@ func (p *EventReleaseParams) Validate() error { return p.Lease.Validate() }
 // defaulted (dead and unknown in bulk; done, dead and unknown by IDs) and
 // stripped of pending and in_progress, which are never requeued; the
 // filters (Source, Type, Since, Until, EventIDContains, Before) cleared
-// when IDs name the events, and a negative Before made 0. It refuses a
-// missing Actor, an unknown state, an ID that is not positive, an Until
-// before Since, and text (actor, filters) that is not UTF-8 without NUL.
+// when IDs name the events (Runnable stays: it narrows both), and a
+// negative Before made 0. It refuses a missing Actor, an unknown state, an
+// ID that is not positive, an Until before Since, and text (actor,
+// filters, runnable sources) that is empty where it names something or is
+// not UTF-8 without NUL.
 // The copy's States may be empty: nothing to requeue.
 func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 	if err := requiredText("actor (who asks for the requeue)", p.Actor); err != nil {
@@ -429,6 +431,11 @@ func (p *EventRequeueParams) Normalize() (*EventRequeueParams, error) {
 	}
 	for _, id := range p.IDs {
 		if err := validID(id); err != nil {
+			return nil, err
+		}
+	}
+	for _, source := range p.Runnable {
+		if err := requiredText("runnable source", source); err != nil {
 			return nil, err
 		}
 	}

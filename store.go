@@ -622,6 +622,12 @@ type EventRequeueParams struct {
 	// unknown for a bulk requeue, and done, dead and unknown for IDs. Pending
 	// and in_progress are never requeued.
 	States []State
+	// Runnable, when not empty, takes only events of these sources, by IDs
+	// or in bulk: the sources a worker runs (ferry's, those in the config).
+	// An event of another source, one taken out of the config, would stay
+	// pending for good, with no at-risk age to show it. Empty takes every
+	// source.
+	Runnable []string
 	// DryRun counts what would be requeued, reading only (no row is
 	// locked or written): the count a confirmation page shows.
 	DryRun bool

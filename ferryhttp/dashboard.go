@@ -48,6 +48,10 @@ type DashboardOptions struct {
 	// Logger gets one line per replay: what, how many and who (the actor
 	// Admin authenticated), never a payload. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Runnable are the sources a worker runs (ferry's: the config's). A
+	// replay takes only their events (ferry.EventRequeueParams.Runnable),
+	// and the dashboard offers it for no other. Empty: every source.
+	Runnable []string
 }
 
 // Dashboard is the operator's web page at /ui/: counts by state and source,
@@ -140,10 +144,18 @@ func parsePages() (*template.Template, error) {
 		"time":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 		"state": func(s ferry.State) string { return string(s) },
 		"count": func(s *ferry.SourceStats, st string) int { return s.States[ferry.State(st)] },
+		"runs":  runs,
 		"took":  func(a *ferry.Attempt) string { return took(a.FinishedAt.Sub(a.StartedAt)) },
 		"next":  nextAttempt,
 		"shell": shellArg,
 	}).ParseFS(uiFS, "ui/*.html")
+}
+
+// runs reports whether a worker runs source's events, as
+// DashboardOptions.Runnable says: the dashboard offers a replay only then,
+// as the store takes one.
+func runs(runnable []string, source string) bool {
+	return len(runnable) == 0 || slices.Contains(runnable, source)
 }
 
 // shellArg quotes s as one POSIX shell word, for a command an operator
@@ -177,18 +189,19 @@ type page interface{ frame() *chrome }
 // ferry.js refreshes.
 type overviewData struct {
 	chrome
-	Stats   *ferry.EventStats
-	Totals  map[ferry.State]int
-	States  []ferry.State
-	Sources []string
-	Events  []*ferry.Event
-	Filter  filter
-	Older   string // the older page's URL, or ""
-	Newer   string // the newer page's URL, or ""
-	Replay  string // the bulk replay confirmation of this filter
-	Flash   string
-	Error   string // a filter that cannot be used, said plainly
-	AtRisk  func(*ferry.Event) bool
+	Runnable []string // DashboardOptions.Runnable
+	Stats    *ferry.EventStats
+	Totals   map[ferry.State]int
+	States   []ferry.State
+	Sources  []string
+	Events   []*ferry.Event
+	Filter   filter
+	Older    string // the older page's URL, or ""
+	Newer    string // the newer page's URL, or ""
+	Replay   string // the bulk replay confirmation of this filter
+	Flash    string
+	Error    string // a filter that cannot be used, said plainly
+	AtRisk   func(*ferry.Event) bool
 }
 
 // filter is what the overview's form selects, as the query string carries
@@ -282,7 +295,7 @@ func (f filter) requeue() (*ferry.EventRequeueParams, error) {
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	data := overviewData{chrome: chrome{Title: "Events"}, Filter: filterOf(q), Flash: flashOf(q)}
+	data := overviewData{chrome: chrome{Title: "Events"}, Runnable: d.opts.Runnable, Filter: filterOf(q), Flash: flashOf(q)}
 	if d.opts.Refresh > 0 {
 		data.Refresh = d.opts.Refresh.Milliseconds()
 	}
@@ -441,7 +454,7 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 		Event:  e, Now: stats.Now, AtRisk: d.atRisk(stats.Now)(e), Attempts: attempts,
 		Actions: actions, Replays: replays, ReplaysNotKept: max(e.Replays-len(replays), 0),
 		PayloadLen: len(e.Payload), Flash: flashOf(r.URL.Query()),
-		Replayable: e.State.Terminal(),
+		Replayable: e.State.Terminal() && runs(d.opts.Runnable, e.Source),
 		Retryable:  e.State == ferry.StatePending && e.NextAttemptAt.After(stats.Now),
 		Resolvable: e.State == ferry.StateDead || e.State == ferry.StateUnknown,
 	}
@@ -524,7 +537,7 @@ func prettyPayload(payload []byte, limit int) (string, bool) {
 // own on an operator's screen.
 var flashes = map[string]string{
 	"replayed":             "replayed: the event is pending and a worker will take it",
-	"not_replayed":         "not replayed: the event is already pending or running",
+	"not_replayed":         "not replayed: the event is already pending or running, or its source is not configured",
 	"due":                  "due now: a worker will take it at once",
 	"not_due":              "not changed: the event is not waiting for a retry",
 	"resolved":             "resolved: the event is done and will not run again",
@@ -688,6 +701,7 @@ func (d *Dashboard) replayMany(w http.ResponseWriter, r *http.Request) {
 // the one place that hands the store who asked for it.
 func (d *Dashboard) requeue(ctx context.Context, actor string, params *ferry.EventRequeueParams) (int, error) {
 	params.Actor = actor // kept with each requeued event (Store.ActionList)
+	params.Runnable = d.opts.Runnable
 	return d.opts.Store.EventRequeue(ctx, params)
 }
 

@@ -905,6 +905,35 @@ func TestDashboardBulkReplay(t *testing.T) {
 	}
 }
 
+// TestDashboardReplaysOnlyRunnableSources: a source no worker runs (taken
+// out of the config) is offered no replay, and a replay posted anyway,
+// of one event or in bulk, leaves its events as they are: pending, none
+// would ever run.
+func TestDashboardReplaysOnlyRunnableSources(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{Runnable: []string{"github"}}, ferryhttp.AdminOptions{})
+	ctx := context.Background()
+	dead := b.ids["evt_dead"] // stripe's
+	if body := page(t, b, "/ui/"); strings.Contains(body, `/ui/replay?source=stripe&amp;state=dead`) {
+		t.Errorf("the overview offers to replay stripe's dead events:\n%s", body)
+	}
+	if body := page(t, b, "/ui/events/"+itoa(dead)); strings.Contains(body, `id="replay"`) {
+		t.Errorf("the event page of a source no worker runs offers a replay:\n%s", body)
+	}
+	if body := postAction(t, b, dead, "replay", "confirm=yes"); !strings.Contains(body, "its source is not configured") {
+		t.Errorf("a replay posted anyway:\n%s", body)
+	}
+	if body := page(t, b, "/ui/replay?state=dead"); !strings.Contains(body, "No event this filter selects can be replayed") {
+		t.Errorf("the bulk replay of every source counts stripe's:\n%s", body)
+	}
+	if code, body := postBulkReplay(t, b, "state=dead&upto=1000000"); code != 200 || !strings.Contains(body, "replayed 0 events") {
+		t.Errorf("bulk replay: %d\n%s", code, body)
+	}
+	if e, _ := b.store.EventGet(ctx, &ferry.EventGetParams{ID: dead}); e.State != ferry.StateDead {
+		t.Errorf("stripe's dead event is %s, want dead", e.State)
+	}
+}
+
 // TestDashboardBulkReplayNeedsUpto: a bulk replay without the
 // confirmation's bound is refused, not run on everything the filter selects.
 func TestDashboardBulkReplayNeedsUpto(t *testing.T) {

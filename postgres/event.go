@@ -136,6 +136,7 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 		"now":           s.nowArg(),
 		"states":        stateStrings(params.States),
 		"ids":           nonNil(params.IDs),
+		"runnable":      nonNil(params.Runnable),
 		"source":        params.Source,
 		"type":          params.Type,
 		"since":         timeArg(params.Since),

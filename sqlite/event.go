@@ -209,7 +209,7 @@ func (s *Store) EventRequeue(ctx context.Context, params *ferry.EventRequeuePara
 	// filters where IDs name the events.
 	where, match := eventFilter(params.Source, params.Type, params.States, params.Since, params.Until, params.EventIDContains, params.Before)
 	filter := strings.Join(where, "\nAND ")
-	match = append(match, sql.Named("ids", jsonArray(params.IDs)))
+	match = append(match, sql.Named("ids", jsonArray(params.IDs)), sql.Named("runnable", jsonArray(params.Runnable)))
 	var n int
 	if params.DryRun {
 		// A dry run counts by the requeue's own rule and only reads, on a

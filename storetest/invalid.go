@@ -177,6 +177,10 @@ func testInvalidParams[TX any](t *testing.T, setup func(*testing.T) *bundle[TX])
 		}},
 		{"ActionList", func() error { _, err := s.ActionList(ctx, &ferry.ActionListParams{}); return err }},
 		{"ReplayList", func() error { _, err := s.ReplayList(ctx, &ferry.ReplayListParams{}); return err }},
+		{"EventRequeue/EmptyRunnableSource", func() error {
+			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{Runnable: []string{"stripe", ""}, Actor: "op"})
+			return err
+		}},
 		{"EventRequeue/BadID", func() error {
 			_, err := s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{0}, Actor: "op"})
 			return err

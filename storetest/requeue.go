@@ -85,6 +85,36 @@ func testRequeue[TX any](t *testing.T, setup func(*testing.T) *bundle[TX], readO
 		wantState(t, b, other, ferry.StateDead)
 	})
 
+	// Runnable narrows a requeue, bulk or by IDs, and its dry run, to the
+	// sources a worker runs: another source's event would stay pending.
+	run(t, setup, "OnlyRunnableSources", func(t *testing.T, b *bundle[TX]) {
+		stripe := receive(t, b, "stripe", "d")
+		retired := receive(t, b, "retired", "d")
+		for range 2 {
+			lease := claimOne(t, b, "w1").Event.Lease()
+			if _, err := b.store.EventFail(b.ctx, &ferry.EventFailParams{Lease: lease, Dead: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range []*ferry.EventRequeueParams{
+			{IDs: []int64{retired}, Runnable: []string{"stripe", "github"}, Actor: "op"},
+			{Runnable: []string{"stripe", "github"}, DryRun: true, Actor: "op"},
+		} {
+			if n, err := b.store.EventRequeue(b.ctx, p); err != nil || n != 1-len(p.IDs) {
+				t.Fatalf("requeue %+v = %d, %v; want %d: only the runnable source's", p, n, err, 1-len(p.IDs))
+			}
+		}
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{Runnable: []string{"stripe"}, Actor: "op"}); err != nil || n != 1 {
+			t.Fatalf("bulk requeue of stripe's = %d, %v; want 1", n, err)
+		}
+		wantState(t, b, stripe, ferry.StatePending)
+		wantState(t, b, retired, ferry.StateDead)
+		// Without Runnable, any source.
+		if n, err := b.store.EventRequeue(b.ctx, &ferry.EventRequeueParams{IDs: []int64{retired}, Actor: "op"}); err != nil || n != 1 {
+			t.Fatalf("requeue by id without Runnable = %d, %v; want 1", n, err)
+		}
+	})
+
 	run(t, setup, "RequeueRestartsBudgetAndAge", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		fail := func() ferry.State {

@@ -640,7 +640,8 @@ it is (the others are still replayed).`)
 		return usagef("--actor is empty: name who asks for the replay")
 	}
 	// A replayed event waits for a worker: its source must be configured,
-	// named by --source or by SOURCE.
+	// named by --source or by SOURCE (a usage error), and the store takes
+	// only configured sources' events (Runnable).
 	named := *source
 	if !bulk {
 		named = positional[0]
@@ -652,7 +653,8 @@ it is (the others are still replayed).`)
 	defer env.close()
 
 	if bulk {
-		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}, Actor: *actor, DryRun: *dryRun})
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{Source: *source, States: []ferry.State{ferry.State(*state)}, Actor: *actor, DryRun: *dryRun,
+			Runnable: env.cfg.SourceNames()})
 		if err != nil {
 			return err
 		}
@@ -668,7 +670,7 @@ it is (the others are still replayed).`)
 		done, refused = "would replay", "would not replay, already queued or running"
 	}
 	return eachNamed(ctx, env.store, out, "replay", done, refused, positional, func(e *ferry.Event) (bool, error) {
-		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}, Actor: *actor, DryRun: *dryRun})
+		n, err := env.store.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{e.ID}, Actor: *actor, DryRun: *dryRun, Runnable: env.cfg.SourceNames()})
 		return n > 0, err
 	})
 }
