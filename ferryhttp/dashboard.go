@@ -96,6 +96,10 @@ func NewDashboard(opts DashboardOptions) (*Dashboard, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	// The requeue's own check, once: a bad name would fail every replay.
+	if _, err := (&ferry.EventRequeueParams{Actor: "dashboard", Runnable: opts.Runnable}).Normalize(); err != nil {
+		return nil, fmt.Errorf("ferryhttp: DashboardOptions.Runnable: %w", err)
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -623,8 +627,10 @@ type replayData struct {
 	Filter filter
 	Hidden map[string]string // the filter, for the confirming POST
 	States []ferry.State     // the states the replay takes
-	Count  int
-	Back   string
+	// Runnable are the only sources it takes (DashboardOptions.Runnable).
+	Runnable []string
+	Count    int
+	Back     string
 }
 
 // replayConfirm counts what a bulk replay of the filter would take (a dry
@@ -659,7 +665,7 @@ func (d *Dashboard) replayConfirm(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, "count replay", err)
 		return
 	}
-	data := replayData{chrome: chrome{Title: "Replay"}, Filter: f, Hidden: map[string]string{}, States: norm.States, Count: n, Back: f.url("/ui/")}
+	data := replayData{chrome: chrome{Title: "Replay"}, Filter: f, Hidden: map[string]string{}, States: norm.States, Runnable: d.opts.Runnable, Count: n, Back: f.url("/ui/")}
 	for k := range f.values() {
 		data.Hidden[k] = f.values().Get(k)
 	}

@@ -142,7 +142,16 @@ func newReq(t *testing.T, method, url string, body io.Reader) *http.Request {
 func TestAdminConstructorsRefuseWithErrInvalidParams(t *testing.T) {
 	t.Parallel()
 	var typedNil *sqlite.Store
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "ferry.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
 	for name, build := range map[string]func() error{
+		"dashboard with an empty runnable source": func() error { // every replay would fail on it
+			_, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{Store: st, Runnable: []string{"stripe", ""}})
+			return err
+		},
 		"dashboard without a store": func() error { _, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{}); return err },
 		"dashboard on a typed nil store": func() error {
 			_, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{Store: typedNil})
@@ -923,8 +932,15 @@ func TestDashboardReplaysOnlyRunnableSources(t *testing.T) {
 	if body := postAction(t, b, dead, "replay", "confirm=yes"); !strings.Contains(body, "its source is not configured") {
 		t.Errorf("a replay posted anyway:\n%s", body)
 	}
-	if body := page(t, b, "/ui/replay?state=dead"); !strings.Contains(body, "No event this filter selects can be replayed") {
-		t.Errorf("the bulk replay of every source counts stripe's:\n%s", body)
+	if body := page(t, b, "/ui/?source=stripe"); strings.Contains(body, `id="replay-filter"`) {
+		t.Errorf("the list of stripe's events offers to replay them:\n%s", body)
+	}
+	if body := page(t, b, "/ui/?source=github"); !strings.Contains(body, `id="replay-filter"`) {
+		t.Errorf("the list of github's events offers no replay:\n%s", body)
+	}
+	if body := page(t, b, "/ui/replay?state=dead"); !strings.Contains(body, "No event this filter selects can be replayed") ||
+		!strings.Contains(body, `id="replay-runnable">github: the configured ones`) {
+		t.Errorf("the bulk replay of every source counts stripe's, or does not say it takes github's alone:\n%s", body)
 	}
 	if code, body := postBulkReplay(t, b, "state=dead&upto=1000000"); code != 200 || !strings.Contains(body, "replayed 0 events") {
 		t.Errorf("bulk replay: %d\n%s", code, body)

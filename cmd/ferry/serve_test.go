@@ -516,6 +516,48 @@ func TestServe(t *testing.T) {
 	})
 }
 
+// TestServeDashboardReplaysOnlyConfiguredSources: serve's dashboard takes
+// the config's sources as the ones a worker runs, so a source taken out of
+// the config is offered no replay, and one posted anyway leaves its event
+// dead rather than pending for good.
+func TestServeDashboardReplaysOnlyConfiguredSources(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbPath := filepath.Join(t.TempDir(), "ferry.db")
+	st := teststore.OpenSQLite(t, dbPath, nil)
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "retired", EventID: "evt_r", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "seed", Limit: 1, TTL: time.Minute, Sources: []string{"retired"}})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim = %v, %v", claims, err)
+	}
+	if _, err := st.EventFail(ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Dead: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
+	p := startServe(t, writeConfig(t, "sqlite:"+dbPath, appSrv.URL, "")) // stripe alone
+	if code, body := testhttp.Get(t, "http://"+p.admin+"/ui/"); code != 200 || !strings.Contains(body, "retired") || strings.Contains(body, "/ui/replay?source=retired") {
+		t.Fatalf("/ui/: %d, want the retired source listed with no replay offered\n%s", code, body)
+	}
+	req, err := http.NewRequest("POST", "http://"+p.admin+"/ui/events/"+fmt.Sprint(res.ID)+"/replay", strings.NewReader("confirm=yes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	if code, body := testhttp.Do(t, req); code != 200 || !strings.Contains(body, "not replayed") {
+		t.Fatalf("replay posted anyway: %d\n%s", code, body)
+	}
+	if e, err := st.EventGet(ctx, &ferry.EventGetParams{ID: res.ID}); err != nil || e.State != ferry.StateDead {
+		t.Fatalf("the retired source's event: %+v, %v; want dead", e, err)
+	}
+}
+
 // TestServeAdminSurface: the public listener serves only what a provider
 // needs; the dashboard, its actions and /metrics answer on the admin
 // listener alone, which needs credentials off loopback.
