@@ -701,6 +701,18 @@ func TestEventsShowExpiredLease(t *testing.T) {
 	}
 }
 
+// A filter the store refuses (not UTF-8) is bad usage, exit 2 with the
+// store's reason, as the dashboard answers it 400: asking again fails
+// again, so a script must not take it for a failure to retry.
+func TestEventsListRefusedFilterIsUsage(t *testing.T) {
+	t.Parallel()
+	cfg, _ := cliStores()[0].migrated(t)
+	_, stderr, code := runFerry(t, "events", "list", "--config", cfg, "--id", "\xff")
+	if code != exitUsage || !strings.Contains(stderr, "is not UTF-8 text without NUL") {
+		t.Fatalf("list --id \\xff: exit %d, want %d with the reason\n%s", code, exitUsage, stderr)
+	}
+}
+
 // list --unfinished-attempts lists the events an attempt of which ended
 // without a verdict, done ones too, with the other filters; with --at-risk,
 // another list, it is a usage error.

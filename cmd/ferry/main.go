@@ -163,7 +163,8 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &e):
 		return e.code
-	case errors.As(err, &u), errors.Is(err, errConfig), errors.Is(err, errUpgrade), errors.Is(err, ferry.ErrSchemaNewer):
+	case errors.As(err, &u), errors.Is(err, errConfig), errors.Is(err, errUpgrade), errors.Is(err, ferry.ErrSchemaNewer),
+		errors.Is(err, ferry.ErrInvalidParams): // input the store refuses, as the dashboard's 400: asking again fails again
 		return exitUsage
 	}
 	return exitFailed
