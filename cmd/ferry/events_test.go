@@ -510,17 +510,7 @@ func TestUnknownSourceFlag(t *testing.T) {
 	// A source taken out of the config keeps its events, which a list still
 	// reaches by name; a replay would leave them to no worker.
 	st := teststore.OpenSQLite(t, dbPath, nil)
-	ctx := context.Background()
-	if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "retired", EventID: "evt_old", Payload: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
-	if err != nil || len(claims) != 1 {
-		t.Fatalf("claim: %v, %v", claims, err)
-	}
-	if _, err := st.EventFail(ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Error: "gone", Dead: true}); err != nil {
-		t.Fatal(err)
-	}
+	deadEvent(t, st, "retired", "evt_old", "gone")
 	// doctor names the source and its dead event, fails on it as on a
 	// configured source's, and sends no one to a replay it would refuse.
 	if out, _, code := runFerry(t, "doctor", "--config", cfg); code != exitProblems ||

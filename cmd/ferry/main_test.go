@@ -278,6 +278,26 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
+// deadEvent stores source's eventID in st and has it fail dead, with
+// errText as its last error; it returns the event's row id. st holds no
+// other claimable event of source.
+func deadEvent(t *testing.T, st ferry.Store, source, eventID, errText string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: source, EventID: eventID, Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "seed", Limit: 1, TTL: time.Minute, Sources: []string{source}})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim: %v, %v", claims, err)
+	}
+	if _, err := st.EventFail(ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Error: errText, Dead: true}); err != nil {
+		t.Fatal(err)
+	}
+	return res.ID
+}
+
 func eventState(t *testing.T, st ferry.Store, eventID string) *ferry.Event {
 	t.Helper()
 	ev, err := st.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: eventID})

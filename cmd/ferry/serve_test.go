@@ -528,23 +528,13 @@ func TestServeDashboardReplaysOnlyConfiguredSources(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "retired", EventID: "evt_r", Payload: []byte(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "seed", Limit: 1, TTL: time.Minute, Sources: []string{"retired"}})
-	if err != nil || len(claims) != 1 {
-		t.Fatalf("claim = %v, %v", claims, err)
-	}
-	if _, err := st.EventFail(ctx, &ferry.EventFailParams{Lease: claims[0].Event.Lease(), Dead: true}); err != nil {
-		t.Fatal(err)
-	}
+	id := deadEvent(t, st, "retired", "evt_r", "gone")
 	_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
 	p := startServe(t, writeConfig(t, "sqlite:"+dbPath, appSrv.URL, "")) // stripe alone
 	if code, body := testhttp.Get(t, "http://"+p.admin+"/ui/"); code != 200 || !strings.Contains(body, "retired") || strings.Contains(body, "/ui/replay?source=retired") {
 		t.Fatalf("/ui/: %d, want the retired source listed with no replay offered\n%s", code, body)
 	}
-	req, err := http.NewRequest("POST", "http://"+p.admin+"/ui/events/"+fmt.Sprint(res.ID)+"/replay", strings.NewReader("confirm=yes"))
+	req, err := http.NewRequest("POST", "http://"+p.admin+"/ui/events/"+fmt.Sprint(id)+"/replay", strings.NewReader("confirm=yes"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +543,7 @@ func TestServeDashboardReplaysOnlyConfiguredSources(t *testing.T) {
 	if code, body := testhttp.Do(t, req); code != 200 || !strings.Contains(body, "not replayed") {
 		t.Fatalf("replay posted anyway: %d\n%s", code, body)
 	}
-	if e, err := st.EventGet(ctx, &ferry.EventGetParams{ID: res.ID}); err != nil || e.State != ferry.StateDead {
+	if e, err := st.EventGet(ctx, &ferry.EventGetParams{ID: id}); err != nil || e.State != ferry.StateDead {
 		t.Fatalf("the retired source's event: %+v, %v; want dead", e, err)
 	}
 }
