@@ -152,11 +152,9 @@ const DefaultMaxBodyBytes = 1 << 20
 // DefaultBodyTimeout is ReceiverOptions.BodyTimeout's default.
 const DefaultBodyTimeout = 10 * time.Second
 
-// ReceiveObserver is told of every delivery the receiver answers. Outcome is
-// accepted, duplicate, conflict, replay, rejected or unavailable; reason is the
-// machine-readable reason of a rejection ("bad_signature", ...) or of a 503
-// ("store_unavailable", "store_timeout", "client_gone", "draining",
-// "memory_budget"), or "". Source is the name in the request's path,
+// ReceiveObserver is told of every delivery the receiver answers: its
+// Outcome and, for a rejection or a 503, its Reason (else ""). Source is the
+// name in the request's path,
 // whatever the sender put there (an unknown one is answered 404
 // "unknown_source"): an observer that labels by it folds the names it does
 // not know into one, as package prometheus's Metrics does.
@@ -329,46 +327,86 @@ func sourceName(u *url.URL) (name string, ok bool) {
 // acknowledged that is not committed, draining or not.
 func (r *Receiver) Drain() { r.draining.Store(true) }
 
+// Outcomes of a delivery: the "status" of the receiver's answer, and what
+// ReceiveObserver is told.
+const (
+	OutcomeAccepted    = "accepted"
+	OutcomeDuplicate   = "duplicate"
+	OutcomeConflict    = "conflict"
+	OutcomeReplay      = "replay"
+	OutcomeRejected    = "rejected"
+	OutcomeUnavailable = "unavailable"
+)
+
+// Reasons of a rejected or unavailable delivery: the "error" of the
+// receiver's answer, its log line's reason and ReceiveObserver's. They are
+// stable; alerts and scripts match on them. docs/operations.md says what
+// each one asks of the sender or the operator.
+const (
+	ReasonMissingSignature   = "missing_signature"
+	ReasonMalformedSignature = "malformed_signature"
+	ReasonStaleTimestamp     = "stale_timestamp"
+	ReasonBadSignature       = "bad_signature"
+	ReasonMissingEventID     = "missing_event_id"
+	ReasonBadPayload         = "bad_payload"
+	ReasonBadEventID         = "bad_event_id"
+	ReasonBadEventType       = "bad_event_type"
+	ReasonUnknownSource      = "unknown_source"
+	ReasonBadPath            = "bad_path"
+	ReasonMethodNotAllowed   = "method_not_allowed"
+	ReasonBodyTooLarge       = "body_too_large"
+	ReasonUnreadableBody     = "unreadable_body"
+	ReasonBodyTimeout        = "body_timeout"
+	// The unavailable ones come with Retry-After.
+	ReasonStoreUnavailable = "store_unavailable"
+	ReasonStoreTimeout     = "store_timeout"
+	ReasonDraining         = "draining"
+	ReasonStarting         = "starting"
+	ReasonMemoryBudget     = "memory_budget"
+	ReasonClientGone       = "client_gone"
+)
+
 // answer is one row of the status table: every outcome the receiver can
 // give, with its status and body.
 type answer struct {
 	status  int
-	outcome string // accepted, duplicate, conflict, replay, rejected, unavailable
+	outcome string // one of the Outcome constants
 	reason  string
 	// detail says what to fix, for the sender and the log; never a label.
 	detail string
 }
 
 var (
-	answerAccepted  = answer{http.StatusOK, "accepted", "", ""}
-	answerDuplicate = answer{http.StatusOK, "duplicate", "", ""}
-	answerConflict  = answer{http.StatusOK, "conflict", "", ""}
+	answerAccepted  = answer{http.StatusOK, OutcomeAccepted, "", ""}
+	answerDuplicate = answer{http.StatusOK, OutcomeDuplicate, "", ""}
+	answerConflict  = answer{http.StatusOK, OutcomeConflict, "", ""}
 	// answerReplay is a 2xx: the signature was valid, and any other answer
 	// makes a real provider retry.
-	answerReplay   = answer{http.StatusOK, "replay", "", ""}
-	answerNoSource = answer{http.StatusNotFound, "rejected", "unknown_source", ""}
+	answerReplay   = answer{http.StatusOK, OutcomeReplay, "", ""}
+	answerNoSource = answer{http.StatusNotFound, OutcomeRejected, ReasonUnknownSource, ""}
 	// answerBadPath is a path under /webhooks that is not /webhooks/NAME.
 	// A provider follows no redirect, so it is answered, never redirected
 	// to the clean path (as http.ServeMux would) nor accepted: the sender's
 	// URL is wrong and will stay wrong until someone reads this.
-	answerBadPath = answer{http.StatusNotFound, "rejected", "bad_path",
+	answerBadPath = answer{http.StatusNotFound, OutcomeRejected, ReasonBadPath,
 		"a webhook URL is /webhooks/{source}: one name after /webhooks/, no trailing slash, no empty or dot segment"}
-	answerMethod      = answer{http.StatusMethodNotAllowed, "rejected", "method_not_allowed", ""}
-	answerTooLarge    = answer{http.StatusRequestEntityTooLarge, "rejected", "body_too_large", ""}
-	answerUnreadable  = answer{http.StatusBadRequest, "rejected", "unreadable_body", ""}
-	answerBodyTimeout = answer{http.StatusRequestTimeout, "rejected", "body_timeout", ""}
-	answerNoEventID   = answer{http.StatusBadRequest, "rejected", "missing_event_id", ""}
-	answerBadEventID  = answer{http.StatusBadRequest, "rejected", "bad_event_id", ""}
-	answerBadType     = answer{http.StatusBadRequest, "rejected", "bad_event_type", ""}
-	answerUnavailable = answer{http.StatusServiceUnavailable, "unavailable", "store_unavailable", ""}
-	answerTimeout     = answer{http.StatusServiceUnavailable, "unavailable", "store_timeout", ""}
-	answerDraining    = answer{http.StatusServiceUnavailable, "unavailable", "draining", ""}
-	answerStarting    = answer{http.StatusServiceUnavailable, "unavailable", "starting", ""}
-	answerBusy        = answer{http.StatusServiceUnavailable, "unavailable", "memory_budget", ""}
+	answerMethod       = answer{http.StatusMethodNotAllowed, OutcomeRejected, ReasonMethodNotAllowed, ""}
+	answerTooLarge     = answer{http.StatusRequestEntityTooLarge, OutcomeRejected, ReasonBodyTooLarge, ""}
+	answerUnreadable   = answer{http.StatusBadRequest, OutcomeRejected, ReasonUnreadableBody, ""}
+	answerBodyTimeout  = answer{http.StatusRequestTimeout, OutcomeRejected, ReasonBodyTimeout, ""}
+	answerBadSignature = answer{http.StatusUnauthorized, OutcomeRejected, ReasonBadSignature, ""}
+	answerNoEventID    = answer{http.StatusBadRequest, OutcomeRejected, ReasonMissingEventID, ""}
+	answerBadEventID   = answer{http.StatusBadRequest, OutcomeRejected, ReasonBadEventID, ""}
+	answerBadType      = answer{http.StatusBadRequest, OutcomeRejected, ReasonBadEventType, ""}
+	answerUnavailable  = answer{http.StatusServiceUnavailable, OutcomeUnavailable, ReasonStoreUnavailable, ""}
+	answerTimeout      = answer{http.StatusServiceUnavailable, OutcomeUnavailable, ReasonStoreTimeout, ""}
+	answerDraining     = answer{http.StatusServiceUnavailable, OutcomeUnavailable, ReasonDraining, ""}
+	answerStarting     = answer{http.StatusServiceUnavailable, OutcomeUnavailable, ReasonStarting, ""}
+	answerBusy         = answer{http.StatusServiceUnavailable, OutcomeUnavailable, ReasonMemoryBudget, ""}
 	// answerClientGone is for a sender that hung up while its receipt was
 	// being stored: nobody reads the 503, and the reason keeps the sender's
 	// own timeout from being counted as a store failure.
-	answerClientGone = answer{http.StatusServiceUnavailable, "unavailable", "client_gone", ""}
+	answerClientGone = answer{http.StatusServiceUnavailable, OutcomeUnavailable, ReasonClientGone, ""}
 )
 
 // verifyAnswers maps each verification error to its answer; anything else a
@@ -377,12 +415,12 @@ var verifyAnswers = []struct {
 	err error
 	answer
 }{
-	{ferry.ErrNoSignature, answer{http.StatusUnauthorized, "rejected", "missing_signature", ""}},
-	{ferry.ErrMalformedSignature, answer{http.StatusUnauthorized, "rejected", "malformed_signature", ""}},
-	{ferry.ErrStaleTimestamp, answer{http.StatusUnauthorized, "rejected", "stale_timestamp", ""}},
-	{ferry.ErrBadSignature, answer{http.StatusUnauthorized, "rejected", "bad_signature", ""}},
+	{ferry.ErrNoSignature, answer{http.StatusUnauthorized, OutcomeRejected, ReasonMissingSignature, ""}},
+	{ferry.ErrMalformedSignature, answer{http.StatusUnauthorized, OutcomeRejected, ReasonMalformedSignature, ""}},
+	{ferry.ErrStaleTimestamp, answer{http.StatusUnauthorized, OutcomeRejected, ReasonStaleTimestamp, ""}},
+	{ferry.ErrBadSignature, answerBadSignature},
 	{ferry.ErrNoEventID, answerNoEventID},
-	{ferry.ErrBadPayload, answer{http.StatusBadRequest, "rejected", "bad_payload", ""}},
+	{ferry.ErrBadPayload, answer{http.StatusBadRequest, OutcomeRejected, ReasonBadPayload, ""}},
 	{ferry.ErrBadEventID, answerBadEventID},
 	{ferry.ErrBadEventType, answerBadType},
 }
@@ -392,7 +430,7 @@ var verifyAnswers = []struct {
 // contract). An error of another type gets none: nothing says what its
 // text holds.
 func verifyAnswer(err error) answer {
-	a := answer{http.StatusUnauthorized, "rejected", "bad_signature", ""}
+	a := answerBadSignature
 	for _, va := range verifyAnswers {
 		if errors.Is(err, va.err) {
 			a = va.answer
@@ -438,8 +476,8 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, stored *ferry.EventReceiveResult, latency time.Duration, storeErr error) {
 	level := slog.LevelInfo
 	countedOnly := stored.CountedOnly
-	alert := (a.outcome == "conflict" || a.outcome == "replay") && !countedOnly
-	if alert || a.outcome == "unavailable" {
+	alert := (a.outcome == OutcomeConflict || a.outcome == OutcomeReplay) && !countedOnly
+	if alert || a.outcome == OutcomeUnavailable {
 		level = slog.LevelWarn
 	}
 	if !r.opts.Logger.Enabled(ctx, level) {
@@ -463,7 +501,7 @@ func (r *Receiver) log(ctx context.Context, name, eventID string, a answer, stor
 		// Counted on its event, which keeps ferry.NoticeKeep already (or
 		// this conflicting payload): alerted before, not again.
 		attrs = append(attrs, slog.Bool("kept", false))
-	case alert && a.outcome == "conflict":
+	case alert && a.outcome == OutcomeConflict:
 		attrs = append(attrs, slog.String("alert", "conflicting_duplicate"))
 	case alert:
 		// The event id logged is the one the delivery claimed, never

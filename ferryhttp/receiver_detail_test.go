@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -158,4 +164,57 @@ func TestReceiverWebhookPaths(t *testing.T) {
 			badPath(t, b.srv.URL, path)
 		}
 	})
+}
+
+// docs/operations.md's table of answers lists every reason the receiver
+// gives (its Reason constants) and no other: an operator reading an answer
+// or a metric label finds it there.
+func TestOperationsDocListsEveryReason(t *testing.T) {
+	t.Parallel()
+	file, err := parser.ParseFile(token.NewFileSet(), "receiver.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]bool{}
+	for _, decl := range file.Decls {
+		if gen, ok := decl.(*ast.GenDecl); ok && gen.Tok == token.CONST {
+			for _, spec := range gen.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if strings.HasPrefix(vs.Names[0].Name, "Reason") {
+					v, err := strconv.Unquote(vs.Values[0].(*ast.BasicLit).Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					reasons[v] = true
+				}
+			}
+		}
+	}
+	if len(reasons) == 0 {
+		t.Fatal("receiver.go declares no Reason constant")
+	}
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "## What the receiver answers\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	listed := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 3 && strings.Contains(cells[2], "`") {
+			for _, code := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(cells[2], -1) {
+				listed[code[1]] = true
+			}
+		}
+	}
+	for r := range reasons {
+		if !listed[r] {
+			t.Errorf("docs/operations.md (What the receiver answers) does not list %q", r)
+		}
+	}
+	for r := range listed {
+		if !reasons[r] {
+			t.Errorf("docs/operations.md (What the receiver answers) lists %q, which the receiver never answers", r)
+		}
+	}
 }

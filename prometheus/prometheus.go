@@ -88,16 +88,16 @@ func NewMetrics(reg prom.Registerer, sources []string) *Metrics {
 		for _, c := range []*prom.CounterVec{m.claimed, m.completed, m.failed, m.dead, m.leaseLost, m.released, m.reclaimed} {
 			c.WithLabelValues(s)
 		}
-		for _, o := range []string{"accepted", "duplicate", "conflict", "replay"} {
+		for _, o := range []string{ferryhttp.OutcomeAccepted, ferryhttp.OutcomeDuplicate, ferryhttp.OutcomeConflict, ferryhttp.OutcomeReplay} {
 			m.received.WithLabelValues(s, o, "")
 		}
 		// The outcomes docs/alerts.yml watches: without a zero before it,
 		// rate() cannot see a process's first rejection or 503.
-		for _, r := range []string{"bad_signature", "stale_timestamp"} {
-			m.received.WithLabelValues(s, "rejected", r)
+		for _, r := range []string{ferryhttp.ReasonBadSignature, ferryhttp.ReasonStaleTimestamp} {
+			m.received.WithLabelValues(s, ferryhttp.OutcomeRejected, r)
 		}
-		for _, r := range []string{"store_unavailable", "store_timeout", "memory_budget"} {
-			m.received.WithLabelValues(s, "unavailable", r)
+		for _, r := range []string{ferryhttp.ReasonStoreUnavailable, ferryhttp.ReasonStoreTimeout, ferryhttp.ReasonMemoryBudget} {
+			m.received.WithLabelValues(s, ferryhttp.OutcomeUnavailable, r)
 		}
 	}
 	return m
