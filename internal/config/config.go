@@ -458,9 +458,9 @@ func (c *Config) validate() []error {
 			bad(key+".secrets", "missing: list the signing secret, e.g. secrets = [\"%s\"]", s.secretRef())
 		}
 		for j, secret := range s.Secrets {
-			errs = append(errs, padded(fmt.Sprintf("%s.secrets[%d]", key, j), secret)...)
+			errs = append(errs, credential(fmt.Sprintf("%s.secrets[%d]", key, j), secret)...)
 		}
-		errs = append(errs, padded(key+".forward.secret", s.Forward.Secret)...)
+		errs = append(errs, credential(key+".forward.secret", s.Forward.Secret)...)
 		switch {
 		case !slices.Contains(provider.Names(), s.Provider):
 			bad(key+".provider", "%q: use one of %s", s.Provider, strings.Join(provider.Names(), ", "))
@@ -506,14 +506,18 @@ func (c *Config) validate() []error {
 	return append(errs, c.validateTelemetry()...)
 }
 
-// padded refuses a credential with whitespace at either end, which no
-// sender's signature or client's header matches: every delivery or login
-// would fail. The value is never shown.
-func padded(key, secret string) []error {
-	if secret == strings.TrimSpace(secret) {
-		return nil
+// credential refuses a secret no sender or client can match, so every
+// delivery or login would fail: whitespace at either end, or a whole
+// "$NAME", which reads as an environment variable but is kept as written
+// (only ${NAME} is read). The value is never shown.
+func credential(key, secret string) []error {
+	switch {
+	case secret != strings.TrimSpace(secret):
+		return []error{fmt.Errorf("%s: starts or ends with whitespace: remove the surrounding whitespace (a trailing newline from a file or variable?)", key)}
+	case bareRef.MatchString(secret):
+		return []error{fmt.Errorf("%s: is a $NAME, which ferry keeps as written, not read from the environment: write ${NAME} to read it (only that form is read)", key)}
 	}
-	return []error{fmt.Errorf("%s: starts or ends with whitespace: remove the surrounding whitespace (a trailing newline from a file or variable?)", key)}
+	return nil
 }
 
 // decodeError is the parser's refusal with its line and key, without the

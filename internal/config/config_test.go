@@ -417,31 +417,37 @@ func TestParseMasksCredentialsInBadURLs(t *testing.T) {
 	}
 }
 
-// A credential with whitespace at either end (a trailing newline from a
-// file or a variable) is refused by key, without its value: no signature or
-// login would ever match it.
-func TestParseRejectsPaddedCredentials(t *testing.T) {
+// A credential no sender or client can match is refused by key, without
+// its value: whitespace at either end (a trailing newline from a file or a
+// variable), or a whole $NAME, which reads as a variable but is kept as
+// written, so the secret would be the text "$STRIPE_WEBHOOK_SECRET".
+func TestParseRejectsUnmatchableCredentials(t *testing.T) {
 	t.Parallel()
-	const secret = "SEKRET0123456789abcdef\n"
-	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "PADDED": secret})
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x", "PADDED": "SEKRET0123456789abcdef\n"})
 	fwd := `url = "http://127.0.0.1:3000/webhooks/stripe"`
-	for _, tc := range []struct{ name, edit, from, wantKey string }{
-		{"webhook secret", `"${STRIPE_WEBHOOK_SECRET}"`, `"${PADDED}"`, "source[0] (stripe).secrets[0]"},
-		{"forward secret", fwd, fwd + "\nsecret = \" whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"", "source[0] (stripe).forward.secret"},
-		{"admin token", "\n[[source]]", "\n[admin]\ntoken = \"${PADDED}\"\n[[source]]", "admin.token"},
-		{"admin password", "\n[[source]]", "\n[admin]\nuser = \"ops\"\npassword = \"${PADDED}\"\n[[source]]", "admin.password"},
-		{"catchup api_key", fwd, fwd + "\n[source.catchup]\napi_key = \"${PADDED}\"\ntypes = [\"*\"]", "source[0] (stripe).catchup.api_key"},
-		{"catchup token", fwd, fwd + "\n[source.catchup]\ntoken = \"${PADDED}\"\nhook = \"app/hook\"", "source[0] (stripe).catchup.token"},
+	for _, value := range []struct{ text, want, fix string }{
+		{"${PADDED}", ": starts or ends with whitespace", "remove the surrounding whitespace"},
+		{" whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", ": starts or ends with whitespace", "remove the surrounding whitespace"},
+		{"$SEKRET_TOKEN", ": is a $NAME, which ferry keeps as written", "write ${NAME} to read it"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			raw := strings.Replace(good, tc.edit, tc.from, 1)
-			if strings.Contains(tc.from, "token = ") && strings.Contains(tc.from, "hook") {
-				raw = strings.Replace(raw, `provider = "stripe"`, `provider = "github"`, 1)
-			}
-			_, err := Parse([]byte(raw), vars)
-			wantInvalid(t, err, tc.wantKey+": starts or ends with whitespace", "remove the surrounding whitespace", "SEKRET")
-		})
+		for _, tc := range []struct{ name, edit, from, wantKey string }{
+			{"webhook secret", `"${STRIPE_WEBHOOK_SECRET}"`, `"VALUE"`, "source[0] (stripe).secrets[0]"},
+			{"forward secret", fwd, fwd + "\nsecret = \"VALUE\"", "source[0] (stripe).forward.secret"},
+			{"admin token", "\n[[source]]", "\n[admin]\ntoken = \"VALUE\"\n[[source]]", "admin.token"},
+			{"admin password", "\n[[source]]", "\n[admin]\nuser = \"ops\"\npassword = \"VALUE\"\n[[source]]", "admin.password"},
+			{"catchup api_key", fwd, fwd + "\n[source.catchup]\napi_key = \"VALUE\"\ntypes = [\"*\"]", "source[0] (stripe).catchup.api_key"},
+			{"catchup token", fwd, fwd + "\n[source.catchup]\ntoken = \"VALUE\"\nhook = \"app/hook\"", "source[0] (stripe).catchup.token"},
+		} {
+			t.Run(tc.name+"/"+value.text, func(t *testing.T) {
+				t.Parallel()
+				raw := strings.Replace(good, tc.edit, strings.ReplaceAll(tc.from, "VALUE", value.text), 1)
+				if strings.Contains(tc.from, "token = ") && strings.Contains(tc.from, "hook") {
+					raw = strings.Replace(raw, `provider = "stripe"`, `provider = "github"`, 1)
+				}
+				_, err := Parse([]byte(raw), vars)
+				wantInvalid(t, err, tc.wantKey+value.want, value.fix, "SEKRET")
+			})
+		}
 	}
 }
 

@@ -16,6 +16,8 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 var (
 	anyRef   = regexp.MustCompile(`\$\{[^}]*\}`)
 	wholeRef = regexp.MustCompile(`^` + envRef.String() + `$`)
+	// bareRef is a whole value that looks like $NAME, which is not read.
+	bareRef = regexp.MustCompile(`^\$[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // expand replaces ${NAME} in every string value under v: each string and
