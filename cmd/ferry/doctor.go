@@ -33,18 +33,24 @@ const doctorBacklog = 5 * time.Minute
 // something is (FAIL) and 2 when the config does not load or its store.url
 // names no store (a SQLite file that is not there), as every command does.
 func runDoctor(ctx context.Context, args []string) error {
-	fs := newFlags("doctor", "[--config FILE] [--json]",
+	fs := newFlags("doctor", "[--config FILE] [--role ROLE] [--json]",
 		`Checks the config, each source's app, the store and the events in it, and prints
 what is wrong with its fix. Exits 4 when anything needs a human: a dead, unknown
 or at-risk event, an app that does not accept connections, a store it cannot
-reach or read. Exits 0 when all is well, 2 when the config does not load or
-store.url names a SQLite file that is not there.`)
+reach or read, a source with no forward.url for a role that runs workers.
+Exits 0 when all is well, 2 when the config does not load or store.url names a
+SQLite file that is not there. Give --role as serve is given it.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
+	role := fs.String("role", "all", roleUsage)
 	asJSON := fs.Bool("json", false, "print one JSON object: every finding, the events at risk, and whether anything needs a human")
 	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
-	return doctor(ctx, *configPath, *asJSON, os.Stdout)
+	_, runsWorker, err := parseRole(*role)
+	if err != nil {
+		return err
+	}
+	return doctor(ctx, *configPath, runsWorker, *asJSON, os.Stdout)
 }
 
 // finding is one line of doctor's report.
@@ -65,7 +71,7 @@ type doctorReport struct {
 	AtRisk   []eventLine `json:"at_risk"`
 }
 
-func doctor(ctx context.Context, configPath string, asJSON bool, out io.Writer) error {
+func doctor(ctx context.Context, configPath string, runsWorker, asJSON bool, out io.Writer) error {
 	cfg, err := loadConfig(configPath)
 	if err != nil {
 		return err // exit 2 with every bad key and its fix
@@ -86,7 +92,7 @@ func doctor(ctx context.Context, configPath string, asJSON bool, out io.Writer) 
 	warn := func(fix, format string, args ...any) { add("warn", fix, format, args...) }
 	fail := func(fix, format string, args ...any) { add("fail", fix, format, args...) }
 	info := func(format string, args ...any) { add("info", "", format, args...) }
-	err = doctorCheck(ctx, cfg, configPath, ok, info, warn, fail, report)
+	err = doctorCheck(ctx, cfg, configPath, runsWorker, ok, info, warn, fail, report)
 	if errors.Is(err, errConfig) {
 		return err // as a config that does not load: no report
 	}
@@ -155,27 +161,11 @@ type (
 )
 
 // doctorCheck runs the checks in order, stopping at a store it cannot use.
-func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, ok, info okFunc, warn, fail fixFunc, r *doctorReport) error {
+// Each source's app is checked when runsWorker: a receiver forwards nothing.
+func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, runsWorker bool, ok, info okFunc, warn, fail fixFunc, r *doctorReport) error {
 	ok("config %s: %s", configPath, countOf(len(cfg.Sources), "source"))
-	for i, s := range cfg.Sources {
-		if s.Forward.URL == "" {
-			warn("set "+config.SourceKey(i, s.Name)+".forward.url, or run this config only with serve --role receiver",
-				"source %s: no forward.url; a worker cannot deliver its events", s.Name)
-			continue
-		}
-		u, _ := url.Parse(s.Forward.URL)
-		host := u.Host
-		if u.Port() == "" {
-			host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
-		}
-		conn, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", host)
-		if err != nil {
-			fail("start the app, or fix "+config.SourceKey(i, s.Name)+".forward.url; events wait and retry meanwhile, and die when their attempts run out",
-				"source %s: the app at %s does not accept connections: %v", s.Name, config.RedactURL(s.Forward.URL), err)
-			continue
-		}
-		conn.Close()
-		ok("source %s: app at %s accepts connections", s.Name, config.RedactURL(s.Forward.URL))
+	if runsWorker {
+		doctorApps(ctx, cfg, ok, fail)
 	}
 
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -351,5 +341,31 @@ func checkArchive(ctx context.Context, st ferry.Store, ok func(format string, ar
 			max(0, info.End.Sub(info.Now)).Round(time.Minute), ferry.ArchiveAheadDefault)
 	default:
 		ok("archive: %d partitions, ending %s ahead", info.Partitions, info.End.Sub(info.Now).Round(time.Hour))
+	}
+}
+
+// doctorApps checks that each source's app accepts connections, as a
+// worker needs.
+func doctorApps(ctx context.Context, cfg *config.Config, ok okFunc, fail fixFunc) {
+	for i, s := range cfg.Sources {
+		if s.Forward.URL == "" {
+			// serve refuses to start its workers (missingForward).
+			fail("set "+config.SourceKey(i, s.Name)+".forward.url, or run this config only with serve --role receiver (and doctor --role receiver)",
+				"source %s: no forward.url; serve will not start a worker, which would have nowhere to deliver its events", s.Name)
+			continue
+		}
+		u, _ := url.Parse(s.Forward.URL)
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+		}
+		conn, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", host)
+		if err != nil {
+			fail("start the app, or fix "+config.SourceKey(i, s.Name)+".forward.url; events wait and retry meanwhile, and die when their attempts run out",
+				"source %s: the app at %s does not accept connections: %v", s.Name, config.RedactURL(s.Forward.URL), err)
+			continue
+		}
+		conn.Close()
+		ok("source %s: app at %s accepts connections", s.Name, config.RedactURL(s.Forward.URL))
 	}
 }

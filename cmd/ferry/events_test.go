@@ -359,7 +359,8 @@ func TestEventsCLI(t *testing.T) {
 }
 
 // A config that does not load exits 2 with the key and the fix; doctor on
-// a healthy, empty store exits 0.
+// a healthy, empty store exits 0; a source with no forward.url fails
+// doctor for a role that runs workers, as it stops serve.
 func TestDoctorConfigAndHealthy(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -378,8 +379,22 @@ func TestDoctorConfigAndHealthy(t *testing.T) {
 		t.Errorf("unmigrated store: exit %d, want %d and the fix 'ferry migrate':\n%s", code, exitProblems, stdout)
 	}
 	runFerry(t, "migrate", "--config", cfg)
-	if stdout, _, code := runFerry(t, "doctor", "--config", cfg); code != 0 {
+	if stdout, _, code := runFerry(t, "doctor", "--config", cfg, "--role", "receiver"); code != 0 {
 		t.Errorf("healthy store: exit %d:\n%s", code, stdout)
+	}
+	// The config has no forward.url: serve refuses to run workers with it,
+	// and doctor for a role that runs them says so, as a FAIL.
+	if _, stderr, code := runFerry(t, "serve", "--config", cfg); code != 2 || !strings.Contains(stderr, "source[0] (stripe).forward.url: missing") {
+		t.Errorf("serve with no forward.url: exit %d, want 2 naming the key:\n%s", code, stderr)
+	}
+	for _, role := range []string{"all", "worker"} {
+		stdout, _, code := runFerry(t, "doctor", "--config", cfg, "--role", role)
+		if code != exitProblems || !strings.Contains(stdout, "FAIL  source stripe: no forward.url") || !strings.Contains(stdout, "fix: set source[0] (stripe).forward.url") {
+			t.Errorf("doctor --role %s with no forward.url: exit %d, want %d and the key:\n%s", role, code, exitProblems, stdout)
+		}
+	}
+	if _, stderr, code := runFerry(t, "doctor", "--config", cfg, "--role", "workers"); code != 2 || !strings.Contains(stderr, "use receiver, worker or all") {
+		t.Errorf("doctor --role workers: exit %d, want 2:\n%s", code, stderr)
 	}
 	// A store that refuses to run as set (here synchronous_commit off, as
 	// a DBA's ALTER ROLE would set it) is a finding with the report, not a

@@ -29,7 +29,7 @@ Also serves /healthz and /readyz; /metrics and the dashboard at /ui are on
 admin.listen (the public listener answers 404 for them). SIGINT, SIGTERM or
 SIGHUP stops it gracefully (exit 0).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
-	role := fs.String("role", "all", "what this process runs: receiver, worker or all")
+	role := fs.String("role", "all", roleUsage)
 	listen := fs.String("listen", "", "override http.listen, the public listener (`host:port`; port 0 picks a free one)")
 	noMigrate := fs.Bool("no-migrate", false, "do not migrate the store at start; a schema that lacks a migration stops the start (run ferry migrate first)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -37,8 +37,9 @@ SIGHUP stops it gracefully (exit 0).`)
 	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
-	if *role != "all" && *role != "receiver" && *role != "worker" {
-		return usagef("--role %q: use receiver, worker or all", *role)
+	runsReceiver, runsWorker, err := parseRole(*role)
+	if err != nil {
+		return err
 	}
 	log, err := newLogger(os.Stderr, *logFormat, *logLevel)
 	if err != nil {
@@ -56,12 +57,9 @@ SIGHUP stops it gracefully (exit 0).`)
 		}
 		return err
 	}
-	runsWorker, runsReceiver := *role != "receiver", *role != "worker"
 	if runsWorker {
-		for i, s := range cfg.Sources {
-			if s.Forward.URL == "" {
-				return fmt.Errorf("%w: source[%d] (%s).forward.url: missing: a worker forwards each event to your app; set it, or run this process with --role receiver", errConfig, i, s.Name)
-			}
+		if err := missingForward(cfg); err != nil {
+			return err
 		}
 	}
 
@@ -454,4 +452,26 @@ func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.O
 		client.Handle(s.Name, fwd.Handle)
 	}
 	return client, nil
+}
+
+// roleUsage is the --role flag's usage, for serve and doctor alike.
+const roleUsage = "what this process runs: receiver, worker or all"
+
+// parseRole reads --role: receiver, worker or all.
+func parseRole(role string) (runsReceiver, runsWorker bool, err error) {
+	if role != "all" && role != "receiver" && role != "worker" {
+		return false, false, usagef("--role %q: use receiver, worker or all", role)
+	}
+	return role != "worker", role != "receiver", nil
+}
+
+// missingForward is the config error of a process that runs workers for a
+// source with no forward.url: a worker would have nowhere to deliver.
+func missingForward(cfg *config.Config) error {
+	for i, s := range cfg.Sources {
+		if s.Forward.URL == "" {
+			return fmt.Errorf("%w: %s.forward.url: missing: a worker forwards each event to your app; set it, or run this process with --role receiver", errConfig, config.SourceKey(i, s.Name))
+		}
+	}
+	return nil
 }
