@@ -301,6 +301,36 @@ func TestClient(t *testing.T) {
 		}
 	})
 
+	// A source whose policy leaves ReplayWindow zero, or has no policy, gets
+	// DefaultReplayWindow as its age limit: a failure past it sends the
+	// event dead however many attempts are left; one short of it retries.
+	withClient(t, "DeadPastTheDefaultReplayWindow", true, func(t *testing.T, b *clientBundle) {
+		old := map[string]int64{"stripe": b.receive(t, "stripe", "evt_old"), "github": b.receive(t, "github", "evt_old")}
+		b.clock.Advance(time.Hour)
+		young := map[string]int64{"stripe": b.receive(t, "stripe", "evt_young"), "github": b.receive(t, "github", "evt_young")}
+		b.clock.Advance(ferry.DefaultReplayWindow - time.Hour/2) // old past the window, young not
+		c := b.newClient(t, func(c *ferry.Config) { c.Sources = []ferry.SourcePolicy{{Name: "stripe", MaxAttempts: 10}} })
+		for _, source := range []string{"stripe", "github"} {
+			c.Handle(source, func(context.Context, *ferry.Delivery) error { return ferry.RetryAfter(errors.New("down"), time.Hour) })
+		}
+		start(t, c)
+		for source, id := range old {
+			if ev := b.waitState(t, id, ferry.StateDead); ev.Attempt != 1 {
+				t.Errorf("%s evt_old: dead after %d attempts, want 1: it is older than the default replay window", source, ev.Attempt)
+			}
+		}
+		for source, id := range young {
+			var ev *ferry.Event
+			waitFor(t, source+" evt_young's first verdict", func() bool {
+				ev = b.event(t, id)
+				return ev.Attempt == 1 && ev.State != ferry.StateInProgress
+			})
+			if ev.State != ferry.StatePending {
+				t.Errorf("%s evt_young after one failure: %s, want pending (within the window)", source, ev.State)
+			}
+		}
+	})
+
 	// Attempts whose worker died (a handler that crashes its process, here
 	// claims left to lapse) spend the budget too: past it the event goes
 	// dead without running, rather than being claimed for ever.

@@ -164,10 +164,18 @@ func TestAPIClient(t *testing.T) {
 		client.dated = func(d time.Time) { mu.Lock(); defer mu.Unlock(); dates = append(dates, d) }
 		gateway := base.Add(time.Hour)
 		b.fake.fail = func(n int, w http.ResponseWriter, _ *http.Request) bool {
-			if n > 2 {
+			if n > 3 {
 				return false
 			}
 			w.Header().Set("Date", gateway.Format(http.TimeFormat))
+			if n == 3 {
+				// JSON, but a 5xx: a gateway's or load balancer's, whose
+				// clock is not the API's.
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"message":"upstream unavailable"}`))
+				return true
+			}
 			w.Header().Set("Content-Type", "text/html")
 			w.WriteHeader([]int{http.StatusBadGateway, http.StatusTooManyRequests}[n-1])
 			_, _ = w.Write([]byte("<html>gateway</html>"))

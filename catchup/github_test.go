@@ -775,6 +775,25 @@ func TestGitHub(t *testing.T) {
 		}
 	})
 
+	// A 401 to the JWT from a host whose clock agrees with GitHub's is the
+	// App's credentials' (here a key GitHub does not hold): the JWT is not
+	// signed anew and sent again, and the pass fails with the 401.
+	t.Run("AppKeyRefusedIsNotResent", func(t *testing.T) {
+		t.Parallel()
+		_, pemKey := appKey(t)
+		other, _ := appKey(t)
+		var b *githubBundle
+		b = setupGitHub(t, GitHubOptions{AppID: "12345", PrivateKey: pemKey, InstallationID: "678",
+			Now: func() time.Time { return b.now }})
+		ex := b.appExchange(&other.PublicKey)
+		if _, err := b.runner.Pass(context.Background(), PassOptions{}); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			t.Fatalf("err = %v, want the 401", err)
+		}
+		if n, refused := ex.counts(); n != 0 || refused != 1 {
+			t.Fatalf("%d token exchanges, %d refused; want the JWT refused once and not sent again", n, refused)
+		}
+	})
+
 	// A 401 to a request that carried the installation token, not the
 	// JWT, is the token's: it is not sent again, however far GitHub's
 	// clock has moved since the JWT was signed.
