@@ -22,8 +22,8 @@ import (
 // run as printed by the owner in a session of another search_path, are
 // all the role is given: with them it plans and runs a migration with
 // nothing to do (serve's at every start, which needs no CREATE on the
-// schema), reads the archive for /metrics, and receives, claims and
-// completes an event.
+// schema), reads the archive for /metrics, and does every other thing a
+// Store does but migrate and maintain the archive.
 func TestPingNamesAMissingGrant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -79,6 +79,7 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 	if err := s.EventComplete(ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
 		t.Fatalf("EventComplete after the GRANTs: %v", err)
 	}
+	everyOperation(t, s)
 
 	// A function revoked from PUBLIC (a hardening step) fails the
 	// statements that call it: Ping names it, with its GRANT, which runs.
@@ -93,6 +94,109 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Errorf("Ping after %s = %v, want nil", grant, err)
 	}
+}
+
+// everyOperation runs each Store operation that a role with Ping's GRANTs
+// must be able to run (all but a migration with work to do and the
+// archive's maintenance, which need the owner), each on a path that
+// writes what it can write, and fails the test on any error.
+func everyOperation(t *testing.T, s *postgres.Store) {
+	t.Helper()
+	ctx := context.Background()
+	check := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s with Ping's GRANTs: %v", what, err)
+		}
+	}
+	receive := func(id, payload string) int64 {
+		t.Helper()
+		res, err := s.EventReceive(ctx, &ferry.EventReceiveParams{Source: "ops", EventID: id, Type: "t", Payload: []byte(payload)})
+		check("EventReceive "+id, err)
+		return res.ID
+	}
+	claim := func(n int) []ferry.Lease {
+		t.Helper()
+		claims, err := s.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: n, TTL: time.Minute, Sources: []string{"ops"}})
+		check("EventClaimMany", err)
+		if len(claims) != n {
+			t.Fatalf("EventClaimMany: %d claims, want %d", len(claims), n)
+		}
+		var leases []ferry.Lease
+		for _, c := range claims {
+			leases = append(leases, c.Event.Lease())
+		}
+		return leases
+	}
+	first := receive("a", `{"n":1}`)
+	receive("a", `{"n":2}`) // a conflict
+	receive("b", `{"n":1}`) // the same body under a new id: a suspected replay
+	_, err := s.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: []*ferry.EventReceiveParams{
+		{Source: "ops", EventID: "c", Payload: []byte(`{}`)}, {Source: "ops", EventID: "d", Payload: []byte(`{}`)},
+	}})
+	check("EventReceiveMany", err)
+
+	leases := claim(4)
+	_, err = s.EventHeartbeat(ctx, &ferry.EventHeartbeatParams{Lease: leases[0], TTL: time.Minute})
+	check("EventHeartbeat", err)
+	_, err = s.EventHeartbeatMany(ctx, &ferry.EventHeartbeatManyParams{Leases: leases, TTL: time.Minute})
+	check("EventHeartbeatMany", err)
+	_, err = s.EventFail(ctx, &ferry.EventFailParams{Lease: leases[0], Error: "retry", RetryDelay: time.Hour, MaxAttempts: 5})
+	check("EventFail", err)
+	_, err = s.EventFailMany(ctx, &ferry.EventFailManyParams{Failures: []ferry.EventFailParams{{Lease: leases[1], Error: "dead", Dead: true}}})
+	check("EventFailMany", err)
+	check("EventRelease", s.EventRelease(ctx, &ferry.EventReleaseParams{Lease: leases[2]}))
+	check("EventCompleteTx", s.InTx(ctx, func(tx pgx.Tx) error {
+		return s.EventCompleteTx(ctx, tx, &ferry.EventCompleteParams{Lease: leases[3]})
+	}))
+	_, err = s.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: leases[0].ID, Actor: "ops"})
+	check("EventRetryNow", err)
+	_, err = s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{leases[1].ID}, Actor: "ops"})
+	check("EventRequeue", err)
+	leases = claim(3)
+	_, err = s.EventCompleteMany(ctx, &ferry.EventCompleteManyParams{Leases: leases[:2]})
+	check("EventCompleteMany", err)
+	_, err = s.EventFail(ctx, &ferry.EventFailParams{Lease: leases[2], Error: "dead", Dead: true})
+	check("EventFail to dead", err)
+	_, err = s.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{leases[2].ID}, Actor: "ops"})
+	check("EventResolve", err)
+
+	_, err = s.EventGet(ctx, &ferry.EventGetParams{ID: first})
+	check("EventGet", err)
+	_, err = s.EventList(ctx, &ferry.EventListParams{Source: "ops"})
+	check("EventList", err)
+	_, err = s.AttemptList(ctx, &ferry.AttemptListParams{ID: first})
+	check("AttemptList", err)
+	_, err = s.ActionList(ctx, &ferry.ActionListParams{ID: first})
+	check("ActionList", err)
+	_, err = s.ConflictList(ctx, &ferry.ConflictListParams{ID: first})
+	check("ConflictList", err)
+	_, err = s.ReplayList(ctx, &ferry.ReplayListParams{ID: first})
+	check("ReplayList", err)
+	_, err = s.ConflictNoticeList(ctx, &ferry.NoticeListParams{Source: "ops"})
+	check("ConflictNoticeList", err)
+	_, err = s.ReplayNoticeList(ctx, &ferry.NoticeListParams{Source: "ops"})
+	check("ReplayNoticeList", err)
+	_, err = s.EventStats(ctx, &ferry.EventStatsParams{})
+	check("EventStats", err)
+	_, err = s.MigratePlan(ctx)
+	check("MigratePlan", err)
+	purged, err := s.EventPurge(ctx, &ferry.EventPurgeParams{Source: "ops", Retention: time.Microsecond, ReplayWindow: time.Microsecond})
+	check("EventPurge", err)
+	if purged == 0 {
+		t.Fatal("EventPurge purged nothing: the test does not reach its deletes")
+	}
+
+	_, err = s.LeaseAcquire(ctx, &ferry.LeaseAcquireParams{Name: "catchup:ops", Owner: "w", TTL: time.Minute})
+	check("LeaseAcquire", err)
+	check("CheckpointPut", s.CheckpointPut(ctx, &ferry.CheckpointPutParams{Name: "catchup:ops", Value: "1", Lease: "catchup:ops", Owner: "w"}))
+	_, err = s.CheckpointGet(ctx, &ferry.CheckpointGetParams{Name: "catchup:ops"})
+	check("CheckpointGet", err)
+	check("LeaseRelease", s.LeaseRelease(ctx, &ferry.LeaseReleaseParams{Name: "catchup:ops", Owner: "w"}))
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_, err = s.ReceiptSubscribe(sctx)
+	check("ReceiptSubscribe", err)
 }
 
 // usageOnly is a pgtest.Role that may use the schema and nothing in it.
