@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -20,21 +21,48 @@ func TestCompleteTxSeesTheStatementClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := teststore.Postgres(t, nil)
-	if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: "e"}); err != nil {
-		t.Fatal(err)
-	}
-	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: 300 * time.Millisecond})
-	if err != nil || len(claims) != 1 {
-		t.Fatalf("claim: %d, %v", len(claims), err)
-	}
-	err = st.InTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // the transaction has begun
-			return err
+	// A transaction that began after the lease had already lapsed (a
+	// stalled machine) would prove nothing: the transaction clock would
+	// fence it too. Such a try is made again, with a new event.
+	errLate := errors.New("the transaction began after the lease lapsed")
+	for try := range 5 {
+		id := fmt.Sprintf("e%d", try)
+		if _, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "s", EventID: id}); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(600 * time.Millisecond) // the handler outlives its lease
-		return st.EventCompleteTx(ctx, tx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()})
-	})
-	if !errors.Is(err, ferry.ErrLeaseLost) {
-		t.Fatalf("complete after the lease lapsed: err = %v, want ErrLeaseLost", err)
+		claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: 2 * time.Second})
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("claim: %d, %v", len(claims), err)
+		}
+		lease := claims[0].Event.Lease()
+		err = st.InTx(ctx, func(tx pgx.Tx) error {
+			var held bool
+			if err := tx.QueryRow(ctx, "SELECT now() < $1", claims[0].Event.LeaseExpiresAt).Scan(&held); err != nil {
+				return err
+			}
+			if !held {
+				return errLate
+			}
+			// The handler outlives its lease, by the database's clock.
+			for {
+				var lapsed bool
+				if err := tx.QueryRow(ctx, "SELECT clock_timestamp() > $1", claims[0].Event.LeaseExpiresAt).Scan(&lapsed); err != nil {
+					return err
+				}
+				if lapsed {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return st.EventCompleteTx(ctx, tx, &ferry.EventCompleteParams{Lease: lease})
+		})
+		if errors.Is(err, errLate) {
+			continue
+		}
+		if !errors.Is(err, ferry.ErrLeaseLost) {
+			t.Fatalf("complete after the lease lapsed: err = %v, want ErrLeaseLost", err)
+		}
+		return
 	}
+	t.Fatal("every transaction began after its 2s lease had lapsed: the machine stalled five times")
 }
