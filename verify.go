@@ -19,6 +19,11 @@ type Verified struct {
 	EventID string
 	// Type is the provider's event type; empty if it sends none.
 	Type string
+	// Secret is the position, in the verifier's secrets, of the one that
+	// verified the delivery: 0 the first. While a secret is rotated it
+	// says whether the sender still signs with the old one. A Verifier
+	// with one secret leaves it 0.
+	Secret int
 }
 
 // Verification errors. A Verifier returns one of these (possibly wrapped) so

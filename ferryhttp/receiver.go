@@ -162,6 +162,15 @@ type ReceiveObserver interface {
 	ObserveReceive(source, outcome, reason string, latency time.Duration)
 }
 
+// SecretObserver is told, when the ReceiveObserver implements it too,
+// which of a source's secrets verified each delivery whose signature
+// checked out (ferry.Verified.Secret: 0 the first), so an operator
+// rotating a secret sees when the sender stops signing with the old one.
+// Package prometheus's Metrics implements it.
+type SecretObserver interface {
+	ObserveSecret(source string, secret int)
+}
+
 // DefaultKeepHeaders are stored with each event: the content type and the
 // providers' identity headers. None of them carries a signature.
 var DefaultKeepHeaders = []string{
@@ -215,7 +224,8 @@ type Receiver struct {
 	draining atomic.Bool
 	inFlight atomic.Int64 // body bytes arrived and not yet stored (body.go)
 	receipts *groupcommit.Committer[*ferry.EventReceiveParams, *ferry.EventReceiveResult]
-	tracer   trace.Tracer // nil when tracing is off
+	tracer   trace.Tracer   // nil when tracing is off
+	secrets  SecretObserver // the Observer's, or nil
 }
 
 // NewReceiver checks opts and fills in defaults. What it refuses is an
@@ -240,6 +250,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	r := &Receiver{opts: opts, sources: map[string]Source{}}
+	r.secrets, _ = opts.Observer.(SecretObserver)
 	if opts.TracerProvider != nil {
 		r.tracer = opts.TracerProvider.Tracer(ferry.TracerName)
 	}
@@ -565,6 +576,9 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	v, err := src.Verifier.Verify(req.Header, body)
 	if err != nil {
 		return verifyAnswer(err), "", nil
+	}
+	if r.secrets != nil && v != nil {
+		r.secrets.ObserveSecret(name, v.Secret)
 	}
 	if a, ok := checkIdentity(v); !ok {
 		return a, "", nil // the id may be what made it unstorable: not logged

@@ -15,6 +15,7 @@ package prometheus
 import (
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,7 @@ import (
 var (
 	_ ferry.Observer            = (*Metrics)(nil)
 	_ ferryhttp.ReceiveObserver = (*Metrics)(nil)
+	_ ferryhttp.SecretObserver  = (*Metrics)(nil)
 )
 
 // OtherSource is the source label of deliveries to a source that is not
@@ -40,6 +42,7 @@ type Metrics struct {
 	sources []string
 
 	received        *prom.CounterVec
+	verified        *prom.CounterVec
 	receiveDuration *prom.HistogramVec
 	claimed         *prom.CounterVec
 	completed       *prom.CounterVec
@@ -62,6 +65,9 @@ func NewMetrics(reg prom.Registerer, sources []string) *Metrics {
 		received: counter("received_total",
 			"Deliveries answered, by source and outcome (accepted, duplicate, conflict, replay, rejected, unavailable) and the reason of a rejection.",
 			"source", "outcome", "reason"),
+		verified: counter("verified_total",
+			"Deliveries whose signature checked out, by source and the position in the source's secrets of the one that verified it (0 the first). While rotating, the old secret's count stops rising once the sender signs only with the new one.",
+			"source", "secret"),
 		receiveDuration: prom.NewHistogramVec(prom.HistogramOpts{
 			Namespace: "ferry", Name: "receive_duration_seconds",
 			Help:    "Time from request to reply, durable receipt included.",
@@ -80,7 +86,7 @@ func NewMetrics(reg prom.Registerer, sources []string) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"source", "outcome"}),
 	}
-	reg.MustRegister(m.received, m.receiveDuration, m.claimed, m.completed, m.failed, m.dead,
+	reg.MustRegister(m.received, m.verified, m.receiveDuration, m.claimed, m.completed, m.failed, m.dead,
 		m.leaseLost, m.released, m.reclaimed, m.handlerDuration)
 	// Start every configured source at zero, so rate() and absent-series
 	// alerts work before the first event.
@@ -88,6 +94,7 @@ func NewMetrics(reg prom.Registerer, sources []string) *Metrics {
 		for _, c := range []*prom.CounterVec{m.claimed, m.completed, m.failed, m.dead, m.leaseLost, m.released, m.reclaimed} {
 			c.WithLabelValues(s)
 		}
+		m.verified.WithLabelValues(s, "0")
 		for _, o := range []string{ferryhttp.OutcomeAccepted, ferryhttp.OutcomeDuplicate, ferryhttp.OutcomeConflict, ferryhttp.OutcomeReplay} {
 			m.received.WithLabelValues(s, o, "")
 		}
@@ -125,6 +132,12 @@ func (m *Metrics) ObserveReceive(source, outcome, reason string, latency time.Du
 	source = m.source(source)
 	m.received.WithLabelValues(source, outcome, reason).Inc()
 	m.receiveDuration.WithLabelValues(source).Observe(latency.Seconds())
+}
+
+// ObserveSecret counts one delivery verified by source's secret at the
+// given position.
+func (m *Metrics) ObserveSecret(source string, secret int) {
+	m.verified.WithLabelValues(m.source(source), strconv.Itoa(max(secret, 0))).Inc()
 }
 
 // AttemptFinished counts one attempt by how it ended.

@@ -28,7 +28,7 @@ import (
 	"github.com/ferry-inbox/ferry/provider"
 )
 
-const secret = "whsec_metrics_test"
+const secret, oldSecret = "whsec_metrics_test", "whsec_metrics_old"
 
 // TestScriptedRun drives a real receiver and a real client against a SQLite
 // store, then reads /metrics from a real server and checks every series.
@@ -48,7 +48,7 @@ func TestScriptedRun(t *testing.T) {
 		CacheTTL: time.Nanosecond,
 	}))
 
-	verifier, err := provider.NewStripe(provider.Options{Secrets: []string{secret}})
+	verifier, err := provider.NewStripe(provider.Options{Secrets: []string{secret, oldSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,11 @@ func TestScriptedRun(t *testing.T) {
 		return res.StatusCode
 	}
 	send := func(id, body string) int {
-		return post("/webhooks/stripe", ferrytest.SignStripe(secret, []byte(body), time.Now()), body)
+		signer := secret
+		if id == "evt_dead" {
+			signer = oldSecret // the sender still signs some with the old one
+		}
+		return post("/webhooks/stripe", ferrytest.SignStripe(signer, []byte(body), time.Now()), body)
 	}
 	for _, id := range []string{"evt_ok", "evt_retry", "evt_dead"} {
 		if code := send(id, `{"id":"`+id+`","type":"t"}`); code != http.StatusOK {
@@ -139,6 +143,9 @@ func TestScriptedRun(t *testing.T) {
 		`ferry_received_total{outcome="accepted",reason="",source="github"}`:               0,
 		`ferry_received_total{outcome="replay",reason="",source="github"}`:                 0, // increase() sees the first
 		`ferry_receive_duration_seconds_count{source="stripe"}`:                            6,
+		`ferry_verified_total{secret="0",source="stripe"}`:                                 4, // not the forgery
+		`ferry_verified_total{secret="1",source="stripe"}`:                                 1,
+		`ferry_verified_total{secret="0",source="github"}`:                                 0,
 		`ferry_claimed_total{source="stripe"}`:                                             3,
 		`ferry_completed_total{source="stripe"}`:                                           1,
 		`ferry_failed_total{source="stripe"}`:                                              1,

@@ -74,12 +74,13 @@ func (b *bodyHMAC) verify(header http.Header, body []byte) (*ferry.Verified, err
 	if err != nil {
 		return nil, verifyErr(b.name, ferry.ErrMalformedSignature, err.Error())
 	}
-	if !signedByAny(sha256.New, b.keys, [][]byte{mac}, body) {
+	secret, ok := signedBy(sha256.New, b.keys, [][]byte{mac}, body)
+	if !ok {
 		return nil, verifyErr(b.name, ferry.ErrBadSignature, "")
 	}
 	id := header.Get(b.idHeader)
 	if id == "" {
 		return nil, verifyErr(b.name, ferry.ErrNoEventID, noHeader(b.idHeader))
 	}
-	return &ferry.Verified{EventID: id, Type: header.Get(b.typeHeader)}, nil
+	return &ferry.Verified{EventID: id, Type: header.Get(b.typeHeader), Secret: secret}, nil
 }

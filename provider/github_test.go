@@ -51,7 +51,7 @@ func TestGitHub(t *testing.T) {
 
 	runCases(t, v, []string{secret, oldSecret}, []verifyCase{
 		{name: "Valid", header: signed, body: body, wantID: "72d3162e"},
-		{name: "OldSecret", header: ferrytest.SignGitHub(oldSecret, "72d3162e", "push", body), body: body, wantID: "72d3162e"},
+		{name: "OldSecret", header: ferrytest.SignGitHub(oldSecret, "72d3162e", "push", body), body: body, wantID: "72d3162e", wantSecret: 1},
 		{name: "UppercaseHex", header: h("sha256=" + strings.ToUpper(signed.Get("X-Hub-Signature-256")[len("sha256="):])), body: body, wantID: "72d3162e"},
 		{name: "MissingHeader", header: h(""), body: body, want: ferry.ErrNoSignature},
 		{name: "NoPrefix", header: h(signed.Get("X-Hub-Signature-256")[len("sha256="):]), body: body, want: ferry.ErrMalformedSignature},

@@ -185,7 +185,8 @@ func (v *HMAC) Verify(header http.Header, body []byte) (*ferry.Verified, error) 
 	if v.opts.Mode == HMACModeIDTimestampBody {
 		return v.verifyIDTimestamp(header, mac, body)
 	}
-	if !signedByAny(v.newHash, v.cfg.keys, [][]byte{mac}, body) {
+	secret, ok := signedBy(v.newHash, v.cfg.keys, [][]byte{mac}, body)
+	if !ok {
 		return nil, verifyErr("hmac", ferry.ErrBadSignature, "")
 	}
 
@@ -195,7 +196,7 @@ func (v *HMAC) Verify(header http.Header, body []byte) (*ferry.Verified, error) 
 			return nil, verifyErr("hmac", ferry.ErrBadPayload, "body is not a JSON object")
 		}
 	}
-	verified := &ferry.Verified{}
+	verified := &ferry.Verified{Secret: secret}
 	if v.opts.EventIDHeader != "" {
 		verified.EventID = header.Get(v.opts.EventIDHeader)
 	} else {
@@ -229,7 +230,8 @@ func (v *HMAC) verifyIDTimestamp(header http.Header, mac, body []byte) (*ferry.V
 	}
 	// An absent id is signed as empty, as Standard Webhooks does.
 	id := header.Get(v.opts.EventIDHeader)
-	if !signedByAny(v.newHash, v.cfg.keys, [][]byte{mac}, []byte(id), []byte("."), []byte(timestamp), []byte("."), body) {
+	secret, ok := signedBy(v.newHash, v.cfg.keys, [][]byte{mac}, []byte(id), []byte("."), []byte(timestamp), []byte("."), body)
+	if !ok {
 		return nil, verifyErr("hmac", ferry.ErrBadSignature, "")
 	}
 	if err := checkTimestamp("hmac", time.Unix(unix, 0), v.cfg.now(), v.cfg.tolerance); err != nil {
@@ -238,7 +240,7 @@ func (v *HMAC) verifyIDTimestamp(header http.Header, mac, body []byte) (*ferry.V
 	if id == "" {
 		return nil, verifyErr("hmac", ferry.ErrNoEventID, v.noEventID())
 	}
-	verified := &ferry.Verified{EventID: id}
+	verified := &ferry.Verified{EventID: id, Secret: secret}
 	if v.opts.TypeHeader != "" {
 		verified.Type = header.Get(v.opts.TypeHeader)
 	} else if v.opts.TypeField != "" {

@@ -47,7 +47,7 @@ func TestHMAC(t *testing.T) {
 		}
 		h := func(value string) http.Header { return with(signed, "X-Signature", value) }
 		runCases(t, v, []string{secret, oldSecret}, []verifyCase{
-			{name: "OldSecret", header: with(sign(t, oldSecret, scheme, body), "X-Event-Id", "h-1"), body: body, wantID: "h-1"},
+			{name: "OldSecret", header: with(sign(t, oldSecret, scheme, body), "X-Event-Id", "h-1"), body: body, wantID: "h-1", wantSecret: 1},
 			{name: "NotJSONBody", header: with(sign(t, secret, scheme, []byte("a=b")), "X-Event-Id", "h-2"), body: []byte("a=b"), wantID: "h-2"},
 			{name: "MissingHeader", header: h(""), body: body, want: ferry.ErrNoSignature},
 			{name: "NoPrefix", header: h(signed.Get("X-Signature")[len("sha256="):]), body: body, want: ferry.ErrMalformedSignature},
@@ -143,7 +143,7 @@ func TestHMACIDTimestampBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	runCases(t, v, []string{secret, oldSecret}, []verifyCase{
-		{name: "OldSecret", header: sign(oldSecret, "h-1", now), body: body, wantID: "h-1"},
+		{name: "OldSecret", header: sign(oldSecret, "h-1", now), body: body, wantID: "h-1", wantSecret: 1},
 		{name: "WithinTolerance", header: sign(secret, "h-1", now.Add(-299*time.Second)), body: body, wantID: "h-1"},
 		{name: "ReplayedUnderNewID", header: with(signed, "X-Event-Id", "h-2"), body: body, want: ferry.ErrBadSignature},
 		{name: "TimestampChanged", header: with(signed, "X-Timestamp", "1700000001"), body: body, want: ferry.ErrBadSignature},

@@ -171,18 +171,19 @@ func newConfig(opts Options, decodeKey func(string) ([]byte, error)) (config, er
 // rawKey uses a secret's bytes as the key, as Stripe, GitHub and Shopify do.
 func rawKey(secret string) ([]byte, error) { return []byte(secret), nil }
 
-// signedByAny reports whether the MAC of msg (its parts concatenated) under
-// any key equals any of sigs.
-func signedByAny(newHash func() hash.Hash, keys, sigs [][]byte, msg ...[]byte) bool {
-	for _, key := range keys {
+// signedBy returns the position of the first key under which the MAC of
+// msg (its parts concatenated) equals any of sigs; ok is false when none
+// does.
+func signedBy(newHash func() hash.Hash, keys, sigs [][]byte, msg ...[]byte) (secret int, ok bool) {
+	for i, key := range keys {
 		sum := macOf(newHash, key, msg...)
 		for _, sig := range sigs {
 			if hmac.Equal(sum, sig) {
-				return true
+				return i, true
 			}
 		}
 	}
-	return false
+	return 0, false
 }
 
 // macOf returns the HMAC of msg's parts, concatenated, under key.

@@ -25,6 +25,8 @@ type verifyCase struct {
 	want     error
 	wantID   string
 	wantType string
+	// wantSecret is the position of the secret that verifies it.
+	wantSecret int
 }
 
 // runCases verifies each case and checks that no error mentions a secret.
@@ -43,6 +45,9 @@ func runCases(t *testing.T, v ferry.Verifier, secrets []string, cases []verifyCa
 				}
 				if tc.wantType != "" && got.Type != tc.wantType {
 					t.Fatalf("Type = %q, want %q", got.Type, tc.wantType)
+				}
+				if got.Secret != tc.wantSecret {
+					t.Fatalf("Secret = %d, want %d", got.Secret, tc.wantSecret)
 				}
 				return
 			}

@@ -23,7 +23,7 @@ func TestShopify(t *testing.T) {
 
 	runCases(t, v, []string{secret, oldSecret}, []verifyCase{
 		{name: "Valid", header: signed, body: body, wantID: "b54557e4", wantType: "orders/create"},
-		{name: "OldSecret", header: ferrytest.SignShopify(oldSecret, "b54557e4", "orders/create", body), body: body, wantID: "b54557e4"},
+		{name: "OldSecret", header: ferrytest.SignShopify(oldSecret, "b54557e4", "orders/create", body), body: body, wantID: "b54557e4", wantSecret: 1},
 		{name: "MissingHeader", header: h(""), body: body, want: ferry.ErrNoSignature},
 		{name: "NotBase64", header: h("!!!"), body: body, want: ferry.ErrMalformedSignature},
 		{name: "Short", header: h("AAAA"), body: body, want: ferry.ErrMalformedSignature},

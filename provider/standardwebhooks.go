@@ -92,7 +92,8 @@ func (s *StandardWebhooks) Verify(header http.Header, body []byte) (*ferry.Verif
 	// An absent id is signed as empty, so a forgery without one is still
 	// told apart from a genuine delivery that lacks it.
 	id := header.Get(names[0])
-	if !signedByAny(sha256.New, s.cfg.keys, sigs, []byte(id), []byte("."), []byte(timestamp), []byte("."), body) {
+	secret, ok := signedBy(sha256.New, s.cfg.keys, sigs, []byte(id), []byte("."), []byte(timestamp), []byte("."), body)
+	if !ok {
 		return nil, verifyErr("standardwebhooks", ferry.ErrBadSignature, "")
 	}
 	if err := checkTimestamp("standardwebhooks", time.Unix(unix, 0), s.cfg.now(), s.cfg.tolerance); err != nil {
@@ -105,7 +106,7 @@ func (s *StandardWebhooks) Verify(header http.Header, body []byte) (*ferry.Verif
 		Type string `json:"type"`
 	}
 	_ = json.Unmarshal(body, &event) // the type is optional; a non-JSON body has none
-	verified := &ferry.Verified{EventID: id, Type: event.Type}
+	verified := &ferry.Verified{EventID: id, Type: event.Type, Secret: secret}
 	if err := identityAsSent("standardwebhooks", body, verified, "", "type"); err != nil {
 		return nil, err
 	}

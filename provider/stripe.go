@@ -46,7 +46,8 @@ func (s *Stripe) Verify(header http.Header, body []byte) (*ferry.Verified, error
 	if err != nil {
 		return nil, err
 	}
-	if !signedByAny(sha256.New, s.cfg.keys, sig.v1, []byte(sig.timestamp), []byte("."), body) {
+	secret, ok := signedBy(sha256.New, s.cfg.keys, sig.v1, []byte(sig.timestamp), []byte("."), body)
+	if !ok {
 		return nil, verifyErr("stripe", ferry.ErrBadSignature, "")
 	}
 	if err := checkTimestamp("stripe", sig.signedAt, s.cfg.now(), s.cfg.tolerance); err != nil {
@@ -63,7 +64,7 @@ func (s *Stripe) Verify(header http.Header, body []byte) (*ferry.Verified, error
 	if event.ID == "" {
 		return nil, verifyErr("stripe", ferry.ErrNoEventID, `body has no "id" field`)
 	}
-	verified := &ferry.Verified{EventID: event.ID, Type: event.Type}
+	verified := &ferry.Verified{EventID: event.ID, Type: event.Type, Secret: secret}
 	if err := identityAsSent("stripe", body, verified, "id", "type"); err != nil {
 		return nil, err
 	}
