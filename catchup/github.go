@@ -16,10 +16,13 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ferry-inbox/ferry/ferryhttp"
 )
 
 // DefaultGitHubAPI is GitHub's REST API base.
@@ -276,16 +279,16 @@ func (g *GitHub) fetch(ctx context.Context, id int64, at time.Time) (*Event, err
 	if len(d.Request.Payload) == 0 || string(d.Request.Payload) == "null" {
 		return nil, fmt.Errorf("github: get delivery %d: %w: it has no payload", id, ErrUnfetchable)
 	}
-	// Identity headers are kept as the receiver keeps them; signature
-	// headers never are.
+	// The headers GitHub sent are kept as the receiver keeps them by
+	// default (ferryhttp.DefaultKeepHeaders); signature headers never are.
 	headers := http.Header{}
 	contentType := ""
 	for name, v := range d.Request.Headers {
-		switch http.CanonicalHeaderKey(name) {
-		case "X-Github-Event", "X-Github-Delivery", "X-Github-Hook-Id", "User-Agent":
-			headers.Set(name, v)
-		case "Content-Type":
+		switch name = http.CanonicalHeaderKey(name); {
+		case name == "Content-Type":
 			contentType = v
+		case keptByDefault(name):
+			headers.Set(name, v)
 		}
 	}
 	payload := []byte(d.Request.Payload)
@@ -367,6 +370,14 @@ func (g *GitHub) misdated(req *http.Request) bool {
 	}
 	g.jwtExpiry = time.Time{}
 	return true
+}
+
+// keptByDefault reports whether the receiver stores the header name (in
+// canonical form) when its KeepHeaders are the default.
+func keptByDefault(name string) bool {
+	return !ferryhttp.SensitiveHeader(name) && slices.ContainsFunc(ferryhttp.DefaultKeepHeaders, func(h string) bool {
+		return http.CanonicalHeaderKey(h) == name
+	})
 }
 
 // appJWT returns the App's RS256 JWT, signed anew when the cached one

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,7 +26,21 @@ import (
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/ferrytest"
+	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/provider"
 )
+
+// githubSent are the headers GitHub sends with a delivery, but its
+// signatures and content type, as its deliveries API lists them.
+func githubSent(guid, event string) map[string]string {
+	return map[string]string{
+		"Accept": "*/*", "User-Agent": "GitHub-Hookshot/a1b2c3d",
+		"X-GitHub-Event": event, "X-GitHub-Delivery": guid, "X-GitHub-Hook-ID": "42",
+		"X-GitHub-Hook-Installation-Target-ID": "7", "X-GitHub-Hook-Installation-Target-Type": "repository",
+	}
+}
 
 // fakeGitHub serves a hook's deliveries, newest first, paged by a cursor
 // in the Link header, and each delivery by id.
@@ -138,13 +153,13 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.form {
 			contentType = "application/x-www-form-urlencoded"
 		}
+		headers := githubSent(a.GUID, a.Event)
+		headers["Content-Type"] = contentType
+		headers["X-Hub-Signature"], headers["X-Hub-Signature-256"] = "sha1=deadbeef", "sha256=deadbeef"
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"id": a.ID, "guid": a.GUID, "event": a.Event,
 			"request": map[string]any{
-				"headers": map[string]string{
-					"X-GitHub-Event": a.Event, "X-GitHub-Delivery": a.GUID, "X-Hub-Signature-256": "sha256=deadbeef",
-					"Content-Type": contentType,
-				},
+				"headers": headers,
 				"payload": map[string]any{"action": "opened", "guid": a.GUID},
 			},
 		})
@@ -772,6 +787,50 @@ func TestGitHub(t *testing.T) {
 			if n, refused := ex.counts(); n != 2 || refused != 1 {
 				t.Fatalf("host clock %v off: %d token exchanges, %d refused after the token's hour; want 2, 1", skew, n, refused)
 			}
+		}
+	})
+
+	// An event catch-up stores keeps the headers a receiver would have kept
+	// of the same delivery: the same names, no signature.
+	t.Run("HeadersAsTheReceiverKeepsThem", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		b.fake.add("g-h", "push", base.Add(-time.Hour), 500)
+		b.pass(t, PassOptions{})
+		caught, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "g-h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		live := teststore.SQLite(t, nil)
+		verifier, err := provider.NewGitHub(provider.Options{Secrets: []string{"s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		receiver, err := ferryhttp.NewReceiver(ferryhttp.ReceiverOptions{Store: live, Sources: []ferryhttp.Source{{Name: "github", Verifier: verifier}},
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(receiver.Handler(http.NotFoundHandler()))
+		defer srv.Close()
+		req := ferrytest.NewRequest(srv.URL+"/webhooks/github", ferrytest.SignGitHub("s", "g-h", "push", caught.Payload), caught.Payload)
+		req.RequestURI = ""
+		for name, v := range githubSent("g-h", "push") {
+			req.Header.Set(name, v)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		received, err := live.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "g-h"})
+		if err != nil {
+			t.Fatalf("the receiver answered %d and stored nothing: %v", res.StatusCode, err)
+		}
+		if !reflect.DeepEqual(caught.Headers, received.Headers) {
+			t.Fatalf("catch-up kept %v; the receiver keeps %v", caught.Headers, received.Headers)
 		}
 	})
 
