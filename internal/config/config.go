@@ -490,7 +490,7 @@ func (c *Config) validate() []error {
 		}
 		if s.Forward.URL != "" {
 			if ferryhttp.CheckForwardURL(s.Forward.URL) != nil {
-				bad(key+".forward.url", "%q is not an http(s) URL with a port from 1 to 65535, if any: write it like \"http://127.0.0.1:3000/webhooks\"", RedactURL(s.Forward.URL))
+				bad(key+".forward.url", "%s", notHTTPURL(s.Forward.URL, "is not an http(s) URL with a port from 1 to 65535, if any", `write it like "http://127.0.0.1:3000/webhooks"`))
 			}
 		}
 		nonNegative(key+".forward.timeout", s.Forward.Timeout, DefaultForwardTime)
@@ -733,6 +733,20 @@ func RedactURL(s string) string {
 		out += "?…"
 	}
 	return out
+}
+
+// notHTTPURL is the refusal of s by a key that takes an http(s) URL: s
+// redacted, then problem and fix. A URL that does not parse is not shown
+// (RedactURL cannot find its credentials) and is said to be unreadable,
+// most often for want of its scheme ("127.0.0.1:3000/hook").
+func notHTTPURL(s, problem, fix string) string {
+	if _, err := url.Parse(s); err == nil {
+		return fmt.Sprintf("%q %s: %s", RedactURL(s), problem, fix)
+	}
+	if !strings.Contains(s, "://") {
+		return "cannot be read as a URL: it needs http:// or https:// in front (the value is not shown: it may hold a credential); " + fix
+	}
+	return "cannot be read as a URL (the value is not shown: it may hold a credential): " + fix
 }
 
 // maskUserinfo masks what url.Parse did not take for userinfo but may be:

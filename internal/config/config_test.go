@@ -417,6 +417,36 @@ func TestParseMasksCredentialsInBadURLs(t *testing.T) {
 	}
 }
 
+// A URL that does not parse is not shown, whatever key holds it, and the
+// error says so and how to write it: a quoted "(unparseable)" in its place
+// read as the value itself.
+func TestParseRefusesAnUnreadableURL(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})
+	fwd := `url = "http://127.0.0.1:3000/webhooks/stripe"`
+	for _, value := range []struct{ text, want string }{
+		{"127.0.0.1:18300/webhooks/stripe?token=SEKRET", ": cannot be read as a URL: it needs http:// or https:// in front"},
+		{"http://[::1/webhooks/stripe?token=SEKRET", ": cannot be read as a URL (the value is not shown"},
+	} {
+		for _, tc := range []struct{ name, edit, from, wantKey string }{
+			{"forward.url", fwd, `url = "VALUE"`, "source[0] (stripe).forward.url"},
+			{"otlp_endpoint", "\n[[source]]", "\n[telemetry]\notlp_endpoint = \"VALUE\"\n[[source]]", "telemetry.otlp_endpoint"},
+			{"admin.public_url", "\n[[source]]", "\n[admin]\npublic_url = \"VALUE\"\n[[source]]", "admin.public_url"},
+			{"catchup.api_base", fwd, fwd + "\n[source.catchup]\napi_key = \"k\"\ntypes = [\"*\"]\napi_base = \"VALUE\"", "source[0] (stripe).catchup.api_base"},
+		} {
+			t.Run(tc.name+"/"+value.text, func(t *testing.T) {
+				t.Parallel()
+				raw := strings.Replace(good, tc.edit, strings.ReplaceAll(tc.from, "VALUE", value.text), 1)
+				_, err := Parse([]byte(raw), vars)
+				wantInvalid(t, err, tc.wantKey+value.want, "write it like", "SEKRET")
+				if strings.Contains(err.Error(), "unparseable") {
+					t.Errorf("err = %v: want it worded, not a placeholder in quotes", err)
+				}
+			})
+		}
+	}
+}
+
 // A credential no sender or client can match is refused by key, without
 // its value: whitespace at either end (a trailing newline from a file or a
 // variable), or a whole $NAME, which reads as a variable but is kept as

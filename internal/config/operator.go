@@ -179,7 +179,7 @@ func (c *Config) validateAdmin() []error {
 		bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, loopbackOf(a.Listen))
 	}
 	if _, ok := adminURL(a.PublicURL); a.PublicURL != "" && !ok {
-		bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", RedactURL(a.PublicURL))
+		bad("admin.public_url", "%s", notHTTPURL(a.PublicURL, "is not an http(s) URL", `write it like "https://ferry-admin.example.com"`))
 	} else if c.adminURLExposed() && !c.AdminAuth() {
 		bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", RedactURL(a.PublicURL))
 	}
