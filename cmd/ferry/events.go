@@ -398,7 +398,8 @@ retried or resolved it, when), conflicting deliveries of its id (received,
 size, sha256), suspected replays of its body with the headers each came with,
 delivery count and headers (anything signature- or credential-like redacted,
 and a generic HMAC source's signature header), and with --payload its payload
-and the conflicting ones. Exits 3 when the event does not exist.`)
+and the conflicting ones. SOURCE is a source of the config, or one the store
+still holds events of. Exits 3 when the event does not exist.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	payload := fs.Bool("payload", false, "print the payload too (it may hold personal data)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -414,6 +415,11 @@ and the conflicting ones. Exits 3 when the event does not exist.`)
 		return err
 	}
 	defer env.close()
+	// As list does: a retired source's events are still shown, and a
+	// mistyped source is a usage error, not "no such event".
+	if err := env.listable(ctx, positional[0]); err != nil {
+		return err
+	}
 	e, err := env.store.EventGet(ctx, &ferry.EventGetParams{Source: positional[0], EventID: positional[1]})
 	if errors.Is(err, ferry.ErrNotFound) {
 		return fmt.Errorf("%s %s: %w", positional[0], positional[1], errEventNotFound)
