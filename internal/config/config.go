@@ -153,6 +153,12 @@ type Duration struct {
 }
 
 func (d *Duration) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		// Zero, as "0s" is: Parse then names the key whose zero means its
+		// default, rather than refusing it as no duration.
+		d.Duration = 0
+		return nil
+	}
 	if envRef.Match(b) {
 		d.ref = string(b)
 		return nil

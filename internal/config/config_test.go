@@ -498,6 +498,9 @@ func TestParseRejectsZeroThatMeansTheDefault(t *testing.T) {
 		{"Tolerance", "tolerance = \"0s\"", "source[0] (stripe).tolerance", "5m0s"},
 		{"RetryCap", "[worker]\nretry_cap = \"0s\"", "worker.retry_cap", "1h0m0s"},
 		{"SessionTTL", "[admin]\nsession_ttl = \"0s\"", "admin.session_ttl", "12h0m0s"},
+		// "" is a zero duration, as docs/configuration.md says, not "not a duration".
+		{"RetryBaseEmpty", "[worker]\nretry_base = \"\"", "worker.retry_base", "1s"},
+		{"StoreTimeoutEmpty", "[http]\nlisten = \"127.0.0.1:8080\"\nstore_timeout = \"\"", "http.store_timeout", "10s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
