@@ -224,6 +224,32 @@ func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
 	}
 }
 
+// A PostgreSQL that refuses the connection fails serve and every command
+// with exit 1 and the fix doctor gives, naming store.url; doctor says the
+// fix once, on its own line.
+func TestUnreachablePostgresNamesStoreURL(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: the connection is refused
+	cfg := writeCLIConfig(t, "postgres://ferry:sekrit@"+addr+"/test?sslmode=disable", "")
+	const fix = ": check store.url, that the database runs and that this host can reach it\n"
+	stderr, code := serveRefused(t, cfg, "--role", "receiver", "--listen", "127.0.0.1:0")
+	if code != exitFailed || !strings.Contains(stderr, "connect") || !strings.HasSuffix(stderr, fix) || strings.Contains(stderr, "sekrit") {
+		t.Errorf("serve on a refused store: exit %d, want %d ending in the fix, without the password:\n%s", code, exitFailed, stderr)
+	}
+	if _, stderr, code := runFerry(t, "events", "list", "--config", cfg); code != exitFailed || !strings.HasSuffix(stderr, fix) {
+		t.Errorf("events list on a refused store: exit %d, want %d ending in the fix:\n%s", code, exitFailed, stderr)
+	}
+	out, _, code := runFerry(t, "doctor", "--config", cfg)
+	if code != exitProblems || strings.Count(out, "check store.url") != 1 || !strings.Contains(out, "      fix: check store.url") {
+		t.Errorf("doctor on a refused store: exit %d, want %d with the fix once, on its line:\n%s", code, exitProblems, out)
+	}
+}
+
 // seedMany stores n pending stripe events evt_00000 ... with 16 senders.
 func seedMany(t *testing.T, st ferry.Store, n int) {
 	t.Helper()
