@@ -74,6 +74,13 @@ func TestHelpAndUsageErrors(t *testing.T) {
 			t.Errorf("ferry frobnicate: exit %d, want %d", code, exitUsage)
 		}
 	})
+	// A flag before the events subcommand is refused as one, not as an
+	// unknown subcommand "--config".
+	t.Run("EventsFlagFirst", func(t *testing.T) {
+		t.Parallel()
+		wantFerry(t, exitUsage, "", `ferry events: "--config" is a flag: name a subcommand first (list, show, replay, retry-now or resolve), then its flags, like: ferry events list --config FILE`+"\n",
+			"events", "--config", "ferry.toml")
+	})
 }
 
 // A config that does not load is one line with one prefix: the command.

@@ -61,6 +61,9 @@ func runEvents(ctx context.Context, args []string) error {
 	case "resolve":
 		err = eventsResolve.run(ctx, args[1:], os.Stdout)
 	default:
+		if strings.HasPrefix(args[0], "-") { // the flags belong to a subcommand
+			return usagef("%q is a flag: name a subcommand first (list, show, replay, retry-now or resolve), then its flags, like: ferry events list --config FILE", args[0])
+		}
 		return usagef("unknown subcommand %q: use list, show, replay, retry-now or resolve", args[0])
 	}
 	if err != nil {
