@@ -69,6 +69,17 @@ type HTTP struct {
 	// listener closes. Defaults to 0: the listener closes once the workers
 	// have stopped. A worker-only process has none.
 	ShutdownDelay Duration `toml:"shutdown_delay"`
+
+	// listenFlag names the command-line flag that set Listen ("--listen";
+	// ListenFlag), so an error about the address says where it came from.
+	listenFlag string
+}
+
+// ListenFlag is the override of http.listen by the command-line flag
+// named flag: errors about the address name the flag, and a fix changes it
+// rather than a key the file may not hold.
+func ListenFlag(flag, addr string) func(*Config) {
+	return func(c *Config) { c.HTTP.Listen, c.HTTP.listenFlag = addr, flag }
 }
 
 // Worker tunes the engine; see ferry.Config for each default.
@@ -384,7 +395,11 @@ func (c *Config) validate() []error {
 		bad("store.url", "%v", err)
 	}
 	if err := checkListen(c.HTTP.Listen); err != nil {
-		bad("http.listen", "%q %v: write it like \"127.0.0.1:8080\"", c.HTTP.Listen, err)
+		key := "http.listen"
+		if c.HTTP.listenFlag != "" {
+			key += " (from " + c.HTTP.listenFlag + ")"
+		}
+		bad(key, "%q %v: write it like \"127.0.0.1:8080\"", c.HTTP.Listen, err)
 	}
 	if c.HTTP.MaxInFlight < 0 || c.HTTP.MaxInFlight > MaxInFlightLimit {
 		bad("http.max_in_flight", "is %d: use a positive number of bytes up to %d (64 GiB), or leave it out for %d", c.HTTP.MaxInFlight, MaxInFlightLimit, ferryhttp.DefaultMaxInFlightBytes)
