@@ -88,7 +88,6 @@ func TestParseRejects(t *testing.T) {
 		{"an empty secret", `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = ["${STRIPE_WEBHOOK_SECRET}", ""]`, "source[0] (stripe).secrets[1]: is empty", "the signing secret"},
 		{"bad standard webhooks secret", "provider = \"stripe\"\nsecrets = [\"${STRIPE_WEBHOOK_SECRET}\"]", "provider = \"standardwebhooks\"\nsecrets = [\"whsec_SEKRET!\"]", "source[0] (stripe).secrets[0]: not whsec_", `"whsec_" followed by base64`},
 		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
-		{"unknown table, named once", "[source.forward]", "[source.foward]", "unknown key source.foward: check its spelling", "spelling"},
 		{"bad store", `url = "sqlite:ferry.db"`, `url = "mysql://x"`, "store.url", "sqlite:PATH"},
 		{"listen port past 65535", `listen = "127.0.0.1:8080"`, `listen = "127.0.0.1:99999"`, "http.listen", "no port from 0 to 65535"},
 		{"listen everywhere at the admin port", `listen = "127.0.0.1:8080"`, `listen = ":8081"`, "admin.listen", "a listener of its own"},
@@ -131,6 +130,19 @@ func TestParseRejects(t *testing.T) {
 			_, err := Parse([]byte(raw), vars)
 			wantInvalid(t, err, tc.wantKey, tc.wantFix, "SEKRET")
 		})
+	}
+}
+
+// A misspelled table is one unknown key, named once, however many sources
+// have it and whatever it holds.
+func TestParseNamesAnUnknownTableOnce(t *testing.T) {
+	t.Parallel()
+	second := "[[source]]\nname = \"github\"\nprovider = \"github\"\nsecrets = [\"s\"]\n[source.foward]\nurl = \"http://127.0.0.1:3000/\"\n"
+	raw := strings.Replace(good, "[source.forward]", "[source.foward]", 1) + second
+	_, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+	wantInvalid(t, err, "unknown key source.foward: check its spelling", "", "")
+	if n := strings.Count(err.Error(), "source.foward"); n != 1 {
+		t.Errorf("err = %v: names source.foward %d times, want once", err, n)
 	}
 }
 
