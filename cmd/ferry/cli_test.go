@@ -74,6 +74,13 @@ func TestHelpAndUsageErrors(t *testing.T) {
 			t.Errorf("ferry frobnicate: exit %d, want %d", code, exitUsage)
 		}
 	})
+	// A flag before the events subcommand is refused as one, not as an
+	// unknown subcommand "--config".
+	t.Run("EventsFlagFirst", func(t *testing.T) {
+		t.Parallel()
+		wantFerry(t, exitUsage, "", `ferry events: "--config" is a flag: name a subcommand first (list, show, replay, retry-now or resolve), then its flags, like: ferry events list --config FILE`+"\n",
+			"events", "--config", "ferry.toml")
+	})
 }
 
 // A config that does not load is one line with one prefix: the command.
@@ -221,6 +228,32 @@ func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
 	err = cmd.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailed || !strings.Contains(stderr.String(), "the server did not answer within the connect timeout: store.url's connect_timeout or PGCONNECT_TIMEOUT, else 15s") || strings.Contains(stderr.String(), "sekrit") {
 		t.Errorf("events list on a server that never answers: %v, want exit %d saying it did not answer within the connect timeout, without the password:\n%s", err, exitFailed, stderr.String())
+	}
+}
+
+// A PostgreSQL that refuses the connection fails serve and every command
+// with exit 1 and the fix doctor gives, naming store.url; doctor says the
+// fix once, on its own line.
+func TestUnreachablePostgresNamesStoreURL(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: the connection is refused
+	cfg := writeCLIConfig(t, "postgres://ferry:sekrit@"+addr+"/test?sslmode=disable", "")
+	const fix = ": check store.url, that the database runs and that this host can reach it\n"
+	stderr, code := serveRefused(t, cfg, "--role", "receiver", "--listen", "127.0.0.1:0")
+	if code != exitFailed || !strings.Contains(stderr, "connect") || !strings.HasSuffix(stderr, fix) || strings.Contains(stderr, "sekrit") {
+		t.Errorf("serve on a refused store: exit %d, want %d ending in the fix, without the password:\n%s", code, exitFailed, stderr)
+	}
+	if _, stderr, code := runFerry(t, "events", "list", "--config", cfg); code != exitFailed || !strings.HasSuffix(stderr, fix) {
+		t.Errorf("events list on a refused store: exit %d, want %d ending in the fix:\n%s", code, exitFailed, stderr)
+	}
+	out, _, code := runFerry(t, "doctor", "--config", cfg)
+	if code != exitProblems || strings.Count(out, "check store.url") != 1 || !strings.Contains(out, "      fix: check store.url") {
+		t.Errorf("doctor on a refused store: exit %d, want %d with the fix once, on its line:\n%s", code, exitProblems, out)
 	}
 }
 

@@ -185,7 +185,10 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, run
 		return nil
 	}
 	if err != nil {
-		fail("check store.url, that the database runs and that this host can reach it", "store: %v", err)
+		if unreachable, ok := errors.AsType[*unreachableError](err); ok {
+			err = unreachable.err // the fix goes on its own line
+		}
+		fail(storeUnreachableFix, "store: %v", err)
 		return nil
 	}
 	defer closeStore()

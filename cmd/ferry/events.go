@@ -61,6 +61,9 @@ func runEvents(ctx context.Context, args []string) error {
 	case "resolve":
 		err = eventsResolve.run(ctx, args[1:], os.Stdout)
 	default:
+		if strings.HasPrefix(args[0], "-") { // the flags belong to a subcommand
+			return usagef("%q is a flag: name a subcommand first (list, show, replay, retry-now or resolve), then its flags, like: ferry events list --config FILE", args[0])
+		}
 		return usagef("unknown subcommand %q: use list, show, replay, retry-now or resolve", args[0])
 	}
 	if err != nil {
@@ -398,7 +401,8 @@ retried or resolved it, when), conflicting deliveries of its id (received,
 size, sha256), suspected replays of its body with the headers each came with,
 delivery count and headers (anything signature- or credential-like redacted,
 and a generic HMAC source's signature header), and with --payload its payload
-and the conflicting ones. Exits 3 when the event does not exist.`)
+and the conflicting ones. SOURCE is a source of the config, or one the store
+still holds events of. Exits 3 when the event does not exist.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	payload := fs.Bool("payload", false, "print the payload too (it may hold personal data)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -414,6 +418,11 @@ and the conflicting ones. Exits 3 when the event does not exist.`)
 		return err
 	}
 	defer env.close()
+	// As list does: a retired source's events are still shown, and a
+	// mistyped source is a usage error, not "no such event".
+	if err := env.listable(ctx, positional[0]); err != nil {
+		return err
+	}
 	e, err := env.store.EventGet(ctx, &ferry.EventGetParams{Source: positional[0], EventID: positional[1]})
 	if errors.Is(err, ferry.ErrNotFound) {
 		return fmt.Errorf("%s %s: %w", positional[0], positional[1], errEventNotFound)

@@ -536,6 +536,9 @@ func TestUnknownSourceFlag(t *testing.T) {
 	if out, stderr, code := runFerry(t, "events", "list", "--source", "retired", "--config", cfg); code != 0 || !strings.Contains(out, "evt_old") {
 		t.Errorf("events list --source retired: exit %d, %q %q; want evt_old listed", code, out, stderr)
 	}
+	if out, stderr, code := runFerry(t, "events", "show", "retired", "evt_old", "--config", cfg); code != 0 || !strings.Contains(out, "evt_old") {
+		t.Errorf("events show retired evt_old: exit %d, %q %q; want it shown", code, out, stderr)
+	}
 	for _, args := range [][]string{{"--state", "dead", "--source", "retired"}, {"retired", "evt_old"}} {
 		if _, stderr, code := runFerry(t, append(append([]string{"events", "replay"}, args...), "--config", cfg)...); code != exitUsage {
 			t.Errorf("events replay %v: exit %d, %q; want %d", args, code, stderr, exitUsage)
@@ -553,6 +556,7 @@ func TestUnknownSourceFlag(t *testing.T) {
 		{"events", "list", "--source", "nosuch"},
 		{"events", "list", "--at-risk", "--source", "nosuch"},
 		{"events", "replay", "--state", "dead", "--source", "nosuch"},
+		{"events", "show", "nosuch", "evt_old"},
 		{"send", "--source", "nosuch"},
 		{"reconcile", "--source", "nosuch"},
 	} {

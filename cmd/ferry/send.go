@@ -26,7 +26,7 @@ file's own event id (Stripe's "id") is the one ferry stores and send prints; an
 unless ferry answered 2xx.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file` (for the source's provider and secret)")
 	sourceName := fs.String("source", "", "the source to send as (required)")
-	to := fs.String("to", "", "ferry's base `URL`; defaults to http://<http.listen>")
+	to := fs.String("to", "", "ferry's base `URL`, with http:// or https://; defaults to http://<http.listen>")
 	eventID := fs.String("event-id", "", "the event id; defaults to a random one, or the --body file's own (send the same id twice to see deduplication)")
 	eventType := fs.String("type", "demo.event", "the event type")
 	bodyPath := fs.String("body", "", "a `file` with the JSON body to send instead of a sample")
@@ -74,8 +74,10 @@ unless ferry answered 2xx.`)
 		base = "http://" + cfg.HTTP.Listen
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/"+src.Name, bytes.NewReader(body))
-	if err != nil {
-		return usagef("--to %q: %v", base, err)
+	// Without its scheme, "127.0.0.1:8080" does not parse and
+	// "localhost:8080" parses as the scheme "localhost".
+	if err != nil || req.URL.Scheme != "http" && req.URL.Scheme != "https" || req.URL.Host == "" {
+		return usagef("--to %q is not ferry's base URL: write it with http:// or https:// in front, like http://%s", base, cfg.HTTP.Listen)
 	}
 	req.Header = header
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)

@@ -81,3 +81,16 @@ func TestSendBodyID(t *testing.T) {
 		t.Errorf("send with a missing --body file: exit %d, want %d naming --body\n%s", code, exitUsage, errOut)
 	}
 }
+
+// A --to without its scheme is a usage error that says to write one, not
+// the parser's complaint about the URL send made of it.
+func TestSendToNeedsAScheme(t *testing.T) {
+	t.Parallel()
+	cfg := writeCLIConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), "")
+	for _, to := range []string{"127.0.0.1:18080", "localhost:18080"} {
+		_, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", to)
+		if code != exitUsage || !strings.Contains(errOut, "--to \""+to+"\" is not ferry's base URL: write it with http:// or https:// in front") {
+			t.Errorf("send --to %s: exit %d, want %d and the fix\n%s", to, code, exitUsage, errOut)
+		}
+	}
+}

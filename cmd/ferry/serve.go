@@ -48,13 +48,10 @@ SIGHUP stops it gracefully (exit 0).`)
 
 	var overrides []func(*config.Config)
 	if *listen != "" {
-		overrides = append(overrides, func(c *config.Config) { c.HTTP.Listen = *listen })
+		overrides = append(overrides, config.ListenFlag("--listen", *listen))
 	}
 	cfg, err := loadConfig(*configPath, overrides...)
 	if err != nil {
-		if *listen != "" && strings.Contains(err.Error(), "http.listen") {
-			err = fmt.Errorf("%w\n  (http.listen is from --listen)", err)
-		}
 		return err
 	}
 	if runsWorker {

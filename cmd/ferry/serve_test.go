@@ -503,15 +503,15 @@ func TestServe(t *testing.T) {
 		}
 		// --listen is held to http.listen's rules, as the file is.
 		_, stderr, code = runFerry(t, "serve", "--config", cfg, "--listen", "nohost")
-		if code != 2 || !strings.Contains(stderr, `http.listen: "nohost" is not host:port`) {
+		if code != 2 || !strings.Contains(stderr, `http.listen (from --listen): "nohost" is not host:port`) {
 			t.Fatalf("--listen nohost: exit %d, stderr %q: want 2 naming http.listen", code, stderr)
 		}
 		admin := freeAddr(t)
 		fixedAdmin := filepath.Join(t.TempDir(), "admin.toml")
 		writeFile(t, fixedAdmin, strings.Replace(readFile(t, cfg), "[admin]\nlisten = \"127.0.0.1:0\"", "[admin]\nlisten = \""+admin+"\"", 1))
 		_, stderr, code = runFerry(t, "serve", "--config", fixedAdmin, "--listen", admin)
-		if code != 2 || !strings.Contains(stderr, "admin.listen: "+admin+" is also http.listen") {
-			t.Fatalf("--listen as admin.listen: exit %d, stderr %q: want 2 naming admin.listen", code, stderr)
+		if code != 2 || !strings.Contains(stderr, "admin.listen: "+admin+" is also http.listen ("+admin+", from --listen)") || !strings.Contains(stderr, "give --listen or admin.listen another port") {
+			t.Fatalf("--listen as admin.listen: exit %d, stderr %q: want 2 naming admin.listen and --listen", code, stderr)
 		}
 	})
 }

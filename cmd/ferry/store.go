@@ -177,12 +177,28 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("%w (the server did not answer within the connect timeout: store.url's connect_timeout or PGCONNECT_TIMEOUT, else %s)", err, storeConnectTimeout)
 		}
+		if err = storeRefused(err); err != nil && !errors.Is(err, errConfig) && ctx.Err() == nil {
+			err = &unreachableError{err} // "postgres: open: ...: check store.url, ..."
+		}
 		if err != nil {
-			return nil, nil, storeRefused(err) // "postgres: open: ..."
+			return nil, nil, err
 		}
 		return s, s.Close, nil
 	}
 }
+
+// storeUnreachableFix is what to check when the store will not open for a
+// reason outside the file's rules: doctor's fix line and the tail of every
+// other command's error.
+const storeUnreachableFix = "check store.url, that the database runs and that this host can reach it"
+
+// unreachableError is a PostgreSQL server that refused the connection, or
+// did not answer, and the fix: exit 1, since a supervisor's retry may find
+// it up.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return e.err.Error() + ": " + storeUnreachableFix }
+func (e *unreachableError) Unwrap() error { return e.err }
 
 // relativeTo says which directory a relative SQLite path was read from: a
 // command run elsewhere than serve looks for the store there.

@@ -169,7 +169,7 @@ func (c *Catchup) validate(key string, s *Source) []error {
 		// Checked here, not by the reconciler, whose refusal quotes the
 		// URL whole: it may carry a key before its "@".
 		if u, err := url.Parse(c.APIBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("api_base", "%q is not an http(s) URL: write it like \"https://api.stripe.com\", or leave it out for the provider's API", RedactURL(c.APIBase))
+			bad("api_base", "%s", notHTTPURL(c.APIBase, "is not an http(s) URL", `write it like "https://api.stripe.com", or leave it out for the provider's API`))
 			return errs
 		}
 	}

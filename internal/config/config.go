@@ -69,6 +69,17 @@ type HTTP struct {
 	// listener closes. Defaults to 0: the listener closes once the workers
 	// have stopped. A worker-only process has none.
 	ShutdownDelay Duration `toml:"shutdown_delay"`
+
+	// listenFlag names the command-line flag that set Listen ("--listen";
+	// ListenFlag), so an error about the address says where it came from.
+	listenFlag string
+}
+
+// ListenFlag is the override of http.listen by the command-line flag
+// named flag: errors about the address name the flag, and a fix changes it
+// rather than a key the file may not hold.
+func ListenFlag(flag, addr string) func(*Config) {
+	return func(c *Config) { c.HTTP.Listen, c.HTTP.listenFlag = addr, flag }
 }
 
 // Worker tunes the engine; see ferry.Config for each default.
@@ -153,6 +164,12 @@ type Duration struct {
 }
 
 func (d *Duration) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		// Zero, as "0s" is: Parse then names the key whose zero means its
+		// default, rather than refusing it as no duration.
+		d.Duration = 0
+		return nil
+	}
 	if envRef.Match(b) {
 		d.ref = string(b)
 		return nil
@@ -378,7 +395,11 @@ func (c *Config) validate() []error {
 		bad("store.url", "%v", err)
 	}
 	if err := checkListen(c.HTTP.Listen); err != nil {
-		bad("http.listen", "%q %v: write it like \"127.0.0.1:8080\"", c.HTTP.Listen, err)
+		key := "http.listen"
+		if c.HTTP.listenFlag != "" {
+			key += " (from " + c.HTTP.listenFlag + ")"
+		}
+		bad(key, "%q %v: write it like \"127.0.0.1:8080\"", c.HTTP.Listen, err)
 	}
 	if c.HTTP.MaxInFlight < 0 || c.HTTP.MaxInFlight > MaxInFlightLimit {
 		bad("http.max_in_flight", "is %d: use a positive number of bytes up to %d (64 GiB), or leave it out for %d", c.HTTP.MaxInFlight, MaxInFlightLimit, ferryhttp.DefaultMaxInFlightBytes)
@@ -490,7 +511,7 @@ func (c *Config) validate() []error {
 		}
 		if s.Forward.URL != "" {
 			if ferryhttp.CheckForwardURL(s.Forward.URL) != nil {
-				bad(key+".forward.url", "%q is not an http(s) URL with a port from 1 to 65535, if any: write it like \"http://127.0.0.1:3000/webhooks\"", RedactURL(s.Forward.URL))
+				bad(key+".forward.url", "%s", notHTTPURL(s.Forward.URL, "is not an http(s) URL with a port from 1 to 65535, if any", `write it like "http://127.0.0.1:3000/webhooks"`))
 			}
 		}
 		nonNegative(key+".forward.timeout", s.Forward.Timeout, DefaultForwardTime)
@@ -733,6 +754,20 @@ func RedactURL(s string) string {
 		out += "?…"
 	}
 	return out
+}
+
+// notHTTPURL is the refusal of s by a key that takes an http(s) URL: s
+// redacted, then problem and fix. A URL that does not parse is not shown
+// (RedactURL cannot find its credentials) and is said to be unreadable,
+// most often for want of its scheme ("127.0.0.1:3000/hook").
+func notHTTPURL(s, problem, fix string) string {
+	if _, err := url.Parse(s); err == nil {
+		return fmt.Sprintf("%q %s: %s", RedactURL(s), problem, fix)
+	}
+	if !strings.Contains(s, "://") {
+		return "cannot be read as a URL: it needs http:// or https:// in front (the value is not shown: it may hold a credential); " + fix
+	}
+	return "cannot be read as a URL (the value is not shown: it may hold a credential): " + fix
 }
 
 // maskUserinfo masks what url.Parse did not take for userinfo but may be:

@@ -88,7 +88,6 @@ func TestParseRejects(t *testing.T) {
 		{"an empty secret", `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = ["${STRIPE_WEBHOOK_SECRET}", ""]`, "source[0] (stripe).secrets[1]: is empty", "the signing secret"},
 		{"bad standard webhooks secret", "provider = \"stripe\"\nsecrets = [\"${STRIPE_WEBHOOK_SECRET}\"]", "provider = \"standardwebhooks\"\nsecrets = [\"whsec_SEKRET!\"]", "source[0] (stripe).secrets[0]: not whsec_", `"whsec_" followed by base64`},
 		{"unknown key", `[http]`, "[http]\nlisten_addr = \"x\"", "unknown key", "spelling"},
-		{"unknown table, named once", "[source.forward]", "[source.foward]", "unknown key source.foward: check its spelling", "spelling"},
 		{"bad store", `url = "sqlite:ferry.db"`, `url = "mysql://x"`, "store.url", "sqlite:PATH"},
 		{"listen port past 65535", `listen = "127.0.0.1:8080"`, `listen = "127.0.0.1:99999"`, "http.listen", "no port from 0 to 65535"},
 		{"listen everywhere at the admin port", `listen = "127.0.0.1:8080"`, `listen = ":8081"`, "admin.listen", "a listener of its own"},
@@ -131,6 +130,19 @@ func TestParseRejects(t *testing.T) {
 			_, err := Parse([]byte(raw), vars)
 			wantInvalid(t, err, tc.wantKey, tc.wantFix, "SEKRET")
 		})
+	}
+}
+
+// A misspelled table is one unknown key, named once, however many sources
+// have it and whatever it holds.
+func TestParseNamesAnUnknownTableOnce(t *testing.T) {
+	t.Parallel()
+	second := "[[source]]\nname = \"github\"\nprovider = \"github\"\nsecrets = [\"s\"]\n[source.foward]\nurl = \"http://127.0.0.1:3000/\"\n"
+	raw := strings.Replace(good, "[source.forward]", "[source.foward]", 1) + second
+	_, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+	wantInvalid(t, err, "unknown key source.foward: check its spelling", "", "")
+	if n := strings.Count(err.Error(), "source.foward"); n != 1 {
+		t.Errorf("err = %v: names source.foward %d times, want once", err, n)
 	}
 }
 
@@ -417,6 +429,36 @@ func TestParseMasksCredentialsInBadURLs(t *testing.T) {
 	}
 }
 
+// A URL that does not parse is not shown, whatever key holds it, and the
+// error says so and how to write it: a quoted "(unparseable)" in its place
+// read as the value itself.
+func TestParseRefusesAnUnreadableURL(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})
+	fwd := `url = "http://127.0.0.1:3000/webhooks/stripe"`
+	for _, value := range []struct{ text, want string }{
+		{"127.0.0.1:18300/webhooks/stripe?token=SEKRET", ": cannot be read as a URL: it needs http:// or https:// in front"},
+		{"http://[::1/webhooks/stripe?token=SEKRET", ": cannot be read as a URL (the value is not shown"},
+	} {
+		for _, tc := range []struct{ name, edit, from, wantKey string }{
+			{"forward.url", fwd, `url = "VALUE"`, "source[0] (stripe).forward.url"},
+			{"otlp_endpoint", "\n[[source]]", "\n[telemetry]\notlp_endpoint = \"VALUE\"\n[[source]]", "telemetry.otlp_endpoint"},
+			{"admin.public_url", "\n[[source]]", "\n[admin]\npublic_url = \"VALUE\"\n[[source]]", "admin.public_url"},
+			{"catchup.api_base", fwd, fwd + "\n[source.catchup]\napi_key = \"k\"\ntypes = [\"*\"]\napi_base = \"VALUE\"", "source[0] (stripe).catchup.api_base"},
+		} {
+			t.Run(tc.name+"/"+value.text, func(t *testing.T) {
+				t.Parallel()
+				raw := strings.Replace(good, tc.edit, strings.ReplaceAll(tc.from, "VALUE", value.text), 1)
+				_, err := Parse([]byte(raw), vars)
+				wantInvalid(t, err, tc.wantKey+value.want, "write it like", "SEKRET")
+				if strings.Contains(err.Error(), "unparseable") {
+					t.Errorf("err = %v: want it worded, not a placeholder in quotes", err)
+				}
+			})
+		}
+	}
+}
+
 // A credential no sender or client can match is refused by key, without
 // its value: whitespace at either end (a trailing newline from a file or a
 // variable), or a whole $NAME, which reads as a variable but is kept as
@@ -468,6 +510,9 @@ func TestParseRejectsZeroThatMeansTheDefault(t *testing.T) {
 		{"Tolerance", "tolerance = \"0s\"", "source[0] (stripe).tolerance", "5m0s"},
 		{"RetryCap", "[worker]\nretry_cap = \"0s\"", "worker.retry_cap", "1h0m0s"},
 		{"SessionTTL", "[admin]\nsession_ttl = \"0s\"", "admin.session_ttl", "12h0m0s"},
+		// "" is a zero duration, as docs/configuration.md says, not "not a duration".
+		{"RetryBaseEmpty", "[worker]\nretry_base = \"\"", "worker.retry_base", "1s"},
+		{"StoreTimeoutEmpty", "[http]\nlisten = \"127.0.0.1:8080\"\nstore_timeout = \"\"", "http.store_timeout", "10s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -174,12 +174,22 @@ func (c *Config) validateAdmin() []error {
 	if err := checkListen(a.Listen); err != nil {
 		bad("admin.listen", "%q %v: write it like %q", a.Listen, err, DefaultAdminListen)
 	} else if listensOverlap(a.Listen, c.HTTP.Listen) {
-		bad("admin.listen", "%s is also http.listen (%s): both take the same port on a shared address; the admin surface needs a listener of its own; use %s", a.Listen, c.HTTP.Listen, DefaultAdminListen)
+		// The fix changes what was written: a flag, or either key when
+		// the default admin address is itself the one taken.
+		httpListen, fix := c.HTTP.Listen, "use "+DefaultAdminListen
+		switch {
+		case c.HTTP.listenFlag != "":
+			httpListen += ", from " + c.HTTP.listenFlag
+			fix = "give " + c.HTTP.listenFlag + " or admin.listen another port"
+		case listensOverlap(DefaultAdminListen, c.HTTP.Listen):
+			fix = "give http.listen or admin.listen another port"
+		}
+		bad("admin.listen", "%s is also http.listen (%s): both take the same port on a shared address; the admin surface needs a listener of its own; %s", a.Listen, httpListen, fix)
 	} else if c.adminListenExposed() && !c.AdminAuth() {
 		bad("admin.listen", "%s is not a loopback address and the admin listener has no credentials: anyone who reaches it could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or listen on %s", a.Listen, loopbackOf(a.Listen))
 	}
 	if _, ok := adminURL(a.PublicURL); a.PublicURL != "" && !ok {
-		bad("admin.public_url", "%q is not an http(s) URL: write it like \"https://ferry-admin.example.com\"", RedactURL(a.PublicURL))
+		bad("admin.public_url", "%s", notHTTPURL(a.PublicURL, "is not an http(s) URL", `write it like "https://ferry-admin.example.com"`))
 	} else if c.adminURLExposed() && !c.AdminAuth() {
 		bad("admin.public_url", "%s is not on this host and the admin listener has no credentials: anyone who reaches it there could read payloads and replay events. Set admin.token = \"${FERRY_ADMIN_TOKEN}\" (or admin.user and admin.password), or remove admin.public_url", RedactURL(a.PublicURL))
 	}

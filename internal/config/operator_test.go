@@ -132,3 +132,16 @@ func TestAdminCleartext(t *testing.T) {
 		})
 	}
 }
+
+// An http.listen a flag set is named as the flag's in its errors, and the
+// fix for a clash with admin.listen never suggests the address taken.
+func TestParseNamesTheListenFlag(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"})
+	_, err := Parse([]byte(good), vars, ListenFlag("--listen", "127.0.0.1:8081"))
+	wantInvalid(t, err, "admin.listen: 127.0.0.1:8081 is also http.listen (127.0.0.1:8081, from --listen)", "; give --listen or admin.listen another port", "")
+	_, err = Parse([]byte(good), vars, ListenFlag("--listen", "nohost"))
+	wantInvalid(t, err, `http.listen (from --listen): "nohost" is not host:port`, "", "")
+	_, err = Parse([]byte(strings.Replace(good, `listen = "127.0.0.1:8080"`, `listen = "127.0.0.1:8081"`, 1)), vars)
+	wantInvalid(t, err, "admin.listen: 127.0.0.1:8081 is also http.listen (127.0.0.1:8081)", "; give http.listen or admin.listen another port", "")
+}

@@ -51,7 +51,7 @@ func (c *Config) validateTelemetry() []error {
 			// answer 401 to every batch. Not echoed: the user may be a key.
 			bad("otlp_endpoint", "carries credentials before its \"@\", which the OTLP exporter never sends: remove them and set the environment variable OTEL_EXPORTER_OTLP_HEADERS instead, e.g. \"Authorization=Basic <base64 of user:password>\" or your vendor's API key header")
 		} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-			bad("otlp_endpoint", "%q is not the collector's base URL: write it like \"http://127.0.0.1:4318\" (protocol \"http\") or \"http://127.0.0.1:4317\" (protocol \"grpc\"), https for TLS", RedactURL(t.OTLPEndpoint))
+			bad("otlp_endpoint", "%s", notHTTPURL(t.OTLPEndpoint, "is not the collector's base URL", `write it like "http://127.0.0.1:4318" (protocol "http") or "http://127.0.0.1:4317" (protocol "grpc"), https for TLS`))
 		} else if strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1/traces") {
 			// The exporter appends /v1/traces: spans would go to
 			// /v1/traces/v1/traces and be lost.
