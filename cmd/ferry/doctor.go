@@ -163,6 +163,18 @@ type (
 // doctorCheck runs the checks in order, stopping at a store it cannot use.
 // Each source's app is checked when runsWorker: a receiver forwards nothing.
 func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, runsWorker bool, ok, info okFunc, warn, fail fixFunc, r *doctorReport) error {
+	octx, cancelOpen := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelOpen()
+	st, closeStore, err := openStore(octx, cfg, nil, existingStore)
+	kind, _, _ := cfg.StoreKind()
+	if errors.Is(err, errConfig) && (errors.Is(err, fs.ErrNotExist) || kind == "sqlite" && errors.Is(err, ferry.ErrInvalidParams)) {
+		// A store.url naming no SQLite file, or a path no SQLite file can
+		// be at: the config error, key and fix, every command gives (exit
+		// 2), before any line of a report. A store refused as set (fsync or
+		// synchronous_commit off, often the server's doing) stays a finding
+		// below: exit 4, with the report.
+		return err
+	}
 	ok("config %s: %s", configPath, countOf(len(cfg.Sources), "source"))
 	if runsWorker {
 		doctorApps(ctx, cfg, ok, fail)
@@ -170,16 +182,6 @@ func doctorCheck(ctx context.Context, cfg *config.Config, configPath string, run
 
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, closeStore, err := openStore(pctx, cfg, nil, existingStore)
-	kind, _, _ := cfg.StoreKind()
-	if errors.Is(err, errConfig) && (errors.Is(err, fs.ErrNotExist) || kind == "sqlite" && errors.Is(err, ferry.ErrInvalidParams)) {
-		// A store.url naming no SQLite file, or a path no SQLite file can
-		// be at: the config error, key and fix, every command gives (exit
-		// 2). A store refused as set (fsync or synchronous_commit off,
-		// often the server's doing) stays a finding below: exit 4, with the
-		// report.
-		return err
-	}
 	if errors.Is(err, ferry.ErrMisconfigured) || errors.Is(err, ferry.ErrNotDurable) { // found by Open: serve would not start either
 		fail("do what the error says, in store.url or on the server; ferry serve and every command refuse the store until then", "store: %v", err)
 		return nil
