@@ -52,6 +52,10 @@ type DashboardOptions struct {
 	// replay takes only their events (ferry.EventRequeueParams.Runnable),
 	// and the dashboard offers it for no other. Empty: every source.
 	Runnable []string
+	// Redaction names, per source, the signature headers its sender chose
+	// (a generic HMAC source's), shown redacted as SensitiveHeader's are.
+	// Optional.
+	Redaction Redaction
 }
 
 // Dashboard is the operator's web page at /ui/: counts by state and source,
@@ -493,7 +497,7 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 	for name, values := range e.Headers {
 		for _, v := range values {
 			h := header{Name: name, Value: v}
-			if SensitiveHeader(name) {
+			if d.opts.Redaction.Redacted(e.Source, name) {
 				h.Value, h.Redacted = "redacted", true
 			}
 			data.Headers = append(data.Headers, h)
@@ -501,6 +505,20 @@ func (d *Dashboard) event(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.SortFunc(data.Headers, func(a, b header) int { return strings.Compare(a.Name, b.Name) })
 	d.render(w, r, "event.html", &data)
+}
+
+// Redaction maps a source to the signature headers its sender chose, which
+// no rule of names can know: a generic HMAC source's header is whatever the
+// sender calls it.
+type Redaction map[string][]string
+
+// Redacted reports whether the stored header name of an event of source
+// is shown redacted, on the dashboard and by the CLI: SensitiveHeader's,
+// and the source's own signature headers.
+func (r Redaction) Redacted(source, name string) bool {
+	return SensitiveHeader(name) || slices.ContainsFunc(r[source], func(h string) bool {
+		return http.CanonicalHeaderKey(h) == http.CanonicalHeaderKey(name)
+	})
 }
 
 // SensitiveHeader reports headers whose value is never stored by the

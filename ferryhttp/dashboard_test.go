@@ -236,6 +236,25 @@ func TestDashboardPages(t *testing.T) {
 
 // A page shows only the messages its actions name by code: a crafted
 // link cannot put words of its own on an operator's screen.
+// A generic HMAC source's signature header, named as its sender chose, is
+// shown redacted when the dashboard's Redaction names it, as the CLI shows
+// it; another source's header of that name is not a signature.
+func TestDashboardRedactsASourcesOwnSignatureHeader(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{Redaction: ferryhttp.Redaction{"partner": {"x-partner-check"}}}, ferryhttp.AdminOptions{})
+	for _, source := range []string{"partner", "other"} {
+		res, err := b.store.EventReceive(context.Background(), &ferry.EventReceiveParams{Source: source, EventID: "p_1", Payload: []byte(`{}`),
+			Headers: http.Header{"X-Partner-Check": {"SEKRET-" + source}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, body := testhttp.Get(t, b.server.URL+"/ui/events/"+itoa(res.ID))
+		if shown := strings.Contains(body, "SEKRET-"+source); code != 200 || shown != (source == "other") {
+			t.Errorf("%s's event page: %d, shows the X-Partner-Check value: %v, want %v", source, code, shown, source == "other")
+		}
+	}
+}
+
 func TestDashboardFlashIsACode(t *testing.T) {
 	t.Parallel()
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})

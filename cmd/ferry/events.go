@@ -20,7 +20,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/ferry-inbox/ferry"
-	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/config"
 )
 
@@ -453,7 +452,8 @@ still holds events of. Exits 3 when the event does not exist.`)
 	if err != nil {
 		return err
 	}
-	sensitive := sensitiveHeaderFunc(env.cfg, e.Source)
+	redaction := env.cfg.Redaction()
+	sensitive := func(name string) bool { return redaction.Redacted(e.Source, name) }
 	d := eventDetail{
 		eventLine:       newEventLine(e, atRiskFunc(env.cfg, stats.Now)(e)),
 		LeaseOwner:      e.LeaseOwner,
@@ -816,22 +816,6 @@ func defaultActor() string {
 	return "cli"
 }
 
-// sensitiveHeaderFunc says which headers of source's events show redacted:
-// those ferryhttp.SensitiveHeader names (the providers' signatures and
-// anything credential-like, as the dashboard redacts), and the signature
-// header a generic HMAC source configures, whatever its name.
-func sensitiveHeaderFunc(cfg *config.Config, source string) func(name string) bool {
-	var own string
-	for _, s := range cfg.Sources {
-		if s.Name == source && s.HMAC.Header != "" {
-			own = http.CanonicalHeaderKey(s.HMAC.Header)
-		}
-	}
-	return func(name string) bool {
-		return ferryhttp.SensitiveHeader(name) || own != "" && http.CanonicalHeaderKey(name) == own
-	}
-}
-
 // headerLine is headers on one table cell, sorted by name: "Name: value,
 // value; Name: value", each part fit by oneLine.
 func headerLine(h map[string][]string) string {
@@ -846,7 +830,7 @@ func headerLine(h map[string][]string) string {
 }
 
 // shownHeaders is h with the value of every header sensitive names
-// (sensitiveHeaderFunc) replaced by "redacted".
+// (config.Config.Redaction) replaced by "redacted".
 func shownHeaders(h http.Header, sensitive func(name string) bool) map[string][]string {
 	if len(h) == 0 {
 		return nil

@@ -623,6 +623,18 @@ func TestEventsShowConflicts(t *testing.T) {
 	}
 }
 
+// partnerSource is a generic HMAC source whose signature header,
+// X-Partner-Check, has a name no rule of names marks as a signature.
+const partnerSource = `
+[[source]]
+name = "partner"
+provider = "hmac"
+secrets = ["partner_secret"]
+[source.hmac]
+header = "X-Partner-Check"
+event_id_header = "X-Partner-Id"
+`
+
 // show lists each suspected replay with the headers it came with (who sent
 // it), and redacts there what it redacts on the event: the providers'
 // signatures, anything credential-like, and the signature header a generic
@@ -631,15 +643,7 @@ func TestEventsShowReplayHeaders(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ferry.db")
-	cfg := writeCLIConfig(t, "sqlite:"+path, `
-[[source]]
-name = "partner"
-provider = "hmac"
-secrets = ["partner_secret"]
-[source.hmac]
-header = "X-Partner-Check"
-event_id_header = "X-Partner-Id"
-`)
+	cfg := writeCLIConfig(t, "sqlite:"+path, partnerSource)
 	if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
 		t.Fatalf("migrate: exit %d: %s", code, stderr)
 	}

@@ -75,7 +75,7 @@ func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operato
 		opts.Metrics = prometheus.Handler(reg)
 	}
 	if *cfg.UI.Enabled {
-		d, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{Store: st, AtRiskAfter: cfg.AtRiskAfter(), Logger: log, Runnable: cfg.SourceNames()})
+		d, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{Store: st, AtRiskAfter: cfg.AtRiskAfter(), Logger: log, Runnable: cfg.SourceNames(), Redaction: cfg.Redaction()})
 		if err != nil {
 			return nil, fmt.Errorf("%w: ui: %v", errConfig, err)
 		}

@@ -524,10 +524,7 @@ func TestServeDashboardReplaysOnlyConfiguredSources(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbPath := filepath.Join(t.TempDir(), "ferry.db")
-	st := teststore.OpenSQLite(t, dbPath, nil)
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := teststore.SQLiteAt(t, dbPath, nil)
 	id := deadEvent(t, st, "retired", "evt_r", "gone")
 	_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
 	p := startServe(t, writeConfig(t, "sqlite:"+dbPath, appSrv.URL, "")) // stripe alone
@@ -545,6 +542,29 @@ func TestServeDashboardReplaysOnlyConfiguredSources(t *testing.T) {
 	}
 	if e, err := st.EventGet(ctx, &ferry.EventGetParams{ID: id}); err != nil || e.State != ferry.StateDead {
 		t.Fatalf("the retired source's event: %+v, %v; want dead", e, err)
+	}
+}
+
+// serve's dashboard redacts a generic HMAC source's signature header, named
+// as its sender chose, as ferry events show does.
+func TestServeDashboardRedactsAnHMACSignatureHeader(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbPath := filepath.Join(t.TempDir(), "ferry.db")
+	st := teststore.SQLiteAt(t, dbPath, nil)
+	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "partner", EventID: "p_1", Payload: []byte(`{}`),
+		Headers: http.Header{"X-Partner-Check": {"SEKRET"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusServiceUnavailable })
+	p := startServe(t, writeServeConfig(t, "sqlite:"+dbPath, partnerSource+fmt.Sprintf(`[source.forward]
+url = %q
+secret = %q
+`, appSrv.URL, forwardSecret)))
+	code, body := testhttp.Get(t, "http://"+p.admin+"/ui/events/"+fmt.Sprint(res.ID))
+	if code != 200 || !strings.Contains(body, "X-Partner-Check") || strings.Contains(body, "SEKRET") {
+		t.Fatalf("the event page: %d, want X-Partner-Check listed and its value redacted\n%s", code, body)
 	}
 }
 

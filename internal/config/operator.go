@@ -337,6 +337,18 @@ func (c *Config) StatsParams(limit int) *ferry.EventStatsParams {
 	return &ferry.EventStatsParams{AtRiskAfter: c.AtRiskAfter(), AtRiskLimit: limit}
 }
 
+// Redaction names each generic HMAC source's signature header, which the
+// dashboard and the CLI show redacted as they do the providers'.
+func (c *Config) Redaction() ferryhttp.Redaction {
+	r := ferryhttp.Redaction{}
+	for _, s := range c.Sources {
+		if s.HMAC.Header != "" {
+			r[s.Name] = []string{s.HMAC.Header}
+		}
+	}
+	return r
+}
+
 // SourceNames lists the configured sources in file order.
 func (c *Config) SourceNames() []string {
 	out := make([]string, len(c.Sources))
