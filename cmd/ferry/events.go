@@ -76,7 +76,7 @@ const eventsUsage = `usage:
   ferry events show   SOURCE EVENT_ID [--payload] [--json]
   ferry events replay SOURCE EVENT_ID... [--dry-run]
   ferry events replay --state done|dead|unknown --source X [--dry-run]
-  ferry events retry-now SOURCE EVENT_ID...
+  ferry events retry-now SOURCE EVENT_ID... | --source X
   ferry events resolve   SOURCE EVENT_ID...
 
 Every subcommand takes --config FILE (default ferry.toml); 'ferry events list -h'
@@ -740,21 +740,38 @@ type namedAction struct {
 	// will run its events. Otherwise the source must be configured: a
 	// worker must take them.
 	retired bool
-	act     func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error)
+	// bulk takes --source NAME in place of SOURCE EVENT_ID...: every event
+	// of the source in state bulk (what act may change) is acted on.
+	bulk ferry.State
+	act  func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error)
 }
 
 func (a *namedAction) run(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("events "+a.name, "SOURCE EVENT_ID...", a.help)
+	usage, want := "SOURCE EVENT_ID...", "want SOURCE EVENT_ID..."
+	var source *string
+	if a.bulk != "" {
+		usage, want = usage+" | --source SOURCE", want+", or --source SOURCE for all"
+	}
+	fs := newFlags("events "+a.name, usage, a.help)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	actor := fs.String("actor", defaultActor(), "who "+a.what+" (a `name`), kept with each event; ferry events show lists it")
+	if a.bulk != "" {
+		source = fs.String("source", "", "every "+string(a.bulk)+" event of this `source`, in place of SOURCE EVENT_ID...")
+	}
 	positional, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
+	bulk := source != nil && *source != ""
 	switch {
+	case bulk && len(positional) > 0:
+		return usagef("give --source or SOURCE EVENT_ID..., not both")
+	case bulk:
+		positional = []string{*source}
 	case len(positional) < 2:
-		return usagef("want SOURCE EVENT_ID...")
-	case *actor == "":
+		return usagef("%s", want)
+	}
+	if *actor == "" {
 		return usagef("--actor is empty: name who %s", a.what)
 	}
 	configured := positional[0]
@@ -769,9 +786,42 @@ func (a *namedAction) run(ctx context.Context, args []string, out io.Writer) err
 	if err := env.listable(ctx, positional[0]); err != nil {
 		return err
 	}
+	if bulk {
+		return a.each(ctx, env.store, out, *source, *actor)
+	}
 	return eachNamed(ctx, env.store, out, a.verb, a.done, a.refused, positional, func(e *ferry.Event) (bool, error) {
 		return a.act(ctx, env.store, e, *actor)
 	})
+}
+
+// each acts on every event of source in state a.bulk, newest first, a page
+// at a time, and prints how many it changed and how many it left.
+func (a *namedAction) each(ctx context.Context, st ferry.Store, out io.Writer, source, actor string) error {
+	var changed, left int
+	params := &ferry.EventListParams{Source: source, States: []ferry.State{a.bulk}, Limit: ferry.EventListLimitMax}
+	for {
+		page, err := st.EventList(ctx, params)
+		if err != nil {
+			return err
+		}
+		for _, e := range page.Events {
+			ok, err := a.act(ctx, st, e, actor)
+			if err != nil {
+				return fmt.Errorf("%s %s %s: %w", a.verb, source, e.EventID, err)
+			}
+			if ok {
+				changed++
+			} else {
+				left++
+			}
+		}
+		if page.NextBefore == 0 {
+			break
+		}
+		params.Before = page.NextBefore
+	}
+	fmt.Fprintf(out, "%s %s of %s; %s left as they are\n", a.done, countOf(changed, "event"), source, countOf(left, "other "+string(a.bulk)+" event"))
+	return nil
 }
 
 var eventsRetryNow = namedAction{
@@ -780,8 +830,11 @@ var eventsRetryNow = namedAction{
 them at once, as the dashboard's "retry now" does. The attempt budget is not
 reset (that is replay's, for done, dead or unknown events); events that are not
 pending, or already due, are left as they are. Exits 3 when a named event does
-not exist, 5 when one is left as it is (the others are still retried).`,
-	what: "asks", verb: "retry now", done: "retried",
+not exist, 5 when one is left as it is (the others are still retried). With
+--source and no EVENT_ID, every pending event of the source waiting out a
+backoff is made due (after an outage of the app, say); that exits 0 whatever
+it leaves.`,
+	what: "asks", verb: "retry now", done: "retried", bulk: ferry.StatePending,
 	refused: "not retried, not pending in a backoff (running, finished, or already due; a dead or unknown one: ferry events replay or resolve)",
 	act: func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error) {
 		return st.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: e.ID, Actor: actor})

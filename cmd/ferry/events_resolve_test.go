@@ -131,3 +131,51 @@ func TestEventsRetryNow(t *testing.T) {
 		t.Errorf("evt_due actions = %+v, want none", d.Actions)
 	}
 }
+
+// retry-now --source makes every pending event of the source that waits out
+// a backoff due, records who asked on each, and leaves the due ones, other
+// sources' and other states' as they are.
+func TestEventsRetryNowBySource(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, s := migratedSQLite(t)
+	backoff := func(source string, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: source, EventID: id, Payload: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: len(ids), TTL: time.Minute, Sources: []string{source}})
+		if err != nil || len(c) != len(ids) {
+			t.Fatalf("claim: %v, %v", c, err)
+		}
+		for _, claim := range c {
+			if _, err := s.store.EventFail(ctx, &ferry.EventFailParams{Lease: claim.Event.Lease(), Error: "503", RetryDelay: 24 * time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	backoff("stripe", "evt_a", "evt_b")
+	backoff("github", "gh_a")
+	if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_due", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+
+	wantFerry(t, 0, "retried 2 events of stripe; 1 other pending event left as they are\n", "",
+		"events", "retry-now", "--config", cfg, "--actor", "alice", "--source", "stripe")
+	for _, id := range []string{"evt_a", "evt_b"} {
+		d := showJSON(t, cfg, "stripe", id)
+		if len(d.Actions) != 1 || d.Actions[0].Action != ferry.ActionRetryNow || d.Actions[0].Actor != "alice" || d.Attempt != 1 {
+			t.Errorf("%s after retry-now --source: %+v, want one retry_now by alice, attempt 1", id, d)
+		}
+	}
+	for source, id := range map[string]string{"stripe": "evt_due", "github": "gh_a"} {
+		if d := showJSON(t, cfg, source, id); len(d.Actions) != 0 {
+			t.Errorf("%s %s: actions %+v, want none", source, id, d.Actions)
+		}
+	}
+	wantFerry(t, exitUsage, "", "ferry events retry-now: give --source or SOURCE EVENT_ID..., not both\n",
+		"events", "retry-now", "--config", cfg, "--source", "stripe", "evt_a")
+}
