@@ -327,6 +327,37 @@ func TestDashboardReplayAndCSRF(t *testing.T) {
 	}
 }
 
+// A Dashboard mounted on a mux of its own, without Admin, refuses a
+// cross-site POST by itself: Admin's checks are not its only guard.
+func TestDashboardAloneRefusesCrossSitePosts(t *testing.T) {
+	t.Parallel()
+	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})
+	d, err := ferryhttp.NewDashboard(ferryhttp.DashboardOptions{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	d.Register(mux)
+	alone := httptest.NewServer(mux)
+	defer alone.Close()
+	for _, tc := range []struct {
+		site string
+		want int
+	}{{"cross-site", http.StatusForbidden}, {"same-origin", http.StatusOK}} { // in this order: the second resolves it
+		site, want := tc.site, tc.want
+		req := newReq(t, "POST", alone.URL+"/ui/events/"+itoa(b.ids["evt_dead"])+"/resolve", strings.NewReader("confirm=yes"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", site)
+		if code, _ := testhttp.Do(t, req); code != want {
+			t.Errorf("%s POST to a Dashboard without Admin: %d, want %d", site, code, want)
+		}
+		e, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{ID: b.ids["evt_dead"]})
+		if err != nil || (e.State == ferry.StateDone) != (site == "same-origin") {
+			t.Fatalf("after the %s POST the event is %v (%v)", site, e.State, err)
+		}
+	}
+}
+
 // TestAdminRefusesRebinding: without credentials, a page on a DNS name that
 // resolves to 127.0.0.1 cannot read the dashboard, nor can a proxy, whether
 // it keeps PublicURL's Host or marks what it relays; an IP literal and

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -387,5 +388,42 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition never held")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// countedStats is a real store that counts its EventStats reads.
+type countedStats struct {
+	ferry.Store
+	reads atomic.Int64
+}
+
+func (s *countedStats) EventStats(ctx context.Context, p *ferry.EventStatsParams) (*ferry.EventStats, error) {
+	s.reads.Add(1)
+	return s.Store.EventStats(ctx, p)
+}
+
+// Scrapes within CacheTTL of a read are answered from it, by the
+// collector's clock; the first scrape past it reads the store again.
+func TestStatsCacheAnswersWithinItsTTL(t *testing.T) {
+	t.Parallel()
+	store := &countedStats{Store: teststore.SQLite(t, nil)}
+	var mu sync.Mutex
+	clock := time.Unix(1_700_000_000, 0)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{Store: store, Sources: []string{"stripe"}, CacheTTL: 10 * time.Second, Now: now}))
+	server := httptest.NewServer(prometheus.Handler(reg))
+	t.Cleanup(server.Close)
+	for i, step := range []struct {
+		advance time.Duration
+		reads   int64
+	}{{0, 1}, {9 * time.Second, 1}, {time.Second, 2}, {0, 2}} {
+		mu.Lock()
+		clock = clock.Add(step.advance)
+		mu.Unlock()
+		scrape(t, server.URL)
+		if got := store.reads.Load(); got != step.reads {
+			t.Errorf("scrape %d (+%v): %d store reads, want %d", i+1, step.advance, got, step.reads)
+		}
 	}
 }

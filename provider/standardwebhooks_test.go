@@ -122,6 +122,29 @@ func TestStandardWebhooks(t *testing.T) {
 	})
 }
 
+// A Tolerance given is the one applied, in both directions.
+func TestStandardWebhooksTolerance(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	body := []byte(`{"type":"t"}`)
+	v, err := provider.NewStandardWebhooks(provider.Options{Secrets: []string{secret}, Tolerance: time.Hour, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		at   time.Time
+		want error
+	}{{now.Add(-59 * time.Minute), nil}, {now.Add(59 * time.Minute), nil}, {now.Add(-61 * time.Minute), ferry.ErrStaleTimestamp}, {now.Add(61 * time.Minute), ferry.ErrStaleTimestamp}} {
+		h, err := ferrytest.SignStandardWebhooks(secret, "msg_1", tc.at, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(h, body); !errors.Is(err, tc.want) {
+			t.Errorf("signed %v from now under a 1h tolerance: %v, want %v", tc.at.Sub(now), err, tc.want)
+		}
+	}
+}
+
 // TestStandardWebhooksForgedEntryBesidePublishedVector is issue 10's case:
 // a signature list holding a forged entry and the reference signer's valid
 // one verifies; the forged entry alone does not.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/provider"
 )
 
@@ -376,6 +377,30 @@ func TestParseProviderOptionsNameKeys(t *testing.T) {
 				t.Errorf("err = %v: want the config's keys, not the provider's fields", err)
 			}
 		})
+	}
+}
+
+// A source's tolerance reaches its verifier: a Stripe delivery signed 7m
+// ago verifies under tolerance = "10m", and is stale under the default.
+func TestToleranceReachesTheVerifier(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"id":"evt_1","type":"t"}`)
+	header := ferrytest.SignStripe("whsec_x", body, time.Now().Add(-7*time.Minute))
+	for _, tc := range []struct {
+		key  string
+		want error
+	}{{"\ntolerance = \"10m\"", nil}, {"", ferry.ErrStaleTimestamp}} {
+		c, err := Parse([]byte(strings.Replace(good, `replay_window = "72h"`, `replay_window = "72h"`+tc.key, 1)), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := provider.New(c.Sources[0].Provider, c.Sources[0].ProviderOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(header, body); !errors.Is(err, tc.want) {
+			t.Errorf("config %q: Verify of a delivery signed 7m ago = %v, want %v", tc.key, err, tc.want)
+		}
 	}
 }
 
