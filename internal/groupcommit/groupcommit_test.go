@@ -79,49 +79,174 @@ func TestCommitter(t *testing.T) {
 	// is withdrawn: no later batch runs it.
 	t.Run("CancelledCallerIsNotRun", func(t *testing.T) {
 		t.Parallel()
-		var (
-			mu      sync.Mutex
-			ran     []int
-			started = make(chan struct{})
-			release = make(chan struct{})
-		)
-		c := &groupcommit.Committer[int, int]{MaxConcurrent: 1, Run: func(_ context.Context, reqs []int) []groupcommit.Result[int] {
-			mu.Lock()
-			ran = append(ran, reqs...)
-			mu.Unlock()
-			if slices.Contains(reqs, 1) {
-				close(started)
-				<-release // hold the only slot
-			}
-			return make([]groupcommit.Result[int], len(reqs))
-		}}
-		first := make(chan error, 1)
-		go func() { _, err := c.Do(context.Background(), 1); first <- err }()
-		<-started
+		b := setupHeld(t, 0, 1)
+		first := b.do(context.Background(), 1)
+		<-b.started
 
 		ctx, cancel := context.WithCancel(context.Background())
-		gaveUp := make(chan error, 1)
-		go func() { _, err := c.Do(ctx, 2); gaveUp <- err }()
-		for c.Queued() == 0 { // read the queue: call 2 waits behind batch 1
+		gaveUp := b.do(ctx, 2)
+		for b.c.Queued() == 0 { // read the queue: call 2 waits behind batch 1
 			runtime.Gosched()
 		}
 		cancel()
 		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled Do err = %v, want context.Canceled", err)
 		}
-		close(release)
+		b.release()
 		if err := <-first; err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Do(context.Background(), 3); err != nil {
+		b.assertNeverRan(t, 2)
+	})
+
+	// A caller that gives up while it flushes others' batch is withdrawn
+	// too: its call is still queued, and a later batch would run a write
+	// whose caller was told it failed.
+	t.Run("CallerGivingUpWhileFlushingIsNotRun", func(t *testing.T) {
+		t.Parallel()
+		b := setupHeld(t, 1, 1) // MaxBatch 1: the flusher of 1 leaves its own call queued
+		// Caller 1 queues and stalls before it contends for the slot, so
+		// caller 2 takes the slot and flushes 1's batch, not its own.
+		ctx1 := &stalledCtx{Context: context.Background(), stalled: make(chan struct{}), resume: make(chan struct{})}
+		first := b.do(ctx1, 1)
+		<-ctx1.stalled
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		gaveUp := b.do(ctx2, 2)
+		<-b.started // caller 2 runs batch [1] while call 2 waits in the queue
+		cancel2()
+		b.release()
+		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Do err = %v, want context.Canceled", err)
+		}
+		close(ctx1.resume)
+		if err := <-first; err != nil {
 			t.Fatal(err)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if slices.Contains(ran, 2) {
-			t.Fatalf("ran %v: the cancelled call 2 was run", ran)
+		b.assertNeverRan(t, 2)
+	})
+
+	// One caller without a deadline waits as long as it takes, so its
+	// batch must not end at the others' deadline.
+	t.Run("BatchHasNoDeadlineIfOneCallerHasNone", func(t *testing.T) {
+		t.Parallel()
+		b := setupHeld(t, 0, 1)
+		first := b.do(context.Background(), 1)
+		<-b.started
+		ctx2, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel2()
+		second := b.do(ctx2, 2)
+		for b.c.Queued() < 1 { // 2 first in the next batch, 3 after it
+			runtime.Gosched()
+		}
+		third := b.do(context.Background(), 3)
+		for b.c.Queued() < 2 {
+			runtime.Gosched()
+		}
+		b.release()
+		for _, done := range []chan error{first, second, third} {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if d, ok := b.ctxs[3].Deadline(); ok {
+			t.Errorf("batch [2 3] has deadline %s, want none: caller 3 set none", d)
 		}
 	})
+
+	// MaxConcurrent 2 lets a second batch run while the first still does.
+	t.Run("MaxConcurrentBatchesRunAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setupHeld(t, 0, 2)
+		first := b.do(context.Background(), 1)
+		<-b.started
+		select {
+		case err := <-b.do(context.Background(), 2):
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second): // a ceiling only a single slot reaches
+			t.Fatal("batch [2] waited for batch [1]: only one batch runs at a time")
+		}
+		b.release()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// heldBundle is a Committer whose Run records every request with its
+// batch's context and holds the batch carrying request 1 until release:
+// how a test keeps a flush slot busy for exactly as long as it needs.
+type heldBundle struct {
+	c       *groupcommit.Committer[int, int]
+	started chan struct{} // closed when the batch carrying 1 starts
+	release func()        // lets that batch finish; safe to call again
+
+	mu   sync.Mutex
+	ran  []int
+	ctxs map[int]context.Context
+}
+
+func setupHeld(t *testing.T, maxBatch, maxConcurrent int) *heldBundle {
+	t.Helper()
+	released := make(chan struct{})
+	b := &heldBundle{
+		started: make(chan struct{}),
+		release: sync.OnceFunc(func() { close(released) }),
+		ctxs:    make(map[int]context.Context),
+	}
+	t.Cleanup(b.release) // a failed test leaves no Run blocked
+	b.c = &groupcommit.Committer[int, int]{MaxBatch: maxBatch, MaxConcurrent: maxConcurrent, Run: func(ctx context.Context, reqs []int) []groupcommit.Result[int] {
+		b.mu.Lock()
+		b.ran = append(b.ran, reqs...)
+		for _, r := range reqs {
+			b.ctxs[r] = ctx
+		}
+		b.mu.Unlock()
+		if slices.Contains(reqs, 1) {
+			close(b.started)
+			<-released
+		}
+		return make([]groupcommit.Result[int], len(reqs))
+	}}
+	return b
+}
+
+// do calls Do on its own goroutine and delivers its error.
+func (b *heldBundle) do(ctx context.Context, req int) chan error {
+	done := make(chan error, 1)
+	go func() { _, err := b.c.Do(ctx, req); done <- err }()
+	return done
+}
+
+// assertNeverRan fails t if req ran or runs in the next batch: a call
+// withdrawn from the queue is not run, one left in it is run by the next.
+func (b *heldBundle) assertNeverRan(t *testing.T, req int) {
+	t.Helper()
+	if _, err := b.c.Do(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if slices.Contains(b.ran, req) {
+		t.Fatalf("ran %v: the cancelled call %d was run", b.ran, req)
+	}
+}
+
+// stalledCtx stalls its caller the first time it asks for Done, as a busy
+// scheduler may between queuing a call and waiting on it, until resume is
+// closed.
+type stalledCtx struct {
+	context.Context
+	once            sync.Once
+	stalled, resume chan struct{}
+}
+
+func (c *stalledCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.stalled); <-c.resume })
+	return c.Context.Done()
 }
 
 // A batch runs for as long as its longest-lived caller waits: the first
