@@ -151,8 +151,6 @@ func (c *Catchup) validate(key string, s *Source) []error {
 		}
 		return errs
 	}
-	errs = append(errs, credential(key+".catchup.api_key", c.APIKey)...)
-	errs = append(errs, credential(key+".catchup.token", c.Token)...)
 	if c.Interval.Duration < 0 || (c.Interval.Duration > 0 && c.Interval.Duration < time.Minute) {
 		bad("interval", "is %v: use at least 1m, or \"0\" to turn the loop off", c.Interval.Duration)
 	}

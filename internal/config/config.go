@@ -304,6 +304,13 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 	if keys := unknownKeys(md.Undecoded()); len(keys) > 0 {
 		errs = append(errs, fmt.Errorf("unknown key %s: check its spelling against docs/configuration.md", strings.Join(keys, ", ")))
 	}
+	// A whole $NAME is judged as written: once expanded, a ${NAME} whose
+	// value starts with $ would look the same.
+	for _, cr := range c.credentials() {
+		if bareRef.MatchString(cr.value) {
+			errs = append(errs, fmt.Errorf("%s: is a $NAME, which ferry keeps as written, not read from the environment: write ${NAME} to read it (only that form is read; a secret that is itself $ and a name goes in a variable)", cr.key))
+		}
+	}
 	if xerrs := expand(reflect.ValueOf(&c).Elem(), "", lookup); len(xerrs) > 0 {
 		return nil, fmt.Errorf("%w:\n  %w", ErrInvalid, joinLines(append(errs, xerrs...)))
 	}
@@ -478,10 +485,6 @@ func (c *Config) validate() []error {
 		if len(s.Secrets) == 0 {
 			bad(key+".secrets", "missing: list the signing secret, e.g. secrets = [\"%s\"]", s.secretRef())
 		}
-		for j, secret := range s.Secrets {
-			errs = append(errs, credential(fmt.Sprintf("%s.secrets[%d]", key, j), secret)...)
-		}
-		errs = append(errs, credential(key+".forward.secret", s.Forward.Secret)...)
 		switch {
 		case !slices.Contains(provider.Names(), s.Provider):
 			bad(key+".provider", "%q: use one of %s", s.Provider, strings.Join(provider.Names(), ", "))
@@ -524,21 +527,40 @@ func (c *Config) validate() []error {
 		errs = append(errs, s.Catchup.validate(key, &s)...)
 	}
 	errs = append(errs, c.validateOperator()...)
+	errs = append(errs, c.paddedCredentials()...)
 	return append(errs, c.validateTelemetry()...)
 }
 
-// credential refuses a secret no sender or client can match, so every
-// delivery or login would fail: whitespace at either end, or a whole
-// "$NAME", which reads as an environment variable but is kept as written
-// (only ${NAME} is read). The value is never shown.
-func credential(key, secret string) []error {
-	switch {
-	case secret != strings.TrimSpace(secret):
-		return []error{fmt.Errorf("%s: starts or ends with whitespace: remove the surrounding whitespace (a trailing newline from a file or variable?)", key)}
-	case bareRef.MatchString(secret):
-		return []error{fmt.Errorf("%s: is a $NAME, which ferry keeps as written, not read from the environment: write ${NAME} to read it (only that form is read)", key)}
+// credentialField is one secret of a Config and its key.
+type credentialField struct{ key, value string }
+
+// credentials lists every secret of c with its key: what no error shows,
+// and what is checked as written (a whole $NAME) and as expanded
+// (whitespace at either end).
+func (c *Config) credentials() []credentialField {
+	var out []credentialField
+	for i, s := range c.Sources {
+		key := SourceKey(i, s.Name)
+		for j, secret := range s.Secrets {
+			out = append(out, credentialField{fmt.Sprintf("%s.secrets[%d]", key, j), secret})
+		}
+		out = append(out, credentialField{key + ".forward.secret", s.Forward.Secret},
+			credentialField{key + ".catchup.api_key", s.Catchup.APIKey}, credentialField{key + ".catchup.token", s.Catchup.Token})
 	}
-	return nil
+	return append(out, credentialField{"admin.token", c.Admin.Token}, credentialField{"admin.password", c.Admin.Password})
+}
+
+// paddedCredentials refuses a secret with whitespace at either end, which no
+// sender's signature or client's header matches: every delivery or login
+// would fail. The value is never shown.
+func (c *Config) paddedCredentials() []error {
+	var errs []error
+	for _, cr := range c.credentials() {
+		if cr.value != strings.TrimSpace(cr.value) {
+			errs = append(errs, fmt.Errorf("%s: starts or ends with whitespace: remove the surrounding whitespace (a trailing newline from a file or variable?)", cr.key))
+		}
+	}
+	return errs
 }
 
 // decodeError is the parser's refusal with its line and key, without the

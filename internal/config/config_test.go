@@ -518,6 +518,21 @@ func TestParseRejectsUnmatchableCredentials(t *testing.T) {
 	}
 }
 
+// A $NAME is judged as written: a ${NAME} whose value looks like one is
+// the secret, and so is a $ inside a longer literal.
+func TestParseTakesASecretThatStartsWithADollar(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "$ecretPassw0rd", "TOKEN": "$Kx9fQ2abcdefghijklmnop"})
+	raw := strings.Replace(good, "\n[[source]]", "\n[admin]\ntoken = \"${TOKEN}\"\n[[source]]", 1)
+	c, err := Parse([]byte(raw), vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sources[0].Secrets[0] != "$ecretPassw0rd" || c.Admin.Token != "$Kx9fQ2abcdefghijklmnop" {
+		t.Errorf("secrets %q, admin.token %q: want the variables' values", c.Sources[0].Secrets, c.Admin.Token)
+	}
+}
+
 // A key written as zero that ferry would take for its default is refused,
 // naming the key and the default; a zero that is the default, or off, is
 // kept.

@@ -201,8 +201,6 @@ func (c *Config) validateAdmin() []error {
 			bad(s.key, "is shorter than %d characters and the admin listener is reachable from other hosts: use a longer one (openssl rand -hex 16 prints 32 characters)", MinAdminSecret)
 		}
 	}
-	errs = append(errs, credential("admin.token", a.Token)...)
-	errs = append(errs, credential("admin.password", a.Password)...)
 	if a.SessionTTL.Duration < time.Minute {
 		bad("admin.session_ttl", "is %v: use at least 1m (the default is %v)", a.SessionTTL.Duration, DefaultSessionTTL)
 	}
