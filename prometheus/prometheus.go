@@ -134,6 +134,16 @@ func (m *Metrics) ObserveReceive(source, outcome, reason string, latency time.Du
 	m.receiveDuration.WithLabelValues(source).Observe(latency.Seconds())
 }
 
+// StartSecrets starts source's ferry_verified_total at zero for each of its
+// n secrets (NewMetrics starts only the first's), so that increase() sees
+// the first delivery the old secret verifies while one is rotated: without
+// a zero before it, a source that gets one such delivery a day shows none.
+func (m *Metrics) StartSecrets(source string, n int) {
+	for i := range n {
+		m.verified.WithLabelValues(m.source(source), strconv.Itoa(i))
+	}
+}
+
 // ObserveSecret counts one delivery verified by source's secret at the
 // given position.
 func (m *Metrics) ObserveSecret(source string, secret int) {

@@ -41,6 +41,7 @@ func TestScriptedRun(t *testing.T) {
 	reg := prom.NewRegistry()
 	sources := []string{"stripe", "github"}
 	metrics := prometheus.NewMetrics(reg, sources)
+	metrics.StartSecrets("github", 2)
 	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{
 		Store:   store,
 		Params:  ferry.EventStatsParams{AtRiskAfter: map[string]time.Duration{"stripe": 60 * time.Hour, "github": 60 * time.Hour}},
@@ -147,6 +148,7 @@ func TestScriptedRun(t *testing.T) {
 		`ferry_verified_total{secret="0",source="stripe"}`:                                 4, // not the forgery
 		`ferry_verified_total{secret="1",source="stripe"}`:                                 1,
 		`ferry_verified_total{secret="0",source="github"}`:                                 0,
+		`ferry_verified_total{secret="1",source="github"}`:                                 0, // increase() sees the first
 		`ferry_claimed_total{source="stripe"}`:                                             3,
 		`ferry_completed_total{source="stripe"}`:                                           1,
 		`ferry_failed_total{source="stripe"}`:                                              1,

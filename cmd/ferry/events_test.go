@@ -629,7 +629,7 @@ const partnerSource = `
 [[source]]
 name = "partner"
 provider = "hmac"
-secrets = ["partner_secret"]
+secrets = ["partner_secret", "partner_old"]
 [source.hmac]
 header = "X-Partner-Check"
 event_id_header = "X-Partner-Id"

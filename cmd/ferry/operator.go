@@ -42,6 +42,9 @@ func (op *operator) watchReceiver(r *ferryhttp.Receiver) {
 func newOperator(cfg *config.Config, st ferry.Store, log *slog.Logger) (*operator, error) {
 	reg := prom.NewRegistry()
 	op := &operator{cfg: cfg, log: log, metrics: prometheus.NewMetrics(reg, cfg.SourceNames()), reg: reg, stats: st}
+	for _, s := range cfg.Sources {
+		op.metrics.StartSecrets(s.Name, len(s.Secrets))
+	}
 	pusher, err := op.newPusher()
 	if err != nil {
 		return nil, err

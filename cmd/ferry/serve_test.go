@@ -545,9 +545,11 @@ func TestServeDashboardReplaysOnlyConfiguredSources(t *testing.T) {
 	}
 }
 
-// serve's dashboard redacts a generic HMAC source's signature header, named
-// as its sender chose, as ferry events show does.
-func TestServeDashboardRedactsAnHMACSignatureHeader(t *testing.T) {
+// serve's admin listener knows a generic HMAC source's config: its
+// dashboard redacts the signature header named as the sender chose (as
+// ferry events show does), and /metrics starts a verified series at zero
+// for each of its secrets, so increase() sees the old one's first use.
+func TestServeAdminKnowsAnHMACSource(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbPath := filepath.Join(t.TempDir(), "ferry.db")
@@ -565,6 +567,12 @@ secret = %q
 	code, body := testhttp.Get(t, "http://"+p.admin+"/ui/events/"+fmt.Sprint(res.ID))
 	if code != 200 || !strings.Contains(body, "X-Partner-Check") || strings.Contains(body, "SEKRET") {
 		t.Fatalf("the event page: %d, want X-Partner-Check listed and its value redacted\n%s", code, body)
+	}
+	_, metrics := testhttp.Get(t, "http://"+p.admin+"/metrics")
+	for _, series := range []string{`ferry_verified_total{secret="0",source="partner"} 0`, `ferry_verified_total{secret="1",source="partner"} 0`} {
+		if !strings.Contains(metrics, series+"\n") {
+			t.Errorf("/metrics lacks %s", series)
+		}
 	}
 }
 
