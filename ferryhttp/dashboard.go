@@ -517,7 +517,7 @@ type Redaction map[string][]string
 // and the source's own signature headers.
 func (r Redaction) Redacted(source, name string) bool {
 	return SensitiveHeader(name) || slices.ContainsFunc(r[source], func(h string) bool {
-		return http.CanonicalHeaderKey(h) == http.CanonicalHeaderKey(name)
+		return strings.EqualFold(h, name)
 	})
 }
 

@@ -234,8 +234,6 @@ func TestDashboardPages(t *testing.T) {
 	}
 }
 
-// A page shows only the messages its actions name by code: a crafted
-// link cannot put words of its own on an operator's screen.
 // A generic HMAC source's signature header, named as its sender chose, is
 // shown redacted when the dashboard's Redaction names it, as the CLI shows
 // it; another source's header of that name is not a signature.
@@ -255,6 +253,8 @@ func TestDashboardRedactsASourcesOwnSignatureHeader(t *testing.T) {
 	}
 }
 
+// A page shows only the messages its actions name by code: a crafted
+// link cannot put words of its own on an operator's screen.
 func TestDashboardFlashIsACode(t *testing.T) {
 	t.Parallel()
 	b := setupDashboard(t, ferryhttp.DashboardOptions{}, ferryhttp.AdminOptions{})

@@ -154,10 +154,10 @@ const DefaultBodyTimeout = 10 * time.Second
 
 // ReceiveObserver is told of every delivery the receiver answers: its
 // Outcome and, for a rejection or a 503, its Reason (else ""). Source is the
-// name in the request's path,
-// whatever the sender put there (an unknown one is answered 404
-// "unknown_source"): an observer that labels by it folds the names it does
-// not know into one, as package prometheus's Metrics does.
+// name in the request's path, whatever the sender put there (an unknown one
+// is answered 404 "unknown_source"): an observer that labels by it folds
+// the names it does not know into one, as package prometheus's Metrics
+// does.
 type ReceiveObserver interface {
 	ObserveReceive(source, outcome, reason string, latency time.Duration)
 }

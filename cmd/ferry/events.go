@@ -741,9 +741,11 @@ type namedAction struct {
 	// worker must take them.
 	retired bool
 	// bulk takes --source NAME in place of SOURCE EVENT_ID...: every event
-	// of the source in state bulk (what act may change) is acted on.
-	bulk ferry.State
-	act  func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error)
+	// of the source in state bulk is acted on (act leaves those it does
+	// not apply to); bulkUsage is the flag's help.
+	bulk      ferry.State
+	bulkUsage string
+	act       func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error)
 }
 
 func (a *namedAction) run(ctx context.Context, args []string, out io.Writer) error {
@@ -756,7 +758,7 @@ func (a *namedAction) run(ctx context.Context, args []string, out io.Writer) err
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	actor := fs.String("actor", defaultActor(), "who "+a.what+" (a `name`), kept with each event; ferry events show lists it")
 	if a.bulk != "" {
-		source = fs.String("source", "", "every "+string(a.bulk)+" event of this `source`, in place of SOURCE EVENT_ID...")
+		source = fs.String("source", "", a.bulkUsage)
 	}
 	positional, err := fs.parse(args)
 	if err != nil {
@@ -806,8 +808,8 @@ func (a *namedAction) each(ctx context.Context, st ferry.Store, out io.Writer, s
 		}
 		for _, e := range page.Events {
 			ok, err := a.act(ctx, st, e, actor)
-			if err != nil {
-				return fmt.Errorf("%s %s %s: %w", a.verb, source, e.EventID, err)
+			if err != nil { // the count says how far it got: run it again for the rest
+				return fmt.Errorf("%s %s %s: %w (%s %s of %s before it)", a.verb, source, e.EventID, err, a.done, countOf(changed, "event"), source)
 			}
 			if ok {
 				changed++
@@ -835,7 +837,8 @@ not exist, 5 when one is left as it is (the others are still retried). With
 backoff is made due (after an outage of the app, say); that exits 0 whatever
 it leaves.`,
 	what: "asks", verb: "retry now", done: "retried", bulk: ferry.StatePending,
-	refused: "not retried, not pending in a backoff (running, finished, or already due; a dead or unknown one: ferry events replay or resolve)",
+	bulkUsage: "every pending event of this `source` that waits out a backoff, in place of SOURCE EVENT_ID...",
+	refused:   "not retried, not pending in a backoff (running, finished, or already due; a dead or unknown one: ferry events replay or resolve)",
 	act: func(ctx context.Context, st ferry.Store, e *ferry.Event, actor string) (bool, error) {
 		return st.EventRetryNow(ctx, &ferry.EventRetryNowParams{ID: e.ID, Actor: actor})
 	},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -133,37 +134,46 @@ func TestEventsRetryNow(t *testing.T) {
 }
 
 // retry-now --source makes every pending event of the source that waits out
-// a backoff due, records who asked on each, and leaves the due ones, other
-// sources' and other states' as they are.
+// a backoff due, past the first page of a listing, records who asked on
+// each, and leaves the due ones and other sources' as they are.
 func TestEventsRetryNowBySource(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cfg, s := migratedSQLite(t)
 	backoff := func(source string, ids ...string) {
 		t.Helper()
+		var receipts []*ferry.EventReceiveParams
 		for _, id := range ids {
-			if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: source, EventID: id, Payload: []byte(`{}`)}); err != nil {
-				t.Fatal(err)
-			}
+			receipts = append(receipts, &ferry.EventReceiveParams{Source: source, EventID: id, Payload: []byte(`{}`)})
+		}
+		if _, err := s.store.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: receipts}); err != nil {
+			t.Fatal(err)
 		}
 		c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: len(ids), TTL: time.Minute, Sources: []string{source}})
 		if err != nil || len(c) != len(ids) {
-			t.Fatalf("claim: %v, %v", c, err)
+			t.Fatalf("claim: %d claims, %v", len(c), err)
 		}
+		var failures []ferry.EventFailParams
 		for _, claim := range c {
-			if _, err := s.store.EventFail(ctx, &ferry.EventFailParams{Lease: claim.Event.Lease(), Error: "503", RetryDelay: 24 * time.Hour}); err != nil {
-				t.Fatal(err)
-			}
+			failures = append(failures, ferry.EventFailParams{Lease: claim.Event.Lease(), Error: "503", RetryDelay: 24 * time.Hour})
+		}
+		if _, err := s.store.EventFailMany(ctx, &ferry.EventFailManyParams{Failures: failures}); err != nil {
+			t.Fatal(err)
 		}
 	}
-	backoff("stripe", "evt_a", "evt_b")
+	// More than one page of the listing (ferry.EventListLimitMax).
+	stripe := []string{"evt_a", "evt_b"}
+	for i := range ferry.EventListLimitMax {
+		stripe = append(stripe, fmt.Sprintf("evt_%04d", i))
+	}
+	backoff("stripe", stripe...)
 	backoff("github", "gh_a")
 	if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_due", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	s.close()
 
-	wantFerry(t, 0, "retried 2 events of stripe; 1 other pending event left as they are\n", "",
+	wantFerry(t, 0, fmt.Sprintf("retried %d events of stripe; 1 other pending event left as they are\n", len(stripe)), "",
 		"events", "retry-now", "--config", cfg, "--actor", "alice", "--source", "stripe")
 	for _, id := range []string{"evt_a", "evt_b"} {
 		d := showJSON(t, cfg, "stripe", id)

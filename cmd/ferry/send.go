@@ -77,7 +77,7 @@ unless ferry answered 2xx.`)
 	// Without its scheme, "127.0.0.1:8080" does not parse and
 	// "localhost:8080" parses as the scheme "localhost".
 	if err != nil || req.URL.Scheme != "http" && req.URL.Scheme != "https" || req.URL.Host == "" {
-		return usagef("--to %q is not ferry's base URL: write it with http:// or https:// in front, like http://%s", base, cfg.HTTP.Listen)
+		return usagef("--to %q is not ferry's base URL: write it with http:// or https:// in front, like http://%s", config.RedactURL(base), cfg.HTTP.Listen)
 	}
 	req.Header = header
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
