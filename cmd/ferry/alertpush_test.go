@@ -627,3 +627,34 @@ func TestAlertTextQuotesEventIDs(t *testing.T) {
 		t.Fatalf("text = %q, want it to end %q", text, want)
 	}
 }
+
+// A message names at most alertNamesShown events, so a burst of deaths
+// stays one readable line, and counts the rest.
+func TestAlertNamesAFewAndCountsTheRest(t *testing.T) {
+	t.Parallel()
+	b, st := newAlertBundle(t, "sqlite")
+	n := alertNamesShown + 2
+	seeded := map[string]bool{}
+	for i := range n {
+		id := fmt.Sprintf("evt_%02d", i)
+		deadEvent(t, st, "stripe", id, "404")
+		seeded[id] = true
+	}
+	b.pusher(t, b.recv.url()).check(b.ctx)
+	got := b.recv.messages()
+	if len(got) != 1 || got[0].Kind != "dead" {
+		t.Fatalf("messages %+v, want one dead", got)
+	}
+	m := got[0]
+	named := map[string]bool{}
+	for _, id := range m.EventIDs {
+		if !seeded[id] || named[id] {
+			t.Errorf("named %s: not one of the dead, or twice", id)
+		}
+		named[id] = true
+	}
+	if len(m.EventIDs) != alertNamesShown || m.New != n || m.Total != n ||
+		!strings.Contains(m.Text, fmt.Sprintf("%d events on stripe are dead", n)) || !strings.Contains(m.Text, " and 2 more") {
+		t.Errorf("message names %d, New %d, Total %d; want %d, %d, %d\n%s", len(m.EventIDs), m.New, m.Total, alertNamesShown, n, n, m.Text)
+	}
+}

@@ -17,15 +17,15 @@ import (
 	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
-// doneEvent receives, claims and completes a Stripe event in st.
-func doneEvent(t *testing.T, st ferry.Store, eventID string) int64 {
+// doneEvent receives, claims and completes source's eventID in st.
+func doneEvent(t *testing.T, st ferry.Store, source, eventID string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: eventID, Payload: []byte("{}")})
+	res, err := st.EventReceive(ctx, &ferry.EventReceiveParams{Source: source, EventID: eventID, Payload: []byte("{}")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+	claims, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute, Sources: []string{source}})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim: %d, %v", len(claims), err)
 	}
@@ -42,9 +42,9 @@ func TestPurgerKeepsRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, clock := teststore.SQLiteOnClock(t)
-	old := doneEvent(t, st, "evt_old")
+	old := doneEvent(t, st, "stripe", "evt_old")
 	clock.Advance(100 * time.Hour)
-	young := doneEvent(t, st, "evt_young")
+	young := doneEvent(t, st, "stripe", "evt_young")
 	clock.Advance(50 * time.Hour) // old: 150 h since done, young: 50 h
 
 	p := &purger{store: st, sources: []config.Source{retention144h}, owner: "test", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -58,6 +58,28 @@ func TestPurgerKeepsRetention(t *testing.T) {
 	}
 }
 
+// ArchiveMaintain enforces only the longest retention: a source that
+// keeps done events less long is purged on its own.
+func TestPurgerKeepsEachSourcesRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, clock := teststore.SQLiteOnClock(t)
+	kept := doneEvent(t, st, "stripe", "evt_kept")
+	gone := doneEvent(t, st, "github", "gh_gone")
+	clock.Advance(100 * time.Hour) // past github's 72 h, within stripe's 144 h
+
+	github := config.Source{Name: "github", ReplayWindow: config.Duration{Duration: 72 * time.Hour}, Retention: config.Duration{Duration: 72 * time.Hour}}
+	p := &purger{store: st, sources: []config.Source{retention144h, github}, owner: "test", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p.purgeAll(ctx)
+
+	if _, err := st.EventGet(ctx, &ferry.EventGetParams{ID: gone}); !errors.Is(err, ferry.ErrNotFound) {
+		t.Errorf("github event done 100 h ago with 72 h retention: err = %v, want purged", err)
+	}
+	if _, err := st.EventGet(ctx, &ferry.EventGetParams{ID: kept}); err != nil {
+		t.Errorf("stripe event done 100 h ago with 144 h retention was purged: %v", err)
+	}
+}
+
 // The purger keeps dedupe keys for the longest replay window, not only the
 // longest retention: config refuses a retention shorter than its window,
 // but the purger passes the window to the store and leaves the rule there.
@@ -65,7 +87,7 @@ func TestPurgerKeepsKeysForTheReplayWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, clock := teststore.SQLiteOnClock(t)
-	doneEvent(t, st, "evt_old")
+	doneEvent(t, st, "stripe", "evt_old")
 	clock.Advance(120 * time.Hour)
 
 	week := config.Source{Name: "stripe", ReplayWindow: config.Duration{Duration: 168 * time.Hour}, Retention: config.Duration{Duration: 100 * time.Hour}}
@@ -102,7 +124,7 @@ func TestServeMaintainsTheArchiveBeforeServing(t *testing.T) {
 func TestPurgerCutFirstPassGoesOnAtOnce(t *testing.T) {
 	t.Parallel()
 	st, clock := teststore.SQLiteOnClock(t)
-	old := doneEvent(t, st, "evt_old")
+	old := doneEvent(t, st, "stripe", "evt_old")
 	clock.Advance(150 * time.Hour)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -319,6 +319,27 @@ func TestReconcile(t *testing.T) {
 		}
 	})
 
+	// A first pass, with no checkpoint, starts at the source's lookback,
+	// not the default 72h: serve's loop builds the same runner.
+	t.Run("FirstPassStartsAtTheLookback", func(t *testing.T) {
+		api := stripeAPI(t, nil, time.Now())
+		cfg := withCatchup(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), "http://127.0.0.1:9/app", ""), api.URL, "0")
+		writeFile(t, cfg, readFile(t, cfg)+"lookback = \"24h\"\n") // [source.catchup] is the last table
+		if _, errOut, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
+			t.Fatalf("migrate: exit %d %s", code, errOut)
+		}
+		before := time.Now().Truncate(time.Second)
+		out, errOut, code := runFerry(t, "reconcile", "--config", cfg, "--source", "stripe", "--dry-run", "--json")
+		after := time.Now()
+		var res struct{ From time.Time }
+		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
+			t.Fatalf("reconcile: exit %d, %v\n%s%s", code, err, out, errOut)
+		}
+		if from := res.From; from.Before(before.Add(-24*time.Hour)) || from.After(after.Add(-24*time.Hour)) {
+			t.Fatalf("first pass from %s, want 24h before the run (%s to %s)", from, before, after)
+		}
+	})
+
 	// Stripe lists the whole account's events: without types, catch-up
 	// would send the app every type of every endpoint, so ferry refuses.
 	t.Run("StripeWithoutTypesStopsTheStart", func(t *testing.T) {
