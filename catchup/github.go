@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -287,7 +286,7 @@ func (g *GitHub) fetch(ctx context.Context, id int64, at time.Time) (*Event, err
 		switch name = http.CanonicalHeaderKey(name); {
 		case name == "Content-Type":
 			contentType = v
-		case keptByDefault(name):
+		case ferryhttp.KeptByDefault(name):
 			headers.Set(name, v)
 		}
 	}
@@ -370,14 +369,6 @@ func (g *GitHub) misdated(req *http.Request) bool {
 	}
 	g.jwtExpiry = time.Time{}
 	return true
-}
-
-// keptByDefault reports whether the receiver stores the header name (in
-// canonical form) when its KeepHeaders are the default.
-func keptByDefault(name string) bool {
-	return !ferryhttp.SensitiveHeader(name) && slices.ContainsFunc(ferryhttp.DefaultKeepHeaders, func(h string) bool {
-		return http.CanonicalHeaderKey(h) == name
-	})
 }
 
 // appJWT returns the App's RS256 JWT, signed anew when the cached one

@@ -50,7 +50,14 @@ type Source struct {
 	// on, its default for them. Not ferry.SourcePolicy.ReplayWindow, the
 	// provider's redelivery horizon for the client's retries (default 72h).
 	ReplayWindow time.Duration
+
+	signatureHeaders []string // the Verifier's, when it names them
 }
+
+// signatureNamer is a Verifier whose signature header is named by its
+// sender (provider.HMAC): no rule of names can know it, so the receiver
+// asks, and never stores it, as it never stores SensitiveHeader's.
+type signatureNamer interface{ SignatureHeaders() []string }
 
 // ReceiverOptions configure a Receiver.
 type ReceiverOptions struct {
@@ -70,7 +77,8 @@ type ReceiverOptions struct {
 	// DefaultKeepHeaders. A header SensitiveHeader names is never stored,
 	// listed or not: the providers' signatures, Authorization, Cookie, and
 	// any whose name contains "Signature", "Hmac", "Secret", "Token" or
-	// "Api-Key" (a generic sender's signature or credential, say).
+	// "Api-Key" (a generic sender's signature or credential, say); nor is
+	// the signature header a source's Verifier names (provider.HMAC's).
 	KeepHeaders []string
 	// Logger gets one line per delivery: source, event id, outcome, status
 	// and latency, the reason of a rejection and its detail (as answered:
@@ -182,6 +190,13 @@ var DefaultKeepHeaders = []string{
 	"Svix-Id", "Svix-Timestamp",
 }
 
+// KeptByDefault reports whether a Receiver whose KeepHeaders are the
+// default stores the header name: what another writer of a provider's
+// deliveries (catch-up) keeps, to store them alike.
+func KeptByDefault(name string) bool {
+	return !SensitiveHeader(name) && slices.ContainsFunc(DefaultKeepHeaders, func(h string) bool { return strings.EqualFold(h, name) })
+}
+
 // Bounds of the headers kept with one delivery (KeepHeaders), stored as an
 // event, a conflict or a replay alike. A sender chooses its header values,
 // up to the server's header limit (64 KiB in ferry serve), and what is kept
@@ -279,6 +294,9 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		}
 		if s.ReplayWindow < 0 {
 			return nil, fmt.Errorf("%w: ferryhttp: source %q: ReplayWindow %s is negative; 0 turns replay detection off", ferry.ErrInvalidParams, s.Name, s.ReplayWindow)
+		}
+		if namer, ok := s.Verifier.(signatureNamer); ok {
+			s.signatureHeaders = namer.SignatureHeaders()
 		}
 		r.sources[s.Name] = s
 	}
@@ -589,7 +607,7 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	ctx, cancel := context.WithTimeout(req.Context(), r.opts.StoreTimeout)
 	defer cancel()
 	res, err := r.receipts.Do(ctx, &ferry.EventReceiveParams{
-		Source: name, EventID: v.EventID, Type: v.Type, Payload: body, Headers: r.keptHeaders(req.Header),
+		Source: name, EventID: v.EventID, Type: v.Type, Payload: body, Headers: r.keptHeaders(req.Header, src.signatureHeaders),
 		ReplayWindow: src.ReplayWindow,
 		Traceparent:  traceparent, Tracestate: tracestate,
 	})
@@ -635,10 +653,11 @@ func checkIdentity(v *ferry.Verified) (answer, bool) {
 	return answer{}, true
 }
 
-// keptHeaders are the KeepHeaders of h, in their order, within
-// KeptHeaderValueMax and KeptHeadersMax; but Content-Type, which the
-// forwarder sends the app, is kept first and whole, if it is kept at all.
-func (r *Receiver) keptHeaders(h http.Header) http.Header {
+// keptHeaders are the KeepHeaders of h but the source's signatures, in
+// their order, within KeptHeaderValueMax and KeptHeadersMax; but
+// Content-Type, which the forwarder sends the app, is kept first and
+// whole, if it is kept at all.
+func (r *Receiver) keptHeaders(h http.Header, signatures []string) http.Header {
 	out := http.Header{}
 	budget := KeptHeadersMax
 	const contentType = "Content-Type"
@@ -648,6 +667,9 @@ func (r *Receiver) keptHeaders(h http.Header) http.Header {
 	}
 	var dropped []string
 	for _, k := range r.keep {
+		if slices.ContainsFunc(signatures, func(s string) bool { return strings.EqualFold(s, k) }) {
+			continue
+		}
 		for _, v := range h.Values(k) {
 			v = cutHeaderValue(v)
 			if len(k)+len(v) > budget {

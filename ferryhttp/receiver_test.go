@@ -20,9 +20,11 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/postgres"
+	"github.com/ferry-inbox/ferry/provider"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
@@ -609,6 +611,31 @@ func TestReceiverKeepHeaders(t *testing.T) {
 		if ferryhttp.SensitiveHeader(h) {
 			t.Errorf("DefaultKeepHeaders lists %s, which is never stored", h)
 		}
+	}
+}
+
+// A generic HMAC source's signature header, whatever its sender calls it,
+// is never stored, though KeepHeaders lists it: its verifier names it.
+func TestReceiverNeverKeepsANamedSignatureHeader(t *testing.T) {
+	t.Parallel()
+	scheme := provider.HMACOptions{Header: "X-Partner-Check", EventIDHeader: "X-Partner-Id"}
+	v, err := provider.NewHMAC(provider.Options{Secrets: []string{hmacSecret}, HMAC: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
+		o.Sources = append(o.Sources, ferryhttp.Source{Name: "partner", Verifier: v})
+		o.KeepHeaders = []string{"x-partner-check", "X-Partner-Id"}
+	})
+	h, err := ferrytest.SignHMACEvent(hmacSecret, scheme, "p-1", time.Now(), []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.send(t, delivery{source: "partner", header: h, body: []byte(`{}`)}); r.status != 200 {
+		t.Fatalf("answer %d %s", r.status, r.raw)
+	}
+	if ev := event(t, b.store, "partner", "p-1"); ev.Headers.Get("X-Partner-Id") != "p-1" || ev.Headers.Get("X-Partner-Check") != "" {
+		t.Fatalf("stored headers = %v, want X-Partner-Id and not the signature", ev.Headers)
 	}
 }
 

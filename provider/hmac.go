@@ -172,6 +172,10 @@ func validHeaderName(s string) bool {
 	return s != ""
 }
 
+// SignatureHeaders names the header the sender signs in, whatever its
+// name: package ferryhttp's Receiver never stores it.
+func (v *HMAC) SignatureHeaders() []string { return []string{v.opts.Header} }
+
 // Verify implements ferry.Verifier.
 func (v *HMAC) Verify(header http.Header, body []byte) (*ferry.Verified, error) {
 	value := header.Get(v.opts.Header)
