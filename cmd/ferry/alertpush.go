@@ -84,7 +84,9 @@ type alertMessage struct {
 	// Total counts the events in this condition now (event kinds); for
 	// notice kinds it equals New.
 	Total int `json:"total"`
-	// EventIDs are the provider's ids of the first announced events.
+	// EventIDs are the provider's ids of the newly announced events, at
+	// most alertNamesShown, in their list's order: dead and unknown the
+	// newest first, at risk the oldest first.
 	EventIDs []string `json:"event_ids"`
 	// DashboardURL opens the event, or the source's list, when
 	// admin.public_url is set.
