@@ -13,6 +13,13 @@ type Verifier interface {
 	Verify(header http.Header, body []byte) (*Verified, error)
 }
 
+// SignatureNamer is implemented by a Verifier whose signature header is
+// named by its sender's configuration (a generic HMAC sender's), which no
+// rule of names can know: a receiver never stores the headers it names.
+type SignatureNamer interface {
+	SignatureHeaders() []string
+}
+
 // Verified is what a Verifier read from a genuine delivery.
 type Verified struct {
 	// EventID is the provider's event id: the deduplication key.

@@ -51,13 +51,8 @@ type Source struct {
 	// provider's redelivery horizon for the client's retries (default 72h).
 	ReplayWindow time.Duration
 
-	signatureHeaders []string // the Verifier's, when it names them
+	signatureHeaders []string // the Verifier's, when it is a ferry.SignatureNamer
 }
-
-// signatureNamer is a Verifier whose signature header is named by its
-// sender (provider.HMAC): no rule of names can know it, so the receiver
-// asks, and never stores it, as it never stores SensitiveHeader's.
-type signatureNamer interface{ SignatureHeaders() []string }
 
 // ReceiverOptions configure a Receiver.
 type ReceiverOptions struct {
@@ -78,7 +73,8 @@ type ReceiverOptions struct {
 	// listed or not: the providers' signatures, Authorization, Cookie, and
 	// any whose name contains "Signature", "Hmac", "Secret", "Token" or
 	// "Api-Key" (a generic sender's signature or credential, say); nor is
-	// the signature header a source's Verifier names (provider.HMAC's).
+	// the signature header a source's Verifier names (a ferry.SignatureNamer,
+	// as provider.HMAC is).
 	KeepHeaders []string
 	// Logger gets one line per delivery: source, event id, outcome, status
 	// and latency, the reason of a rejection and its detail (as answered:
@@ -295,7 +291,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		if s.ReplayWindow < 0 {
 			return nil, fmt.Errorf("%w: ferryhttp: source %q: ReplayWindow %s is negative; 0 turns replay detection off", ferry.ErrInvalidParams, s.Name, s.ReplayWindow)
 		}
-		if namer, ok := s.Verifier.(signatureNamer); ok {
+		if namer, ok := s.Verifier.(ferry.SignatureNamer); ok {
 			s.signatureHeaders = namer.SignatureHeaders()
 		}
 		r.sources[s.Name] = s

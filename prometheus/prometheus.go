@@ -139,6 +139,9 @@ func (m *Metrics) ObserveReceive(source, outcome, reason string, latency time.Du
 // the first delivery the old secret verifies while one is rotated: without
 // a zero before it, a source that gets one such delivery a day shows none.
 func (m *Metrics) StartSecrets(source string, n int) {
+	if !slices.Contains(m.sources, source) {
+		return // counted as OtherSource, which has no secrets of its own
+	}
 	for i := range n {
 		m.verified.WithLabelValues(m.source(source), strconv.Itoa(i))
 	}

@@ -101,7 +101,10 @@ type HMAC struct {
 	newHash func() hash.Hash
 }
 
-var _ ferry.Verifier = (*HMAC)(nil)
+var (
+	_ ferry.Verifier       = (*HMAC)(nil)
+	_ ferry.SignatureNamer = (*HMAC)(nil)
+)
 
 // NewHMAC returns a generic HMAC verifier. It reads Secrets and HMAC, and
 // Tolerance and Now in HMACModeIDTimestampBody.
@@ -172,8 +175,9 @@ func validHeaderName(s string) bool {
 	return s != ""
 }
 
-// SignatureHeaders names the header the sender signs in, whatever its
-// name: package ferryhttp's Receiver never stores it.
+// SignatureHeaders implements ferry.SignatureNamer: the header the sender
+// signs in, whatever its name, which package ferryhttp's Receiver never
+// stores.
 func (v *HMAC) SignatureHeaders() []string { return []string{v.opts.Header} }
 
 // Verify implements ferry.Verifier.

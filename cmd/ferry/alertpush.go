@@ -86,7 +86,7 @@ type alertMessage struct {
 	Total int `json:"total"`
 	// EventIDs are the provider's ids of the newly announced events, at
 	// most alertNamesShown, in their list's order: dead and unknown the
-	// newest first, at risk the oldest first.
+	// newest first; at risk, conflicts and replays the oldest first.
 	EventIDs []string `json:"event_ids"`
 	// DashboardURL opens the event, or the source's list, when
 	// admin.public_url is set.

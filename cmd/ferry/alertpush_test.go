@@ -634,11 +634,8 @@ func TestAlertNamesAFewAndCountsTheRest(t *testing.T) {
 	t.Parallel()
 	b, st := newAlertBundle(t, "sqlite")
 	n := alertNamesShown + 2
-	seeded := map[string]bool{}
 	for i := range n {
-		id := fmt.Sprintf("evt_%02d", i)
-		deadEvent(t, st, "stripe", id, "404")
-		seeded[id] = true
+		deadEvent(t, st, "stripe", fmt.Sprintf("evt_%02d", i), "404")
 	}
 	b.pusher(t, b.recv.url()).check(b.ctx)
 	got := b.recv.messages()
@@ -646,12 +643,12 @@ func TestAlertNamesAFewAndCountsTheRest(t *testing.T) {
 		t.Fatalf("messages %+v, want one dead", got)
 	}
 	m := got[0]
-	named := map[string]bool{}
-	for _, id := range m.EventIDs {
-		if !seeded[id] || named[id] {
-			t.Errorf("named %s: not one of the dead, or twice", id)
+	// The newest first, as the dead list reads: evt_11 down to evt_02.
+	for i, id := range m.EventIDs {
+		if want := fmt.Sprintf("evt_%02d", n-1-i); id != want {
+			t.Errorf("names %v, want the newest %d first (evt_%02d down)", m.EventIDs, alertNamesShown, n-1)
+			break
 		}
-		named[id] = true
 	}
 	if len(m.EventIDs) != alertNamesShown || m.New != n || m.Total != n ||
 		!strings.Contains(m.Text, fmt.Sprintf("%d events on stripe are dead", n)) || !strings.Contains(m.Text, " and 2 more") {

@@ -6,9 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -76,13 +78,19 @@ unless ferry answered 2xx.`)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/"+src.Name, bytes.NewReader(body))
 	// Without its scheme, "127.0.0.1:8080" does not parse and
 	// "localhost:8080" parses as the scheme "localhost".
+	// The value is not echoed: without its scheme no rule finds the
+	// credentials it may carry.
 	if err != nil || req.URL.Scheme != "http" && req.URL.Scheme != "https" || req.URL.Host == "" {
-		return usagef("--to %q is not ferry's base URL: write it with http:// or https:// in front, like http://%s", config.RedactURL(base), cfg.HTTP.Listen)
+		return usagef("--to is not ferry's base URL: write it with http:// or https:// in front, like http://%s", cfg.HTTP.Listen)
 	}
 	req.Header = header
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		return fmt.Errorf("%w (is ferry serve running at %s?)", err, base)
+		// Not the *url.Error: it names the URL, user name included.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
+		return fmt.Errorf("POST %s: %w (is ferry serve running at %s?)", config.RedactURL(req.URL.String()), err, config.RedactURL(base))
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -89,8 +89,14 @@ func TestSendToNeedsAScheme(t *testing.T) {
 	cfg := writeCLIConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "ferry.db"), "")
 	for _, to := range []string{"127.0.0.1:18080", "localhost:18080"} {
 		_, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", to)
-		if code != exitUsage || !strings.Contains(errOut, "--to \""+to+"\" is not ferry's base URL: write it with http:// or https:// in front") {
+		if code != exitUsage || !strings.Contains(errOut, "--to is not ferry's base URL: write it with http:// or https:// in front") {
 			t.Errorf("send --to %s: exit %d, want %d and the fix\n%s", to, code, exitUsage, errOut)
 		}
+	}
+	// A --to that carries credentials keeps them out of the error when
+	// nothing answers there (port 1: refused).
+	_, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", "http://sk_live_USER:hunter2pass@127.0.0.1:1")
+	if code != 1 || strings.Contains(errOut, "sk_live_USER") || strings.Contains(errOut, "hunter2pass") || !strings.Contains(errOut, "127.0.0.1:1") {
+		t.Errorf("send --to with credentials, refused: exit %d, want 1 naming the address without its credentials\n%s", code, errOut)
 	}
 }

@@ -531,23 +531,31 @@ func (c *Config) validate() []error {
 	return append(errs, c.validateTelemetry()...)
 }
 
-// credentialField is one secret of a Config and its key.
-type credentialField struct{ key, value string }
+// credentialField is one secret of a Config and its key. exact is whether
+// it is compared byte for byte (a signing secret, a token), so whitespace
+// at either end is a mistake; a PEM key ends in a newline, a URL is
+// checked as a URL.
+type credentialField struct {
+	key, value string
+	exact      bool
+}
 
 // credentials lists every secret of c with its key: what no error shows,
 // and what is checked as written (a whole $NAME) and as expanded
-// (whitespace at either end).
+// (whitespace at either end of an exact one).
 func (c *Config) credentials() []credentialField {
 	var out []credentialField
 	for i, s := range c.Sources {
 		key := SourceKey(i, s.Name)
 		for j, secret := range s.Secrets {
-			out = append(out, credentialField{fmt.Sprintf("%s.secrets[%d]", key, j), secret})
+			out = append(out, credentialField{fmt.Sprintf("%s.secrets[%d]", key, j), secret, true})
 		}
-		out = append(out, credentialField{key + ".forward.secret", s.Forward.Secret},
-			credentialField{key + ".catchup.api_key", s.Catchup.APIKey}, credentialField{key + ".catchup.token", s.Catchup.Token})
+		out = append(out, credentialField{key + ".forward.secret", s.Forward.Secret, true},
+			credentialField{key + ".catchup.api_key", s.Catchup.APIKey, true}, credentialField{key + ".catchup.token", s.Catchup.Token, true},
+			credentialField{key + ".catchup.private_key", s.Catchup.PrivateKey, false})
 	}
-	return append(out, credentialField{"admin.token", c.Admin.Token}, credentialField{"admin.password", c.Admin.Password})
+	return append(out, credentialField{"admin.token", c.Admin.Token, true}, credentialField{"admin.password", c.Admin.Password, true},
+		credentialField{"alerts.url", c.Alerts.URL, false})
 }
 
 // paddedCredentials refuses a secret with whitespace at either end, which no
@@ -556,7 +564,7 @@ func (c *Config) credentials() []credentialField {
 func (c *Config) paddedCredentials() []error {
 	var errs []error
 	for _, cr := range c.credentials() {
-		if cr.value != strings.TrimSpace(cr.value) {
+		if cr.exact && cr.value != strings.TrimSpace(cr.value) {
 			errs = append(errs, fmt.Errorf("%s: starts or ends with whitespace: remove the surrounding whitespace (a trailing newline from a file or variable?)", cr.key))
 		}
 	}

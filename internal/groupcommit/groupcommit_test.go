@@ -109,17 +109,20 @@ func TestCommitter(t *testing.T) {
 		// caller 2 takes the slot and flushes 1's batch, not its own.
 		ctx1 := &stalledCtx{Context: context.Background(), stalled: make(chan struct{}), resume: make(chan struct{})}
 		first := b.do(ctx1, 1)
-		<-ctx1.stalled
+		// The waits are bounded: the setup leans on when Do asks for
+		// Done, and a Do that asks at another moment must fail the test,
+		// not hang it.
+		within(t, ctx1.stalled, "caller 1 to queue and ask for Done")
 		ctx2, cancel2 := context.WithCancel(context.Background())
 		gaveUp := b.do(ctx2, 2)
-		<-b.started // caller 2 runs batch [1] while call 2 waits in the queue
+		within(t, b.started, "caller 2 to run batch [1] while call 2 waits in the queue")
 		cancel2()
 		b.release()
-		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		if err := within(t, gaveUp, "the cancelled caller 2 to return"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled Do err = %v, want context.Canceled", err)
 		}
 		close(ctx1.resume)
-		if err := <-first; err != nil {
+		if err := within(t, first, "caller 1 to return"); err != nil {
 			t.Fatal(err)
 		}
 		b.assertNeverRan(t, 2)
@@ -232,6 +235,19 @@ func (b *heldBundle) assertNeverRan(t *testing.T, req int) {
 	defer b.mu.Unlock()
 	if slices.Contains(b.ran, req) {
 		t.Fatalf("ran %v: the cancelled call %d was run", b.ran, req)
+	}
+}
+
+// within receives from ch, failing t after a minute, a ceiling only a
+// setup that no longer holds reaches.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("waited a minute for %s", what)
+		panic("unreachable")
 	}
 }
 
