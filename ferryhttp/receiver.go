@@ -51,7 +51,10 @@ type Source struct {
 	// provider's redelivery horizon for the client's retries (default 72h).
 	ReplayWindow time.Duration
 
-	signatureHeaders []string // the Verifier's, when it is a ferry.SignatureNamer
+	// keep is the Receiver's KeepHeaders but the signature headers the
+	// Verifier names (a ferry.SignatureNamer): worked out once, not per
+	// delivery.
+	keep []string
 }
 
 // ReceiverOptions configure a Receiver.
@@ -291,8 +294,12 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 		if s.ReplayWindow < 0 {
 			return nil, fmt.Errorf("%w: ferryhttp: source %q: ReplayWindow %s is negative; 0 turns replay detection off", ferry.ErrInvalidParams, s.Name, s.ReplayWindow)
 		}
+		s.keep = r.keep
 		if namer, ok := s.Verifier.(ferry.SignatureNamer); ok {
-			s.signatureHeaders = namer.SignatureHeaders()
+			signatures := namer.SignatureHeaders()
+			s.keep = slices.DeleteFunc(slices.Clone(r.keep), func(k string) bool {
+				return slices.ContainsFunc(signatures, func(sig string) bool { return strings.EqualFold(sig, k) })
+			})
 		}
 		r.sources[s.Name] = s
 	}
@@ -603,7 +610,7 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, name string
 	ctx, cancel := context.WithTimeout(req.Context(), r.opts.StoreTimeout)
 	defer cancel()
 	res, err := r.receipts.Do(ctx, &ferry.EventReceiveParams{
-		Source: name, EventID: v.EventID, Type: v.Type, Payload: body, Headers: r.keptHeaders(req.Header, src.signatureHeaders),
+		Source: name, EventID: v.EventID, Type: v.Type, Payload: body, Headers: r.keptHeaders(req.Header, src.keep),
 		ReplayWindow: src.ReplayWindow,
 		Traceparent:  traceparent, Tracestate: tracestate,
 	})
@@ -649,11 +656,11 @@ func checkIdentity(v *ferry.Verified) (answer, bool) {
 	return answer{}, true
 }
 
-// keptHeaders are the KeepHeaders of h but the source's signatures, in
-// their order, within KeptHeaderValueMax and KeptHeadersMax; but
-// Content-Type, which the forwarder sends the app, is kept first and
-// whole, if it is kept at all.
-func (r *Receiver) keptHeaders(h http.Header, signatures []string) http.Header {
+// keptHeaders are the headers of h that keep names (the source's
+// KeepHeaders), in their order, within KeptHeaderValueMax and
+// KeptHeadersMax; but Content-Type, which the forwarder sends the app, is
+// kept first and whole, if it is kept at all.
+func (r *Receiver) keptHeaders(h http.Header, keep []string) http.Header {
 	out := http.Header{}
 	budget := KeptHeadersMax
 	const contentType = "Content-Type"
@@ -662,10 +669,7 @@ func (r *Receiver) keptHeaders(h http.Header, signatures []string) http.Header {
 		budget -= len(contentType) + len(v)
 	}
 	var dropped []string
-	for _, k := range r.keep {
-		if slices.ContainsFunc(signatures, func(s string) bool { return strings.EqualFold(s, k) }) {
-			continue
-		}
+	for _, k := range keep {
 		for _, v := range h.Values(k) {
 			v = cutHeaderValue(v)
 			if len(k)+len(v) > budget {
