@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	neturl "net/url"
 	"time"
 
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -30,17 +32,23 @@ The container image has no curl or wget; its HEALTHCHECK runs this.`)
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	// The URL is shown only redacted: its user or password may be a
+	// credential, and a container's health log keeps what this prints.
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
 	if err != nil {
-		return usagef("--url %q: %v", *url, err)
+		return usagef("--url cannot be read as a URL (the value is not shown: it may hold a credential): write it like http://%s/readyz", config.DefaultListen)
 	}
+	shown := config.RedactURL(*url)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *url, err)
+		if ue, ok := errors.AsType[*neturl.Error](err); ok {
+			err = ue.Err // not the *url.Error: it names the URL, user included
+		}
+		return fmt.Errorf("%s: %w", shown, err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("%s: %s", *url, resp.Status)
+		return fmt.Errorf("%s: %s", shown, resp.Status)
 	}
 	return nil
 }

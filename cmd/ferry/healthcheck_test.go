@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +27,14 @@ func TestHealthcheck(t *testing.T) {
 	ln.Close()
 	if _, _, code := runFerry(t, "healthcheck", "--url", "http://"+closed+"/readyz"); code != 1 {
 		t.Errorf("healthcheck on a closed port: exit %d, want 1", code)
+	}
+	// A container's health log keeps what healthcheck prints: the URL's
+	// credentials never show, whether it fails to connect or answers.
+	for _, target := range []string{closed + "/readyz", p.addr + "/no-such-path"} {
+		_, stderr, code := runFerry(t, "healthcheck", "--url", "http://probe:s3cr3tPass@"+target+"?token=s3cr3tToken")
+		if code != 1 || stderr == "" || strings.Contains(stderr, "s3cr3t") {
+			t.Errorf("healthcheck of %s with credentials in its URL: exit %d, want 1; stderr %q must say why without them", target, code, stderr)
+		}
 	}
 	if _, _, code := runFerry(t, "healthcheck", "extra"); code != 2 {
 		t.Errorf("healthcheck with an argument: exit %d, want 2", code)
