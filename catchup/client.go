@@ -2,11 +2,13 @@ package catchup
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -243,6 +245,9 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				err = ue.Err // the URL is printed once, below
 			}
 			err = fmt.Errorf("%s %s: %w", method, path, err)
+			if lasting(err) {
+				return nil, nil, err
+			}
 		} else {
 			data, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 			resp.Body.Close()
@@ -288,6 +293,20 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 			return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 	}
+}
+
+// lasting reports whether a request's transport error is one the same
+// request meets again at once: a host name that does not exist, or a
+// certificate not trusted for it. The pass fails on it now, saying why,
+// rather than after maxTries and half a minute of backoff.
+func lasting(err error) bool {
+	if de, ok := errors.AsType[*net.DNSError](err); ok && de.IsNotFound {
+		return true
+	}
+	_, unknownAuthority := errors.AsType[x509.UnknownAuthorityError](err)
+	_, wrongHost := errors.AsType[x509.HostnameError](err)
+	_, invalid := errors.AsType[x509.CertificateInvalidError](err)
+	return unknownAuthority || wrongHost || invalid
 }
 
 // retryable reports whether resp (body its start) is worth sending again,

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -242,4 +244,39 @@ func TestAPIClient(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A host name that does not exist, or a certificate not trusted for the
+// host, fails the request on its first try: neither passes if sent again.
+func TestAPIClientDoesNotRetryLastingFailures(t *testing.T) {
+	t.Parallel()
+	tlsServer := httptest.NewTLSServer(http.NotFoundHandler()) // its certificate is trusted by no client but its own
+	t.Cleanup(tlsServer.Close)
+	noSuchHost := &http.Client{Transport: &http.Transport{
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return nil, &net.DNSError{Err: "no such host", Name: "api.example.invalid", IsNotFound: true}
+		},
+	}}
+	for name, tc := range map[string]struct {
+		client *http.Client
+		url    string
+		want   string
+	}{
+		"UntrustedCertificate": {nil, tlsServer.URL + "/v1/events", "certificate"},
+		"NoSuchHost":           {noSuchHost, "https://api.example.invalid/v1/events", "no such host"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			client := newAPIClient(tc.client, 1000)
+			client.authorize = func(context.Context, *http.Request) error { return nil }
+			clock := useFakeClock(client)
+			_, _, err := client.do(context.Background(), http.MethodGet, tc.url, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to say %q", err, tc.want)
+			}
+			if n := len(clock.pauses); n != 0 {
+				t.Fatalf("the client waited %d times (%v) to send it again, want it failed on the first try", n, clock.pauses)
+			}
+		})
+	}
 }
