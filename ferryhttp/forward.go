@@ -24,9 +24,12 @@ type ForwarderOptions struct {
 	// URL receives the POST of each event attempt: an http or https URL
 	// with a host (CheckForwardURL). Required.
 	URL string
-	// Secret, if set, signs each request the Standard Webhooks way
-	// ("whsec_" + base64), so the app can verify it came from Ferry.
-	Secret string
+	// Secrets, if any, sign each request the Standard Webhooks way
+	// ("whsec_" + base64), so the app can verify it came from Ferry: one
+	// signature per secret, any of which the app's verifier accepts. To
+	// roll the app's secret, list the new one beside the old, switch the
+	// app, then drop the old. Unsigned when empty.
+	Secrets []string
 	// Timeout bounds one request. Defaults to DefaultForwardTimeout.
 	Timeout time.Duration
 	// Client sends the requests. It never follows a redirect (a redirect is
@@ -73,7 +76,7 @@ type ForwarderOptions struct {
 // app closes an idle connection just as a request goes out.
 type Forwarder struct {
 	opts   ForwarderOptions
-	signer *provider.StandardWebhooksSigner // nil without a Secret
+	signer *provider.StandardWebhooksSigner // nil without Secrets
 }
 
 // maxResponseHeaderBytes bounds the headers of an app's answer on the
@@ -138,8 +141,8 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 	if opts.TracerProvider != nil {
 		f.opts.Client = tracedClient(f.opts.Client, opts.TracerProvider)
 	}
-	if opts.Secret != "" {
-		signer, err := provider.NewStandardWebhooksSigner(provider.Options{Secrets: []string{opts.Secret}, Now: f.opts.Now})
+	if len(opts.Secrets) > 0 {
+		signer, err := provider.NewStandardWebhooksSigner(provider.Options{Secrets: opts.Secrets, Now: f.opts.Now})
 		if err != nil {
 			return nil, fmt.Errorf("%w: ferryhttp: forward secret: %w", ferry.ErrInvalidParams, err)
 		}

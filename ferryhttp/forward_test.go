@@ -94,7 +94,7 @@ func TestForwarderRequest(t *testing.T) {
 		t.Parallel()
 		srv, got := app(t, nil)
 		now := func() time.Time { return testNow }
-		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "/hooks", Secret: forwardSecret, Now: now})
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "/hooks", Secrets: []string{forwardSecret}, Now: now})
 		d := testDelivery()
 		if err := f.Handle(context.Background(), d); err != nil {
 			t.Fatal(err)
@@ -159,7 +159,7 @@ func TestForwarderRequest(t *testing.T) {
 
 	t.Run("a bad secret is refused", func(t *testing.T) {
 		t.Parallel()
-		if _, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: "http://127.0.0.1", Secret: "whsec_!!"}); !errors.Is(err, ferry.ErrInvalidParams) {
+		if _, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: "http://127.0.0.1", Secrets: []string{"whsec_!!"}}); !errors.Is(err, ferry.ErrInvalidParams) {
 			t.Fatalf("NewForwarder with a secret that is not base64: err = %v, want ErrInvalidParams", err)
 		}
 	})
@@ -210,7 +210,7 @@ func TestForwarderCallersClient(t *testing.T) {
 		http.Redirect(w, r, elsewhere.URL+"/stolen", http.StatusTemporaryRedirect)
 	})
 	client := &http.Client{Timeout: time.Minute}
-	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: redirecting.URL, Secret: forwardSecret, Client: client})
+	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: redirecting.URL, Secrets: []string{forwardSecret}, Client: client})
 	err := f.Handle(context.Background(), testDelivery())
 	if !ferry.IsPermanent(err) || !strings.Contains(err.Error(), "307") {
 		t.Fatalf("err = %v, want the 307 as a permanent failure", err)

@@ -50,6 +50,7 @@ var (
 func NewSigner(name string, opts Options) (Signer, error) {
 	switch name {
 	case "standardwebhooks":
+		opts.Secrets = opts.Secrets[:min(len(opts.Secrets), 1)]
 		s, err := NewStandardWebhooksSigner(opts)
 		if err != nil {
 			return nil, err
@@ -88,28 +89,35 @@ func NewSigner(name string, opts Options) (Signer, error) {
 // Webhook-Timestamp and Webhook-Signature headers. The forwarder signs what
 // it sends the app with it.
 type StandardWebhooksSigner struct {
-	key []byte
-	now func() time.Time
+	keys [][]byte
+	now  func() time.Time
 }
 
-// NewStandardWebhooksSigner returns a Standard Webhooks signer. It reads the
-// first of Secrets ("whsec_<base64>", or the base64 alone) and Now.
+// NewStandardWebhooksSigner returns a Standard Webhooks signer. It reads
+// Secrets ("whsec_<base64>", or the base64 alone), at least one, and Now.
+// It signs with each secret: the spec's signature header holds several,
+// and a receiver accepts any that verifies, so a secret is rolled by
+// listing the new one beside the old until the receiver has switched.
 func NewStandardWebhooksSigner(opts Options) (*StandardWebhooksSigner, error) {
 	cfg, err := newConfig(opts, DecodeStandardWebhooksSecret)
 	if err != nil {
 		return nil, err
 	}
-	return &StandardWebhooksSigner{key: cfg.keys[0], now: cfg.now}, nil
+	return &StandardWebhooksSigner{keys: cfg.keys, now: cfg.now}, nil
 }
 
 // Sign implements Signer. The type is not sent: Standard Webhooks carries
 // it in the body.
 func (s *StandardWebhooksSigner) Sign(header http.Header, m *Message) {
 	ts := strconv.FormatInt(s.now().Unix(), 10)
-	mac := macOf(sha256.New, s.key, []byte(m.ID), []byte("."), []byte(ts), []byte("."), m.Body)
+	sigs := make([]string, len(s.keys))
+	for i, key := range s.keys {
+		mac := macOf(sha256.New, key, []byte(m.ID), []byte("."), []byte(ts), []byte("."), m.Body)
+		sigs[i] = "v1," + base64.StdEncoding.EncodeToString(mac)
+	}
 	header.Set(StandardWebhooksIDHeader, m.ID)
 	header.Set(StandardWebhooksTimestampHeader, ts)
-	header.Set(StandardWebhooksSignatureHeader, "v1,"+base64.StdEncoding.EncodeToString(mac))
+	header.Set(StandardWebhooksSignatureHeader, strings.Join(sigs, " "))
 }
 
 type stripeSigner struct {

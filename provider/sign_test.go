@@ -3,6 +3,7 @@ package provider_test
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,49 @@ func TestStandardWebhooksSignerPublishedVector(t *testing.T) {
 	}
 	if h.Get("Webhook-Id") != swVectorID || h.Get("Webhook-Timestamp") != "1614265330" {
 		t.Fatalf("headers = %v", h)
+	}
+}
+
+// A Standard Webhooks signer given two secrets (a roll) sends one
+// signature per secret, the published vector's first, and a receiver that
+// knows either secret alone verifies the delivery. NewSigner, which signs
+// as a provider's sender does today, uses the first only.
+func TestStandardWebhooksSignerSignsWithEachSecret(t *testing.T) {
+	t.Parallel()
+	const next = "whsec_bmV4dC1zZWNyZXQtYWZ0ZXItdGhlLXJvbGw="
+	opts := provider.Options{
+		Secrets: []string{swVectorSecret, next},
+		Now:     func() time.Time { return time.Unix(swVectorTimestamp, 0) },
+	}
+	s, err := provider.NewStandardWebhooksSigner(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	body := []byte(swVectorPayload)
+	s.Sign(h, &provider.Message{ID: swVectorID, Body: body})
+	sigs := strings.Fields(h.Get("Webhook-Signature"))
+	if len(sigs) != 2 || sigs[0] != swVectorSignature {
+		t.Fatalf("Webhook-Signature = %q, want the vector's %s and one more", h.Get("Webhook-Signature"), swVectorSignature)
+	}
+	for i, secret := range opts.Secrets {
+		v, err := provider.NewStandardWebhooks(provider.Options{Secrets: []string{secret}, Now: opts.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(h, body); err != nil {
+			t.Errorf("a receiver with secret %d alone: %v", i, err)
+		}
+	}
+
+	first, err := provider.NewSigner("standardwebhooks", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = http.Header{}
+	first.Sign(h, &provider.Message{ID: swVectorID, Body: body})
+	if got := h.Get("Webhook-Signature"); got != swVectorSignature {
+		t.Errorf("NewSigner's Webhook-Signature = %q, want the first secret's alone, %s", got, swVectorSignature)
 	}
 }
 

@@ -62,9 +62,13 @@ func TestMain(m *testing.M) {
 const (
 	stripeSecret  = "whsec_test_stripe_secret"
 	forwardSecret = "whsec_ZmVycnktZGVtby1mb3J3YXJkLXNlY3JldA=="
+	// forwardSecretNext is the app's next secret, which writeConfig lists
+	// after forwardSecret: a roll in progress.
+	forwardSecretNext = "whsec_ZmVycnktbmV4dC1mb3J3YXJkLXNlY3JldA=="
 )
 
-// writeConfig writes a one-source (stripe) config forwarding to forwardURL.
+// writeConfig writes a one-source (stripe) config forwarding to forwardURL,
+// signed with forwardSecret and forwardSecretNext.
 func writeConfig(t *testing.T, storeURL, forwardURL, workerExtra string) string {
 	t.Helper()
 	return writeServeConfig(t, storeURL, fmt.Sprintf(`retry_base = "50ms"
@@ -76,9 +80,9 @@ provider = "stripe"
 secrets = [%q]
 [source.forward]
 url = %q
-secret = %q
+secrets = [%q, %q]
 timeout = "30s"
-`, workerExtra, stripeSecret, forwardURL, forwardSecret))
+`, workerExtra, stripeSecret, forwardURL, forwardSecret, forwardSecretNext))
 }
 
 // writeServeConfig writes a config for `ferry serve` on storeURL, both

@@ -434,7 +434,7 @@ func newClient(cfg *config.Config, st ferry.Store, log *slog.Logger, obs ferry.O
 	}
 	for _, s := range cfg.Sources {
 		fwd, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{
-			URL: s.Forward.URL, Secret: s.Forward.Secret, Timeout: s.Forward.Timeout.Duration,
+			URL: s.Forward.URL, Secrets: s.Forward.SigningSecrets(), Timeout: s.Forward.Timeout.Duration,
 			Connections: cmp.Or(w.Workers, ferry.DefaultWorkers), TracerProvider: tracer,
 		})
 		if err != nil {

@@ -104,9 +104,15 @@ func TestServe(t *testing.T) {
 		if n := app.count(); n != 3 {
 			t.Fatalf("app got %d requests, want 3 (500, 500, 200)", n)
 		}
-		verifier, err := provider.NewStandardWebhooks(provider.Options{Secrets: []string{forwardSecret}})
-		if err != nil {
-			t.Fatal(err)
+		// Each secret of forward.secrets signs: an app that knows either
+		// one alone verifies every request, whichever side of the roll.
+		var verifiers []ferry.Verifier
+		for _, secret := range []string{forwardSecret, forwardSecretNext} {
+			v, err := provider.NewStandardWebhooks(provider.Options{Secrets: []string{secret}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			verifiers = append(verifiers, v)
 		}
 		wantBody := fmt.Sprintf(`{"id":%q,"type":"invoice.paid","data":{}}`, "evt_fwd")
 		for i, r := range app.requests {
@@ -119,8 +125,10 @@ func TestServe(t *testing.T) {
 			if string(app.bodies[i]) != wantBody {
 				t.Errorf("request %d body %q, want the original bytes", i+1, app.bodies[i])
 			}
-			if _, err := verifier.Verify(h, app.bodies[i]); err != nil {
-				t.Errorf("request %d signature: %v", i+1, err)
+			for j, v := range verifiers {
+				if _, err := v.Verify(h, app.bodies[i]); err != nil {
+					t.Errorf("request %d signature under secret %d: %v", i+1, j, err)
+				}
 			}
 		}
 		ev := eventState(t, st, "evt_fwd")

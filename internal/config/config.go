@@ -150,10 +150,23 @@ type Forward struct {
 	// URL receives a POST per event. Required for a worker.
 	URL string `toml:"url"`
 	// Secret signs forwarded requests the Standard Webhooks way
-	// ("whsec_" + base64). Optional; unsigned when empty.
+	// ("whsec_" + base64). Optional; unsigned when empty and no Secrets.
 	Secret string `toml:"secret"`
+	// Secrets are Secret's form for a roll: each signs every request (one
+	// signature each in Webhook-Signature), so the app may switch to the
+	// new one at any time. Secret or Secrets, not both.
+	Secrets []string `toml:"secrets"`
 	// Timeout per request. Defaults to 10s.
 	Timeout Duration `toml:"timeout"`
+}
+
+// SigningSecrets are the secrets forwarded requests are signed with:
+// Secrets, or Secret alone; none when unsigned.
+func (f *Forward) SigningSecrets() []string {
+	if f.Secret != "" {
+		return []string{f.Secret}
+	}
+	return f.Secrets
 }
 
 // Duration is a time.Duration written as "15s", "72h", or with a ${NAME}
@@ -519,9 +532,16 @@ func (c *Config) validate() []error {
 		}
 		nonNegative(key+".forward.timeout", s.Forward.Timeout, DefaultForwardTime)
 		atLeast(key+".forward.timeout", s.Forward.Timeout, MinForwardTimeout, DefaultForwardTime, "below that the app's ordinary answer times out, and every attempt fails until the event dies")
-		if s.Forward.Secret != "" {
-			if _, err := provider.DecodeStandardWebhooksSecret(s.Forward.Secret); err != nil {
-				bad(key+".forward.secret", "is not a Standard Webhooks secret (\"whsec_\" + base64): %v", err)
+		if s.Forward.Secret != "" && len(s.Forward.Secrets) > 0 {
+			bad(key+".forward.secrets", "is set beside forward.secret: keep one (secrets lists several, to roll the app's secret)")
+		}
+		for j, secret := range s.Forward.SigningSecrets() {
+			if _, err := provider.DecodeStandardWebhooksSecret(secret); err != nil {
+				k := key + ".forward.secret"
+				if len(s.Forward.Secrets) > 0 {
+					k = fmt.Sprintf("%s.forward.secrets[%d]", key, j)
+				}
+				bad(k, "is not a Standard Webhooks secret (\"whsec_\" + base64): %v", err)
 			}
 		}
 		errs = append(errs, s.Catchup.validate(key, &s)...)
@@ -549,6 +569,9 @@ func (c *Config) credentials() []credentialField {
 		key := SourceKey(i, s.Name)
 		for j, secret := range s.Secrets {
 			out = append(out, credentialField{fmt.Sprintf("%s.secrets[%d]", key, j), secret, true})
+		}
+		for j, secret := range s.Forward.Secrets {
+			out = append(out, credentialField{fmt.Sprintf("%s.forward.secrets[%d]", key, j), secret, true})
 		}
 		out = append(out, credentialField{key + ".forward.secret", s.Forward.Secret, true},
 			credentialField{key + ".catchup.api_key", s.Catchup.APIKey, true}, credentialField{key + ".catchup.token", s.Catchup.Token, true},

@@ -116,6 +116,8 @@ func TestParseRejects(t *testing.T) {
 		{"negative retry_base", `[http]`, "[worker]\nretry_base = \"-1s\"\n[http]", "worker.retry_base", "positive duration"},
 		{"negative retry_cap", `[http]`, "[worker]\nretry_cap = \"-1h\"\n[http]", "worker.retry_cap", "positive duration"},
 		{"empty forward secret", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\nsecret = \"whsec_\"", "source[0] (stripe).forward.secret", "no key"},
+		{"a bad forward secret in a roll", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\nsecrets = [\"whsec_bmV3\", \"whsec_\"]", "source[0] (stripe).forward.secrets[1]", "no key"},
+		{"forward secret and secrets", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\nsecret = \"whsec_b2xk\"\nsecrets = [\"whsec_bmV3\"]", "source[0] (stripe).forward.secrets: is set beside forward.secret", "keep one"},
 		{"negative forward timeout", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\ntimeout = \"-5s\"", "source[0] (stripe).forward.timeout", "leave it out for 10s"},
 		{"bad lost_lease", `replay_window = "72h"`, `replay_window = "72h"` + "\nlost_lease = \"drop\"", "lost_lease", `"hold"`},
 		{"max_attempts past 32 bits", `replay_window = "72h"`, `replay_window = "72h"` + "\nmax_attempts = 3000000000", "max_attempts", "from 1 to 2147483647"},
@@ -501,6 +503,7 @@ func TestParseRejectsUnmatchableCredentials(t *testing.T) {
 		for _, tc := range []struct{ name, edit, from, wantKey string }{
 			{"webhook secret", `"${STRIPE_WEBHOOK_SECRET}"`, `"VALUE"`, "source[0] (stripe).secrets[0]"},
 			{"forward secret", fwd, fwd + "\nsecret = \"VALUE\"", "source[0] (stripe).forward.secret"},
+			{"forward secrets", fwd, fwd + "\nsecrets = [\"whsec_bmV3\", \"VALUE\"]", "source[0] (stripe).forward.secrets[1]"},
 			{"admin token", "\n[[source]]", "\n[admin]\ntoken = \"VALUE\"\n[[source]]", "admin.token"},
 			{"admin password", "\n[[source]]", "\n[admin]\nuser = \"ops\"\npassword = \"VALUE\"\n[[source]]", "admin.password"},
 			{"catchup api_key", fwd, fwd + "\n[source.catchup]\napi_key = \"VALUE\"\ntypes = [\"*\"]", "source[0] (stripe).catchup.api_key"},
