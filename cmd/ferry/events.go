@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,10 +75,10 @@ func runEvents(ctx context.Context, args []string) error {
 const eventsUsage = `usage:
   ferry events list   [--state S] [--source X] [--since 24h|RFC3339] [--id SUBSTR] [--at-risk | --unfinished-attempts] [--limit N] [--before ID | --all] [--json]
   ferry events show   SOURCE EVENT_ID [--payload] [--json]
-  ferry events replay SOURCE EVENT_ID... [--dry-run]
-  ferry events replay --state done|dead|unknown --source X [--dry-run]
-  ferry events retry-now SOURCE EVENT_ID... | --source X
-  ferry events resolve   SOURCE EVENT_ID...
+  ferry events replay SOURCE EVENT_ID... [--dry-run] [--actor NAME]
+  ferry events replay --state done|dead|unknown --source X [--dry-run] [--actor NAME]
+  ferry events retry-now SOURCE EVENT_ID... | --source X [--actor NAME]
+  ferry events resolve   SOURCE EVENT_ID... [--actor NAME]
 
 Every subcommand takes --config FILE (default ferry.toml); 'ferry events list -h'
 says what each does and lists its flags.
@@ -862,14 +863,21 @@ to run. Exits 3 when a named event does not exist, 5 when one is left as it is
 	},
 }
 
-// defaultActor names the person at the terminal: "cli:" and $USER, or "cli"
-// when $USER is not set. A store keeps it as text: bytes that are not
-// UTF-8 become U+FFFD (an environment holds no NUL).
+// defaultActor names the person at the terminal: "cli:" and $USER, or the
+// user the process runs as when $USER is not set (a root shell, a
+// container), or "cli" when neither is known. A store keeps it as text:
+// bytes that are not UTF-8 become U+FFFD (an environment holds no NUL).
 func defaultActor() string {
-	if u := os.Getenv("USER"); u != "" {
-		return "cli:" + strings.ToValidUTF8(u, "\uFFFD")
+	name := os.Getenv("USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
 	}
-	return "cli"
+	if name == "" {
+		return "cli"
+	}
+	return "cli:" + strings.ToValidUTF8(name, "\uFFFD")
 }
 
 // headerLine is headers on one table cell, sorted by name: "Name: value,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -507,11 +508,20 @@ func TestEventsPrintControlCharactersEscaped(t *testing.T) {
 }
 
 // The CLI's actor is $USER, made text a store keeps: a Latin-1 user name
-// would otherwise fail every replay with ErrInvalidParams.
+// would otherwise fail every replay with ErrInvalidParams. Without $USER
+// (a root shell, a container) it is the user the process runs as.
 func TestDefaultActorIsStorable(t *testing.T) {
 	t.Setenv("USER", "j\xf6rg")
 	if got := defaultActor(); got != "cli:j\uFFFDrg" {
 		t.Errorf("defaultActor() = %q, want %q", got, "cli:j\uFFFDrg")
+	}
+	want := "cli" // where the process's user cannot be looked up
+	if me, err := user.Current(); err == nil {
+		want = "cli:" + me.Username
+	}
+	t.Setenv("USER", "")
+	if got := defaultActor(); got != want {
+		t.Errorf("defaultActor() without $USER = %q, want %q", got, want)
 	}
 }
 
