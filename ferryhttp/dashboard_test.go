@@ -562,6 +562,13 @@ func TestAdminAuth(t *testing.T) {
 		if res := do(t, withCookie("GET", b.server.URL+"/ui/", c)); res.StatusCode != http.StatusSeeOther {
 			t.Errorf("the cookie after logout: %d, want 303 to the login", res.StatusCode)
 		}
+		// Another session's logout, which sweeps expired revocations,
+		// keeps this one's: it has not expired.
+		other := login(t, url.Values{"token": {"s3cret-token"}}).Cookies()[0]
+		do(t, withCookie("POST", b.server.URL+"/ui/logout", other))
+		if res := do(t, withCookie("GET", b.server.URL+"/ui/", c)); res.StatusCode != http.StatusSeeOther {
+			t.Errorf("the cookie after another session's logout: %d, want 303 to the login", res.StatusCode)
+		}
 	})
 
 	t.Run("UserLogin", func(t *testing.T) {
@@ -1303,6 +1310,13 @@ func TestDashboardLive(t *testing.T) {
 	res.Body.Close()
 	if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
 		t.Errorf("CSP = %q", csp)
+	}
+	// Pages hold payloads and headers: neither sniffed, cached nor leaked
+	// by a Referer.
+	for name, want := range map[string]string{"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"} {
+		if got := res.Header.Get(name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
 	}
 	if !strings.Contains(string(overview), `<script src="/ui/static/ferry.js" defer></script>`) || !strings.Contains(string(overview), `data-refresh="5000"`) {
 		t.Errorf("the overview does not load its script:\n%s", overview)

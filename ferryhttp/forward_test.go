@@ -105,6 +105,7 @@ func TestForwarderRequest(t *testing.T) {
 			"Ferry-Event-Id":   "evt_fwd",
 			"Ferry-Source":     "stripe",
 			"Ferry-Attempt":    "3",
+			"User-Agent":       "ferry",
 			"Ferry-Event-Type": "invoice.paid",
 			"Content-Type":     "application/x-www-form-urlencoded; charset=latin1",
 		}

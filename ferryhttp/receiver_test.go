@@ -223,6 +223,12 @@ func TestReceiverStatusTable(t *testing.T) {
 				if tc.status == 405 && r.header.Get("Allow") != http.MethodPost {
 					t.Errorf("Allow = %q, want POST", r.header.Get("Allow"))
 				}
+				if cc := r.header.Get("Cache-Control"); cc != "no-store" {
+					t.Errorf("Cache-Control = %q, want no-store", cc)
+				}
+				if ra := r.header.Get("Retry-After"); ra != "" && tc.status != http.StatusServiceUnavailable {
+					t.Errorf("a %d answer carries Retry-After %q: only a 503 asks the sender to come back", tc.status, ra)
+				}
 				if d.chunked {
 					b.mu.Lock()
 					n := b.contentLengths[tc.name]
@@ -707,6 +713,41 @@ func TestReceiverKeptHeadersBounded(t *testing.T) {
 	}
 }
 
+// TestReceiverKeptHeadersAtTheirBounds: a value of exactly
+// KeptHeaderValueMax bytes is kept whole, a header that fills the budget
+// exactly is kept, and one header past it, sent twice, is named once.
+func TestReceiverKeptHeadersAtTheirBounds(t *testing.T) {
+	t.Parallel()
+	pads := padHeaders(10)
+	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) { o.KeepHeaders = pads })
+	d := github(githubSecret, "gh-bounds", `{}`)
+	used := 0
+	for _, p := range pads[:7] {
+		d = d.with(p, strings.Repeat("p", 1000))
+		used += len(p) + 1000
+	}
+	atMax := strings.Repeat("m", ferryhttp.KeptHeaderValueMax)
+	d = d.with("X-Pad-8", atMax)
+	used += len("X-Pad-8") + len(atMax)
+	last := strings.Repeat("l", ferryhttp.KeptHeadersMax-used-len("X-Pad-9")) // the budget, to the byte
+	d = d.with("X-Pad-9", last)
+	d.header.Add("X-Pad-10", "past")
+	d.header.Add("X-Pad-10", "past again")
+	if r := b.send(t, d); r.status != 200 || r.body["status"] != "accepted" {
+		t.Fatalf("%d %s, want 200 accepted", r.status, r.raw)
+	}
+	h := event(t, b.store, "github", "gh-bounds").Headers
+	if h.Get("X-Pad-8") != atMax {
+		t.Errorf("a value of KeptHeaderValueMax bytes kept as %d bytes, want it whole", len(h.Get("X-Pad-8")))
+	}
+	if h.Get("X-Pad-9") != last {
+		t.Errorf("the header that fills the budget exactly kept as %q…, want it whole", h.Get("X-Pad-9")[:min(len(h.Get("X-Pad-9")), 8)])
+	}
+	if got := h.Values("Ferry-Headers-Dropped"); len(got) != 1 || got[0] != "X-Pad-10" {
+		t.Errorf("Ferry-Headers-Dropped = %q, want only X-Pad-10, once", got)
+	}
+}
+
 // padHeaders names n headers X-Pad-1 … X-Pad-n, to fill the kept headers.
 func padHeaders(n int) []string {
 	var pads []string
@@ -742,11 +783,12 @@ func TestNewReceiverOptions(t *testing.T) {
 	st := teststore.SQLite(t, nil)
 	v := sources(t)[0].Verifier
 	cases := map[string]ferryhttp.ReceiverOptions{
-		"no store":             {Sources: []ferryhttp.Source{{Name: "a", Verifier: v}}},
-		"no source":            {Store: st},
-		"source without name":  {Store: st, Sources: []ferryhttp.Source{{Verifier: v}}},
-		"source without check": {Store: st, Sources: []ferryhttp.Source{{Name: "a"}}},
-		"source twice":         {Store: st, Sources: []ferryhttp.Source{{Name: "a", Verifier: v}, {Name: "a", Verifier: v}}},
+		"no store":               {Sources: []ferryhttp.Source{{Name: "a", Verifier: v}}},
+		"no source":              {Store: st},
+		"source without name":    {Store: st, Sources: []ferryhttp.Source{{Verifier: v}}},
+		"source without check":   {Store: st, Sources: []ferryhttp.Source{{Name: "a"}}},
+		"source twice":           {Store: st, Sources: []ferryhttp.Source{{Name: "a", Verifier: v}, {Name: "a", Verifier: v}}},
+		"negative replay window": {Store: st, Sources: []ferryhttp.Source{{Name: "a", Verifier: v, ReplayWindow: -time.Second}}},
 	}
 	for name, opts := range cases {
 		if _, err := ferryhttp.NewReceiver(opts); !errors.Is(err, ferry.ErrInvalidParams) {

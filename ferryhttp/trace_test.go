@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -349,27 +350,31 @@ func TestForwarderTracing(t *testing.T) {
 		}
 		wantAttrs(t, fwd, map[attribute.Key]string{
 			"http.request.method": "POST", "http.response.status_code": "200", "url.full": srv.URL + "/hooks",
-			"server.address": "127.0.0.1",
+			"server.address": "127.0.0.1", "server.port": srv.URL[strings.LastIndex(srv.URL, ":")+1:],
 		})
 		if fwd.Name() != "POST" || fwd.Status().Code == codes.Error {
 			t.Errorf("forward span %q status %+v", fwd.Name(), fwd.Status())
 		}
 	})
 
-	t.Run("AppErrorIsAnError", func(t *testing.T) {
-		t.Parallel()
-		srv, _ := app(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
-		rec, tp := testtrace.NewRecorder()
-		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL, TracerProvider: tp})
-		if err := f.Handle(context.Background(), testDelivery()); err == nil {
-			t.Fatal("a 502 forwarded without error")
-		}
-		s := oneSpan(t, rec)
-		wantAttrs(t, s, map[attribute.Key]string{"http.response.status_code": "502", "error.type": "502"})
-		if s.Status().Code != codes.Error {
-			t.Errorf("status %+v, want an error", s.Status())
-		}
-	})
+	// A refusal (4xx) is an error of the span as a failure (5xx) is.
+	for _, status := range []int{http.StatusNotFound, http.StatusBadGateway} {
+		code := strconv.Itoa(status)
+		t.Run("AppErrorIsAnError/"+code, func(t *testing.T) {
+			t.Parallel()
+			srv, _ := app(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) })
+			rec, tp := testtrace.NewRecorder()
+			f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL, TracerProvider: tp})
+			if err := f.Handle(context.Background(), testDelivery()); err == nil {
+				t.Fatalf("a %d forwarded without error", status)
+			}
+			s := oneSpan(t, rec)
+			wantAttrs(t, s, map[attribute.Key]string{"http.response.status_code": code, "error.type": code})
+			if s.Status().Code != codes.Error {
+				t.Errorf("status %+v, want an error", s.Status())
+			}
+		})
+	}
 
 	// Untraced, the forwarder sends no trace header, whatever span the
 	// handler's context holds.

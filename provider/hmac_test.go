@@ -83,6 +83,18 @@ func TestHMAC(t *testing.T) {
 		})
 	})
 
+	// The type is optional: with the id in a header, a body that is not
+	// JSON has no type field, and the delivery is still genuine.
+	t.Run("TypeFieldNotJSON", func(t *testing.T) {
+		t.Parallel()
+		scheme := provider.HMACOptions{Header: "X-Signature", EventIDHeader: "X-Event-Id", TypeField: "kind"}
+		plain := []byte("a=b")
+		got, err := newVerifier(t, scheme).Verify(with(sign(t, secret, scheme, plain), "X-Event-Id", "h-1"), plain)
+		if err != nil || got.EventID != "h-1" || got.Type != "" {
+			t.Fatalf("Verify = %+v, %v", got, err)
+		}
+	})
+
 	t.Run("NumericID", func(t *testing.T) {
 		t.Parallel()
 		scheme := provider.HMACOptions{Header: "X-Sig", EventIDField: "seq"}

@@ -183,3 +183,20 @@ func TestStandardWebhooksBadSecret(t *testing.T) {
 		t.Error("SignStandardWebhooks accepted a secret that is not base64")
 	}
 }
+
+// A secret whose base64 lost its padding (copied without the trailing "=")
+// is the same key.
+func TestStandardWebhooksUnpaddedSecret(t *testing.T) {
+	t.Parallel()
+
+	const padded = "whsec_bmV3LXNlY3JldC1rZXk="
+	body := []byte(`{"type":"t"}`)
+	h, err := ferrytest.SignStandardWebhooks(padded, "msg_1", now, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vectorVerifier(t, padded[:len(padded)-1], now)
+	if got, err := v.Verify(h, body); err != nil || got.EventID != "msg_1" {
+		t.Fatalf("Verify = %+v, %v", got, err)
+	}
+}

@@ -35,7 +35,12 @@ func TestStripe(t *testing.T) {
 		{name: "V0Ignored", header: h(sig + ",v0=nothex"), body: body, wantID: "evt_1"},
 		{name: "UnreadableV1BeforeValid", header: h("t=1700000000,v1=zz," + sig[len("t=1700000000,"):]), body: body, wantID: "evt_1"},
 		{name: "UnreadableV1AfterValid", header: h(sig + ",v1=" + hex64[:62]), body: body, wantID: "evt_1"},
+		// ...or before one that does not: every v1 is kept, not the last.
+		{name: "ValidV1BeforeWrong", header: h(sig + ",v1=" + hex64), body: body, wantID: "evt_1"},
+		{name: "SpacesAroundItems", header: h(" t=1700000000 , v1=" + sig[len("t=1700000000,v1="):]), body: body, wantID: "evt_1"},
+		{name: "EmptyItems", header: h("," + sig + ",,"), body: body, wantID: "evt_1"},
 		{name: "AtTolerance", header: ferrytest.SignStripe(secret, body, now.Add(-5*time.Minute)), body: body, wantID: "evt_1"},
+		{name: "AtToleranceAhead", header: ferrytest.SignStripe(secret, body, now.Add(5*time.Minute)), body: body, wantID: "evt_1"},
 		{name: "MissingHeader", header: http.Header{}, body: body, want: ferry.ErrNoSignature},
 		{name: "Garbage", header: h("garbage"), body: body, want: ferry.ErrMalformedSignature},
 		{name: "NoTimestamp", header: h("v1=" + sig[len("t=1700000000,v1="):]), body: body, want: ferry.ErrMalformedSignature},
