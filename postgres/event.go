@@ -461,7 +461,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	case noSchema:
 		return wrap("ping", errNoSchema(searchPath))
 	case lacking != "":
-		return wrap("ping", fmt.Errorf("%w: the role %s lacks %s, which Ferry's statements use: run ferry as the role that owns its tables, or %s",
+		return wrap("ping", fmt.Errorf("%w: the role %s lacks %s, which Ferry's statements use: run ferry as the role that owns its tables (workers must: they maintain the archive's partitions, which only the owner may), or, for receivers, %s",
 			ferry.ErrMisconfigured, role, lacking, grants))
 	}
 	return wrap("ping", isolationRefused(isolation,

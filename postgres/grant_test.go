@@ -55,7 +55,7 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 			t.Errorf("Ping names %q: %v", wrong, err)
 		}
 	}
-	_, grants, ok := strings.Cut(err.Error(), "run ferry as the role that owns its tables, or ")
+	_, grants, ok := strings.Cut(err.Error(), "run ferry as the role that owns its tables (workers must: they maintain the archive's partitions, which only the owner may), or, for receivers, ")
 	if !ok || !strings.HasPrefix(grants, "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+schema+".ferry_event TO "+role+"; GRANT USAGE ON SEQUENCE ") {
 		t.Fatalf("Ping's GRANTs = %q", grants)
 	}
@@ -80,6 +80,12 @@ func TestPingNamesAMissingGrant(t *testing.T) {
 		t.Fatalf("EventComplete after the GRANTs: %v", err)
 	}
 	everyOperation(t, s)
+	// The GRANTs are a receiver's: the archive's partitions are the owner's
+	// to create, and the refusal says who must run the workers.
+	if _, err := s.ArchiveMaintain(ctx, &ferry.ArchiveMaintainParams{Owner: "w", Retention: 72 * time.Hour, ReplayWindow: 72 * time.Hour}); !errors.Is(err, ferry.ErrMisconfigured) ||
+		!strings.Contains(err.Error(), "SQLSTATE 42501") || !strings.Contains(err.Error(), "only the role that owns Ferry's tables may create and drop the archive's partitions: run the workers") {
+		t.Errorf("ArchiveMaintain as a role with the GRANTs = %v, want ErrMisconfigured saying the owner must run it", err)
+	}
 
 	// A function revoked from PUBLIC (a hardening step) fails the
 	// statements that call it: Ping names it, with its GRANT, which runs.
