@@ -141,7 +141,7 @@ func TestChaosFlagsBeforeBuilding(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string
 		code   int
-		stderr string
+		output string
 	}{
 		{[]string{"-h"}, 0, "usage: ferry chaos [flags]"},
 		{[]string{"--scenario", "bogus"}, 2, `ferry chaos: --scenario "bogus": use all or one of duplicates, kill,`},
@@ -150,8 +150,8 @@ func TestChaosFlagsBeforeBuilding(t *testing.T) {
 	} {
 		cmd := exec.Command(ferryBin, append([]string{"chaos"}, tc.args...)...)
 		cmd.Env = append(os.Environ(), "PATH="+t.TempDir())
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
+		var out strings.Builder // -h's help is on stdout, a refusal on stderr
+		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -159,8 +159,8 @@ func TestChaosFlagsBeforeBuilding(t *testing.T) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		if code != tc.code || !strings.Contains(stderr.String(), tc.stderr) || strings.Contains(stderr.String(), "building") {
-			t.Errorf("ferry chaos %s: exit %d, want %d with %q, no build; stderr:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.stderr, stderr.String())
+		if code != tc.code || !strings.Contains(out.String(), tc.output) || strings.Contains(out.String(), "building") {
+			t.Errorf("ferry chaos %s: exit %d, want %d with %q, no build; output:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.output, out.String())
 		}
 	}
 }

@@ -25,8 +25,9 @@ import (
 	"github.com/ferry-inbox/ferry/sqlite"
 )
 
-// Every command's -h says what the command does, and exits 0; a flag it
-// does not know is a usage error: exit 2 and one line naming the help.
+// Every command's -h says what the command does, on stdout (help asked
+// for pipes into a pager), and exits 0; a flag it does not know is a usage
+// error: exit 2 and one line on stderr naming the help.
 func TestHelpAndUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range [][]string{
@@ -36,9 +37,9 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		name := strings.Join(cmd, " ")
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			_, stderr, code := runFerry(t, append(cmd, "-h")...)
-			if code != 0 {
-				t.Errorf("ferry %s -h: exit %d, want 0", name, code)
+			help, stderr, code := runFerry(t, append(cmd, "-h")...)
+			if code != 0 || stderr != "" {
+				t.Errorf("ferry %s -h: exit %d, stderr %q; want 0 and the help on stdout alone", name, code, stderr)
 			}
 			// usage line, a blank line, a description of at least one
 			// sentence, a blank line, then the flags (version has none).
@@ -46,13 +47,13 @@ func TestHelpAndUsageErrors(t *testing.T) {
 			if name == "version" {
 				flags = `$`
 			}
-			help := regexp.MustCompile(`(?s)^usage: ferry ` + name + `( [^\n]*)?\n\n([^\n]+\n)+` + flags)
-			if !help.MatchString(stderr) {
-				t.Errorf("ferry %s -h lacks a usage line, a description and the flags:\n%s", name, stderr)
+			shape := regexp.MustCompile(`(?s)^usage: ferry ` + name + `( [^\n]*)?\n\n([^\n]+\n)+` + flags)
+			if !shape.MatchString(help) {
+				t.Errorf("ferry %s -h lacks a usage line, a description and the flags:\n%s", name, help)
 			}
 			// A flag's placeholder is one word: flag takes backquoted text
 			// in a usage string for it.
-			for _, line := range regexp.MustCompile(`(?m)^  -.*$`).FindAllString(stderr, -1) {
+			for _, line := range regexp.MustCompile(`(?m)^  -.*$`).FindAllString(help, -1) {
 				if !regexp.MustCompile(`^  -[a-z-]+( \S+)?$`).MatchString(line) {
 					t.Errorf("ferry %s -h: flag line %q: its placeholder is not one word", name, line)
 				}
@@ -69,6 +70,11 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		t.Parallel()
 		if _, stderr, code := runFerry(t); code != exitUsage || !strings.Contains(stderr, "commands:") {
 			t.Errorf("ferry: exit %d, want %d and the command list:\n%s", code, exitUsage, stderr)
+		}
+		for _, ask := range [][]string{{"help"}, {"--help"}, {"events", "-h"}} {
+			if stdout, stderr, code := runFerry(t, ask...); code != exitOK || stderr != "" || !strings.HasPrefix(stdout, "usage:") {
+				t.Errorf("ferry %s: exit %d, stdout %q, stderr %q; want 0 and the usage on stdout alone", strings.Join(ask, " "), code, stdout, stderr)
+			}
 		}
 		if _, _, code := runFerry(t, "frobnicate"); code != exitUsage {
 			t.Errorf("ferry frobnicate: exit %d, want %d", code, exitUsage)

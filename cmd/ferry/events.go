@@ -37,11 +37,12 @@ func (noSuchEvent) Error() string        { return "no such event" }
 func (noSuchEvent) Is(target error) bool { return target == ferry.ErrNotFound }
 
 func runEvents(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, eventsUsage)
-		if len(args) == 0 {
-			return usagef("name a subcommand: list, show, replay, retry-now or resolve")
-		}
+		return usagef("name a subcommand: list, show, replay, retry-now or resolve")
+	}
+	if args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(os.Stdout, eventsUsage)
 		return flag.ErrHelp
 	}
 	var err error

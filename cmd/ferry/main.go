@@ -125,11 +125,12 @@ func (e *subcommandError) Unwrap() error { return e.err }
 // run returns the exit code; every error is printed once, as
 // "ferry COMMAND: message".
 func run(ctx context.Context, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage()
-		if len(args) == 0 {
-			return exitUsage
-		}
+	if len(args) == 0 {
+		printUsage(os.Stderr)
+		return exitUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(os.Stdout)
 		return exitOK
 	}
 	if args[0] == "--version" || args[0] == "-version" {
@@ -153,7 +154,7 @@ func run(ctx context.Context, args []string) int {
 		return exitCode(err)
 	}
 	fmt.Fprintf(os.Stderr, "ferry: unknown command %q\n\n", args[0])
-	printUsage()
+	printUsage(os.Stderr)
 	return exitUsage
 }
 
@@ -170,17 +171,19 @@ func exitCode(err error) int {
 	return exitFailed
 }
 
-func printUsage() {
-	fmt.Fprintln(os.Stderr, "usage: ferry COMMAND [flags]\n\ncommands:")
+// printUsage lists the commands on w: stdout when help is asked for (so
+// `ferry help | less` shows it), stderr when it answers a mistake.
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ferry COMMAND [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-12s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(os.Stderr, "\nRun 'ferry COMMAND -h' for what a command does and its flags.")
-	fmt.Fprintln(os.Stderr, "Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was not found, 4 doctor found a problem, 5 an event named was left as it is.")
+	fmt.Fprintln(w, "\nRun 'ferry COMMAND -h' for what a command does and its flags.")
+	fmt.Fprintln(w, "Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 an event named was not found, 4 doctor found a problem, 5 an event named was left as it is.")
 }
 
 // flagSet is a subcommand's flags with its help: -h prints the usage line,
-// what the command does and its flags, and exits 0; a bad flag is a usage
+// what the command does and its flags on stdout, and exits 0; a bad flag is a usage
 // error (exit 2) printed once by run, without the whole help.
 type flagSet struct {
 	*flag.FlagSet
@@ -226,14 +229,14 @@ func (fs *flagSet) parseFlagsOnly(args []string) error {
 }
 
 func (fs *flagSet) printHelp() {
-	fmt.Fprintf(os.Stderr, "usage: %s\n\n%s\n", strings.TrimSpace("ferry "+fs.Name()+" "+fs.synopsis), fs.description)
+	fmt.Fprintf(os.Stdout, "usage: %s\n\n%s\n", strings.TrimSpace("ferry "+fs.Name()+" "+fs.synopsis), fs.description)
 	hasFlags := false
 	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 	if !hasFlags {
 		return
 	}
-	fmt.Fprint(os.Stderr, "\nflags:\n")
-	fs.SetOutput(os.Stderr)
+	fmt.Fprint(os.Stdout, "\nflags:\n")
+	fs.SetOutput(os.Stdout)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
 }
