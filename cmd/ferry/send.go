@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -71,9 +72,14 @@ unless ferry answered 2xx.`)
 			*eventID = got.EventID
 		}
 	}
-	base := *to
+	// A trailing slash would make the path //webhooks/…; a --to that is the
+	// webhook URL itself would post to …/webhooks/stripe/webhooks/stripe.
+	base := strings.TrimRight(*to, "/")
 	if base == "" {
 		base = "http://" + cfg.HTTP.Listen
+	}
+	if u, err := url.Parse(base); err == nil && (strings.HasSuffix(u.Path, "/webhooks") || strings.Contains(u.Path, "/webhooks/")) {
+		return usagef("--to is the webhook URL; give ferry's base URL (the part before /webhooks/), and send adds /webhooks/%s", src.Name)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/"+src.Name, bytes.NewReader(body))
 	// Without its scheme, "127.0.0.1:8080" does not parse and

@@ -58,7 +58,11 @@ func TestSendSignsAsEachProvider(t *testing.T) {
 // an --event-id that disagrees, and names --body when the file is missing.
 func TestSendBodyID(t *testing.T) {
 	t.Parallel()
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/webhooks/stripe" {
+			http.NotFound(w, r)
+			return
+		}
 		_, _ = w.Write([]byte("accepted\n"))
 	}))
 	t.Cleanup(receiver.Close)
@@ -73,7 +77,8 @@ func TestSendBodyID(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "--event-id evt_flag, but the --body file's event id is evt_in_body") {
 		t.Errorf("send --body --event-id disagreeing: exit %d, want %d naming both\n%s%s", code, exitUsage, out, errOut)
 	}
-	if _, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", receiver.URL, "--body", body, "--event-id", "evt_in_body"); code != 0 {
+	// A base URL written with its trailing slash posts to /webhooks/stripe.
+	if _, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", receiver.URL+"/", "--body", body, "--event-id", "evt_in_body"); code != 0 {
 		t.Errorf("send --body --event-id agreeing: exit %d\n%s", code, errOut)
 	}
 	_, errOut, code = runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", receiver.URL, "--body", filepath.Join(t.TempDir(), "nope.json"))
@@ -90,6 +95,14 @@ func TestSendToNeedsAScheme(t *testing.T) {
 	for _, to := range []string{"127.0.0.1:18080", "localhost:18080"} {
 		_, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", to)
 		if code != exitUsage || !strings.Contains(errOut, "--to is not ferry's base URL: write it with http:// or https:// in front") {
+			t.Errorf("send --to %s: exit %d, want %d and the fix\n%s", to, code, exitUsage, errOut)
+		}
+	}
+	// The webhook URL given for the base is refused with the fix, not
+	// posted to …/webhooks/stripe/webhooks/stripe for a 404.
+	for _, to := range []string{"http://127.0.0.1:1/webhooks/stripe", "http://127.0.0.1:1/ferry/webhooks/"} {
+		_, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", to)
+		if code != exitUsage || !strings.Contains(errOut, "--to is the webhook URL; give ferry's base URL (the part before /webhooks/), and send adds /webhooks/stripe") {
 			t.Errorf("send --to %s: exit %d, want %d and the fix\n%s", to, code, exitUsage, errOut)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -27,7 +28,8 @@ func runServe(ctx context.Context, args []string) error {
 works them: forwards each event to its source's app until it succeeds or dies.
 Also serves /healthz and /readyz; /metrics and the dashboard at /ui are on
 admin.listen (the public listener answers 404 for them). SIGINT, SIGTERM or
-SIGHUP stops it gracefully (exit 0).`)
+SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
+(nohup).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	role := fs.String("role", "all", roleUsage)
 	listen := fs.String("listen", "", "override http.listen, the public listener (`host:port`; port 0 picks a free one)")
@@ -101,7 +103,7 @@ SIGHUP stops it gracefully (exit 0).`)
 	health.Register(mux)
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
-		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+		return fmt.Errorf("http.listen %s: %w%s", cfg.HTTP.Listen, err, portTaken(err, "http.listen (or --listen)"))
 	}
 	// The admin listener binds now too, before anything claims or
 	// forwards: a port in use must stop the start before the workers
@@ -110,7 +112,7 @@ SIGHUP stops it gracefully (exit 0).`)
 	if cfg.AdminServed() {
 		if aln, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
 			_ = ln.Close()
-			return fmt.Errorf("admin.listen %s: %w", cfg.Admin.Listen, err)
+			return fmt.Errorf("admin.listen %s: %w%s", cfg.Admin.Listen, err, portTaken(err, "admin.listen"))
 		}
 	}
 	// Once the receiver is made, its Handler fronts the mux: the mux would
@@ -471,4 +473,13 @@ func missingForward(cfg *config.Config) error {
 		}
 	}
 	return nil
+}
+
+// portTaken is the fix for a listen error that says the port is in use
+// (another ferry serve, often, with the same config), or "".
+func portTaken(err error, key string) string {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return ""
+	}
+	return "; another process holds that port (a ferry serve already running with this config?): stop it, or give " + key + " another port"
 }

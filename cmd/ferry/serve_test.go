@@ -514,6 +514,16 @@ func TestServe(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, `http.listen (from --listen): "nohost" is not host:port`) {
 			t.Fatalf("--listen nohost: exit %d, stderr %q: want 2 naming http.listen", code, stderr)
 		}
+		// A port another process holds names the key and the likely cause.
+		taken, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer taken.Close()
+		_, stderr, code = runFerry(t, "serve", "--config", cfg, "--listen", taken.Addr().String())
+		if code != 1 || !strings.Contains(stderr, "http.listen "+taken.Addr().String()) || !strings.Contains(stderr, "another process holds that port (a ferry serve already running with this config?): stop it, or give http.listen (or --listen) another port") {
+			t.Fatalf("--listen on a taken port: exit %d, stderr %q: want 1 naming http.listen and the fix", code, stderr)
+		}
 		admin := freeAddr(t)
 		fixedAdmin := filepath.Join(t.TempDir(), "admin.toml")
 		writeFile(t, fixedAdmin, strings.Replace(readFile(t, cfg), "[admin]\nlisten = \"127.0.0.1:0\"", "[admin]\nlisten = \""+admin+"\"", 1))
