@@ -393,15 +393,62 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// countedStats is a real store that counts its EventStats reads.
+// countedStats is a real store that counts its EventStats reads and keeps
+// the last AtRiskLimit asked for.
 type countedStats struct {
 	ferry.Store
-	reads atomic.Int64
+	reads       atomic.Int64
+	atRiskLimit atomic.Int64
 }
 
 func (s *countedStats) EventStats(ctx context.Context, p *ferry.EventStatsParams) (*ferry.EventStats, error) {
 	s.reads.Add(1)
+	s.atRiskLimit.Store(int64(p.AtRiskLimit))
 	return s.Store.EventStats(ctx, p)
+}
+
+// statsServer serves /metrics of a registry holding only a stats collector
+// with opts, and returns its URL.
+func statsServer(t *testing.T, opts prometheus.StatsOptions) string {
+	t.Helper()
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(opts))
+	server := httptest.NewServer(prometheus.Handler(reg))
+	t.Cleanup(server.Close)
+	return server.URL
+}
+
+// The collector exports counts, never the list: it reads the stats with
+// AtRiskLimit 0, whatever its Params say, so a scrape never pays the
+// at-risk events' scan.
+func TestStatsReadListsNoEvents(t *testing.T) {
+	t.Parallel()
+	store := &countedStats{Store: teststore.SQLite(t, nil)}
+	scrape(t, statsServer(t, prometheus.StatsOptions{
+		Store: store, Sources: []string{"stripe"},
+		Params: ferry.EventStatsParams{DefaultAtRiskAfter: time.Hour, AtRiskLimit: 50},
+	}))
+	if n, limit := store.reads.Load(), store.atRiskLimit.Load(); n != 1 || limit != 0 {
+		t.Errorf("%d store reads with AtRiskLimit %d, want 1 with 0", n, limit)
+	}
+}
+
+// An age is never negative: an event stamped after the stats' clock (the
+// database clock stepped back) is 0 seconds old, not -60.
+func TestStatsAgesNeverNegative(t *testing.T) {
+	t.Parallel()
+	store, clock := teststore.SQLiteOnClock(t)
+	if _, err := store.EventReceive(context.Background(), &ferry.EventReceiveParams{
+		Source: "stripe", EventID: "evt_1", Type: "t", Payload: []byte(`{}`),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(-time.Minute)
+	got := scrape(t, statsServer(t, prometheus.StatsOptions{Store: store, Sources: []string{"stripe"}}))
+	key := `ferry_oldest_pending_age_seconds{source="stripe"}`
+	if v, ok := got[key]; !ok || v != 0 {
+		t.Errorf("%s = %v (present %v), want 0", key, v, ok)
+	}
 }
 
 // Scrapes within CacheTTL of a read are answered from it, by the

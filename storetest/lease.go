@@ -46,6 +46,18 @@ func testLease[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		}
 	})
 
+	// Among lapsed leases, too, the oldest due goes first.
+	run(t, setup, "OldestLapsedLeaseFirst", func(t *testing.T, b *bundle[TX]) {
+		first := receive(t, b, "stripe", "evt_1")
+		b.clock.Advance(time.Second)
+		receive(t, b, "stripe", "evt_2")
+		claim(t, b, "dead-worker", 2)
+		b.clock.Advance(ttl)
+		if c := claimOne(t, b, "survivor"); c.Event.ID != first {
+			t.Fatalf("claimed lapsed event %d first, want the oldest due %d", c.Event.ID, first)
+		}
+	})
+
 	run(t, setup, "HeartbeatKeepsALivingWorker", func(t *testing.T, b *bundle[TX]) {
 		id := receive(t, b, "stripe", "evt_1")
 		c := claimOne(t, b, "w1")

@@ -53,7 +53,11 @@ func testPurge[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		pending := receive(t, b, "s", "pending")
 		lease := claimOne(t, b, "w").Event.Lease()
 		mustComplete(t, b, lease)
+		// Another source's event done at the same moment is not s's to purge.
+		other := receive(t, b, "t", "e")
+		mustComplete(t, b, claim(t, b, "w", 1, "t")[0].Event.Lease())
 		purgeAtRetention(t, b, "s", id)
+		wantState(t, b, other, ferry.StateDone)
 		if got, err := b.store.ConflictList(b.ctx, &ferry.ConflictListParams{ID: id}); err != nil || len(got) != 0 {
 			t.Errorf("purged event's conflicts = %+v, %v; want none", got, err)
 		}

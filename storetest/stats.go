@@ -176,6 +176,17 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 			t.Fatalf("EventPurge = %d, %v; want 2 purged", n, err)
 		}
 		wantDone("the rest purged", 0, 1)
+
+		// A source with no event left has no entry, however its done
+		// count came back to zero.
+		mustComplete(t, b, claimOne(t, b, "w").Event.Lease())
+		b.clock.Advance(2 * time.Hour)
+		if n, err := b.store.EventPurge(b.ctx, &ferry.EventPurgeParams{Source: "a", Retention: time.Hour, ReplayWindow: time.Hour}); err != nil || n != 1 {
+			t.Fatalf("EventPurge = %d, %v; want 1 purged", n, err)
+		}
+		if stats := statsOf(t, b, &ferry.EventStatsParams{}); len(stats.Sources) != 0 {
+			t.Errorf("every event purged: sources %+v, want none", stats.Sources[0])
+		}
 	})
 
 	run(t, setup, "AtRisk", func(t *testing.T, b *bundle[TX]) {
@@ -222,6 +233,13 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 		if len(ids) != 2 || ids[0] != oldA || ids[1] != oldC {
 			t.Errorf("at-risk list = %v, want [%d %d] (oldest first)", ids, oldA, oldC)
 		}
+		// The limit keeps the oldest of the two at risk, and the counts.
+		capped := *params
+		capped.AtRiskLimit = 1
+		stats = statsOf(t, b, &capped)
+		if len(stats.AtRisk) != 1 || stats.AtRisk[0].ID != oldA || stats.AtRiskCount() != 2 {
+			t.Errorf("AtRiskLimit 1: listed %v of %d at risk, want only %d of 2", stats.AtRisk, stats.AtRiskCount(), oldA)
+		}
 		// The root's predicate, which the dashboard and the CLI mark events
 		// with, says what the store's query says, event by event; b's old
 		// event is exactly 2h old, at risk at 2h.
@@ -239,8 +257,8 @@ func testStats[TX any](t *testing.T, setup func(*testing.T) *bundle[TX]) {
 				}
 			}
 		}
-		if !slices.ContainsFunc(statsOf(t, b, edge).AtRisk, func(r *ferry.Event) bool { return r.ID == oldB }) {
-			t.Errorf("an event exactly its source's at-risk age old is not listed at risk")
+		if stats := statsOf(t, b, edge); !slices.ContainsFunc(stats.AtRisk, func(r *ferry.Event) bool { return r.ID == oldB }) || bySource(stats)["b"].AtRisk != 1 {
+			t.Errorf("an event exactly its source's at-risk age old is not listed and counted at risk (b counts %d)", bySource(stats)["b"].AtRisk)
 		}
 
 		// The limit caps the list, not the counts; no default means
