@@ -578,7 +578,7 @@ func (c *Config) credentials() []credentialField {
 			credentialField{key + ".catchup.private_key", s.Catchup.PrivateKey, false})
 	}
 	return append(out, credentialField{"admin.token", c.Admin.Token, true}, credentialField{"admin.password", c.Admin.Password, true},
-		credentialField{"alerts.url", c.Alerts.URL, false})
+		credentialField{"alerts.url", c.Alerts.URL, false}, credentialField{"store.url", c.Store.URL, false})
 }
 
 // paddedCredentials refuses a secret with whitespace at either end, which no
