@@ -292,15 +292,85 @@ func Load(path string, overrides ...func(*Config)) (*Config, error) {
 // the keys of a table itself unknown: a misspelled [source.foward] is one
 // mistake, whatever it holds and however many sources have it.
 func unknownKeys(undecoded []toml.Key) []string {
-	var keys []string
+	var keys, shown []string
 	for _, k := range undecoded {
 		name := k.String()
 		if slices.Contains(keys, name) || slices.ContainsFunc(keys, func(table string) bool { return strings.HasPrefix(name, table+".") }) {
 			continue
 		}
 		keys = append(keys, name)
+		if near := nearestKey(k); near != "" {
+			name += " (" + near + "?)"
+		}
+		shown = append(shown, name)
 	}
-	return keys
+	return shown
+}
+
+// nearestKey is the key of k's table that k most likely misspells (at
+// most two letters added, dropped, changed or swapped), or "".
+func nearestKey(k toml.Key) string {
+	t := reflect.TypeFor[Config]()
+	for _, part := range k[:len(k)-1] {
+		field, ok := tomlField(t, part)
+		if !ok {
+			return ""
+		}
+		t = field.Type
+		if t.Kind() == reflect.Slice {
+			t = t.Elem() // [[source]]
+		}
+		if t.Kind() != reflect.Struct {
+			return ""
+		}
+	}
+	best, bestDistance := "", 3
+	for field := range t.Fields() {
+		name, _, _ := strings.Cut(field.Tag.Get("toml"), ",")
+		if d := editDistance(k[len(k)-1], name); name != "" && d < bestDistance {
+			best, bestDistance = name, d
+		}
+	}
+	return best
+}
+
+// tomlField is t's field whose toml tag is name.
+func tomlField(t reflect.Type, name string) (reflect.StructField, bool) {
+	if t.Kind() != reflect.Struct {
+		return reflect.StructField{}, false
+	}
+	for field := range t.Fields() {
+		if tag, _, _ := strings.Cut(field.Tag.Get("toml"), ","); tag == name {
+			return field, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// editDistance counts the letters to add, drop or change, and the
+// neighbours to swap, that turn a into b.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 // Parse is Load on bytes, with lookup resolving ${NAME} references.

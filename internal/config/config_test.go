@@ -136,6 +136,16 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
+// An unknown key a letter or two from one of its table's keys is shown
+// with that key; one far from every key, alone.
+func TestParseSuggestsTheKeyAMisspellingMeant(t *testing.T) {
+	t.Parallel()
+	raw := strings.Replace(good, `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secret = ["${STRIPE_WEBHOOK_SECRET}"]`, 1)
+	raw = strings.Replace(raw, "[http]", "[worker]\nretry_cpa = \"1m\"\n[http]\nlisten_addr = \"x\"", 1)
+	_, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
+	wantInvalid(t, err, "unknown key worker.retry_cpa (retry_cap?), http.listen_addr, source.secret (secrets?): check its spelling", "", "")
+}
+
 // A misspelled table is one unknown key, named once, however many sources
 // have it and whatever it holds.
 func TestParseNamesAnUnknownTableOnce(t *testing.T) {
@@ -143,7 +153,7 @@ func TestParseNamesAnUnknownTableOnce(t *testing.T) {
 	second := "[[source]]\nname = \"github\"\nprovider = \"github\"\nsecrets = [\"s\"]\n[source.foward]\nurl = \"http://127.0.0.1:3000/\"\n"
 	raw := strings.Replace(good, "[source.forward]", "[source.foward]", 1) + second
 	_, err := Parse([]byte(raw), env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x"}))
-	wantInvalid(t, err, "unknown key source.foward: check its spelling", "", "")
+	wantInvalid(t, err, "unknown key source.foward (forward?): check its spelling", "", "")
 	if n := strings.Count(err.Error(), "source.foward"); n != 1 {
 		t.Errorf("err = %v: names source.foward %d times, want once", err, n)
 	}
