@@ -791,24 +791,24 @@ func (a *namedAction) run(ctx context.Context, args []string, out io.Writer) err
 		return err
 	}
 	if bulk {
-		return a.each(ctx, env.store, out, *source, *actor)
+		return a.each(ctx, env.store, out, *source, *actor, ferry.EventListLimitMax)
 	}
 	return eachNamed(ctx, env.store, out, a.verb, a.done, a.refused, positional, func(e *ferry.Event) (bool, error) {
 		return a.act(ctx, env.store, e, *actor)
 	})
 }
 
-// each acts on every event of source in state a.bulk, newest first, a page
-// at a time, and prints how many it changed and how many it left.
-func (a *namedAction) each(ctx context.Context, st ferry.Store, out io.Writer, source, actor string) error {
+// each acts on every event of source in state a.bulk, newest first, page
+// events at a time, and prints how many it changed and how many it left.
+func (a *namedAction) each(ctx context.Context, st ferry.Store, out io.Writer, source, actor string, page int) error {
 	var changed, left int
-	params := &ferry.EventListParams{Source: source, States: []ferry.State{a.bulk}, Limit: ferry.EventListLimitMax}
+	params := &ferry.EventListParams{Source: source, States: []ferry.State{a.bulk}, Limit: page}
 	for {
-		page, err := st.EventList(ctx, params)
+		list, err := st.EventList(ctx, params)
 		if err != nil {
 			return err
 		}
-		for _, e := range page.Events {
+		for _, e := range list.Events {
 			ok, err := a.act(ctx, st, e, actor)
 			if err != nil { // the count says how far it got: run it again for the rest
 				return fmt.Errorf("%s %s %s: %w (%s %s of %s before it)", a.verb, source, e.EventID, err, a.done, countOf(changed, "event"), source)
@@ -819,10 +819,10 @@ func (a *namedAction) each(ctx context.Context, st ferry.Store, out io.Writer, s
 				left++
 			}
 		}
-		if page.NextBefore == 0 {
+		if list.NextBefore == 0 {
 			break
 		}
-		params.Before = page.NextBefore
+		params.Before = list.NextBefore
 	}
 	fmt.Fprintf(out, "%s %s of %s; %s left as they are\n", a.done, countOf(changed, "event"), source, countOf(left, "other "+string(a.bulk)+" event"))
 	return nil

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -134,48 +133,22 @@ func TestEventsRetryNow(t *testing.T) {
 }
 
 // retry-now --source makes every pending event of the source that waits out
-// a backoff due, past the first page of a listing, records who asked on
-// each, and leaves the due ones and other sources' as they are.
+// a backoff due, records who asked on each, and leaves the due ones and
+// other sources' as they are.
 func TestEventsRetryNowBySource(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cfg, s := migratedSQLite(t)
-	backoff := func(source string, ids ...string) {
-		t.Helper()
-		var receipts []*ferry.EventReceiveParams
-		for _, id := range ids {
-			receipts = append(receipts, &ferry.EventReceiveParams{Source: source, EventID: id, Payload: []byte(`{}`)})
-		}
-		if _, err := s.store.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: receipts}); err != nil {
-			t.Fatal(err)
-		}
-		c, err := s.store.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: len(ids), TTL: time.Minute, Sources: []string{source}})
-		if err != nil || len(c) != len(ids) {
-			t.Fatalf("claim: %d claims, %v", len(c), err)
-		}
-		var failures []ferry.EventFailParams
-		for _, claim := range c {
-			failures = append(failures, ferry.EventFailParams{Lease: claim.Event.Lease(), Error: "503", RetryDelay: 24 * time.Hour})
-		}
-		if _, err := s.store.EventFailMany(ctx, &ferry.EventFailManyParams{Failures: failures}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// More than one page of the listing (ferry.EventListLimitMax).
-	stripe := []string{"evt_a", "evt_b"}
-	for i := range ferry.EventListLimitMax {
-		stripe = append(stripe, fmt.Sprintf("evt_%04d", i))
-	}
-	backoff("stripe", stripe...)
-	backoff("github", "gh_a")
+	inBackoff(t, s.store, "stripe", "evt_a", "evt_b", "evt_c")
+	inBackoff(t, s.store, "github", "gh_a")
 	if _, err := s.store.EventReceive(ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_due", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	s.close()
 
-	wantFerry(t, 0, fmt.Sprintf("retried %d events of stripe; 1 other pending event left as they are\n", len(stripe)), "",
+	wantFerry(t, 0, "retried 3 events of stripe; 1 other pending event left as they are\n", "",
 		"events", "retry-now", "--config", cfg, "--actor", "alice", "--source", "stripe")
-	for _, id := range []string{"evt_a", "evt_b"} {
+	for _, id := range []string{"evt_a", "evt_b", "evt_c"} {
 		d := showJSON(t, cfg, "stripe", id)
 		if len(d.Actions) != 1 || d.Actions[0].Action != ferry.ActionRetryNow || d.Actions[0].Actor != "alice" || d.Attempt != 1 {
 			t.Errorf("%s after retry-now --source: %+v, want one retry_now by alice, attempt 1", id, d)
@@ -188,4 +161,46 @@ func TestEventsRetryNowBySource(t *testing.T) {
 	}
 	wantFerry(t, exitUsage, "", "ferry events retry-now: give --source or SOURCE EVENT_ID..., not both\n",
 		"events", "retry-now", "--config", cfg, "--source", "stripe", "evt_a")
+}
+
+// A bulk action reads the source's events a page at a time and acts on
+// every page: five events in backoff, listed two at a time, are all
+// retried.
+func TestEventsBulkActionReadsEveryPage(t *testing.T) {
+	t.Parallel()
+	_, s := migratedSQLite(t)
+	defer s.close()
+	inBackoff(t, s.store, "stripe", "evt_1", "evt_2", "evt_3", "evt_4", "evt_5")
+	var out strings.Builder
+	if err := eventsRetryNow.each(context.Background(), s.store, &out, "stripe", "alice", 2); err != nil {
+		t.Fatal(err)
+	}
+	if want := "retried 5 events of stripe; 0 other pending events left as they are\n"; out.String() != want {
+		t.Errorf("each, two a page: %q, want %q", out.String(), want)
+	}
+}
+
+// inBackoff receives ids on source and fails each once with a day's
+// backoff: pending, not due.
+func inBackoff(t *testing.T, st ferry.Store, source string, ids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	var receipts []*ferry.EventReceiveParams
+	for _, id := range ids {
+		receipts = append(receipts, &ferry.EventReceiveParams{Source: source, EventID: id, Payload: []byte(`{}`)})
+	}
+	if _, err := st.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: receipts}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.EventClaimMany(ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: len(ids), TTL: time.Minute, Sources: []string{source}})
+	if err != nil || len(c) != len(ids) {
+		t.Fatalf("claim: %d claims, %v", len(c), err)
+	}
+	var failures []ferry.EventFailParams
+	for _, claim := range c {
+		failures = append(failures, ferry.EventFailParams{Lease: claim.Event.Lease(), Error: "503", RetryDelay: 24 * time.Hour})
+	}
+	if _, err := st.EventFailMany(ctx, &ferry.EventFailManyParams{Failures: failures}); err != nil {
+		t.Fatal(err)
+	}
 }
