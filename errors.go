@@ -66,7 +66,8 @@ var (
 	// completions and a transactional handler's commit fail with
 	// serialization errors; a missing GRANT on Ferry's tables, id sequence
 	// or functions. postgres.Open returns it too, for a URL that sets such
-	// an isolation or a login the server refuses. It wraps the cause and
+	// an isolation or a login the server refuses, and Store.ArchiveMaintain
+	// for a role that may not maintain the archive. It wraps the cause and
 	// the fix.
 	ErrMisconfigured = errors.New("ferry: store misconfigured")
 )

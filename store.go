@@ -49,7 +49,9 @@ type Store interface {
 	// whole event that long. A KeyRetention shorter than ReplayWindow is
 	// refused with ErrRetentionTooShort: a redelivery inside the window
 	// would run the work again. Rows come out in batches either way; a
-	// shorter per-source retention is EventPurge's.
+	// shorter per-source retention is EventPurge's. A role that lacks a
+	// privilege maintenance needs (on PostgreSQL, most often: it does not
+	// own the tables) gets ErrMisconfigured, every run the same.
 	ArchiveMaintain(ctx context.Context, params *ArchiveMaintainParams) (*ArchiveMaintainResult, error)
 
 	// AttemptList returns the attempt ledger of one event, oldest first.

@@ -21,12 +21,13 @@ const archiveLockTimeout = "2s"
 // Each partition is created in its own transaction, and dropped in two
 // (archiveDrop), with the lease renewed before each, and before each batch
 // of keys.
-// A role that does not own the tables is refused (SQLSTATE 42501), every
-// hour the same way: ferry.ErrMisconfigured, saying which role must run it.
+// A role refused a privilege (SQLSTATE 42501; most often it does not own
+// the tables) is refused every run the same way: ferry.ErrMisconfigured,
+// saying which role must run it.
 func (s *Store) ArchiveMaintain(ctx context.Context, params *ferry.ArchiveMaintainParams) (*ferry.ArchiveMaintainResult, error) {
 	res, err := ferry.MaintainArchive(ctx, s, params, s.archiveMaintain)
 	if pe, ok := errors.AsType[*pgconn.PgError](err); ok && pe.Code == "42501" {
-		err = fmt.Errorf("%w: %w: only the role that owns Ferry's tables may create and drop the archive's partitions: run the workers (serve --role worker or all) as that role", ferry.ErrMisconfigured, err)
+		err = fmt.Errorf("%w: %w: the role lacks a privilege archive maintenance needs (most often: it does not own Ferry's tables, and only the owner may create and drop the archive's partitions): run the workers (serve --role worker or all) as the role that owns them", ferry.ErrMisconfigured, err)
 	}
 	return res, wrap("archive maintain", err)
 }

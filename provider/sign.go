@@ -50,11 +50,11 @@ var (
 func NewSigner(name string, opts Options) (Signer, error) {
 	switch name {
 	case "standardwebhooks":
-		opts.Secrets = opts.Secrets[:min(len(opts.Secrets), 1)]
-		s, err := NewStandardWebhooksSigner(opts)
+		s, err := NewStandardWebhooksSigner(opts) // every secret checked, as for the others
 		if err != nil {
 			return nil, err
 		}
+		s.keys = s.keys[:1]
 		return s, nil
 	case "stripe":
 		cfg, err := newConfig(opts, rawKey)

@@ -159,4 +159,9 @@ func TestNewSignerErrors(t *testing.T) {
 	if _, err := provider.NewStandardWebhooksSigner(provider.Options{Secrets: []string{"whsec_!!!"}}); !errors.Is(err, provider.ErrInvalidOptions) {
 		t.Errorf("bad Standard Webhooks secret: %v, want ErrInvalidOptions", err)
 	}
+	// Signing with the first, NewSigner still checks every secret.
+	var bad *provider.SecretError
+	if _, err := provider.NewSigner("standardwebhooks", provider.Options{Secrets: []string{"whsec_b2xk", "whsec_!!!"}}); !errors.As(err, &bad) || bad.Index != 1 {
+		t.Errorf("NewSigner with a bad second secret: %v, want a SecretError at 1", err)
+	}
 }

@@ -333,7 +333,7 @@ const archiveBehind = 24 * time.Hour
 // default partition and retention drops no day.
 func checkArchive(ctx context.Context, st ferry.Store, ok func(format string, args ...any), warn, fail func(fix, format string, args ...any)) {
 	info, err := st.ArchiveInfo(ctx)
-	const why = "serve's WARN 'archive maintenance failed' says why (permission denied: run as the role that owns Ferry's tables); no instance with a worker (serve --role worker or all) means no run"
+	const why = "serve's 'archive maintenance failed' line says why (permission denied: run as the role that owns Ferry's tables); no instance with a worker (serve --role worker or all) means no run"
 	switch {
 	case err != nil:
 		warn("check again; "+why, "archive: cannot read its partitions: %v", err)

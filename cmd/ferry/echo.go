@@ -23,7 +23,7 @@ func runEcho(ctx context.Context, args []string) error {
 		`A stand-in for your app. Prints one line per forwarded event (time, source/event
 id, type, attempt, idempotency key, whether Ferry's signature checks out, body
 size, the status it answers). With --secret, a signature that does not check out
-is answered 401, as your app would, so a wrong forward.secret sends the event
+is answered 401, as your app would, so a wrong forward secret sends the event
 dead. It can fail the first attempts of each event so you can watch a retry
 keep its idempotency key.`)
 	listen := fs.String("listen", "127.0.0.1:3000", "`host:port` to listen on")

@@ -80,6 +80,8 @@ func (p *purger) purgeAll(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, ferry.ErrMisconfigured): // no retry passes it: the role must change
+			p.log.Error("ferry: archive maintenance failed", "err", err)
 		case err != nil:
 			p.log.Warn("ferry: archive maintenance failed; will try again", "err", err)
 		case res.Created > 0 || res.Dropped > 0 || res.Events > 0 || res.Keys > 0:

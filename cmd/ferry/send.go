@@ -78,7 +78,7 @@ unless ferry answered 2xx.`)
 	if base == "" {
 		base = "http://" + cfg.HTTP.Listen
 	}
-	if u, err := url.Parse(base); err == nil && (strings.HasSuffix(u.Path, "/webhooks") || strings.Contains(u.Path, "/webhooks/")) {
+	if u, err := url.Parse(*to); err == nil && (strings.HasSuffix(u.Path, "/webhooks/") || strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/webhooks/"+src.Name)) {
 		return usagef("--to is the webhook URL; give ferry's base URL (the part before /webhooks/), and send adds /webhooks/%s", src.Name)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/"+src.Name, bytes.NewReader(body))

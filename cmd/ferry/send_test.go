@@ -106,6 +106,11 @@ func TestSendToNeedsAScheme(t *testing.T) {
 			t.Errorf("send --to %s: exit %d, want %d and the fix\n%s", to, code, exitUsage, errOut)
 		}
 	}
+	// A base that a proxy mounts at /webhooks is a base: sent to (port 1
+	// refuses), not refused as the webhook URL.
+	if _, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", "http://127.0.0.1:1/webhooks"); code != 1 || !strings.Contains(errOut, "POST http://127.0.0.1:1/webhooks/webhooks/stripe") {
+		t.Errorf("send --to a base at /webhooks: exit %d, want 1 posting to /webhooks/webhooks/stripe\n%s", code, errOut)
+	}
 	// A --to that carries credentials keeps them out of the error when
 	// nothing answers there (port 1: refused).
 	_, errOut, code := runFerry(t, "send", "--config", cfg, "--source", "stripe", "--to", "http://sk_live_USER:hunter2pass@127.0.0.1:1")

@@ -835,7 +835,18 @@ func TestServeRefusesARoleThatCannotWrite(t *testing.T) {
 		"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA "+schema+" TO "+role); err != nil {
 		t.Fatal(err)
 	}
-	startServe(t, cfg).terminate(t)
+	// The GRANTs are a receiver's: the worker's archive maintenance, which
+	// only the owner may do, fails as an ERROR that names the fix.
+	p := startServe(t, cfg)
+	waitFor(t, 30*time.Second, "the archive maintenance's ERROR", func() bool {
+		for line := range strings.SplitSeq(p.log(), "\n") {
+			if strings.Contains(line, `"level":"ERROR","msg":"ferry: archive maintenance failed"`) && strings.Contains(line, "run the workers") {
+				return true
+			}
+		}
+		return false
+	})
+	p.terminate(t)
 }
 
 // The public listener's timeouts outlast the longest receipt the config

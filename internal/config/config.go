@@ -481,7 +481,7 @@ func (c *Config) validate() []error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
 	}
-	if _, _, err := c.StoreKind(); err != nil {
+	if _, _, err := c.StoreKind(); err != nil && !bareRef.MatchString(c.Store.URL) { // a $NAME: Parse said how to write it
 		bad("store.url", "%v", err)
 	}
 	if err := checkListen(c.HTTP.Listen); err != nil {
@@ -605,14 +605,16 @@ func (c *Config) validate() []error {
 		if s.Forward.Secret != "" && len(s.Forward.Secrets) > 0 {
 			bad(key+".forward.secrets", "is set beside forward.secret: keep one (secrets lists several, to roll the app's secret)")
 		}
-		for j, secret := range s.Forward.SigningSecrets() {
+		forwardSecret := func(k, secret string) {
 			if _, err := provider.DecodeStandardWebhooksSecret(secret); err != nil {
-				k := key + ".forward.secret"
-				if len(s.Forward.Secrets) > 0 {
-					k = fmt.Sprintf("%s.forward.secrets[%d]", key, j)
-				}
 				bad(k, "is not a Standard Webhooks secret (\"whsec_\" + base64): %v", err)
 			}
+		}
+		if s.Forward.Secret != "" {
+			forwardSecret(key+".forward.secret", s.Forward.Secret)
+		}
+		for j, secret := range s.Forward.Secrets {
+			forwardSecret(fmt.Sprintf("%s.forward.secrets[%d]", key, j), secret)
 		}
 		errs = append(errs, s.Catchup.validate(key, &s)...)
 	}

@@ -117,6 +117,7 @@ func TestParseRejects(t *testing.T) {
 		{"negative retry_cap", `[http]`, "[worker]\nretry_cap = \"-1h\"\n[http]", "worker.retry_cap", "positive duration"},
 		{"empty forward secret", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\nsecret = \"whsec_\"", "source[0] (stripe).forward.secret", "no key"},
 		{"a bad forward secret in a roll", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\nsecrets = [\"whsec_bmV3\", \"whsec_\"]", "source[0] (stripe).forward.secrets[1]", "no key"},
+		{"a bad forward secret beside secrets", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\nsecret = \"whsec_b2xk\"\nsecrets = [\"whsec_\"]", "source[0] (stripe).forward.secrets[0]: is not a Standard Webhooks secret", "no key"},
 		{"forward secret and secrets", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\nsecret = \"whsec_b2xk\"\nsecrets = [\"whsec_bmV3\"]", "source[0] (stripe).forward.secrets: is set beside forward.secret", "keep one"},
 		{"negative forward timeout", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\ntimeout = \"-5s\"", "source[0] (stripe).forward.timeout", "leave it out for 10s"},
 		{"bad lost_lease", `replay_window = "72h"`, `replay_window = "72h"` + "\nlost_lease = \"drop\"", "lost_lease", `"hold"`},
@@ -535,6 +536,10 @@ func TestParseRejectsUnmatchableCredentials(t *testing.T) {
 				}
 				_, err := Parse([]byte(raw), vars)
 				wantInvalid(t, err, tc.wantKey+value.want, value.fix, "SEKRET")
+				// Its other check would only repeat the mistake.
+				if n := strings.Count(err.Error(), tc.wantKey+":"); tc.name == "store url" && n != 1 {
+					t.Errorf("err = %v: %d lines about %s, want the one that says how to write it", err, n, tc.wantKey)
+				}
 			})
 		}
 	}
