@@ -463,7 +463,7 @@ func (p *alertPusher) postOnce(ctx context.Context, body []byte) error {
 	req.Header.Set("User-Agent", "ferry-alerts")
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return withoutURL(err)
+		return fmt.Errorf("POST alerts.url: %w", withoutURL(err))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
@@ -473,11 +473,12 @@ func (p *alertPusher) postOnce(ctx context.Context, body []byte) error {
 	return nil
 }
 
-// withoutURL strips the request URL (a secret) from an HTTP client error.
+// withoutURL is an HTTP client's error without the *url.Error around it,
+// which names the URL whole (its user, password and query: alerts.url is a
+// secret): the caller names the URL itself, redacted or by its key.
 func withoutURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("POST alerts.url: %w", ue.Err)
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return ue.Err
 	}
 	return err
 }

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	neturl "net/url"
 	"time"
 
 	"github.com/ferry-inbox/ferry/internal/config"
@@ -41,10 +39,7 @@ The container image has no curl or wget; its HEALTHCHECK runs this.`)
 	shown := config.RedactURL(*url)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		if ue, ok := errors.AsType[*neturl.Error](err); ok {
-			err = ue.Err // not the *url.Error: it names the URL, user included
-		}
-		return fmt.Errorf("%s: %w", shown, err)
+		return fmt.Errorf("%s: %w", shown, withoutURL(err))
 	}
 	resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -92,11 +91,7 @@ unless ferry answered 2xx.`)
 	req.Header = header
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		// Not the *url.Error: it names the URL, user name included.
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err
-		}
-		return fmt.Errorf("POST %s: %w (is ferry serve running at %s?)", config.RedactURL(req.URL.String()), err, config.RedactURL(base))
+		return fmt.Errorf("POST %s: %w (is ferry serve running at %s?)", config.RedactURL(req.URL.String()), withoutURL(err), config.RedactURL(base))
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

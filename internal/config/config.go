@@ -326,7 +326,7 @@ func nearestKey(k toml.Key) string {
 	}
 	best, bestDistance := "", 3
 	for field := range t.Fields() {
-		name, _, _ := strings.Cut(field.Tag.Get("toml"), ",")
+		name := tomlName(field)
 		if d := editDistance(k[len(k)-1], name); name != "" && d < bestDistance {
 			best, bestDistance = name, d
 		}
@@ -334,13 +334,19 @@ func nearestKey(k toml.Key) string {
 	return best
 }
 
-// tomlField is t's field whose toml tag is name.
+// tomlName is the key a field is written as: its toml tag's name.
+func tomlName(field reflect.StructField) string {
+	name, _, _ := strings.Cut(field.Tag.Get("toml"), ",")
+	return name
+}
+
+// tomlField is t's field whose key is name.
 func tomlField(t reflect.Type, name string) (reflect.StructField, bool) {
 	if t.Kind() != reflect.Struct {
 		return reflect.StructField{}, false
 	}
 	for field := range t.Fields() {
-		if tag, _, _ := strings.Cut(field.Tag.Get("toml"), ","); tag == name {
+		if tomlName(field) == name {
 			return field, true
 		}
 	}

@@ -48,7 +48,7 @@ func expand(v reflect.Value, key string, lookup func(string) (string, bool)) []e
 		}
 		var errs []error
 		for i := range v.NumField() {
-			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ",")
+			name := tomlName(v.Type().Field(i))
 			if name == "" || name == "-" {
 				continue
 			}

@@ -87,10 +87,8 @@ func writtenZeros(md toml.MetaData, c *Config) []writtenZero {
 
 // fieldByKey is v's field whose toml tag names key, or the zero Value.
 func fieldByKey(v reflect.Value, key string) reflect.Value {
-	for i := range v.NumField() {
-		if name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ","); name == key {
-			return v.Field(i)
-		}
+	if field, ok := tomlField(v.Type(), key); ok {
+		return v.FieldByIndex(field.Index)
 	}
 	return reflect.Value{}
 }
