@@ -21,7 +21,8 @@ const MaxEventTypeBytes = 255
 var (
 	// ErrBadEventID is returned for an event id no store can keep the same
 	// way: empty, longer than MaxEventIDBytes, not UTF-8, or holding a
-	// control character. The receiver answers it 400 bad_event_id.
+	// control character or a bidirectional control. The receiver answers it
+	// 400 bad_event_id.
 	ErrBadEventID = errors.New("ferry: event id not storable")
 
 	// ErrBadEventType is ErrBadEventID's rule for the event type, which may
@@ -56,7 +57,9 @@ func ValidateEventType(typ string) error {
 // unstorable returns why s cannot be stored as a key of at most max bytes,
 // or "". Control characters (C0, DEL and C1) are refused: PostgreSQL's text
 // cannot hold a NUL, and the rest would reach log lines, the CLI's table and
-// the dashboard as terminal escapes and forged line breaks.
+// the dashboard as terminal escapes and forged line breaks. Bidirectional
+// controls (U+202E and its kin) are refused for the same readers: they would
+// show an id in another order than it is stored and searched.
 func unstorable(s string, max int) string {
 	if len(s) > max {
 		return fmt.Sprintf("%d bytes, more than %d", len(s), max)
@@ -67,6 +70,9 @@ func unstorable(s string, max int) string {
 	for _, r := range s {
 		if unicode.IsControl(r) {
 			return "holds a control character"
+		}
+		if unicode.Is(unicode.Bidi_Control, r) {
+			return "holds a bidirectional control character"
 		}
 	}
 	return ""

@@ -30,6 +30,11 @@ func TestValidateEventID(t *testing.T) {
 		{"Escape", "evt_\x1b[31m", false},
 		{"DEL", "evt_\x7f", false},
 		{"C1", "evt_\u0085", false},
+		{"RightToLeftOverride", "evt_\u202egpj.exe", false},
+		{"RightToLeftIsolate", "evt_\u2067abc\u2069", false},
+		{"LeftToRightMark", "evt_\u200e1", false},
+		{"ArabicLetterMark", "evt_\u061c1", false},
+		{"ZeroWidthJoiner", "evt_\u200d", true},
 		{"InvalidUTF8", "evt_\xff\xfe", false},
 		{"TruncatedRune", "evt_\xc3", false},
 	} {
@@ -59,7 +64,7 @@ func TestValidateEventType(t *testing.T) {
 			t.Errorf("ValidateEventType(%q): %v", typ, err)
 		}
 	}
-	for _, typ := range []string{strings.Repeat("t", ferry.MaxEventTypeBytes+1), "push\x00", "push\r\n", "\xff"} {
+	for _, typ := range []string{strings.Repeat("t", ferry.MaxEventTypeBytes+1), "push\x00", "push\r\n", "\xff", "push\u202e"} {
 		err := ferry.ValidateEventType(typ)
 		if !errors.Is(err, ferry.ErrBadEventType) || !errors.Is(err, ferry.ErrInvalidParams) || errors.Is(err, ferry.ErrBadEventID) {
 			t.Errorf("ValidateEventType(%q) = %v, want ErrBadEventType and ErrInvalidParams only", typ, err)
@@ -68,7 +73,7 @@ func TestValidateEventType(t *testing.T) {
 }
 
 // storable is the rule written out a second way, as the fuzzers' oracle:
-// byte ranges instead of package unicode.
+// code point ranges instead of package unicode.
 func storable(s string, max int) bool {
 	if len(s) > max || !utf8.ValidString(s) {
 		return false
@@ -77,12 +82,15 @@ func storable(s string, max int) bool {
 		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
 			return false
 		}
+		if r == 0x061c || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
+			return false // bidirectional controls
+		}
 	}
 	return true
 }
 
 func FuzzValidateEventID(f *testing.F) {
-	for _, seed := range []string{"evt_1", "", "a\x00b", "\xff", "é", "\u0085", "\u2028", strings.Repeat("x", 256)} {
+	for _, seed := range []string{"evt_1", "", "a\x00b", "\xff", "é", "\u0085", "\u2028", "\u202e", "\u2066", strings.Repeat("x", 256)} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, id string) {

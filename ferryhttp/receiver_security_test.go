@@ -116,6 +116,7 @@ func TestReceiverUnstorableIdentity(t *testing.T) {
 			{"github id invalid UTF-8", github(githubSecret, marker+"\xff\xfe", `{}`), "bad_event_id", ""},
 			{"shopify id invalid UTF-8", shopify(shopifySecret, marker+"\xc3", `{}`), "bad_event_id", ""},
 			{"standardwebhooks id 3000 bytes", standardWebhooks(swSecret, long(3000), `{}`, testNow), "bad_event_id", ""},
+			{"standardwebhooks id with a right-to-left override", standardWebhooks(swSecret, marker+"\u202egpj.exe", `{}`, testNow), "bad_event_id", ""},
 			{"hmac id 9000 bytes", hmacDelivery(hmacSecret, long(9000), `{}`), "bad_event_id", ""},
 			{"stripe type with NUL", stripe(stripeEvent("evt_badtype", marker+"\x00")), "bad_event_type", ""},
 			{"stripe type 3000 bytes", stripe(stripeEvent("evt_badtype", long(3000))), "bad_event_type", ""},
@@ -157,8 +158,8 @@ func TestReceiverUnstorableIdentity(t *testing.T) {
 		if logs := b.logs.String(); strings.Contains(logs, marker) {
 			t.Errorf("the log quotes a rejected id or type:\n%.2000s", logs)
 		}
-		if n := strings.Count(b.logs.String(), `"reason":"bad_event_id"`); n != 12 {
-			t.Errorf("%d log lines with reason bad_event_id, want 12", n)
+		if n := strings.Count(b.logs.String(), `"reason":"bad_event_id"`); n != 13 {
+			t.Errorf("%d log lines with reason bad_event_id, want 13", n)
 		}
 		counted := map[string]float64{}
 		for _, source := range []string{"stripe", "github", "shopify", "standardwebhooks", "hmac"} {
@@ -168,7 +169,7 @@ func TestReceiverUnstorableIdentity(t *testing.T) {
 		}
 		want := map[string]float64{
 			"stripe/bad_event_id": 6, "github/bad_event_id": 3, "shopify/bad_event_id": 1,
-			"standardwebhooks/bad_event_id": 1, "hmac/bad_event_id": 1,
+			"standardwebhooks/bad_event_id": 2, "hmac/bad_event_id": 1,
 			"stripe/bad_event_type": 3, "github/bad_event_type": 1,
 		}
 		for k, n := range counted {
