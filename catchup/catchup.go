@@ -301,6 +301,20 @@ var ErrUnfetchable = errors.New("catchup: the provider cannot return the event")
 // leave every older event unfetched, and some could age out meanwhile.
 var ErrRefusedForNow = errors.New("catchup: the provider refused the event for now")
 
+// fetchError is a Candidate's Fetch failing (a 5xx after every retry, a
+// timeout, an answer that does not decode), as opposed to the store's. The
+// runner treats it as ErrRefusedForNow: one delivery GitHub keeps failing
+// must not stop every older one from being fetched before it ages out.
+type fetchError struct{ err error }
+
+func (e *fetchError) Error() string { return e.err.Error() }
+func (e *fetchError) Unwrap() error { return e.err }
+
+// maxFailedFetches is how many fetches failing in a row end a pass: the
+// provider (or the way to it) is failing, and each further fetch would
+// spend its retries, about 30 s, to fail alike.
+const maxFailedFetches = 3
+
 // errOverMaxBody is a payload over Runner.MaxBody: the runner skips it.
 var errOverMaxBody = errors.New("payload over the source's max_body")
 
@@ -461,10 +475,13 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 	advance := !opts.DryRun && (!res.From.After(start) || !res.From.After(reach))
 	ctx, bound := r.providerBound(ctx, res, now, overlap, settle)
 	ctx = withPassClock(ctx, r.now)
-	// refused is the first ErrRefusedForNow of the pass, and refusals how
-	// many: the pass goes on, advances no further, and fails at its end.
+	// refused is the first ErrRefusedForNow or failed fetch of the pass,
+	// and refusals how many: the pass goes on, advances no further, and
+	// fails at its end. failing counts the fetches that failed since the
+	// last that worked: at maxFailedFetches the provider itself is taken as
+	// failing, and the pass ends there.
 	var refused error
-	refusals := 0
+	refusals, failing := 0, 0
 	found := func(c *Candidate) error {
 		if bound(); !c.Created.IsZero() && c.Created.After(res.To) {
 			return nil // not settled at the provider: the next pass lists it
@@ -483,12 +500,21 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			refusals++
 			r.log().Warn("catchup: the provider refused an event for now; the pass goes on and the next tries it again", "source", r.Source, "err", err)
 			return nil
+		case errors.As(err, new(*fetchError)) && ctx.Err() == nil:
+			if failing++; failing >= maxFailedFetches {
+				return fmt.Errorf("%d fetches failed in a row, so the provider is taken as failing: %w", failing, err)
+			}
+			refused = cmp.Or(refused, err)
+			refusals++
+			r.log().Warn("catchup: could not fetch an event; the pass goes on and the next tries it again", "source", r.Source, "err", err)
+			return nil
 		case err != nil:
 			return err
 		case known:
 			res.Known++
 			outcome = OutcomeKnown
 		default:
+			failing = 0
 			res.New++
 			outcome = OutcomeNew
 		}
@@ -543,7 +569,7 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 		if res.Advanced {
 			at = "checkpoint advanced to " + res.Checkpoint.Format(time.RFC3339)
 		}
-		return res, ahead, fmt.Errorf("catchup %s: pass from %s took %d events (%d new), but the provider refused %d for now, %s; the next pass tries again: %w",
+		return res, ahead, fmt.Errorf("catchup %s: pass from %s took %d events (%d new), but the provider refused or failed %d for now, %s; the next pass tries again: %w",
 			r.Source, res.From.Format(time.RFC3339), res.Fetched-refusals, res.New, refusals, at, refused)
 	}
 	return res, ahead, nil
@@ -622,7 +648,7 @@ func (r *Runner) take(ctx context.Context, c *Candidate, dryRun bool) (known boo
 	}
 	ev, err := c.Fetch(ctx)
 	if err != nil {
-		return false, fmt.Errorf("fetch %s: %w", c.ID, err)
+		return false, &fetchError{fmt.Errorf("fetch %s: %w", c.ID, err)}
 	}
 	if limit := cmp.Or(r.MaxBody, ferryhttp.DefaultMaxBodyBytes); int64(len(ev.Payload)) > limit {
 		return false, fmt.Errorf("%s: %w: %d bytes, the limit %d (raise max_body, restart, and reconcile from before the event)", c.ID, errOverMaxBody, len(ev.Payload), limit)

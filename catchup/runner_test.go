@@ -580,6 +580,53 @@ func TestRunner(t *testing.T) {
 		}
 	})
 
+	// A fetch that keeps failing (a 5xx after every retry, an answer that
+	// does not decode) is passed over like a refusal: the events listed
+	// after it, older at GitHub, are taken, the checkpoint stays, the pass
+	// fails, and the next pass fetches it.
+	t.Run("FailingFetchDoesNotBlockTheRest", func(t *testing.T) {
+		t.Parallel()
+		f := &flaky{ids: []string{"a", "b", "c", "d"}, failing: map[string]bool{"b": true}}
+		b := setupFlaky(t, f)
+		res, err := b.runner.Pass(context.Background(), PassOptions{})
+		if err == nil || !strings.Contains(err.Error(), "fetch b: HTTP 502 after every try") || !strings.Contains(err.Error(), "refused or failed 1 for now") {
+			t.Fatalf("err = %v, want the pass failed naming b's fetch", err)
+		}
+		if res.New != 3 || res.Advanced {
+			t.Fatalf("new=%d advanced=%v, want the 3 others taken and the checkpoint left", res.New, res.Advanced)
+		}
+		if _, ok := checkpoint(t, b.store, "flaky"); ok {
+			t.Fatal("the checkpoint advanced past an event not fetched")
+		}
+		if n := strings.Count(b.logsText(), "could not fetch an event"); n != 1 {
+			t.Fatalf("%d failed fetches logged, want 1:\n%s", n, b.logsText())
+		}
+		f.failing = nil
+		res = b.pass(t, PassOptions{})
+		if res.New != 1 || !res.Advanced {
+			t.Fatalf("next pass: new=%d advanced=%v, want b taken and the checkpoint moved", res.New, res.Advanced)
+		}
+	})
+
+	// Fetches failing in a row are the provider failing, not one event:
+	// the pass ends at the third instead of spending every further
+	// fetch's retries.
+	t.Run("FetchesFailingInARowEndThePass", func(t *testing.T) {
+		t.Parallel()
+		f := &flaky{ids: []string{"a", "b", "c", "d", "e", "f", "g"}, failing: map[string]bool{"b": true, "d": true, "e": true, "f": true}}
+		b := setupFlaky(t, f)
+		res, err := b.runner.Pass(context.Background(), PassOptions{})
+		if err == nil || !strings.Contains(err.Error(), "3 fetches failed in a row") || !strings.Contains(err.Error(), "fetch f:") {
+			t.Fatalf("err = %v, want the pass ended at the third fetch failing in a row", err)
+		}
+		if res.New != 2 || res.Advanced {
+			t.Fatalf("new=%d advanced=%v, want a and c taken (c between two failures resets the count), nothing advanced", res.New, res.Advanced)
+		}
+		if want := []string{"a", "b", "c", "d", "e", "f"}; !slices.Equal(f.fetched, want) {
+			t.Fatalf("fetched %v, want %v: g, after the third failure in a row, not asked for", f.fetched, want)
+		}
+	})
+
 	// An interval so long that, once an instance crashed holding the
 	// lease, an event could age out of the provider's or the store's reach
 	// before any pass looked at it, is refused.
@@ -661,6 +708,41 @@ func (l listed) List(_ context.Context, _ Window, found func(*Candidate) error) 
 }
 
 func (listed) Retention() time.Duration { return 0 }
+
+// flaky is a Reconciler that lists ids in order and fails the fetch of
+// those failing, as a provider's 5xx after every retry does. fetched
+// records each fetch asked for.
+type flaky struct {
+	ids     []string
+	failing map[string]bool
+	fetched []string
+}
+
+func (f *flaky) List(_ context.Context, _ Window, found func(*Candidate) error) error {
+	for _, id := range f.ids {
+		err := found(&Candidate{ID: id, Fetch: func(context.Context) (*Event, error) {
+			f.fetched = append(f.fetched, id)
+			if f.failing[id] {
+				return nil, errors.New("HTTP 502 after every try")
+			}
+			return &Event{Type: "test", Payload: []byte(`{}`)}, nil
+		}})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (*flaky) Retention() time.Duration { return 0 }
+
+func setupFlaky(t *testing.T, f *flaky) *runBundle {
+	t.Helper()
+	b := newRunBundle(t)
+	b.start("flaky", f, slog.LevelInfo)
+	b.runner.Lookback = time.Hour // one step: the events are listed once
+	return &b
+}
 
 func setupListed(t *testing.T, l listed) *runBundle {
 	t.Helper()
