@@ -685,6 +685,22 @@ func TestRunner(t *testing.T) {
 		if _, err := NewGitHub(GitHubOptions{Hook: "repos/a/b", Token: "x"}); !errors.Is(err, ErrConfig) {
 			t.Fatalf("bad hook: err = %v, want ErrConfig", err)
 		}
+		// Credentials in api_base are never sent, and would reach errors.
+		for name, make := range map[string]func() error{
+			"stripe": func() error {
+				_, err := NewStripe(StripeOptions{APIKey: "k", Types: []string{"*"}, APIBase: "https://u:SEKRET@api.example"})
+				return err
+			},
+			"github": func() error {
+				_, err := NewGitHub(GitHubOptions{Hook: "repos/a/b/hooks/1", Token: "x", APIBase: "https://u:SEKRET@api.example"})
+				return err
+			},
+		} {
+			err := make()
+			if oe, ok := errors.AsType[*OptionError](err); !ok || oe.Option != "api_base" || strings.Contains(err.Error(), "SEKRET") {
+				t.Errorf("%s: api_base with credentials: err = %v, want an api_base OptionError without them", name, err)
+			}
+		}
 		if _, err := NewGitHub(GitHubOptions{Hook: "app/hook", AppID: "1", PrivateKey: "not a key"}); !errors.Is(err, ErrConfig) {
 			t.Fatalf("bad key: err = %v, want ErrConfig", err)
 		}

@@ -75,15 +75,16 @@ type Stripe struct {
 
 var _ Reconciler = (*Stripe)(nil)
 
-// OptionError is NewStripe's error for an option it refuses; it wraps
-// ErrConfig. Option is the setting as a config file names it ("types",
-// "api_version"); Problem says what is wrong and what to write without
-// naming it, so that a config file can name its own key.
+// OptionError is NewStripe's or NewGitHub's error for an option it
+// refuses; it wraps ErrConfig. Option is the setting as a config file names
+// it ("types", "api_version", "api_base"); Problem says what is wrong and
+// what to write without naming it, so that a config file can name its own
+// key.
 type OptionError struct{ Option, Problem string }
 
 // Error names ErrConfig, the option and the problem.
 func (e *OptionError) Error() string {
-	return fmt.Sprintf("%v: stripe: %s: %s", ErrConfig, e.Option, e.Problem)
+	return fmt.Sprintf("%v: %s: %s", ErrConfig, e.Option, e.Problem)
 }
 
 // Unwrap makes errors.Is(err, ErrConfig) true.
@@ -224,6 +225,11 @@ func parseBase(raw, def string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimRight(raw, "/"))
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("%w: api_base %q is not an http(s) URL", ErrConfig, raw)
+	}
+	if u.User != nil {
+		// Never sent (a request carries its own Authorization), and the
+		// API's URLs, built on this one, reach errors and log lines.
+		return nil, &OptionError{"api_base", `holds credentials before its "@", which catch-up never sends (it authorizes with api_key or token) and which would reach log lines: write it without them, like "https://api.stripe.com"`}
 	}
 	return u, nil
 }

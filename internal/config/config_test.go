@@ -456,6 +456,7 @@ func TestParseMasksCredentialsInBadURLs(t *testing.T) {
 		{"forward.url missing its colon", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "https//u:SEKRET@app.internal/x"`, "source[0] (stripe).forward.url"},
 		{"otlp_endpoint missing its colon", "\n[[source]]", "\n[telemetry]\notlp_endpoint = \"http//u:SEKRET@collector:4318\"\n[[source]]", "telemetry.otlp_endpoint"},
 		{"admin.public_url not http", "\n[[source]]", "\n[admin]\npublic_url = \"ftp://admin:SEKRET@ferry.example.com\"\n[[source]]", "admin.public_url"},
+		{"catchup.api_base with credentials", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\n[source.catchup]\napi_key = \"k\"\ntypes = [\"*\"]\napi_base = \"https://u:SEKRET@api.stripe.com\"", "source[0] (stripe).catchup.api_base: holds credentials"},
 		{"catchup.api_base not http", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:3000/webhooks/stripe"` + "\n[source.catchup]\napi_key = \"k\"\ntypes = [\"*\"]\napi_base = \"ftp://u:SEKRET@x\"", "source[0] (stripe).catchup.api_base"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
