@@ -136,7 +136,7 @@ func NewGitHub(opts GitHubOptions) (*GitHub, error) {
 	g.client.limitWait = githubLimitWait
 	g.client.authorize = g.authorize
 	g.client.dated = g.dated
-	g.client.reauthorize = g.misdated
+	g.client.reauthorize = g.renewable
 	return g, nil
 }
 
@@ -357,18 +357,25 @@ func (g *GitHub) dated(date time.Time) {
 	g.offset = date.Sub(g.now())
 }
 
-// misdated reports, after a 401 to req, whether req carried the cached JWT
-// and it was dated by a clock further from GitHub's than half its slack,
-// as the 401's own Date shows; it is then signed anew before req is sent
-// again. Any other 401 is the credentials'.
-func (g *GitHub) misdated(req *http.Request) bool {
+// renewable reports, after a 401 to req, whether req is worth sending once
+// more with a new credential, which it then makes the next request get: req
+// carried the cached JWT, dated by a clock further from GitHub's than half
+// its slack (as the 401's own Date shows), or the cached installation
+// token, which GitHub revokes before it expires (DELETE
+// /installation/token, a leak its secret scanning finds). Any other 401 is
+// the credentials'.
+func (g *GitHub) renewable(req *http.Request) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.jwt == "" || req.Header.Get("Authorization") != "Bearer "+g.jwt || (g.offset-g.jwtOffset).Abs() < jwtSlack/2 {
-		return false
+	switch auth := req.Header.Get("Authorization"); {
+	case g.jwt != "" && auth == "Bearer "+g.jwt && (g.offset-g.jwtOffset).Abs() >= jwtSlack/2:
+		g.jwtExpiry = time.Time{}
+		return true
+	case g.token != "" && auth == "Bearer "+g.token:
+		g.tokenExpiry = time.Time{}
+		return true
 	}
-	g.jwtExpiry = time.Time{}
-	return true
+	return false
 }
 
 // appJWT returns the App's RS256 JWT, signed anew when the cached one

@@ -845,32 +845,51 @@ func TestGitHub(t *testing.T) {
 		b = setupGitHub(t, GitHubOptions{AppID: "12345", PrivateKey: pemKey, InstallationID: "678",
 			Now: func() time.Time { return b.now }})
 		ex := b.appExchange(&other.PublicKey)
-		if _, err := b.runner.Pass(context.Background(), PassOptions{}); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
-			t.Fatalf("err = %v, want the 401", err)
-		}
+		b.wantUnauthorized(t)
 		if n, refused := ex.counts(); n != 0 || refused != 1 {
 			t.Fatalf("%d token exchanges, %d refused; want the JWT refused once and not sent again", n, refused)
 		}
 	})
 
-	// A 401 to a request that carried the installation token, not the
-	// JWT, is the token's: it is not sent again, however far GitHub's
-	// clock has moved since the JWT was signed.
-	t.Run("AppTokenRefusedIsNotResent", func(t *testing.T) {
+	// A 401 to a request that carried the installation token is sent
+	// once more with a new token (GitHub revokes tokens before they
+	// expire), and a second 401 is the credentials': not sent again.
+	t.Run("AppTokenRefusedIsRenewedOnce", func(t *testing.T) {
 		t.Parallel()
 		key, pemKey := appKey(t)
 		b := setupGitHub(t, GitHubOptions{AppID: "12345", PrivateKey: pemKey, InstallationID: "678",
 			Now: func() time.Time { return base }}) // the host's clock stays
-		b.appExchange(&key.PublicKey)
+		ex := b.appExchange(&key.PublicKey)
 		b.pass(t, PassOptions{})
 		b.now = b.now.Add(45 * time.Second) // GitHub's clock moves on, the host's stays
 		b.fake.auth = func(*http.Request) bool { return false }
 		before := len(b.fake.requests.all())
-		if _, err := b.runner.Pass(context.Background(), PassOptions{}); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
-			t.Fatalf("err = %v, want the 401", err)
+		b.wantUnauthorized(t)
+		if n := len(b.fake.requests.all()) - before; n != 2 {
+			t.Fatalf("%d listing requests after the token was refused, want 2: sent once more, then not again", n)
 		}
-		if n := len(b.fake.requests.all()) - before; n != 1 {
-			t.Fatalf("%d requests after the token was refused, want 1: not sent again", n)
+		if n, refused := ex.counts(); n != 2 || refused != 0 {
+			t.Fatalf("%d token exchanges, %d refused; want 2, 0: one new token for the resend", n, refused)
+		}
+	})
+
+	// A token GitHub revoked before its hour (DELETE /installation/token,
+	// secret scanning) is replaced at once, not kept until it expires.
+	t.Run("RevokedAppTokenIsReplaced", func(t *testing.T) {
+		t.Parallel()
+		key, pemKey := appKey(t)
+		b := setupGitHub(t, GitHubOptions{AppID: "12345", PrivateKey: pemKey, InstallationID: "678"})
+		ex := b.appExchange(&key.PublicKey)
+		b.pass(t, PassOptions{})
+		valid := b.fake.auth
+		b.fake.auth = func(r *http.Request) bool {
+			return !strings.HasSuffix(r.Header.Get("Authorization"), "token001") && valid(r)
+		}
+		b.now = b.now.Add(10 * time.Minute) // within the token's hour
+		b.fake.add("g-1", "push", b.now.Add(-5*time.Minute), 500)
+		wantCounts(t, b.pass(t, PassOptions{}), 1, 1, 0)
+		if n, _ := ex.counts(); n != 2 {
+			t.Fatalf("%d token exchanges, want 2: the revoked token replaced", n)
 		}
 	})
 
@@ -1008,6 +1027,14 @@ func (e *exchange) counts() (n, refused int) {
 // appExchange has b's fake exchange the App's JWT for installation 678's
 // token as GitHub would at b.now, its clock: the token lasts an hour, and
 // the deliveries take only a token not yet expired.
+// wantUnauthorized runs a pass that must fail on GitHub's 401.
+func (b *githubBundle) wantUnauthorized(t *testing.T) {
+	t.Helper()
+	if _, err := b.runner.Pass(context.Background(), PassOptions{}); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+		t.Fatalf("err = %v, want the 401", err)
+	}
+}
+
 func (b *githubBundle) appExchange(pub *rsa.PublicKey) *exchange {
 	ex := &exchange{}
 	expiry := map[string]time.Time{}
