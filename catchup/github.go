@@ -188,7 +188,10 @@ func (g *GitHub) List(ctx context.Context, w Window, found func(*Candidate) erro
 		var order []string
 		older := false
 		for _, d := range page {
-			if d.DeliveredAt.Before(w.From) {
+			// GitHub's schema requires delivered_at; one without it (the
+			// zero time) is taken as inside the window: read as older, it
+			// would end the listing and leave the older pages unread.
+			if !d.DeliveredAt.IsZero() && d.DeliveredAt.Before(w.From) {
 				older = true
 				continue
 			}

@@ -132,8 +132,12 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		page := []map[string]any{}
 		for _, a := range attempts[start:end] {
+			var at any // null for a zero At
+			if !a.At.IsZero() {
+				at = a.At.Format(time.RFC3339)
+			}
 			page = append(page, map[string]any{
-				"id": a.ID, "guid": a.GUID, "delivered_at": a.At.Format(time.RFC3339), "status_code": a.Status,
+				"id": a.ID, "guid": a.GUID, "delivered_at": at, "status_code": a.Status,
 				"status": http.StatusText(a.Status), "event": a.Event, "redelivery": a.Redelivery,
 			})
 		}
@@ -533,6 +537,19 @@ func TestGitHub(t *testing.T) {
 		if n := len(b.fake.requests.all()); n != 51 {
 			t.Fatalf("%d requests, want one page and 50 fetches: the older pages must not be read", n)
 		}
+	})
+
+	// A delivery listed without delivered_at (null, against GitHub's
+	// schema) is taken, and does not end the listing as if it were older
+	// than the window: the pages after it are read.
+	t.Run("UndatedDeliveryDoesNotEndTheListing", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		for i := range 120 {
+			b.fake.add(fmt.Sprintf("g-%03d", i), "push", base.Add(-2*time.Hour+time.Duration(i)*time.Second), 500)
+		}
+		b.fake.add("undated", "push", time.Time{}, 500) // the newest: first on page one
+		wantCounts(t, b.pass(t, PassOptions{}), 121, 121, 0)
 	})
 
 	// The deliveries API has no time filter: a long window listed in
