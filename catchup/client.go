@@ -234,7 +234,6 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 		if err == nil {
 			if d, dateErr := http.ParseTime(resp.Header.Get("Date")); dateErr == nil {
 				date = d
-				observeDate(ctx, date)
 			}
 		}
 		if err != nil {
@@ -251,8 +250,13 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 		} else {
 			data, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 			resp.Body.Close()
-			if c.dated != nil && !date.IsZero() && resp.StatusCode < 500 && readErr == nil && json.Valid(data) {
-				c.dated(date) // the API's own answer: not a proxy's or gateway's page
+			if !date.IsZero() && resp.StatusCode < 500 && readErr == nil && json.Valid(data) {
+				// The API's own answer, not a proxy's or gateway's page:
+				// its Date is the provider's clock.
+				observeDate(ctx, date)
+				if c.dated != nil {
+					c.dated(date)
+				}
 			}
 			switch {
 			case resp.StatusCode >= 200 && resp.StatusCode < 300 && readErr == nil && len(data) > maxBody:
@@ -342,7 +346,8 @@ func retryable(resp *http.Response, body []byte, now time.Time, floor time.Durat
 }
 
 // providerClock is the provider's time as the Date header of a pass's
-// first API answer gave it: the runner bounds the window's end by it, so
+// first answer from the API itself (JSON, below 500: not a gateway's page)
+// gave it: the runner bounds the window's end by it, so
 // that a host clock running ahead never moves the checkpoint past what the
 // provider has yet created. Every answer of Stripe's and GitHub's APIs
 // carries Date (RFC 9110 has origin servers send it).

@@ -242,6 +242,28 @@ func TestRunner(t *testing.T) {
 		})
 	}
 
+	// A gateway's page before the API answers (a 502 in HTML, its own
+	// clock an hour behind) is not the provider's clock: it neither
+	// bounds the window nor warns of skew.
+	t.Run("GatewayPageDateIsNotTheProvidersClock", func(t *testing.T) {
+		t.Parallel()
+		b := setupStripe(t, StripeOptions{})
+		b.fake.fail = func(n int, w http.ResponseWriter, _ *http.Request) bool {
+			if n > 1 {
+				return false
+			}
+			w.Header().Set("Date", base.Add(-time.Hour).Format(http.TimeFormat))
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprint(w, "<html>502 Bad Gateway</html>")
+			return true
+		}
+		res := b.pass(t, PassOptions{})
+		if want := base.Add(-DefaultSettle); !res.To.Equal(want) || len(res.Warnings) != 0 {
+			t.Fatalf("window to %v with warnings %q, want %v and none", res.To, res.Warnings, want)
+		}
+	})
+
 	// An answer without a Date leaves the host's clock in charge.
 	t.Run("NoDateFallsBackToTheHostClock", func(t *testing.T) {
 		t.Parallel()
