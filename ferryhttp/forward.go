@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -161,6 +162,11 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 	if err != nil {
 		return ferry.Permanent(fmt.Errorf("forward: %w", err))
 	}
+	for name, values := range ev.Headers {
+		if forwarded(name, values) {
+			req.Header[name] = values
+		}
+	}
 	contentType := ev.Headers.Get("Content-Type")
 	if contentType == "" {
 		contentType = "application/json"
@@ -241,4 +247,37 @@ func (e *appError) Error() string {
 
 func (e *appError) Redacted() string {
 	return fmt.Sprintf("forward: app answered %s (%d-byte body)", e.status, len(e.snippet))
+}
+
+// forwarded reports whether a header kept with the event goes to the app
+// under its own name: the provider's identity headers
+// (X-Shopify-Shop-Domain names the shop, which an order's body does not;
+// X-GitHub-Event, X-Shopify-Topic). Handle sets Content-Type, User-Agent
+// and Idempotency-Key after, and the transport writes Host and
+// Content-Length itself. Not Ferry-*, nor Webhook-* and Svix-*, which a
+// Standard Webhooks library would take for the signature's and then find
+// no signature of; not a hop-by-hop header or a signature; and not a value
+// the transport would refuse, which would fail every attempt.
+func forwarded(name string, values []string) bool {
+	name = http.CanonicalHeaderKey(name)
+	switch name {
+	case "Connection", "Keep-Alive", "Te", "Upgrade":
+		return false
+	}
+	for _, prefix := range []string{"Ferry-", "Webhook-", "Svix-", "Proxy-"} {
+		if strings.HasPrefix(name, prefix) {
+			return false
+		}
+	}
+	if name == "" || SensitiveHeader(name) || strings.ContainsFunc(name, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
+	}) {
+		return false // not a field name (RFC 9110's token)
+	}
+	for _, v := range values {
+		if strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }) {
+			return false
+		}
+	}
+	return true
 }

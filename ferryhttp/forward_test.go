@@ -158,6 +158,51 @@ func TestForwarderRequest(t *testing.T) {
 		}
 	})
 
+	// The provider's identity headers kept with the event reach the app
+	// under their own names (a Shopify order's body does not name its
+	// shop); Ferry's own names, the Standard Webhooks and Svix ones, a
+	// signature, a hop-by-hop header and a value the transport would
+	// refuse do not, and the last does not fail the attempt.
+	t.Run("the provider's identity headers", func(t *testing.T) {
+		t.Parallel()
+		srv, got := app(t, nil)
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL, Secrets: []string{forwardSecret}})
+		d := testDelivery()
+		d.Event.Headers = http.Header{
+			"Content-Type":          {"application/json"},
+			"User-Agent":            {"Shopify-Captain-Hook"},
+			"X-Shopify-Shop-Domain": {"shop-1.myshopify.com"},
+			"X-Shopify-Topic":       {"orders/create"},
+			"X-Github-Event":        {"push"},
+			"Webhook-Id":            {"msg_sender"},
+			"Svix-Id":               {"msg_sender"},
+			"Ferry-Headers-Dropped": {"X-Long"},
+			"X-Shopify-Hmac-Sha256": {"c2lnbmF0dXJl"},
+			"Connection":            {"close"},
+			"X-Broken":              {"a\nb"},
+		}
+		if err := f.Handle(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		for name, want := range map[string]string{
+			"X-Shopify-Shop-Domain": "shop-1.myshopify.com",
+			"X-Shopify-Topic":       "orders/create",
+			"X-Github-Event":        "push",
+			"User-Agent":            "ferry",
+			"Webhook-Id":            d.IdempotencyKey,
+		} {
+			if got := r.header.Get(name); got != want {
+				t.Errorf("%s = %q, want %q", name, got, want)
+			}
+		}
+		for _, name := range []string{"Svix-Id", "Ferry-Headers-Dropped", "X-Shopify-Hmac-Sha256", "X-Broken", "Connection"} {
+			if v, ok := r.header[name]; ok {
+				t.Errorf("%s forwarded: %q", name, v)
+			}
+		}
+	})
+
 	t.Run("a bad secret is refused", func(t *testing.T) {
 		t.Parallel()
 		if _, err := ferryhttp.NewForwarder(ferryhttp.ForwarderOptions{URL: "http://127.0.0.1", Secrets: []string{"whsec_!!"}}); !errors.Is(err, ferry.ErrInvalidParams) {
