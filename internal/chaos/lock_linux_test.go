@@ -54,7 +54,20 @@ func TestMain(m *testing.M) {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// A race-built child sleeps 1 s at exit (the race runtime's
+	// atexit_sleep_ms), and the scenarios kill and restart hundreds: 50 ms
+	// lets a report already being written finish. A GORACE the caller set
+	// wins.
+	os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=50 "+os.Getenv("GORACE")))
+	dir, err := os.MkdirTemp("", "ferry-chaos-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // TestStoppedLockHolderIsResumed: a worker stopped while it holds the
