@@ -492,10 +492,12 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 		switch {
 		case errors.Is(err, ferry.ErrBadEventID) || errors.Is(err, ferry.ErrBadEventType) ||
 			errors.Is(err, ErrUnfetchable) || errors.Is(err, errOverMaxBody):
+			failing = 0 // the provider answered
 			res.Skipped++
 			outcome = OutcomeSkipped
 			r.log().Warn("catchup: skipped an event it cannot fetch or store", "source", r.Source, "err", err)
 		case errors.Is(err, ErrRefusedForNow):
+			failing = 0 // the provider answered
 			refused = cmp.Or(refused, err)
 			refusals++
 			r.log().Warn("catchup: the provider refused an event for now; the pass goes on and the next tries it again", "source", r.Source, "err", err)

@@ -257,6 +257,9 @@ func (g *GitHub) fetch(ctx context.Context, id int64, at time.Time) (*Event, err
 	if errors.Is(err, errTooLarge) {
 		return nil, fmt.Errorf("github: get delivery: %w: %w", ErrUnfetchable, err)
 	}
+	if se, ok := errors.AsType[*StatusError](err); ok && refused(se.Status) && at.IsZero() {
+		return nil, fmt.Errorf("github: get delivery %d, listed without delivered_at: HTTP %d is no sign it expired: %w: %w", id, se.Status, ErrRefusedForNow, err)
+	}
 	if se, ok := errors.AsType[*StatusError](err); ok && refused(se.Status) {
 		age := passNow(ctx, g.now).Sub(at).Round(time.Second)
 		if age >= githubExpiring {

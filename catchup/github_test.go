@@ -549,7 +549,24 @@ func TestGitHub(t *testing.T) {
 			b.fake.add(fmt.Sprintf("g-%03d", i), "push", base.Add(-2*time.Hour+time.Duration(i)*time.Second), 500)
 		}
 		b.fake.add("undated", "push", time.Time{}, 500) // the newest: first on page one
-		wantCounts(t, b.pass(t, PassOptions{}), 121, 121, 0)
+		// Refused, it is not taken as expired (its age is unknown): the
+		// pass takes the rest and fails, and the next takes it.
+		var refuse atomic.Bool
+		refuse.Store(true)
+		b.fake.limit = func(w http.ResponseWriter, r *http.Request) bool {
+			if !refuse.Load() || !strings.HasSuffix(r.URL.Path, "/deliveries/121") {
+				return false
+			}
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"message":"Not Found"}`)
+			return true
+		}
+		res, err := b.runner.Pass(context.Background(), PassOptions{})
+		if !errors.Is(err, ErrRefusedForNow) || res.New != 120 || res.Skipped != 0 {
+			t.Fatalf("err = %v, new=%d skipped=%d; want the undated delivery refused for now, the other 120 taken", err, res.New, res.Skipped)
+		}
+		refuse.Store(false)
+		wantCounts(t, b.pass(t, PassOptions{}), 121, 1, 120)
 	})
 
 	// The deliveries API has no time filter: a long window listed in
@@ -1041,9 +1058,6 @@ func (e *exchange) counts() (n, refused int) {
 	return e.n, e.refused
 }
 
-// appExchange has b's fake exchange the App's JWT for installation 678's
-// token as GitHub would at b.now, its clock: the token lasts an hour, and
-// the deliveries take only a token not yet expired.
 // wantUnauthorized runs a pass that must fail on GitHub's 401.
 func (b *githubBundle) wantUnauthorized(t *testing.T) {
 	t.Helper()
@@ -1051,6 +1065,10 @@ func (b *githubBundle) wantUnauthorized(t *testing.T) {
 		t.Fatalf("err = %v, want the 401", err)
 	}
 }
+
+// appExchange has b's fake exchange the App's JWT for installation 678's
+// token as GitHub would at b.now, its clock: the token lasts an hour, and
+// the deliveries take only a token not yet expired.
 
 func (b *githubBundle) appExchange(pub *rsa.PublicKey) *exchange {
 	ex := &exchange{}

@@ -608,7 +608,7 @@ func TestRunner(t *testing.T) {
 	// fails, and the next pass fetches it.
 	t.Run("FailingFetchDoesNotBlockTheRest", func(t *testing.T) {
 		t.Parallel()
-		f := &flaky{ids: []string{"a", "b", "c", "d"}, failing: map[string]bool{"b": true}}
+		f := &flaky{ids: []string{"a", "b", "c", "d"}, errs: map[string]error{"b": errFetch}}
 		b := setupFlaky(t, f)
 		res, err := b.runner.Pass(context.Background(), PassOptions{})
 		if err == nil || !strings.Contains(err.Error(), "fetch b: HTTP 502 after every try") || !strings.Contains(err.Error(), "refused or failed 1 for now") {
@@ -623,7 +623,7 @@ func TestRunner(t *testing.T) {
 		if n := strings.Count(b.logsText(), "could not fetch an event"); n != 1 {
 			t.Fatalf("%d failed fetches logged, want 1:\n%s", n, b.logsText())
 		}
-		f.failing = nil
+		f.errs = nil
 		res = b.pass(t, PassOptions{})
 		if res.New != 1 || !res.Advanced {
 			t.Fatalf("next pass: new=%d advanced=%v, want b taken and the checkpoint moved", res.New, res.Advanced)
@@ -635,7 +635,7 @@ func TestRunner(t *testing.T) {
 	// fetch's retries.
 	t.Run("FetchesFailingInARowEndThePass", func(t *testing.T) {
 		t.Parallel()
-		f := &flaky{ids: []string{"a", "b", "c", "d", "e", "f", "g"}, failing: map[string]bool{"b": true, "d": true, "e": true, "f": true}}
+		f := &flaky{ids: []string{"a", "b", "c", "d", "e", "f", "g"}, errs: map[string]error{"b": errFetch, "d": errFetch, "e": errFetch, "f": errFetch}}
 		b := setupFlaky(t, f)
 		res, err := b.runner.Pass(context.Background(), PassOptions{})
 		if err == nil || !strings.Contains(err.Error(), "3 fetches failed in a row") || !strings.Contains(err.Error(), "fetch f:") {
@@ -646,6 +646,16 @@ func TestRunner(t *testing.T) {
 		}
 		if want := []string{"a", "b", "c", "d", "e", "f"}; !slices.Equal(f.fetched, want) {
 			t.Fatalf("fetched %v, want %v: g, after the third failure in a row, not asked for", f.fetched, want)
+		}
+
+		// Any answer of the provider breaks the row: an event it will never
+		// return (skipped), or one it refuses for now.
+		for _, answer := range []error{ErrUnfetchable, ErrRefusedForNow} {
+			f = &flaky{ids: []string{"a", "b", "c", "d", "e", "f"}, errs: map[string]error{"b": errFetch, "c": answer, "d": errFetch, "e": errFetch}}
+			res, err = setupFlaky(t, f).runner.Pass(context.Background(), PassOptions{})
+			if err == nil || strings.Contains(err.Error(), "in a row") || res.New != 2 {
+				t.Fatalf("c answered %v: err = %v, new=%d; want the pass to go on past e, a and f taken", answer, err, res.New)
+			}
 		}
 	})
 
@@ -748,20 +758,22 @@ func (l listed) List(_ context.Context, _ Window, found func(*Candidate) error) 
 func (listed) Retention() time.Duration { return 0 }
 
 // flaky is a Reconciler that lists ids in order and fails the fetch of
-// those failing, as a provider's 5xx after every retry does. fetched
-// records each fetch asked for.
+// those in errs with their error (errFetch: a provider's 5xx after every
+// retry). fetched records each fetch asked for.
 type flaky struct {
 	ids     []string
-	failing map[string]bool
+	errs    map[string]error
 	fetched []string
 }
+
+var errFetch = errors.New("HTTP 502 after every try")
 
 func (f *flaky) List(_ context.Context, _ Window, found func(*Candidate) error) error {
 	for _, id := range f.ids {
 		err := found(&Candidate{ID: id, Fetch: func(context.Context) (*Event, error) {
 			f.fetched = append(f.fetched, id)
-			if f.failing[id] {
-				return nil, errors.New("HTTP 502 after every try")
+			if err := f.errs[id]; err != nil {
+				return nil, err
 			}
 			return &Event{Type: "test", Payload: []byte(`{}`)}, nil
 		}})

@@ -223,13 +223,13 @@ func parseBase(raw, def string) (*url.URL, error) {
 		raw = def
 	}
 	u, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, fmt.Errorf("%w: api_base %q is not an http(s) URL", ErrConfig, raw)
-	}
-	if u.User != nil {
+	if err == nil && u.User != nil {
 		// Never sent (a request carries its own Authorization), and the
 		// API's URLs, built on this one, reach errors and log lines.
-		return nil, &OptionError{"api_base", `holds credentials before its "@", which catch-up never sends (it authorizes with api_key or token) and which would reach log lines: write it without them, like "https://api.stripe.com"`}
+		return nil, &OptionError{"api_base", `holds credentials before its "@", which catch-up never sends (each request carries its own Authorization) and which would reach log lines: write it without them, like "https://HOST"`}
+	}
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("%w: api_base %q is not an http(s) URL", ErrConfig, raw)
 	}
 	return u, nil
 }

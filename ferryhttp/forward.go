@@ -9,11 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/internal/retryafter"
@@ -164,7 +166,9 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 	}
 	for name, values := range ev.Headers {
 		if forwarded(name, values) {
-			req.Header[name] = values
+			// Canonical, so that Ferry's own headers, set below, replace a
+			// stored "idempotency-key" rather than sit beside it.
+			req.Header[http.CanonicalHeaderKey(name)] = slices.Clone(values)
 		}
 	}
 	contentType := ev.Headers.Get("Content-Type")
@@ -256,12 +260,13 @@ func (e *appError) Redacted() string {
 // and Idempotency-Key after, and the transport writes Host and
 // Content-Length itself. Not Ferry-*, nor Webhook-* and Svix-*, which a
 // Standard Webhooks library would take for the signature's and then find
-// no signature of; not a hop-by-hop header or a signature; and not a value
-// the transport would refuse, which would fail every attempt.
+// no signature of; not a hop-by-hop header, a sender's trace context
+// (security.md) or a signature; and not a name or value the transport
+// would refuse, which would fail every attempt.
 func forwarded(name string, values []string) bool {
 	name = http.CanonicalHeaderKey(name)
 	switch name {
-	case "Connection", "Keep-Alive", "Te", "Upgrade":
+	case "Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Traceparent", "Tracestate":
 		return false
 	}
 	for _, prefix := range []string{"Ferry-", "Webhook-", "Svix-", "Proxy-"} {
@@ -269,13 +274,11 @@ func forwarded(name string, values []string) bool {
 			return false
 		}
 	}
-	if name == "" || SensitiveHeader(name) || strings.ContainsFunc(name, func(r rune) bool {
-		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
-	}) {
-		return false // not a field name (RFC 9110's token)
+	if !httpguts.ValidHeaderFieldName(name) || SensitiveHeader(name) {
+		return false
 	}
 	for _, v := range values {
-		if strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }) {
+		if !httpguts.ValidHeaderFieldValue(v) {
 			return false
 		}
 	}

@@ -160,13 +160,14 @@ func TestForwarderRequest(t *testing.T) {
 
 	// The provider's identity headers kept with the event reach the app
 	// under their own names (a Shopify order's body does not name its
-	// shop); Ferry's own names, the Standard Webhooks and Svix ones, a
-	// signature, a hop-by-hop header and a value the transport would
-	// refuse do not, and the last does not fail the attempt.
+	// shop); Ferry's own names (stored in any case), the Standard Webhooks
+	// and Svix ones, a signature, hop-by-hop and trace headers and a value
+	// the transport would refuse do not, and the last does not fail the
+	// attempt. No secret: nothing of Ferry's hides a Webhook-* forwarded.
 	t.Run("the provider's identity headers", func(t *testing.T) {
 		t.Parallel()
 		srv, got := app(t, nil)
-		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL, Secrets: []string{forwardSecret}})
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL})
 		d := testDelivery()
 		d.Event.Headers = http.Header{
 			"Content-Type":          {"application/json"},
@@ -179,7 +180,10 @@ func TestForwarderRequest(t *testing.T) {
 			"Ferry-Headers-Dropped": {"X-Long"},
 			"X-Shopify-Hmac-Sha256": {"c2lnbmF0dXJl"},
 			"Connection":            {"close"},
+			"Traceparent":           {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
 			"X-Broken":              {"a\nb"},
+			"idempotency-key":       {"the sender's"},
+			"user-agent":            {"the sender's"},
 		}
 		if err := f.Handle(context.Background(), d); err != nil {
 			t.Fatal(err)
@@ -189,14 +193,17 @@ func TestForwarderRequest(t *testing.T) {
 			"X-Shopify-Shop-Domain": "shop-1.myshopify.com",
 			"X-Shopify-Topic":       "orders/create",
 			"X-Github-Event":        "push",
-			"User-Agent":            "ferry",
-			"Webhook-Id":            d.IdempotencyKey,
 		} {
 			if got := r.header.Get(name); got != want {
 				t.Errorf("%s = %q, want %q", name, got, want)
 			}
 		}
-		for _, name := range []string{"Svix-Id", "Ferry-Headers-Dropped", "X-Shopify-Hmac-Sha256", "X-Broken", "Connection"} {
+		for name, want := range map[string]string{"Idempotency-Key": d.IdempotencyKey, "User-Agent": "ferry"} {
+			if got := r.header.Values(name); len(got) != 1 || got[0] != want {
+				t.Errorf("%s = %q, want Ferry's alone, %q", name, got, want)
+			}
+		}
+		for _, name := range []string{"Webhook-Id", "Svix-Id", "Ferry-Headers-Dropped", "X-Shopify-Hmac-Sha256", "X-Broken", "Connection", "Traceparent"} {
 			if v, ok := r.header[name]; ok {
 				t.Errorf("%s forwarded: %q", name, v)
 			}

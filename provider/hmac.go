@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/ferry-inbox/ferry"
 )
 
@@ -120,7 +122,7 @@ func NewHMAC(opts Options) (*HMAC, error) {
 	for _, hdr := range []struct{ field, name string }{
 		{"Header", h.Header}, {"EventIDHeader", h.EventIDHeader}, {"TypeHeader", h.TypeHeader}, {"TimestampHeader", h.TimestampHeader},
 	} {
-		if hdr.name != "" && !validHeaderName(hdr.name) {
+		if hdr.name != "" && !httpguts.ValidHeaderFieldName(hdr.name) {
 			// A sender cannot send such a header: every delivery would fail.
 			return nil, fmt.Errorf("%w: HMAC.%s %q is not an HTTP header name: use letters, digits and - only, like \"X-Signature\"", ErrInvalidOptions, hdr.field, hdr.name)
 		}
@@ -162,17 +164,6 @@ func NewHMAC(opts Options) (*HMAC, error) {
 	}
 	v.opts = h
 	return v, nil
-}
-
-// validHeaderName reports whether s is an HTTP field name: a token of
-// RFC 9110's tchar.
-func validHeaderName(s string) bool {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // SignatureHeaders implements ferry.SignatureNamer: the header the sender
