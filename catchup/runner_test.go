@@ -258,10 +258,7 @@ func TestRunner(t *testing.T) {
 			fmt.Fprint(w, "<html>502 Bad Gateway</html>")
 			return true
 		}
-		res := b.pass(t, PassOptions{})
-		if want := base.Add(-DefaultSettle); !res.To.Equal(want) || len(res.Warnings) != 0 {
-			t.Fatalf("window to %v with warnings %q, want %v and none", res.To, res.Warnings, want)
-		}
+		b.wantHostClockWindow(t)
 	})
 
 	// An answer without a Date leaves the host's clock in charge.
@@ -269,10 +266,7 @@ func TestRunner(t *testing.T) {
 		t.Parallel()
 		b := setupStripe(t, StripeOptions{})
 		b.fake.date = func() time.Time { return time.Time{} }
-		res := b.pass(t, PassOptions{})
-		if want := base.Add(-DefaultSettle); !res.To.Equal(want) || len(res.Warnings) != 0 {
-			t.Fatalf("window to %v with warnings %q, want %v and none", res.To, res.Warnings, want)
-		}
+		b.wantHostClockWindow(t)
 	})
 
 	// An outage longer than anything the provider keeps: the loop fetches
@@ -609,8 +603,7 @@ func TestRunner(t *testing.T) {
 	t.Run("FailingFetchDoesNotBlockTheRest", func(t *testing.T) {
 		t.Parallel()
 		f := &flaky{ids: []string{"a", "b", "c", "d"}, errs: map[string]error{"b": errFetch}}
-		b := setupFlaky(t, f)
-		res, err := b.runner.Pass(context.Background(), PassOptions{})
+		b, res, err := flakyPass(t, f)
 		if err == nil || !strings.Contains(err.Error(), "fetch b: HTTP 502 after every try") || !strings.Contains(err.Error(), "refused or failed 1 for now") {
 			t.Fatalf("err = %v, want the pass failed naming b's fetch", err)
 		}
@@ -636,8 +629,7 @@ func TestRunner(t *testing.T) {
 	t.Run("FetchesFailingInARowEndThePass", func(t *testing.T) {
 		t.Parallel()
 		f := &flaky{ids: []string{"a", "b", "c", "d", "e", "f", "g"}, errs: map[string]error{"b": errFetch, "d": errFetch, "e": errFetch, "f": errFetch}}
-		b := setupFlaky(t, f)
-		res, err := b.runner.Pass(context.Background(), PassOptions{})
+		_, res, err := flakyPass(t, f)
 		if err == nil || !strings.Contains(err.Error(), "3 fetches failed in a row") || !strings.Contains(err.Error(), "fetch f:") {
 			t.Fatalf("err = %v, want the pass ended at the third fetch failing in a row", err)
 		}
@@ -652,7 +644,7 @@ func TestRunner(t *testing.T) {
 		// return (skipped), or one it refuses for now.
 		for _, answer := range []error{ErrUnfetchable, ErrRefusedForNow} {
 			f = &flaky{ids: []string{"a", "b", "c", "d", "e", "f"}, errs: map[string]error{"b": errFetch, "c": answer, "d": errFetch, "e": errFetch}}
-			res, err = setupFlaky(t, f).runner.Pass(context.Background(), PassOptions{})
+			_, res, err = flakyPass(t, f)
 			if err == nil || strings.Contains(err.Error(), "in a row") || res.New != 2 {
 				t.Fatalf("c answered %v: err = %v, new=%d; want the pass to go on past e, a and f taken", answer, err, res.New)
 			}
@@ -786,12 +778,25 @@ func (f *flaky) List(_ context.Context, _ Window, found func(*Candidate) error) 
 
 func (*flaky) Retention() time.Duration { return 0 }
 
-func setupFlaky(t *testing.T, f *flaky) *runBundle {
+// flakyPass runs a first pass over f, which may fail, and returns the
+// bundle for the next.
+func flakyPass(t *testing.T, f *flaky) (*runBundle, *Result, error) {
 	t.Helper()
 	b := newRunBundle(t)
 	b.start("flaky", f, slog.LevelInfo)
 	b.runner.Lookback = time.Hour // one step: the events are listed once
-	return &b
+	res, err := b.runner.Pass(context.Background(), PassOptions{})
+	return &b, res, err
+}
+
+// wantHostClockWindow runs a pass whose window must end at the host's
+// clock less the settle, with no warning: no provider's Date bounded it.
+func (b *runBundle) wantHostClockWindow(t *testing.T) {
+	t.Helper()
+	res := b.pass(t, PassOptions{})
+	if want := base.Add(-DefaultSettle); !res.To.Equal(want) || len(res.Warnings) != 0 {
+		t.Fatalf("window to %v with warnings %q, want %v and none", res.To, res.Warnings, want)
+	}
 }
 
 func setupListed(t *testing.T, l listed) *runBundle {
