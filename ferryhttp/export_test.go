@@ -23,3 +23,6 @@ func (a *Admin) EndRefusalWindow() {
 // ClientIPHeaders are the client-address headers a credential-less admin
 // refuses, for the test that docs/security.md names them all.
 var ClientIPHeaders = clientIPHeaders
+
+// BaseTransport is the forwarder's transport before its own settings.
+var BaseTransport = baseTransport

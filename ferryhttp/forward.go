@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -127,7 +128,7 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 	}
 	if f.opts.Client == nil {
 		conns := cmp.Or(opts.Connections, ferry.DefaultWorkers)
-		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport := baseTransport(http.DefaultTransport)
 		transport.MaxIdleConnsPerHost = conns
 		transport.MaxIdleConns = max(transport.MaxIdleConns, conns)
 		transport.ForceAttemptHTTP2 = true
@@ -283,4 +284,23 @@ func forwarded(name string, values []string) bool {
 		}
 	}
 	return true
+}
+
+// baseTransport is a clone of rt, http.DefaultTransport, or, where a
+// program replaced that with another RoundTripper (a test double, a
+// wrapper), a transport with Go's defaults: a type assertion alone would
+// panic in NewForwarder. A caller that wants its own passes Client.
+func baseTransport(rt http.RoundTripper) *http.Transport {
+	if t, ok := rt.(*http.Transport); ok {
+		return t.Clone()
+	}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
 }

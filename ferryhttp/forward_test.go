@@ -218,6 +218,25 @@ func TestForwarderRequest(t *testing.T) {
 	})
 }
 
+// A program that replaced http.DefaultTransport with another RoundTripper
+// (a test double, a wrapper) gets a forwarder on Go's defaults, not a
+// panic in NewForwarder; the standard one is cloned, never changed.
+func TestForwarderBaseTransport(t *testing.T) {
+	t.Parallel()
+	other := ferryhttp.BaseTransport(roundTripper(func(*http.Request) (*http.Response, error) { return nil, errors.New("no") }))
+	if other == nil || other.Proxy == nil || other.DialContext == nil || other.TLSHandshakeTimeout == 0 {
+		t.Fatalf("transport for a replaced DefaultTransport = %+v, want Go's defaults", other)
+	}
+	std := http.DefaultTransport.(*http.Transport)
+	if clone := ferryhttp.BaseTransport(std); clone == std || clone.IdleConnTimeout != std.IdleConnTimeout {
+		t.Fatal("the standard transport was not cloned")
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 // TestForwarderURL pins which URLs NewForwarder takes: each refused one
 // would fail every attempt, and once stored its parse error quoted the URL,
 // the app's token with it.
