@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -289,14 +288,14 @@ func forwarded(name string, values []string) bool {
 // baseTransport is a clone of rt, http.DefaultTransport, or, where a
 // program replaced that with another RoundTripper (a test double, a
 // wrapper), a transport with Go's defaults: a type assertion alone would
-// panic in NewForwarder. A caller that wants its own passes Client.
+// panic in NewForwarder. A caller that wants its own passes Client. Its
+// dials need no timeout of their own: the forward timeout bounds each.
 func baseTransport(rt http.RoundTripper) *http.Transport {
 	if t, ok := rt.(*http.Transport); ok {
 		return t.Clone()
 	}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          100,
 		IdleConnTimeout:       90 * time.Second,

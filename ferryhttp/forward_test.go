@@ -224,7 +224,7 @@ func TestForwarderRequest(t *testing.T) {
 func TestForwarderBaseTransport(t *testing.T) {
 	t.Parallel()
 	other := ferryhttp.BaseTransport(roundTripper(func(*http.Request) (*http.Response, error) { return nil, errors.New("no") }))
-	if other == nil || other.Proxy == nil || other.DialContext == nil || other.TLSHandshakeTimeout == 0 {
+	if other == nil || other.Proxy == nil || other.TLSHandshakeTimeout == 0 {
 		t.Fatalf("transport for a replaced DefaultTransport = %+v, want Go's defaults", other)
 	}
 	std := http.DefaultTransport.(*http.Transport)
