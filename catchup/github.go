@@ -257,10 +257,10 @@ func (g *GitHub) fetch(ctx context.Context, id int64, at time.Time) (*Event, err
 	if errors.Is(err, errTooLarge) {
 		return nil, fmt.Errorf("github: get delivery: %w: %w", ErrUnfetchable, err)
 	}
-	if se, ok := errors.AsType[*StatusError](err); ok && refused(se.Status) && at.IsZero() {
-		return nil, fmt.Errorf("github: get delivery %d, listed without delivered_at: HTTP %d is no sign it expired: %w: %w", id, se.Status, ErrRefusedForNow, err)
-	}
 	if se, ok := errors.AsType[*StatusError](err); ok && refused(se.Status) {
+		if at.IsZero() {
+			return nil, fmt.Errorf("github: get delivery %d, listed without delivered_at: HTTP %d is no sign it expired: %w: %w", id, se.Status, ErrRefusedForNow, err)
+		}
 		age := passNow(ctx, g.now).Sub(at).Round(time.Second)
 		if age >= githubExpiring {
 			return nil, fmt.Errorf("github: get delivery %d, delivered %s ago, in the last hour of GitHub's 3 days: taken as expired: %w: %w", id, age, ErrUnfetchable, err)

@@ -46,7 +46,7 @@ func runScenario(t *testing.T, scenario, broken string) (*Result, []string, stri
 	o := Options{Bin: bin, Scenario: scenario, Store: "sqlite", Events: 200, Handler: "external",
 		Broken: broken, TTL: 2 * time.Second, Out: out, Log: out}
 	results, err := Run(t.Context(), o)
-	if err != nil && !errors.Is(err, ErrFailed) || len(results) != 1 {
+	if (err != nil && !errors.Is(err, ErrFailed)) || len(results) != 1 {
 		t.Fatalf("Run: %d results, %v\n%s", len(results), err, out)
 	}
 	return results[0], results[0].Verdict(&o), out.String()
