@@ -1,4 +1,4 @@
-//go:build ferrychaos
+//go:build ferrychaos && unix
 
 package main
 

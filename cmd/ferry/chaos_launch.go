@@ -1,4 +1,4 @@
-//go:build !ferrychaos
+//go:build !ferrychaos || !unix
 
 package main
 
@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -22,9 +23,16 @@ import (
 // binary) and runs `chaos` in it with the same arguments. So `go run
 // ./cmd/ferry chaos ...` works in a checkout, and the ferry a user deploys
 // carries no fault switch.
+//
+// Windows has no SIGSTOP or SIGCONT, so the harness cannot pause a worker
+// there, and no chaos binary builds (internal/chaos is unix only): it says
+// so instead.
 func runChaos(ctx context.Context, args []string) error {
 	if _, err := chaosFlags(args); err != nil {
 		return err
+	}
+	if runtime.GOOS == "windows" {
+		return errors.New("ferry chaos pauses its ferry processes with SIGSTOP and SIGCONT, which Windows lacks: run it on Linux or macOS")
 	}
 	pkg := "github.com/ferry-inbox/ferry/cmd/ferry"
 	race, tags := false, []string{"ferrychaos"}

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package chaos is the engine of `ferry chaos`: it starts real `ferry serve`
 // children against PostgreSQL or SQLite, drives them with a sender that
 // signs and retries like a webhook provider, records every effect in a sink
