@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -166,42 +167,49 @@ func TestHoldClaimSkipsALockedLease(t *testing.T) {
 }
 
 // A receipt batch locks its known keys' events in id order, as a
-// completion does, though it holds them in key order: with key "b" on
-// event 1 and "a" on event 2, it would hold 2 while it waits for 1, and a
-// completion of both that holds 1 would wait for it in turn.
+// completion does, though it holds them in key order (one statement) or
+// stores them in arrival order (a batch with a replay window, one
+// statement a receipt): with "a" on event 2 before "b" on event 1, it
+// would hold 2 while it waits for 1, and a completion of both that holds 1
+// would wait for it in turn.
 func TestReceiveManyLocksInIDOrder(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, pool, waiting := lockOrderStore(t, nil)
-	first, second := receiveTwo(t, st, "b", "a")
-	// 2 is updated before 1: its row also comes first in the heap.
-	execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, second)
-	execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, first)
-	release := blockRow(t, pool, first)
+	for _, window := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("ReplayWindow=%v", window), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st, pool, waiting := lockOrderStore(t, nil)
+			first, second := receiveTwo(t, st, "b", "a")
+			// 2 is updated before 1: its row also comes first in the heap.
+			execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, second)
+			execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, first)
+			release := blockRow(t, pool, first)
 
-	received := inBackground(func() error {
-		var batch []*ferry.EventReceiveParams
-		for _, id := range []string{"a", "b"} {
-			batch = append(batch, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`)})
-		}
-		results, err := st.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: batch})
-		for _, r := range results {
-			if err == nil && r.Err != nil {
-				err = r.Err
+			received := inBackground(func() error {
+				var batch []*ferry.EventReceiveParams
+				for _, id := range []string{"a", "b"} {
+					batch = append(batch, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`), ReplayWindow: window})
+				}
+				results, err := st.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: batch})
+				for _, r := range results {
+					if err == nil && r.Err != nil {
+						err = r.Err
+					}
+				}
+				return err
+			})
+			until(t, "the receipts to wait on event 1", func() bool { return waiting(1) })
+			if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE NOWAIT`, second); err != nil {
+				t.Errorf("event 2 while the receipts wait for event 1: %v; want it not locked", err)
 			}
-		}
-		return err
-	})
-	until(t, "the receipts to wait on event 1", func() bool { return waiting(1) })
-	if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE NOWAIT`, second); err != nil {
-		t.Errorf("event 2 while the receipts wait for event 1: %v; want it not locked", err)
-	}
-	release()
-	if err := <-received; err != nil {
-		t.Errorf("receive many: %v", err)
-	}
-	if got := eventOf(t, st, first).Deliveries; got != 2 {
-		t.Errorf("event 1 has %d deliveries, want 2", got)
+			release()
+			if err := <-received; err != nil {
+				t.Errorf("receive many: %v", err)
+			}
+			if got := eventOf(t, st, first).Deliveries; got != 2 {
+				t.Errorf("event 1 has %d deliveries, want 2", got)
+			}
+		})
 	}
 }
 

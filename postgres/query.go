@@ -69,6 +69,8 @@ var (
 	eventReceiveSQL string
 	//go:embed query/event_receive_lock.sql
 	eventReceiveLockSQL string
+	//go:embed query/event_receive_lock_events.sql
+	eventReceiveLockEventsSQL string
 	//go:embed query/event_receive_many.sql
 	eventReceiveManySQL string
 	//go:embed query/event_redeliver.sql

@@ -26,11 +26,12 @@ import (
 // (event_receive_lock.sql) in the same transaction, one round trip still: a
 // pgx batch runs in one implicit transaction. A batch holding any such
 // receipt takes all its bodies' locks first, in one order, then stores the
-// receipts one statement each, in arrival order, in that transaction: one
+// receipts one statement each, in arrival order, in that transaction (their
+// known events locked first in id order, as a completion locks them): one
 // commit still, and exactly the outcomes of running them one after the
 // other (which copy of a body is the original depends on it). Two such
 // batches that share a body run one after the other; two that share only
-// keys may deadlock on their rows, which PostgreSQL breaks by failing one
+// keys may deadlock on their key rows, which PostgreSQL breaks by failing one
 // statement, and that batch's receipts are then stored one by one.
 
 // receiveArgs is one receipt, ready to bind.
@@ -120,13 +121,16 @@ func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*fer
 }
 
 // receiveLocked stores reqs in one transaction: every body's lock first,
-// in one order, then each receipt in arrival order.
+// in one order, then the known keys' events in id order, as completions
+// lock them, then each receipt in arrival order.
 func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any) ([]*ferry.EventReceiveResult, error) {
 	var keys []int32
-	for _, r := range reqs {
+	sources, eventIDs := make([]string, len(reqs)), make([]string, len(reqs))
+	for i, r := range reqs {
 		if r.replayWindowUS > 0 {
 			keys = append(keys, r.lockKey())
 		}
+		sources[i], eventIDs[i] = r.source, r.eventID
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
@@ -134,7 +138,10 @@ func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any)
 	var missed redeliveries
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		missed = redeliveries{}
-		if _, err := tx.Exec(ctx, eventReceiveLockSQL, pgx.NamedArgs{"keys": keys}); err != nil {
+		locks := &pgx.Batch{} // one round trip
+		locks.Queue(eventReceiveLockSQL, pgx.NamedArgs{"keys": keys})
+		locks.Queue(eventReceiveLockEventsSQL, pgx.NamedArgs{"sources": sources, "event_ids": eventIDs})
+		if err := tx.SendBatch(ctx, locks).Close(); err != nil {
 			return err
 		}
 		for i, r := range reqs {
