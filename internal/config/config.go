@@ -384,7 +384,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 	var c Config
 	md, err := toml.Decode(string(raw), &c)
 	if err != nil {
-		return nil, decodeError(err)
+		return nil, decodeError(err, raw)
 	}
 	// Every mistake in one error, so that one edit fixes them all; only
 	// references that did not expand stop it early, since what validation
@@ -673,8 +673,9 @@ func (c *Config) paddedCredentials() []error {
 }
 
 // decodeError is the parser's refusal with its line and key, without the
-// text it quotes: an unquoted secret (token = SEKRET) would be echoed.
-func decodeError(err error) error {
+// text it quotes or names: an unquoted secret (token = SEKRET, or password =
+// 12345678901234567890 out of an integer's range) would be echoed.
+func decodeError(err error, raw []byte) error {
 	var pe toml.ParseError
 	if !errors.As(err, &pe) {
 		return fmt.Errorf("%w: %v%s", ErrInvalid, err, mismatchFix(err.Error())) // type mismatches, which quote no value
@@ -684,12 +685,22 @@ func decodeError(err error) error {
 		where += ", key " + pe.LastKey
 	}
 	msg := pe.Message
-	if quoted.MatchString(msg) {
-		msg = quoted.ReplaceAllString(msg, "text (not shown: it may be a secret)")
+	hidden := quoted.MatchString(msg)
+	msg = quoted.ReplaceAllString(msg, notShown)
+	// The value the parser stopped at, which a range error names unquoted.
+	if start, end := pe.Position.Start, pe.Position.Start+pe.Position.Len; pe.Position.Len > 1 && start >= 0 && end <= len(raw) {
+		if value := string(raw[start:end]); strings.Contains(msg, value) {
+			msg, hidden = strings.ReplaceAll(msg, value, notShown), true
+		}
+	}
+	if hidden {
 		msg += `; a string value goes in double quotes, like token = "${FERRY_ADMIN_TOKEN}"`
 	}
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, where, msg)
 }
+
+// notShown stands in an error for text of the config that may be a secret.
+const notShown = "text (not shown: it may be a secret)"
 
 // mismatch matches the parser's refusal of a value of the wrong type; the
 // parser has no error type for it, only this text.

@@ -429,18 +429,23 @@ func TestHMACKeysCoverProviderFields(t *testing.T) {
 }
 
 // A line the parser cannot read is named by line and key, never by the
-// text the parser quotes: an unquoted value may be a secret.
+// text the parser quotes or names: an unquoted value may be a secret.
 func TestParseErrorHidesTheText(t *testing.T) {
 	t.Parallel()
-	for name, raw := range map[string]string{
-		"unquoted token":  good + "[admin]\ntoken = TOPSECRETtoken9abcdef\n",
-		"unquoted secret": strings.Replace(good, `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = [TOPSECRET]`, 1),
-		"bad duration":    strings.Replace(good, `replay_window = "72h"`, `replay_window = "TOPSECRET"`, 1),
+	for name, tc := range map[string]struct{ raw, secret string }{
+		"unquoted token":  {good + "[admin]\ntoken = TOPSECRETtoken9abcdef\n", "TOPSECRET"},
+		"unquoted secret": {strings.Replace(good, `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = [TOPSECRET]`, 1), "TOPSECRET"},
+		"bad duration":    {strings.Replace(good, `replay_window = "72h"`, `replay_window = "TOPSECRET"`, 1), "TOPSECRET"},
+		// Numbers out of range, which the parser names unquoted.
+		"numeric password": {good + "[admin]\nuser = \"ops\"\npassword = 9876543210987654321098\n", "987654"},
+		"hex token":        {good + "[admin]\ntoken = 0x9876543210abcdef98\n", "9876543210"},
+		"float token":      {good + "[admin]\ntoken = 9876e400\n", "9876"},
+		"numeric secret":   {strings.Replace(good, `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = [98765432109876543210987]`, 1), "987654"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Parse([]byte(raw), env(nil))
-			wantInvalid(t, err, "line ", "", "TOPSECRET")
-			if !strings.Contains(err.Error(), "key admin.token") && !strings.Contains(err.Error(), "key source.") {
+			_, err := Parse([]byte(tc.raw), env(nil))
+			wantInvalid(t, err, "line ", "", tc.secret)
+			if !strings.Contains(err.Error(), "key admin.") && !strings.Contains(err.Error(), "key source.") {
 				t.Errorf("err = %v, want the key", err)
 			}
 		})
