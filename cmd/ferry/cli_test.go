@@ -131,10 +131,12 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 			t.Errorf("ferry %s: exit %d, stdout %q, stderr %q; want %d naming store.url and ferry migrate on one line", strings.Join(args, " "), code, stdout, stderr, exitUsage)
 		}
 	}
-	// A relative path says where it was looked for.
+	// A relative path says where it was looked for, and offers no ferry
+	// migrate: run elsewhere than serve, that would make a second store.
 	relative := writeCLIConfig(t, "sqlite:no-such-ferry.db", "")
-	if _, stderr, _ := runFerry(t, "events", "list", "--config", relative); !strings.Contains(stderr, "relative to the working directory") {
-		t.Errorf("a relative path: %q, want the working directory named", stderr)
+	if _, stderr, _ := runFerry(t, "events", "list", "--config", relative); !strings.Contains(stderr, "relative to the working directory") ||
+		!strings.Contains(stderr, "the directory ferry serve runs in, or make store.url's path absolute") || strings.Contains(stderr, "ferry migrate") {
+		t.Errorf("a relative path: %q, want the working directory named and no ferry migrate", stderr)
 	}
 	// A dry run lists every migration as pending, and makes no file either.
 	shipped, err := filepath.Glob(filepath.Join("..", "..", "sqlite", "migration", "*.sql"))
@@ -158,8 +160,12 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("after the refusals, %s: %v; want no file", path, err)
 	}
-	if _, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 {
-		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	// migrate makes it, and says so.
+	if stdout, stderr, code := runFerry(t, "migrate", "--config", cfg); code != 0 || !strings.HasPrefix(stdout, "ferry: store.url: made a new, empty store: "+path+"\n") {
+		t.Fatalf("migrate: exit %d, want 0 saying it made %s\n%s%s", code, path, stdout, stderr)
+	}
+	if stdout, _, _ := runFerry(t, "migrate", "--config", cfg); strings.Contains(stdout, "made a new") {
+		t.Errorf("migrate again: %q, want no new store", stdout)
 	}
 	if _, stderr, code := runFerry(t, "events", "list", "--config", cfg); code != 0 {
 		t.Errorf("events list after migrate: exit %d: %s", code, stderr)

@@ -25,20 +25,25 @@ will do.`)
 	if err := fs.parseFlagsOnly(args); err != nil {
 		return err
 	}
-	use := creatingStore
-	if *dryRun {
-		use = existingStore // changes nothing, not even a new file
-	}
 	cfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg, nil, use)
-	if kind, dsn, _ := cfg.StoreKind(); *dryRun && kind == "sqlite" && errors.Is(err, os.ErrNotExist) {
-		return planNewSQLite(ctx, dsn)
+	kind, dsn, _ := cfg.StoreKind()
+	st, closeStore, err := openStore(ctx, cfg, nil, existingStore)
+	made := false // a new SQLite file, which migrate says it made
+	if kind == "sqlite" && errors.Is(err, os.ErrNotExist) {
+		if *dryRun {
+			return planNewSQLite(ctx, dsn)
+		}
+		st, closeStore, err = openStore(ctx, cfg, nil, creatingStore)
+		made = err == nil
 	}
 	if err != nil {
 		return err
+	}
+	if made {
+		fmt.Printf("ferry: store.url: made a new, empty store: %s%s\n", dsn, relativeTo(dsn))
 	}
 	defer closeStore()
 	if *dryRun {

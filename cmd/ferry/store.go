@@ -159,7 +159,12 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 	case "sqlite":
 		s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: use == existingStore})
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, fmt.Errorf("%w: store.url: %w%s: fix the path, or run ferry migrate to make a new store", errConfig, err, relativeTo(dsn))
+			fix := "fix the path, or run ferry migrate to make a new store"
+			if relativeTo(dsn) != "" {
+				// ferry migrate here would make a second, empty store.
+				fix = "run this command in the directory ferry serve runs in, or make store.url's path absolute"
+			}
+			return nil, nil, fmt.Errorf("%w: store.url: %w%s: %s", errConfig, err, relativeTo(dsn), fix)
 		}
 		if errors.Is(err, ferry.ErrInvalidParams) { // a path it cannot use: say where it looked
 			err = fmt.Errorf("%w%s", err, relativeTo(dsn))
