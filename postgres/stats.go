@@ -56,7 +56,10 @@ func (s *Store) EventStats(ctx context.Context, params *ferry.EventStatsParams) 
 		if params.AtRiskLimit <= 0 || stats.AtRiskCount() == 0 {
 			return nil
 		}
-		args["limit"] = params.AtRiskLimit
+		// The counts' now, not the list's own statement_timestamp(): an
+		// event crossing its at-risk age between the two is then in both or
+		// in neither.
+		args["limit"], args["now"] = params.AtRiskLimit, stats.Now
 		rows, _ = tx.Query(ctx, eventListAtRiskSQL, args)
 		listed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[eventRow])
 		if err != nil {
