@@ -26,3 +26,6 @@ var ClientIPHeaders = clientIPHeaders
 
 // BaseTransport is the forwarder's transport before its own settings.
 var BaseTransport = baseTransport
+
+// SetClock sets the clock /readyz times its store check's reuse by.
+func (h *Health) SetClock(now func() time.Time) { h.now = now }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,10 +21,43 @@ type Pinger interface {
 // within two seconds, does not refuse writes and is not misconfigured, and
 // the process is neither starting nor shutting down), for load balancers
 // and orchestrators.
+//
+// /readyz is on the public listener, so anyone can ask it: the store is
+// checked once at a time and its answer reused for StoreCheckReuse, so a
+// flood of probes costs the store one check a second, not one each.
 type Health struct {
 	Store    Pinger
 	starting atomic.Bool
 	stopping atomic.Bool
+
+	mu      sync.Mutex // held while the store is checked: probes meanwhile wait for its answer
+	checked time.Time  // when err was found; zero before the first check
+	err     error
+	now     func() time.Time // time.Now; tests set it
+}
+
+// StoreCheckReuse is how long /readyz answers with the store's last check
+// before it checks again.
+const StoreCheckReuse = time.Second
+
+// storeErr is the store's last check if it is newer than StoreCheckReuse,
+// else a new one, made with the probe's values but not its cancellation:
+// a prober that hangs up must not leave the next ones an error.
+func (h *Health) storeErr(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now
+	if h.now != nil {
+		now = h.now
+	}
+	if !h.checked.IsZero() && now().Sub(h.checked) < StoreCheckReuse {
+		return h.err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	h.err = h.Store.Ping(ctx)
+	h.checked = now()
+	return h.err
 }
 
 // Starting makes /readyz fail, and Gate hold every other request off, until
@@ -69,15 +103,13 @@ func (h *Health) Register(mux *http.ServeMux) {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
 		// A read-only store (a standby after failover) fails too: every
 		// delivery here would get 503, and an instance still pointed at it
 		// should lose its traffic to one that can write.
 		// So does one whose sessions run with a setting Ferry's
 		// statements fail under, or as a role without the GRANTs they
 		// need (ferry.ErrMisconfigured).
-		if err := h.Store.Ping(ctx); errors.Is(err, ferry.ErrReadOnly) {
+		if err := h.storeErr(r.Context()); errors.Is(err, ferry.ErrReadOnly) {
 			http.Error(w, "store read-only", http.StatusServiceUnavailable)
 			return
 		} else if errors.Is(err, ferry.ErrMisconfigured) {

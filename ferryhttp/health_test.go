@@ -2,12 +2,14 @@ package ferryhttp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/storetest"
 )
 
 func TestHealth(t *testing.T) {
@@ -113,6 +116,76 @@ func TestHealth(t *testing.T) {
 			t.Errorf("/healthz with a closed store = %d, want 200", code)
 		}
 	})
+}
+
+// /readyz is public: a flood of probes costs the store one check per
+// StoreCheckReuse, whose answer, ready or not, the others reuse.
+func TestReadyzReusesTheStoreCheck(t *testing.T) {
+	t.Parallel()
+	clock := storetest.NewClock()
+	store := &countedPings{Pinger: teststore.SQLite(t, nil)}
+	h := &ferryhttp.Health{Store: store}
+	h.SetClock(clock.Now)
+	mux := http.NewServeMux()
+	h.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	probe := func(want int) {
+		t.Helper()
+		for range 20 {
+			if code, body := testhttp.Get(t, srv.URL+"/readyz"); code != want {
+				t.Fatalf("/readyz = %d %q, want %d", code, body, want)
+			}
+		}
+	}
+	probe(200)
+	if got := store.count(); got != 1 {
+		t.Errorf("20 probes within StoreCheckReuse checked the store %d times, want 1", got)
+	}
+	// A failed check is reused alike, and the next one after it finds
+	// the store well again.
+	store.fail(errors.New("down"))
+	clock.Advance(ferryhttp.StoreCheckReuse)
+	probe(503)
+	store.fail(nil)
+	probe(503)
+	clock.Advance(ferryhttp.StoreCheckReuse)
+	probe(200)
+	if got := store.count(); got != 3 {
+		t.Errorf("the store was checked %d times across three windows, want 3", got)
+	}
+}
+
+// countedPings is a store that counts its checks, and fails them while
+// told to.
+type countedPings struct {
+	ferryhttp.Pinger
+	mu  sync.Mutex
+	n   int
+	err error
+}
+
+func (c *countedPings) Ping(ctx context.Context) error {
+	c.mu.Lock()
+	c.n++
+	err := c.err
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.Pinger.Ping(ctx)
+}
+
+func (c *countedPings) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *countedPings) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.err = err
 }
 
 // pingErr is a store whose Ping fails with its error.
