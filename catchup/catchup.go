@@ -192,7 +192,7 @@ type Result struct {
 	// every pass: an id or type no store accepts (see
 	// ferry.ValidateEventID), one the provider cannot return
 	// (ErrUnfetchable), or a payload over MaxBody.
-	Skipped int `json:"skipped,omitempty"`
+	Skipped int `json:"skipped"`
 	// Advanced is whether the checkpoint moved, and Checkpoint where to:
 	// To once the whole window was listed, less after a failed pass that
 	// finished some steps.

@@ -138,6 +138,14 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 		!strings.Contains(stderr, "the directory ferry serve runs in, or make store.url's path absolute") || strings.Contains(stderr, "ferry migrate") {
 		t.Errorf("a relative path: %q, want the working directory named and no ferry migrate", stderr)
 	}
+	// An in-memory store is no store another process could open: no
+	// ferry migrate could make one either.
+	for _, url := range []string{"sqlite::memory:", "sqlite:file:ferry?mode=memory"} {
+		_, stderr, code := runFerry(t, "events", "list", "--config", writeCLIConfig(t, url, ""))
+		if code != exitUsage || !strings.Contains(stderr, "in-memory database") || strings.Contains(stderr, "ferry migrate") {
+			t.Errorf("%s: exit %d, %q; want %d saying it is in memory, and no ferry migrate", url, code, stderr, exitUsage)
+		}
+	}
 	// A dry run lists every migration as pending, and makes no file either.
 	shipped, err := filepath.Glob(filepath.Join("..", "..", "sqlite", "migration", "*.sql"))
 	if err != nil || len(shipped) == 0 {

@@ -81,8 +81,8 @@ const eventsUsage = `usage:
   ferry events retry-now SOURCE EVENT_ID... | --source X [--actor NAME]
   ferry events resolve   SOURCE EVENT_ID... [--actor NAME]
 
-Every subcommand takes --config FILE (default ferry.toml); 'ferry events list -h'
-says what each does and lists its flags.
+Every subcommand takes --config FILE (default ferry.toml); 'ferry events
+SUBCOMMAND -h' (list -h, show -h, ...) says what it does and lists its flags.
 Exit codes: 0 done, 1 failed, 2 bad usage or config, 3 event not found,
 5 an event named was left as it is (replay, retry-now, resolve).
 `

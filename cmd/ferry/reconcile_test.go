@@ -251,6 +251,17 @@ func TestReconcile(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &res); code != 1 || err != nil || !res.Failed || res.Advanced {
 			t.Fatalf("refused pass --json: exit %d, %v, %+v, want 1 and failed=true\n%s", code, err, res, out)
 		}
+		// Every count is there at zero too, as in the text summary: a
+		// script reads .skipped without a default.
+		var counts map[string]any
+		if err := json.Unmarshal([]byte(out), &counts); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"fetched", "new", "known", "skipped"} {
+			if counts[key] != 0.0 {
+				t.Errorf("refused pass --json: %s = %v, want 0\n%s", key, counts[key], out)
+			}
+		}
 		// A pass that fails before its window (a checkpoint it cannot
 		// read) still prints its JSON.
 		st, err := sqlite.Open(dbPath, nil)
