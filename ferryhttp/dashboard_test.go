@@ -173,6 +173,25 @@ func TestDashboardPages(t *testing.T) {
 	t.Parallel()
 	b := setupDashboard(t, ferryhttp.DashboardOptions{PageSize: 2}, ferryhttp.AdminOptions{})
 
+	// Every page carries the headers docs/security.md lists, a refusal too.
+	for _, path := range []string{"/ui/", "/ui/?state=dead", "/ui/?state=nonsense"} {
+		res, err := http.Get(b.server.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		for name, want := range map[string]string{
+			"Content-Security-Policy": "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+			"X-Content-Type-Options":  "nosniff",
+			"Referrer-Policy":         "no-referrer",
+			"Cache-Control":           "no-store",
+		} {
+			if got := res.Header.Get(name); got != want {
+				t.Errorf("%s (%d): %s = %q, want %q", path, res.StatusCode, name, got, want)
+			}
+		}
+	}
+
 	code, body := testhttp.Get(t, b.server.URL+"/ui/")
 	if code != 200 {
 		t.Fatalf("overview: %d %s", code, body)
