@@ -659,16 +659,21 @@ func checkIdentity(v *ferry.Verified) (answer, bool) {
 // keptHeaders are the headers of h that keep names (the source's
 // KeepHeaders), in their order, within KeptHeaderValueMax and
 // KeptHeadersMax; but Content-Type, which the forwarder sends the app, is
-// kept first and whole, if it is kept at all.
+// kept first and whole, if it is kept at all: one too long to keep whole
+// is dropped, as no media type is that long.
 func (r *Receiver) keptHeaders(h http.Header, keep []string) http.Header {
 	out := http.Header{}
 	budget := KeptHeadersMax
+	var dropped []string
 	const contentType = "Content-Type"
 	if v := h.Get(contentType); v != "" && r.keepType {
-		out[contentType] = []string{v}
-		budget -= len(contentType) + len(v)
+		if len(v) > KeptHeaderValueMax {
+			dropped = append(dropped, contentType)
+		} else {
+			out[contentType] = []string{v}
+			budget -= len(contentType) + len(v)
+		}
 	}
-	var dropped []string
 	for _, k := range keep {
 		for _, v := range h.Values(k) {
 			v = cutHeaderValue(v)

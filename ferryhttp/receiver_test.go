@@ -648,13 +648,13 @@ func TestReceiverNeverKeepsANamedSignatureHeader(t *testing.T) {
 // TestReceiverKeptHeadersBounded: whatever a sender puts in the headers
 // the receiver keeps, a delivery stored as an event, a replay or a conflict
 // keeps at most KeptHeaderValueMax bytes a value, cut on a character
-// boundary with a mark, and KeptHeadersMax in all, the rest dropped and
-// named.
+// boundary with a mark (a Content-Type, dropped), and KeptHeadersMax in
+// all, the rest dropped and named.
 func TestReceiverKeptHeadersBounded(t *testing.T) {
 	t.Parallel()
 	pads := padHeaders(10)
 	b := setup(t, teststore.SQLite(t, nil), func(o *ferryhttp.ReceiverOptions) {
-		o.KeepHeaders = append([]string{"User-Agent", "X-GitHub-Delivery"}, pads...)
+		o.KeepHeaders = append([]string{"Content-Type", "User-Agent", "X-GitHub-Delivery"}, pads...)
 		for i, s := range o.Sources {
 			if s.Name == "github" {
 				o.Sources[i].ReplayWindow = time.Hour
@@ -663,7 +663,7 @@ func TestReceiverKeptHeadersBounded(t *testing.T) {
 	})
 	huge := "x" + strings.Repeat("é", 30_000) // 60001 bytes; é is two
 	signed := func(id, body string) delivery {
-		d := github(githubSecret, id, body).with("User-Agent", huge)
+		d := github(githubSecret, id, body).with("User-Agent", huge).with("Content-Type", "application/json; x="+huge)
 		for _, p := range pads {
 			d = d.with(p, strings.Repeat("p", 1000))
 		}
@@ -707,8 +707,9 @@ func TestReceiverKeptHeadersBounded(t *testing.T) {
 			t.Errorf("%s: %d bytes kept, delivery id %q, pads 7 and 8 %t %t; want at most %d, the id, pad 7 and not 8",
 				what, total, h.Get("X-Github-Delivery"), h.Get("X-Pad-7") != "", h.Get("X-Pad-8") != "", ferryhttp.KeptHeadersMax)
 		}
-		if got := h.Get("Ferry-Headers-Dropped"); got != "X-Pad-8, X-Pad-9, X-Pad-10" {
-			t.Errorf("%s: Ferry-Headers-Dropped = %q, want the three pads that did not fit", what, got)
+		// A Content-Type is kept whole, for the app, or not at all.
+		if got := h.Get("Ferry-Headers-Dropped"); got != "Content-Type, X-Pad-8, X-Pad-9, X-Pad-10" || h.Get("Content-Type") != "" {
+			t.Errorf("%s: Ferry-Headers-Dropped = %q, Content-Type %d bytes; want it and the three pads that did not fit dropped", what, got, len(h.Get("Content-Type")))
 		}
 	}
 }
