@@ -165,6 +165,9 @@ func TestHandleTx(t *testing.T) {
 	})
 }
 
+// panicInHandler panics with v, a frame the stack in the log must name.
+func panicInHandler(v any) { panic(v) }
+
 // redactedError is an error whose full text must not be logged.
 type redactedError struct{ full, redacted string }
 

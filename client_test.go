@@ -447,6 +447,29 @@ func TestClient(t *testing.T) {
 		b.wantLedger(t, first, "[failed done]")
 	})
 
+	// A panic's value is stored whole; the log gets its Redacted and the
+	// stack it panicked on.
+	withClient(t, "APanicKeepsItsRedaction", false, func(t *testing.T, b *clientBundle) {
+		id := b.receive(t, "stripe", "evt_1")
+		var logs testlog.Buffer
+		c := b.newClient(t, func(cfg *ferry.Config) { cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+		c.Handle("stripe", func(_ context.Context, d *ferry.Delivery) error {
+			if d.Attempt == 1 {
+				panicInHandler(redactedError{"downstream said: PAYLOADMARK", "downstream said: [redacted]"})
+			}
+			return nil
+		})
+		start(t, c)
+		b.waitState(t, id, ferry.StateDone)
+		attempts, err := b.store.AttemptList(t.Context(), &ferry.AttemptListParams{ID: id})
+		if err != nil || len(attempts) == 0 || !strings.Contains(attempts[0].Error, "handler panicked: downstream said: PAYLOADMARK") {
+			t.Errorf("attempts %+v, %v; want the first's whole panic value", attempts, err)
+		}
+		if out := logs.String(); strings.Contains(out, "PAYLOADMARK") || !strings.Contains(out, "handler panicked: downstream said: [redacted]") || !strings.Contains(out, "panicInHandler") {
+			t.Errorf("the log line is not the panic's Redacted with its stack:\n%s", out)
+		}
+	})
+
 	withClient(t, "TypeHandlerBeforeCatchAll", false, func(t *testing.T, b *clientBundle) {
 		id := b.receive(t, "stripe", "evt_1")
 		var which atomic.Value

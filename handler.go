@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 )
@@ -200,9 +201,29 @@ type leaseLostAtCompletion struct{ error }
 
 func (e leaseLostAtCompletion) Unwrap() error { return e.error }
 
-func panicError(p any) error {
-	return fmt.Errorf("ferry: handler panicked: %v", p)
+// panicked is a handler's panic as its attempt's error. Error, which the
+// store records, has the value; Redacted, which the log gets, has the
+// value's own Redacted when it is an error with one, and the stack
+// (functions and lines, never data) to find the bug by. It unwraps to
+// nothing: a panic is an ordinary failure whatever its value wraps.
+type panicked struct {
+	value any
+	stack []byte
 }
+
+func (e panicked) Error() string { return fmt.Sprintf("ferry: handler panicked: %v", e.value) }
+
+func (e panicked) Redacted() string {
+	text := e.Error()
+	if err, ok := e.value.(error); ok {
+		text = "ferry: handler panicked: " + logSafe(err)
+	}
+	return text + "\n" + string(e.stack)
+}
+
+// panicError is p, recovered from a handler, with the stack it panicked
+// on: call it in the deferred function that recovers.
+func panicError(p any) error { return panicked{p, debug.Stack()} }
 
 // logSafe is the text of err fit for a log line. An error whose full text may
 // carry data that must not be logged (a downstream response that echoes the
