@@ -96,6 +96,7 @@ func TestParseRejects(t *testing.T) {
 		{"replay_window past a year", `replay_window = "72h"`, `replay_window = "2000000h"`, "source[0] (stripe).replay_window: is 2000000h", "use at most 8760h"},
 		{"max_body past 1 GiB", `replay_window = "72h"`, `replay_window = "72h"` + "\nmax_body = 9223372036854775807", "source[0] (stripe).max_body: is 9223372036854775807", "up to 1073741824"},
 		{"max_in_flight past 64 GiB", `[http]`, "[http]\nmax_in_flight = 9223372036854775807", "http.max_in_flight", "up to 68719476736"},
+		{"tolerance past retention", `replay_window = "72h"`, `replay_window = "72h"` + "\ntolerance = \"8760h\"", "source[0] (stripe).tolerance: is 8760h0m0s, not shorter than retention 144h0m0s", "run again as a new event"},
 		{"tolerance below a minute", `replay_window = "72h"`, `replay_window = "72h"` + "\ntolerance = \"1ns\"", "source[0] (stripe).tolerance: is 1ns", "use at least 1m0s (the default is 5m0s)"},
 		{"forward port past 65535", `url = "http://127.0.0.1:3000/webhooks/stripe"`, `url = "http://127.0.0.1:99999/x"`, "source[0] (stripe).forward.url", "port from 1 to 65535"},
 		{"store_timeout below a second", `[http]`, "[http]\nstore_timeout = \"1ns\"", "http.store_timeout: is 1ns", "use at least 1s (the default is 10s)"},
