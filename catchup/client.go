@@ -272,7 +272,14 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				asked = true
 				continue
 			default:
-				again, wait := retryable(resp, data, c.now(), c.limitWait<<(try-1))
+				// The reset and a dated Retry-After are on the provider's
+				// clock: read against this answer's Date, a host clock
+				// that is off does not stretch or skip the wait.
+				clock := c.now()
+				if !date.IsZero() {
+					clock = date
+				}
+				again, wait := retryable(resp, data, clock, c.limitWait<<(try-1))
 				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data),
 					ContentType: resp.Header.Get("Content-Type"), NotJSON: !json.Valid(data),
 					RateLimited: again && resp.StatusCode < 500}

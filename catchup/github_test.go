@@ -226,12 +226,16 @@ func TestGitHub(t *testing.T) {
 	// GitHub answers its rate limits with 403 or 429: with Retry-After, or
 	// with X-RateLimit-Remaining 0 and the reset time. The client waits
 	// and tries again; any other 403 fails at once.
-	resetIn := func(d time.Duration) func(h http.Header) time.Time {
+	// The reset is on GitHub's clock, which its Date header shows: skew
+	// is how far it runs ahead of the host's.
+	resetIn := func(d, skew time.Duration) func(h http.Header) time.Time {
 		return func(h http.Header) time.Time {
-			reset := time.Now().Add(d).Unix()
+			now := time.Now()
+			reset := now.Add(skew + d).Unix()
+			h.Set("Date", now.Add(skew).UTC().Format(http.TimeFormat))
 			h.Set("X-RateLimit-Remaining", "0")
 			h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-			return time.Unix(reset, 0)
+			return time.Unix(reset, 0).Add(-skew)
 		}
 	}
 	for name, tc := range map[string]struct {
@@ -242,11 +246,14 @@ func TestGitHub(t *testing.T) {
 			h.Set("Retry-After", "1")
 			return time.Now().Add(time.Second)
 		}},
-		"RateLimit403AtZeroRemainingWaitsForTheReset": {http.StatusForbidden, resetIn(time.Second)},
+		"RateLimit403AtZeroRemainingWaitsForTheReset": {http.StatusForbidden, resetIn(time.Second, 0)},
 		// Past the backoff's first waits: a retry before the reset
 		// would be refused again and count against the limit.
-		"RateLimit429AtZeroRemainingWaitsForTheReset": {http.StatusTooManyRequests, resetIn(4 * time.Second)},
-		"Other403FailsAtOnce":                         {http.StatusForbidden, nil},
+		"RateLimit429AtZeroRemainingWaitsForTheReset": {http.StatusTooManyRequests, resetIn(4*time.Second, 0)},
+		// Read on the host's clock, an hour behind, the reset would be
+		// an hour off, past what a pass waits; on GitHub's, a second.
+		"RateLimitResetIsOnGitHubsClock": {http.StatusForbidden, resetIn(time.Second, time.Hour)},
+		"Other403FailsAtOnce":            {http.StatusForbidden, nil},
 	} {
 		limited := tc.limited
 		t.Run(name, func(t *testing.T) {
