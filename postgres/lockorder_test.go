@@ -185,19 +185,7 @@ func TestReceiveManyLocksInIDOrder(t *testing.T) {
 			execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, first)
 			release := blockRow(t, pool, first)
 
-			received := inBackground(func() error {
-				var batch []*ferry.EventReceiveParams
-				for _, id := range []string{"a", "b"} {
-					batch = append(batch, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`), ReplayWindow: window})
-				}
-				results, err := st.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: batch})
-				for _, r := range results {
-					if err == nil && r.Err != nil {
-						err = r.Err
-					}
-				}
-				return err
-			})
+			received := inBackground(func() error { return receiveBatch(st, window, "a", "b") })
 			until(t, "the receipts to wait on event 1", func() bool { return waiting(1) })
 			if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE NOWAIT`, second); err != nil {
 				t.Errorf("event 2 while the receipts wait for event 1: %v; want it not locked", err)
@@ -213,11 +201,61 @@ func TestReceiveManyLocksInIDOrder(t *testing.T) {
 	}
 }
 
+// A receipt locks its key before its event, and a batch with a replay
+// window locks its known keys before their events, ahead of its receipts:
+// were it to hold the event while it waits for the key, a lone receipt of
+// the key queued ahead of it would take the key, then wait for the event.
+func TestReceiptBatchLocksKeysBeforeEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool, waiting := lockOrderStore(t, nil)
+	id := receive(t, st, "stripe", "evt_1", "{}").ID
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM ferry_event_key WHERE source = 'stripe' AND event_id = 'evt_1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	batched := inBackground(func() error { return receiveBatch(st, time.Hour, "evt_2", "evt_1") })
+	until(t, "the batch to wait on evt_1's key", func() bool { return waiting(1) })
+	if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE NOWAIT`, id); err != nil {
+		t.Errorf("evt_1's event while the batch waits for its key: %v; want it not locked", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-batched; err != nil {
+		t.Errorf("the batch: %v", err)
+	}
+	if got := eventOf(t, st, id).Deliveries; got != 2 {
+		t.Errorf("evt_1 has %d deliveries, want 2", got)
+	}
+}
+
 // receiveTwo receives stripe events keyed first and second, in that order:
 // their ids ascend.
 func receiveTwo(t *testing.T, st *postgres.Store, first, second string) (int64, int64) {
 	t.Helper()
 	return receive(t, st, "stripe", first, "{}").ID, receive(t, st, "stripe", second, "{}").ID
+}
+
+// receiveBatch receives stripe deliveries of ids, body {}, in one
+// EventReceiveMany: its error, or the first receipt's.
+func receiveBatch(st *postgres.Store, window time.Duration, ids ...string) error {
+	var batch []*ferry.EventReceiveParams
+	for _, id := range ids {
+		batch = append(batch, &ferry.EventReceiveParams{Source: "stripe", EventID: id, Payload: []byte(`{}`), ReplayWindow: window})
+	}
+	results, err := st.EventReceiveMany(context.Background(), &ferry.EventReceiveManyParams{Receipts: batch})
+	for _, r := range results {
+		if err == nil && r.Err != nil {
+			err = r.Err
+		}
+	}
+	return err
 }
 
 // inBackground runs f in a goroutine of its own; its error comes on the

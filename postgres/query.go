@@ -71,6 +71,8 @@ var (
 	eventReceiveLockSQL string
 	//go:embed query/event_receive_lock_events.sql
 	eventReceiveLockEventsSQL string
+	//go:embed query/event_receive_lock_keys.sql
+	eventReceiveLockKeysSQL string
 	//go:embed query/event_receive_many.sql
 	eventReceiveManySQL string
 	//go:embed query/event_redeliver.sql

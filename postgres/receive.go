@@ -27,12 +27,13 @@ import (
 // pgx batch runs in one implicit transaction. A batch holding any such
 // receipt takes all its bodies' locks first, in one order, then stores the
 // receipts one statement each, in arrival order, in that transaction (their
-// known events locked first in id order, as a completion locks them): one
-// commit still, and exactly the outcomes of running them one after the
-// other (which copy of a body is the original depends on it). Two such
-// batches that share a body run one after the other; two that share only
-// keys may deadlock on their key rows, which PostgreSQL breaks by failing one
-// statement, and that batch's receipts are then stored one by one.
+// known keys locked first in key order, then their events in id order, as
+// other receipts and completions lock them): one commit still, and exactly
+// the outcomes of running them one after the other (which copy of a body is the original depends on it). Two such
+// batches that share a body run one after the other; a key that neither
+// knew before may still deadlock them (stored in arrival order), which
+// PostgreSQL breaks by failing one statement, and that batch's receipts are
+// then stored one by one.
 
 // receiveArgs is one receipt, ready to bind.
 type receiveArgs struct {
@@ -121,26 +122,33 @@ func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*fer
 }
 
 // receiveLocked stores reqs in one transaction: every body's lock first,
-// in one order, then the known keys' events in id order, as completions
-// lock them, then each receipt in arrival order.
+// in one order, then the known keys in key order and their events in id
+// order, as other receipts and completions lock them, then each receipt in
+// arrival order.
 func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any) ([]*ferry.EventReceiveResult, error) {
 	var keys []int32
-	sources, eventIDs := make([]string, len(reqs)), make([]string, len(reqs))
-	for i, r := range reqs {
+	for _, r := range reqs {
 		if r.replayWindowUS > 0 {
 			keys = append(keys, r.lockKey())
 		}
-		sources[i], eventIDs[i] = r.source, r.eventID
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
+	sorted := slices.SortedFunc(slices.Values(reqs), byKey)
+	sorted = slices.CompactFunc(sorted, func(a, b *receiveArgs) bool { return byKey(a, b) == 0 })
+	sources, eventIDs := make([]string, len(sorted)), make([]string, len(sorted))
+	for i, r := range sorted {
+		sources[i], eventIDs[i] = r.source, r.eventID
+	}
 	out := make([]*ferry.EventReceiveResult, len(reqs))
 	var missed redeliveries
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		missed = redeliveries{}
 		locks := &pgx.Batch{} // one round trip
 		locks.Queue(eventReceiveLockSQL, pgx.NamedArgs{"keys": keys})
-		locks.Queue(eventReceiveLockEventsSQL, pgx.NamedArgs{"sources": sources, "event_ids": eventIDs})
+		known := pgx.NamedArgs{"sources": sources, "event_ids": eventIDs}
+		locks.Queue(eventReceiveLockKeysSQL, known)
+		locks.Queue(eventReceiveLockEventsSQL, known)
 		if err := tx.SendBatch(ctx, locks).Close(); err != nil {
 			return err
 		}
@@ -216,6 +224,12 @@ func (s *Store) EventReceiveMany(ctx context.Context, params *ferry.EventReceive
 	return out, nil
 }
 
+// byKey is the one order receipts lock keys in: by source, then event id,
+// bytewise (not by the database's collation, which may differ).
+func byKey(a, b *receiveArgs) int {
+	return cmp.Or(cmp.Compare(a.source, b.source), cmp.Compare(a.eventID, b.eventID))
+}
+
 // receiveMany runs reqs (at least two) as one statement and returns the
 // outcome each would have had, run one after the other in arrival order.
 func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) ([]*ferry.EventReceiveResult, error) {
@@ -226,9 +240,7 @@ func (s *Store) receiveMany(ctx context.Context, reqs []*receiveArgs, now any) (
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(reqs[a].source, reqs[b].source), cmp.Compare(reqs[a].eventID, reqs[b].eventID))
-	})
+	slices.SortStableFunc(order, func(a, b int) int { return byKey(reqs[a], reqs[b]) })
 
 	n := len(reqs)
 	var (
