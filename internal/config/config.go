@@ -384,7 +384,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), overrides ...func(*Co
 	var c Config
 	md, err := toml.Decode(string(raw), &c)
 	if err != nil {
-		return nil, decodeError(err, raw)
+		return nil, decodeError(err)
 	}
 	// Every mistake in one error, so that one edit fixes them all; only
 	// references that did not expand stop it early, since what validation
@@ -678,7 +678,7 @@ func (c *Config) paddedCredentials() []error {
 // decodeError is the parser's refusal with its line and key, without the
 // text it quotes or names: an unquoted secret (token = SEKRET, or password =
 // 12345678901234567890 out of an integer's range) would be echoed.
-func decodeError(err error, raw []byte) error {
+func decodeError(err error) error {
 	var pe toml.ParseError
 	if !errors.As(err, &pe) {
 		return fmt.Errorf("%w: %v%s", ErrInvalid, err, mismatchFix(err.Error())) // type mismatches, which quote no value
@@ -688,14 +688,9 @@ func decodeError(err error, raw []byte) error {
 		where += ", key " + pe.LastKey
 	}
 	msg := pe.Message
-	hidden := quoted.MatchString(msg)
+	hidden := quoted.MatchString(msg) || outOfRange.MatchString(msg)
 	msg = quoted.ReplaceAllString(msg, notShown)
-	// The value the parser stopped at, which a range error names unquoted.
-	if start, end := pe.Position.Start, pe.Position.Start+pe.Position.Len; pe.Position.Len > 1 && start >= 0 && end <= len(raw) {
-		if value := string(raw[start:end]); strings.Contains(msg, value) {
-			msg, hidden = strings.ReplaceAll(msg, value, notShown), true
-		}
-	}
+	msg = outOfRange.ReplaceAllString(msg, notShown+" ${1}")
 	if hidden {
 		msg += `; a string value goes in double quotes, like token = "${FERRY_ADMIN_TOKEN}"`
 	}
@@ -735,6 +730,10 @@ func mismatchFix(msg string) string {
 
 // quoted matches a Go-quoted string, as the parser quotes what it found.
 var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// outOfRange matches the parser's refusal of a number too large for its
+// type, which names the number unquoted.
+var outOfRange = regexp.MustCompile(`^\S+ (is out of (?:range for \S+|the safe \S+ range))$`)
 
 func joinLines(errs []error) error {
 	msgs := make([]string, len(errs))

@@ -442,6 +442,8 @@ func TestParseErrorHidesTheText(t *testing.T) {
 		"hex token":        {good + "[admin]\ntoken = 0x9876543210abcdef98\n", "9876543210"},
 		"float token":      {good + "[admin]\ntoken = 9876e400\n", "9876"},
 		"numeric secret":   {strings.Replace(good, `secrets = ["${STRIPE_WEBHOOK_SECRET}"]`, `secrets = [98765432109876543210987]`, 1), "987654"},
+		// A byte-order mark, which the parser reads over (Notepad writes one).
+		"numeric token after a BOM": {"\ufeff" + good + "[admin]\ntoken = 98765432109876543210987\n", "987654"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.raw), env(nil))
@@ -450,6 +452,16 @@ func TestParseErrorHidesTheText(t *testing.T) {
 				t.Errorf("err = %v, want the key", err)
 			}
 		})
+	}
+}
+
+// What hides a value leaves the rest of the parser's message as it is: a
+// key defined twice is named.
+func TestParseErrorKeepsTheKeyName(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte(good+"[admin]\ntoken = \"${FERRY_ADMIN_TOKEN}\"\ntoken = \"${FERRY_ADMIN_TOKEN}\"\n"), env(nil))
+	if err == nil || !strings.Contains(err.Error(), "Key 'admin.token' has already been defined.") || strings.Contains(err.Error(), "not shown") {
+		t.Errorf("err = %v, want the key named twice and nothing hidden", err)
 	}
 }
 
