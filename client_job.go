@@ -182,13 +182,13 @@ func (c *Client) record(ctx context.Context, j *job, cl *Claim, completed bool, 
 		switch {
 		case werr != nil:
 			outcome = OutcomeLeaseExpired
-			log.Warn("ferry: could not record failure; the lease will lapse", "err", werr, "handler_err", logSafe(err))
+			log.Warn("ferry: could not record failure; the lease will lapse", "err", werr, "handler_err", logSafe(err), panicStack(err))
 		case state == StateDead:
 			outcome = OutcomeDead
-			log.Warn("ferry: event dead", "alert", "dead", "err", logSafe(err))
+			log.Warn("ferry: event dead", "alert", "dead", "err", logSafe(err), panicStack(err))
 		default:
 			outcome = OutcomeFailed
-			log.Info("ferry: attempt failed; retrying", "err", logSafe(err), "retry_in", delay)
+			log.Info("ferry: attempt failed; retrying", "err", logSafe(err), "retry_in", delay, panicStack(err))
 		}
 	}
 	if outcome == OutcomeLeaseExpired && !leftToLapse {

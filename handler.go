@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -202,9 +203,9 @@ type leaseLostAtCompletion struct{ error }
 func (e leaseLostAtCompletion) Unwrap() error { return e.error }
 
 // panicked is a handler's panic as its attempt's error. Error, which the
-// store records, has the value; Redacted, which the log gets, has the
-// value's own Redacted when it is an error with one, and the stack
-// (functions and lines, never data) to find the bug by. It unwraps to
+// store records, has the value; Redacted, which the log and the span get,
+// has the value's own Redacted when it is an error with one. The stack it
+// panicked on goes to the log lines alone (panicStack). It unwraps to
 // nothing: a panic is an ordinary failure whatever its value wraps.
 type panicked struct {
 	value any
@@ -214,16 +215,26 @@ type panicked struct {
 func (e panicked) Error() string { return fmt.Sprintf("ferry: handler panicked: %v", e.value) }
 
 func (e panicked) Redacted() string {
-	text := e.Error()
 	if err, ok := e.value.(error); ok {
-		text = "ferry: handler panicked: " + logSafe(err)
+		return "ferry: handler panicked: " + logSafe(err)
 	}
-	return text + "\n" + string(e.stack)
+	return e.Error()
 }
 
 // panicError is p, recovered from a handler, with the stack it panicked
 // on: call it in the deferred function that recovers.
 func panicError(p any) error { return panicked{p, debug.Stack()} }
+
+// panicStack is the stack a handler panicked on, as a log line's "stack"
+// attribute, to find the bug by: functions, files and lines, and argument
+// words as numbers, never the data behind them. For any other error it is
+// the empty attribute, which a log handler leaves out.
+func panicStack(err error) slog.Attr {
+	if p, ok := errors.AsType[panicked](err); ok {
+		return slog.String("stack", string(p.stack))
+	}
+	return slog.Attr{}
+}
 
 // logSafe is the text of err fit for a log line. An error whose full text may
 // carry data that must not be logged (a downstream response that echoes the
