@@ -1,6 +1,9 @@
 package ferryhttp
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetRefusalWindow sets how long the refusal log's windows last from the
 // next one on.
@@ -29,3 +32,6 @@ var BaseTransport = baseTransport
 
 // SetClock sets the clock /readyz times its store check's reuse by.
 func (h *Health) SetClock(now func() time.Time) { h.now = now }
+
+// StoreErr is the store check /readyz answers by.
+func (h *Health) StoreErr(ctx context.Context) error { return h.storeErr(ctx) }

@@ -30,34 +30,54 @@ type Health struct {
 	starting atomic.Bool
 	stopping atomic.Bool
 
-	mu      sync.Mutex // held while the store is checked: probes meanwhile wait for its answer
-	checked time.Time  // when err was found; zero before the first check
-	err     error
-	now     func() time.Time // time.Now; tests set it
+	mu       sync.Mutex
+	checked  time.Time     // when err was found; zero before the first check
+	err      error         // the last check's
+	checking chan struct{} // closed when the running check ends; nil when none runs
+	now      func() time.Time
 }
 
 // StoreCheckReuse is how long /readyz answers with the store's last check
 // before it checks again.
 const StoreCheckReuse = time.Second
 
-// storeErr is the store's last check if it is newer than StoreCheckReuse,
-// else a new one, made with the probe's values but not its cancellation:
-// a prober that hangs up must not leave the next ones an error.
+// storeErr is the store's last check if it is newer than StoreCheckReuse;
+// else the running check's, or a new one's. A probe waits for it no longer
+// than its own context lasts; the check runs on, for the next probes, with
+// the probe's values but not its cancellation.
 func (h *Health) storeErr(ctx context.Context) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	now := time.Now
 	if h.now != nil {
 		now = h.now
 	}
 	if !h.checked.IsZero() && now().Sub(h.checked) < StoreCheckReuse {
+		defer h.mu.Unlock()
 		return h.err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	h.err = h.Store.Ping(ctx)
-	h.checked = now()
-	return h.err
+	done := h.checking
+	if done == nil {
+		done = make(chan struct{})
+		h.checking = done
+		go func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			err := h.Store.Ping(ctx)
+			h.mu.Lock()
+			h.err, h.checked, h.checking = err, now(), nil
+			h.mu.Unlock()
+			close(done)
+		}()
+	}
+	h.mu.Unlock()
+	select {
+	case <-done:
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Starting makes /readyz fail, and Gate hold every other request off, until

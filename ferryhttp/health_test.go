@@ -156,6 +156,44 @@ func TestReadyzReusesTheStoreCheck(t *testing.T) {
 	}
 }
 
+// A probe waits for the running check no longer than its own context: one
+// whose prober hung up returns at once, and the check goes on, for the
+// probes after it.
+func TestReadyzProbeWaitsNoLongerThanItsContext(t *testing.T) {
+	t.Parallel()
+	store := &hungPing{started: make(chan struct{}), release: make(chan struct{})}
+	h := &ferryhttp.Health{Store: store}
+	first := make(chan error, 1)
+	go func() { first <- h.StoreErr(context.Background()) }()
+	<-store.started
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	returned := make(chan error, 1)
+	go func() { returned <- h.StoreErr(gone) }()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("a probe whose context ended: %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a probe whose context ended waited for the hung check")
+	}
+	close(store.release)
+	if err := <-first; err != nil {
+		t.Errorf("the probe that waited: %v, want the check's nil", err)
+	}
+}
+
+// hungPing is a store whose check starts, then hangs until released,
+// whatever its context says.
+type hungPing struct{ started, release chan struct{} }
+
+func (p *hungPing) Ping(context.Context) error {
+	close(p.started)
+	<-p.release
+	return nil
+}
+
 // countedPings is a store that counts its checks, and fails them while
 // told to.
 type countedPings struct {
