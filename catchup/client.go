@@ -250,9 +250,11 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 		} else {
 			data, readErr := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 			resp.Body.Close()
+			providerDate := time.Time{} // the Date of the API's own answer; zero for any other
 			if !date.IsZero() && resp.StatusCode < 500 && readErr == nil && json.Valid(data) {
 				// The API's own answer, not a proxy's or gateway's page:
 				// its Date is the provider's clock.
+				providerDate = date
 				observeDate(ctx, date)
 				if c.dated != nil {
 					c.dated(date)
@@ -273,11 +275,11 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				continue
 			default:
 				// The reset and a dated Retry-After are on the provider's
-				// clock: read against this answer's Date, a host clock
-				// that is off does not stretch or skip the wait.
+				// clock: read against its Date, a host clock that is off
+				// does not stretch or skip the wait.
 				clock := c.now()
-				if !date.IsZero() {
-					clock = date
+				if !providerDate.IsZero() {
+					clock = providerDate
 				}
 				again, wait := retryable(resp, data, clock, c.limitWait<<(try-1))
 				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data),

@@ -253,7 +253,15 @@ func TestGitHub(t *testing.T) {
 		// Read on the host's clock, an hour behind, the reset would be
 		// an hour off, past what a pass waits; on GitHub's, a second.
 		"RateLimitResetIsOnGitHubsClock": {http.StatusForbidden, resetIn(time.Second, time.Hour)},
-		"Other403FailsAtOnce":            {http.StatusForbidden, nil},
+		// A 5xx may be a gateway's, its Date no clock of GitHub's: its
+		// Retry-After is read on the host's.
+		"ServerErrorsDateIsNotGitHubsClock": {http.StatusServiceUnavailable, func(h http.Header) time.Time {
+			until := time.Unix(time.Now().Add(time.Second).Unix(), 0)
+			h.Set("Date", time.Unix(0, 0).UTC().Format(http.TimeFormat))
+			h.Set("Retry-After", until.UTC().Format(http.TimeFormat))
+			return until
+		}},
+		"Other403FailsAtOnce": {http.StatusForbidden, nil},
 	} {
 		limited := tc.limited
 		t.Run(name, func(t *testing.T) {
