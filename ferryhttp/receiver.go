@@ -205,7 +205,8 @@ func KeptByDefault(name string) bool {
 const (
 	// KeptHeaderValueMax is the most bytes of one kept header value. A
 	// longer value is cut on a character boundary and ends with
-	// " [cut by ferry from N bytes]", N its length, within the bound.
+	// " [cut by ferry from N bytes]", N its length, within the bound; but a
+	// longer Content-Type, which the forwarder sends as it is, is dropped.
 	KeptHeaderValueMax = 1 << 10
 	// KeptHeadersMax is the most bytes, names and values, kept with one
 	// delivery. A value past it is dropped, and its header's name listed in
@@ -214,7 +215,7 @@ const (
 )
 
 // droppedHeader lists the names of the headers whose values did not fit in
-// KeptHeadersMax.
+// KeptHeadersMax, and a Content-Type over KeptHeaderValueMax.
 const droppedHeader = "Ferry-Headers-Dropped"
 
 // signatureHeaders are never stored, whatever KeepHeaders says; nor is any

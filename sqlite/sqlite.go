@@ -112,7 +112,9 @@ func Open(path string, config *Config) (*Store, error) {
 	}
 	if config.MustExist {
 		if _, err := os.Stat(filePath(path)); err != nil {
-			if perr := pathRefused(path); perr != nil { // no Open would make it
+			if inMemory(path) { // no file to find, nor a store another process shares
+				err = errInMemory
+			} else if perr := pathRefused(path); perr != nil { // no Open would make it
 				err = perr
 			}
 			return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
@@ -198,6 +200,23 @@ func filePath(path string) string {
 	return rest
 }
 
+// errInMemory refuses an in-memory database: what it holds is gone at
+// Close, and no other process sees it.
+var errInMemory = fmt.Errorf("%w: the database is in memory, gone at Close; name a file", ferry.ErrNotDurable)
+
+// inMemory reports whether path names an in-memory database in a way
+// that can be read without opening it (":memory:", mode=memory,
+// vfs=memdb). Open itself finds any other spelling by the file the
+// database has (none).
+func inMemory(path string) bool {
+	if filePath(path) == ":memory:" {
+		return true
+	}
+	_, query, _ := strings.Cut(path, "?")
+	q, err := url.ParseQuery(query)
+	return err == nil && (q.Get("mode") == "memory" || q.Get("vfs") == "memdb")
+}
+
 // durable reads back what the path's query may have overridden (the driver
 // applies its _sync and _journal_mode keys, and pragmas that sort later,
 // after Ferry's): an acknowledged receipt must survive a crash and a Close.
@@ -217,7 +236,7 @@ func durable(db *sql.DB) error {
 		return err
 	}
 	if file == "" {
-		return fmt.Errorf("%w: the database is in memory, gone at Close; name a file", ferry.ErrNotDurable)
+		return errInMemory
 	}
 	return errors.Join(synchronousRefused(strconv.Itoa(sync)), journalModeRefused(mode))
 }

@@ -140,9 +140,9 @@ func TestMissingSQLiteStoreIsNotCreated(t *testing.T) {
 	}
 	// An in-memory store is no store another process could open: no
 	// ferry migrate could make one either.
-	for _, url := range []string{"sqlite::memory:", "sqlite:file:ferry?mode=memory"} {
+	for _, url := range []string{"sqlite::memory:", "sqlite:file:ferry?mode=memory", "sqlite:file:/ferry.db?vfs=memdb"} {
 		_, stderr, code := runFerry(t, "events", "list", "--config", writeCLIConfig(t, url, ""))
-		if code != exitUsage || !strings.Contains(stderr, "in-memory database") || strings.Contains(stderr, "ferry migrate") {
+		if code != exitUsage || !strings.Contains(stderr, "the database is in memory, gone at Close; name a file") || strings.Contains(stderr, "ferry migrate") {
 			t.Errorf("%s: exit %d, %q; want %d saying it is in memory, and no ferry migrate", url, code, stderr, exitUsage)
 		}
 	}

@@ -160,10 +160,6 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 		s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: use == existingStore})
 		if errors.Is(err, fs.ErrNotExist) {
 			fix := "fix the path, or run ferry migrate to make a new store"
-			if strings.Contains(dsn, ":memory:") || strings.Contains(dsn, "mode=memory") {
-				// No process finds another's in-memory store, nor keeps one.
-				return nil, nil, fmt.Errorf("%w: store.url: %s is an in-memory database, gone with its process and seen by no other: name a file (serve refuses it too)", errConfig, dsn)
-			}
 			if relativeTo(dsn) != "" {
 				// ferry migrate here would make a second, empty store.
 				fix = "run this command in the directory ferry serve runs in, or make store.url's path absolute"

@@ -596,7 +596,7 @@ func (c *Config) validate() []error {
 			bad(key+".retention", "%v is shorter than replay_window %v: a purged key would let a redelivery run the work again; use at least %v", s.Retention.Duration, s.ReplayWindow.Duration, s.ReplayWindow.Duration)
 		}
 		if s.windowsValid() && s.Tolerance.Duration >= s.Retention.Duration {
-			bad(key+".tolerance", "is %v, not shorter than retention %v: a delivery signed that long ago would still pass once its key is purged, and run again as a new event; use at most an hour or so (the default is %v)", s.Tolerance.Duration, s.Retention.Duration, provider.DefaultTolerance)
+			bad(key+".tolerance", "is %v, not shorter than retention %v: a delivery signed that long ago would still pass once its key is purged, and run again as a new event; use less than %v (the default is %v)", s.Tolerance.Duration, s.Retention.Duration, s.Retention.Duration, provider.DefaultTolerance)
 		}
 		if s.MaxAttempts < 0 || s.MaxAttempts > ferry.MaxCount {
 			bad(key+".max_attempts", "is %d: use a number from 1 to %d (the default is %d)", s.MaxAttempts, ferry.MaxCount, ferry.DefaultMaxAttempts)
