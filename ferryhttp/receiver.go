@@ -205,8 +205,9 @@ func KeptByDefault(name string) bool {
 const (
 	// KeptHeaderValueMax is the most bytes of one kept header value. A
 	// longer value is cut on a character boundary and ends with
-	// " [cut by ferry from N bytes]", N its length, within the bound; but a
-	// longer Content-Type, which the forwarder sends as it is, is dropped.
+	// " [cut by ferry from N bytes]", N its length, within the bound; but
+	// Content-Type, which the forwarder sends as it is, is kept whole, or
+	// dropped when it passes KeptHeadersMax.
 	KeptHeaderValueMax = 1 << 10
 	// KeptHeadersMax is the most bytes, names and values, kept with one
 	// delivery. A value past it is dropped, and its header's name listed in
@@ -215,7 +216,7 @@ const (
 )
 
 // droppedHeader lists the names of the headers whose values did not fit in
-// KeptHeadersMax, and a Content-Type over KeptHeaderValueMax.
+// KeptHeadersMax, Content-Type among them.
 const droppedHeader = "Ferry-Headers-Dropped"
 
 // signatureHeaders are never stored, whatever KeepHeaders says; nor is any
@@ -660,15 +661,15 @@ func checkIdentity(v *ferry.Verified) (answer, bool) {
 // keptHeaders are the headers of h that keep names (the source's
 // KeepHeaders), in their order, within KeptHeaderValueMax and
 // KeptHeadersMax; but Content-Type, which the forwarder sends the app, is
-// kept first and whole, if it is kept at all: one too long to keep whole
-// is dropped, as no media type is that long.
+// kept first and whole, if it is kept at all (a multipart boundary may
+// pass KeptHeaderValueMax), within KeptHeadersMax; one longer is dropped.
 func (r *Receiver) keptHeaders(h http.Header, keep []string) http.Header {
 	out := http.Header{}
 	budget := KeptHeadersMax
 	var dropped []string
 	const contentType = "Content-Type"
 	if v := h.Get(contentType); v != "" && r.keepType {
-		if len(v) > KeptHeaderValueMax {
+		if len(contentType)+len(v) > KeptHeadersMax {
 			dropped = append(dropped, contentType)
 		} else {
 			out[contentType] = []string{v}

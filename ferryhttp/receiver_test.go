@@ -648,8 +648,8 @@ func TestReceiverNeverKeepsANamedSignatureHeader(t *testing.T) {
 // TestReceiverKeptHeadersBounded: whatever a sender puts in the headers
 // the receiver keeps, a delivery stored as an event, a replay or a conflict
 // keeps at most KeptHeaderValueMax bytes a value, cut on a character
-// boundary with a mark (a Content-Type, dropped), and KeptHeadersMax in
-// all, the rest dropped and named.
+// boundary with a mark (a Content-Type too long for the whole budget,
+// dropped), and KeptHeadersMax in all, the rest dropped and named.
 func TestReceiverKeptHeadersBounded(t *testing.T) {
 	t.Parallel()
 	pads := padHeaders(10)
