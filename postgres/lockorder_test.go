@@ -112,6 +112,40 @@ func TestRequeueBesideResolveLocksInIDOrder(t *testing.T) {
 	}
 }
 
+// A requeue locks the live events it takes before it takes archived ones,
+// as a receipt counts a delivery on a live event before an archived one:
+// a requeue of event 1 (dead) and event 2 (done, archived) that held 2
+// while it waited for 1 would wait on a batch of both that held 1.
+func TestRequeueLocksLiveEventsBeforeTheArchive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool, waiting := lockOrderStore(t, nil)
+	first, second := receiveTwo(t, st, "evt_1", "evt_2")
+	execSQL(t, pool, `UPDATE ferry_event SET state = 'dead' WHERE id IN ($1, $2)`, first, second)
+	if _, err := st.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{second}, Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	release := blockRow(t, pool, first)
+
+	requeued := inBackground(func() error {
+		_, err := st.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{first, second}, Actor: "bob"})
+		return err
+	})
+	until(t, "the requeue to wait on event 1", func() bool { return waiting(1) })
+	if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event_done WHERE id = $1 FOR UPDATE NOWAIT`, second); err != nil {
+		t.Errorf("archived event 2 while the requeue waits for event 1: %v; want it not taken yet", err)
+	}
+	release()
+	if err := <-requeued; err != nil {
+		t.Fatalf("requeue: %v", err)
+	}
+	for _, id := range []int64{first, second} {
+		if got := eventOf(t, st, id).State; got != ferry.StatePending {
+			t.Errorf("event %d after the requeue: %s, want pending", id, got)
+		}
+	}
+}
+
 // A claim moves a hold source's expired leases to unknown. It skips a row
 // another statement holds (a late completion of the same leases locks in
 // id order, and would otherwise wait on the claim while the claim waits on

@@ -69,8 +69,6 @@ var (
 	eventReceiveSQL string
 	//go:embed query/event_receive_lock.sql
 	eventReceiveLockSQL string
-	//go:embed query/event_receive_lock_events.sql
-	eventReceiveLockEventsSQL string
 	//go:embed query/event_receive_lock_keys.sql
 	eventReceiveLockKeysSQL string
 	//go:embed query/event_receive_many.sql

@@ -29,11 +29,12 @@ import (
 // receipts one statement each, in arrival order, in that transaction (their
 // known keys locked first in key order, then their events in id order, as
 // other receipts and completions lock them): one commit still, and exactly
-// the outcomes of running them one after the other (which copy of a body is the original depends on it). Two such
-// batches that share a body run one after the other; a key that neither
-// knew before may still deadlock them (stored in arrival order), which
-// PostgreSQL breaks by failing one statement, and that batch's receipts are
-// then stored one by one.
+// the outcomes of running them one after the other (which copy of a body
+// is the original depends on it). Two such batches that share a body run
+// one after the other. A key the batch did not know when it locked (stored
+// meanwhile by another receipt) is locked in arrival order and may still
+// close a cycle, which PostgreSQL breaks by failing one statement; the
+// batch's receipts are then stored one by one.
 
 // receiveArgs is one receipt, ready to bind.
 type receiveArgs struct {
@@ -146,9 +147,7 @@ func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any)
 		missed = redeliveries{}
 		locks := &pgx.Batch{} // one round trip
 		locks.Queue(eventReceiveLockSQL, pgx.NamedArgs{"keys": keys})
-		known := pgx.NamedArgs{"sources": sources, "event_ids": eventIDs}
-		locks.Queue(eventReceiveLockKeysSQL, known)
-		locks.Queue(eventReceiveLockEventsSQL, known)
+		locks.Queue(eventReceiveLockKeysSQL, pgx.NamedArgs{"sources": sources, "event_ids": eventIDs})
 		if err := tx.SendBatch(ctx, locks).Close(); err != nil {
 			return err
 		}

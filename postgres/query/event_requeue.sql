@@ -28,10 +28,15 @@ requeued AS (
     WHERE e.id = locked.id
     RETURNING e.id
 ),
+-- The archive's rows are taken after the live rows are locked (the count
+-- of locked, a one-time filter, runs first), as a receipt takes them: a
+-- receipt holding a live event and counting a delivery on an archived one
+-- would otherwise wait on this while this waits on it.
 unarchived AS (
     DELETE FROM ferry_event_done
     -- The archive is read only when done events are asked for.
-    WHERE 'done' = ANY(@states::text[]) AND /* event_requeue_match.sql */
+    WHERE 'done' = ANY(@states::text[]) AND (SELECT count(*) FROM locked) >= 0
+      AND /* event_requeue_match.sql */
       -- Prunes the days before it: an event first delivered since @since
       -- completed since then too.
       AND completed_at >= coalesce(@since::timestamptz, '-infinity')
