@@ -68,6 +68,15 @@ func blockRow(t *testing.T, pool *pgxpool.Pool, id int64) (release func()) {
 	return release
 }
 
+// wantUnlocked checks that no transaction holds row id of table: a lock
+// taken without waiting gets it.
+func wantUnlocked(t *testing.T, pool *pgxpool.Pool, table string, id int64, what string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `SELECT id FROM `+table+` WHERE id = $1 FOR UPDATE NOWAIT`, id); err != nil {
+		t.Errorf("%s: %v; want it not locked", what, err)
+	}
+}
+
 // until polls cond within a ceiling only a statement stuck for good
 // exceeds.
 func until(t *testing.T, what string, cond func() bool) {
@@ -132,9 +141,7 @@ func TestRequeueLocksLiveEventsBeforeTheArchive(t *testing.T) {
 		return err
 	})
 	until(t, "the requeue to wait on event 1", func() bool { return waiting(1) })
-	if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event_done WHERE id = $1 FOR UPDATE NOWAIT`, second); err != nil {
-		t.Errorf("archived event 2 while the requeue waits for event 1: %v; want it not taken yet", err)
-	}
+	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the requeue waits for event 1")
 	release()
 	if err := <-requeued; err != nil {
 		t.Fatalf("requeue: %v", err)
@@ -211,7 +218,6 @@ func TestReceiveManyLocksInIDOrder(t *testing.T) {
 	for _, window := range []time.Duration{0, time.Hour} {
 		t.Run(fmt.Sprintf("ReplayWindow=%v", window), func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			st, pool, waiting := lockOrderStore(t, nil)
 			first, second := receiveTwo(t, st, "b", "a")
 			// 2 is updated before 1: its row also comes first in the heap.
@@ -221,9 +227,7 @@ func TestReceiveManyLocksInIDOrder(t *testing.T) {
 
 			received := inBackground(func() error { return receiveBatch(st, window, "a", "b") })
 			until(t, "the receipts to wait on event 1", func() bool { return waiting(1) })
-			if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE NOWAIT`, second); err != nil {
-				t.Errorf("event 2 while the receipts wait for event 1: %v; want it not locked", err)
-			}
+			wantUnlocked(t, pool, "ferry_event", second, "event 2 while the receipts wait for event 1")
 			release()
 			if err := <-received; err != nil {
 				t.Errorf("receive many: %v", err)
@@ -255,9 +259,7 @@ func TestReceiptBatchLocksKeysBeforeEvents(t *testing.T) {
 
 	batched := inBackground(func() error { return receiveBatch(st, time.Hour, "evt_2", "evt_1") })
 	until(t, "the batch to wait on evt_1's key", func() bool { return waiting(1) })
-	if _, err := pool.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE NOWAIT`, id); err != nil {
-		t.Errorf("evt_1's event while the batch waits for its key: %v; want it not locked", err)
-	}
+	wantUnlocked(t, pool, "ferry_event", id, "evt_1's event while the batch waits for its key")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
