@@ -3,6 +3,7 @@ package ferryhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,7 @@ type Health struct {
 	checked  time.Time     // when err was found; zero before the first check
 	err      error         // the last check's
 	checking chan struct{} // closed when the running check ends; nil when none runs
+	started  time.Time     // when the running check started
 	now      func() time.Time
 }
 
@@ -41,35 +43,41 @@ type Health struct {
 // before it checks again.
 const StoreCheckReuse = time.Second
 
+// storeCheckTimeout is how long a store check may take: a probe waits no
+// longer for it, and a check still running after it (a store that ignores
+// its context) is given up on, so that the next probe checks anew.
+const storeCheckTimeout = 2 * time.Second
+
+// errStoreCheckTimeout is a check that did not end within storeCheckTimeout.
+var errStoreCheckTimeout = errors.New("ferryhttp: the store check did not end in time")
+
+func (h *Health) clock() time.Time {
+	if h.now != nil {
+		return h.now()
+	}
+	return time.Now()
+}
+
 // storeErr is the store's last check if it is newer than StoreCheckReuse;
 // else the running check's, or a new one's. A probe waits for it no longer
-// than its own context lasts; the check runs on, for the next probes, with
-// the probe's values but not its cancellation.
+// than its own context lasts, nor than storeCheckTimeout; the check runs
+// on, for the next probes, with the probe's values but not its
+// cancellation.
 func (h *Health) storeErr(ctx context.Context) error {
 	h.mu.Lock()
-	now := time.Now
-	if h.now != nil {
-		now = h.now
-	}
-	if !h.checked.IsZero() && now().Sub(h.checked) < StoreCheckReuse {
+	now := h.clock()
+	if !h.checked.IsZero() && now.Sub(h.checked) < StoreCheckReuse {
 		defer h.mu.Unlock()
 		return h.err
 	}
-	done := h.checking
-	if done == nil {
-		done = make(chan struct{})
-		h.checking = done
-		go func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			err := h.Store.Ping(ctx)
-			h.mu.Lock()
-			h.err, h.checked, h.checking = err, now(), nil
-			h.mu.Unlock()
-			close(done)
-		}()
+	if h.checking == nil || now.Sub(h.started) >= storeCheckTimeout {
+		h.checking, h.started = make(chan struct{}), now
+		go h.check(context.WithoutCancel(ctx), h.checking)
 	}
+	done := h.checking
 	h.mu.Unlock()
+	timer := time.NewTimer(storeCheckTimeout)
+	defer timer.Stop()
 	select {
 	case <-done:
 		h.mu.Lock()
@@ -77,7 +85,29 @@ func (h *Health) storeErr(ctx context.Context) error {
 		return h.err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-timer.C:
+		return errStoreCheckTimeout
 	}
+}
+
+// check pings the store and, unless a later check has replaced it, keeps
+// the answer; a panic in Ping is a failed check, not a crash.
+func (h *Health) check(ctx context.Context, done chan struct{}) {
+	var err error
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("ferryhttp: the store check panicked: %v", p)
+		}
+		h.mu.Lock()
+		if h.checking == done {
+			h.err, h.checked, h.checking = err, h.clock(), nil
+		}
+		h.mu.Unlock()
+		close(done)
+	}()
+	ctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
+	defer cancel()
+	err = h.Store.Ping(ctx)
 }
 
 // Starting makes /readyz fail, and Gate hold every other request off, until

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,43 +157,74 @@ func TestReadyzReusesTheStoreCheck(t *testing.T) {
 	}
 }
 
-// A probe waits for the running check no longer than its own context: one
-// whose prober hung up returns at once, and the check goes on, for the
-// probes after it.
-func TestReadyzProbeWaitsNoLongerThanItsContext(t *testing.T) {
+// A store check that hangs, its context ignored, holds no probe past its
+// prober's context nor past the check's timeout, and a probe after that
+// checks anew: readiness comes back with the store. A check that panics
+// is a failed one.
+func TestReadyzHungOrPanickingStoreCheck(t *testing.T) {
 	t.Parallel()
 	store := &hungPing{started: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(func() { close(store.release) })
 	h := &ferryhttp.Health{Store: store}
 	first := make(chan error, 1)
 	go func() { first <- h.StoreErr(context.Background()) }()
 	<-store.started
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	returned := make(chan error, 1)
-	go func() { returned <- h.StoreErr(gone) }()
-	select {
-	case err := <-returned:
-		if !errors.Is(err, context.Canceled) {
+	within(t, "a probe whose context ended", func() {
+		if err := h.StoreErr(gone); !errors.Is(err, context.Canceled) {
 			t.Errorf("a probe whose context ended: %v, want context.Canceled", err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("a probe whose context ended waited for the hung check")
-	}
-	close(store.release)
-	if err := <-first; err != nil {
-		t.Errorf("the probe that waited: %v, want the check's nil", err)
+	})
+	within(t, "the probe that waited for the hung check", func() {
+		if err := <-first; err == nil {
+			t.Error("the probe that waited for the hung check: nil, want an error")
+		}
+	})
+	within(t, "a probe after the hung check's timeout", func() {
+		if err := h.StoreErr(context.Background()); err != nil {
+			t.Errorf("a probe after the hung check's timeout: %v, want a new check's nil", err)
+		}
+	})
+
+	panicky := &ferryhttp.Health{Store: panicPing{}}
+	if err := panicky.StoreErr(context.Background()); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Errorf("a check that panicked: %v, want its error", err)
 	}
 }
 
-// hungPing is a store whose check starts, then hangs until released,
-// whatever its context says.
-type hungPing struct{ started, release chan struct{} }
+// within runs f, failing the test if it has not returned after a ceiling
+// only a probe stuck for good exceeds.
+func within(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not return", what)
+	}
+}
+
+// hungPing is a store whose first check hangs until released, whatever
+// its context says; the checks after it answer at once.
+type hungPing struct {
+	started, release chan struct{}
+	calls            atomic.Int32
+}
 
 func (p *hungPing) Ping(context.Context) error {
-	close(p.started)
-	<-p.release
+	if p.calls.Add(1) == 1 {
+		close(p.started)
+		<-p.release
+	}
 	return nil
 }
+
+// panicPing is a store whose check panics.
+type panicPing struct{}
+
+func (panicPing) Ping(context.Context) error { panic("ping bug") }
 
 // countedPings is a store that counts its checks, and fails them while
 // told to.
