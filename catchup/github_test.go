@@ -299,7 +299,7 @@ func TestGitHub(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("a rate-limit 403 failed the pass: %v", err)
+				t.Fatalf("an answer to wait for and retry failed the pass: %v", err)
 			}
 			wantCounts(t, res, 1, 1, 0)
 			mu.Lock()
