@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -658,13 +659,13 @@ func (d *Dashboard) replayConfirm(w http.ResponseWriter, r *http.Request) {
 	f := filterOf(r.URL.Query())
 	params, err := f.requeue()
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		badRequest(w, err)
 		return
 	}
 	params.Actor = actorOf(r.Context()) // a dry run records nothing, but is checked as the real one
 	norm, err := params.Normalize()
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		badRequest(w, err)
 		return
 	}
 	// The replay takes only events that exist now, so the count confirmed
@@ -700,7 +701,7 @@ func (d *Dashboard) replayMany(w http.ResponseWriter, r *http.Request) {
 	f := filterOf(r.PostForm)
 	params, err := f.requeue()
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		badRequest(w, err)
 		return
 	}
 	// upto is the confirmation's bound: events received since are not taken.
@@ -756,9 +757,19 @@ func renderPage(w http.ResponseWriter, pages *template.Template, log *slog.Logge
 	w.Write(buf.Bytes())
 }
 
+// badRequest answers 400 with err, a filter or form the dashboard refuses,
+// without the text err quotes: it comes from the link, and a link cannot
+// put words of its own on an operator's screen.
+func badRequest(w http.ResponseWriter, err error) {
+	http.Error(w, linkText.ReplaceAllString(err.Error(), "(the link's value, not shown)"), http.StatusBadRequest)
+}
+
+// linkText matches a Go-quoted string, as an error quotes a value it refuses.
+var linkText = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, op string, err error) {
 	if errors.Is(err, ferry.ErrInvalidParams) { // a filter no stored text matches
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		badRequest(w, err)
 		return
 	}
 	d.opts.Logger.Warn("ferry: dashboard: store error", "op", op, "path", r.URL.Path, "err", err)

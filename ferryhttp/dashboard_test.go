@@ -286,6 +286,13 @@ func TestDashboardFlashIsACode(t *testing.T) {
 	if _, body := testhttp.Get(t, b.server.URL+"/ui/?flash=replayed_many&n=3"); !strings.Contains(body, "replayed 3 events") {
 		t.Errorf("a bulk replay's flash code does not show its message:\n%s", body)
 	}
+	// Nor as a value the dashboard refuses: the 400 says what is wrong
+	// without repeating it.
+	for _, path := range []string{"/ui/?state=" + crafted, "/ui/replay?state=" + crafted} {
+		if code, body := testhttp.Get(t, b.server.URL+path); code != http.StatusBadRequest || strings.Contains(body, "evil.example") || !strings.Contains(body, "unknown state") {
+			t.Errorf("GET %s: %d %q, want 400 naming the state, not the link's text", path, code, body)
+		}
+	}
 }
 
 func TestDashboardReplayAndCSRF(t *testing.T) {
