@@ -51,6 +51,11 @@ func runEvery(ctx context.Context, interval time.Duration, fn func(context.Conte
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			// A tick and the end may be ready together; select picks
+			// either, and the end wins.
+			if ctx.Err() != nil {
+				return
+			}
 		}
 	}
 }

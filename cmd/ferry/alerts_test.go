@@ -189,18 +189,24 @@ func TestRunEvery(t *testing.T) {
 			t.Fatalf("%d calls before the first tick of an hour, want 1", calls)
 		}
 	})
-	t.Run("AgainOnEveryTick", func(t *testing.T) {
+	// The third call cancels once a tick is due, so that the end and the
+	// tick are ready together: twenty runs, so that a loop that may take
+	// the tick instead fails (one in 2^20 passes).
+	t.Run("AgainOnEveryTickNotAfterTheEnd", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		calls := 0
-		runEvery(ctx, time.Millisecond, func(context.Context) {
-			if calls++; calls == 3 {
-				cancel()
+		for range 20 {
+			ctx, cancel := context.WithCancel(context.Background())
+			calls := 0
+			runEvery(ctx, time.Millisecond, func(context.Context) {
+				if calls++; calls == 3 {
+					time.Sleep(5 * time.Millisecond) // a tick is due
+					cancel()
+				}
+			})
+			cancel()
+			if calls != 3 {
+				t.Fatalf("%d calls, want 3 (the third cancels)", calls)
 			}
-		})
-		if calls != 3 {
-			t.Fatalf("%d calls, want 3 (the third cancels)", calls)
 		}
 	})
 }
