@@ -159,12 +159,12 @@ func openStore(ctx context.Context, c *config.Config, work *ferry.Workload, use 
 	case "sqlite":
 		s, err := sqlite.Open(dsn, &sqlite.Config{MustExist: use == existingStore})
 		if errors.Is(err, fs.ErrNotExist) {
-			fix := "fix the path, or run ferry migrate to make a new store"
-			if relativeTo(dsn) != "" {
+			where, fix := relativeTo(dsn), "fix the path, or run ferry migrate to make a new store"
+			if where != "" {
 				// ferry migrate here would make a second, empty store.
 				fix = "run this command in the directory ferry serve runs in, or make store.url's path absolute"
 			}
-			return nil, nil, fmt.Errorf("%w: store.url: %w%s: %s", errConfig, err, relativeTo(dsn), fix)
+			return nil, nil, fmt.Errorf("%w: store.url: %w%s: %s", errConfig, err, where, fix)
 		}
 		if errors.Is(err, ferry.ErrInvalidParams) { // a path it cannot use: say where it looked
 			err = fmt.Errorf("%w%s", err, relativeTo(dsn))
