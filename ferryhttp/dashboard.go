@@ -12,13 +12,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ferry-inbox/ferry"
+	"github.com/ferry-inbox/ferry/internal/quoted"
 	"github.com/ferry-inbox/ferry/internal/typednil"
 )
 
@@ -761,11 +761,9 @@ func renderPage(w http.ResponseWriter, pages *template.Template, log *slog.Logge
 // without the text err quotes: it comes from the link, and a link cannot
 // put words of its own on an operator's screen.
 func badRequest(w http.ResponseWriter, err error) {
-	http.Error(w, linkText.ReplaceAllString(err.Error(), "(the link's value, not shown)"), http.StatusBadRequest)
+	msg, _ := quoted.Hide(err.Error(), "(the link's value, not shown)")
+	http.Error(w, msg, http.StatusBadRequest)
 }
-
-// linkText matches a Go-quoted string, as an error quotes a value it refuses.
-var linkText = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, op string, err error) {
 	if errors.Is(err, ferry.ErrInvalidParams) { // a filter no stored text matches

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/quoted"
 	"github.com/ferry-inbox/ferry/provider"
 )
 
@@ -687,10 +688,10 @@ func decodeError(err error) error {
 	if pe.LastKey != "" {
 		where += ", key " + pe.LastKey
 	}
-	msg := pe.Message
-	hidden := quoted.MatchString(msg) || outOfRange.MatchString(msg)
-	msg = quoted.ReplaceAllString(msg, notShown)
-	msg = outOfRange.ReplaceAllString(msg, notShown+" ${1}")
+	msg, hidden := quoted.Hide(pe.Message, notShown)
+	if outOfRange.MatchString(msg) {
+		msg, hidden = outOfRange.ReplaceAllString(msg, notShown+" ${1}"), true
+	}
 	if hidden {
 		msg += `; a string value goes in double quotes, like token = "${FERRY_ADMIN_TOKEN}"`
 	}
@@ -727,9 +728,6 @@ func mismatchFix(msg string) string {
 	}
 	return ""
 }
-
-// quoted matches a Go-quoted string, as the parser quotes what it found.
-var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // outOfRange matches the parser's refusal of a number too large for its
 // type, which names the number unquoted.
