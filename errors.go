@@ -23,9 +23,11 @@ var (
 	// ErrTxDone is returned by TxStore.EventCompleteTx when tx was already
 	// committed or rolled back, and wrapped by TxStore.InTx's error when fn
 	// failed after ending tx: a TxHandlerFunc that ended Ferry's
-	// transaction itself. Its writes may have committed without the
-	// event's done, so the client records the event dead rather than
-	// repeat them with every retry. It wraps the driver's error.
+	// transaction itself, or went on after a failed statement that made
+	// SQLite roll it back (a full disk). Its writes may have committed
+	// without the event's done, so the client records the event dead
+	// rather than repeat them with every retry. It wraps the driver's
+	// error.
 	ErrTxDone = errors.New("ferry: transaction already committed or rolled back")
 
 	// ErrInvalidParams is returned for params a store cannot act on (an empty

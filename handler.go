@@ -181,7 +181,7 @@ func (h txHandler[TX]) run(ctx context.Context, d *Delivery) (bool, error) {
 // the rest from the handler's own Redacted, if it has one.
 type txEndedError struct{ err error }
 
-const txEndedText = "ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx): dead, not retried, since its writes may have committed without the event's done: "
+const txEndedText = "ferry: the handler committed or rolled back Ferry's transaction itself (never call Commit or Rollback on tx), or SQLite rolled it back after a statement in it failed: dead, not retried, since its writes may have committed without the event's done: "
 
 func (e txEndedError) Error() string    { return txEndedText + e.err.Error() }
 func (e txEndedError) Unwrap() error    { return e.err }

@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/ferry-inbox/ferry"
 )
@@ -70,11 +74,35 @@ func (s *Store) EventCompleteTx(ctx context.Context, tx *sql.Tx, params *ferry.E
 	if err := params.Validate(); err != nil {
 		return wrap("event complete", err)
 	}
-	err := s.complete(ctx, tx, params)
+	err := liveTx(ctx, tx)
+	if err == nil {
+		err = s.complete(ctx, tx, params)
+	}
 	if errors.Is(err, sql.ErrTxDone) {
 		err = fmt.Errorf("%w: %w", ferry.ErrTxDone, err)
 	}
 	return wrap("event complete", err)
+}
+
+// liveTx returns ErrTxDone if tx's connection has left its transaction.
+// On a full disk or an I/O error SQLite may roll the whole transaction back,
+// not just the statement that failed, and database/sql is not told: each
+// later statement of tx commits on its own, and a completion would mark the
+// event done beside writes that are gone. A BEGIN fails only inside a
+// transaction, so one that succeeds is undone at once.
+func liveTx(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, "BEGIN")
+	if err != nil {
+		var e *msqlite.Error
+		if errors.As(err, &e) && e.Code() == sqlite3.SQLITE_ERROR && strings.Contains(e.Error(), "within a transaction") {
+			return nil
+		}
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "ROLLBACK"); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: SQLite rolled the transaction back after a statement in it failed", ferry.ErrTxDone)
 }
 
 // EventCompleteMany completes every lease that still holds in one write

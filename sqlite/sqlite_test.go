@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -388,6 +389,46 @@ func TestDiskFullLeavesNothing(t *testing.T) {
 	}
 	if len(list.Events) != stored {
 		t.Errorf("%d events listed, %d acknowledged: a failed receive left a row", len(list.Events), stored)
+	}
+}
+
+// A full disk can make SQLite roll a whole transaction back, not just the
+// statement that failed, without database/sql knowing: each later
+// statement of tx then commits on its own. A handler that goes on past such
+// an error must not get its event marked done beside writes that are gone.
+func TestCompleteTxRefusesATransactionSQLiteRolledBack(t *testing.T) {
+	t.Parallel()
+	b := setupConfig(t, &sqlite.Config{MaxPageCount: 60})
+	ctx := t.Context()
+	if _, err := b.store.DB().ExecContext(ctx, `CREATE TABLE effect (k TEXT, v BLOB)`); err != nil {
+		t.Fatal(err)
+	}
+	id := b.receive(t, "s", "e-1")
+	lease := b.claim(t)
+	var fullErr error
+	err := b.store.InTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO effect VALUES ('first', 'x')`); err != nil {
+			return err
+		}
+		_, fullErr = tx.ExecContext(ctx, `INSERT INTO effect VALUES ('big', ?)`, bytes.Repeat([]byte("y"), 1<<20))
+		return b.store.EventCompleteTx(ctx, tx, &ferry.EventCompleteParams{Lease: lease})
+	})
+	if fullErr == nil {
+		t.Fatal("the 1 MiB insert fit: the database is not full, so this tests nothing")
+	}
+	if !errors.Is(err, ferry.ErrTxDone) {
+		t.Errorf("InTx = %v, want ErrTxDone", err)
+	}
+	var effects int
+	if err := b.store.DB().QueryRowContext(ctx, `SELECT count(*) FROM effect`).Scan(&effects); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.get(t, id); e.State == ferry.StateDone {
+		t.Errorf("event done beside %d of the handler's writes: its transaction was rolled back before the completion", effects)
+	}
+	// The one write connection is not left in a transaction.
+	if _, err := b.store.EventHeartbeat(ctx, &ferry.EventHeartbeatParams{Lease: lease, TTL: ttl}); err != nil {
+		t.Errorf("heartbeat after the refused completion: %v", err)
 	}
 }
 
