@@ -419,7 +419,9 @@ func (s *Store) DB() *sql.DB { return s.db }
 // InTx runs fn in a new write transaction (BEGIN IMMEDIATE), committing if
 // fn returns nil and rolling back, and returning fn's error, otherwise. fn
 // must do all its work through tx: the Store's other write methods would
-// wait for the one write connection that tx holds.
+// wait for the one write connection that tx holds. So do every worker's
+// heartbeats: fn must finish well inside the lease TTL less a heartbeat
+// interval, or the leases held meanwhile, fn's own included, lapse.
 func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	var fnErr error
 	ended := false
