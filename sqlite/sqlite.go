@@ -510,12 +510,33 @@ const pingWriteTimeout = 200 * time.Millisecond
 // Migrate applies the migrations the database lacks, in order, in one
 // write transaction. It is idempotent, and safe when several processes call
 // it at once: BEGIN IMMEDIATE makes the second wait, and it then finds
-// nothing left to do.
+// nothing left to do. A wait past the busy timeout (a migration of another
+// process building an index over a large store) is tried again until ctx
+// ends, as PostgreSQL's migrations wait for their lock.
 func (s *Store) Migrate(ctx context.Context) error {
 	all, err := ferry.ReadMigrations(migrations, "migration")
 	if err != nil {
 		return wrap("migrate", err)
 	}
+	for {
+		err := s.migrate(ctx, all)
+		var e *msqlite.Error
+		if !errors.As(err, &e) || e.Code()&0xff != sqlite3.SQLITE_BUSY {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(migrateBusyPause):
+		}
+	}
+}
+
+// migrateBusyPause is how long Migrate waits after a busy timeout before
+// it asks for the write lock again.
+const migrateBusyPause = 100 * time.Millisecond
+
+func (s *Store) migrate(ctx context.Context, all []ferry.Migration) error {
 	return s.writeTx(ctx, "migrate", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, migrationTableSQL); err != nil {
 			return err

@@ -319,6 +319,41 @@ func TestMigrate(t *testing.T) {
 		}
 	})
 
+	// Another process holding the write lock past the busy timeout (its
+	// migration building an index over a large store) delays Migrate; it
+	// does not fail it.
+	t.Run("WaitsPastTheBusyTimeout", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "ferry.db")
+		holder, err := sqlite.Open(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close()
+		store, err := sqlite.Open("file:"+path+"?_pragma=busy_timeout(1000)", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		tx, err := holder.DB().BeginTx(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(t.Context(), `CREATE TABLE held (x)`); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- store.Migrate(t.Context()) }()
+		time.Sleep(2500 * time.Millisecond) // past store's 1 s busy timeout, twice
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Migrate behind a lock held past the busy timeout: %v", err)
+		}
+	})
+
 	t.Run("ConcurrentProcesses", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "ferry.db")
