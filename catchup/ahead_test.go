@@ -108,6 +108,32 @@ func TestCheckpointAheadOfTheProvider(t *testing.T) {
 	})
 }
 
+// A host whose clock is behind the provider's by more than the overlap
+// finds a checkpoint written by a host that was right later than its now.
+// The provider's Date shows the checkpoint is not ahead, so the pass keeps
+// it: listing from the lookback would wind it back by the lookback and
+// relist three days on every pass until the clock was fixed.
+func TestSlowHostKeepsTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	const slow = 20 * time.Minute
+	b := setupStripe(t, StripeOptions{})
+	b.now = base.Add(-slow)
+	b.fake.date = func() time.Time { return b.now.Add(slow) }
+	written := base.Add(-2 * time.Minute)
+	putCheckpoint(t, b, written)
+	b.fake.addType("evt_1", "invoice.paid", base.Add(-time.Hour))
+	res := b.pass(t, PassOptions{})
+	if cp, _ := checkpoint(t, b.store, "stripe"); !cp.Equal(written) {
+		t.Errorf("checkpoint %v, want it kept at %v", cp, written)
+	}
+	if want := res.To.Add(-DefaultOverlap); !res.From.Equal(want) || res.Fetched != 0 {
+		t.Errorf("window from %v, fetched %d; want the last overlap, from %v, and nothing relisted", res.From, res.Fetched, want)
+	}
+	if !strings.Contains(strings.Join(res.Warnings, "\n"), "this host runs slow") {
+		t.Errorf("warnings %q: want the slow clock named", res.Warnings)
+	}
+}
+
 func putCheckpoint(t *testing.T, b *stripeBundle, at time.Time) {
 	t.Helper()
 	err := b.store.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: CheckpointName("stripe"), Value: at.Format(time.RFC3339Nano)})

@@ -388,6 +388,7 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 // pass is one Pass. distrust drops the checkpoint as one later than now
 // would be; ahead reports that the provider's first answer showed it so.
 func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res *Result, ahead bool, err error) {
+	probe := false // the checkpoint is later than this host's now: whose clock is off?
 	lookback := orDefault(r.Lookback, DefaultLookback)
 	overlap := orDefault(r.Overlap, DefaultOverlap)
 	settle := max(orDefault(r.Settle, DefaultSettle), 0)
@@ -411,15 +412,22 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			checkpoint = cp.UpdatedAt
 		}
 		// A checkpoint later than now by more than the overlap was written
-		// by a clock ahead (on SQLite the store's time is this host's too)
-		// that has since stepped back; distrust is Pass's second run after
-		// the provider's clock showed it ahead. What lies between is
-		// unknown, so the pass starts at the lookback. Within the overlap, a
-		// reader's clock a little behind the writer's, the overlap covers it.
-		if distrust || checkpoint.After(now.Add(overlap)) {
+		// by a clock ahead (on SQLite the store's time is the writer's host's
+		// too) that has since stepped back, or this host's clock is behind.
+		// Only the provider's clock tells which: the pass lists the last
+		// overlap and compares the checkpoint with the answer's Date, or with
+		// this host's clock when no answer carries one. distrust is Pass's
+		// second run, once either showed the checkpoint ahead: what lies
+		// between is unknown, so the pass starts at the lookback. Within the
+		// overlap, a reader's clock a little behind the writer's, the
+		// overlap covers it.
+		switch {
+		case distrust:
 			r.log().Warn("catchup: checkpoint later than now (a clock that ran ahead); starting from the lookback",
 				"source", r.Source, "checkpoint", checkpoint, "now", now)
 			checkpoint = time.Time{}
+		case checkpoint.After(now.Add(overlap)) && opts.Since == 0:
+			probe = true
 		}
 	}
 
@@ -439,6 +447,8 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 	switch {
 	case opts.Since > 0:
 		res.From = now.Add(-opts.Since)
+	case probe:
+		res.From = res.To.Add(-overlap)
 	case checkpoint.IsZero():
 		res.From = floor
 	default:
@@ -472,7 +482,7 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 	if start.IsZero() {
 		start = floor
 	}
-	advance := !opts.DryRun && (!res.From.After(start) || !res.From.After(reach))
+	advance := !opts.DryRun && !probe && (!res.From.After(start) || !res.From.After(reach))
 	ctx, bound := r.providerBound(ctx, res, now, overlap, settle)
 	ctx = withPassClock(ctx, r.now)
 	// refused is the first ErrRefusedForNow or failed fetch of the pass,
@@ -564,6 +574,16 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			}
 			checkpoint = end
 			res.Advanced, res.Checkpoint = true, end
+		}
+	}
+	if probe && !ahead {
+		if date := bound(); date.IsZero() {
+			ahead = true // no answer told the provider's clock: this host's says ahead
+		} else {
+			w := fmt.Sprintf("the checkpoint %s is later than this host's now but not the provider's (its Date: %s): this host runs slow, so the checkpoint is kept and this pass listed only the last overlap; set the host's clock right (NTP)",
+				checkpoint.Format(time.RFC3339), date.Format(time.RFC3339))
+			res.Warnings = append(res.Warnings, w)
+			r.log().Warn("catchup: checkpoint ahead of this host", "source", r.Source, "warning", w)
 		}
 	}
 	if refused != nil {

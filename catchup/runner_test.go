@@ -150,30 +150,36 @@ func TestRunner(t *testing.T) {
 
 	// On SQLite the store's clock is the host's: a host an hour fast writes
 	// the checkpoint and its time of writing alike, then its clock steps
-	// back. The checkpoint is later than now, so the pass starts at the
-	// lookback instead of waiting an hour and skipping what came between.
-	t.Run("CheckpointAheadOfNowStartsAtTheLookback", func(t *testing.T) {
-		t.Parallel()
-		b := setupStripe(t, StripeOptions{})
-		fast := base.Add(time.Hour)
-		b.store = teststore.SQLite(t, &sqlite.Config{Now: func() time.Time { return fast }})
-		b.runner.Store = b.store
-		if err := b.store.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: CheckpointName("stripe"), Value: fast.Add(-DefaultSettle).Format(time.RFC3339Nano)}); err != nil {
-			t.Fatal(err)
-		}
-		b.fake.add(1, base.Add(5*time.Minute), "after_step")
-		b.now = base.Add(10 * time.Minute) // the clock stepped back
-		res := b.pass(t, PassOptions{})
-		if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_after_step000"}); err != nil {
-			t.Fatalf("an event after the step back was not fetched: %v", err)
-		}
-		if !res.From.Equal(b.now.Add(-DefaultLookback)) || !res.Advanced {
-			t.Fatalf("window from %v, advanced %v; want the lookback, %v, and the checkpoint moved", res.From, res.Advanced, b.now.Add(-DefaultLookback))
-		}
-		if !strings.Contains(b.logsText(), "checkpoint later than now") {
-			t.Fatalf("the reset was not logged:\n%s", b.logsText())
-		}
-	})
+	// back. The checkpoint is later than now, and than the provider's now
+	// (or no answer tells that), so the pass starts at the lookback instead
+	// of waiting an hour and skipping what came between.
+	for name, noDate := range map[string]bool{"CheckpointAheadOfNowStartsAtTheLookback": false, "CheckpointAheadOfNowWithNoDateStartsAtTheLookback": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupStripe(t, StripeOptions{})
+			if noDate {
+				b.fake.date = func() time.Time { return time.Time{} }
+			}
+			fast := base.Add(time.Hour)
+			b.store = teststore.SQLite(t, &sqlite.Config{Now: func() time.Time { return fast }})
+			b.runner.Store = b.store
+			if err := b.store.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: CheckpointName("stripe"), Value: fast.Add(-DefaultSettle).Format(time.RFC3339Nano)}); err != nil {
+				t.Fatal(err)
+			}
+			b.fake.add(1, base.Add(5*time.Minute), "after_step")
+			b.now = base.Add(10 * time.Minute) // the clock stepped back
+			res := b.pass(t, PassOptions{})
+			if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "stripe", EventID: "evt_after_step000"}); err != nil {
+				t.Fatalf("an event after the step back was not fetched: %v", err)
+			}
+			if !res.From.Equal(b.now.Add(-DefaultLookback)) || !res.Advanced {
+				t.Fatalf("window from %v, advanced %v; want the lookback, %v, and the checkpoint moved", res.From, res.Advanced, b.now.Add(-DefaultLookback))
+			}
+			if !strings.Contains(b.logsText(), "checkpoint later than now") {
+				t.Fatalf("the reset was not logged:\n%s", b.logsText())
+			}
+		})
+	}
 
 	// A reader a few minutes behind the writer (reconcile on a laptop just
 	// after serve's pass) keeps the checkpoint: the overlap covers the
