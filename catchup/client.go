@@ -53,7 +53,8 @@ type apiClient struct {
 	rate    float64
 	backoff time.Duration // first backoff; doubles per try
 	// limitWait, when set, is the least wait of a rate limit that names
-	// none, or is a secondary limit (GitHub's); it doubles per try.
+	// none, or is a secondary limit (GitHub's); it doubles with each limit
+	// answered to the same request.
 	limitWait time.Duration
 	// authorize sets the request's credentials.
 	authorize func(ctx context.Context, req *http.Request) error
@@ -208,6 +209,7 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 	}
 	path := u.Path
 	asked := false // reauthorize, after a 401
+	limits := 0    // rate limits answered so far
 	for try := 1; ; try++ {
 		if err := c.wait(ctx); err != nil {
 			return nil, nil, err
@@ -281,12 +283,16 @@ func (c *apiClient) try(ctx context.Context, method, rawURL string, body []byte)
 				if !providerDate.IsZero() {
 					clock = providerDate
 				}
-				again, wait := retryable(resp, data, clock, c.limitWait<<(try-1))
+				again, wait := retryable(resp, data, clock, c.limitWait<<limits)
+				limited := again && resp.StatusCode < 500
 				err = &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: c.snippet(data),
 					ContentType: resp.Header.Get("Content-Type"), NotJSON: !json.Valid(data),
-					RateLimited: again && resp.StatusCode < 500}
+					RateLimited: limited}
 				if !again {
 					return nil, nil, err
+				}
+				if limited {
+					limits++
 				}
 				retryAfter = wait
 			}

@@ -342,17 +342,21 @@ func TestGitHub(t *testing.T) {
 		body       string
 		headers    map[string]string
 		limits     int           // answers before the API lets the request through
-		wantWaits  time.Duration // the least time from the first answer to the retry
+		wantWaits  time.Duration // the least time from the first limit to the retry
 		wantFailed bool
+		lead       int // 502s the API answers before its limits
 	}{
-		"Secondary403WithoutHeaders":         {http.StatusForbidden, secondary, nil, 1, time.Minute, false},
-		"Secondary403WithRemainingAbove0":    {http.StatusForbidden, secondary, map[string]string{"X-RateLimit-Remaining": "4321"}, 1, time.Minute, false},
-		"Secondary403RetryAfterLongerIsKept": {http.StatusForbidden, secondary, map[string]string{"Retry-After": "90"}, 1, 90 * time.Second, false},
-		"Secondary429WithoutHeaders":         {http.StatusTooManyRequests, secondary, nil, 1, time.Minute, false},
-		"Plain429WithoutHeaders":             {http.StatusTooManyRequests, `{"message":"Too many requests"}`, nil, 1, time.Minute, false},
-		"SecondaryAgainWaitsLonger":          {http.StatusForbidden, secondary, nil, 2, 3 * time.Minute, false},
+		"Secondary403WithoutHeaders":         {http.StatusForbidden, secondary, nil, 1, time.Minute, false, 0},
+		"Secondary403WithRemainingAbove0":    {http.StatusForbidden, secondary, map[string]string{"X-RateLimit-Remaining": "4321"}, 1, time.Minute, false, 0},
+		"Secondary403RetryAfterLongerIsKept": {http.StatusForbidden, secondary, map[string]string{"Retry-After": "90"}, 1, 90 * time.Second, false, 0},
+		"Secondary429WithoutHeaders":         {http.StatusTooManyRequests, secondary, nil, 1, time.Minute, false, 0},
+		"Plain429WithoutHeaders":             {http.StatusTooManyRequests, `{"message":"Too many requests"}`, nil, 1, time.Minute, false, 0},
+		"SecondaryAgainWaitsLonger":          {http.StatusForbidden, secondary, nil, 2, 3 * time.Minute, false, 0},
 		// 1m, 2m, then 4m: past maxWait, so the pass fails as a limit.
-		"SecondaryPastTheWaitFailsAsALimit": {http.StatusForbidden, secondary, nil, 3, 0, true},
+		"SecondaryPastTheWaitFailsAsALimit": {http.StatusForbidden, secondary, nil, 3, 0, true, 0},
+		// The wait doubles with each limit, not with each try: after two
+		// 502s the first limit still waits a minute.
+		"SecondaryAfter5xxWaitsAMinute": {http.StatusForbidden, secondary, nil, 1, time.Minute, false, 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -367,7 +371,12 @@ func TestGitHub(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				starts = append(starts, clock.Now())
-				if len(starts) > tc.limits {
+				if len(starts) <= tc.lead {
+					w.WriteHeader(http.StatusBadGateway)
+					fmt.Fprint(w, `{"message":"Server Error"}`)
+					return true
+				}
+				if len(starts) > tc.lead+tc.limits {
 					return false
 				}
 				for k, v := range tc.headers {
@@ -394,7 +403,7 @@ func TestGitHub(t *testing.T) {
 				t.Fatalf("a rate limit failed the pass: %v", err)
 			}
 			wantCounts(t, res, 1, 1, 0)
-			if waited := starts[tc.limits].Sub(starts[0]); waited < tc.wantWaits {
+			if waited := starts[tc.lead+tc.limits].Sub(starts[tc.lead]); waited < tc.wantWaits {
 				t.Fatalf("retried %v after the first limit, want at least %v", waited, tc.wantWaits)
 			}
 		})
