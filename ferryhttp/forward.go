@@ -53,8 +53,8 @@ type ForwarderOptions struct {
 	// TracerProvider, if set, makes each request a client span, a child of
 	// the handler's context (the attempt's span, when the Client traces),
 	// and sends its W3C traceparent and tracestate to the app, so the app's
-	// own spans join the trace. The URL is recorded without its query.
-	// Defaults to none: no span, no trace header.
+	// own spans join the trace. The URL is recorded as its scheme and host
+	// only. Defaults to none: no span, no trace header.
 	TracerProvider trace.TracerProvider
 }
 
@@ -216,7 +216,7 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	err = &appError{status: resp.Status, snippet: snippet}
+	err = &appError{status: resp.StatusCode, snippet: snippet}
 	if !retryable(resp.StatusCode) {
 		return ferry.Permanent(err)
 	}
@@ -241,16 +241,23 @@ func retryable(status int) bool {
 // Redacted text, which is all a log line gets, keeps only the status and
 // size, since an app may echo the payload back.
 type appError struct {
-	status  string
+	status  int
 	snippet []byte
 }
 
 func (e *appError) Error() string {
-	return fmt.Sprintf("forward: app answered %s: %q", e.status, e.snippet)
+	return fmt.Sprintf("forward: app answered %s: %q", statusText(e.status), e.snippet)
 }
 
 func (e *appError) Redacted() string {
-	return fmt.Sprintf("forward: app answered %s (%d-byte body)", e.status, len(e.snippet))
+	return fmt.Sprintf("forward: app answered %s (%d-byte body)", statusText(e.status), len(e.snippet))
+}
+
+// statusText names an answer's status by its code and the standard text for
+// it ("400 Bad Request"), never by the reason phrase the app wrote: that is
+// the app's words, of any length, and may echo the payload.
+func statusText(code int) string {
+	return strings.TrimSpace(strconv.Itoa(code) + " " + http.StatusText(code))
 }
 
 // forwarded reports whether a header kept with the event goes to the app

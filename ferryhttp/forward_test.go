@@ -1,11 +1,15 @@
 package ferryhttp_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -17,6 +21,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
+	"github.com/ferry-inbox/ferry/internal/testtrace"
 	"github.com/ferry-inbox/ferry/provider"
 	"github.com/ferry-inbox/ferry/sqlite"
 	"github.com/ferry-inbox/ferry/storetest"
@@ -381,6 +386,100 @@ func TestForwarderStatus(t *testing.T) {
 			t.Errorf("a redirect was followed %d times", n)
 		}
 	})
+}
+
+// An app may write a reason phrase of its own, of any length, echoing the
+// payload ("HTTP/1.1 400 bad payload {...}"): the error names the status
+// by its code and standard text. A log line and the forward span get no
+// word of the app's, not its reason phrase and not its body.
+func TestForwarderKeepsTheAppsWordsOutOfTheLog(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	reason := "bad payload PAYLOADMARK " + strings.Repeat("R", 32<<10)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(conn)); err != nil {
+					return
+				}
+				fmt.Fprintf(conn, "HTTP/1.1 400 %s\r\nContent-Length: 15\r\nConnection: close\r\n\r\nBODYMARK echoed", reason)
+			}()
+		}
+	}()
+	rec, tp := testtrace.NewRecorder()
+	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: "http://" + ln.Addr().String(), TracerProvider: tp})
+	err = f.Handle(context.Background(), testDelivery())
+	var r interface{ Redacted() string }
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want one with a Redacted text", err)
+	}
+	if got := r.Redacted(); got != "forward: app answered 400 Bad Request (15-byte body)" {
+		t.Errorf("Redacted() = %.200q, want the status and size only", got)
+	}
+	if msg := err.Error(); strings.Contains(msg, "PAYLOADMARK") || !strings.Contains(msg, "400 Bad Request") || !strings.Contains(msg, "BODYMARK") {
+		t.Errorf("Error() = %.200q, want the standard status text and the body's start, not the reason phrase", msg)
+	}
+	if s := oneSpan(t, rec); s.Status().Description != "400 Bad Request" {
+		t.Errorf("span status %.200q, want the standard status text", s.Status().Description)
+	}
+}
+
+// An app that answers without end is read no further than the ledger's
+// snippet and a megabyte drained for the connection's reuse.
+func TestForwarderReadsABoundedAnswer(t *testing.T) {
+	t.Parallel()
+	srv, _ := app(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		chunk := bytes.Repeat([]byte("x"), 32<<10)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	var read atomic.Int64
+	client := &http.Client{Transport: countingTransport{base: http.DefaultTransport, read: &read}}
+	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL, Client: client, Timeout: time.Minute})
+	if err := f.Handle(context.Background(), testDelivery()); err == nil {
+		t.Fatal("a 502 forwarded without error")
+	}
+	if n, most := read.Load(), int64(ferry.ResponseLimit+1<<20); n > most {
+		t.Errorf("read %d bytes of the answer, want at most %d", n, most)
+	}
+}
+
+// countingTransport adds the bytes read from each response body to read.
+type countingTransport struct {
+	base http.RoundTripper
+	read *atomic.Int64
+}
+
+func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(req)
+	if err == nil {
+		resp.Body = countingBody{ReadCloser: resp.Body, read: c.read}
+	}
+	return resp, err
+}
+
+type countingBody struct {
+	io.ReadCloser
+	read *atomic.Int64
+}
+
+func (b countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.read.Add(int64(n))
+	return n, err
 }
 
 func TestForwarderNetworkErrors(t *testing.T) {

@@ -179,16 +179,16 @@ func (t *tracingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	span.SetAttributes(attrHTTPStatus.Int(resp.StatusCode))
 	if resp.StatusCode >= 400 {
 		span.SetAttributes(attrErrorType.String(strconv.Itoa(resp.StatusCode)))
-		span.SetStatus(codes.Error, resp.Status)
+		span.SetStatus(codes.Error, statusText(resp.StatusCode))
 	}
 	return resp, nil
 }
 
-// spanURL is u without its query, fragment and credentials: a forward URL
-// may carry the app's token, and a span is read by more people than the
-// config.
+// spanURL is u's scheme and host only: a forward URL may carry the app's
+// token in its path ("/hooks/<token>") as well as in its query or
+// credentials, and a span is read by more people than the config.
 func spanURL(u *url.URL) string {
-	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
 }
 
 func errorType(err error) string {

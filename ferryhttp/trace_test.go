@@ -316,12 +316,12 @@ func TestForwarderTracing(t *testing.T) {
 
 	// The forward is a client span, a child of the attempt; the app gets
 	// its traceparent (the forward span's context) and the tracestate, so
-	// the app's spans join the trace. The span's URL has no query.
+	// the app's spans join the trace. The span's URL has no path or query.
 	t.Run("ClientSpanAndTraceparentToTheApp", func(t *testing.T) {
 		t.Parallel()
 		srv, got := app(t, nil)
 		rec, tp := testtrace.NewRecorder()
-		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "/hooks?token=APP-TOKEN-9d", TracerProvider: tp})
+		f := newForwarder(t, ferryhttp.ForwarderOptions{URL: srv.URL + "/hooks/PATH-TOKEN-7c?token=APP-TOKEN-9d", TracerProvider: tp})
 		ctx, attempt := parent(t, tp)
 		if err := f.Handle(ctx, testDelivery()); err != nil {
 			t.Fatal(err)
@@ -349,7 +349,7 @@ func TestForwarderTracing(t *testing.T) {
 			t.Errorf("app got tracestate %q, want %q", r.header.Get("Tracestate"), providerTracestate)
 		}
 		wantAttrs(t, fwd, map[attribute.Key]string{
-			"http.request.method": "POST", "http.response.status_code": "200", "url.full": srv.URL + "/hooks",
+			"http.request.method": "POST", "http.response.status_code": "200", "url.full": srv.URL,
 			"server.address": "127.0.0.1", "server.port": srv.URL[strings.LastIndex(srv.URL, ":")+1:],
 		})
 		if fwd.Name() != "POST" || fwd.Status().Code == codes.Error {
