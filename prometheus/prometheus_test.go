@@ -476,3 +476,27 @@ func TestStatsCacheAnswersWithinItsTTL(t *testing.T) {
 		}
 	}
 }
+
+// Scrapes at once (two Prometheus servers, a scrape and ferry doctor) each
+// export one read whole: a read for one never changes what another is
+// exporting (the race detector catches a shared field read unlocked).
+func TestStatsConcurrentScrapes(t *testing.T) {
+	t.Parallel()
+	store := teststore.SQLite(t, nil)
+	reg := prom.NewRegistry()
+	reg.MustRegister(prometheus.NewStatsCollector(prometheus.StatsOptions{
+		Store: store, Sources: []string{"stripe"}, CatchupSources: []string{"stripe"}, CacheTTL: time.Nanosecond,
+	}))
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 10 {
+				if _, err := reg.Gather(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -42,14 +42,20 @@ type StatsCollector struct {
 	events, oldestPending, oldestDue, oldestInProgress, leaseExpired, unfinished, atRisk, oldestAtRisk, replays, up *prom.Desc
 	partitions, oldestPartition, archiveAhead, writable, checkpointAge                                              *prom.Desc
 
-	mu          sync.Mutex
+	mu      sync.Mutex
+	last    snapshot
+	err     error
+	pingErr error
+	readAt  time.Time
+	hasRead bool
+}
+
+// snapshot is one read of the store, which a scrape exports whole: a
+// concurrent scrape's read replaces it, never changes it.
+type snapshot struct {
 	stats       *ferry.EventStats
 	archive     *ferry.ArchiveInfo
 	checkpoints map[string]time.Time // catch-up source → its checkpoint
-	err         error
-	pingErr     error
-	readAt      time.Time
-	hasRead     bool
 }
 
 // DefaultCacheTTL is StatsOptions.CacheTTL's default, 10 seconds.
@@ -100,7 +106,8 @@ func (c *StatsCollector) Describe(ch chan<- *prom.Desc) {
 // fails, only ferry_stats_up (0) and ferry_store_writable are exported:
 // stale gauges would lie.
 func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
-	stats, writable, err := c.read()
+	snap, writable, err := c.read()
+	stats := snap.stats
 	if writable {
 		ch <- prom.MustNewConstMetric(c.writable, prom.GaugeValue, 1)
 	} else {
@@ -138,7 +145,7 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 	for _, s := range stats.Sources {
 		emit(s)
 	}
-	if a := c.archive; a != nil {
+	if a := snap.archive; a != nil {
 		gauge(c.partitions, float64(a.Partitions))
 		oldest := 0.0
 		if !a.Oldest.IsZero() {
@@ -153,7 +160,7 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 			gauge(c.archiveAhead, ahead)
 		}
 	}
-	for source, at := range c.checkpoints {
+	for source, at := range snap.checkpoints {
 		gauge(c.checkpointAge, age(at), source)
 	}
 	for _, name := range c.opts.Sources {
@@ -165,11 +172,11 @@ func (c *StatsCollector) Collect(ch chan<- prom.Metric) {
 
 // read returns the cached snapshot, reading the store if it is stale. The
 // lock makes concurrent scrapes wait for one read instead of each running it.
-func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err error) {
+func (c *StatsCollector) read() (snap snapshot, writable bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hasRead && c.opts.Now().Sub(c.readAt) < c.opts.CacheTTL {
-		return c.stats, c.storeWritable(), c.err
+		return c.last, c.storeWritable(), c.err
 	}
 	// Every instance sees 503s stop when /readyz takes them out of the
 	// load balancer: the write check's gauge still says why. It runs beside
@@ -186,15 +193,16 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 	defer cancel()
 	params := c.opts.Params
 	params.AtRiskLimit = 0
-	c.stats, c.err = c.opts.Store.EventStats(ctx, &params)
+	c.last = snapshot{}
+	c.last.stats, c.err = c.opts.Store.EventStats(ctx, &params)
 	if c.err == nil {
-		c.archive, c.err = c.opts.Store.ArchiveInfo(ctx)
+		c.last.archive, c.err = c.opts.Store.ArchiveInfo(ctx)
 	}
 	if c.err == nil {
 		// Its own error: a checkpoint read that fails leaves its gauges out
 		// (FerryCatchupFailing then counts the source as never moved), and
 		// never takes the store's gauges or ferry_stats_up down with it.
-		c.checkpoints = c.readCheckpoints(ctx)
+		c.last.checkpoints = c.readCheckpoints(ctx)
 	}
 	select {
 	case c.pingErr = <-pinged:
@@ -202,7 +210,7 @@ func (c *StatsCollector) read() (stats *ferry.EventStats, writable bool, err err
 		c.pingErr = ctx.Err()
 	}
 	c.readAt, c.hasRead = c.opts.Now(), true
-	return c.stats, c.storeWritable(), c.err
+	return c.last, c.storeWritable(), c.err
 }
 
 // readCheckpoints reads each catch-up source's checkpoint: the state every
