@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/ferryhttp"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/internal/testtrace"
 	"github.com/ferry-inbox/ferry/provider"
@@ -394,11 +394,7 @@ func TestForwarderStatus(t *testing.T) {
 // word of the app's, not its reason phrase and not its body.
 func TestForwarderKeepsTheAppsWordsOutOfTheLog(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := testhttp.Listen(t)
 	reason := "bad payload PAYLOADMARK " + strings.Repeat("R", 32<<10)
 	go func() {
 		for {
@@ -417,7 +413,7 @@ func TestForwarderKeepsTheAppsWordsOutOfTheLog(t *testing.T) {
 	}()
 	rec, tp := testtrace.NewRecorder()
 	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: "http://" + ln.Addr().String(), TracerProvider: tp})
-	err = f.Handle(context.Background(), testDelivery())
+	err := f.Handle(context.Background(), testDelivery())
 	var r interface{ Redacted() string }
 	if !errors.As(err, &r) {
 		t.Fatalf("err = %v, want one with a Redacted text", err)

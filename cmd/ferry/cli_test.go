@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-inbox/ferry"
 	"github.com/ferry-inbox/ferry/catchup"
 	"github.com/ferry-inbox/ferry/internal/pgtest"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 	"github.com/ferry-inbox/ferry/sqlite"
 )
@@ -219,11 +220,7 @@ func TestNoSchemaStopsEveryCommand(t *testing.T) {
 // than holding it for as long as TCP lets it.
 func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := testhttp.Listen(t)
 	go func() {
 		var held []net.Conn // accepted, never answered
 		defer func() {
@@ -245,7 +242,7 @@ func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
 	cmd := exec.CommandContext(ctx, ferryBin, "events", "list", "--config", cfg)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailed || !strings.Contains(stderr.String(), "the server did not answer within the connect timeout: store.url's connect_timeout or PGCONNECT_TIMEOUT, else 15s") || strings.Contains(stderr.String(), "sekrit") {
 		t.Errorf("events list on a server that never answers: %v, want exit %d saying it did not answer within the connect timeout, without the password:\n%s", err, exitFailed, stderr.String())
 	}
@@ -256,10 +253,7 @@ func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
 // fix once, on its own line.
 func TestUnreachablePostgresNamesStoreURL(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testhttp.Listen(t)
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now: the connection is refused
 	cfg := writeCLIConfig(t, "postgres://ferry:sekrit@"+addr+"/test?sslmode=disable", "")
@@ -403,11 +397,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// An app that accepts connections, so only the case under test fails.
-	app, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { app.Close() })
+	app := testhttp.Listen(t)
 	go func() {
 		for {
 			c, err := app.Accept()

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 )
 
 func TestHealthcheck(t *testing.T) {
@@ -19,10 +20,7 @@ func TestHealthcheck(t *testing.T) {
 		t.Errorf("healthcheck on a 404: exit %d, want 1", code)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testhttp.Listen(t)
 	closed := ln.Addr().String()
 	ln.Close()
 	if _, _, code := runFerry(t, "healthcheck", "--url", "http://"+closed+"/readyz"); code != 1 {

@@ -109,10 +109,7 @@ func TestServerClosesIdleConnections(t *testing.T) {
 	t.Parallel()
 	const idle = 200 * time.Millisecond
 	srv := newServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), slog.New(slog.DiscardHandler), idle)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testhttp.Listen(t)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 

@@ -515,11 +515,7 @@ func TestServe(t *testing.T) {
 			t.Fatalf("--listen nohost: exit %d, stderr %q: want 2 naming http.listen", code, stderr)
 		}
 		// A port another process holds names the key and the likely cause.
-		taken, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer taken.Close()
+		taken := testhttp.Listen(t)
 		_, stderr, code = runFerry(t, "serve", "--config", cfg, "--listen", taken.Addr().String())
 		if code != 1 || !strings.Contains(stderr, "http.listen "+taken.Addr().String()) || !strings.Contains(stderr, "another process holds that port (a ferry serve already running with this config?): stop it, or give http.listen (or --listen) another port") {
 			t.Fatalf("--listen on a taken port: exit %d, stderr %q: want 1 naming http.listen and the fix", code, stderr)
@@ -868,11 +864,7 @@ func TestPublicServerTimeoutsCoverAReceipt(t *testing.T) {
 // event on each try (its attempts, and a forward it may have sent).
 func TestServeAdminPortInUseClaimsNothing(t *testing.T) {
 	t.Parallel()
-	held, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
+	held := testhttp.Listen(t)
 	app, appSrv := newDownstream(t, func(int, *http.Request) int { return http.StatusOK })
 	dbPath := filepath.Join(t.TempDir(), "ferry.db")
 	st := teststore.SQLiteAt(t, dbPath, nil)

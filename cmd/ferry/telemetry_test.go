@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/ferry-inbox/ferry/ferrytest"
 	"github.com/ferry-inbox/ferry/internal/config"
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/teststore"
 )
 
@@ -403,10 +403,7 @@ func (g *grpcCollector) Export(_ context.Context, req *coltracepb.ExportTraceSer
 // flushes what the batch processor holds.
 func TestTracingOverGRPC(t *testing.T) {
 	t.Parallel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testhttp.Listen(t)
 	collector := &grpcCollector{otlp: &otlpCollector{}}
 	srv := grpc.NewServer()
 	coltracepb.RegisterTraceServiceServer(srv, collector)

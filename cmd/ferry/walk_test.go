@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-inbox/ferry/internal/testhttp"
 	"github.com/ferry-inbox/ferry/internal/testlog"
 )
 
@@ -263,11 +263,8 @@ func waitMatch(t *testing.T, limit time.Duration, what string, expect []string, 
 // freeAddr is a loopback address no one listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := testhttp.Listen(t)
+	ln.Close()
 	return ln.Addr().String()
 }
 

@@ -14,6 +14,18 @@ import (
 	"time"
 )
 
+// Listen returns a TCP listener on a free loopback port, closed when t
+// ends (closing it sooner is fine).
+func Listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
 // PartialPost opens a connection to addr and sends a POST of path with
 // header and a Content-Length of length, then body (shorter than length, or
 // empty), and nothing more: a sender that stalls. The connection closes
