@@ -108,8 +108,12 @@ func advanced(res *catchup.Result, err error) string {
 // (a hook or installation that does not exist, or credentials that may not
 // see it): catchup cannot, as it does not know the config's keys. A 401 or
 // 403 that is not JSON is a proxy's or gateway's page, no verdict on the
-// key: the key is not blamed.
+// key: the key is not blamed. Nor is it, or the hook, for one event the
+// provider refused for now in a pass that listed with them.
 func nameRefusedKey(cfg *config.Config, name string, err error) error {
+	if errors.Is(err, catchup.ErrRefusedForNow) {
+		return err
+	}
 	se, ok := errors.AsType[*catchup.StatusError](err)
 	if ok && se.Status == http.StatusNotFound && !se.NotJSON {
 		if keys := cfg.CatchupNotFoundKeys(name); keys != "" {

@@ -458,4 +458,10 @@ types = ["*"]
 			}
 		}
 	}
+	// One delivery's fetch refused, in a pass that listed the hook with
+	// the token: neither is to blame.
+	refused := fmt.Errorf("pass: get delivery 7: %w: %w", catchup.ErrRefusedForNow, &catchup.StatusError{Status: http.StatusNotFound, Body: `{"message":"Not Found"}`})
+	if got := nameRefusedKey(cfg, "gh", refused).Error(); strings.Contains(got, "catchup.hook") || strings.Contains(got, "catchup.token") {
+		t.Errorf("one delivery refused for now: %q; want no setting named", got)
+	}
 }
