@@ -409,6 +409,35 @@ func TestGitHub(t *testing.T) {
 		})
 	}
 
+	// A redelivery gets an id after every delivery since, so one event's
+	// attempts often stand on two pages: it is one event, listed and
+	// fetched once, by its latest attempt.
+	t.Run("AttemptsOnTwoPagesAreOneEvent", func(t *testing.T) {
+		t.Parallel()
+		b := setupGitHub(t, GitHubOptions{})
+		at := base.Add(-2 * time.Hour)
+		b.fake.add("split", "push", at, 500)
+		for i := range 120 {
+			b.fake.add(fmt.Sprintf("ok-%03d", i), "push", at.Add(time.Minute), 200)
+			b.delivered(t, fmt.Sprintf("ok-%03d", i))
+		}
+		b.fake.add("split", "push", at.Add(time.Hour), 502) // redelivered, failed again
+		res := b.pass(t, PassOptions{})
+		wantCounts(t, res, 121, 1, 120)
+		fetches := 0
+		for _, p := range b.fake.requests.all() {
+			if !strings.Contains(p, "/deliveries?") {
+				fetches++
+				if !strings.HasSuffix(p, "/deliveries/122") {
+					t.Errorf("fetched %s, want the latest attempt, 122", p)
+				}
+			}
+		}
+		if fetches != 1 {
+			t.Errorf("%d fetches, want 1", fetches)
+		}
+	})
+
 	t.Run("LinkPagingGroupsByGUIDAndFetchesOnlyTheMissing", func(t *testing.T) {
 		t.Parallel()
 		b := setupGitHub(t, GitHubOptions{})
