@@ -2,6 +2,9 @@ package catchup
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +134,53 @@ func TestSlowHostKeepsTheCheckpoint(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(res.Warnings, "\n"), "this host runs slow") {
 		t.Errorf("warnings %q: want the slow clock named", res.Warnings)
+	}
+}
+
+// A fetch refused in the pass that finds the checkpoint ahead (here, by
+// asking the provider about the last overlap) does not keep the pass from
+// listing again from the lookback: an event between the two is taken.
+func TestCheckpointAheadFoundBesideARefusedFetch(t *testing.T) {
+	t.Parallel()
+	b := setupGitHub(t, GitHubOptions{})
+	b.now = base
+	if err := b.store.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: CheckpointName("github"), Value: base.Add(time.Hour).Format(time.RFC3339Nano)}); err != nil {
+		t.Fatal(err)
+	}
+	b.fake.add("gap", "push", base.Add(-30*time.Minute), 500)   // delivery 1
+	b.fake.add("recent", "push", base.Add(-5*time.Minute), 500) // delivery 2, in the last overlap
+	b.fake.limit = func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.HasSuffix(r.URL.Path, "/deliveries/2") {
+			return false
+		}
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"message":"Not Found"}`)
+		return true
+	}
+	_, err := b.runner.Pass(context.Background(), PassOptions{})
+	if !errors.Is(err, ErrRefusedForNow) {
+		t.Fatalf("err = %v, want the refused fetch named", err)
+	}
+	if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "gap"}); err != nil {
+		t.Fatalf("the event before the last overlap was not taken: %v\n%s", err, b.logsText())
+	}
+}
+
+// --since with a checkpoint later than this host's now, and no answer that
+// gives the provider's clock: the pass keeps the checkpoint and says how to
+// move it back.
+func TestSinceWithACheckpointAheadAndNoDate(t *testing.T) {
+	t.Parallel()
+	b := setupStripe(t, StripeOptions{})
+	b.fake.date = func() time.Time { return time.Time{} }
+	b.now = base
+	putCheckpoint(t, b, base.Add(time.Hour))
+	res := b.pass(t, PassOptions{Since: 2 * time.Hour})
+	if !strings.Contains(strings.Join(res.Warnings, "\n"), "run again without --since") {
+		t.Errorf("warnings %q: want how to move the checkpoint back", res.Warnings)
+	}
+	if cp, _ := checkpoint(t, b.store, "stripe"); !cp.Equal(base.Add(time.Hour)) {
+		t.Errorf("checkpoint %v, want it kept", cp)
 	}
 }
 

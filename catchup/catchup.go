@@ -355,7 +355,7 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 		return nil, err
 	}
 	res, ahead, err := r.pass(ctx, opts, false)
-	if err != nil || !ahead || opts.Since > 0 {
+	if !ahead || opts.Since > 0 {
 		return res, err
 	}
 	// The provider's first answer showed the checkpoint later than its now
@@ -364,7 +364,9 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	// there, so the pass lists again from the lookback, and moves the
 	// checkpoint back to what it listed. Left to the next pass, the gap
 	// would be lost once the provider's clock came within the overlap of
-	// the checkpoint. (--since lists its own window: it says so instead.)
+	// the checkpoint. A fetch the first refused or failed does not stop
+	// this: the second lists it again. (--since lists its own window: it
+	// says so instead.)
 	again, _, err := r.pass(ctx, opts, true)
 	if again == nil {
 		return res, err
@@ -388,7 +390,9 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 // pass is one Pass. distrust drops the checkpoint as one later than now
 // would be; ahead reports that the provider's first answer showed it so.
 func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res *Result, ahead bool, err error) {
-	probe := false // the checkpoint is later than this host's now: whose clock is off?
+	// future: the checkpoint is later than this host's now by more than
+	// the overlap (whose clock is off?); probe: this pass asks the provider.
+	future, probe := false, false
 	lookback := orDefault(r.Lookback, DefaultLookback)
 	overlap := orDefault(r.Overlap, DefaultOverlap)
 	settle := max(orDefault(r.Settle, DefaultSettle), 0)
@@ -426,8 +430,8 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			r.log().Warn("catchup: checkpoint later than now (a clock that ran ahead); starting from the lookback",
 				"source", r.Source, "checkpoint", checkpoint, "now", now)
 			checkpoint = time.Time{}
-		case checkpoint.After(now.Add(overlap)) && opts.Since == 0:
-			probe = true
+		case checkpoint.After(now.Add(overlap)):
+			future, probe = true, opts.Since == 0
 		}
 	}
 
@@ -576,12 +580,23 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			res.Advanced, res.Checkpoint = true, end
 		}
 	}
-	if probe && !ahead {
-		if date := bound(); date.IsZero() {
+	if future && !ahead {
+		var w string
+		switch date := bound(); {
+		case date.IsZero() && probe:
 			ahead = true // no answer told the provider's clock: this host's says ahead
-		} else {
-			w := fmt.Sprintf("the checkpoint %s is later than this host's now but not the provider's (its Date: %s): this host runs slow, so the checkpoint is kept and this pass listed only the last overlap; set the host's clock right (NTP)",
-				checkpoint.Format(time.RFC3339), date.Format(time.RFC3339))
+		case date.IsZero():
+			w = fmt.Sprintf("the checkpoint %s is later than this host's now by more than the overlap %s, and no answer gave the provider's clock: run again without --since to list from the lookback and move it back",
+				checkpoint.Format(time.RFC3339), overlap)
+		default:
+			listed := ""
+			if probe {
+				listed = ", and each pass lists only the last overlap until this host's clock nears it"
+			}
+			w = fmt.Sprintf("the checkpoint %s is later than this host's now, but not later than the provider's (its Date: %s) by more than the overlap %s: this host runs slow, so the checkpoint is kept%s; set the host's clock right (NTP)",
+				checkpoint.Format(time.RFC3339), date.Format(time.RFC3339), overlap, listed)
+		}
+		if w != "" {
 			res.Warnings = append(res.Warnings, w)
 			r.log().Warn("catchup: checkpoint ahead of this host", "source", r.Source, "warning", w)
 		}
