@@ -1,6 +1,10 @@
 package sqlite
 
-import "github.com/ferry-inbox/ferry"
+import (
+	"time"
+
+	"github.com/ferry-inbox/ferry"
+)
 
 // ClaimDueSQL is the claim's due-event query, for plan checks.
 func ClaimDueSQL() string { return eventClaimManyDueSQL }
@@ -28,3 +32,7 @@ var ClaimPreviousSQL = eventClaimManyPreviousSQL
 // Durable is durable, the read-back check behind Open's refusals, for a
 // test on a connection Open did not set up.
 var Durable = durable
+
+// SetMigrateBusyLimit bounds s's Migrate wait for another process's write
+// lock to d.
+func SetMigrateBusyLimit(s *Store, d time.Duration) { s.migrateBusyLimit = d }

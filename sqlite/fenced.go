@@ -99,10 +99,9 @@ func liveTx(ctx context.Context, tx *sql.Tx) error {
 		}
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "ROLLBACK"); err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: SQLite rolled the transaction back after a statement in it failed", ferry.ErrTxDone)
+	// The verdict stands whatever ctx does now; the BEGIN must not stay.
+	_, err = tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+	return errors.Join(fmt.Errorf("%w: SQLite rolled the transaction back after a statement in it failed", ferry.ErrTxDone), err)
 }
 
 // EventCompleteMany completes every lease that still holds in one write

@@ -81,6 +81,9 @@ type Store struct {
 	db     *sql.DB // one connection, BEGIN IMMEDIATE: every write
 	readDB *sql.DB // read-only connections for Get and List
 	now    func() time.Time
+	// migrateBusyLimit bounds Migrate's wait for another process's write
+	// lock: defaultMigrateBusyLimit, shorter in tests.
+	migrateBusyLimit time.Duration
 
 	mu          sync.Mutex
 	subscribers map[chan struct{}]struct{}
@@ -169,11 +172,12 @@ func Open(path string, config *Config) (*Store, error) {
 		now = time.Now
 	}
 	s := &Store{
-		db:          db,
-		readDB:      readDB,
-		now:         now,
-		subscribers: make(map[chan struct{}]struct{}),
-		closed:      make(chan struct{}),
+		db:               db,
+		readDB:           readDB,
+		now:              now,
+		migrateBusyLimit: defaultMigrateBusyLimit,
+		subscribers:      make(map[chan struct{}]struct{}),
+		closed:           make(chan struct{}),
 	}
 	return s, nil
 }
@@ -511,18 +515,23 @@ const pingWriteTimeout = 200 * time.Millisecond
 // write transaction. It is idempotent, and safe when several processes call
 // it at once: BEGIN IMMEDIATE makes the second wait, and it then finds
 // nothing left to do. A wait past the busy timeout (a migration of another
-// process building an index over a large store) is tried again until ctx
-// ends, as PostgreSQL's migrations wait for their lock.
+// process building an index over a large store) is tried again, until ctx
+// ends or 5 minutes have passed (a sqlite3 shell left inside BEGIN holds
+// the lock for good): then it fails, saying so, with nothing changed.
 func (s *Store) Migrate(ctx context.Context) error {
 	all, err := ferry.ReadMigrations(migrations, "migration")
 	if err != nil {
 		return wrap("migrate", err)
 	}
+	start := time.Now()
 	for {
 		err := s.migrate(ctx, all)
 		var e *msqlite.Error
 		if !errors.As(err, &e) || e.Code()&0xff != sqlite3.SQLITE_BUSY {
 			return err
+		}
+		if waited := time.Since(start); waited >= s.migrateBusyLimit {
+			return fmt.Errorf("%w: it waited %s for the write lock another process holds (a migration over a large store, or a sqlite3 shell inside a transaction); nothing was changed: retry once that process is done", err, waited.Round(time.Second))
 		}
 		select {
 		case <-ctx.Done():
@@ -535,6 +544,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 // migrateBusyPause is how long Migrate waits after a busy timeout before
 // it asks for the write lock again.
 const migrateBusyPause = 100 * time.Millisecond
+
+// defaultMigrateBusyLimit bounds Migrate's wait for another process's
+// write lock.
+const defaultMigrateBusyLimit = 5 * time.Minute
 
 func (s *Store) migrate(ctx context.Context, all []ferry.Migration) error {
 	return s.writeTx(ctx, "migrate", func(tx *sql.Tx) error {

@@ -319,38 +319,62 @@ func TestMigrate(t *testing.T) {
 		}
 	})
 
-	// Another process holding the write lock past the busy timeout (its
-	// migration building an index over a large store) delays Migrate; it
-	// does not fail it.
-	t.Run("WaitsPastTheBusyTimeout", func(t *testing.T) {
-		t.Parallel()
+	// heldByAnother opens a store whose busy timeout is 1 s on a file
+	// whose write lock another process's transaction holds until commit.
+	heldByAnother := func(t *testing.T) (store *sqlite.Store, commit func()) {
 		path := filepath.Join(t.TempDir(), "ferry.db")
 		holder, err := sqlite.Open(path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer holder.Close()
-		store, err := sqlite.Open("file:"+path+"?_pragma=busy_timeout(1000)", nil)
+		t.Cleanup(func() { holder.Close() })
+		store, err = sqlite.Open("file:"+path+"?_pragma=busy_timeout(1000)", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer store.Close()
+		t.Cleanup(func() { store.Close() })
 		tx, err := holder.DB().BeginTx(t.Context(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback()
+		t.Cleanup(func() { tx.Rollback() })
 		if _, err := tx.ExecContext(t.Context(), `CREATE TABLE held (x)`); err != nil {
 			t.Fatal(err)
 		}
+		return store, func() {
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// Another process holding the write lock past the busy timeout (its
+	// migration building an index over a large store) delays Migrate; it
+	// does not fail it.
+	t.Run("WaitsPastTheBusyTimeout", func(t *testing.T) {
+		t.Parallel()
+		store, commit := heldByAnother(t)
 		done := make(chan error, 1)
 		go func() { done <- store.Migrate(t.Context()) }()
 		time.Sleep(2500 * time.Millisecond) // past store's 1 s busy timeout, twice
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commit()
 		if err := <-done; err != nil {
 			t.Errorf("Migrate behind a lock held past the busy timeout: %v", err)
+		}
+	})
+
+	// A lock held for good (a sqlite3 shell left inside BEGIN) fails
+	// Migrate once its bound has passed, saying why, with nothing changed.
+	t.Run("GivesUpOnALockHeldForGood", func(t *testing.T) {
+		t.Parallel()
+		store, _ := heldByAnother(t)
+		sqlite.SetMigrateBusyLimit(store, 1500*time.Millisecond)
+		err := store.Migrate(t.Context())
+		if err == nil || !strings.Contains(err.Error(), "for the write lock another process holds") || !strings.Contains(err.Error(), "nothing was changed") {
+			t.Fatalf("Migrate behind a lock held for good: %v, want it to give up saying why", err)
+		}
+		if plan, err := store.MigratePlan(t.Context()); err != nil || len(plan) == 0 {
+			t.Errorf("MigratePlan after giving up = %d steps, %v; want every migration still to apply", len(plan), err)
 		}
 	})
 
