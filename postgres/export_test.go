@@ -37,6 +37,10 @@ func StatsArgs(s *Store, params *ferry.EventStatsParams) pgx.NamedArgs { return 
 // PurgeKeys is one batch of the dedupe keys' purge, of one source or all.
 var PurgeKeys = (*Store).purgeKeys
 
+// ArchiveDefaultPurgeSQL is maintenance's purge of the default partition,
+// which a lock-order test runs on its own.
+var ArchiveDefaultPurgeSQL = archiveDefaultPurgeSQL
+
 // ArchiveKeysPurgeSQL, EventClaimManySQL, EventListSQL and the requeue's
 // two are the statements whose plans plan_test.go reads.
 var (

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-inbox/ferry"
@@ -43,9 +44,9 @@ func lockOrderStore(t *testing.T, config *postgres.Config) (*postgres.Store, *pg
 	return st, pool, waiting
 }
 
-// blockRow locks event id in a transaction of its own until the returned
-// func commits it.
-func blockRow(t *testing.T, pool *pgxpool.Pool, id int64) (release func()) {
+// blockRow locks row id of table in a transaction of its own until the
+// returned func commits it.
+func blockRow(t *testing.T, pool *pgxpool.Pool, table string, id int64) (release func()) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -62,7 +63,7 @@ func blockRow(t *testing.T, pool *pgxpool.Pool, id int64) (release func()) {
 		}
 	}
 	t.Cleanup(release)
-	if _, err := tx.Exec(ctx, `SELECT id FROM ferry_event WHERE id = $1 FOR UPDATE`, id); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT id FROM `+table+` WHERE id = $1 FOR UPDATE`, id); err != nil {
 		t.Fatal(err)
 	}
 	return release
@@ -100,7 +101,7 @@ func TestRequeueBesideResolveLocksInIDOrder(t *testing.T) {
 	// 2 is dead before 1 is unknown: its row also comes first in the heap.
 	execSQL(t, pool, `UPDATE ferry_event SET state = 'dead' WHERE id = $1`, second)
 	execSQL(t, pool, `UPDATE ferry_event SET state = 'unknown' WHERE id = $1`, first)
-	release := blockRow(t, pool, first)
+	release := blockRow(t, pool, "ferry_event", first)
 
 	resolved := inBackground(func() error {
 		_, err := st.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{first, second}, Actor: "alice"})
@@ -134,7 +135,7 @@ func TestRequeueLocksLiveEventsBeforeTheArchive(t *testing.T) {
 	if _, err := st.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{second}, Actor: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	release := blockRow(t, pool, first)
+	release := blockRow(t, pool, "ferry_event", first)
 
 	requeued := inBackground(func() error {
 		_, err := st.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{first, second}, Actor: "bob"})
@@ -168,7 +169,7 @@ func TestHoldClaimSkipsALockedLease(t *testing.T) {
 		t.Fatalf("claim: %d, %v", len(claims), err)
 	}
 	clock.Advance(2 * time.Minute)
-	release := blockRow(t, pool, first)
+	release := blockRow(t, pool, "ferry_event", first)
 
 	claimed := inBackground(func() error {
 		_, err := st.EventClaimMany(ctx, hold)
@@ -223,7 +224,7 @@ func TestReceiveManyLocksInIDOrder(t *testing.T) {
 			// 2 is updated before 1: its row also comes first in the heap.
 			execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, second)
 			execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, first)
-			release := blockRow(t, pool, first)
+			release := blockRow(t, pool, "ferry_event", first)
 
 			received := inBackground(func() error { return receiveBatch(st, window, "a", "b") })
 			until(t, "the receipts to wait on event 1", func() bool { return waiting(1) })
@@ -268,6 +269,148 @@ func TestReceiptBatchLocksKeysBeforeEvents(t *testing.T) {
 	}
 	if got := eventOf(t, st, id).Deliveries; got != 2 {
 		t.Errorf("evt_1 has %d deliveries, want 2", got)
+	}
+}
+
+// A receipt batch counts its deliveries on archived events in id order,
+// as a requeue or a purge of archived events locks them, though it names
+// them in key order: with "a" on event 2 before "b" on event 1, it would
+// hold 2 while it waits for 1, and a bulk replay of both that holds 1
+// would wait for it in turn.
+func TestReceiveManyLocksArchivedEventsInIDOrder(t *testing.T) {
+	t.Parallel()
+	clock := storetest.NewClock()
+	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
+	archiveDays(t, pool, clock)
+	first, second := archiveTwo(t, st, pool, clock, "b", "a")
+	release := blockRow(t, pool, "ferry_event_done", first)
+
+	received := inBackground(func() error { return receiveBatch(st, 0, "a", "b") })
+	until(t, "the receipts to wait on archived event 1", func() bool { return waiting(1) })
+	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the receipts wait for event 1")
+	release()
+	if err := <-received; err != nil {
+		t.Errorf("receive many: %v", err)
+	}
+	for _, id := range []int64{first, second} {
+		if got := eventOf(t, st, id).Deliveries; got != 2 {
+			t.Errorf("archived event %d has %d deliveries, want 2", id, got)
+		}
+	}
+}
+
+// A purge deletes a source's archived events in id order, as a redelivery
+// or a requeue of archived events locks them, though it finds them by
+// completion time: with event 2 completed before event 1, it would hold 2
+// while it waits for 1, and a receipt batch counting deliveries on both
+// that holds 1 would wait for it in turn.
+func TestPurgeLocksArchivedEventsInIDOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
+	archiveDays(t, pool, clock)
+	first, second := archiveTwo(t, st, pool, clock, "evt_1", "evt_2")
+	clock.Advance(2 * time.Hour)
+	release := blockRow(t, pool, "ferry_event_done", first)
+
+	var n int
+	purged := inBackground(func() (err error) {
+		n, err = st.EventPurge(ctx, &ferry.EventPurgeParams{Source: "stripe", Retention: time.Hour, ReplayWindow: time.Hour})
+		return err
+	})
+	until(t, "the purge to wait on archived event 1", func() bool { return waiting(1) })
+	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the purge waits for event 1")
+	release()
+	if err := <-purged; err != nil || n != 2 {
+		t.Errorf("purge = %d, %v; want 2", n, err)
+	}
+}
+
+// Maintenance deletes the default partition's archived events past
+// retention in id order too, whatever their order in its heap.
+func TestArchiveDefaultPurgeLocksInIDOrder(t *testing.T) {
+	t.Parallel()
+	clock := storetest.NewClock()
+	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
+	// No maintenance has run: both are in the default partition, 2 first.
+	first, second := archiveTwo(t, st, pool, clock, "evt_1", "evt_2")
+	clock.Advance(2 * time.Hour)
+	release := blockRow(t, pool, "ferry_event_done", first)
+
+	var n int
+	purged := inBackground(func() error {
+		return st.Pool().QueryRow(context.Background(), postgres.ArchiveDefaultPurgeSQL, pgx.NamedArgs{
+			"now": clock.Now(), "retention_us": time.Hour.Microseconds(),
+		}).Scan(&n)
+	})
+	until(t, "the purge to wait on archived event 1", func() bool { return waiting(1) })
+	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the purge waits for event 1")
+	release()
+	if err := <-purged; err != nil || n != 2 {
+		t.Errorf("default partition's purge = %d, %v; want 2", n, err)
+	}
+}
+
+// A bulk replay of done events takes them out of the archive in id order,
+// as a redelivery or a purge of archived events locks them, though it reads
+// them in the archive's order: with event 2 archived before event 1, it
+// would hold 2 while it waits for 1, and a receipt batch counting
+// deliveries on both that holds 1 would wait for it in turn.
+func TestRequeueLocksArchivedEventsInIDOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
+	archiveDays(t, pool, clock)
+	first, second := archiveTwo(t, st, pool, clock, "evt_1", "evt_2")
+	release := blockRow(t, pool, "ferry_event_done", first)
+
+	requeued := inBackground(func() error {
+		_, err := st.EventRequeue(ctx, &ferry.EventRequeueParams{States: []ferry.State{ferry.StateDone}, Actor: "bob"})
+		return err
+	})
+	until(t, "the requeue to wait on archived event 1", func() bool { return waiting(1) })
+	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the requeue waits for event 1")
+	release()
+	if err := <-requeued; err != nil {
+		t.Fatalf("requeue: %v", err)
+	}
+	for _, id := range []int64{first, second} {
+		if got := eventOf(t, st, id).State; got != ferry.StatePending {
+			t.Errorf("event %d after the requeue: %s, want pending", id, got)
+		}
+	}
+}
+
+// archiveTwo receives stripe events keyed first and second (their ids
+// ascend) and resolves them, second first, the last second before a UTC
+// midnight on clock and at that midnight: 2's archived row comes first in
+// the heap, and completed first. If the archive has partitions of those
+// days (archiveDays), 2's is the earlier, whose rows a scan of the archive
+// reads first.
+func archiveTwo(t *testing.T, st *postgres.Store, pool *pgxpool.Pool, clock *storetest.Clock, first, second string) (int64, int64) {
+	t.Helper()
+	a, b := receiveTwo(t, st, first, second)
+	execSQL(t, pool, `UPDATE ferry_event SET state = 'dead' WHERE id IN ($1, $2)`, a, b)
+	now := clock.Now()
+	clock.Advance(now.Truncate(24 * time.Hour).Add(24*time.Hour - time.Second).Sub(now))
+	for _, id := range []int64{b, a} {
+		if _, err := st.EventResolve(context.Background(), &ferry.EventResolveParams{IDs: []int64{id}, Actor: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+	}
+	return a, b
+}
+
+// archiveDays gives the archive a partition of clock's UTC day and one of
+// the next, as maintenance creates them.
+func archiveDays(t *testing.T, pool *pgxpool.Pool, clock *storetest.Clock) {
+	t.Helper()
+	day := clock.Now().Truncate(24 * time.Hour)
+	for _, from := range []time.Time{day, day.Add(24 * time.Hour)} {
+		execSQL(t, pool, `SELECT ferry_archive_create($1::date, $2::date, $3)`, from, from.Add(24*time.Hour), clock.Now())
 	}
 }
 

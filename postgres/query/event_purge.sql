@@ -7,10 +7,24 @@
 WITH clock AS (
     SELECT coalesce(@now::timestamptz, statement_timestamp()) AS now
 ),
-purged AS (
-    DELETE FROM ferry_event_done
+-- Rows are locked in id order first, as a redelivery or a requeue of
+-- archived events locks them, so that none of them waits on this in a
+-- cycle.
+locked AS (
+    SELECT id, completed_at FROM ferry_event_done
     WHERE source = @source::text
       AND completed_at <= (SELECT now FROM clock) - @retention_us::bigint * interval '1 microsecond'
-    RETURNING id, source, completed_at
+    ORDER BY id
+    FOR UPDATE
+),
+-- The delete repeats the condition, so it reads only the days the lock
+-- read, not every partition to join them.
+purged AS (
+    DELETE FROM ferry_event_done e
+    USING locked
+    WHERE e.source = @source::text
+      AND e.completed_at <= (SELECT now FROM clock) - @retention_us::bigint * interval '1 microsecond'
+      AND e.id = locked.id AND e.completed_at = locked.completed_at
+    RETURNING e.id, e.source, e.completed_at
 )
 SELECT ferry_done_forget(array_agg(id), array_agg(source), array_agg(completed_at)) FROM purged;

@@ -28,19 +28,33 @@ requeued AS (
     WHERE e.id = locked.id
     RETURNING e.id
 ),
--- The archive's rows are taken after the live rows are locked (the count
--- of locked, a one-time filter, runs first), as a receipt takes them: a
+-- The archive's rows are locked after the live rows are (the count of
+-- locked, a one-time filter, runs first), as a receipt takes them: a
 -- receipt holding a live event and counting a delivery on an archived one
--- would otherwise wait on this while this waits on it.
-unarchived AS (
-    DELETE FROM ferry_event_done
+-- would otherwise wait on this while this waits on it. They are locked in
+-- id order too, as a redelivery or a purge of archived events locks them.
+archive_locked AS (
+    -- Named apart from the columns the rule reads, which the delete reads too.
+    SELECT id AS locked_id, completed_at AS locked_at FROM ferry_event_done
     -- The archive is read only when done events are asked for.
     WHERE 'done' = ANY(@states::text[]) AND (SELECT count(*) FROM locked) >= 0
       AND /* event_requeue_match.sql */
       -- Prunes the days before it: an event first delivered since @since
       -- completed since then too.
       AND completed_at >= coalesce(@since::timestamptz, '-infinity')
-    RETURNING *
+    ORDER BY id
+    FOR UPDATE
+),
+-- The delete repeats the condition, so it reads only what the lock read,
+-- not every partition to join them.
+unarchived AS (
+    DELETE FROM ferry_event_done e
+    USING archive_locked l
+    WHERE 'done' = ANY(@states::text[])
+      AND /* event_requeue_match.sql */
+      AND e.completed_at >= coalesce(@since::timestamptz, '-infinity')
+      AND e.id = l.locked_id AND e.completed_at = l.locked_at
+    RETURNING e.*
 ),
 restored AS (
     INSERT INTO ferry_event (id, source, event_id, type, payload, headers, payload_sha256, state,
