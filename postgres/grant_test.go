@@ -166,6 +166,23 @@ func everyOperation(t *testing.T, s *postgres.Store) {
 	check("EventFail to dead", err)
 	_, err = s.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{leases[2].ID}, Actor: "ops"})
 	check("EventResolve", err)
+	// The resolved event is archived: a batch with a replay window locks
+	// it, then counts a delivery on it; a requeue takes it back.
+	resolved, err := s.EventGet(ctx, &ferry.EventGetParams{ID: leases[2].ID})
+	check("EventGet of an archived event", err)
+	results, err := s.EventReceiveMany(ctx, &ferry.EventReceiveManyParams{Receipts: []*ferry.EventReceiveParams{
+		{Source: "ops", EventID: resolved.EventID, Type: "t", Payload: resolved.Payload, ReplayWindow: time.Hour},
+		{Source: "ops", EventID: "e", Type: "t", Payload: []byte(`{"n":5}`), ReplayWindow: time.Hour},
+	}})
+	check("EventReceiveMany with a replay window", err)
+	for _, r := range results {
+		check("EventReceiveMany with a replay window", r.Err)
+	}
+	if got, err := s.EventGet(ctx, &ferry.EventGetParams{ID: leases[2].ID}); err != nil || got.Deliveries != resolved.Deliveries+1 {
+		t.Fatalf("the archived event after its redelivery: %+v, %v; want one more delivery", got, err)
+	}
+	_, err = s.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{leases[2].ID}, Actor: "ops"})
+	check("EventRequeue of an archived event", err)
 
 	_, err = s.EventGet(ctx, &ferry.EventGetParams{ID: first})
 	check("EventGet", err)

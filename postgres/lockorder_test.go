@@ -274,28 +274,34 @@ func TestReceiptBatchLocksKeysBeforeEvents(t *testing.T) {
 
 // A receipt batch counts its deliveries on archived events in id order,
 // as a requeue or a purge of archived events locks them, though it names
-// them in key order: with "a" on event 2 before "b" on event 1, it would
-// hold 2 while it waits for 1, and a bulk replay of both that holds 1
-// would wait for it in turn.
+// them in key order (one statement) or stores them in arrival order (a
+// batch with a replay window, one statement a receipt): with "a" on event
+// 2 before "b" on event 1, it would hold 2 while it waits for 1, and a
+// bulk replay of both that holds 1 would wait for it in turn.
 func TestReceiveManyLocksArchivedEventsInIDOrder(t *testing.T) {
 	t.Parallel()
-	clock := storetest.NewClock()
-	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
-	archiveDays(t, pool, clock)
-	first, second := archiveTwo(t, st, pool, clock, "b", "a")
-	release := blockRow(t, pool, "ferry_event_done", first)
+	for _, window := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("ReplayWindow=%v", window), func(t *testing.T) {
+			t.Parallel()
+			clock := storetest.NewClock()
+			st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
+			archiveDays(t, pool, clock)
+			first, second := archiveTwo(t, st, pool, clock, "b", "a")
+			release := blockRow(t, pool, "ferry_event_done", first)
 
-	received := inBackground(func() error { return receiveBatch(st, 0, "a", "b") })
-	until(t, "the receipts to wait on archived event 1", func() bool { return waiting(1) })
-	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the receipts wait for event 1")
-	release()
-	if err := <-received; err != nil {
-		t.Errorf("receive many: %v", err)
-	}
-	for _, id := range []int64{first, second} {
-		if got := eventOf(t, st, id).Deliveries; got != 2 {
-			t.Errorf("archived event %d has %d deliveries, want 2", id, got)
-		}
+			received := inBackground(func() error { return receiveBatch(st, window, "a", "b") })
+			until(t, "the receipts to wait on archived event 1", func() bool { return waiting(1) })
+			wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the receipts wait for event 1")
+			release()
+			if err := <-received; err != nil {
+				t.Errorf("receive many: %v", err)
+			}
+			for _, id := range []int64{first, second} {
+				if got := eventOf(t, st, id).Deliveries; got != 2 {
+					t.Errorf("archived event %d has %d deliveries, want 2", id, got)
+				}
+			}
+		})
 	}
 }
 

@@ -124,8 +124,8 @@ func (s *Store) receiveAlone(ctx context.Context, r *receiveArgs, now any) (*fer
 
 // receiveLocked stores reqs in one transaction: every body's lock first,
 // in one order, then the known keys in key order and their events in id
-// order, as other receipts and completions lock them, then each receipt in
-// arrival order.
+// order, live ones before archived ones, as other receipts, completions,
+// requeues and purges lock them, then each receipt in arrival order.
 func (s *Store) receiveLocked(ctx context.Context, reqs []*receiveArgs, now any) ([]*ferry.EventReceiveResult, error) {
 	var keys []int32
 	for _, r := range reqs {

@@ -35,9 +35,10 @@ listed (object_ord, kind, name, privileges) AS (
            (16, 'FUNCTION', 'ferry_event_find', '{EXECUTE}'),
            (17, 'FUNCTION', 'ferry_event_lock_held', '{EXECUTE}'),
            (18, 'FUNCTION', 'ferry_event_done_redeliver', '{EXECUTE}'),
-           (19, 'FUNCTION', 'ferry_done_count_add', '{EXECUTE}'),
-           (20, 'FUNCTION', 'ferry_done_forget', '{EXECUTE}'),
-           (21, 'FUNCTION', 'ferry_receipt_channel', '{EXECUTE}')
+           (19, 'FUNCTION', 'ferry_event_done_lock', '{EXECUTE}'),
+           (20, 'FUNCTION', 'ferry_done_count_add', '{EXECUTE}'),
+           (21, 'FUNCTION', 'ferry_done_forget', '{EXECUTE}'),
+           (22, 'FUNCTION', 'ferry_receipt_channel', '{EXECUTE}')
 ),
 needed (ord, kind, name, privilege) AS (
     SELECT l.object_ord * 10 + p.n, l.kind, l.name, p.privilege
