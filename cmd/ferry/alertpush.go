@@ -319,7 +319,11 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 	if err := p.post(ctx, msg); err != nil {
 		return err
 	}
-	if err := p.remember(ctx, name, next); err != nil {
+	// Sent: the mark is written even if serve is stopping meanwhile, or the
+	// next holder of the lease would push the message again.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), alertRememberTimeout)
+	defer cancel()
+	if err := p.remember(rctx, name, next); err != nil {
 		if errors.Is(err, ferry.ErrLeaseLost) {
 			err = fmt.Errorf("%w: %w", errSentNotRemembered, err)
 		}
@@ -328,6 +332,10 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 	p.log.Info("ferry: alert pushed", "kind", rule.kind, "source", source, "new", msg.New, "total", msg.Total)
 	return nil
 }
+
+// alertRememberTimeout bounds the write of a sent message's mark, which a
+// stop does not cut short.
+const alertRememberTimeout = 5 * time.Second
 
 // errSentNotRemembered is a message pushed whose mark another instance's
 // lease kept from being written: that instance may push it again.

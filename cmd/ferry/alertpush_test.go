@@ -655,3 +655,42 @@ func TestAlertNamesAFewAndCountsTheRest(t *testing.T) {
 		t.Errorf("message names %d, New %d, Total %d; want %d, %d, %d\n%s", len(m.EventIDs), m.New, m.Total, alertNamesShown, n, n, m.Text)
 	}
 }
+
+// A stop that comes after a message was sent, before its mark is written,
+// does not keep the mark from being written: the next holder of the lease
+// would push the message again.
+func TestAlertPushRemembersASentMessageAtStop(t *testing.T) {
+	t.Parallel()
+	b, st := newAlertBundle(t, "sqlite")
+	if _, err := st.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(`{"v":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(`{"v":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	p := b.pusher(t, b.recv.url())
+	p.store = stopAtMark{Store: p.store, stop: stop}
+	p.check(ctx)
+	if got := b.recv.messages(); len(got) != 1 {
+		t.Fatalf("%d messages sent, want 1", len(got))
+	}
+	if _, err := st.CheckpointGet(b.ctx, &ferry.CheckpointGetParams{Name: "alerts:conflicting:stripe"}); err != nil {
+		t.Errorf("the sent message's mark: %v; want it written\n%s", err, b.log.String())
+	}
+}
+
+// stopAtMark is a store on which a stop arrives as an alert's mark is about
+// to be written.
+type stopAtMark struct {
+	ferry.Store
+	stop context.CancelFunc
+}
+
+func (s stopAtMark) CheckpointPut(ctx context.Context, p *ferry.CheckpointPutParams) error {
+	if strings.HasPrefix(p.Name, "alerts:") {
+		s.stop()
+	}
+	return s.Store.CheckpointPut(ctx, p)
+}
