@@ -220,23 +220,8 @@ func TestNoSchemaStopsEveryCommand(t *testing.T) {
 // than holding it for as long as TCP lets it.
 func TestCommandOnAServerThatNeverAnswers(t *testing.T) {
 	t.Parallel()
-	ln := testhttp.Listen(t)
-	go func() {
-		var held []net.Conn // accepted, never answered
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
-	cfg := writeCLIConfig(t, "postgres://ferry:sekrit@"+ln.Addr().String()+"/test?sslmode=disable", "")
+	addr, _ := neverAnswers(t)
+	cfg := writeCLIConfig(t, "postgres://ferry:sekrit@"+addr+"/test?sslmode=disable", "")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a ceiling only a hang reaches
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ferryBin, "events", "list", "--config", cfg)
@@ -783,4 +768,29 @@ func TestServeLogFormat(t *testing.T) {
 			t.Errorf("--log-format xml: exit %d, stderr %q; want %d and the choices", code, stderr, exitUsage)
 		}
 	})
+}
+
+// neverAnswers is the address of a server that takes every connection and
+// never answers, and a channel that receives once it has taken the first.
+func neverAnswers(t *testing.T) (addr string, taken <-chan struct{}) {
+	ln := testhttp.Listen(t)
+	first := make(chan struct{})
+	go func() {
+		var held []net.Conn // accepted, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if held = append(held, c); len(held) == 1 {
+				close(first)
+			}
+		}
+	}()
+	return ln.Addr().String(), first
 }

@@ -70,6 +70,7 @@ SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
 	if err != nil {
 		return err
 	}
+	stopTracing = sync.OnceFunc(stopTracing) // also called beside the store's close
 	defer stopTracing()
 
 	work := &ferry.Workload{}
@@ -88,9 +89,26 @@ SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
 	}
 	st, closeStore, err := openStore(ctx, cfg, work, use)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while connecting
+		}
 		return err
 	}
-	defer closeStore()
+	// Last, the store closes while the traces flush, within the flush's
+	// time: a PostgreSQL server that stopped answering would otherwise hold
+	// the exit for as long as the driver waits on it, past the stop budget
+	// deploy.md gives.
+	defer func() {
+		deadline := time.Now().Add(tracingFlushTimeout)
+		closed := make(chan struct{})
+		go func() { defer close(closed); closeStore() }()
+		stopTracing()
+		select {
+		case <-closed:
+		case <-time.After(time.Until(deadline)):
+			log.Warn("ferry: the store did not close in time; exiting without it")
+		}
+	}()
 
 	// The public listener serves what a provider needs and nothing else;
 	// the dashboard and /metrics are on the admin listener. It answers from

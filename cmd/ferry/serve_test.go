@@ -936,3 +936,22 @@ func TestServeRefusesAStoreURLNotReadCommitted(t *testing.T) {
 		}
 	}
 }
+
+// SIGTERM while the store's server takes the connection and never answers
+// (a slow or stuck PostgreSQL at start) is a stop, as at any other moment
+// of the start: exit 0, not a failed start.
+func TestServeStoppedWhileConnecting(t *testing.T) {
+	t.Parallel()
+	addr, taken := neverAnswers(t)
+	cfg := writeCLIConfig(t, "postgres://ferry@"+addr+"/test?sslmode=disable", "")
+	p := launchServe(t, ferryBin, nil, cfg, "--role", "receiver", "--listen", "127.0.0.1:0")
+	select {
+	case <-taken:
+	case <-p.exited:
+		t.Fatalf("exited before connecting: %v\n%s", p.err, p.log())
+	}
+	p.terminate(t)
+	if p.err != nil {
+		t.Errorf("SIGTERM while connecting to the store: %v, want exit 0\n%s", p.err, p.log())
+	}
+}
