@@ -305,6 +305,41 @@ func TestReceiveManyLocksArchivedEventsInIDOrder(t *testing.T) {
 	}
 }
 
+// A batch with a replay window takes the archive's table lock its
+// receipts' counts need before it locks an archived row, as a single
+// statement takes its table locks as it is planned: archive maintenance
+// holds a lock on the table that stops those counts while it moves rows
+// out of the default partition (and attaches a partition, which waits for
+// every lock on it), so a batch holding archived rows while it waited on
+// the table would close a cycle.
+func TestReceiveManyTakesTheArchiveTableLockFirst(t *testing.T) {
+	t.Parallel()
+	clock := storetest.NewClock()
+	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
+	archiveDays(t, pool, clock)
+	first, second := archiveTwo(t, st, pool, clock, "b", "a")
+	ctx := context.Background()
+	maintenance, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer maintenance.Rollback(ctx)
+	if _, err := maintenance.Exec(ctx, `LOCK TABLE ferry_event_done IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	received := inBackground(func() error { return receiveBatch(st, time.Hour, "a", "b") })
+	until(t, "the batch to wait on the archive's table lock", func() bool { return waiting(1) })
+	for _, id := range []int64{first, second} {
+		wantUnlocked(t, pool, "ferry_event_done", id, fmt.Sprintf("archived event %d while the batch waits on the table", id))
+	}
+	if err := maintenance.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-received; err != nil {
+		t.Errorf("receive many: %v", err)
+	}
+}
+
 // A purge deletes a source's archived events in id order, as a redelivery
 // or a requeue of archived events locks them, though it finds them by
 // completion time: with event 2 completed before event 1, it would hold 2
