@@ -104,9 +104,13 @@ SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
 		go func() { defer close(closed); closeStore() }()
 		stopTracing()
 		select {
-		case <-closed:
-		case <-time.After(time.Until(deadline)):
-			log.Warn("ferry: the store did not close in time; exiting without it")
+		case <-closed: // first: the flush may have used up the time
+		default:
+			select {
+			case <-closed:
+			case <-time.After(time.Until(deadline)):
+				log.Warn("ferry: the store did not close in time; exiting without it")
+			}
 		}
 	}()
 
