@@ -78,6 +78,19 @@ func wantUnlocked(t *testing.T, pool *pgxpool.Pool, table string, id int64, what
 	}
 }
 
+// whileBlocked runs op while a session of its own holds row first of
+// blocked, waits (wait) until op waits on it, checks that row second of
+// probed is free then (free), lets the row go and returns op's error.
+func whileBlocked(t *testing.T, pool *pgxpool.Pool, waiting func(n int) bool, blocked string, first int64, probed string, second int64, wait, free string, op func() error) error {
+	t.Helper()
+	release := blockRow(t, pool, blocked, first)
+	done := inBackground(op)
+	until(t, wait, func() bool { return waiting(1) })
+	wantUnlocked(t, pool, probed, second, free)
+	release()
+	return <-done
+}
+
 // until polls cond within a ceiling only a statement stuck for good
 // exceeds.
 func until(t *testing.T, what string, cond func() bool) {
@@ -135,16 +148,11 @@ func TestRequeueLocksLiveEventsBeforeTheArchive(t *testing.T) {
 	if _, err := st.EventResolve(ctx, &ferry.EventResolveParams{IDs: []int64{second}, Actor: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	release := blockRow(t, pool, "ferry_event", first)
-
-	requeued := inBackground(func() error {
+	err := whileBlocked(t, pool, waiting, "ferry_event", first, "ferry_event_done", second, "the requeue to wait on event 1", "archived event 2 while the requeue waits for event 1", func() error {
 		_, err := st.EventRequeue(ctx, &ferry.EventRequeueParams{IDs: []int64{first, second}, Actor: "bob"})
 		return err
 	})
-	until(t, "the requeue to wait on event 1", func() bool { return waiting(1) })
-	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the requeue waits for event 1")
-	release()
-	if err := <-requeued; err != nil {
+	if err != nil {
 		t.Fatalf("requeue: %v", err)
 	}
 	for _, id := range []int64{first, second} {
@@ -224,13 +232,8 @@ func TestReceiveManyLocksInIDOrder(t *testing.T) {
 			// 2 is updated before 1: its row also comes first in the heap.
 			execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, second)
 			execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, first)
-			release := blockRow(t, pool, "ferry_event", first)
-
-			received := inBackground(func() error { return receiveBatch(st, window, "a", "b") })
-			until(t, "the receipts to wait on event 1", func() bool { return waiting(1) })
-			wantUnlocked(t, pool, "ferry_event", second, "event 2 while the receipts wait for event 1")
-			release()
-			if err := <-received; err != nil {
+			err := whileBlocked(t, pool, waiting, "ferry_event", first, "ferry_event", second, "the receipts to wait on event 1", "event 2 while the receipts wait for event 1", func() error { return receiveBatch(st, window, "a", "b") })
+			if err != nil {
 				t.Errorf("receive many: %v", err)
 			}
 			if got := eventOf(t, st, first).Deliveries; got != 2 {
@@ -287,13 +290,8 @@ func TestReceiveManyLocksArchivedEventsInIDOrder(t *testing.T) {
 			st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
 			archiveDays(t, pool, clock)
 			first, second := archiveTwo(t, st, pool, clock, "b", "a")
-			release := blockRow(t, pool, "ferry_event_done", first)
-
-			received := inBackground(func() error { return receiveBatch(st, window, "a", "b") })
-			until(t, "the receipts to wait on archived event 1", func() bool { return waiting(1) })
-			wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the receipts wait for event 1")
-			release()
-			if err := <-received; err != nil {
+			err := whileBlocked(t, pool, waiting, "ferry_event_done", first, "ferry_event_done", second, "the receipts to wait on archived event 1", "archived event 2 while the receipts wait for event 1", func() error { return receiveBatch(st, window, "a", "b") })
+			if err != nil {
 				t.Errorf("receive many: %v", err)
 			}
 			for _, id := range []int64{first, second} {
@@ -353,17 +351,12 @@ func TestPurgeLocksArchivedEventsInIDOrder(t *testing.T) {
 	archiveDays(t, pool, clock)
 	first, second := archiveTwo(t, st, pool, clock, "evt_1", "evt_2")
 	clock.Advance(2 * time.Hour)
-	release := blockRow(t, pool, "ferry_event_done", first)
-
 	var n int
-	purged := inBackground(func() (err error) {
+	err := whileBlocked(t, pool, waiting, "ferry_event_done", first, "ferry_event_done", second, "the purge to wait on archived event 1", "archived event 2 while the purge waits for event 1", func() (err error) {
 		n, err = st.EventPurge(ctx, &ferry.EventPurgeParams{Source: "stripe", Retention: time.Hour, ReplayWindow: time.Hour})
 		return err
 	})
-	until(t, "the purge to wait on archived event 1", func() bool { return waiting(1) })
-	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the purge waits for event 1")
-	release()
-	if err := <-purged; err != nil || n != 2 {
+	if err != nil || n != 2 {
 		t.Errorf("purge = %d, %v; want 2", n, err)
 	}
 }
@@ -377,18 +370,13 @@ func TestArchiveDefaultPurgeLocksInIDOrder(t *testing.T) {
 	// No maintenance has run: both are in the default partition, 2 first.
 	first, second := archiveTwo(t, st, pool, clock, "evt_1", "evt_2")
 	clock.Advance(2 * time.Hour)
-	release := blockRow(t, pool, "ferry_event_done", first)
-
 	var n int
-	purged := inBackground(func() error {
+	err := whileBlocked(t, pool, waiting, "ferry_event_done", first, "ferry_event_done", second, "the purge to wait on archived event 1", "archived event 2 while the purge waits for event 1", func() error {
 		return st.Pool().QueryRow(context.Background(), postgres.ArchiveDefaultPurgeSQL, pgx.NamedArgs{
 			"now": clock.Now(), "retention_us": time.Hour.Microseconds(),
 		}).Scan(&n)
 	})
-	until(t, "the purge to wait on archived event 1", func() bool { return waiting(1) })
-	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the purge waits for event 1")
-	release()
-	if err := <-purged; err != nil || n != 2 {
+	if err != nil || n != 2 {
 		t.Errorf("default partition's purge = %d, %v; want 2", n, err)
 	}
 }
@@ -405,16 +393,11 @@ func TestRequeueLocksArchivedEventsInIDOrder(t *testing.T) {
 	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
 	archiveDays(t, pool, clock)
 	first, second := archiveTwo(t, st, pool, clock, "evt_1", "evt_2")
-	release := blockRow(t, pool, "ferry_event_done", first)
-
-	requeued := inBackground(func() error {
+	err := whileBlocked(t, pool, waiting, "ferry_event_done", first, "ferry_event_done", second, "the requeue to wait on archived event 1", "archived event 2 while the requeue waits for event 1", func() error {
 		_, err := st.EventRequeue(ctx, &ferry.EventRequeueParams{States: []ferry.State{ferry.StateDone}, Actor: "bob"})
 		return err
 	})
-	until(t, "the requeue to wait on archived event 1", func() bool { return waiting(1) })
-	wantUnlocked(t, pool, "ferry_event_done", second, "archived event 2 while the requeue waits for event 1")
-	release()
-	if err := <-requeued; err != nil {
+	if err != nil {
 		t.Fatalf("requeue: %v", err)
 	}
 	for _, id := range []int64{first, second} {

@@ -105,12 +105,13 @@ SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
 		stopTracing()
 		select {
 		case <-closed: // first: the flush may have used up the time
+			return
 		default:
-			select {
-			case <-closed:
-			case <-time.After(time.Until(deadline)):
-				log.Warn("ferry: the store did not close in time; exiting without it")
-			}
+		}
+		select {
+		case <-closed:
+		case <-time.After(time.Until(deadline)):
+			log.Warn("ferry: the store did not close in time; exiting without it")
 		}
 	}()
 

@@ -117,8 +117,7 @@ func TestZombieProbesTheFence(t *testing.T) {
 	// three must probe both. The survivor must be paused before the
 	// zombie's leases lapse, TTL less a heartbeat interval after its last
 	// beat at the most: 5 s leases give it 3.3 s, which a busy machine's
-	// pauses (retried while the survivor holds a SQLite lock) need; with
-	// 2 s all three runs missed it beside two CPU-bound processes.
+	// pauses (retried while the survivor holds a SQLite lock) need.
 	var last string
 	for range 3 {
 		r, verdict, out := runScenario(t, "zombie", "", 5*time.Second)
