@@ -217,29 +217,49 @@ func TestHoldClaimSkipsALockedLease(t *testing.T) {
 }
 
 // A receipt batch locks its known keys' events in id order, as a
-// completion does, though it holds them in key order (one statement) or
-// stores them in arrival order (a batch with a replay window, one
-// statement a receipt): with "a" on event 2 before "b" on event 1, it
-// would hold 2 while it waits for 1, and a completion of both that holds 1
-// would wait for it in turn.
+// completion does, and counts its deliveries on archived events in id
+// order, as a requeue or a purge of archived events locks them, though it
+// names them in key order (one statement) or stores them in arrival order
+// (a batch with a replay window, one statement a receipt): with "a" on
+// event 2 before "b" on event 1, it would hold 2 while it waits for 1, and
+// a completion (or a bulk replay) of both that holds 1 would wait for it in
+// turn.
 func TestReceiveManyLocksInIDOrder(t *testing.T) {
 	t.Parallel()
-	for _, window := range []time.Duration{0, time.Hour} {
-		t.Run(fmt.Sprintf("ReplayWindow=%v", window), func(t *testing.T) {
-			t.Parallel()
+	// Each gives a store whose events 1 ("b") and 2 ("a") have their rows
+	// in the table named, 2's first in the heap.
+	events := map[string]func(t *testing.T) (*postgres.Store, *pgxpool.Pool, func(int) bool, string, int64, int64){
+		"Live": func(t *testing.T) (*postgres.Store, *pgxpool.Pool, func(int) bool, string, int64, int64) {
 			st, pool, waiting := lockOrderStore(t, nil)
 			first, second := receiveTwo(t, st, "b", "a")
-			// 2 is updated before 1: its row also comes first in the heap.
 			execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, second)
 			execSQL(t, pool, `UPDATE ferry_event SET deliveries = deliveries WHERE id = $1`, first)
-			err := whileBlocked(t, pool, waiting, "ferry_event", first, "ferry_event", second, "the receipts to wait on event 1", "event 2 while the receipts wait for event 1", func() error { return receiveBatch(st, window, "a", "b") })
-			if err != nil {
-				t.Errorf("receive many: %v", err)
-			}
-			if got := eventOf(t, st, first).Deliveries; got != 2 {
-				t.Errorf("event 1 has %d deliveries, want 2", got)
-			}
-		})
+			return st, pool, waiting, "ferry_event", first, second
+		},
+		"Archived": func(t *testing.T) (*postgres.Store, *pgxpool.Pool, func(int) bool, string, int64, int64) {
+			clock := storetest.NewClock()
+			st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
+			archiveDays(t, pool, clock)
+			first, second := archiveTwo(t, st, pool, clock, "b", "a")
+			return st, pool, waiting, "ferry_event_done", first, second
+		},
+	}
+	for name, setup := range events {
+		for _, window := range []time.Duration{0, time.Hour} {
+			t.Run(fmt.Sprintf("%s/ReplayWindow=%v", name, window), func(t *testing.T) {
+				t.Parallel()
+				st, pool, waiting, table, first, second := setup(t)
+				err := whileBlocked(t, pool, waiting, table, first, table, second, "the receipts to wait on event 1", "event 2 while the receipts wait for event 1", func() error { return receiveBatch(st, window, "a", "b") })
+				if err != nil {
+					t.Errorf("receive many: %v", err)
+				}
+				for _, id := range []int64{first, second} {
+					if got := eventOf(t, st, id).Deliveries; got != 2 {
+						t.Errorf("event %d has %d deliveries, want 2", id, got)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -272,34 +292,6 @@ func TestReceiptBatchLocksKeysBeforeEvents(t *testing.T) {
 	}
 	if got := eventOf(t, st, id).Deliveries; got != 2 {
 		t.Errorf("evt_1 has %d deliveries, want 2", got)
-	}
-}
-
-// A receipt batch counts its deliveries on archived events in id order,
-// as a requeue or a purge of archived events locks them, though it names
-// them in key order (one statement) or stores them in arrival order (a
-// batch with a replay window, one statement a receipt): with "a" on event
-// 2 before "b" on event 1, it would hold 2 while it waits for 1, and a
-// bulk replay of both that holds 1 would wait for it in turn.
-func TestReceiveManyLocksArchivedEventsInIDOrder(t *testing.T) {
-	t.Parallel()
-	for _, window := range []time.Duration{0, time.Hour} {
-		t.Run(fmt.Sprintf("ReplayWindow=%v", window), func(t *testing.T) {
-			t.Parallel()
-			clock := storetest.NewClock()
-			st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
-			archiveDays(t, pool, clock)
-			first, second := archiveTwo(t, st, pool, clock, "b", "a")
-			err := whileBlocked(t, pool, waiting, "ferry_event_done", first, "ferry_event_done", second, "the receipts to wait on archived event 1", "archived event 2 while the receipts wait for event 1", func() error { return receiveBatch(st, window, "a", "b") })
-			if err != nil {
-				t.Errorf("receive many: %v", err)
-			}
-			for _, id := range []int64{first, second} {
-				if got := eventOf(t, st, id).Deliveries; got != 2 {
-					t.Errorf("archived event %d has %d deliveries, want 2", id, got)
-				}
-			}
-		})
 	}
 }
 
