@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -157,12 +158,59 @@ func TestCheckpointAheadFoundBesideARefusedFetch(t *testing.T) {
 		fmt.Fprint(w, `{"message":"Not Found"}`)
 		return true
 	}
-	_, err := b.runner.Pass(context.Background(), PassOptions{})
+	res, err := b.runner.Pass(context.Background(), PassOptions{})
 	if !errors.Is(err, ErrRefusedForNow) {
 		t.Fatalf("err = %v, want the refused fetch named", err)
 	}
+	// Delivery 2, refused by both runs, is listed once.
+	if res.Fetched != 2 || res.New != 1 || res.Known != 0 {
+		t.Errorf("fetched %d new %d known %d; want 2, 1, 0", res.Fetched, res.New, res.Known)
+	}
 	if _, err := b.store.EventGet(context.Background(), &ferry.EventGetParams{Source: "github", EventID: "gap"}); err != nil {
 		t.Fatalf("the event before the last overlap was not taken: %v\n%s", err, b.logsText())
+	}
+}
+
+// A checkpoint later than this host's now is checked by listing the last
+// overlap, whose events the pass takes; found ahead, it lists again from
+// the lookback. Each event is counted once, in the result and on the
+// Observer, whether the relisting finds the first run's events known or
+// fails before it reaches them.
+func TestRelistCountsEachEventOnce(t *testing.T) {
+	t.Parallel()
+	for _, relisting := range []string{"Listed", "Failed"} {
+		t.Run(relisting, func(t *testing.T) {
+			t.Parallel()
+			b := setupStripe(t, StripeOptions{})
+			b.now = base
+			putCheckpoint(t, b, base.Add(time.Hour))
+			obs := eventCounts{}
+			b.runner.Observer = obs
+			b.fake.addType("evt_old", "invoice.paid", base.Add(-time.Hour))
+			b.fake.addType("evt_recent", "invoice.paid", base.Add(-5*time.Minute)) // in the last overlap
+			want, wantObs := Result{Fetched: 2, New: 2}, eventCounts{OutcomeNew: 2}
+			if relisting == "Failed" {
+				b.fake.fail = func(n int, w http.ResponseWriter, _ *http.Request) bool {
+					if n == 1 {
+						return false // the first run's one page
+					}
+					w.WriteHeader(http.StatusBadRequest)
+					fmt.Fprint(w, `{"error":{"message":"relisting refused"}}`)
+					return true
+				}
+				want, wantObs = Result{Fetched: 1, New: 1}, eventCounts{OutcomeNew: 1}
+			}
+			res, err := b.runner.Pass(context.Background(), PassOptions{})
+			if (err != nil) != (relisting == "Failed") || res == nil {
+				t.Fatalf("res %v, err %v", res, err)
+			}
+			if res.Fetched != want.Fetched || res.New != want.New || res.Known != 0 {
+				t.Errorf("fetched %d new %d known %d; want %d, %d, 0", res.Fetched, res.New, res.Known, want.Fetched, want.New)
+			}
+			if !maps.Equal(obs, wantObs) {
+				t.Errorf("observed %v, want %v", obs, wantObs)
+			}
+		})
 	}
 }
 

@@ -354,7 +354,8 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	res, ahead, err := r.pass(ctx, opts, false)
+	listed := map[string]bool{}
+	res, ahead, err := r.pass(ctx, opts, false, listed)
 	if !ahead || opts.Since > 0 {
 		return res, err
 	}
@@ -367,16 +368,18 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	// the checkpoint. A fetch the first refused or failed does not stop
 	// this: the second lists it again. (--since lists its own window: it
 	// says so instead.)
-	again, _, err := r.pass(ctx, opts, true)
+	refused := countFalse(listed)
+	again, _, err := r.pass(ctx, opts, true, listed)
 	if again == nil {
 		return res, err
 	}
-	// The second window holds the first: its counts stand, but what the
-	// first received the second found known.
-	if !opts.DryRun {
-		again.New += res.New
-		again.Known -= res.New
-	}
+	// The second run counted only what the first did not (listed), so the
+	// sums count each event once, however far the second got: a fetch the
+	// first refused and the second listed again is fetched once.
+	again.Fetched += res.Fetched - (refused - countFalse(listed))
+	again.New += res.New
+	again.Known += res.Known
+	again.Skipped += res.Skipped
 	warnings := res.Warnings
 	for _, w := range again.Warnings {
 		if !slices.Contains(warnings, w) {
@@ -387,9 +390,24 @@ func (r *Runner) Pass(ctx context.Context, opts PassOptions) (*Result, error) {
 	return again, err
 }
 
+// countFalse counts listed's refused events.
+func countFalse(listed map[string]bool) int {
+	n := 0
+	for _, counted := range listed {
+		if !counted {
+			n++
+		}
+	}
+	return n
+}
+
 // pass is one Pass. distrust drops the checkpoint as one later than now
 // would be; ahead reports that the provider's first answer showed it so.
-func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res *Result, ahead bool, err error) {
+// listed is what Pass's first run listed, for its second (distrust): true
+// for an event it counted, which the second passes over; false for one
+// refused or failed, which the second takes, counts and deletes. The first
+// run stops filling it once no second can follow.
+func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool, listed map[string]bool) (res *Result, ahead bool, err error) {
 	// future: the checkpoint is later than this host's now by more than
 	// the overlap (whose clock is off?); probe: this pass asks the provider.
 	future, probe := false, false
@@ -496,11 +514,21 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 	// failing, and the pass ends there.
 	var refused error
 	refusals, failing := 0, 0
+	record := !distrust
 	found := func(c *Candidate) error {
 		if bound(); !c.Created.IsZero() && c.Created.After(res.To) {
 			return nil // not settled at the provider: the next pass lists it
 		}
+		if counted, relisted := listed[c.ID]; distrust && relisted {
+			if counted {
+				return nil // the first run counted it
+			}
+			delete(listed, c.ID) // refused by the first: taken and counted here
+		}
 		res.Fetched++
+		if record {
+			listed[c.ID] = false
+		}
 		known, err := r.take(ctx, c, opts.DryRun)
 		var outcome string
 		switch {
@@ -534,6 +562,9 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 			res.New++
 			outcome = OutcomeNew
 		}
+		if record {
+			listed[c.ID] = true
+		}
 		if r.Observer != nil && !opts.DryRun {
 			r.Observer.CatchupEvent(r.Source, outcome)
 		}
@@ -562,6 +593,12 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool) (res
 				checkpoint.Format(time.RFC3339), date.Format(time.RFC3339), overlap, next)
 			res.Warnings = append(res.Warnings, w)
 			r.log().Warn("catchup: checkpoint ahead of the provider", "source", r.Source, "warning", w)
+		}
+		if record && !date.IsZero() && !ahead {
+			// The provider's clock is known and the checkpoint is not
+			// ahead of it, nor will be once it advances: no second run.
+			record = false
+			clear(listed)
 		}
 		end := w.To
 		if res.To.Before(end) {
