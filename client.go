@@ -56,6 +56,10 @@ type Client struct {
 	// stopQueued closes when Stop begins: events claimed ahead and still
 	// waiting for a worker are released instead of run.
 	stopQueued chan struct{}
+	// graceCut closes at StopAndCancel (cutGrace): Stop cancels running
+	// handlers then, without waiting out ShutdownGrace.
+	graceCut chan struct{}
+	cutGrace func()
 
 	stopClaiming context.CancelFunc
 	stopHandlers context.CancelCauseFunc
@@ -220,6 +224,7 @@ func (c *Client) Stop(ctx context.Context) error {
 	select {
 	case <-finished:
 	case <-grace.C:
+	case <-c.graceCut:
 	case <-ctx.Done():
 	}
 	c.stopHandlers(errShutdown)
@@ -240,6 +245,16 @@ func (c *Client) Stop(ctx context.Context) error {
 		c.log.Warn("ferry: stop: ctx ended before every handler returned; keep the store open until they do, or their verdicts are not recorded and their events run again once their leases lapse", "held", held)
 	}
 	return ctx.Err()
+}
+
+// StopAndCancel is Stop without ShutdownGrace: it cancels running handlers
+// at once, then releases their events as Stop does once the grace ends.
+// Called while a Stop waits out the grace (a second stop signal), it ends
+// the grace, and that Stop goes on as it would then; both return when
+// every handler has returned, or when their own ctx is done.
+func (c *Client) StopAndCancel(ctx context.Context) error {
+	c.cutGrace()
+	return c.Stop(ctx)
 }
 
 func (c *Client) sources() (claim, hold, retry []string) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -191,7 +192,9 @@ func NewClient(cfg *Config) (*Client, error) {
 		beating:    map[*job]struct{}{},
 		workers:    make(chan struct{}, c.Workers),
 		stopQueued: make(chan struct{}),
+		graceCut:   make(chan struct{}),
 	}
+	cl.cutGrace = sync.OnceFunc(func() { close(cl.graceCut) })
 	if c.TracerProvider != nil {
 		cl.tracer = c.TracerProvider.Tracer(TracerName)
 	}

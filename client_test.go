@@ -662,6 +662,49 @@ func TestClient(t *testing.T) {
 		}
 	})
 
+	// StopAndCancel cancels the running handler at once, whatever the
+	// grace, and a Stop already waiting out the grace (a second stop
+	// signal) goes on as if it had ended: both return once the handler
+	// has, and its event is released to run again.
+	for _, during := range []bool{false, true} {
+		withClient(t, fmt.Sprintf("StopAndCancelCutsTheGrace/DuringStop=%v", during), false, func(t *testing.T, b *clientBundle) {
+			b.receive(t, "stripe", "evt_1")
+			b.receive(t, "stripe", "evt_2")
+			started := make(chan int64, 2)
+			c := b.newClient(t, func(c *ferry.Config) { c.Workers, c.Prefetch, c.ShutdownGrace = 1, 1, time.Hour })
+			c.Handle("stripe", func(ctx context.Context, d *ferry.Delivery) error {
+				started <- d.Event.ID
+				<-ctx.Done()
+				return context.Cause(ctx)
+			})
+			if err := c.Start(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+			id := <-started
+			waitFor(t, "one event running, one claimed ahead", func() bool { return b.countState(t, ferry.StateInProgress) == 2 })
+			stopped := make(chan error, 1)
+			if during {
+				go func() { stopped <- c.Stop(b.ctx) }()
+				waitFor(t, "Stop to release the event claimed ahead", func() bool { return b.countState(t, ferry.StatePending) == 1 })
+			}
+			// A ceiling only a Stop that waits out the hour's grace reaches.
+			ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+			defer cancel()
+			if err := c.StopAndCancel(ctx); err != nil {
+				t.Fatalf("StopAndCancel = %v, want nil: the handler returned once cancelled", err)
+			}
+			if during {
+				if err := <-stopped; err != nil {
+					t.Errorf("the Stop it cut short = %v, want nil", err)
+				}
+			}
+			b.wantLedger(t, id, "[released]")
+			if ev := b.event(t, id); ev.State != ferry.StatePending {
+				t.Errorf("event %s after StopAndCancel, want pending", ev.State)
+			}
+		})
+	}
+
 	// A program that waited on its signal context stops with it, already
 	// done: the handlers still get the grace, and Stop reports them all
 	// returned. The event claimed ahead going back shows Stop has begun.

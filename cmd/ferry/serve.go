@@ -29,7 +29,8 @@ works them: forwards each event to its source's app until it succeeds or dies.
 Also serves /healthz and /readyz; /metrics and the dashboard at /ui are on
 admin.listen (the public listener answers 404 for them). SIGINT, SIGTERM or
 SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
-(nohup).`)
+(nohup). A second signal cancels running handlers at once, releasing their
+events, and ends http.shutdown_delay.`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	role := fs.String("role", "all", roleUsage)
 	listen := fs.String("listen", "", "override http.listen, the public listener (`host:port`; port 0 picks a free one)")
@@ -219,7 +220,7 @@ SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
 		}
 	}
 	// The workers' stop: the client's grace, then DefaultShutdownGrace
-	// more to release what is left.
+	// more to release what is left. A second signal ends the grace.
 	stopBudget := cfg.Worker.ShutdownGrace.Duration + ferry.DefaultShutdownGrace
 	stopClient := func() error {
 		if client == nil {
@@ -227,6 +228,16 @@ SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
 		}
 		stopCtx, cancel := context.WithTimeout(context.Background(), stopBudget)
 		defer cancel()
+		stopped := make(chan struct{})
+		defer close(stopped)
+		go func() {
+			select {
+			case <-secondSignal:
+				log.Info("ferry: a second signal; cancelling the running handlers now")
+				_ = client.StopAndCancel(stopCtx) // the Stop below reports
+			case <-stopped:
+			}
+		}()
 		return client.Stop(stopCtx)
 	}
 	if err := startCatchup(bgCtx, &bg, cfg, st, log, op.catchup, instanceName()); err != nil {
@@ -255,7 +266,7 @@ SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
 	// period and release the rest while the receiver still stores
 	// deliveries, for http.shutdown_delay at least (a load balancer stops
 	// sending here meanwhile), then answer 503 (providers retry) and close
-	// the listeners. A second signal ends the delay.
+	// the listeners. A second signal ends the grace and the delay.
 	delay := cfg.HTTP.ShutdownDelay.Duration
 	if failed != nil || receiver == nil {
 		delay = 0 // nothing to store, or nothing reaches a failed listener

@@ -435,6 +435,34 @@ func TestServe(t *testing.T) {
 		}
 	})
 
+	// A second stop signal ends the workers' grace too: the handler still
+	// forwarding is cancelled, its event released to run again, and the
+	// process exits.
+	t.Run("SecondSignalEndsTheGrace", func(t *testing.T) {
+		t.Parallel()
+		app, taken := neverAnswers(t)
+		dbPath := filepath.Join(t.TempDir(), "ferry.db")
+		cfg := writeServeConfig(t, "sqlite:"+dbPath, fmt.Sprintf("shutdown_grace = \"10m\"\n[[source]]\nname = \"stripe\"\nprovider = \"stripe\"\nsecrets = [%q]\n[source.forward]\nurl = %q\nsecret = %q\ntimeout = \"10m\"\n", stripeSecret, "http://"+app, forwardSecret))
+		p := startServe(t, cfg)
+		sendStripeOK(t, p.addr, "evt_held")
+		select {
+		case <-taken:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the event was not forwarded within 60 s:\n%s", p.log())
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "the shutdown to begin", func() bool { return strings.Contains(p.log(), "ferry: shutting down") })
+		p.stop(t, syscall.SIGTERM) // 60 s at the most, against a 10 m grace
+		if p.err != nil || !strings.Contains(p.log(), "cancelling the running handlers") {
+			t.Fatalf("exit after the second signal: %v, want 0 and the grace cut short\n%s", p.err, p.log())
+		}
+		if ev := eventState(t, teststore.OpenSQLite(t, dbPath, nil), "evt_held"); ev == nil || ev.State != ferry.StatePending {
+			t.Fatalf("the event cut off: %+v, want released to pending", ev)
+		}
+	})
+
 	// A worker-only process stores nothing, so it does not sit out the
 	// delay a shared config sets for receivers: one signal stops it.
 	t.Run("AWorkerHasNoShutdownDelay", func(t *testing.T) {
