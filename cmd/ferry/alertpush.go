@@ -206,9 +206,13 @@ func (p *alertPusher) check(ctx context.Context) {
 				return
 			}
 			err := p.checkOne(ctx, rule, source, stats, bySource[source])
+			// A message sent is told even once serve is stopping: it
+			// may reach the receiver again.
 			switch {
 			case errors.Is(err, errSentNotRemembered):
-				p.warn(ctx, "ferry: alert pushed, but another instance took the alerts over before it was remembered; it may push it again", err, "kind", rule.kind, "source", source)
+				p.log.Warn("ferry: alert pushed, but another instance took the alerts over before it was remembered; it may push it again", "kind", rule.kind, "source", source, "err", err)
+			case errors.Is(err, errNotRemembered):
+				p.log.Warn("ferry: alert pushed, but not remembered; the next check may push it again", "kind", rule.kind, "source", source, "err", err)
 			case err != nil:
 				p.warn(ctx, "ferry: alert not pushed; retrying at the next check", err, "kind", rule.kind, "source", source)
 			}
@@ -327,7 +331,7 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 		if errors.Is(err, ferry.ErrLeaseLost) {
 			err = fmt.Errorf("%w: %w", errSentNotRemembered, err)
 		}
-		return fmt.Errorf("sent, but not remembered (the next holder may send it again): %w", err)
+		return fmt.Errorf("%w (the next holder may send it again): %w", errNotRemembered, err)
 	}
 	p.log.Info("ferry: alert pushed", "kind", rule.kind, "source", source, "new", msg.New, "total", msg.Total)
 	return nil
@@ -336,6 +340,9 @@ func (p *alertPusher) checkOne(ctx context.Context, rule alertRule, source strin
 // alertRememberTimeout bounds the write of a sent message's mark, which a
 // stop does not cut short.
 const alertRememberTimeout = 5 * time.Second
+
+// errNotRemembered is a message pushed whose mark could not be written.
+var errNotRemembered = errors.New("sent, but not remembered")
 
 // errSentNotRemembered is a message pushed whose mark another instance's
 // lease kept from being written: that instance may push it again.

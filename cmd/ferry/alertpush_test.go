@@ -681,16 +681,49 @@ func TestAlertPushRemembersASentMessageAtStop(t *testing.T) {
 	}
 }
 
+// A sent message whose mark cannot be written (another instance took the
+// alerts' lease over) is logged though serve is stopping: it may be pushed
+// again.
+func TestAlertPushTellsAnUnrememberedMessageAtStop(t *testing.T) {
+	t.Parallel()
+	b, st := newAlertBundle(t, "sqlite")
+	for _, v := range []string{`{"v":1}`, `{"v":2}`} {
+		if _, err := st.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "stripe", EventID: "evt_1", Payload: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	p := b.pusher(t, b.recv.url())
+	p.store = stopAtMark{Store: p.store, stop: stop, then: func() {
+		b.clock.Advance(time.Hour) // the lease lapses
+		if held, err := st.LeaseAcquire(b.ctx, &ferry.LeaseAcquireParams{Name: alertLease, Owner: "other", TTL: time.Hour}); !held || err != nil {
+			t.Errorf("another instance's lease: %v, %v", held, err)
+		}
+	}}
+	p.check(ctx)
+	if got := b.recv.messages(); len(got) != 1 {
+		t.Fatalf("%d messages sent, want 1", len(got))
+	}
+	if logs := b.log.String(); !strings.Contains(logs, "alert pushed, but another instance took the alerts over") {
+		t.Errorf("no warning that the message may be pushed again:\n%s", logs)
+	}
+}
+
 // stopAtMark is a store on which a stop arrives as an alert's mark is about
-// to be written.
+// to be written, and then runs then, if set.
 type stopAtMark struct {
 	ferry.Store
 	stop context.CancelFunc
+	then func()
 }
 
 func (s stopAtMark) CheckpointPut(ctx context.Context, p *ferry.CheckpointPutParams) error {
 	if strings.HasPrefix(p.Name, "alerts:") {
 		s.stop()
+		if s.then != nil {
+			s.then()
+		}
 	}
 	return s.Store.CheckpointPut(ctx, p)
 }
