@@ -399,6 +399,55 @@ func TestRequeueLocksArchivedEventsInIDOrder(t *testing.T) {
 	}
 }
 
+// Maintenance moving a past day's rows out of the default partition takes
+// that partition's table lock before it locks a row: the attach that
+// follows waits for every lock on the partition, so a receipt holding one
+// while it waited for a moved row would close a cycle, whatever the rows'
+// order.
+func TestArchiveCreateLocksTheDefaultPartitionFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	st, pool, waiting := lockOrderStore(t, &postgres.Config{Now: clock.Now})
+	// Both in the default partition, 2's row first in the heap: the move's
+	// first. Two days ago, so the parents are not locked.
+	first, second := archiveTwo(t, st, pool, clock, "evt_1", "evt_2")
+	day := clock.Now().Truncate(24 * time.Hour).Add(-24 * time.Hour)
+	clock.Advance(3 * 24 * time.Hour)
+	blocker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx)
+	var pid int
+	if err := blocker.QueryRow(ctx, `SELECT pg_backend_pid() FROM ferry_event_done WHERE id = $1 FOR UPDATE`, first).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	moved := inBackground(func() error {
+		var created bool
+		return st.Pool().QueryRow(ctx, `SELECT ferry_archive_create($1::date, $2::date, $3)`, day, day.Add(48*time.Hour), clock.Now()).Scan(&created)
+	})
+	until(t, "the move to wait", func() bool { return waiting(1) })
+	// On the table lock, holding no row; a probe of event 2's row would
+	// queue behind it. Moving rows first, it would wait on event 1's row
+	// (for its transaction), holding event 2's.
+	var on string
+	if err := pool.QueryRow(ctx, `SELECT wait_event FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&on); err != nil || on != "relation" {
+		t.Errorf("the move waits on %q (%v), want the default partition's table lock (relation)", on, err)
+	}
+	if err := blocker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-moved; err != nil {
+		t.Fatalf("archive create: %v", err)
+	}
+	for _, id := range []int64{first, second} {
+		if got := eventOf(t, st, id).State; got != ferry.StateDone {
+			t.Errorf("event %d after the move: %s, want done", id, got)
+		}
+	}
+}
+
 // archiveTwo receives stripe events keyed first and second (their ids
 // ascend) and resolves them, second first, the last second before a UTC
 // midnight on clock and at that midnight: 2's archived row comes first in
