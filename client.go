@@ -248,11 +248,18 @@ func (c *Client) Stop(ctx context.Context) error {
 }
 
 // StopAndCancel is Stop without ShutdownGrace: it cancels running handlers
-// at once, then releases their events as Stop does once the grace ends.
-// Called while a Stop waits out the grace (a second stop signal), it ends
-// the grace, and that Stop goes on as it would then; both return when
-// every handler has returned, or when their own ctx is done.
+// at once, and their events go as they do once the grace ends (released;
+// a LostLeaseHold source's, left to lapse). Called while a Stop waits out
+// the grace (a second stop signal), it ends the grace, and that Stop goes
+// on as it would then; both return when every handler has returned, or
+// when their own ctx is done. Before Start it does nothing, as Stop.
 func (c *Client) StopAndCancel(ctx context.Context) error {
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if !started {
+		return nil
+	}
 	c.cutGrace()
 	return c.Stop(ctx)
 }

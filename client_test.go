@@ -632,35 +632,47 @@ func TestClient(t *testing.T) {
 	// A handler that respects its context and is still running when Stop
 	// begins finishes and completes its event: Stop cancels only after the
 	// grace. Without the grace the handler would see its context end and the
-	// event would be released instead.
-	withClient(t, "StopLetsHandlersFinishWithinGrace", false, func(t *testing.T, b *clientBundle) {
-		id := b.receive(t, "stripe", "evt_1")
-		running, stopping := make(chan struct{}), make(chan struct{})
-		c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = time.Minute })
-		c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
-			close(running)
-			<-stopping
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(300 * time.Millisecond): // the rest of the work
-				return nil
+	// event would be released instead. A StopAndCancel before Start does
+	// nothing, as a Stop then does: it does not cut that grace.
+	for _, cutFirst := range []bool{false, true} {
+		name := "StopLetsHandlersFinishWithinGrace"
+		if cutFirst {
+			name += "/AfterStopAndCancelBeforeStart"
+		}
+		withClient(t, name, false, func(t *testing.T, b *clientBundle) {
+			id := b.receive(t, "stripe", "evt_1")
+			running, stopping := make(chan struct{}), make(chan struct{})
+			c := b.newClient(t, func(c *ferry.Config) { c.ShutdownGrace = time.Minute })
+			if cutFirst {
+				if err := c.StopAndCancel(b.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Handle("stripe", func(ctx context.Context, _ *ferry.Delivery) error {
+				close(running)
+				<-stopping
+				select {
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				case <-time.After(300 * time.Millisecond): // the rest of the work
+					return nil
+				}
+			})
+			if err := c.Start(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+			<-running
+			close(stopping)
+			if err := c.Stop(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Stop returned after the handler and its verdict: read, don't wait.
+			ev := b.event(t, id)
+			if ev.State != ferry.StateDone {
+				t.Errorf("event %s after Stop, want done (ledger %v)", ev.State, b.outcomes(t, id))
 			}
 		})
-		if err := c.Start(b.ctx); err != nil {
-			t.Fatal(err)
-		}
-		<-running
-		close(stopping)
-		if err := c.Stop(b.ctx); err != nil {
-			t.Fatal(err)
-		}
-		// Stop returned after the handler and its verdict: read, don't wait.
-		ev := b.event(t, id)
-		if ev.State != ferry.StateDone {
-			t.Errorf("event %s after Stop, want done (ledger %v)", ev.State, b.outcomes(t, id))
-		}
-	})
+	}
 
 	// StopAndCancel cancels the running handler at once, whatever the
 	// grace, and a Stop already waiting out the grace (a second stop

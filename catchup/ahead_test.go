@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"strings"
@@ -212,6 +213,53 @@ func TestRelistCountsEachEventOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A pass that cannot be followed by a second keeps no list of what it
+// takes once the provider's clock shows the checkpoint is not ahead, even
+// within one listing (GitHub lists a window in one call: up to three days
+// of deliveries); --since, never relisting, keeps none beside a checkpoint
+// ahead either.
+func TestPassKeepsNoListWithoutASecondRun(t *testing.T) {
+	t.Parallel()
+	for _, since := range []time.Duration{0, 2 * time.Hour} {
+		b := newRunBundle(t)
+		events := listed{}
+		for i := range 30 {
+			events[fmt.Sprintf("evt_%02d", i)] = &Event{Type: "t", Payload: []byte(`{}`)}
+		}
+		kept, peak := map[string]bool{}, 0
+		b.start("dated", datedList{listed: events, date: base, peek: func() { peak = max(peak, len(kept)) }}, slog.LevelInfo)
+		b.runner.Lookback = time.Hour
+		checkpoint := base.Add(-5 * time.Minute)
+		if since > 0 {
+			checkpoint = base.Add(time.Hour) // ahead: --since says so, and lists once
+		}
+		if err := b.store.CheckpointPut(context.Background(), &ferry.CheckpointPutParams{Name: CheckpointName("dated"), Value: checkpoint.Format(time.RFC3339Nano)}); err != nil {
+			t.Fatal(err)
+		}
+		res, _, err := b.runner.pass(context.Background(), PassOptions{Since: since}, false, kept)
+		if err != nil || res.New != 30 || peak != 0 {
+			t.Errorf("since %v: new %d, %v; at most %d ids kept, want 30 new, none kept", since, res.New, err, peak)
+		}
+	}
+}
+
+// datedList is listed behind an answer that gives the provider's clock
+// (date); peek runs after each event the pass is given.
+type datedList struct {
+	listed
+	date time.Time
+	peek func()
+}
+
+func (d datedList) List(ctx context.Context, w Window, found func(*Candidate) error) error {
+	observeDate(ctx, d.date)
+	return d.listed.List(ctx, w, func(c *Candidate) error {
+		err := found(c)
+		d.peek()
+		return err
+	})
 }
 
 // --since with a checkpoint later than this host's now, and no answer that

@@ -406,7 +406,9 @@ func countFalse(listed map[string]bool) int {
 // listed is what Pass's first run listed, for its second (distrust): true
 // for an event it counted, which the second passes over; false for one
 // refused or failed, which the second takes, counts and deletes. The first
-// run stops filling it once no second can follow.
+// run stops filling it once no second can follow: it holds the ids listed
+// before the provider's first answer with a Date, or all of a window
+// found ahead (the last overlap, or the checkpoint's).
 func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool, listed map[string]bool) (res *Result, ahead bool, err error) {
 	// future: the checkpoint is later than this host's now by more than
 	// the overlap (whose clock is off?); probe: this pass asks the provider.
@@ -514,9 +516,19 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool, list
 	// failing, and the pass ends there.
 	var refused error
 	refusals, failing := 0, 0
-	record := !distrust
+	// record: a second run may follow. Not with --since, nor once the
+	// provider's clock is known and the checkpoint not ahead of it, nor
+	// ever will be: it only advances to before that clock.
+	record := !distrust && opts.Since == 0
+	noSecondRun := func(date time.Time) {
+		if record && !date.IsZero() && (checkpoint.IsZero() || !checkpoint.After(date.Add(overlap))) {
+			record = false
+			clear(listed)
+		}
+	}
 	found := func(c *Candidate) error {
-		if bound(); !c.Created.IsZero() && c.Created.After(res.To) {
+		date := bound()
+		if noSecondRun(date); !c.Created.IsZero() && c.Created.After(res.To) {
 			return nil // not settled at the provider: the next pass lists it
 		}
 		if counted, relisted := listed[c.ID]; distrust && relisted {
@@ -594,12 +606,7 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool, list
 			res.Warnings = append(res.Warnings, w)
 			r.log().Warn("catchup: checkpoint ahead of the provider", "source", r.Source, "warning", w)
 		}
-		if record && !date.IsZero() && !ahead {
-			// The provider's clock is known and the checkpoint is not
-			// ahead of it, nor will be once it advances: no second run.
-			record = false
-			clear(listed)
-		}
+		noSecondRun(date)
 		end := w.To
 		if res.To.Before(end) {
 			end = res.To

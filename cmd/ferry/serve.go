@@ -29,8 +29,9 @@ works them: forwards each event to its source's app until it succeeds or dies.
 Also serves /healthz and /readyz; /metrics and the dashboard at /ui are on
 admin.listen (the public listener answers 404 for them). SIGINT, SIGTERM or
 SIGHUP stops it gracefully (exit 0); SIGHUP not when started with it ignored
-(nohup). A second signal cancels running handlers at once, releasing their
-events, and ends http.shutdown_delay.`)
+(nohup). A second signal cuts worker.shutdown_grace and http.shutdown_delay
+short: running handlers are cancelled at once and their events released (a
+lost_lease = "hold" source's are left to lapse and held as unknown).`)
 	configPath := fs.String("config", "ferry.toml", "the config `file`")
 	role := fs.String("role", "all", roleUsage)
 	listen := fs.String("listen", "", "override http.listen, the public listener (`host:port`; port 0 picks a free one)")
