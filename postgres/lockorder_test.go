@@ -155,11 +155,7 @@ func TestRequeueLocksLiveEventsBeforeTheArchive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("requeue: %v", err)
 	}
-	for _, id := range []int64{first, second} {
-		if got := eventOf(t, st, id).State; got != ferry.StatePending {
-			t.Errorf("event %d after the requeue: %s, want pending", id, got)
-		}
-	}
+	wantStates(t, st, "the requeue", ferry.StatePending, first, second)
 }
 
 // A claim moves a hold source's expired leases to unknown. It skips a row
@@ -392,11 +388,7 @@ func TestRequeueLocksArchivedEventsInIDOrder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("requeue: %v", err)
 	}
-	for _, id := range []int64{first, second} {
-		if got := eventOf(t, st, id).State; got != ferry.StatePending {
-			t.Errorf("event %d after the requeue: %s, want pending", id, got)
-		}
-	}
+	wantStates(t, st, "the requeue", ferry.StatePending, first, second)
 }
 
 // Maintenance moving a past day's rows out of the default partition takes
@@ -441,9 +433,15 @@ func TestArchiveCreateLocksTheDefaultPartitionFirst(t *testing.T) {
 	if err := <-moved; err != nil {
 		t.Fatalf("archive create: %v", err)
 	}
-	for _, id := range []int64{first, second} {
-		if got := eventOf(t, st, id).State; got != ferry.StateDone {
-			t.Errorf("event %d after the move: %s, want done", id, got)
+	wantStates(t, st, "the move", ferry.StateDone, first, second)
+}
+
+// wantStates checks that each event of ids is in state want after what.
+func wantStates(t *testing.T, st *postgres.Store, what string, want ferry.State, ids ...int64) {
+	t.Helper()
+	for _, id := range ids {
+		if got := eventOf(t, st, id).State; got != want {
+			t.Errorf("event %d after %s: %s, want %s", id, what, got, want)
 		}
 	}
 }
