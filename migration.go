@@ -82,6 +82,17 @@ func PendingMigrations(all []Migration, applied []int) ([]Migration, error) {
 	return pending, nil
 }
 
+// String names m as its file does, without ".sql": 003_archive.
+func (m *Migration) String() string { return migrationName(m.Version, m.Name) }
+
+// Failed is err from applying m, naming m: how every store's Migrate
+// reports a migration that did not apply.
+func (m *Migration) Failed(err error) error { return fmt.Errorf("migration %s: %w", m, err) }
+
+// migrationName is the file name, without ".sql", of migration version:
+// what ReadMigrations reads and what errors and plans print.
+func migrationName(version int, name string) string { return fmt.Sprintf("%03d_%s", version, name) }
+
 // Step is m as MigratePlan lists it, before any counts a store adds.
 func (m *Migration) Step() MigrationStep {
 	step := MigrationStep{Version: m.Version, Name: m.Name, Summary: MigrationSummary(m.SQL)}
@@ -140,6 +151,9 @@ type MigrationStep struct {
 	Exclusive string
 }
 
+// String names s as its migration file does: 003_archive.
+func (s MigrationStep) String() string { return migrationName(s.Version, s.Name) }
+
 // MigrateRolling is Migrate for a start beside instances of an older
 // version, as in a rolling upgrade, and is how ferry serve migrates. It
 // applies every migration the schema lacks unless one is Exclusive: then it
@@ -152,7 +166,7 @@ func MigrateRolling(ctx context.Context, st Store) error {
 		return err
 	}
 	if step := ExclusiveStep(steps); step != nil {
-		return fmt.Errorf("%w: %03d_%s needs every older instance stopped (%s)", ErrMigrationExclusive, step.Version, step.Name, step.Exclusive)
+		return fmt.Errorf("%w: %s needs every older instance stopped (%s)", ErrMigrationExclusive, step, step.Exclusive)
 	}
 	return st.Migrate(ctx)
 }

@@ -98,6 +98,23 @@ ALTER TABLE t ADD COLUMN c int;
 	}
 }
 
+// A migration is named as its file is, in plans and errors alike, and an
+// error applying it keeps its cause for errors.Is.
+func TestMigrationNames(t *testing.T) {
+	t.Parallel()
+	m := ferry.Migration{Version: 3, Name: "archive", SQL: "-- Moves rows.\n"}
+	if got := m.String(); got != "003_archive" {
+		t.Errorf("String() = %q, want 003_archive", got)
+	}
+	if got := m.Step().String(); got != "003_archive" {
+		t.Errorf("Step().String() = %q, want 003_archive", got)
+	}
+	cause := errors.New("syntax error")
+	if err := m.Failed(cause); !errors.Is(err, cause) || err.Error() != "migration 003_archive: syntax error" {
+		t.Errorf("Failed() = %v, want it to name 003_archive and wrap the cause", err)
+	}
+}
+
 // The "Exclusive:" marker flags a migration whatever follows it: a reason
 // left out or put on the next line does not let serve apply it.
 func TestMigrationStepExclusiveMarker(t *testing.T) {

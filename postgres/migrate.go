@@ -150,10 +150,9 @@ func lockTimedOut(err error) bool {
 func migrationFailed(m ferry.Migration, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "53200" { // out_of_memory: the shared lock table
-		return fmt.Errorf("migration %03d_%s: %w: PostgreSQL's lock table is full; raise max_locks_per_transaction (it takes a restart) and migrate again, nothing was changed",
-			m.Version, m.Name, err)
+		err = fmt.Errorf("%w: PostgreSQL's lock table is full; raise max_locks_per_transaction (it takes a restart) and migrate again, nothing was changed", err)
 	}
-	return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
+	return m.Failed(err)
 }
 
 // MigratePlan lists the migrations Migrate would apply, each summarised by

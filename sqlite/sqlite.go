@@ -564,7 +564,7 @@ func (s *Store) migrate(ctx context.Context, all []ferry.Migration) error {
 		}
 		for _, m := range pending {
 			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-				return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
+				return m.Failed(err)
 			}
 			if _, err := tx.ExecContext(ctx, migrationRecordSQL,
 				sql.Named("version", m.Version),

@@ -77,7 +77,7 @@ func printPlan(steps []ferry.MigrationStep) {
 	}
 	fresh := ferry.FreshSchema(steps) // serve migrates a new store whole
 	for _, step := range steps {
-		fmt.Printf("%03d_%s: %s\n", step.Version, step.Name, step.Summary)
+		fmt.Printf("%s: %s\n", step, step.Summary)
 		if step.Exclusive != "" && !fresh {
 			fmt.Printf("  stop every older ferry first; serve does not apply it on its own\n")
 		}
@@ -126,7 +126,7 @@ func migrateFix(steps []ferry.MigrationStep, command string) string {
 func stepNames(steps []ferry.MigrationStep) []string {
 	names := make([]string, len(steps))
 	for i, step := range steps {
-		names[i] = fmt.Sprintf("%03d_%s", step.Version, step.Name)
+		names[i] = step.String()
 	}
 	return names
 }
