@@ -28,11 +28,14 @@ type Delivery struct {
 	// ran never reported an end: its worker died or stalled past its lease.
 	// Its effect may or may not have happened; a handler with a
 	// non-idempotent effect should check the downstream before doing it
-	// again. Attempts in between that ran no handler (a graceful stop, or
-	// the one that sent the event dead because such attempts spent its
-	// budget) are passed over, and a replay does not clear it: the first
-	// attempt of a replayed unknown event, or of one dead that way, says it
-	// too, whatever a person found downstream.
+	// again. Released attempts in between are passed over: those that ran
+	// no handler (a graceful stop, or the one that sent the event dead
+	// because such attempts spent its budget), and on a retry source one
+	// whose handler was cut off at the end of the shutdown grace, though its
+	// effect may have run (a hold source leaves that lease to lapse, so it
+	// counts here). A replay does not clear it: the first attempt of a
+	// replayed unknown event, or of one dead that way, says it too, whatever
+	// a person found downstream.
 	PreviousUnfinished bool
 
 	response atomic.Pointer[AttemptResponse] // what SetResponse recorded
