@@ -151,14 +151,7 @@ func TestCheckpointAheadFoundBesideARefusedFetch(t *testing.T) {
 	}
 	b.fake.add("gap", "push", base.Add(-30*time.Minute), 500)   // delivery 1
 	b.fake.add("recent", "push", base.Add(-5*time.Minute), 500) // delivery 2, in the last overlap
-	b.fake.limit = func(w http.ResponseWriter, r *http.Request) bool {
-		if !strings.HasSuffix(r.URL.Path, "/deliveries/2") {
-			return false
-		}
-		w.WriteHeader(http.StatusNotFound)
-		fmt.Fprint(w, `{"message":"Not Found"}`)
-		return true
-	}
+	b.fake.refuseFetch("2", http.StatusNotFound)
 	res, err := b.runner.Pass(context.Background(), PassOptions{})
 	if !errors.Is(err, ErrRefusedForNow) {
 		t.Fatalf("err = %v, want the refused fetch named", err)

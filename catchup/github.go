@@ -261,7 +261,7 @@ func (g *GitHub) fetch(ctx context.Context, id int64, at time.Time) (*Event, err
 		if at.IsZero() {
 			return nil, fmt.Errorf("github: get delivery %d, listed without delivered_at: HTTP %d is no sign it expired: %w: %w", id, se.Status, ErrRefusedForNow, err)
 		}
-		age := passNow(ctx, g.now).Sub(at).Round(time.Second)
+		age := g.sinceDelivered(ctx, at)
 		if age >= githubExpiring {
 			return nil, fmt.Errorf("github: get delivery %d, delivered %s ago, in the last hour of GitHub's 3 days: taken as expired: %w: %w", id, age, ErrUnfetchable, err)
 		}
@@ -353,6 +353,18 @@ func (g *GitHub) now() time.Time {
 // githubNow is GitHub's time: the host's moved by the offset its answers
 // show. The caller holds g.mu.
 func (g *GitHub) githubNow() time.Time { return g.now().Add(g.offset) }
+
+// sinceDelivered is how long before GitHub's now at was: the pass's clock
+// moved by the offset GitHub's answers show (the refusal's own, when it
+// carries a Date). By the host's clock alone, one running hours ahead
+// would take a delivery GitHub still keeps for one in its last hour, skip
+// it as expired and move the checkpoint past it.
+func (g *GitHub) sinceDelivered(ctx context.Context, at time.Time) time.Duration {
+	g.mu.Lock()
+	offset := g.offset
+	g.mu.Unlock()
+	return passNow(ctx, g.now).Add(offset).Sub(at).Round(time.Second)
+}
 
 // dated takes an answer's Date as GitHub's now. A host clock a minute
 // ahead of GitHub's, or nine behind, would otherwise date every JWT

@@ -78,6 +78,19 @@ type ghAttempt struct {
 	Redelivery bool
 }
 
+// refuseFetch has the fake answer status, with a message as GitHub's, to
+// every fetch of delivery id.
+func (f *fakeGitHub) refuseFetch(id string, status int) {
+	f.limit = func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.HasSuffix(r.URL.Path, "/deliveries/"+id) {
+			return false
+		}
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"message":%q}`, http.StatusText(status))
+		return true
+	}
+}
+
 // add records an event's delivery, answered statuses[0], and a
 // redelivery for each later status, a minute apart. GitHub does not retry
 // a failed delivery on its own: it tries again only when asked (the API or
@@ -725,6 +738,41 @@ func TestGitHub(t *testing.T) {
 		}
 		if n := strings.Count(b.logsText(), "skipped an event"); n != 5 || strings.Contains(b.logsText(), githubToken) {
 			t.Fatalf("%d skips logged, want 5, without the token:\n%s", n, b.logsText())
+		}
+	})
+
+	// A delivery's age is judged by GitHub's clock, as its answers' Date
+	// shows it, not this host's: a host 2h ahead does not take a delivery
+	// GitHub keeps for 2h30m more as expired (the pass fails and keeps the
+	// checkpoint), and one 2h behind does not keep a pass failing on one
+	// GitHub has let go.
+	t.Run("ExpiryIsJudgedByGitHubsClock", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name    string
+			ahead   time.Duration // the host's clock less GitHub's
+			age     time.Duration // by GitHub's clock
+			expired bool
+		}{
+			{"HostAhead", 2 * time.Hour, githubExpiring - 90*time.Minute, false},
+			{"HostBehind", -2 * time.Hour, githubExpiring + 30*time.Minute, true},
+		} {
+			b := setupGitHub(t, GitHubOptions{})
+			github := b.now
+			b.fake.date = func() time.Time { return github }
+			b.now = github.Add(tc.ahead) // the runner's clock and the reconciler's
+			b.fake.add("g-refused", "push", github.Add(-tc.age), 500)
+			b.fake.refuseFetch("1", http.StatusUnprocessableEntity)
+			res, err := b.runner.Pass(context.Background(), PassOptions{})
+			if tc.expired {
+				if err != nil || res.Skipped != 1 {
+					t.Errorf("%s: err = %v, skipped=%d; want the delivery %s old by GitHub's clock skipped as expired", tc.name, err, res.Skipped, tc.age)
+				}
+				continue
+			}
+			if !errors.Is(err, ErrRefusedForNow) || res.Skipped != 0 || res.Advanced {
+				t.Errorf("%s: err = %v, skipped=%d advanced=%v; want ErrRefusedForNow for a delivery %s old by GitHub's clock, the checkpoint kept", tc.name, err, res.Skipped, res.Advanced, tc.age)
+			}
 		}
 	})
 
