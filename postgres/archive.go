@@ -152,12 +152,15 @@ func (s *Store) archiveTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 // purgeKeys purges up to batch keys of source ("" for all) received longer
 // than retention ago whose event is stored nowhere, and forgets what hangs
-// off those events, in one transaction of two statements
-// (archive_keys_purge.sql, archive_keys_forget.sql). It returns how many
+// off those events, in one transaction (archive_keys_purge_wait.sql,
+// archive_keys_purge.sql, archive_keys_forget.sql). It returns how many
 // keys it purged.
 func (s *Store) purgeKeys(ctx context.Context, source string, retention time.Duration, batch int) (int, error) {
 	var n int
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, archiveKeysPurgeWaitSQL); err != nil {
+			return err
+		}
 		rows, _ := tx.Query(ctx, archiveKeysPurgeSQL, pgx.NamedArgs{
 			"now": s.nowArg(), "source": source, "key_retention_us": micros(retention), "batch": batch,
 		})

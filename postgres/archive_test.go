@@ -638,6 +638,68 @@ func TestArchiveKeyPurgeForgetsTheConflictsOfGoneEvents(t *testing.T) {
 	}
 }
 
+// A key purge beside maintenance moving a day out of the default
+// partition (ferry_archive_create, held open here after its attach) waits
+// for the move, then finds the event in the day's new partition: the key of
+// an event still stored is kept, with its conflicts. Planned before the
+// attach, it looked in the partitions of before, found the event nowhere
+// and purged its key: a redelivery was a new event, run again.
+func TestArchiveKeyPurgeBesideAMoveKeepsAStoredEventsKey(t *testing.T) {
+	t.Parallel()
+	b := archiveSetup(t)
+	for _, body := range []string{"x", "other bytes"} { // x, and a conflict kept on it
+		if _, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Done ten days after its first delivery, in the default partition:
+	// no day's partition exists yet.
+	b.clock.Advance(10 * 24 * time.Hour)
+	claims, err := b.store.EventClaimMany(b.ctx, &ferry.EventClaimManyParams{Owner: "w", Limit: 1, TTL: time.Minute})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim: %d claims, %v", len(claims), err)
+	}
+	x := claims[0].Event.ID
+	if err := b.store.EventComplete(b.ctx, &ferry.EventCompleteParams{Lease: claims[0].Event.Lease()}); err != nil {
+		t.Fatal(err)
+	}
+	mover, err := b.store.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mover.Rollback(context.Background()) })
+	now := b.clock.Now()
+	day := now.Truncate(24 * time.Hour)
+	var created bool
+	var moverPid int
+	if err := mover.QueryRow(b.ctx, `SELECT ferry_archive_create($1::date, $2::date, $3::timestamptz), pg_backend_pid()`,
+		day, day.Add(24*time.Hour), now).Scan(&created, &moverPid); err != nil || !created {
+		t.Fatalf("the move of x's day: created %v, %v", created, err)
+	}
+	purged := make(chan error, 1)
+	var n int
+	go func() {
+		var err error
+		n, err = postgres.PurgeKeys(b.store, b.ctx, "s", 7*24*time.Hour, 100)
+		purged <- err
+	}()
+	b.waiter(t, moverPid, "ferry_event_")
+	if err := mover.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-purged; err != nil || n != 0 {
+		t.Fatalf("the key purge beside the move purged %d keys, %v; want none: x is stored", n, err)
+	}
+	if keys, conflicts := b.count(t, `SELECT count(*) FROM ferry_event_key WHERE id = $1`, x),
+		b.count(t, `SELECT count(*) FROM ferry_conflict WHERE event_id = $1`, x); keys != 1 || conflicts != 1 {
+		t.Fatalf("x keeps %d keys and %d conflicts, want 1 and 1", keys, conflicts)
+	}
+	res, err := b.store.EventReceive(b.ctx, &ferry.EventReceiveParams{Source: "s", EventID: "x", Payload: []byte("x")})
+	if err != nil || res.ID != x || res.Outcome != ferry.ReceiveDuplicate {
+		t.Fatalf("redelivery of x = %+v, %v; want a duplicate of event %d", res, err, x)
+	}
+}
+
 // A redelivery of an event EventPurge is deleting: the receipt locks the
 // key, then the event; the purge deletes the event, and only then, in a
 // statement of its own, the key. The two never wait on each other in a

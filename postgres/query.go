@@ -33,6 +33,8 @@ var (
 	archiveKeysForgetSQL string
 	//go:embed query/archive_keys_purge.sql
 	archiveKeysPurgeSQL string
+	//go:embed query/archive_keys_purge_wait.sql
+	archiveKeysPurgeWaitSQL string
 	//go:embed query/archive_plan.sql
 	archivePlanSQL string
 	//go:embed query/action_list.sql
