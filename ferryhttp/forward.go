@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -201,10 +202,11 @@ func (f *Forwarder) Handle(ctx context.Context, d *ferry.Delivery) error {
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
+		prefix := "forward: POST"
 		if ctx.Err() != nil && attempt.Err() == nil { // the app's time ran out, not the attempt's
-			return fmt.Errorf("forward: POST: no answer within the forward timeout, %s: %w", f.opts.Timeout, err)
+			prefix = fmt.Sprintf("forward: POST: no answer within the forward timeout, %s", f.opts.Timeout)
 		}
-		return fmt.Errorf("forward: POST: %w", err)
+		return &postError{prefix: prefix, err: err}
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, ferry.ResponseLimit))
@@ -251,6 +253,34 @@ func (e *appError) Error() string {
 
 func (e *appError) Redacted() string {
 	return fmt.Sprintf("forward: app answered %s (%d-byte body)", statusText(e.status), len(e.snippet))
+}
+
+// postError is a POST that got no HTTP answer. Its text, kept as the
+// event's last error, is the transport's, which quotes the app's bytes when
+// they are not HTTP (malformed HTTP response "…", an HTTP/2 GOAWAY's debug
+// data): an app that echoes what it reads echoes the payload. Redacted,
+// for log lines and spans, keeps the text only of errors that quote
+// nothing of the app's.
+type postError struct {
+	prefix string
+	err    error
+}
+
+func (e *postError) Error() string    { return e.prefix + ": " + e.err.Error() }
+func (e *postError) Unwrap() error    { return e.err }
+func (e *postError) Redacted() string { return e.prefix + ": " + transportText(e.err) }
+
+// transportText is err's text when it quotes nothing of the app's (a
+// timeout, a cancel, a dial or a read of the connection, one closed
+// early), and otherwise says the answer was not HTTP.
+func transportText(err error) string {
+	_, op := errors.AsType[*net.OpError](err)
+	ne, isNet := errors.AsType[net.Error](err)
+	if op || isNet && ne.Timeout() || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return err.Error()
+	}
+	return "no HTTP answer (the event's last error keeps what the transport said)"
 }
 
 // statusText names an answer's status by its code and the standard text for

@@ -429,6 +429,54 @@ func TestForwarderKeepsTheAppsWordsOutOfTheLog(t *testing.T) {
 	}
 }
 
+// An app whose answer is not HTTP (one that echoes what it reads) has its
+// bytes quoted by the transport's error: the event's last error keeps that,
+// and the log line (Redacted) and the span say only that no HTTP answer
+// came. A refused connection keeps its own words in both.
+func TestForwarderKeepsANonHTTPAnswerOutOfTheLog(t *testing.T) {
+	t.Parallel()
+	ln := testhttp.Listen(t)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(conn)); err != nil {
+					return
+				}
+				fmt.Fprint(conn, "ECHO {\"card\":\"CARDMARK\"}\r\n\r\n")
+			}()
+		}
+	}()
+	rec, tp := testtrace.NewRecorder()
+	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: "http://" + ln.Addr().String(), TracerProvider: tp})
+	err := f.Handle(context.Background(), testDelivery())
+	var r interface{ Redacted() string }
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want one with a Redacted text", err)
+	}
+	if got := r.Redacted(); strings.Contains(got, "CARDMARK") || !strings.Contains(got, "no HTTP answer") {
+		t.Errorf("Redacted() = %q, want no word of the app's", got)
+	}
+	if !strings.Contains(err.Error(), "CARDMARK") {
+		t.Errorf("Error() = %q, want the transport's words kept for the event's last error", err)
+	}
+	if s := oneSpan(t, rec); strings.Contains(s.Status().Description, "CARDMARK") {
+		t.Errorf("span status %q quotes the app", s.Status().Description)
+	}
+
+	closed := testhttp.Listen(t)
+	addr := closed.Addr().String()
+	closed.Close()
+	f = newForwarder(t, ferryhttp.ForwarderOptions{URL: "http://" + addr})
+	if err := f.Handle(context.Background(), testDelivery()); !errors.As(err, &r) || !strings.Contains(r.Redacted(), "connection refused") {
+		t.Errorf("refused connection: Redacted() of %v does not say so", err)
+	}
+}
+
 // An app that answers without end is read no further than the ledger's
 // snippet and a megabyte drained for the connection's reuse.
 func TestForwarderReadsABoundedAnswer(t *testing.T) {

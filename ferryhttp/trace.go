@@ -173,7 +173,7 @@ func (t *tracingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
 		span.SetAttributes(attrErrorType.String(errorType(err)))
-		span.SetStatus(codes.Error, err.Error())
+		span.SetStatus(codes.Error, transportText(err))
 		return nil, err
 	}
 	span.SetAttributes(attrHTTPStatus.Int(resp.StatusCode))
