@@ -394,25 +394,10 @@ func TestForwarderStatus(t *testing.T) {
 // word of the app's, not its reason phrase and not its body.
 func TestForwarderKeepsTheAppsWordsOutOfTheLog(t *testing.T) {
 	t.Parallel()
-	ln := testhttp.Listen(t)
 	reason := "bad payload PAYLOADMARK " + strings.Repeat("R", 32<<10)
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(conn)); err != nil {
-					return
-				}
-				fmt.Fprintf(conn, "HTTP/1.1 400 %s\r\nContent-Length: 15\r\nConnection: close\r\n\r\nBODYMARK echoed", reason)
-			}()
-		}
-	}()
+	appURL := rawApp(t, fmt.Sprintf("HTTP/1.1 400 %s\r\nContent-Length: 15\r\nConnection: close\r\n\r\nBODYMARK echoed", reason))
 	rec, tp := testtrace.NewRecorder()
-	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: "http://" + ln.Addr().String(), TracerProvider: tp})
+	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: appURL, TracerProvider: tp})
 	err := f.Handle(context.Background(), testDelivery())
 	var r interface{ Redacted() string }
 	if !errors.As(err, &r) {
@@ -429,12 +414,10 @@ func TestForwarderKeepsTheAppsWordsOutOfTheLog(t *testing.T) {
 	}
 }
 
-// An app whose answer is not HTTP (one that echoes what it reads) has its
-// bytes quoted by the transport's error: the event's last error keeps that,
-// and the log line (Redacted) and the span say only that no HTTP answer
-// came. A refused connection keeps its own words in both.
-func TestForwarderKeepsANonHTTPAnswerOutOfTheLog(t *testing.T) {
-	t.Parallel()
+// rawApp is an app on loopback that reads each request and writes answer,
+// byte for byte, whatever it is; it returns the app's URL.
+func rawApp(t *testing.T, answer string) string {
+	t.Helper()
 	ln := testhttp.Listen(t)
 	go func() {
 		for {
@@ -447,12 +430,21 @@ func TestForwarderKeepsANonHTTPAnswerOutOfTheLog(t *testing.T) {
 				if _, err := http.ReadRequest(bufio.NewReader(conn)); err != nil {
 					return
 				}
-				fmt.Fprint(conn, "ECHO {\"card\":\"CARDMARK\"}\r\n\r\n")
+				fmt.Fprint(conn, answer)
 			}()
 		}
 	}()
+	return "http://" + ln.Addr().String()
+}
+
+// An app whose answer is not HTTP (one that echoes what it reads) has its
+// bytes quoted by the transport's error: the event's last error keeps that,
+// and the log line (Redacted) and the span say only that no HTTP answer
+// came. A refused connection keeps its own words in both.
+func TestForwarderKeepsANonHTTPAnswerOutOfTheLog(t *testing.T) {
+	t.Parallel()
 	rec, tp := testtrace.NewRecorder()
-	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: "http://" + ln.Addr().String(), TracerProvider: tp})
+	f := newForwarder(t, ferryhttp.ForwarderOptions{URL: rawApp(t, "ECHO {\"card\":\"CARDMARK\"}\r\n\r\n"), TracerProvider: tp})
 	err := f.Handle(context.Background(), testDelivery())
 	var r interface{ Redacted() string }
 	if !errors.As(err, &r) {
