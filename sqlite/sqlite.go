@@ -2,9 +2,10 @@
 // file through modernc.org/sqlite (pure Go, no cgo). It needs no server and
 // suits one process, or a few processes on one host sharing the file.
 //
-// Durability: the database runs in WAL mode with synchronous=FULL, so a
-// receipt that EventReceive acknowledged survives a crash of the process and
-// a power loss of the host.
+// Durability: the database runs in WAL mode with synchronous=FULL (and
+// fullfsync on, which macOS needs to flush the drive's cache), so a receipt
+// that EventReceive acknowledged survives a crash of the process and a
+// power loss of the host.
 //
 // Concurrency: all writes go through one connection (a pool of one) and
 // begin with BEGIN IMMEDIATE, so writers in this process queue in Go instead
@@ -127,6 +128,7 @@ func Open(path string, config *Config) (*Store, error) {
 	pragmas := []string{
 		"busy_timeout(" + strconv.FormatInt(busyTimeout.Milliseconds(), 10) + ")",
 		"foreign_keys(1)",
+		"fullfsync(1)", // macOS: fsync alone leaves a commit in the drive's cache
 		"journal_mode(WAL)",
 		"synchronous(FULL)",
 	}
@@ -226,10 +228,13 @@ func inMemory(path string) bool {
 // after Ferry's): an acknowledged receipt must survive a crash and a Close.
 func durable(db *sql.DB) error {
 	var (
-		sync       int
-		mode, file string
+		sync, fullSync int
+		mode, file     string
 	)
 	if err := db.QueryRow("PRAGMA synchronous").Scan(&sync); err != nil {
+		return err
+	}
+	if err := db.QueryRow("PRAGMA fullfsync").Scan(&fullSync); err != nil {
 		return err
 	}
 	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
@@ -242,7 +247,7 @@ func durable(db *sql.DB) error {
 	if file == "" {
 		return errInMemory
 	}
-	return errors.Join(synchronousRefused(strconv.Itoa(sync)), journalModeRefused(mode))
+	return errors.Join(synchronousRefused(strconv.Itoa(sync)), fullSyncRefused(strconv.Itoa(fullSync)), journalModeRefused(mode))
 }
 
 // unopenable is err, the failure to open the file at path, as
@@ -366,6 +371,9 @@ func queryDurable(path string) error {
 	for _, level := range set["synchronous"] {
 		errs = append(errs, synchronousRefused(strings.ToLower(level)))
 	}
+	for _, on := range set["fullfsync"] {
+		errs = append(errs, fullSyncRefused(strings.ToLower(on)))
+	}
 	return errors.Join(errs...)
 }
 
@@ -393,6 +401,17 @@ func synchronousRefused(level string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: synchronous is %s, not FULL (2); remove the path's _sync or synchronous setting", ferry.ErrNotDurable, level)
+}
+
+// fullSyncRefused says why the store cannot run with fullfsync at on (lower
+// case); nil when it is on. On macOS, fsync leaves a commit in the drive's
+// cache, where a power loss takes it: only F_FULLFSYNC, which fullfsync
+// turns on, reaches the disk. Other systems ignore it.
+func fullSyncRefused(on string) error {
+	if slices.Contains([]string{"1", "on", "true", "yes"}, on) {
+		return nil
+	}
+	return fmt.Errorf("%w: fullfsync is %s, not on (1), and on macOS a commit then stays in the drive's cache, where a power loss takes it; remove the path's fullfsync setting", ferry.ErrNotDurable, on)
 }
 
 // dsn appends the driver's query parameters to path.

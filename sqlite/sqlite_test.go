@@ -218,6 +218,8 @@ func TestOpen(t *testing.T) {
 			filepath.Join(dir, "g.db") + "?_pragma=journal_mode(MEMORY)":           "journal_mode is memory",
 			filepath.Join(dir, "h.db") + "?_pragma=main.synchronous%3D1":           "synchronous is 1",
 			filepath.Join(dir, "i.db") + "?_pragma=synchronous(FULL)&_sync=NORMAL": "synchronous is 1",
+			filepath.Join(dir, "s.db") + "?_pragma=fullfsync(0)":                   "fullfsync is 0",
+			filepath.Join(dir, "t.db") + "?_pragma=fullfsync%3Doff":                "fullfsync is off",
 		} {
 			wantOpenRefused(t, path, nil, ferry.ErrNotDurable, want)
 		}
@@ -271,7 +273,7 @@ func TestOpen(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for pragma, want := range map[string]string{
-			"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1", "busy_timeout": "5000",
+			"journal_mode": "wal", "synchronous": "2", "fullfsync": "1", "foreign_keys": "1", "busy_timeout": "5000",
 		} {
 			var got string
 			if err := b.store.DB().QueryRow("PRAGMA " + pragma).Scan(&got); err != nil {
@@ -628,7 +630,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 	})
 }
 
-// Open reads back synchronous and journal_mode after the driver applied
+// Open reads back synchronous, fullfsync and journal_mode after the driver applied
 // the path's query: whatever set them below FULL or off WAL, by a spelling
 // the query check missed, the read-back refuses. Here the connection is
 // set by hand, past any query check.
@@ -638,6 +640,7 @@ func TestDurableReadsBackTheSettings(t *testing.T) {
 		"PRAGMA synchronous = FULL":    nil,
 		"PRAGMA synchronous = OFF":     ferry.ErrNotDurable,
 		"PRAGMA synchronous = NORMAL":  ferry.ErrNotDurable,
+		"PRAGMA fullfsync = 0":         ferry.ErrNotDurable,
 		"PRAGMA journal_mode = DELETE": ferry.ErrInvalidParams, // readers need WAL
 	} {
 		db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "ferry.db"))
@@ -645,7 +648,7 @@ func TestDurableReadsBackTheSettings(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.SetMaxOpenConns(1) // the settings are the connection's
-		for _, stmt := range []string{"PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", setting} {
+		for _, stmt := range []string{"PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA fullfsync = 1", setting} {
 			if _, err := db.Exec(stmt); err != nil {
 				t.Fatal(err)
 			}
