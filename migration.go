@@ -83,18 +83,18 @@ func PendingMigrations(all []Migration, applied []int) ([]Migration, error) {
 }
 
 // String names m as its file does, without ".sql": 003_archive.
-func (m *Migration) String() string { return migrationName(m.Version, m.Name) }
+func (m Migration) String() string { return migrationName(m.Version, m.Name) }
 
 // Failed is err from applying m, naming m: how every store's Migrate
 // reports a migration that did not apply.
-func (m *Migration) Failed(err error) error { return fmt.Errorf("migration %s: %w", m, err) }
+func (m Migration) Failed(err error) error { return fmt.Errorf("migration %s: %w", m, err) }
 
 // migrationName is the file name, without ".sql", of migration version:
 // what ReadMigrations reads and what errors and plans print.
 func migrationName(version int, name string) string { return fmt.Sprintf("%03d_%s", version, name) }
 
 // Step is m as MigratePlan lists it, before any counts a store adds.
-func (m *Migration) Step() MigrationStep {
+func (m Migration) Step() MigrationStep {
 	step := MigrationStep{Version: m.Version, Name: m.Name, Summary: MigrationSummary(m.SQL)}
 	// The first paragraph of the leading comment that starts "Exclusive:";
 	// the marker alone flags it, so a reason left out cannot unflag it.

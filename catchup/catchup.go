@@ -508,7 +508,6 @@ func (r *Runner) pass(ctx context.Context, opts PassOptions, distrust bool, list
 	}
 	advance := !opts.DryRun && !probe && (!res.From.After(start) || !res.From.After(reach))
 	ctx, bound := r.providerBound(ctx, res, now, overlap, settle)
-	ctx = withPassClock(ctx, r.now)
 	// refused is the first ErrRefusedForNow or failed fetch of the pass,
 	// and refusals how many: the pass goes on, advances no further, and
 	// fails at its end. failing counts the fetches that failed since the

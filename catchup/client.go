@@ -392,22 +392,6 @@ func observeDate(ctx context.Context, date time.Time) {
 	}
 }
 
-type passClockKey struct{}
-
-// withPassClock returns ctx that carries the pass's clock (Runner.Now): a
-// reconciler judges an event's age by it, as the pass judges its window.
-func withPassClock(ctx context.Context, now func() time.Time) context.Context {
-	return context.WithValue(ctx, passClockKey{}, now)
-}
-
-// passNow reads the pass's clock in ctx, or def outside a pass.
-func passNow(ctx context.Context, def func() time.Time) time.Time {
-	if now, _ := ctx.Value(passClockKey{}).(func() time.Time); now != nil {
-		return now()
-	}
-	return def()
-}
-
 // get returns the recorded Date; zero if no answer has carried one.
 func (pc *providerClock) get() time.Time {
 	pc.mu.Lock()

@@ -30,7 +30,7 @@ const DefaultGitHubAPI = "https://api.github.com"
 // githubRetention is how long GitHub keeps a hook's deliveries.
 const githubRetention = 3 * 24 * time.Hour
 
-// githubExpiring is the age, by the pass's clock, from which a delivery
+// githubExpiring is the age, by GitHub's clock, from which a delivery
 // GitHub refuses (404, 410, 422) is taken as expired and skipped: an hour
 // before GitHub's 3 days, for a pass's own length (a delivery listed at
 // its start is fetched minutes later) and clocks apart by more than the
@@ -67,8 +67,8 @@ type GitHubOptions struct {
 	// HTTPClient defaults to a client with a 30s timeout.
 	HTTPClient *http.Client
 	// Now defaults to time.Now. Moved by the offset of GitHub's clock that
-	// its answers' Date shows, it dates the App's JWT and judges when the
-	// installation token expires.
+	// its answers' Date shows, it dates the App's JWT, judges when the
+	// installation token expires, and ages a refused delivery.
 	Now func() time.Time
 }
 
@@ -261,7 +261,7 @@ func (g *GitHub) fetch(ctx context.Context, id int64, at time.Time) (*Event, err
 		if at.IsZero() {
 			return nil, fmt.Errorf("github: get delivery %d, listed without delivered_at: HTTP %d is no sign it expired: %w: %w", id, se.Status, ErrRefusedForNow, err)
 		}
-		age := g.sinceDelivered(ctx, at)
+		age := g.sinceDelivered(at)
 		if age >= githubExpiring {
 			return nil, fmt.Errorf("github: get delivery %d, delivered %s ago, in the last hour of GitHub's 3 days: taken as expired: %w: %w", id, age, ErrUnfetchable, err)
 		}
@@ -354,16 +354,15 @@ func (g *GitHub) now() time.Time {
 // show. The caller holds g.mu.
 func (g *GitHub) githubNow() time.Time { return g.now().Add(g.offset) }
 
-// sinceDelivered is how long before GitHub's now at was: the pass's clock
+// sinceDelivered is how long before GitHub's now at was: the host's clock
 // moved by the offset GitHub's answers show (the refusal's own, when it
 // carries a Date). By the host's clock alone, one running hours ahead
 // would take a delivery GitHub still keeps for one in its last hour, skip
 // it as expired and move the checkpoint past it.
-func (g *GitHub) sinceDelivered(ctx context.Context, at time.Time) time.Duration {
+func (g *GitHub) sinceDelivered(at time.Time) time.Duration {
 	g.mu.Lock()
-	offset := g.offset
-	g.mu.Unlock()
-	return passNow(ctx, g.now).Add(offset).Sub(at).Round(time.Second)
+	defer g.mu.Unlock()
+	return g.githubNow().Sub(at).Round(time.Second)
 }
 
 // dated takes an answer's Date as GitHub's now. A host clock a minute

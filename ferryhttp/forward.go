@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -271,12 +272,17 @@ func (e *postError) Unwrap() error    { return e.err }
 func (e *postError) Redacted() string { return e.prefix + ": " + transportText(e.err) }
 
 // transportText is err's text when it quotes nothing of the app's (a
-// timeout, a cancel, a dial or a read of the connection, one closed
-// early), and otherwise says the answer was not HTTP.
+// timeout, a cancel, a dial or a read of the connection, one closed early,
+// a TLS handshake that failed, plain HTTP to an https URL), and otherwise
+// says the answer was not HTTP.
 func transportText(err error) string {
 	_, op := errors.AsType[*net.OpError](err)
 	ne, isNet := errors.AsType[net.Error](err)
-	if op || isNet && ne.Timeout() || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+	_, cert := errors.AsType[*tls.CertificateVerificationError](err)
+	_, record := errors.AsType[tls.RecordHeaderError](err) // its text leaves the record's bytes out
+	_, alert := errors.AsType[tls.AlertError](err)
+	if op || isNet && ne.Timeout() || cert || record || alert || errors.Is(err, http.ErrSchemeMismatch) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return err.Error()
 	}

@@ -440,7 +440,8 @@ func rawApp(t *testing.T, answer string) string {
 // An app whose answer is not HTTP (one that echoes what it reads) has its
 // bytes quoted by the transport's error: the event's last error keeps that,
 // and the log line (Redacted) and the span say only that no HTTP answer
-// came. A refused connection keeps its own words in both.
+// came. A refused connection, an untrusted certificate and plain HTTP to an
+// https URL keep their own words in both.
 func TestForwarderKeepsANonHTTPAnswerOutOfTheLog(t *testing.T) {
 	t.Parallel()
 	rec, tp := testtrace.NewRecorder()
@@ -463,9 +464,18 @@ func TestForwarderKeepsANonHTTPAnswerOutOfTheLog(t *testing.T) {
 	closed := testhttp.Listen(t)
 	addr := closed.Addr().String()
 	closed.Close()
-	f = newForwarder(t, ferryhttp.ForwarderOptions{URL: "http://" + addr})
-	if err := f.Handle(context.Background(), testDelivery()); !errors.As(err, &r) || !strings.Contains(r.Redacted(), "connection refused") {
-		t.Errorf("refused connection: Redacted() of %v does not say so", err)
+	untrusted := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(untrusted.Close)
+	plain, _ := app(t, nil)
+	for url, want := range map[string]string{
+		"http://" + addr: "connection refused",
+		untrusted.URL:    "certificate signed by unknown authority",
+		"https://" + strings.TrimPrefix(plain.URL, "http://"): "server gave HTTP response to HTTPS client",
+	} {
+		f = newForwarder(t, ferryhttp.ForwarderOptions{URL: url})
+		if err := f.Handle(context.Background(), testDelivery()); !errors.As(err, &r) || !strings.Contains(r.Redacted(), want) {
+			t.Errorf("%s: Redacted() of %v does not say %q", url, err, want)
+		}
 	}
 }
 

@@ -404,12 +404,12 @@ func synchronousRefused(level string) error {
 }
 
 // fullSyncRefused says why the store cannot run with fullfsync at on (lower
-// case); nil when it is on. On macOS, fsync leaves a commit in the drive's
+// case); nil unless it is off. On macOS, fsync leaves a commit in the drive's
 // cache, where a power loss takes it: only F_FULLFSYNC, which fullfsync
 // turns on, reaches the disk. Other systems ignore it.
 func fullSyncRefused(on string) error {
-	if slices.Contains([]string{"1", "on", "true", "yes"}, on) {
-		return nil
+	if !slices.Contains([]string{"0", "off", "false", "no"}, on) {
+		return nil // SQLite takes any other number or word as on
 	}
 	return fmt.Errorf("%w: fullfsync is %s, not on (1), and on macOS a commit then stays in the drive's cache, where a power loss takes it; remove the path's fullfsync setting", ferry.ErrNotDurable, on)
 }

@@ -244,7 +244,7 @@ func TestOpen(t *testing.T) {
 			wantOpenRefused(t, path, nil, ferry.ErrInvalidParams, "not WAL")
 		}
 		// What keeps WAL and FULL is accepted.
-		path := filepath.Join(dir, "l.db") + "?_pragma=journal_mode(wal)&_pragma=synchronous%3Dextra&_sync=FULL&_txlock=IMMEDIATE"
+		path := filepath.Join(dir, "l.db") + "?_pragma=journal_mode(wal)&_pragma=synchronous%3Dextra&_sync=FULL&_txlock=IMMEDIATE&_pragma=fullfsync(2)"
 		wantOpens(t, path, nil)
 	})
 

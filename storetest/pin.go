@@ -27,9 +27,9 @@ func MigrationsUnchanged(t testing.TB, fsys fs.FS, dir string, pinned map[int]st
 		sum := MigrationChecksum(m.SQL)
 		switch want, ok := pinned[m.Version]; {
 		case !ok:
-			t.Errorf("migration %s is not pinned: add %d: %q", &m, m.Version, sum)
+			t.Errorf("migration %s is not pinned: add %d: %q", m, m.Version, sum)
 		case sum != want:
-			t.Errorf("migration %s changed after it landed (checksum %s, pinned %s): stores that applied it keep the old text; restore it and make the change a new migration", &m, sum, want)
+			t.Errorf("migration %s changed after it landed (checksum %s, pinned %s): stores that applied it keep the old text; restore it and make the change a new migration", m, sum, want)
 		}
 	}
 	for v := range pinned {
