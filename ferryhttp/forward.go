@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -270,24 +268,6 @@ type postError struct {
 func (e *postError) Error() string    { return e.prefix + ": " + e.err.Error() }
 func (e *postError) Unwrap() error    { return e.err }
 func (e *postError) Redacted() string { return e.prefix + ": " + transportText(e.err) }
-
-// transportText is err's text when it quotes nothing of the app's (a
-// timeout, a cancel, a dial or a read of the connection, one closed early,
-// a TLS handshake that failed, plain HTTP to an https URL), and otherwise
-// says the answer was not HTTP.
-func transportText(err error) string {
-	_, op := errors.AsType[*net.OpError](err)
-	ne, isNet := errors.AsType[net.Error](err)
-	_, cert := errors.AsType[*tls.CertificateVerificationError](err)
-	_, record := errors.AsType[tls.RecordHeaderError](err) // its text leaves the record's bytes out
-	_, alert := errors.AsType[tls.AlertError](err)
-	if op || isNet && ne.Timeout() || cert || record || alert || errors.Is(err, http.ErrSchemeMismatch) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return err.Error()
-	}
-	return "no HTTP answer (the event's last error keeps what the transport said)"
-}
 
 // statusText names an answer's status by its code and the standard text for
 // it ("400 Bad Request"), never by the reason phrase the app wrote: that is

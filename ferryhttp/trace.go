@@ -2,7 +2,9 @@ package ferryhttp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -189,6 +191,24 @@ func (t *tracingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // credentials, and a span is read by more people than the config.
 func spanURL(u *url.URL) string {
 	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+}
+
+// transportText is err's text when it quotes nothing of the app's (a
+// timeout, a cancel, a dial or a read of the connection, one closed early,
+// a TLS handshake that failed, plain HTTP to an https URL), and otherwise
+// says the answer was not HTTP.
+func transportText(err error) string {
+	_, op := errors.AsType[*net.OpError](err)
+	ne, isNet := errors.AsType[net.Error](err)
+	_, cert := errors.AsType[*tls.CertificateVerificationError](err)
+	_, record := errors.AsType[tls.RecordHeaderError](err) // its text leaves the record's bytes out
+	_, alert := errors.AsType[tls.AlertError](err)
+	if op || isNet && ne.Timeout() || cert || record || alert || errors.Is(err, http.ErrSchemeMismatch) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return err.Error()
+	}
+	return "no HTTP answer (the event's last error keeps what the transport said)"
 }
 
 func errorType(err error) string {
