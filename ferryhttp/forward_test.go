@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -418,23 +419,11 @@ func TestForwarderKeepsTheAppsWordsOutOfTheLog(t *testing.T) {
 // byte for byte, whatever it is; it returns the app's URL.
 func rawApp(t *testing.T, answer string) string {
 	t.Helper()
-	ln := testhttp.Listen(t)
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(conn)); err != nil {
-					return
-				}
-				fmt.Fprint(conn, answer)
-			}()
+	return "http://" + testhttp.Serve(t, func(conn net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
+			fmt.Fprint(conn, answer)
 		}
-	}()
-	return "http://" + ln.Addr().String()
+	})
 }
 
 // An app whose answer is not HTTP (one that echoes what it reads) has its

@@ -382,18 +382,9 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// An app that accepts connections, so only the case under test fails.
-	app := testhttp.Listen(t)
-	go func() {
-		for {
-			c, err := app.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	app := testhttp.Serve(t, func(net.Conn) {})
 	// The app's URL carries a token, which doctor's report must not print.
-	forward := fmt.Sprintf("[source.forward]\nurl = \"http://%s/hook?token=SEKRET\"\nsecret = %q\n", app.Addr(), forwardSecret)
+	forward := fmt.Sprintf("[source.forward]\nurl = \"http://%s/hook?token=SEKRET\"\nsecret = %q\n", app, forwardSecret)
 	setup := func(t *testing.T, more ...string) (string, string) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "ferry.db")
@@ -415,7 +406,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		st := teststore.OpenSQLite(t, path, nil)
 		receive(t, st, "evt_ok")
 		r, code := doctorJSON(t, cfg)
-		if code != 0 || !r.Healthy || !hasFinding(r, "ok", "app at http://"+app.Addr().String()) || !hasFinding(r, "ok", "1 pending") {
+		if code != 0 || !r.Healthy || !hasFinding(r, "ok", "app at http://"+app) || !hasFinding(r, "ok", "1 pending") {
 			t.Errorf("healthy store: exit %d, report %+v; want 0, healthy", code, r)
 		}
 	})
@@ -582,7 +573,7 @@ func TestDoctorNeedsAHuman(t *testing.T) {
 		_, cfg := setup(t)
 		closed := freeAddr(t) // nothing listens there
 		raw, _ := os.ReadFile(cfg)
-		os.WriteFile(cfg, []byte(strings.ReplaceAll(string(raw), app.Addr().String(), closed)), 0o600)
+		os.WriteFile(cfg, []byte(strings.ReplaceAll(string(raw), app, closed)), 0o600)
 		r, code := doctorJSON(t, cfg)
 		if code != exitProblems || r.Healthy || !hasFinding(r, "fail", "does not accept connections") {
 			t.Errorf("app down: exit %d, report %+v; want %d and a fail", code, r, exitProblems)

@@ -26,6 +26,28 @@ func Listen(t testing.TB) net.Listener {
 	return ln
 }
 
+// Serve accepts connections on a free loopback port until t ends, runs
+// handle on each in a goroutine of its own, then closes it; it returns the
+// address. An app below net/http's server: one that hangs up at once, or
+// answers bytes that are not HTTP.
+func Serve(t testing.TB, handle func(conn net.Conn)) string {
+	t.Helper()
+	ln := Listen(t)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				handle(conn)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // PartialPost opens a connection to addr and sends a POST of path with
 // header and a Content-Length of length, then body (shorter than length, or
 // empty), and nothing more: a sender that stalls. The connection closes
