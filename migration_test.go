@@ -87,7 +87,7 @@ ALTER TABLE t ADD COLUMN c int;
 `}
 	step := m.Step()
 	if step.Version != 3 || step.Name != "archive" || !strings.HasPrefix(step.Summary, "Moves rows.") || !strings.HasSuffix(step.Summary, "all of them.") {
-		t.Errorf("Step() = %+v; want version, name and the leading comment as its summary", step)
+		t.Errorf("Step() = %s, summary %q; want version, name and the leading comment as its summary", step, step.Summary)
 	}
 	if want := "older instances would write where this moves."; step.Exclusive != want {
 		t.Errorf("Step().Exclusive = %q, want %q (its paragraph of the leading comment only)", step.Exclusive, want)

@@ -60,7 +60,7 @@ func testMigrate[TX any](t *testing.T, setup, unmigrated func(*testing.T) *bundl
 		}
 		for i, step := range plan {
 			if step.Name == "" || step.Summary == "" || (i > 0 && step.Version <= plan[i-1].Version) {
-				t.Fatalf("MigratePlan step %d = %+v: want a name, a summary and rising versions (all: %+v)", i, step, plan)
+				t.Fatalf("MigratePlan step %d = %s, summary %q: want a name, a summary and rising versions (all: %v)", i, step, step.Summary, plan)
 			}
 		}
 		// Planning changes nothing: the same plan again.
